@@ -1,0 +1,277 @@
+package config
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Mode is the routing mode; its value doubles as a log/metric label.
+type Mode string
+
+const (
+	// ModeRegular routes each request to one regular worker.
+	ModeRegular Mode = "regular"
+	// ModePD routes each request to a (prefill, decode) pair.
+	ModePD Mode = "pd"
+)
+
+// Worker roles, as stored in [WorkerFlag.Role].
+const (
+	RoleRegular = "regular"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Worker protocols, as stored in [WorkerFlag.Protocol].
+const (
+	ProtocolSGLang = "sglang"
+	ProtocolVLLM   = "vllm"
+	ProtocolGRPC   = "grpc"
+)
+
+// Routing policy names accepted by --policy, --prefill-policy and --decode-policy.
+const (
+	PolicyRandom            = "random"
+	PolicyRoundRobin        = "round_robin"
+	PolicyPowerOfTwo        = "power_of_two"
+	PolicyCacheAware        = "cache_aware"
+	PolicyConsistentHashing = "consistent_hashing"
+)
+
+// PolicyNames returns the valid policy names, in a fresh slice.
+func PolicyNames() []string {
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing}
+}
+
+// Config is the gateway's whole startup configuration. Build it with [Parse]
+// or [Default]; check hand-made changes with [Config.Validate].
+type Config struct {
+	Server    ServerConfig
+	Workers   WorkersConfig
+	Placement PlacementConfig
+	Admission AdmissionConfig
+	Health    HealthConfig
+	Breaker   BreakerConfig
+	Retry     RetryConfig
+	Telemetry TelemetryConfig
+
+	// explicit holds the names of flags set by any source other than the
+	// default (command line, environment, file). Validate uses it to reject
+	// queue flags given without an admission limit even when they were set
+	// to their default value.
+	explicit map[string]bool
+}
+
+// ServerConfig holds the listeners, limits and authentication.
+type ServerConfig struct {
+	// Host is the listen address (--host, default "0.0.0.0").
+	Host string
+	// Port serves every API (--port, default 30000).
+	Port int
+	// AdminPort, when non-zero, moves the admin API to its own port
+	// (--admin-port, default 0 = admin on Port).
+	AdminPort int
+	// ConfigFile is the YAML file the configuration was read from (--config,
+	// default "" = none).
+	ConfigFile string
+	// ShutdownGracePeriod is how long in-flight requests may run after a stop
+	// signal (--shutdown-grace-period-secs, default 180s).
+	ShutdownGracePeriod time.Duration
+	// RequestTimeout bounds one client request end to end, streaming
+	// included (--request-timeout-secs, default 1800s; 0 = no limit).
+	RequestTimeout time.Duration
+	// MaxPayloadSize is the largest accepted request body in bytes
+	// (--max-payload-size, default 536870912 = 512MiB).
+	MaxPayloadSize int64
+	// APIKey, when set, is required as a bearer token on the inference APIs
+	// (--api-key or env SLUICE_API_KEY, default none).
+	APIKey Secret
+	// AdminAPIKey, when set, is required as a bearer token on the admin API
+	// (--admin-api-key or env SLUICE_ADMIN_API_KEY, default none).
+	AdminAPIKey Secret
+}
+
+// WorkersConfig holds the routing mode and the workers known at startup.
+type WorkersConfig struct {
+	// PDDisaggregation selects [ModePD] (--pd-disaggregation, default false).
+	PDDisaggregation bool
+	// Runtime is the protocol of http(s) workers given by flags: "sglang" or
+	// "vllm" (--runtime, default "sglang").
+	Runtime string
+	// ModelID is the model name to assume for flag-given workers when the
+	// engine does not report one (--model-id, default "" = ask the engine).
+	ModelID string
+	// Initial lists the workers from --worker-urls, --prefill and --decode, in
+	// that order (default none; more can be added through the admin API).
+	Initial []WorkerFlag
+}
+
+// WorkerFlag is one worker given at startup.
+type WorkerFlag struct {
+	// URL is the worker's base URL (http, https or grpc scheme), stored
+	// without a trailing slash.
+	URL string
+	// Role is RoleRegular, RolePrefill or RoleDecode.
+	Role string
+	// BootstrapPort is a prefill worker's KV bootstrap port (0 = none).
+	BootstrapPort int
+	// Protocol is ProtocolSGLang, ProtocolVLLM or ProtocolGRPC.
+	Protocol string
+}
+
+// PlacementConfig holds the routing policies and their tuning.
+type PlacementConfig struct {
+	// Policy is the regular-mode policy and the default for both PD policies
+	// (--policy, default "cache_aware").
+	Policy string
+	// PrefillPolicy picks prefill workers (--prefill-policy, default Policy).
+	PrefillPolicy string
+	// DecodePolicy picks decode workers (--decode-policy, default Policy).
+	DecodePolicy string
+	// CacheThreshold is the prefix-match ratio above which cache_aware follows
+	// the cache (--cache-threshold, default 0.3).
+	CacheThreshold float64
+	// BalanceAbsThreshold is the load gap above which cache_aware may treat
+	// the system as imbalanced (--balance-abs-threshold, default 64).
+	BalanceAbsThreshold int
+	// BalanceRelThreshold is the max/min load ratio above which cache_aware
+	// may treat the system as imbalanced (--balance-rel-threshold, default 1.5).
+	BalanceRelThreshold float64
+	// MaxTreeSize bounds each cache_aware radix tree, in characters
+	// (--max-tree-size, default 67108864).
+	MaxTreeSize int
+	// EvictionInterval is how often cache_aware trims its trees
+	// (--eviction-interval-secs, default 120s).
+	EvictionInterval time.Duration
+	// VirtualNodes is the number of hash-ring points per worker for
+	// consistent_hashing (--virtual-nodes, default 150).
+	VirtualNodes int
+}
+
+// AdmissionConfig holds per-worker prefill admission (PD mode only).
+type AdmissionConfig struct {
+	// MaxInflightPerWorker bounds in-flight client requests per prefill worker
+	// (--prefill-max-inflight-requests-per-worker, default -1; <= 0 = off).
+	MaxInflightPerWorker int
+	// QueueSize bounds the requests waiting for a slot (--prefill-queue-size,
+	// default 100; 0 = never wait, reject at once).
+	QueueSize int
+	// QueueTimeout bounds one request's wait for a slot
+	// (--prefill-queue-timeout-secs, default 60s).
+	QueueTimeout time.Duration
+}
+
+// Enabled reports whether prefill admission is on.
+func (a AdmissionConfig) Enabled() bool { return a.MaxInflightPerWorker > 0 }
+
+// HealthConfig holds active worker health checking.
+type HealthConfig struct {
+	// Interval between probes of one worker (--health-check-interval-secs,
+	// default 60s).
+	Interval time.Duration
+	// Timeout of one probe (--health-check-timeout-secs, default 5s).
+	Timeout time.Duration
+	// SuccessThreshold consecutive successes make a worker Ready
+	// (--health-success-threshold, default 2).
+	SuccessThreshold int
+	// FailureThreshold consecutive failures make a worker NotReady
+	// (--health-failure-threshold, default 3).
+	FailureThreshold int
+	// Endpoint is the probed path (--health-check-endpoint, default "/health").
+	Endpoint string
+	// Disabled turns probing off; workers count as healthy
+	// (--disable-health-check, default false).
+	Disabled bool
+}
+
+// BreakerConfig holds the per-worker circuit breaker.
+type BreakerConfig struct {
+	// FailureThreshold consecutive failures open the breaker
+	// (--cb-failure-threshold, default 10).
+	FailureThreshold int
+	// SuccessThreshold half-open successes close it (--cb-success-threshold,
+	// default 3).
+	SuccessThreshold int
+	// Timeout is how long it stays open before turning half-open
+	// (--cb-timeout-duration-secs, default 60s).
+	Timeout time.Duration
+	// Disabled turns the breaker off (--disable-circuit-breaker, default false).
+	Disabled bool
+}
+
+// RetryConfig holds retries of failed upstream attempts.
+type RetryConfig struct {
+	// MaxRetries is the number of attempts in total, the first included
+	// (--retry-max-retries, default 5).
+	MaxRetries int
+	// InitialBackoff is the wait before the second attempt
+	// (--retry-initial-backoff-ms, default 50ms).
+	InitialBackoff time.Duration
+	// MaxBackoff caps every wait (--retry-max-backoff-ms, default 30s).
+	MaxBackoff time.Duration
+	// BackoffMultiplier grows the wait per attempt
+	// (--retry-backoff-multiplier, default 1.5).
+	BackoffMultiplier float64
+	// JitterFactor randomises each wait by up to this fraction
+	// (--retry-jitter-factor, default 0.2).
+	JitterFactor float64
+	// Disabled makes every request a single attempt (--disable-retries,
+	// default false).
+	Disabled bool
+}
+
+// TelemetryConfig holds logging and tracing.
+type TelemetryConfig struct {
+	// LogLevel is one of debug, info, warn, error (--log-level, default info).
+	LogLevel slog.Level
+	// LogJSON selects JSON log lines instead of text (--log-json, default false).
+	LogJSON bool
+	// OTLPTracesEndpoint is the OTLP/gRPC collector, host:port or URL
+	// (--otlp-traces-endpoint, default "" = tracing export off).
+	OTLPTracesEndpoint string
+	// TraceSampleRatio is the fraction of root traces sampled
+	// (--trace-sample-ratio, default 1.0).
+	TraceSampleRatio float64
+}
+
+// Mode returns the routing mode.
+func (c *Config) Mode() Mode {
+	if c.Workers.PDDisaggregation {
+		return ModePD
+	}
+	return ModeRegular
+}
+
+// Default returns the configuration of `sluice serve` with no flags.
+func Default() *Config {
+	fs := newFlagSet()
+	fs.finish()
+	return fs.cfg
+}
+
+// Secret is a credential. It prints as "[redacted]" (or "" when empty)
+// through fmt, slog and encoding, so it never reaches a log line by accident;
+// read it with [Secret.Value].
+type Secret string
+
+const redacted = "[redacted]"
+
+// Value returns the secret itself.
+func (s Secret) Value() string { return string(s) }
+
+// String returns "[redacted]", or "" when the secret is empty.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString keeps %#v redacted too.
+func (s Secret) GoString() string { return `"` + s.String() + `"` }
+
+// LogValue implements [slog.LogValuer].
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalText keeps JSON, YAML and similar encoders redacted.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

@@ -1,0 +1,31 @@
+// Package config turns the arguments of `sluice serve` and an optional YAML
+// file into one validated [Config].
+//
+// # Sources and precedence
+//
+// Every setting is a flag of the standard flag package (-name and --name both
+// work). A YAML file named by --config uses the flag names as keys. For each
+// setting the first source that gives it wins:
+//
+//  1. the command line;
+//  2. the environment (only SLUICE_API_KEY and SLUICE_ADMIN_API_KEY);
+//  3. the --config file;
+//  4. the built-in default (see [Default] and `sluice serve --help`).
+//
+// A repeatable flag (--worker-urls, --prefill, --decode) given on the command
+// line replaces the file's list for that flag rather than adding to it.
+//
+// # Decisions
+//
+//   - --prefill and --decode require --pd-disaggregation (parity with the Rust
+//     gateway): a PD flag without it is rejected rather than implying PD mode,
+//     so a forgotten flag is an error and never a silent mode switch.
+//   - --runtime sets the protocol of http(s) workers given by flags; a grpc://
+//     URL always means the worker gRPC protocol.
+//   - Byte sizes accept SI (KB, MB, GB, TB = powers of 1000) and IEC (KiB, MiB,
+//     GiB, TiB = powers of 1024) suffixes; a bare number is bytes.
+//   - Every duration flag accepts fractional values (e.g. 0.5 seconds).
+//
+// The package is a leaf: it imports no other sluice package, so worker roles
+// and protocols are plain strings (see the Role* and Protocol* constants).
+package config

@@ -1,0 +1,357 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// flagSet is the flag.FlagSet of `sluice serve`, bound to a Config, plus what
+// the help text needs (sections in registration order, placeholders).
+type flagSet struct {
+	fs       *flag.FlagSet
+	cfg      *Config
+	sections []flagSection
+	metavar  map[string]string
+
+	// Worker flags are kept raw until parsing ends, because the protocol of
+	// each depends on --runtime, which may come later on the command line.
+	workerURLs []string
+	prefill    []prefillEntry
+	decode     []string
+}
+
+type flagSection struct {
+	title string
+	names []string
+}
+
+// isRepeatable reports whether a flag accumulates values (and so accepts a
+// YAML sequence in the config file).
+func isRepeatable(name string) bool {
+	return name == "worker-urls" || name == "prefill" || name == "decode"
+}
+
+// envFallback lists the flags read from the environment when the command line
+// does not give them.
+func envFallback() [2]struct{ flag, env string } {
+	return [2]struct{ flag, env string }{
+		{"api-key", "SLUICE_API_KEY"},
+		{"admin-api-key", "SLUICE_ADMIN_API_KEY"},
+	}
+}
+
+func newFlagSet() *flagSet {
+	c := &Config{}
+	s := &flagSet{
+		fs:      flag.NewFlagSet("sluice serve", flag.ContinueOnError),
+		cfg:     c,
+		metavar: map[string]string{},
+	}
+	// Parse returns errors and prints help itself, so the flag package's own
+	// output (error line plus full usage on every mistake) is silenced.
+	s.fs.SetOutput(io.Discard)
+	s.fs.Usage = func() {}
+
+	c.Server.ShutdownGracePeriod = 180e9
+	c.Server.RequestTimeout = 1800e9
+	c.Server.MaxPayloadSize = 512 << 20
+	c.Telemetry.LogLevel = slog.LevelInfo
+	c.Admission.QueueTimeout = 60e9
+	c.Placement.EvictionInterval = 120e9
+	c.Health.Interval = 60e9
+	c.Health.Timeout = 5e9
+	c.Breaker.Timeout = 60e9
+	c.Retry.InitialBackoff = 50e6
+	c.Retry.MaxBackoff = 30e9
+	const sec, ms = 1e9, 1e6
+
+	s.section("Server")
+	s.str(&c.Server.Host, "host", "ADDR", "0.0.0.0", "Address to listen on.")
+	s.int(&c.Server.Port, "port", "PORT", 30000, "Port serving the OpenAI REST, Connect, gRPC and gRPC-Web APIs, /health and /metrics.")
+	s.int(&c.Server.AdminPort, "admin-port", "PORT", 0, "Separate port for the admin API; 0 serves it on --port.")
+	s.str(&c.Server.ConfigFile, "config", "FILE", "", "YAML file of settings keyed by flag name; the command line overrides it.")
+	s.dur(&c.Server.ShutdownGracePeriod, sec, "shutdown-grace-period-secs", "SECS", "Time in-flight requests get to finish after SIGTERM.")
+	s.dur(&c.Server.RequestTimeout, sec, "request-timeout-secs", "SECS", "Limit on one request end to end, streaming included; 0 = none.")
+	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
+	s.add(secretValue{&c.Server.APIKey}, "api-key", "KEY", "Bearer token required on the inference APIs (env SLUICE_API_KEY; prefer env or file: flags show in ps).")
+	s.add(secretValue{&c.Server.AdminAPIKey}, "admin-api-key", "KEY", "Bearer token required on the admin API (env SLUICE_ADMIN_API_KEY).")
+
+	s.section("Telemetry")
+	s.add(logLevelValue{&c.Telemetry.LogLevel}, "log-level", "LEVEL", "Log level: debug, info, warn or error.")
+	s.bool(&c.Telemetry.LogJSON, "log-json", "Write logs as JSON lines.")
+	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
+	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
+
+	s.section("Workers")
+	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
+	s.bool(&c.Workers.PDDisaggregation, "pd-disaggregation", "Prefill/decode disaggregated mode: route each request to a prefill and a decode worker.")
+	s.add(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
+	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
+	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers given by flags: sglang or vllm (grpc:// URLs always speak the worker gRPC protocol).")
+	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
+
+	s.section("Placement")
+	policies := strings.Join(PolicyNames(), ", ")
+	s.str(&c.Placement.Policy, "policy", "NAME", PolicyCacheAware, "Routing policy: "+policies+".")
+	s.str(&c.Placement.PrefillPolicy, "prefill-policy", "NAME", "", "PD prefill policy; empty = --policy.")
+	s.str(&c.Placement.DecodePolicy, "decode-policy", "NAME", "", "PD decode policy; empty = --policy.")
+	s.float(&c.Placement.CacheThreshold, "cache-threshold", "RATIO", 0.3, "cache_aware: prefix-match ratio above which the request follows the cache.")
+	s.int(&c.Placement.BalanceAbsThreshold, "balance-abs-threshold", "N", 64, "cache_aware: imbalanced when max load - min load exceeds this (and the relative threshold).")
+	s.float(&c.Placement.BalanceRelThreshold, "balance-rel-threshold", "RATIO", 1.5, "cache_aware: imbalanced when max load exceeds this times min load (and the absolute threshold).")
+	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters.")
+	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", "cache_aware: how often trees are trimmed to --max-tree-size.")
+	s.int(&c.Placement.VirtualNodes, "virtual-nodes", "N", 150, "consistent_hashing: hash-ring points per worker.")
+
+	s.section("Prefill admission (PD mode)")
+	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
+	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
+	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
+
+	s.section("Health checks")
+	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", "Time between probes of one worker.")
+	s.dur(&c.Health.Timeout, sec, "health-check-timeout-secs", "SECS", "Timeout of one probe.")
+	s.int(&c.Health.SuccessThreshold, "health-success-threshold", "N", 2, "Consecutive successful probes that make a worker ready.")
+	s.int(&c.Health.FailureThreshold, "health-failure-threshold", "N", 3, "Consecutive failed probes that make a worker not ready.")
+	s.str(&c.Health.Endpoint, "health-check-endpoint", "PATH", "/health", "Path probed on each worker.")
+	s.bool(&c.Health.Disabled, "disable-health-check", "Do not probe workers; treat them as healthy.")
+
+	s.section("Circuit breaker")
+	s.int(&c.Breaker.FailureThreshold, "cb-failure-threshold", "N", 10, "Consecutive failures that open a worker's breaker.")
+	s.int(&c.Breaker.SuccessThreshold, "cb-success-threshold", "N", 3, "Successes in half-open state that close it.")
+	s.dur(&c.Breaker.Timeout, sec, "cb-timeout-duration-secs", "SECS", "Time an open breaker waits before turning half-open.")
+	s.bool(&c.Breaker.Disabled, "disable-circuit-breaker", "Turn circuit breakers off.")
+
+	s.section("Retries")
+	s.int(&c.Retry.MaxRetries, "retry-max-retries", "N", 5, "Attempts in total, the first included.")
+	s.dur(&c.Retry.InitialBackoff, ms, "retry-initial-backoff-ms", "MS", "Backoff before the second attempt.")
+	s.dur(&c.Retry.MaxBackoff, ms, "retry-max-backoff-ms", "MS", "Cap on every backoff.")
+	s.float(&c.Retry.BackoffMultiplier, "retry-backoff-multiplier", "X", 1.5, "Backoff growth per attempt, >= 1.")
+	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
+	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
+	return s
+}
+
+func (s *flagSet) section(title string) {
+	s.sections = append(s.sections, flagSection{title: title})
+}
+
+func (s *flagSet) record(name, metavar string) {
+	cur := &s.sections[len(s.sections)-1]
+	cur.names = append(cur.names, name)
+	s.metavar[name] = metavar
+}
+
+func (s *flagSet) add(v flag.Value, name, metavar, usage string) {
+	s.fs.Var(v, name, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) str(p *string, name, metavar, def, usage string) {
+	s.fs.StringVar(p, name, def, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) int(p *int, name, metavar string, def int, usage string) {
+	s.fs.IntVar(p, name, def, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) float(p *float64, name, metavar string, def float64, usage string) {
+	s.fs.Float64Var(p, name, def, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) bool(p *bool, name, usage string) {
+	s.fs.BoolVar(p, name, false, usage)
+	s.record(name, "")
+}
+
+// dur registers a duration flag counted in unit; the default is whatever the
+// field already holds.
+func (s *flagSet) dur(p *time.Duration, unit float64, name, metavar, usage string) {
+	s.add(durationValue{p: p, unit: time.Duration(unit)}, name, metavar, usage)
+}
+
+// printUsage writes the help text: every flag, grouped, with its default
+// (zero defaults included, unlike flag.PrintDefaults).
+func (s *flagSet) printUsage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("Usage: sluice serve [flags]\n\n")
+	b.WriteString("Flags take one or two dashes; values go as --name=value or --name value\n")
+	b.WriteString("(booleans: --name or --name=false). Every flag can also be set in the YAML\n")
+	b.WriteString("file given by --config, keyed by flag name. Precedence: command line, then\n")
+	b.WriteString("environment (API keys only), then file, then default.\n")
+	for _, sec := range s.sections {
+		fmt.Fprintf(&b, "\n%s:\n", sec.title)
+		for _, name := range sec.names {
+			f := s.fs.Lookup(name)
+			fmt.Fprintf(&b, "  --%s", name)
+			if mv := s.metavar[name]; mv != "" {
+				fmt.Fprintf(&b, " %s", mv)
+			}
+			def := f.DefValue
+			if def == "" {
+				def = `""`
+			}
+			fmt.Fprintf(&b, "\n        %s (default %s)\n", f.Usage, def)
+		}
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// Parse builds a validated Config from the arguments that follow
+// `sluice serve`, the environment and the --config file. On -h or --help it
+// writes the usage, with every default, to stderr and returns flag.ErrHelp.
+// Errors are returned, not printed; a validation error lists every problem,
+// one per line.
+func Parse(args []string, stderr io.Writer) (*Config, error) {
+	return parse(args, stderr, os.LookupEnv)
+}
+
+func parse(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (*Config, error) {
+	s := newFlagSet()
+	if err := s.fs.Parse(s.joinPrefillPorts(args)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			s.printUsage(stderr)
+			return nil, flag.ErrHelp
+		}
+		return nil, err
+	}
+	if s.fs.NArg() > 0 {
+		return nil, unexpectedArgError(s.fs.Arg(0))
+	}
+
+	// Flags on the command line (and, below, from the environment) shadow
+	// the file; fs.Set marks file values as set too, so this is taken first.
+	shadow := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { shadow[f.Name] = true })
+	for _, e := range envFallback() {
+		if shadow[e.flag] {
+			continue
+		}
+		if v, ok := lookupEnv(e.env); ok && v != "" {
+			if err := s.fs.Set(e.flag, v); err != nil {
+				return nil, fmt.Errorf("environment %s: %w", e.env, err)
+			}
+			shadow[e.flag] = true
+		}
+	}
+	if path := s.cfg.Server.ConfigFile; path != "" {
+		if err := s.applyFile(path, shadow); err != nil {
+			return nil, err
+		}
+	}
+
+	s.finish()
+	if err := s.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return s.cfg, nil
+}
+
+func unexpectedArgError(arg string) error {
+	hint := "sluice serve takes only flags; see --help"
+	switch {
+	case arg == "true" || arg == "false":
+		hint = "boolean flags take their value as --name=" + arg
+	case isBootstrapPortToken(arg):
+		hint = "only --prefill takes a second value (its bootstrap port)"
+	}
+	return fmt.Errorf("unexpected argument %q: %s", arg, hint)
+}
+
+// joinPrefillPorts rewrites `--prefill URL [PORT]` (and `--prefill=URL
+// [PORT]`) into the single argument `--prefill=URL PORT`, because the flag
+// package takes one value per flag and stops at the first non-flag argument.
+// Values of other flags are skipped over so that a value that looks like
+// --prefill is not rewritten.
+func (s *flagSet) joinPrefillPorts(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+			// End of flags: the flag package stops here too.
+			return append(out, args[i:]...)
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+		name, value, hasValue := strings.Cut(name, "=")
+		if name != "prefill" {
+			out = append(out, arg)
+			f := s.fs.Lookup(name)
+			if f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				// Let the flag package report the missing value.
+				out = append(out, arg)
+				continue
+			}
+			i++
+			value = args[i]
+		}
+		if i+1 < len(args) && isBootstrapPortToken(args[i+1]) {
+			i++
+			value += " " + args[i]
+		}
+		out = append(out, "--prefill="+value)
+	}
+	return out
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// finish derives the fields that depend on several flags and records which
+// flags were set by any source.
+func (s *flagSet) finish() {
+	c := s.cfg
+	if c.Placement.PrefillPolicy == "" {
+		c.Placement.PrefillPolicy = c.Placement.Policy
+	}
+	if c.Placement.DecodePolicy == "" {
+		c.Placement.DecodePolicy = c.Placement.Policy
+	}
+	c.Workers.Initial = nil
+	for _, u := range s.workerURLs {
+		c.Workers.Initial = append(c.Workers.Initial, s.worker(u, RoleRegular, 0))
+	}
+	for _, p := range s.prefill {
+		c.Workers.Initial = append(c.Workers.Initial, s.worker(p.url, RolePrefill, p.bootstrapPort))
+	}
+	for _, u := range s.decode {
+		c.Workers.Initial = append(c.Workers.Initial, s.worker(u, RoleDecode, 0))
+	}
+	c.explicit = map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
+}
+
+func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
+	proto := s.cfg.Workers.Runtime
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, "grpc") {
+		proto = ProtocolGRPC
+	}
+	// A trailing slash is dropped so "http://h:1/" and "http://h:1" are the
+	// same worker and paths join cleanly; a bare "http://" is left for
+	// Validate to reject as typed.
+	if trimmed := strings.TrimRight(rawURL, "/"); strings.Contains(trimmed, "://") {
+		rawURL = trimmed
+	}
+	return WorkerFlag{
+		URL:           rawURL,
+		Role:          role,
+		BootstrapPort: bootstrapPort,
+		Protocol:      proto,
+	}
+}
