@@ -1,0 +1,144 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+func randomText(r *rand.Rand, n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz     "
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[r.IntN(len(letters))]
+	}
+	return string(b)
+}
+
+// BenchmarkPick measures each policy's Pick over 10, 100 and 1,000
+// candidates with 256-byte prompts drawn from a pool of 1,024.
+func BenchmarkPick(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	prompts := make([]string, 1024)
+	for i := range prompts {
+		prompts[i] = randomText(r, 256)
+	}
+	for _, name := range PolicyNames() {
+		for _, n := range []int{10, 100, 1000} {
+			b.Run(fmt.Sprintf("%s/workers=%d", name, n), func(b *testing.B) {
+				_, cands := newFleet(b, worker.RolePrefill, "m", n)
+				for i, w := range cands {
+					setLoad(b, w, i%7)
+				}
+				p := mustNew(b, name, DefaultConfig())
+				reqs := make([]Request, len(prompts))
+				for i := range reqs {
+					reqs[i] = Request{Model: "m", Text: prompts[i], TargetWorker: -1}
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					p.Pick(cands, &reqs[i&1023])
+					i++
+				}
+			})
+		}
+	}
+}
+
+// cachedPrompts builds n 4 KiB prompts: 100 shared 1 KiB system prompts
+// followed by a unique 3 KiB conversation.
+func cachedPrompts(n int) []string {
+	r := rand.New(rand.NewPCG(2, 2))
+	systems := make([]string, 100)
+	for i := range systems {
+		systems[i] = randomText(r, 1024)
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = systems[i%len(systems)] + randomText(r, 3072)
+	}
+	return out
+}
+
+// BenchmarkCacheAwareMatchInsert: match+insert of a 4 KiB prompt against a
+// tree holding 10,000 cached 4 KiB prompts over 16 workers.
+func BenchmarkCacheAwareMatchInsert(b *testing.B) {
+	_, cands := newFleet(b, worker.RolePrefill, "m", 16)
+	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
+	prompts := cachedPrompts(10000)
+	reqs := make([]Request, len(prompts))
+	for i := range prompts {
+		reqs[i] = Request{Model: "m", Text: prompts[i], TargetWorker: -1}
+		p.Pick(cands, &reqs[i])
+	}
+	b.Run("hit", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			p.Pick(cands, &reqs[i%len(reqs)])
+			i++
+		}
+	})
+	// A known system prompt followed by a new 3 KiB conversation: a partial
+	// match and a 3 KiB insert. The tree grows; eviction runs off the clock.
+	b.Run("new_conversation", func(b *testing.B) {
+		r := rand.New(rand.NewPCG(3, 3))
+		fresh := make([]Request, 1024)
+		for i := range fresh {
+			fresh[i] = Request{Model: "m", Text: prompts[i%100][:1024] + randomText(r, 3072), TargetWorker: -1}
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if i > 0 && i%len(fresh) == 0 {
+				b.StopTimer()
+				for j := range fresh {
+					fresh[j].Text = prompts[j%100][:1024] + randomText(r, 3072)
+				}
+				b.StartTimer()
+			}
+			p.Pick(cands, &fresh[i%len(fresh)])
+			i++
+		}
+	})
+}
+
+// BenchmarkSelectPrefill: filtering 100 workers plus a round_robin pick,
+// with nothing filtered and with every fourth worker at capacity.
+func BenchmarkSelectPrefill(b *testing.B) {
+	reg, cands := newFleet(b, worker.RolePrefill, "m", 100)
+	snap := reg.Snapshot()
+	full := map[*worker.Worker]bool{}
+	for i, w := range cands {
+		if i%4 == 0 {
+			full[w] = true
+		}
+	}
+	now := time.Now()
+	for _, pname := range []string{PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware} {
+		pol := mustNew(b, pname, DefaultConfig())
+		req := &Request{Model: "m", Text: strings.Repeat("hello world ", 20), TargetWorker: -1}
+		b.Run(pname+"/all_free", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := SelectPrefill(snap, req, pol, func(*worker.Worker) bool { return true }, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(pname+"/quarter_full", func(b *testing.B) {
+			hasCap := func(w *worker.Worker) bool { return !full[w] }
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := SelectPrefill(snap, req, pol, hasCap, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,196 @@
+package placement
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// CacheAware routes a prompt to the worker most likely to hold its prefix in
+// KV cache, using one approximate radix tree per model:
+//
+//  1. If the candidates are imbalanced (max load - min load >
+//     BalanceAbsThreshold and max > BalanceRelThreshold * min), pick the
+//     least-loaded candidate.
+//  2. Otherwise, if the longest prefix of the prompt held by some candidate
+//     covers more than CacheThreshold of it, pick that candidate (the
+//     least loaded among those holding the deepest matched node).
+//  3. Otherwise pick the candidate holding the least text (least loaded on
+//     a tie), which spreads new prefixes.
+//
+// Every pick inserts the prompt for the chosen worker. Matching is on bytes.
+type CacheAware struct {
+	cfg Config
+	ci  candIndex
+
+	mu    sync.RWMutex // guards trees (the map, not the trees)
+	trees map[string]*lockedTree
+}
+
+type lockedTree struct {
+	mu sync.Mutex
+	t  tree
+}
+
+func newCacheAware(cfg Config) *CacheAware {
+	return &CacheAware{cfg: cfg, trees: make(map[string]*lockedTree)}
+}
+
+// Name implements Policy.
+func (*CacheAware) Name() string { return PolicyCacheAware }
+
+func (p *CacheAware) tree(model string) *lockedTree {
+	p.mu.RLock()
+	lt := p.trees[model]
+	p.mu.RUnlock()
+	if lt != nil {
+		return lt
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lt = p.trees[model]; lt == nil {
+		lt = &lockedTree{}
+		p.trees[model] = lt
+	}
+	return lt
+}
+
+// imbalanced reports whether loads are imbalanced and returns the index of
+// the least-loaded candidate (the first on a tie).
+func (p *CacheAware) imbalanced(cands []*worker.Worker) (bool, int) {
+	minIdx := 0
+	minLoad := cands[0].Load()
+	maxLoad := minLoad
+	for i := 1; i < len(cands); i++ {
+		l := cands[i].Load()
+		if l < minLoad {
+			minLoad, minIdx = l, i
+		}
+		maxLoad = max(maxLoad, l)
+	}
+	imb := maxLoad-minLoad > p.cfg.BalanceAbsThreshold &&
+		float64(maxLoad) > p.cfg.BalanceRelThreshold*float64(minLoad)
+	return imb, minIdx
+}
+
+// Pick implements Policy.
+func (p *CacheAware) Pick(cands []*worker.Worker, req *Request) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	if len(cands) == 1 && req.Text == "" {
+		return 0
+	}
+	cs := p.ci.lookup(cands)
+	imb, least := p.imbalanced(cands)
+	if req.Text == "" {
+		return least
+	}
+	lt := p.tree(req.Model)
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	t := &lt.t
+
+	chosen := least
+	if !imb {
+		chosen = -1
+		isCand := func(id int32) bool { return cs.index(id) >= 0 }
+		matched, at := t.match(req.Text, isCand)
+		if at != nil && float64(matched)/float64(len(req.Text)) > p.cfg.CacheThreshold {
+			var bestLoad int64
+			for _, s := range at.tenants {
+				if i := cs.index(s.id); i >= 0 {
+					if l := cands[i].Load(); chosen < 0 || l < bestLoad {
+						chosen, bestLoad = i, l
+					}
+				}
+			}
+		}
+		if chosen < 0 {
+			chosen = p.smallest(t, cands, cs)
+		}
+	}
+	t.insert(req.Text, cs.ids[chosen])
+	return chosen
+}
+
+// smallest returns the candidate holding the least text in t.
+func (p *CacheAware) smallest(t *tree, cands []*worker.Worker, cs *candSet) int {
+	best, bestSize, bestLoad := 0, -1, int64(0)
+	for i, id := range cs.ids {
+		sz := 0
+		if int(id) < len(t.size) {
+			sz = t.size[id]
+		}
+		l := cands[i].Load()
+		if bestSize < 0 || sz < bestSize || (sz == bestSize && l < bestLoad) {
+			best, bestSize, bestLoad = i, sz, l
+		}
+	}
+	return best
+}
+
+// Evict trims, in every model's tree, each worker's text down to
+// MaxTreeSize bytes, least recently used prefixes first.
+func (p *CacheAware) Evict() {
+	for _, lt := range p.snapshotTrees() {
+		lt.mu.Lock()
+		lt.t.evict(p.cfg.MaxTreeSize)
+		lt.mu.Unlock()
+	}
+}
+
+// Forget implements Forgetter.
+func (p *CacheAware) Forget(workerURL string) {
+	id, ok := p.ci.lookupID(workerURL)
+	if !ok {
+		return
+	}
+	for _, lt := range p.snapshotTrees() {
+		lt.mu.Lock()
+		lt.t.forget(id)
+		lt.mu.Unlock()
+	}
+}
+
+func (p *CacheAware) snapshotTrees() []*lockedTree {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]*lockedTree, 0, len(p.trees))
+	for _, lt := range p.trees {
+		out = append(out, lt)
+	}
+	return out
+}
+
+// Run calls Evict every EvictionInterval until ctx is done.
+func (p *CacheAware) Run(ctx context.Context) {
+	runEvery(ctx, p.cfg.EvictionInterval, p.Evict)
+}
+
+// TreeSize returns the bytes of text held for workerURL in model's tree.
+func (p *CacheAware) TreeSize(model, workerURL string) int {
+	id, ok := p.ci.lookupID(workerURL)
+	if !ok {
+		return 0
+	}
+	p.mu.RLock()
+	lt := p.trees[model]
+	p.mu.RUnlock()
+	if lt == nil {
+		return 0
+	}
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if int(id) >= len(lt.t.size) {
+		return 0
+	}
+	return lt.t.size[id]
+}
+
+var _ interface {
+	Policy
+	Forgetter
+	Evictor
+} = (*CacheAware)(nil)

@@ -1,0 +1,267 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// checkTree verifies the tree's invariants: every tenant's size equals the
+// bytes of the nodes carrying it, a child's tenants are a subset of its
+// parent's, no empty non-root node survives, parent links are right, and
+// labels are non-empty and keyed by their first byte.
+func checkTree(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}, tr *tree) {
+	t.Helper()
+	sizes := map[int32]int{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		for b, c := range n.children {
+			if c.parent != n {
+				t.Fatalf("bad parent link under %q", n.label)
+			}
+			if c.label == "" || c.label[0] != b {
+				t.Fatalf("child %q keyed by %q", c.label, b)
+			}
+			if len(c.tenants) == 0 {
+				t.Fatalf("empty node %q survived", c.label)
+			}
+			for _, s := range c.tenants {
+				if n != &tr.root && n.tenantIndex(s.id) < 0 {
+					t.Fatalf("tenant %d on %q but not on parent %q", s.id, c.label, n.label)
+				}
+				sizes[s.id] += len(c.label)
+			}
+			walk(c)
+		}
+	}
+	walk(&tr.root)
+	for id, sz := range tr.size {
+		if sizes[int32(id)] != sz {
+			t.Fatalf("tenant %d: size %d, nodes hold %d", id, sz, sizes[int32(id)])
+		}
+	}
+}
+
+func newCacheAwareForTest(t testing.TB, mod func(*Config)) *CacheAware {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	return mustNew(t, PolicyCacheAware, cfg).(*CacheAware)
+}
+
+func TestCacheAwareAffinity(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 4)
+	p := newCacheAwareForTest(t, nil)
+	req := func(text string) *Request { return &Request{Model: "m", Text: text, TargetWorker: -1} }
+
+	// Four unrelated prompts spread over the four workers (smallest tree).
+	prompts := []string{
+		"alpha " + strings.Repeat("a", 200),
+		"bravo " + strings.Repeat("b", 200),
+		"charlie " + strings.Repeat("c", 200),
+		"delta " + strings.Repeat("d", 200),
+	}
+	owner := map[int]string{}
+	for _, pr := range prompts {
+		i := p.Pick(cands, req(pr))
+		if prev, dup := owner[i]; dup {
+			t.Fatalf("prompts %q and %q both went to worker %d", prev[:6], pr[:6], i)
+		}
+		owner[i] = pr
+	}
+	// A continuation of each prompt (same prefix, more text) sticks.
+	for i, pr := range owner {
+		if got := p.Pick(cands, req(pr+" and a follow-up question")); got != i {
+			t.Fatalf("continuation of %q went to %d, want %d", pr[:6], got, i)
+		}
+	}
+	// A prompt sharing under 30% of its text with a cached one is not a hit:
+	// it goes to the worker holding the least text.
+	sizes := make([]int, len(cands))
+	for i, w := range cands {
+		sizes[i] = p.TreeSize("m", w.URL())
+	}
+	least := 0
+	for i := range sizes {
+		if sizes[i] < sizes[least] {
+			least = i
+		}
+	}
+	// Share a short prefix with a prompt held by a worker other than the
+	// smallest, so that a (wrong) cache hit would be visible.
+	other := (least + 1) % len(cands)
+	weak := owner[other][:20] + strings.Repeat("z", 200)
+	if got := p.Pick(cands, req(weak)); got != least {
+		t.Fatalf("weak match went to %d, want smallest tree %d (sizes %v)", got, least, sizes)
+	}
+	// Other models have their own tree.
+	if got := p.TreeSize("other", cands[0].URL()); got != 0 {
+		t.Fatalf("other model tree size = %d", got)
+	}
+	checkTree(t, &p.trees["m"].t)
+}
+
+func TestCacheAwareSpillsOnImbalance(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 3)
+	p := newCacheAwareForTest(t, nil)
+	text := strings.Repeat("system prompt ", 50)
+	first := p.Pick(cands, &Request{Model: "m", Text: text, TargetWorker: -1})
+
+	// Within the thresholds (diff 60 <= 64) the cache still wins.
+	setLoad(t, cands[first], 60)
+	if got := p.Pick(cands, &Request{Model: "m", Text: text, TargetWorker: -1}); got != first {
+		t.Fatalf("balanced: got %d, want cached %d", got, first)
+	}
+	// Past both thresholds the least-loaded worker takes it.
+	setLoad(t, cands[first], 10)
+	least := (first + 1) % 3
+	setLoad(t, cands[(first+2)%3], 5)
+	got := p.Pick(cands, &Request{Model: "m", Text: text, TargetWorker: -1})
+	if got != least {
+		t.Fatalf("imbalanced: got %d, want least loaded %d", got, least)
+	}
+	// The spilled request's text is recorded for the worker that took it.
+	if sz := p.TreeSize("m", cands[least].URL()); sz != len(text) {
+		t.Fatalf("spilled worker tree size %d, want %d", sz, len(text))
+	}
+}
+
+func TestCacheAwareRespectsCandidates(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 3)
+	p := newCacheAwareForTest(t, nil)
+	text := strings.Repeat("shared context ", 40)
+	first := p.Pick(cands, &Request{Model: "m", Text: text, TargetWorker: -1})
+	// The cached worker is filtered out (e.g. at capacity): the pick must
+	// come from the rest.
+	rest := make([]*worker.Worker, 0, 2)
+	for i, w := range cands {
+		if i != first {
+			rest = append(rest, w)
+		}
+	}
+	got := p.Pick(rest, &Request{Model: "m", Text: text, TargetWorker: -1})
+	if got < 0 || got >= len(rest) {
+		t.Fatalf("Pick over filtered candidates = %d", got)
+	}
+	// Now both the first and rest[got] hold the text.
+	if p.TreeSize("m", rest[got].URL()) != len(text) || p.TreeSize("m", cands[first].URL()) != len(text) {
+		t.Fatal("text not recorded for the chosen worker")
+	}
+	// Empty text: least loaded, no insert.
+	setLoad(t, rest[0], 3)
+	if got := p.Pick(rest, &Request{Model: "m", TargetWorker: -1}); got != 1 {
+		t.Fatalf("empty text picked %d, want least loaded 1", got)
+	}
+}
+
+func TestCacheAwareEvictionAndForget(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 2)
+	const max = 2000
+	p := newCacheAwareForTest(t, func(c *Config) { c.MaxTreeSize = max; c.CacheThreshold = 0.5 })
+	rng := rand.New(rand.NewPCG(1, 2))
+	prompt := func(i int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "user-%03d:", i)
+		for range 100 {
+			b.WriteByte(byte('a' + rng.IntN(26)))
+		}
+		return b.String()
+	}
+	var texts []string
+	for i := range 100 {
+		texts = append(texts, prompt(i))
+		p.Pick(cands[:1], &Request{Model: "m", Text: texts[i], TargetWorker: -1})
+	}
+	u := cands[0].URL()
+	if got := p.TreeSize("m", u); got <= max {
+		t.Fatalf("tree size before eviction = %d, want > %d", got, max)
+	}
+	p.Evict()
+	if got := p.TreeSize("m", u); got > max || got < max/2 {
+		t.Fatalf("tree size after eviction = %d, want in [%d, %d]", got, max/2, max)
+	}
+	lt := p.trees["m"]
+	checkTree(t, &lt.t)
+	// LRU: the newest prompt survived, the oldest did not.
+	isW0 := func(id int32) bool { return id == 0 }
+	if m, _ := lt.t.match(texts[99], isW0); m != len(texts[99]) {
+		t.Fatalf("newest prompt matched %d/%d after eviction", m, len(texts[99]))
+	}
+	if m, _ := lt.t.match(texts[0], isW0); m == len(texts[0]) {
+		t.Fatal("oldest prompt survived eviction")
+	}
+
+	p.Forget(u)
+	if got := p.TreeSize("m", u); got != 0 {
+		t.Fatalf("size after Forget = %d", got)
+	}
+	checkTree(t, &lt.t)
+	if len(lt.t.root.children) != 0 {
+		t.Fatalf("tree not empty after forgetting its only worker: %d children", len(lt.t.root.children))
+	}
+	p.Forget("http://never-seen:1") // no-op
+}
+
+func TestCacheAwareConcurrent(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 8)
+	p := newCacheAwareForTest(t, func(c *Config) { c.MaxTreeSize = 5000 })
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				text := fmt.Sprintf("conversation %d turn %d %s", g, i%7, strings.Repeat("q", i%50))
+				if got := p.Pick(cands[g%3:], &Request{Model: fmt.Sprint("m", i%2), Text: text, TargetWorker: -1}); got < 0 || got >= len(cands)-g%3 {
+					t.Errorf("Pick = %d", got)
+					return
+				}
+				if i%100 == 0 {
+					p.Evict()
+				}
+			}
+		})
+	}
+	wg.Go(func() { p.Forget(cands[7].URL()) })
+	wg.Wait()
+	for _, lt := range p.snapshotTrees() {
+		checkTree(t, &lt.t)
+	}
+}
+
+// Property: any sequence of inserts, evictions and forgets keeps the
+// invariants, and eviction always ends at or under budget.
+func TestTreeInvariantsProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var tr tree
+		alphabet := rapid.SampledFrom([]byte("abc"))
+		ops := rapid.IntRange(1, 60).Draw(rt, "ops")
+		for range ops {
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0:
+				budget := rapid.IntRange(0, 30).Draw(rt, "budget")
+				tr.evict(budget)
+				for id, sz := range tr.size {
+					if sz > budget {
+						rt.Fatalf("tenant %d size %d > budget %d", id, sz, budget)
+					}
+				}
+			case 1:
+				tr.forget(int32(rapid.IntRange(0, 3).Draw(rt, "forget")))
+			default:
+				text := string(rapid.SliceOfN(alphabet, 1, 12).Draw(rt, "text"))
+				tr.insert(text, int32(rapid.IntRange(0, 3).Draw(rt, "tenant")))
+			}
+			checkTree(rt, &tr)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package placement
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// candIndex interns worker URLs as small ids (stable for the life of the
+// policy) and caches the ids of the last candidate slice it saw, so a policy
+// called again and again with the snapshot's precomputed slice pays n
+// pointer comparisons instead of n map lookups.
+type candIndex struct {
+	mu   sync.Mutex // guards ids
+	ids  map[string]int32
+	last atomic.Pointer[candSet]
+}
+
+// candSet is an immutable view of one candidate slice.
+type candSet struct {
+	workers []*worker.Worker // copy of the candidate slice
+	ids     []int32          // ids[i] is the id of workers[i]
+	pos     []int32          // pos[id] is the index in workers, or -1
+
+	// verified caches the consistent hashing ring known to contain every
+	// candidate, so the membership check runs once per ring change.
+	verified atomic.Pointer[hashRing]
+}
+
+// index returns the candidate index of id, or -1.
+func (s *candSet) index(id int32) int {
+	if int(id) < len(s.pos) {
+		return int(s.pos[id])
+	}
+	return -1
+}
+
+func sameWorkers(a, b []*worker.Worker) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// id interns url.
+func (ci *candIndex) id(url string) int32 {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	return ci.idLocked(url)
+}
+
+func (ci *candIndex) idLocked(url string) int32 {
+	if ci.ids == nil {
+		ci.ids = make(map[string]int32)
+	}
+	id, ok := ci.ids[url]
+	if !ok {
+		id = int32(len(ci.ids))
+		ci.ids[url] = id
+	}
+	return id
+}
+
+// lookupID returns url's id without interning it.
+func (ci *candIndex) lookupID(url string) (int32, bool) {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	id, ok := ci.ids[url]
+	return id, ok
+}
+
+// lookup returns the candSet for cands, from the cache when unchanged.
+func (ci *candIndex) lookup(cands []*worker.Worker) *candSet {
+	if s := ci.last.Load(); s != nil && sameWorkers(s.workers, cands) {
+		return s
+	}
+	s := &candSet{workers: append([]*worker.Worker(nil), cands...), ids: make([]int32, len(cands))}
+	ci.mu.Lock()
+	for i, w := range cands {
+		s.ids[i] = ci.idLocked(w.URL())
+	}
+	n := len(ci.ids)
+	ci.mu.Unlock()
+	s.pos = make([]int32, n)
+	for i := range s.pos {
+		s.pos[i] = -1
+	}
+	for i, id := range s.ids {
+		s.pos[id] = int32(i)
+	}
+	ci.last.Store(s)
+	return s
+}
+
+// invalidate drops the cached set (after a Forget).
+func (ci *candIndex) invalidate() { ci.last.Store(nil) }

@@ -1,0 +1,29 @@
+// Package placement chooses workers for a request: load-balancing policies
+// (random, round_robin, power_of_two, cache_aware, consistent_hashing) and
+// the selection functions that filter a registry snapshot down to routable
+// candidates before running a policy. Nothing here blocks.
+//
+// # Concurrency Model
+//
+// Policies are safe for concurrent use and never block on I/O or on other
+// requests: round_robin uses an atomic counter, power_of_two and random an
+// injected concurrency-safe random source, consistent_hashing an immutable
+// ring swapped atomically when its membership changes. cache_aware keeps one
+// approximate radix tree per model, each guarded by its own mutex held only
+// for one match+insert (microseconds); eviction ([CacheAware.Evict]) takes the
+// same mutex, tree by tree, and is driven by its owner ([CacheAware.Run] or
+// [Set.Run]) on an interval.
+//
+// The selection functions ([SelectPrefill], [SelectDecode], [SelectRegular])
+// read worker state through atomics (health, breaker, load) and pass the
+// snapshot's precomputed candidate slice to the policy unchanged when nothing
+// is filtered out; otherwise they filter into a pooled buffer that is cleared
+// and returned before they return. Policies must not retain the slice.
+//
+// # Ownership
+//
+// Policies only choose; they never take load or admission slots. The caller
+// (admission, dispatch) acquires the worker's load or slot after a pick.
+// Policies that keep per-worker state implement [Forgetter]; the owner calls
+// Forget when a worker is removed or replaced (registry events).
+package placement

@@ -1,0 +1,265 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// Request carries what placement needs to know about one client request.
+type Request struct {
+	// Model is the requested model id; empty means any worker of the role.
+	Model string
+	// Text is the prompt text, used by cache_aware and as the implicit
+	// consistent_hashing key.
+	Text string
+	// RoutingKey is an explicit consistent_hashing key (routing-key header).
+	RoutingKey string
+	// TargetWorker is a strict 0-based index into the candidate order (the
+	// workers of the role serving Model, sorted by URL, whatever their
+	// health), or -1 for none.
+	TargetWorker int
+}
+
+// Policy picks one of the candidates for a request. Pick must not block and
+// must not retain cands. It returns an index into cands, or -1 when cands is
+// empty.
+type Policy interface {
+	Name() string
+	Pick(cands []*worker.Worker, req *Request) int
+}
+
+// Forgetter is implemented by policies that keep per-worker state; Forget
+// drops everything known about the worker with that URL.
+type Forgetter interface {
+	Forget(workerURL string)
+}
+
+// Evictor is implemented by policies whose state must be trimmed
+// periodically (cache_aware).
+type Evictor interface {
+	Evict()
+}
+
+// Policy names.
+const (
+	PolicyRandom            = "random"
+	PolicyRoundRobin        = "round_robin"
+	PolicyPowerOfTwo        = "power_of_two"
+	PolicyCacheAware        = "cache_aware"
+	PolicyConsistentHashing = "consistent_hashing"
+)
+
+// PolicyNames lists the valid policy names.
+func PolicyNames() []string {
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing}
+}
+
+// DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
+// text per worker per model tree: 2^26, the value SGLang's router uses.
+const DefaultMaxTreeSize = 1 << 26
+
+// maxVirtualNodes bounds the ring: beyond it lookups get slower for no gain.
+const maxVirtualNodes = 10_000
+
+// Config configures the policies. Start from DefaultConfig: zero values of
+// MaxTreeSize, EvictionInterval, VirtualNodes, Policy and Rand are replaced by
+// defaults, but CacheThreshold and the balance thresholds take zero literally.
+type Config struct {
+	// Policy is used in regular mode and as the default of the two below.
+	Policy string
+	// PrefillPolicy and DecodePolicy choose in PD mode; empty means Policy.
+	PrefillPolicy, DecodePolicy string
+
+	// CacheThreshold: cache_aware routes to the best-matching worker when the
+	// matched fraction of the prompt is above it (0.3). Range [0, 1].
+	CacheThreshold float64
+	// BalanceAbsThreshold and BalanceRelThreshold: the candidates are
+	// imbalanced when max load - min load > Abs AND max > Rel * min (64,
+	// 1.5); cache_aware then routes to the least-loaded worker.
+	BalanceAbsThreshold int64
+	BalanceRelThreshold float64
+	// MaxTreeSize is cache_aware's budget in bytes of prompt text per worker
+	// per model; Evict trims each worker's least recently used prefixes down
+	// to it (DefaultMaxTreeSize).
+	MaxTreeSize int
+	// EvictionInterval is how often Run calls Evict (120s).
+	EvictionInterval time.Duration
+	// VirtualNodes per worker on the consistent hashing ring (150); values
+	// above 10,000 are clamped.
+	VirtualNodes int
+	// Rand returns uniformly random 64-bit values and must be safe for
+	// concurrent use; nil means math/rand/v2's Uint64.
+	Rand func() uint64
+}
+
+// DefaultConfig returns the default configuration (the Rust gateway's
+// defaults; policy cache_aware).
+func DefaultConfig() Config {
+	return Config{
+		Policy:              PolicyCacheAware,
+		CacheThreshold:      0.3,
+		BalanceAbsThreshold: 64,
+		BalanceRelThreshold: 1.5,
+		MaxTreeSize:         DefaultMaxTreeSize,
+		EvictionInterval:    120 * time.Second,
+		VirtualNodes:        150,
+	}
+}
+
+// Validate reports whether c is usable.
+func (c Config) Validate() error {
+	_, err := c.normalized()
+	return err
+}
+
+// normalized is the one place the configuration is checked, defaulted and
+// clamped.
+func (c Config) normalized() (Config, error) {
+	d := DefaultConfig()
+	var errs []error
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if c.PrefillPolicy == "" {
+		c.PrefillPolicy = c.Policy
+	}
+	if c.DecodePolicy == "" {
+		c.DecodePolicy = c.Policy
+	}
+	for _, n := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy} {
+		if !slices.Contains(PolicyNames(), n) {
+			errs = append(errs, unknownPolicy(n))
+		}
+	}
+	if c.CacheThreshold < 0 || c.CacheThreshold > 1 || c.CacheThreshold != c.CacheThreshold {
+		errs = append(errs, fmt.Errorf("cache threshold %v must be in [0, 1]", c.CacheThreshold))
+	}
+	if c.BalanceAbsThreshold < 0 {
+		errs = append(errs, fmt.Errorf("balance abs threshold %d must be >= 0", c.BalanceAbsThreshold))
+	}
+	if c.BalanceRelThreshold < 0 || c.BalanceRelThreshold != c.BalanceRelThreshold {
+		errs = append(errs, fmt.Errorf("balance rel threshold %v must be >= 0", c.BalanceRelThreshold))
+	}
+	switch {
+	case c.MaxTreeSize < 0:
+		errs = append(errs, fmt.Errorf("max tree size %d must be > 0", c.MaxTreeSize))
+	case c.MaxTreeSize == 0:
+		c.MaxTreeSize = d.MaxTreeSize
+	}
+	switch {
+	case c.EvictionInterval < 0:
+		errs = append(errs, fmt.Errorf("eviction interval %v must be > 0", c.EvictionInterval))
+	case c.EvictionInterval == 0:
+		c.EvictionInterval = d.EvictionInterval
+	}
+	switch {
+	case c.VirtualNodes < 0:
+		errs = append(errs, fmt.Errorf("virtual nodes %d must be > 0", c.VirtualNodes))
+	case c.VirtualNodes == 0:
+		c.VirtualNodes = d.VirtualNodes
+	case c.VirtualNodes > maxVirtualNodes:
+		c.VirtualNodes = maxVirtualNodes
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Uint64
+	}
+	return c, errors.Join(errs...)
+}
+
+func unknownPolicy(name string) error {
+	return fmt.Errorf("unknown policy %q (valid: %s)", name, strings.Join(PolicyNames(), ", "))
+}
+
+// New builds the named policy.
+func New(name string, cfg Config) (Policy, error) {
+	cfg, err := cfg.normalized()
+	if err != nil {
+		return nil, err
+	}
+	switch name {
+	case PolicyRandom:
+		return newRandom(cfg.Rand), nil
+	case PolicyRoundRobin:
+		return &RoundRobin{}, nil
+	case PolicyPowerOfTwo:
+		return newPowerOfTwo(cfg.Rand), nil
+	case PolicyCacheAware:
+		return newCacheAware(cfg), nil
+	case PolicyConsistentHashing:
+		return newConsistentHash(cfg.VirtualNodes), nil
+	}
+	return nil, unknownPolicy(name)
+}
+
+// Set holds the policies of one gateway: Regular for regular mode, Prefill
+// and Decode for PD mode. Each is its own instance, so stateful policies
+// keep separate state per role.
+type Set struct {
+	Regular, Prefill, Decode Policy
+	interval                 time.Duration
+}
+
+// NewSet builds the three policies from cfg.
+func NewSet(cfg Config) (*Set, error) {
+	cfg, err := cfg.normalized()
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{interval: cfg.EvictionInterval}
+	if s.Regular, err = New(cfg.Policy, cfg); err != nil {
+		return nil, err
+	}
+	if s.Prefill, err = New(cfg.PrefillPolicy, cfg); err != nil {
+		return nil, err
+	}
+	if s.Decode, err = New(cfg.DecodePolicy, cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Set) all() []Policy { return []Policy{s.Regular, s.Prefill, s.Decode} }
+
+// Forget drops per-worker state in every policy. Call it when a worker is
+// removed or replaced.
+func (s *Set) Forget(workerURL string) {
+	for _, p := range s.all() {
+		if f, ok := p.(Forgetter); ok {
+			f.Forget(workerURL)
+		}
+	}
+}
+
+// Evict trims every policy that keeps prompt state.
+func (s *Set) Evict() {
+	for _, p := range s.all() {
+		if e, ok := p.(Evictor); ok {
+			e.Evict()
+		}
+	}
+}
+
+// Run calls Evict every EvictionInterval until ctx is done.
+func (s *Set) Run(ctx context.Context) {
+	runEvery(ctx, s.interval, s.Evict)
+}
+
+func runEvery(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}

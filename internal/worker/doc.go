@@ -1,0 +1,39 @@
+// Package worker keeps the gateway's view of its inference workers: the
+// registry and its immutable snapshots, each worker's health, circuit breaker
+// and in-flight load counter, the health checker, and the event stream that
+// admission and placement subscribe to.
+//
+// # Concurrency Model
+//
+// Readers never lock. [Registry.Snapshot] returns an immutable [Snapshot]
+// published through an atomic pointer; every change (add, remove, replace)
+// builds a new snapshot (copy-on-write) and swaps it in. Slices returned by a
+// Snapshot are shared and must not be modified.
+//
+// Per-worker hot state is atomic: the load counter ([Worker.AcquireLoad] and
+// [LoadGuard.Release]), the health value, and the spec pointer (labels and
+// bootstrap port are updated by swapping in a new copy, so a reader never sees
+// a torn spec). The [Breaker] reads its state with one atomic load on the
+// fast path and takes a small mutex only to count failures or change state.
+// Open turns into HalfOpen lazily, inside [Breaker.Allow] or [Breaker.State],
+// without a goroutine and without an event.
+//
+// Writers (Add, Remove, Replace, Update, Drain, SetHealth) are serialised by
+// the registry. After a change is published, subscribers registered with
+// [Registry.Subscribe] are called synchronously, in publication order, on the
+// writer's goroutine and outside the lock that guards the worker set.
+// Callbacks must not block and must not call the registry's mutating methods
+// (that would deadlock); they may read snapshots and workers freely.
+//
+// # Ownership
+//
+// The Registry creates every [Worker] and is the only writer of its health
+// and spec. A [LoadGuard] belongs to the request that acquired it and must be
+// released exactly once; Release is idempotent and nil-safe, so deferring it
+// on every path is safe. A removed or replaced Worker stays valid for holders
+// of old snapshots and guards, but is never routable again.
+//
+// The [HealthChecker] owns its goroutines: [HealthChecker.Run] starts at most
+// HealthConfig.Concurrency probes at a time and returns only after all of
+// them have finished, once its context is done.
+package worker

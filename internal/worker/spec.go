@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Role is the part a worker plays: a whole engine (regular) or one side of a
+// prefill/decode disaggregated pair.
+type Role string
+
+// The worker roles.
+const (
+	RoleRegular Role = "regular"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// ParseRole parses a role name. The empty string is not a role.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleRegular, RolePrefill, RoleDecode:
+		return r, nil
+	}
+	return "", fmt.Errorf("unknown worker role %q (want regular, prefill or decode)", s)
+}
+
+// index maps a role to a small array index; -1 for an unknown role.
+func (r Role) index() int {
+	switch r {
+	case RoleRegular:
+		return 0
+	case RolePrefill:
+		return 1
+	case RoleDecode:
+		return 2
+	}
+	return -1
+}
+
+const numRoles = 3
+
+// Protocol is how the gateway talks to a worker.
+type Protocol string
+
+// The worker protocols.
+const (
+	ProtocolSGLang Protocol = "sglang"
+	ProtocolVLLM   Protocol = "vllm"
+	ProtocolGRPC   Protocol = "grpc"
+)
+
+// ParseProtocol parses a protocol name. The empty string is not a protocol.
+func ParseProtocol(s string) (Protocol, error) {
+	switch p := Protocol(s); p {
+	case ProtocolSGLang, ProtocolVLLM, ProtocolGRPC:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown worker protocol %q (want sglang, vllm or grpc)", s)
+}
+
+// Spec describes a worker as configured by flags or the admin API.
+type Spec struct {
+	// URL is the worker's base URL: http://, https:// or grpc://, with a host
+	// and an optional port and path. Normalized removes a trailing slash.
+	URL string
+	// Role defaults to RoleRegular when empty (Normalized).
+	Role Role
+	// Protocol defaults to grpc for a grpc:// URL and to sglang otherwise.
+	Protocol Protocol
+	// Models lists the model ids the worker serves. Empty means any model.
+	Models []string
+	// BootstrapPort is the prefill worker's KV bootstrap port; 0 means none.
+	BootstrapPort int
+	// Labels are free-form metadata (admin, metrics); never used for routing.
+	Labels map[string]string
+	// APIKey is sent to the worker as a bearer token when set.
+	APIKey string
+}
+
+// Clone returns a deep copy of s.
+func (s Spec) Clone() Spec {
+	s.Models = slices.Clone(s.Models)
+	s.Labels = maps.Clone(s.Labels)
+	return s
+}
+
+// Validate reports whether s is a valid spec. It does not fill defaults: call
+// Normalized for that.
+func (s Spec) Validate() error {
+	u, err := parseWorkerURL(s.URL)
+	if err != nil {
+		return err
+	}
+	if _, err := ParseRole(string(s.Role)); err != nil {
+		return err
+	}
+	if _, err := ParseProtocol(string(s.Protocol)); err != nil {
+		return err
+	}
+	if (u.Scheme == "grpc") != (s.Protocol == ProtocolGRPC) {
+		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
+	}
+	if s.BootstrapPort < 0 || s.BootstrapPort > 65535 {
+		return fmt.Errorf("bootstrap port %d out of range 0..65535", s.BootstrapPort)
+	}
+	if s.BootstrapPort != 0 && s.Role != RolePrefill {
+		return fmt.Errorf("bootstrap port set on a %s worker; only prefill workers have one", s.Role)
+	}
+	for _, m := range s.Models {
+		if strings.TrimSpace(m) == "" {
+			return errors.New("empty model id")
+		}
+	}
+	return nil
+}
+
+// Normalized returns a validated deep copy of s with defaults filled in, the
+// URL's scheme and host lower-cased, the trailing slash removed, and the
+// model list sorted and de-duplicated.
+func (s Spec) Normalized() (Spec, error) {
+	s = s.Clone()
+	u, err := parseWorkerURL(s.URL)
+	if err != nil {
+		return Spec{}, err
+	}
+	s.URL = u.String()
+	if s.Role == "" {
+		s.Role = RoleRegular
+	}
+	if s.Protocol == "" {
+		s.Protocol = ProtocolSGLang
+		if u.Scheme == "grpc" {
+			s.Protocol = ProtocolGRPC
+		}
+	}
+	if len(s.Models) > 0 {
+		slices.Sort(s.Models)
+		s.Models = slices.Compact(s.Models)
+	} else {
+		s.Models = nil
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// parseWorkerURL parses and normalises a worker URL.
+func parseWorkerURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("empty worker URL")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bad worker URL %q: %w", raw, err)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	switch u.Scheme {
+	case "http", "https", "grpc":
+	default:
+		return nil, fmt.Errorf("worker URL %q: scheme must be http, https or grpc", raw)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("worker URL %q has no host", raw)
+	}
+	if u.User != nil {
+		// Credentials in a URL would end up in logs and metric labels.
+		return nil, fmt.Errorf("worker URL %q must not carry user info; use the API key", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return nil, fmt.Errorf("worker URL %q must not have a query or fragment", raw)
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("worker URL %q: bad port %q", raw, p)
+		}
+	} else if strings.HasSuffix(u.Host, ":") {
+		return nil, fmt.Errorf("worker URL %q: empty port", raw)
+	}
+	u.Host = strings.ToLower(u.Host)
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}

@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Health is a worker's health as seen by the gateway.
+type Health int32
+
+// The health states. Only Ready workers are routable.
+const (
+	// HealthPending: newly added, not yet proven healthy.
+	HealthPending Health = iota
+	// HealthReady: passing health checks; routable.
+	HealthReady
+	// HealthNotReady: failing health checks.
+	HealthNotReady
+	// HealthDraining: being removed; never routable again.
+	HealthDraining
+)
+
+func (h Health) String() string {
+	switch h {
+	case HealthPending:
+		return "pending"
+	case HealthReady:
+		return "ready"
+	case HealthNotReady:
+		return "not_ready"
+	case HealthDraining:
+		return "draining"
+	}
+	return fmt.Sprintf("Health(%d)", int32(h))
+}
+
+// Worker is one inference worker. Only a Registry creates Workers. The URL,
+// role, protocol and models of a Worker never change (Registry.Replace makes
+// a new Worker); labels, API key and bootstrap port may be updated.
+type Worker struct {
+	id       string
+	url      string
+	role     Role
+	protocol Protocol
+	models   []string // sorted; empty = any model
+
+	spec    atomic.Pointer[Spec] // copy-on-write; never mutated in place
+	health  atomic.Int32
+	removed atomic.Bool
+	load    atomic.Int64
+	breaker *Breaker
+
+	// Idle notification for WaitIdle; only touched when someone waits.
+	idleWaiters atomic.Int32
+	idleMu      sync.Mutex
+	idleCh      chan struct{} // closed and replaced when load reaches 0
+}
+
+func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
+	w := &Worker{
+		id:       id,
+		url:      spec.URL,
+		role:     spec.Role,
+		protocol: spec.Protocol,
+		models:   slices.Clone(spec.Models),
+		breaker:  br,
+		idleCh:   make(chan struct{}),
+	}
+	w.spec.Store(&spec)
+	w.health.Store(int32(health))
+	return w
+}
+
+// ID returns the worker's id, stable for its lifetime (kept across Replace).
+func (w *Worker) ID() string { return w.id }
+
+// URL returns the normalised base URL.
+func (w *Worker) URL() string { return w.url }
+
+// Role returns the worker's role.
+func (w *Worker) Role() Role { return w.role }
+
+// Protocol returns the worker's protocol.
+func (w *Worker) Protocol() Protocol { return w.protocol }
+
+// Spec returns a deep copy of the current spec.
+func (w *Worker) Spec() Spec { return w.spec.Load().Clone() }
+
+// BootstrapPort returns the current bootstrap port (0 = none) without copying
+// the spec.
+func (w *Worker) BootstrapPort() int { return w.spec.Load().BootstrapPort }
+
+// APIKey returns the current API key without copying the spec.
+func (w *Worker) APIKey() string { return w.spec.Load().APIKey }
+
+// Models returns a copy of the served model ids; empty means any model.
+func (w *Worker) Models() []string { return slices.Clone(w.models) }
+
+// ServesModel reports whether the worker serves model m. A worker with no
+// models listed serves any model.
+func (w *Worker) ServesModel(m string) bool {
+	if len(w.models) == 0 {
+		return true
+	}
+	_, ok := slices.BinarySearch(w.models, m)
+	return ok
+}
+
+// Health returns the current health.
+func (w *Worker) Health() Health { return Health(w.health.Load()) }
+
+// Removed reports whether the worker was removed or replaced.
+func (w *Worker) Removed() bool { return w.removed.Load() }
+
+// Breaker returns the worker's circuit breaker.
+func (w *Worker) Breaker() *Breaker { return w.breaker }
+
+// Routable reports whether requests may be sent to the worker at now: it is
+// Ready, still registered, and its breaker allows.
+func (w *Worker) Routable(now time.Time) bool {
+	return Health(w.health.Load()) == HealthReady && !w.removed.Load() && w.breaker.Allow(now)
+}
+
+// Load returns the number of in-flight requests counted against the worker.
+func (w *Worker) Load() int64 { return w.load.Load() }
+
+// AcquireLoad counts one more in-flight request against the worker. The
+// caller must Release the guard when the request ends.
+func (w *Worker) AcquireLoad() *LoadGuard {
+	w.load.Add(1)
+	return &LoadGuard{w: w}
+}
+
+// LoadGuard is one unit of a worker's load. Release it exactly once; extra
+// Release calls are no-ops.
+type LoadGuard struct {
+	w    *Worker
+	done atomic.Bool
+}
+
+// Worker returns the worker the guard counts against (nil for a nil guard).
+func (g *LoadGuard) Worker() *Worker {
+	if g == nil {
+		return nil
+	}
+	return g.w
+}
+
+// Release gives the load back. It is idempotent and safe on a nil guard.
+func (g *LoadGuard) Release() {
+	if g == nil || !g.done.CompareAndSwap(false, true) {
+		return
+	}
+	if g.w.load.Add(-1) == 0 && g.w.idleWaiters.Load() > 0 {
+		g.w.signalIdle()
+	}
+}
+
+func (w *Worker) signalIdle() {
+	w.idleMu.Lock()
+	close(w.idleCh)
+	w.idleCh = make(chan struct{})
+	w.idleMu.Unlock()
+}
+
+// waitIdle blocks until the worker's load is zero or ctx is done.
+func (w *Worker) waitIdle(ctx context.Context) error {
+	// Registering as a waiter before reading the load pairs with Release,
+	// which decrements before checking for waiters: one of the two sees the
+	// other, so a zero crossing is never missed.
+	w.idleWaiters.Add(1)
+	defer w.idleWaiters.Add(-1)
+	for {
+		w.idleMu.Lock()
+		if w.load.Load() <= 0 {
+			w.idleMu.Unlock()
+			return nil
+		}
+		ch := w.idleCh
+		w.idleMu.Unlock()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-ch:
+		}
+	}
+}

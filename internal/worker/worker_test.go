@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func addWorker(t *testing.T, reg *Registry, spec Spec) *Worker {
+	t.Helper()
+	w, err := reg.Add(spec)
+	if err != nil {
+		t.Fatalf("Add(%+v): %v", spec, err)
+	}
+	return w
+}
+
+func TestLoadGuard(t *testing.T) {
+	reg := NewRegistry(RegistryOptions{})
+	w := addWorker(t, reg, Spec{URL: "http://a:1"})
+
+	g1 := w.AcquireLoad()
+	g2 := w.AcquireLoad()
+	if got := w.Load(); got != 2 {
+		t.Fatalf("Load = %d, want 2", got)
+	}
+	g1.Release()
+	g1.Release() // no-op
+	if got := w.Load(); got != 1 {
+		t.Fatalf("after double release Load = %d, want 1", got)
+	}
+	if g2.Worker() != w {
+		t.Fatal("guard names the wrong worker")
+	}
+	g2.Release()
+	if got := w.Load(); got != 0 {
+		t.Fatalf("Load = %d, want 0", got)
+	}
+	var nilGuard *LoadGuard
+	nilGuard.Release() // must not panic
+	if nilGuard.Worker() != nil {
+		t.Fatal("nil guard has a worker")
+	}
+}
+
+func TestLoadGuardConcurrent(t *testing.T) {
+	reg := NewRegistry(RegistryOptions{})
+	w := addWorker(t, reg, Spec{URL: "http://a:1"})
+	const goroutines, per = 8, 500
+	guards := make(chan *LoadGuard, goroutines*per)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range per {
+				guards <- w.AcquireLoad()
+			}
+		})
+	}
+	wg.Wait()
+	close(guards)
+	if got := w.Load(); got != goroutines*per {
+		t.Fatalf("Load = %d, want %d", got, goroutines*per)
+	}
+	all := make([]*LoadGuard, 0, goroutines*per)
+	for g := range guards {
+		all = append(all, g)
+	}
+	// Every guard is released by two goroutines at once: exactly one wins.
+	for range 2 {
+		wg.Go(func() {
+			for _, g := range all {
+				g.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if got := w.Load(); got != 0 {
+		t.Fatalf("Load after racing releases = %d, want 0", got)
+	}
+}
+
+func TestServesModel(t *testing.T) {
+	reg := NewRegistry(RegistryOptions{})
+	any := addWorker(t, reg, Spec{URL: "http://any:1"})
+	some := addWorker(t, reg, Spec{URL: "http://some:1", Models: []string{"m2", "m1"}})
+	tests := []struct {
+		w     *Worker
+		model string
+		want  bool
+	}{
+		{any, "whatever", true},
+		{some, "m1", true},
+		{some, "m2", true},
+		{some, "m3", false},
+	}
+	for _, tt := range tests {
+		if got := tt.w.ServesModel(tt.model); got != tt.want {
+			t.Errorf("%s.ServesModel(%q) = %v, want %v", tt.w.URL(), tt.model, got, tt.want)
+		}
+	}
+	ms := some.Models()
+	ms[0] = "changed"
+	if !some.ServesModel("m1") {
+		t.Fatal("Models() exposed internal slice")
+	}
+}
+
+func TestDrainWaitIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := NewRegistry(RegistryOptions{StartReady: true})
+		w := addWorker(t, reg, Spec{URL: "http://a:1"})
+		g1, g2 := w.AcquireLoad(), w.AcquireLoad()
+
+		if err := reg.Drain(w.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if w.Routable(time.Now()) {
+			t.Fatal("draining worker is routable")
+		}
+		if err := reg.SetHealth(w.ID(), HealthReady); err == nil {
+			t.Fatal("leaving Draining was allowed")
+		}
+
+		done := make(chan error, 1)
+		go func() { done <- reg.WaitIdle(context.Background(), w.ID()) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("WaitIdle returned early: %v", err)
+		default:
+		}
+		g1.Release()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("WaitIdle returned with load 1: %v", err)
+		default:
+		}
+		g2.Release()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("WaitIdle = %v", err)
+			}
+		default:
+			t.Fatal("WaitIdle did not return at load 0")
+		}
+		if err := reg.Remove(w.ID()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestWaitIdleCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := NewRegistry(RegistryOptions{})
+		w := addWorker(t, reg, Spec{URL: "http://a:1"})
+		g := w.AcquireLoad()
+		defer g.Release()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- reg.WaitIdle(ctx, w.ID()) }()
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("WaitIdle = %v, want context.Canceled", err)
+		}
+		if err := reg.WaitIdle(ctx, "nope"); err == nil {
+			t.Fatal("WaitIdle on unknown id succeeded")
+		}
+	})
+}
