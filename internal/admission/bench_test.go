@@ -1,0 +1,125 @@
+package admission_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicegw/sluice/internal/admission"
+)
+
+// benchSelect picks the first of workers with capacity; built once so the
+// benchmark measures the controller, not closure allocation.
+func benchSelect(workers ...string) admission.Request {
+	return admission.Request{Queue: "m", Select: func(hasCap func(string) bool) (string, error) {
+		for _, w := range workers {
+			if hasCap(w) {
+				return w, nil
+			}
+		}
+		return "", admission.ErrNoCapacity
+	}}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		s    admission.Settings
+		deps admission.Deps
+	}{
+		{name: "enabled", s: on(1, 100)},
+		{name: "enabled-noop-tracer", s: on(1, 100), deps: admission.Deps{Tracer: noop.NewTracerProvider().Tracer("")}},
+		{name: "disabled", s: admission.DefaultSettings()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := mustNew(b, bc.s, bc.deps)
+			req := benchSelect("A")
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := c.Acquire(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Release(admission.ReleaseCompleted)
+			}
+		})
+	}
+}
+
+// BenchmarkAcquireReleaseParallel runs 8 goroutines per CPU. "no-queue" has
+// room for all of them (lock contention only); "queueing" has 2 slots, so
+// most Acquires wait and are handed a slot by a release.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		workers []string
+		limit   int
+	}{
+		{name: "no-queue", workers: []string{"A", "B", "C", "D"}, limit: 64},
+		{name: "queueing", workers: []string{"A", "B"}, limit: 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := mustNew(b, admission.Settings{MaxInflightPerWorker: bc.limit, QueueSize: 1 << 20, QueueTimeout: time.Hour}, admission.Deps{})
+			req := benchSelect(bc.workers...)
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					s, err := c.Acquire(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					s.Release(admission.ReleaseCompleted)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHandoff1000Waiters keeps 1,000 requests queued on one slot: each
+// op is one release handing the slot to the head of the queue, the granted
+// goroutine then releasing and queueing again at the back.
+func BenchmarkHandoff1000Waiters(b *testing.B) {
+	const waiters = 1000
+	c := mustNew(b, admission.Settings{MaxInflightPerWorker: 1, QueueSize: waiters + 1, QueueTimeout: time.Hour}, admission.Deps{})
+	req := benchSelect("A")
+	ctx := context.Background()
+	held, err := c.Acquire(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ops atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() {
+			for !stop.Load() {
+				s, err := c.Acquire(ctx, req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if ops.Add(1) >= int64(b.N) {
+					stop.Store(true)
+				}
+				s.Release(admission.ReleaseCompleted)
+			}
+		})
+	}
+	for c.Status().QueuedTotal < waiters {
+		runtime.Gosched() // setup: let every goroutine queue
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	held.Release(admission.ReleaseCompleted)
+	wg.Wait()
+	b.StopTimer()
+}

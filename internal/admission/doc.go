@@ -1,0 +1,69 @@
+// Package admission bounds the prefill requests in flight on each worker and
+// queues the rest: it is the per-worker prefill admission controller of a PD
+// (prefill/decode) deployment.
+//
+// It knows workers only by key (their URL, also the metric label) and
+// candidate pools only by queue key (one per model). Placement is reached
+// through the [Request.Select] callback, which filters candidates with the
+// hasCapacity function it is given, runs the prefill policy and returns a
+// worker key, [ErrNoCapacity] (wait), or a final error (no healthy worker,
+// model not served: returned at once, never queued).
+//
+// # Concurrency Model
+//
+// One mutex guards everything mutable: the settings, the per-worker in-flight
+// counters, the per-queue FIFOs of waiters and the statistics. Select runs
+// under that mutex, so "filter workers at their limit, run the policy,
+// reserve the slot" is one atomic step and a stateful policy never picks a
+// worker it then fails to get. Metrics are reported under it too, so gauges
+// see changes in order.
+//
+// Each queue is a container/list of waiters, as in x/sync/semaphore. A waiter
+// is owned by the goroutine that called Acquire; only that goroutine ends its
+// wait. A grant (or a final error) is delivered by recording the result
+// under the mutex, removing the waiter from its queue and closing its ready
+// channel. Cancellation and timeout re-check under the mutex: a grant that
+// raced in before a cancellation is given back (cancellation wins, no slot
+// leaks); one that raced in before a timeout is kept.
+//
+// Only the head of a queue selects. Heads select when a slot is released
+// (in the releaser's goroutine, every queue in rotating order), when
+// settings change (in Update's goroutine), on [Controller.Wake] (which only
+// signals the heads; they select in their own goroutines, so Wake never calls
+// Select) and on the head's own poll timer, because circuit breakers turn
+// half-open lazily without an event. Only the head runs a poll timer; it
+// lives in the head's waiting goroutine. The controller owns no goroutines.
+//
+// A [Slot] is freed exactly once: each holder ([Slot] itself and every
+// [Guard]) releases at most once (an atomic flag), an atomic holder count
+// frees the slot on the last release, and a slot whose worker was removed
+// meanwhile releases without touching the new counters.
+//
+// # Request Lifecycle
+//
+//  1. Acquire with admission off: Select runs with unlimited capacity and
+//     without the lock; the slot is uncounted.
+//  2. Acquire with admission on and nobody waiting in the request's queue:
+//     Select runs; a worker is reserved at once (outcome admitted, queue
+//     position 0), a final error is returned (unavailable), ErrNoCapacity
+//     moves on to step 4.
+//  3. Acquire with waiters in the queue: newcomers never overtake them. Select
+//     runs once as an availability probe with no capacity anywhere; a final
+//     error is returned at once (a request for a model without workers gets
+//     503/404, not 429). Otherwise step 4.
+//  4. If the waiters of all queues already reach QueueSize (including
+//     QueueSize 0) the request is rejected with ErrQueueFull; it is enqueued
+//     otherwise.
+//  5. While queued, the request is tied to no worker. As head it selects on
+//     every wake; it is granted, or fails with its final error (the next
+//     waiter then becomes head and tries at once), or leaves on timeout
+//     (ErrQueueTimeout) or cancellation (an error matching ctx.Err()).
+//  6. The caller holds the slot while prefill runs, adds a [Guard] per
+//     sub-request, and releases each (deferred) when prefill ends. The last
+//     release frees the slot, records the release rate behind
+//     [Controller.RetryAfter] and lets the heads select.
+//
+// With a tracer, each admission-on Acquire records a "sluice.admission.wait"
+// span and each granted slot a "sluice.admission.slot" span, both children of
+// the context's span.
+package admission

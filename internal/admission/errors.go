@@ -1,0 +1,98 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrNoCapacity is returned by a [Request.Select] callback when candidate
+// workers exist but every one is at its limit (or otherwise temporarily
+// unusable, e.g. its circuit breaker is open): the request waits. It never
+// reaches the caller of [Controller.Acquire].
+var ErrNoCapacity = errors.New("admission: no worker has capacity")
+
+// Error classes. Specific errors are wrapped in their class, so callers may
+// test either: errors.Is(err, ErrRejected) or errors.Is(err, ErrQueueFull).
+var (
+	// ErrRejected is the class of admission refusals (HTTP 429). The gateway
+	// does not retry them.
+	ErrRejected = errors.New("admission: rejected")
+	// ErrCancelled is the class of requests whose context ended before they
+	// were admitted. Errors of this class also match ctx.Err().
+	ErrCancelled = errors.New("admission: cancelled")
+)
+
+// Specific rejections, always returned wrapped in [ErrRejected].
+var (
+	// ErrQueueFull: no capacity and the queue is at its bound (or its bound
+	// is 0). Code pd_prefill_queue_full.
+	ErrQueueFull = errors.New("prefill queue full")
+	// ErrQueueTimeout: the request waited QueueTimeout without getting a
+	// slot. Code pd_prefill_queue_timeout.
+	ErrQueueTimeout = errors.New("prefill queue timeout")
+)
+
+// Preallocated so rejecting under overload costs no allocation. They are
+// never mutated.
+var (
+	errQueueFull    = fmt.Errorf("%w: %w", ErrRejected, ErrQueueFull)
+	errQueueTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrQueueTimeout)
+	errNilSelect    = errors.New("admission: Request.Select is nil")
+	errEmptyWorker  = errors.New("admission: Select returned neither a worker nor an error")
+)
+
+// cancelled builds the error for a request whose context ended: it matches
+// ErrCancelled, ctx.Err() and, when set, the context's cause.
+func cancelled(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w: %w", ErrCancelled, err, cause)
+	}
+	return fmt.Errorf("%w: %w", ErrCancelled, err)
+}
+
+// Outcome is the result of one [Controller.Acquire]. Its String is a
+// low-cardinality metric label.
+type Outcome uint8
+
+const (
+	// Admitted: the request holds a slot.
+	Admitted Outcome = iota
+	// QueueFull: rejected on arrival (429).
+	QueueFull
+	// QueueTimeout: rejected after waiting QueueTimeout (429).
+	QueueTimeout
+	// Cancelled: the request's context ended first.
+	Cancelled
+	// Unavailable: the Select callback returned a final error (no healthy
+	// worker: 503; model not served: 404). Never queued.
+	Unavailable
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable"}
+
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// OutcomeOf classifies an error returned by [Controller.Acquire]; nil is
+// Admitted. Errors the callback returned count as Unavailable.
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return Admitted
+	case errors.Is(err, ErrQueueFull):
+		return QueueFull
+	case errors.Is(err, ErrQueueTimeout):
+		return QueueTimeout
+	case errors.Is(err, ErrCancelled), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Cancelled
+	default:
+		return Unavailable
+	}
+}

@@ -1,0 +1,34 @@
+package admission
+
+import "time"
+
+// Metrics receives admission measurements. The controller calls every method
+// with its lock held, so gauge updates are applied in the order the changes
+// happened; implementations must be fast and must not call back into the
+// controller. The worker label is the worker's key (its URL).
+type Metrics interface {
+	// SetInflight reports the slots held on worker after every change.
+	SetInflight(worker string, n int)
+	// DeleteWorker drops worker's series (called by RemoveWorker).
+	DeleteWorker(worker string)
+	// SetQueued reports the number of waiting requests, all queues summed.
+	SetQueued(n int)
+	// ObserveWait records the time from arrival to the end of the wait, with
+	// admission on, for every request admitted at once (0, so the histogram
+	// shows which share of requests waited at all) and every request that
+	// queued, whatever its outcome. Requests answered on arrival with an
+	// error (queue full, unavailable) are not observed: they did not wait.
+	ObserveWait(d time.Duration)
+	// IncRejection counts gateway refusals: QueueFull and QueueTimeout.
+	// Client cancellations are not rejections and are not counted here
+	// (Status reports them).
+	IncRejection(reason Outcome)
+}
+
+type noopMetrics struct{}
+
+func (noopMetrics) SetInflight(string, int)   {}
+func (noopMetrics) DeleteWorker(string)       {}
+func (noopMetrics) SetQueued(int)             {}
+func (noopMetrics) ObserveWait(time.Duration) {}
+func (noopMetrics) IncRejection(Outcome)      {}

@@ -1,0 +1,156 @@
+package admission
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Status is a snapshot for the admin API.
+type Status struct {
+	Settings Settings
+	// Queued is the number of waiters per queue key (non-empty queues only);
+	// QueuedTotal is their sum, the value bounded by QueueSize.
+	Queued      map[string]int
+	QueuedTotal int
+	// Inflight is the number of slots held per known worker.
+	Inflight map[string]int
+	// Rejections counts gateway refusals by Outcome label (queue_full,
+	// queue_timeout) since start.
+	Rejections map[string]uint64
+	// Cancelled counts waiters whose context ended while queued.
+	Cancelled uint64
+	// Wait summarises the most recent waits (see Metrics.ObserveWait).
+	Wait WaitStats
+	// RetryAfter is the current RetryAfter estimate.
+	RetryAfter time.Duration
+}
+
+// WaitStats are percentiles over the last waitRingSize observed waits.
+type WaitStats struct {
+	Count         int
+	P50, P90, P99 time.Duration
+}
+
+// Status returns a consistent snapshot.
+func (c *Controller) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{
+		Settings:    c.settings,
+		Queued:      make(map[string]int, len(c.queues)),
+		QueuedTotal: c.queued,
+		Inflight:    make(map[string]int, len(c.workers)),
+		Rejections:  make(map[string]uint64, 2),
+		Cancelled:   c.cancelled,
+		Wait:        c.waits.stats(),
+		RetryAfter:  c.retryAfterLocked(),
+	}
+	for k, q := range c.queues {
+		st.Queued[k] = q.waiters.Len()
+	}
+	for k, ws := range c.workers {
+		st.Inflight[k] = ws.inflight
+	}
+	for _, o := range []Outcome{QueueFull, QueueTimeout} {
+		st.Rejections[o.String()] = c.rejections[o]
+	}
+	return st
+}
+
+// RetryAfter estimates how long a rejected client should wait before
+// trying again: the time for the current queue (at least one request) to
+// drain at the measured slot-release rate, clamped to [1s, QueueTimeout].
+// It is 1 s while the rate is unknown.
+func (c *Controller) RetryAfter() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.retryAfterLocked()
+}
+
+func (c *Controller) retryAfterLocked() time.Duration {
+	const floor = time.Second
+	rate, ok := c.releases.rate(c.now())
+	if !ok || rate <= 0 {
+		return floor
+	}
+	ceil := max(c.settings.QueueTimeout, floor)
+	secs := float64(max(c.queued, 1)) / rate
+	if secs >= ceil.Seconds() {
+		return ceil
+	}
+	return max(time.Duration(secs*float64(time.Second)), floor)
+}
+
+// rateTau is the release-rate EWMA time constant: long enough to smooth
+// bursts of releases, short enough to follow load changes.
+const rateTau = 10 * time.Second
+
+// rateEstimator is a time-decayed event rate (events per second), bias
+// corrected for its start-up so the first seconds are not underestimated.
+// The idle time since the last event counts, so a stall lowers the rate.
+type rateEstimator struct {
+	tau         time.Duration
+	acc         float64 // decayed event count as of last
+	first, last time.Time
+	n           int
+}
+
+func (r *rateEstimator) observe(now time.Time) {
+	if r.n == 0 {
+		// The first event starts the clock; counting it would add one event
+		// too many over the elapsed span.
+		r.first, r.last, r.n = now, now, 1
+		return
+	}
+	dt := max(now.Sub(r.last), 0)
+	r.acc = r.acc*math.Exp(-dt.Seconds()/r.tau.Seconds()) + 1
+	r.last = now
+	r.n++
+}
+
+func (r *rateEstimator) rate(now time.Time) (float64, bool) {
+	if r.n < 2 {
+		return 0, false
+	}
+	elapsed := now.Sub(r.first).Seconds()
+	if elapsed <= 0 {
+		return 0, false
+	}
+	tau := r.tau.Seconds()
+	idle := max(now.Sub(r.last).Seconds(), 0)
+	decayed := r.acc * math.Exp(-idle/tau)
+	norm := tau * (1 - math.Exp(-elapsed/tau))
+	return decayed / norm, true
+}
+
+// waitRingSize bounds the memory of recent waits.
+const waitRingSize = 1024
+
+type waitRing struct {
+	buf  [waitRingSize]time.Duration
+	next int
+	full bool
+}
+
+func (w *waitRing) add(d time.Duration) {
+	w.buf[w.next] = d
+	w.next++
+	if w.next == waitRingSize {
+		w.next, w.full = 0, true
+	}
+}
+
+func (w *waitRing) stats() WaitStats {
+	n := w.next
+	if w.full {
+		n = waitRingSize
+	}
+	if n == 0 {
+		return WaitStats{}
+	}
+	s := slices.Clone(w.buf[:n])
+	slices.Sort(s)
+	at := func(p float64) time.Duration { return s[int(math.Ceil(p*float64(n)))-1] }
+	return WaitStats{Count: n, P50: at(0.50), P90: at(0.90), P99: at(0.99)}
+}
