@@ -105,8 +105,7 @@ func TestParseRejects(t *testing.T) {
 		{"unknown decode policy", with("--decode-policy", "Random"), `--decode-policy "Random" is not a policy`},
 		{"unknown pd policy when --policy is also bad", with("--policy", "x", "--prefill-policy", "y"), `--prefill-policy "y" is not a policy`},
 		// Ranges.
-		{"port zero", []string{"--port", "0"}, "--port must be between 1 and 65535, got 0"},
-		{"port too big", []string{"--port", "65536"}, "--port must be between 1 and 65535"},
+		{"port too big", []string{"--port", "65536"}, "--port must be between 0 and 65535"},
 		{"admin port negative", []string{"--admin-port", "-1"}, "--admin-port must be between 0 and 65535"},
 		{"admin port equals port", []string{"--port", "8080", "--admin-port", "8080"}, "--admin-port 8080 equals --port"},
 		{"negative grace period", []string{"--shutdown-grace-period-secs", "-1"}, "--shutdown-grace-period-secs must not be negative"},
@@ -191,7 +190,7 @@ func TestParseRejects(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblemOnItsOwnLine(t *testing.T) {
-	_, err := parseNoEnv("--port", "0", "--retry-jitter-factor", "2", "--policy", "nope")
+	_, err := parseNoEnv("--port", "-1", "--retry-jitter-factor", "2", "--policy", "nope")
 	if err == nil {
 		t.Fatal("want an error")
 	}

@@ -44,7 +44,7 @@ func (c *Config) Validate() error {
 	}
 
 	// Server.
-	port("port", c.Server.Port, 1)
+	port("port", c.Server.Port, 0) // 0 picks a free port (tests, embedding)
 	port("admin-port", c.Server.AdminPort, 0)
 	if c.Server.AdminPort != 0 && c.Server.AdminPort == c.Server.Port {
 		bad("--admin-port %d equals --port; use --admin-port 0 to serve the admin API on the main port", c.Server.AdminPort)

@@ -1,0 +1,265 @@
+// Package apierror is the one place where sluice's errors become wire errors: an HTTP status with an
+// OpenAI-shaped JSON body on REST, and a Connect/gRPC code with the same machine-readable code string
+// (as a google.rpc.ErrorInfo reason) on RPC. Core packages return sentinel errors; the boundary calls
+// From to classify them, so every surface answers the same failure the same way.
+package apierror
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Machine-readable error codes, shared by REST bodies and RPC error details.
+const (
+	CodeQueueFull          = "pd_prefill_queue_full"
+	CodeQueueTimeout       = "pd_prefill_queue_timeout"
+	CodeNoAvailableWorkers = "no_available_workers"
+	CodeModelNotFound      = "model_not_found"
+	CodeInvalidRequest     = "invalid_request"
+	CodeInvalidJSON        = "invalid_json"
+	CodePayloadTooLarge    = "payload_too_large"
+	CodeUnauthorized       = "invalid_api_key"
+	CodeNotFound           = "not_found"
+	CodeAlreadyExists      = "already_exists"
+	CodeUpstream           = "upstream_error"
+	CodeTimeout            = "request_timeout"
+	CodeCanceled           = "request_canceled"
+	CodeUnimplemented      = "unimplemented"
+	CodeInternal           = "internal_error"
+)
+
+// Domain is the ErrorInfo domain of sluice's RPC error details.
+const Domain = "sluice.dev"
+
+// Error is a classified error, ready for any wire.
+type Error struct {
+	// Status is the HTTP status.
+	Status int
+	// Type is OpenAI's error "type" (invalid_request_error, rate_limit_error, server_error, ...).
+	Type string
+	// Code is the machine-readable code (pd_prefill_queue_full, ...).
+	Code string
+	// Param names the offending request field, when there is one.
+	Param string
+	// Message is shown to the client: it must not contain secrets.
+	Message string
+	// RetryAfter, when positive, is sent as Retry-After (rounded up to whole seconds).
+	RetryAfter time.Duration
+
+	cause error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Unwrap returns the classified cause.
+func (e *Error) Unwrap() error { return e.cause }
+
+// New builds an error from its parts; cause may be nil.
+func New(status int, code, message string, cause error) *Error {
+	return &Error{Status: status, Type: typeFor(status), Code: code, Message: message, cause: cause}
+}
+
+// InvalidRequest is a 400 naming the offending field.
+func InvalidRequest(param, message string) *Error {
+	e := New(http.StatusBadRequest, CodeInvalidRequest, message, nil)
+	e.Param = param
+	return e
+}
+
+// WithRetryAfter sets the Retry-After hint and returns e.
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	e.RetryAfter = d
+	return e
+}
+
+func typeFor(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable:
+		return "service_unavailable_error"
+	case status >= 500:
+		return "server_error"
+	default:
+		return "invalid_request_error"
+	}
+}
+
+// body is OpenAI's error shape.
+type body struct {
+	Error bodyError `json:"error"`
+}
+
+type bodyError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// JSON returns the OpenAI-shaped body of e.
+func (e *Error) JSON() []byte {
+	b := body{Error: bodyError{Message: e.Message, Type: e.Type, Code: e.Code}}
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	out, _ := json.Marshal(b) // cannot fail: strings only
+	return out
+}
+
+// WriteHTTP writes e as an HTTP response with an OpenAI-shaped JSON body.
+func (e *Error) WriteHTTP(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.JSON(), '\n'))
+}
+
+// ConnectCode is the Connect/gRPC code for e's HTTP status.
+func (e *Error) ConnectCode() connect.Code {
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return connect.CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return connect.CodeUnauthenticated
+	case http.StatusForbidden:
+		return connect.CodePermissionDenied
+	case http.StatusNotFound:
+		return connect.CodeNotFound
+	case http.StatusConflict:
+		return connect.CodeAlreadyExists
+	case http.StatusTooManyRequests:
+		return connect.CodeResourceExhausted
+	case http.StatusServiceUnavailable, http.StatusBadGateway:
+		return connect.CodeUnavailable
+	case http.StatusGatewayTimeout, http.StatusRequestTimeout:
+		return connect.CodeDeadlineExceeded
+	case 499:
+		return connect.CodeCanceled
+	case http.StatusNotImplemented:
+		return connect.CodeUnimplemented
+	default:
+		return connect.CodeInternal
+	}
+}
+
+// Connect converts e to a Connect error carrying an ErrorInfo detail whose reason is e.Code
+// (and, for 429/503, a "retry_after_seconds" metadata entry).
+func (e *Error) Connect() *connect.Error {
+	ce := connect.NewError(e.ConnectCode(), errors.New(e.Message))
+	info := &errdetails.ErrorInfo{Reason: e.Code, Domain: Domain}
+	if e.RetryAfter > 0 {
+		info.Metadata = map[string]string{"retry_after_seconds": strconv.Itoa(int((e.RetryAfter + time.Second - 1) / time.Second))}
+	}
+	if d, err := connect.NewErrorDetail(info); err == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
+
+// StatusFromConnectCode maps a Connect code to the HTTP status sluice uses for it.
+func StatusFromConnectCode(c connect.Code) int {
+	switch c {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
+		return http.StatusBadRequest
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeAlreadyExists, connect.CodeAborted:
+		return http.StatusConflict
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case connect.CodeCanceled:
+		return 499
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// CodeString returns the machine code carried by a Connect error's ErrorInfo detail, if any.
+func CodeString(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if info, ok := v.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// FromWire classifies an error that came back from a handler or from grpc-gateway's own request
+// parsing (a gRPC status), for the REST error handler.
+func FromWire(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		st := StatusFromConnectCode(ce.Code())
+		code := CodeString(ce)
+		if code == "" {
+			code = defaultCode(st)
+		}
+		return New(st, code, ce.Message(), err)
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		st := StatusFromConnectCode(connect.Code(s.Code()))
+		return New(st, defaultCode(st), s.Message(), err)
+	}
+	return From(err)
+}
+
+func defaultCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalidRequest
+	case http.StatusUnauthorized:
+		return CodeUnauthorized
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeAlreadyExists
+	case http.StatusServiceUnavailable:
+		return CodeNoAvailableWorkers
+	case http.StatusNotImplemented:
+		return CodeUnimplemented
+	case http.StatusGatewayTimeout:
+		return CodeTimeout
+	case 499:
+		return CodeCanceled
+	default:
+		return CodeInternal
+	}
+}
