@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// engineFlags binds the engine flags to fs; finish converts them into cfg after parsing.
+func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
+	d := DefaultConfig()
+	role := fs.String("role", string(RoleRegular), "engine role: regular, prefill or decode")
+	protocol := fs.String("protocol", string(ProtocolSGLang), "disaggregation protocol: sglang or vllm")
+	mode := fs.String("mode", string(ModeRealistic), "performance model: realistic or instant")
+	fs.StringVar(&cfg.Host, "host", d.Host, "listen host")
+	fs.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free port)")
+	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, "prefill, sglang: bootstrap server port (0 picks a free port)")
+	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve sluice.worker.v1 (gRPC, Connect, gRPC-Web) on the same port (h2c)")
+	var models stringList
+	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")
+	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests")
+	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
+	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
+	itlPerSeq := fs.Float64("itl-per-seq-ms", float64(d.ITLPerSeq)/float64(time.Millisecond), "inter-token latency per sequence in the decode batch (ms)")
+	fs.Int64Var(&cfg.KVCapacityTokens, "kv-capacity-tokens", d.KVCapacityTokens, "KV budget: running requests hold prompt+max_tokens tokens")
+	fs.IntVar(&cfg.BlockSize, "block-size", d.BlockSize, "prefix cache block size (tokens)")
+	fs.Int64Var(&cfg.PrefixCacheTokens, "prefix-cache-tokens", 0, "prefix cache capacity in tokens (default: kv capacity)")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
+	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
+	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(), "decode: how long to wait for the prefill's KV")
+	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
+	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
+	// Faults.
+	fs.Float64Var(&cfg.Faults.ErrorRate, "error-rate", 0, "fault: fraction of generation requests failing with --error-status")
+	fs.IntVar(&cfg.Faults.ErrorStatus, "error-status", 503, "fault: HTTP status of injected errors")
+	fs.BoolVar(&cfg.Faults.Hang, "hang", false, "fault: accept generation requests and never answer")
+	fs.Float64Var(&cfg.Faults.LatencyMS, "latency-ms", 0, "fault: latency added to each generation request (ms)")
+	fs.Float64Var(&cfg.Faults.SlownessFactor, "slowness-factor", 1, "fault: multiplies every modelled duration")
+	fs.IntVar(&cfg.Faults.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
+	fs.BoolVar(&cfg.Faults.FailHealth, "fail-health", false, "fault: /health answers 503")
+	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
+	return func() error {
+		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
+		cfg.Models = models
+		cfg.ITLBase = time.Duration(*itlBase * float64(time.Millisecond))
+		cfg.ITLPerSeq = time.Duration(*itlPerSeq * float64(time.Millisecond))
+		cfg.BootstrapTimeout = time.Duration(*bootTimeout * float64(time.Second))
+		cfg.RoomTTL = time.Duration(*roomTTL * float64(time.Second))
+		if *itlBase < 0 || *itlPerSeq < 0 || *bootTimeout <= 0 || *roomTTL < 0 {
+			return fmt.Errorf("%w: durations must be positive", ErrInvalidConfig)
+		}
+		return cfg.Validate()
+	}
+}
+
+// ParseFlags parses the flags of one engine (`sluice-sim [flags]`).
+func ParseFlags(args []string, output io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("sluice-sim", flag.ContinueOnError)
+	fs.SetOutput(output)
+	var cfg Config
+	finish := engineFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return cfg, finish()
+}
+
+// ParseClusterFlags parses `sluice-sim cluster [flags]`: the engine flags plus the engine counts.
+func ParseClusterFlags(args []string, output io.Writer) (ClusterConfig, error) {
+	fs := flag.NewFlagSet("sluice-sim cluster", flag.ContinueOnError)
+	fs.SetOutput(output)
+	var cc ClusterConfig
+	finish := engineFlags(fs, &cc.Engine)
+	fs.IntVar(&cc.Prefill, "prefill", 0, "number of prefill engines")
+	fs.IntVar(&cc.Decode, "decode", 0, "number of decode engines")
+	fs.IntVar(&cc.Regular, "regular", 0, "number of regular engines")
+	fs.IntVar(&cc.BasePort, "base-port", 0, "first port; engines use consecutive ports (0 picks free ports)")
+	if err := fs.Parse(args); err != nil {
+		return cc, err
+	}
+	if fs.NArg() > 0 {
+		return cc, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := finish(); err != nil {
+		return cc, err
+	}
+	cc.Protocol, cc.Mode = cc.Engine.Protocol, cc.Engine.Mode
+	return cc, nil
+}
+
+// Main runs the simulator command line until ctx ends (the caller cancels it on SIGINT/SIGTERM) and
+// returns the process exit code. It prints one line per engine to stdout: `role url [bootstrap_port]`.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var engines []*Engine
+	var stop func(context.Context) error
+	if len(args) > 0 && args[0] == "cluster" {
+		cc, err := ParseClusterFlags(args[1:], stderr)
+		if err != nil {
+			return usageError(err, stderr)
+		}
+		cc.Logger = logger
+		c, err := StartCluster(ctx, cc)
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice-sim:", err)
+			return 1
+		}
+		engines, stop = c.Engines, c.Shutdown
+	} else {
+		cfg, err := ParseFlags(args, stderr)
+		if err != nil {
+			return usageError(err, stderr)
+		}
+		e, err := New(cfg, logger)
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice-sim:", err)
+			return 2
+		}
+		if err := e.Start(ctx); err != nil {
+			fmt.Fprintln(stderr, "sluice-sim:", err)
+			return 1
+		}
+		engines, stop = []*Engine{e}, e.Shutdown
+	}
+	for _, e := range engines {
+		if bp := e.BootstrapPort(); bp != 0 {
+			fmt.Fprintf(stdout, "%s %s %d\n", e.Role(), e.URL(), bp)
+		} else {
+			fmt.Fprintf(stdout, "%s %s\n", e.Role(), e.URL())
+		}
+	}
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stop(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(stderr, "sluice-sim: shutdown:", err)
+		return 1
+	}
+	return 0
+}
+
+func usageError(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "sluice-sim:", err)
+	return 2
+}

@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Role is the part an engine plays in disaggregated serving.
+type Role string
+
+// Roles.
+const (
+	RoleRegular Role = "regular"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Protocol is the disaggregation handshake an engine speaks.
+type Protocol string
+
+// Protocols.
+const (
+	ProtocolSGLang Protocol = "sglang"
+	ProtocolVLLM   Protocol = "vllm"
+)
+
+// Mode selects the performance model.
+type Mode string
+
+// Modes.
+const (
+	// ModeRealistic models queueing, prefill and decode time (see the package doc).
+	ModeRealistic Mode = "realistic"
+	// ModeInstant answers at once with a small fixed output, to measure the gateway's overhead.
+	ModeInstant Mode = "instant"
+)
+
+// Config configures one simulated engine. The zero value of a field means its default (see DefaultConfig);
+// Validate reports the fields that are out of range.
+type Config struct {
+	Role     Role     // regular (default), prefill or decode
+	Protocol Protocol // sglang (default) or vllm
+	Mode     Mode     // realistic (default) or instant
+
+	Host          string // listen host, default 127.0.0.1
+	Port          int    // listen port; 0 picks a free port
+	BootstrapPort int    // prefill + sglang: bootstrap server port; 0 picks a free port
+	GRPC          bool   // also serve sluice.worker.v1 (Connect, gRPC, gRPC-Web) on Port, h2c
+
+	Models []string // served model ids, default ["sim-model"]; the first is the default model
+	Seed   int64    // output PRNG seed
+
+	MaxRunningRequests  int           // default 256
+	PrefillTokensPerSec float64       // default 8000
+	ITLBase             time.Duration // default 6ms
+	ITLPerSeq           time.Duration // default 350µs, times the decode batch size
+	KVCapacityTokens    int64         // default 524288
+	BlockSize           int           // prefix cache block, default 16 tokens
+	PrefixCacheTokens   int64         // prefix cache capacity, default KVCapacityTokens
+	DefaultMaxTokens    int           // output length when max_tokens is absent, default 16
+	InstantOutputTokens int           // instant mode output length cap, default 8
+
+	BootstrapTimeout time.Duration // decode's wait for its room, default 30s
+	RoomTTL          time.Duration // unclaimed published rooms/KV records expire, default 2 x BootstrapTimeout
+	MaxRooms         int           // bound on unclaimed rooms/KV records kept, default 65536
+
+	EngineID string // engine id in kv_transfer_params; default derived from host:port
+
+	Faults Faults // faults active from the start
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	var c Config
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	if c.Role == "" {
+		c.Role = RoleRegular
+	}
+	if c.Protocol == "" {
+		c.Protocol = ProtocolSGLang
+	}
+	if c.Mode == "" {
+		c.Mode = ModeRealistic
+	}
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if len(c.Models) == 0 {
+		c.Models = []string{"sim-model"}
+	}
+	if c.MaxRunningRequests == 0 {
+		c.MaxRunningRequests = 256
+	}
+	if c.PrefillTokensPerSec == 0 {
+		c.PrefillTokensPerSec = 8000
+	}
+	if c.ITLBase == 0 {
+		c.ITLBase = 6 * time.Millisecond
+	}
+	if c.ITLPerSeq == 0 {
+		c.ITLPerSeq = 350 * time.Microsecond
+	}
+	if c.KVCapacityTokens == 0 {
+		c.KVCapacityTokens = 524288
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.PrefixCacheTokens == 0 {
+		c.PrefixCacheTokens = c.KVCapacityTokens
+	}
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = 16
+	}
+	if c.InstantOutputTokens == 0 {
+		c.InstantOutputTokens = 8
+	}
+	if c.BootstrapTimeout == 0 {
+		c.BootstrapTimeout = 30 * time.Second
+	}
+	if c.RoomTTL == 0 {
+		c.RoomTTL = 2 * c.BootstrapTimeout
+	}
+	if c.MaxRooms == 0 {
+		c.MaxRooms = 65536
+	}
+	if c.Faults.SlownessFactor == 0 {
+		c.Faults.SlownessFactor = 1
+	}
+	if c.Faults.ErrorStatus == 0 {
+		c.Faults.ErrorStatus = 503
+	}
+}
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("sim: invalid config")
+
+// Validate applies defaults and checks ranges.
+func (c *Config) Validate() error {
+	c.applyDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Role {
+	case RoleRegular, RolePrefill, RoleDecode:
+	default:
+		bad("role %q: want regular, prefill or decode", c.Role)
+	}
+	switch c.Protocol {
+	case ProtocolSGLang, ProtocolVLLM:
+	default:
+		bad("protocol %q: want sglang or vllm", c.Protocol)
+	}
+	switch c.Mode {
+	case ModeRealistic, ModeInstant:
+	default:
+		bad("mode %q: want realistic or instant", c.Mode)
+	}
+	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
+		bad("host %q: want an IP address", c.Host)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		bad("port %d out of range", c.Port)
+	}
+	if c.BootstrapPort < 0 || c.BootstrapPort > 65535 {
+		bad("bootstrap port %d out of range", c.BootstrapPort)
+	}
+	for _, m := range c.Models {
+		if m == "" {
+			bad("empty model id")
+		}
+	}
+	if c.MaxRunningRequests < 0 {
+		bad("max running requests %d < 1", c.MaxRunningRequests)
+	}
+	if c.PrefillTokensPerSec < 0 {
+		bad("prefill tokens/s %g <= 0", c.PrefillTokensPerSec)
+	}
+	if c.ITLBase < 0 || c.ITLPerSeq < 0 {
+		bad("inter-token latency must not be negative")
+	}
+	if c.KVCapacityTokens < 0 {
+		bad("kv capacity %d < 1", c.KVCapacityTokens)
+	}
+	if c.BlockSize < 0 {
+		bad("block size %d < 1", c.BlockSize)
+	}
+	if c.PrefixCacheTokens < 0 {
+		bad("prefix cache tokens %d < 0", c.PrefixCacheTokens)
+	}
+	if c.DefaultMaxTokens < 0 || c.InstantOutputTokens < 0 {
+		bad("output lengths must be positive")
+	}
+	if c.BootstrapTimeout < 0 || c.RoomTTL < 0 || c.MaxRooms < 0 {
+		bad("bootstrap timeout, room TTL and max rooms must be positive")
+	}
+	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// hasBootstrapServer reports whether the engine runs an SGLang bootstrap server.
+func (c *Config) hasBootstrapServer() bool {
+	return c.Role == RolePrefill && c.Protocol == ProtocolSGLang
+}

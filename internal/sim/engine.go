@@ -1,0 +1,355 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Engine is one simulated inference engine. Create it with New, then Start it; Close or Shutdown stops it.
+type Engine struct {
+	cfg    Config
+	logger *slog.Logger
+	id     string
+
+	sched   *scheduler
+	cache   *prefixCache
+	rooms   *roomStore // SGLang bootstrap rooms (prefill + sglang only)
+	kvStore *roomStore // vLLM KV records by first block id
+	client  *http.Client
+	metrics *engineMetrics
+	stats   counters
+
+	faults atomic.Pointer[Faults]
+	randMu sync.Mutex
+	rand   *rand.Rand // fault draws
+
+	nextBlock atomic.Uint32
+	nextID    atomic.Uint64
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	active     tracker
+
+	mu          sync.Mutex // guards the fields below
+	started     bool
+	closed      bool
+	srv         *http.Server
+	ln          net.Listener // nil while refusing connections
+	port        int
+	bootSrv     *http.Server
+	bootPort    int
+	refuseTimer *time.Timer
+	serveWG     sync.WaitGroup
+}
+
+// New validates cfg and builds an engine. logger may be nil.
+func New(cfg Config, logger *slog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Models = append([]string(nil), cfg.Models...)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		logger:  logger,
+		sched:   newScheduler(cfg.MaxRunningRequests, cfg.KVCapacityTokens),
+		cache:   newPrefixCache(cfg.BlockSize, cfg.PrefixCacheTokens),
+		kvStore: newRoomStore(cfg.RoomTTL, cfg.MaxRooms),
+		rand:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+	}
+	if cfg.hasBootstrapServer() {
+		e.rooms = newRoomStore(cfg.RoomTTL, cfg.MaxRooms)
+	}
+	e.client = &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}}
+	f := cfg.Faults
+	f.normalize()
+	e.faults.Store(&f)
+	e.stats.perPath = make(map[string]int64)
+	e.metrics = newEngineMetrics(e)
+	e.baseCtx, e.cancelBase = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Config returns the engine's validated configuration (with defaults filled in).
+func (e *Engine) Config() Config { return e.cfg }
+
+// ID is the engine id reported in kv_transfer_params and /get_server_info.
+func (e *Engine) ID() string { return e.id }
+
+// Start listens on the configured ports (0 picks a free port) and serves until Close or Shutdown. ctx
+// bounds only the start itself.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return errors.New("sim: engine already started")
+	}
+	if e.closed {
+		return errors.New("sim: engine closed")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("sim: listen: %w", err)
+	}
+	e.port = ln.Addr().(*net.TCPAddr).Port
+	e.id = e.cfg.EngineID
+	if e.id == "" {
+		e.id = "sim-" + string(e.cfg.Role) + "-" + strconv.Itoa(e.port)
+	}
+	if e.rooms != nil {
+		bln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.cfg.BootstrapPort)))
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("sim: listen bootstrap: %w", err)
+		}
+		e.bootPort = bln.Addr().(*net.TCPAddr).Port
+		e.bootSrv = &http.Server{
+			Handler:           e.trackHandler(e.bootstrapHandler()),
+			BaseContext:       func(net.Listener) context.Context { return e.baseCtx },
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		e.serveLocked(e.bootSrv, bln)
+	}
+	e.srv = &http.Server{
+		Handler:           e.trackHandler(e.routes()),
+		BaseContext:       func(net.Listener) context.Context { return e.baseCtx },
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	if e.cfg.GRPC {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		e.srv.Protocols = &p
+	}
+	e.started = true
+	if e.faults.Load().RefuseConnections && e.faults.Load().appliesTo(e.cfg.Role) {
+		_ = ln.Close() // listen once to own the port, then refuse
+	} else {
+		e.ln = ln
+		e.serveLocked(e.srv, ln)
+	}
+	e.logger.Info("sim engine started", "role", e.cfg.Role, "protocol", e.cfg.Protocol, "mode", e.cfg.Mode,
+		"url", e.urlLocked(), "bootstrap_port", e.bootPort, "grpc", e.cfg.GRPC)
+	return nil
+}
+
+func (e *Engine) serveLocked(srv *http.Server, ln net.Listener) {
+	e.serveWG.Add(1)
+	go func() {
+		defer e.serveWG.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			e.logger.Warn("sim serve ended", "err", err)
+		}
+	}()
+}
+
+// URL is the engine's base URL (http://host:port), valid after Start.
+func (e *Engine) URL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.urlLocked()
+}
+
+func (e *Engine) urlLocked() string {
+	return "http://" + net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.port))
+}
+
+// Port is the engine's HTTP (and gRPC) port, valid after Start.
+func (e *Engine) Port() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.port
+}
+
+// BootstrapPort is the SGLang bootstrap server's port of a prefill engine, 0 if it has none.
+func (e *Engine) BootstrapPort() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bootPort
+}
+
+// Role is the engine's role.
+func (e *Engine) Role() Role { return e.cfg.Role }
+
+// Faults returns the current faults.
+func (e *Engine) Faults() Faults { return *e.faults.Load() }
+
+// SetFaults replaces the faults; toggling RefuseConnections closes or reopens the listener.
+func (e *Engine) SetFaults(f Faults) error {
+	if err := f.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	f.normalize()
+	e.faults.Store(&f)
+	return e.applyRefuse(f.RefuseConnections && f.appliesTo(e.cfg.Role), 0)
+}
+
+// applyRefuse closes or reopens the main listener; with refuseFor > 0 it reopens by itself after that.
+func (e *Engine) applyRefuse(refuse bool, refuseFor time.Duration) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started || e.closed {
+		return nil
+	}
+	if e.refuseTimer != nil {
+		e.refuseTimer.Stop()
+		e.refuseTimer = nil
+	}
+	if refuse {
+		if e.ln != nil {
+			_ = e.ln.Close()
+			e.ln = nil
+			e.srv.SetKeepAlivesEnabled(false) // also closes idle keep-alive connections
+		}
+		if refuseFor > 0 {
+			e.refuseTimer = time.AfterFunc(refuseFor, func() {
+				f := *e.faults.Load()
+				f.RefuseConnections = false
+				e.faults.Store(&f)
+				if err := e.applyRefuse(false, 0); err != nil {
+					e.logger.Error("sim: listen again after refusing", "err", err)
+				}
+			})
+		}
+		return nil
+	}
+	if e.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.port)))
+	if err != nil {
+		return fmt.Errorf("sim: listen again on port %d: %w", e.port, err)
+	}
+	e.ln = ln
+	e.srv.SetKeepAlivesEnabled(true)
+	e.serveLocked(e.srv, ln)
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for running ones until ctx ends, then closes everything.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	srv, boot := e.srv, e.bootSrv
+	e.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+	}
+	if boot != nil {
+		err = errors.Join(err, boot.Shutdown(ctx))
+	}
+	e.Close()
+	return err
+}
+
+// Close stops the engine at once: cancels every request, closes listeners and connections, and waits for
+// every goroutine the engine owns. It is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	if e.refuseTimer != nil {
+		e.refuseTimer.Stop()
+	}
+	srv, boot := e.srv, e.bootSrv
+	e.mu.Unlock()
+
+	e.cancelBase()
+	if srv != nil {
+		_ = srv.Close()
+	}
+	if boot != nil {
+		_ = boot.Close()
+	}
+	e.serveWG.Wait()
+	e.active.closeAndWait()
+	e.client.CloseIdleConnections()
+	return nil
+}
+
+// tracker counts running handlers so that Close can wait for them.
+type tracker struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	done   chan struct{}
+}
+
+func (t *tracker) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) exit() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.closed && t.n == 0 && t.done != nil {
+		close(t.done)
+		t.done = nil
+	}
+}
+
+func (t *tracker) closeAndWait() {
+	t.mu.Lock()
+	t.closed = true
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	t.done = done
+	t.mu.Unlock()
+	<-done
+}
+
+func (e *Engine) trackHandler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !e.active.enter() {
+			writeError(w, http.StatusServiceUnavailable, "server_error", "engine shutting down", "shutting_down")
+			return
+		}
+		defer e.active.exit()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (e *Engine) randFloat() float64 {
+	e.randMu.Lock()
+	defer e.randMu.Unlock()
+	return e.rand.Float64()
+}
+
+func (e *Engine) newID(prefix string) string {
+	b := make([]byte, 0, 40)
+	b = append(b, prefix...)
+	b = append(b, e.id...)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, e.nextID.Add(1), 16)
+	return string(b)
+}

@@ -1,0 +1,248 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// phase is what a generation does with respect to disaggregation.
+type phase int
+
+const (
+	phaseFull    phase = iota // prefill and decode here
+	phasePrefill              // prefill here, produce KV for a remote decode (one output token)
+	phaseDecode               // decode here from a remote prefill's KV (or recompute without a handshake)
+)
+
+// handshake is how the KV cache moves between the legs of one sample.
+type handshake struct {
+	bootstrap bool // SGLang style: host/port/room
+	host      string
+	port      int
+	room      uint64
+
+	kv *kvParams // vLLM style: produce (DoRemoteDecode) or consume (DoRemotePrefill)
+}
+
+// kvParams is vLLM's kv_transfer_params object.
+type kvParams struct {
+	DoRemoteDecode  bool     `json:"do_remote_decode"`
+	DoRemotePrefill bool     `json:"do_remote_prefill"`
+	RemoteEngineID  *string  `json:"remote_engine_id"`
+	RemoteBlockIDs  []uint32 `json:"remote_block_ids"`
+	RemoteHost      *string  `json:"remote_host"`
+	RemotePort      *int     `json:"remote_port"`
+	RemoteRequestID string   `json:"remote_request_id,omitempty"`
+}
+
+// prompt is a tokenized prompt.
+type prompt struct {
+	ids  []uint32
+	hash uint64
+}
+
+func newPrompt(ids []uint32) *prompt { return &prompt{ids: ids, hash: hashTokens(ids)} }
+
+// sampleSpec is one sample (one choice) of a generation.
+type sampleSpec struct {
+	prompt      *prompt
+	maxTokens   int  // output tokens to generate at most
+	naturalStop bool // max_tokens was absent: ending at maxTokens is an EOS ("stop")
+	stop        []string
+	reqSeed     int64
+	greedy      bool
+	choice      int
+	phase       phase
+	hs          handshake
+}
+
+// sampleResult is what a finished sample reports.
+type sampleResult struct {
+	text             string
+	completionTokens int
+	promptTokens     int
+	cachedTokens     int
+	finish           string // "length" or "stop"
+	matched          string // the stop string matched, if any
+	kvOut            *kvParams
+}
+
+// emitFunc receives each output token's text (already cut at a stop string). It returning an error stops
+// the sample with that error.
+type emitFunc func(choice int, delta string) error
+
+// Sentinel errors of a generation, grouped by class; each maps to an HTTP status and a wire code.
+var (
+	errBadRequest        = errors.New("invalid request")
+	errBootstrapTimeout  = errors.New("bootstrap timeout")
+	errBootstrapMismatch = errors.New("bootstrap mismatch")
+	errKVTransfer        = errors.New("kv transfer failed")
+	errInjected          = errors.New("injected fault")
+	errDie               = errors.New("injected connection death")
+)
+
+// runSample runs one sample through the model: handshake, admission, prefill, decode.
+func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpec, emit emitFunc) (sampleResult, error) {
+	res := sampleResult{promptTokens: len(sp.prompt.ids)}
+	transferred := false
+	switch sp.phase {
+	case phaseDecode:
+		rec, ok, err := e.receiveKV(ctx, sp)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			transferred = true
+			res.cachedTokens = rec.CachedTokens
+		} else {
+			e.stats.recomputed.Add(1)
+			e.metrics.recomputed.Inc()
+		}
+	case phasePrefill:
+		sp.maxTokens = min(sp.maxTokens, 1)
+	}
+
+	maxTokens := sp.maxTokens
+	if e.cfg.Mode == ModeInstant {
+		maxTokens = min(maxTokens, e.cfg.InstantOutputTokens)
+	} else {
+		need := int64(len(sp.prompt.ids) + maxTokens)
+		if err := e.sched.admit(ctx, need); err != nil {
+			if errors.Is(err, errTooLong) {
+				return res, fmt.Errorf("%w: prompt of %d tokens + %d output tokens exceeds the KV capacity of %d tokens",
+					errBadRequest, len(sp.prompt.ids), maxTokens, e.cfg.KVCapacityTokens)
+			}
+			return res, err
+		}
+		defer e.sched.release(need)
+		if !transferred {
+			cached, err := e.prefill(ctx, rf, sp.prompt)
+			if err != nil {
+				return res, err
+			}
+			res.cachedTokens = cached
+		}
+	}
+	e.stats.promptTokens.Add(int64(len(sp.prompt.ids)))
+	e.stats.cachedTokens.Add(int64(res.cachedTokens))
+	e.metrics.cachedTokens.Add(float64(res.cachedTokens))
+	e.metrics.promptTokens.Add(float64(len(sp.prompt.ids)))
+
+	if sp.phase == phasePrefill {
+		out, err := e.publishKV(sp, res.cachedTokens)
+		if err != nil {
+			return res, err
+		}
+		res.kvOut = out
+	}
+
+	r := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy)}
+	var text strings.Builder
+	realistic := e.cfg.Mode == ModeRealistic
+	if realistic && maxTokens > 1 {
+		e.sched.startDecoding()
+		defer e.sched.stopDecoding()
+	}
+	res.finish = "length"
+	for i := 0; i < maxTokens; i++ {
+		if i > 0 && realistic {
+			itl := e.cfg.ITLBase + time.Duration(e.sched.batchSize())*e.cfg.ITLPerSeq
+			if err := sleepCtx(ctx, scale(itl, rf.slowness)); err != nil {
+				return res, err
+			}
+		}
+		w, _ := r.word()
+		prev := text.Len()
+		text.WriteString(w)
+		delta := w
+		res.completionTokens++
+		cut := false
+		if len(sp.stop) > 0 {
+			if idx, s := findStop(text.String(), prev, sp.stop); idx >= 0 {
+				full := text.String()
+				delta = ""
+				if idx > prev {
+					delta = full[prev:idx]
+				}
+				text.Reset()
+				text.WriteString(full[:idx])
+				res.finish, res.matched, cut = "stop", s, true
+			}
+		}
+		e.metrics.generatedTokens.Inc()
+		if err := emit(sp.choice, delta); err != nil {
+			return res, err
+		}
+		if cut {
+			break
+		}
+	}
+	if !sp.phaseIsPrefill() && sp.naturalStop && res.finish == "length" {
+		res.finish = "stop"
+	}
+	res.text = text.String()
+	return res, nil
+}
+
+func (sp *sampleSpec) phaseIsPrefill() bool { return sp.phase == phasePrefill }
+
+// findStop finds the earliest stop string that ends in the text added after prev.
+func findStop(text string, prev int, stops []string) (int, string) {
+	best, which := -1, ""
+	for _, s := range stops {
+		if s == "" {
+			continue
+		}
+		from := max(0, prev-len(s)+1)
+		if i := strings.Index(text[from:], s); i >= 0 && (best < 0 || from+i < best) {
+			best, which = from+i, s
+		}
+	}
+	return best, which
+}
+
+// prefill runs the prompt through the single prefill executor and returns the cached token count.
+func (e *Engine) prefill(ctx context.Context, rf *requestFaults, p *prompt) (int, error) {
+	keys := e.cache.blockKeys(make([]uint64, 0, len(p.ids)/e.cfg.BlockSize+1), p.ids)
+	if err := e.sched.acquirePrefill(ctx); err != nil {
+		return 0, err
+	}
+	defer e.sched.releasePrefill()
+	cached := e.cache.match(keys)
+	if cached >= len(p.ids) {
+		cached = len(p.ids) - 1 // at least one token is always computed
+	}
+	cached = max(cached, 0)
+	uncached := len(p.ids) - cached
+	d := time.Duration(float64(uncached) / e.cfg.PrefillTokensPerSec * float64(time.Second))
+	if err := sleepCtx(ctx, scale(d, rf.slowness)); err != nil {
+		return 0, err
+	}
+	e.cache.insert(keys)
+	return cached, nil
+}
+
+func scale(d time.Duration, factor float64) time.Duration {
+	if factor == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * factor)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,197 @@
+package sim
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+)
+
+// errTooLong: the request needs more KV than the engine has; it could never run.
+var errTooLong = errors.New("request needs more KV cache than the engine's capacity")
+
+// scheduler is the engine's continuous-batching admission: at most maxRunning running requests holding at
+// most kvCap tokens of KV, and a FIFO waiting queue. It also counts the decoding sequences (the decode
+// batch size) and owns the single prefill executor.
+type scheduler struct {
+	mu         sync.Mutex
+	maxRunning int
+	kvCap      int64
+	running    int
+	kvUsed     int64
+	waiting    list.List // of *admitWaiter
+	maxWaiting int
+	decoding   int
+
+	prefillBusy    bool
+	prefillWaiting list.List // of chan struct{}
+}
+
+type admitWaiter struct {
+	need  int64
+	ready chan struct{} // closed when granted
+}
+
+func newScheduler(maxRunning int, kvCap int64) *scheduler {
+	return &scheduler{maxRunning: maxRunning, kvCap: kvCap}
+}
+
+func (s *scheduler) fits(need int64) bool {
+	return s.running < s.maxRunning && s.kvUsed+need <= s.kvCap
+}
+
+// admit blocks until the request may run with need tokens of KV, FIFO. On success the caller must call
+// release(need) exactly once.
+func (s *scheduler) admit(ctx context.Context, need int64) error {
+	s.mu.Lock()
+	if need > s.kvCap {
+		s.mu.Unlock()
+		return errTooLong
+	}
+	if s.waiting.Len() == 0 && s.fits(need) {
+		s.running++
+		s.kvUsed += need
+		s.mu.Unlock()
+		return nil
+	}
+	w := &admitWaiter{need: need, ready: make(chan struct{})}
+	elem := s.waiting.PushBack(w)
+	s.maxWaiting = max(s.maxWaiting, s.waiting.Len())
+	s.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		select {
+		case <-w.ready:
+			// Granted while we were giving up: hand the grant back.
+			s.running--
+			s.kvUsed -= need
+			s.grantLocked()
+		default:
+			isFront := s.waiting.Front() == elem
+			s.waiting.Remove(elem)
+			if isFront {
+				s.grantLocked()
+			}
+		}
+		return ctx.Err()
+	}
+}
+
+// release gives back an admitted request's slot and KV.
+func (s *scheduler) release(need int64) {
+	s.mu.Lock()
+	s.running--
+	s.kvUsed -= need
+	s.grantLocked()
+	s.mu.Unlock()
+}
+
+// grantLocked admits waiters from the front while they fit; strictly FIFO so a large request is not starved.
+func (s *scheduler) grantLocked() {
+	for {
+		e := s.waiting.Front()
+		if e == nil {
+			return
+		}
+		w := e.Value.(*admitWaiter)
+		if !s.fits(w.need) {
+			return
+		}
+		s.running++
+		s.kvUsed += w.need
+		s.waiting.Remove(e)
+		close(w.ready)
+	}
+}
+
+// acquirePrefill blocks until the prefill executor is free, FIFO. On success call releasePrefill once.
+func (s *scheduler) acquirePrefill(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.prefillBusy && s.prefillWaiting.Len() == 0 {
+		s.prefillBusy = true
+		s.mu.Unlock()
+		return nil
+	}
+	ready := make(chan struct{})
+	elem := s.prefillWaiting.PushBack(ready)
+	s.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		select {
+		case <-ready:
+			s.handOffPrefillLocked()
+		default:
+			s.prefillWaiting.Remove(elem)
+		}
+		return ctx.Err()
+	}
+}
+
+func (s *scheduler) releasePrefill() {
+	s.mu.Lock()
+	s.handOffPrefillLocked()
+	s.mu.Unlock()
+}
+
+// handOffPrefillLocked passes the (busy) executor to the next waiter, or frees it.
+func (s *scheduler) handOffPrefillLocked() {
+	e := s.prefillWaiting.Front()
+	if e == nil {
+		s.prefillBusy = false
+		return
+	}
+	s.prefillWaiting.Remove(e)
+	close(e.Value.(chan struct{}))
+}
+
+// startDecoding / stopDecoding count the sequences in the decode batch.
+func (s *scheduler) startDecoding() {
+	s.mu.Lock()
+	s.decoding++
+	s.mu.Unlock()
+}
+
+func (s *scheduler) stopDecoding() {
+	s.mu.Lock()
+	s.decoding--
+	s.mu.Unlock()
+}
+
+func (s *scheduler) batchSize() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.decoding
+}
+
+type schedSnapshot struct {
+	running, waiting, maxWaiting, decoding, prefillQueue int
+	kvUsed, kvCap                                        int64
+}
+
+func (s *scheduler) snapshot() schedSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pq := s.prefillWaiting.Len()
+	if s.prefillBusy {
+		pq++
+	}
+	return schedSnapshot{
+		running: s.running, waiting: s.waiting.Len(), maxWaiting: s.maxWaiting, decoding: s.decoding,
+		prefillQueue: pq, kvUsed: s.kvUsed, kvCap: s.kvCap,
+	}
+}
+
+func (s *scheduler) resetMaxWaiting() {
+	s.mu.Lock()
+	s.maxWaiting = s.waiting.Len()
+	s.mu.Unlock()
+}

@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// counters are the engine's live counters behind Stats.
+type counters struct {
+	seen                atomic.Int64
+	inFlight            atomic.Int64
+	completed           atomic.Int64
+	failed              atomic.Int64
+	bootstrapWaits      atomic.Int64
+	bootstrapWaiting    atomic.Int64
+	bootstrapTimeouts   atomic.Int64
+	bootstrapMismatches atomic.Int64
+	promptTokens        atomic.Int64
+	cachedTokens        atomic.Int64
+	recomputed          atomic.Int64
+
+	mu              sync.Mutex
+	perPath         map[string]int64
+	lastTraceparent string
+}
+
+// Stats is a snapshot of what an engine has seen (GET /sim/stats).
+type Stats struct {
+	RequestsSeen         int64            `json:"requests_seen"`           // generation requests (HTTP and RPC)
+	InFlight             int64            `json:"in_flight"`               // generation requests being served
+	Running              int              `json:"running"`                 // admitted: holding a slot and KV
+	Queued               int              `json:"queued"`                  // in the engine's waiting queue
+	Decoding             int              `json:"decoding"`                // the decode batch size
+	PrefillQueue         int              `json:"prefill_queue"`           // prefilling or waiting for the prefill executor
+	Completed            int64            `json:"completed"`               // generation requests answered successfully
+	Failed               int64            `json:"failed"`                  // generation requests ended with an error or a fault
+	BootstrapWaits       int64            `json:"bootstrap_waits"`         // decode rendezvous started
+	BootstrapWaiting     int64            `json:"bootstrap_waiting"`       // decode rendezvous in progress
+	BootstrapTimeouts    int64            `json:"bootstrap_timeouts"`      // rooms that never arrived
+	BootstrapMismatches  int64            `json:"bootstrap_mismatches"`    // KV of a different prompt (both styles)
+	PrefixCacheHitTokens int64            `json:"prefix_cache_hit_tokens"` // prompt tokens served from the prefix cache (decode: as reported by the prefill)
+	PromptTokens         int64            `json:"prompt_tokens"`           // prompt tokens seen
+	RecomputedPrompts    int64            `json:"recomputed_prompts"`      // decodes without KV transfer
+	MaxQueueDepth        int              `json:"max_queue_depth"`         // largest waiting queue since start/reset
+	KVUsedTokens         int64            `json:"kv_used_tokens"`
+	KVCapacityTokens     int64            `json:"kv_capacity_tokens"`
+	PrefixCacheUsed      int64            `json:"prefix_cache_used_tokens"` // tokens held by the prefix cache
+	PublishedRooms       int              `json:"published_rooms"`          // KV records published and not yet claimed
+	LastTraceparent      string           `json:"last_traceparent"`         // of the last request that carried one
+	PerPath              map[string]int64 `json:"per_path"`                 // every request by route or RPC procedure
+}
+
+// Stats returns a snapshot of the engine's counters and model state.
+func (e *Engine) Stats() Stats {
+	s := e.sched.snapshot()
+	st := Stats{
+		RequestsSeen:         e.stats.seen.Load(),
+		InFlight:             e.stats.inFlight.Load(),
+		Running:              s.running,
+		Queued:               s.waiting,
+		Decoding:             s.decoding,
+		PrefillQueue:         s.prefillQueue,
+		Completed:            e.stats.completed.Load(),
+		Failed:               e.stats.failed.Load(),
+		BootstrapWaits:       e.stats.bootstrapWaits.Load(),
+		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
+		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),
+		BootstrapMismatches:  e.stats.bootstrapMismatches.Load(),
+		PrefixCacheHitTokens: e.stats.cachedTokens.Load(),
+		PromptTokens:         e.stats.promptTokens.Load(),
+		RecomputedPrompts:    e.stats.recomputed.Load(),
+		MaxQueueDepth:        s.maxWaiting,
+		KVUsedTokens:         s.kvUsed,
+		KVCapacityTokens:     s.kvCap,
+		PrefixCacheUsed:      e.cache.usedTokens(),
+	}
+	if e.rooms != nil {
+		st.PublishedRooms = e.rooms.size()
+	}
+	st.PublishedRooms += e.kvStore.size()
+	e.stats.mu.Lock()
+	st.LastTraceparent = e.stats.lastTraceparent
+	st.PerPath = maps.Clone(e.stats.perPath)
+	e.stats.mu.Unlock()
+	return st
+}
+
+// ResetStats zeroes the counters (not the model state: running and queued requests stay).
+func (e *Engine) ResetStats() {
+	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.bootstrapWaits,
+		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
+		&e.stats.recomputed} {
+		c.Store(0)
+	}
+	e.sched.resetMaxWaiting()
+	e.stats.mu.Lock()
+	clear(e.stats.perPath)
+	e.stats.lastTraceparent = ""
+	e.stats.mu.Unlock()
+}
+
+// engineMetrics is the engine's Prometheus registry (its own, never the global one).
+type engineMetrics struct {
+	reg               *prometheus.Registry
+	requests          *prometheus.CounterVec
+	failed            prometheus.Counter
+	promptTokens      prometheus.Counter
+	cachedTokens      prometheus.Counter
+	generatedTokens   prometheus.Counter
+	bootstrapTimeouts prometheus.Counter
+	recomputed        prometheus.Counter
+}
+
+func newEngineMetrics(e *Engine) *engineMetrics {
+	reg := prometheus.NewRegistry()
+	model := prometheus.Labels{"model_name": e.cfg.Models[0]}
+	m := &engineMetrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_sim_requests_total", Help: "Requests received, by route.", ConstLabels: model,
+		}, []string{"path"}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_requests_failed_total", Help: "Generation requests that ended in an error.", ConstLabels: model,
+		}),
+		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_prompt_tokens_total", Help: "Prompt tokens processed.", ConstLabels: model,
+		}),
+		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_cache_hit_tokens_total", Help: "Prompt tokens served from the prefix cache (or received from a prefill).", ConstLabels: model,
+		}),
+		generatedTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_generation_tokens_total", Help: "Output tokens generated.", ConstLabels: model,
+		}),
+		bootstrapTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_bootstrap_timeouts_total", Help: "Decode requests whose KV never arrived.", ConstLabels: model,
+		}),
+		recomputed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_sim_recomputed_prompts_total", Help: "Decode requests without KV transfer that recomputed their prompt.", ConstLabels: model,
+		}),
+	}
+	reg.MustRegister(m.requests, m.failed, m.promptTokens, m.cachedTokens, m.generatedTokens, m.bootstrapTimeouts, m.recomputed)
+
+	gauge := func(name, help string, f func(s schedSnapshot) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: model},
+			func() float64 { return f(e.sched.snapshot()) }))
+	}
+	running := func(s schedSnapshot) float64 { return float64(s.running) }
+	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
+	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
+	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine.
+	if e.cfg.Protocol == ProtocolVLLM {
+		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
+		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
+	} else {
+		gauge("sglang:num_running_reqs", "The number of running requests.", running)
+		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting)
+		gauge("sglang:token_usage", "The token usage.", usage)
+		gauge("sglang:num_used_tokens", "The number of used tokens.", func(s schedSnapshot) float64 { return float64(s.kvUsed) })
+	}
+	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", running)
+	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", waiting)
+	gauge("sluice_sim_kv_usage", "Fraction of the KV budget reserved by running requests.", usage)
+	return m
+}
