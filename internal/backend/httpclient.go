@@ -1,0 +1,205 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// HTTPClientOptions tunes the gateway's upstream HTTP client. Zero values take the defaults.
+type HTTPClientOptions struct {
+	// MaxIdleConnsPerHost is the keep-alive pool per engine (default 1024: thousands of requests per
+	// second to one engine must not churn connections).
+	MaxIdleConnsPerHost int
+	// MaxIdleConns bounds the whole pool (default 16384).
+	MaxIdleConns int
+	// DialTimeout bounds TCP connect (default 5s).
+	DialTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period (default 30s).
+	KeepAlive time.Duration
+	// IdleConnTimeout closes pooled connections idle this long (default 90s).
+	IdleConnTimeout time.Duration
+	// ResponseHeaderTimeout, when positive, bounds the wait for a response head. Off by default: a
+	// decode head may legitimately wait for a long prefill; requests are bounded by their context.
+	ResponseHeaderTimeout time.Duration
+	// TLSClientConfig is used for https:// engines (which may negotiate HTTP/2).
+	TLSClientConfig *tls.Config
+	// GRPC handles grpc:// and grpcs:// URLs. Nil installs
+	// NewGRPCTransport("", NewH2CClient(...)), which takes each request's role from RoleHeader.
+	GRPC http.RoundTripper
+	// DisableGRPC leaves grpc:// unsupported.
+	DisableGRPC bool
+}
+
+func (o HTTPClientOptions) withDefaults() HTTPClientOptions {
+	if o.MaxIdleConnsPerHost <= 0 {
+		o.MaxIdleConnsPerHost = 1024
+	}
+	if o.MaxIdleConns <= 0 {
+		o.MaxIdleConns = 16384
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 30 * time.Second
+	}
+	if o.IdleConnTimeout <= 0 {
+		o.IdleConnTimeout = 90 * time.Second
+	}
+	return o
+}
+
+// NewHTTPClient returns the client the gateway uses to talk to engines. It has no overall Timeout
+// (requests are bounded by their context; a streamed decode may run for minutes), a large keep-alive
+// pool, HTTP/1.1 to http:// engines (which is what SGLang and vLLM serve), no transparent
+// decompression (bodies are relayed as they are), and grpc:// support through the worker-protocol
+// transport unless disabled.
+func NewHTTPClient(opts HTTPClientOptions) *http.Client {
+	o := opts.withDefaults()
+	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive}
+	tr := &http.Transport{
+		Proxy:                 nil, // engines are addressed directly, never through an environment proxy
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          o.MaxIdleConns,
+		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
+		IdleConnTimeout:       o.IdleConnTimeout,
+		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
+		TLSHandshakeTimeout:   o.DialTimeout,
+		ExpectContinueTimeout: 0,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       o.TLSClientConfig,
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+	ut := &upstreamTransport{http: tr}
+	if !o.DisableGRPC {
+		ut.grpc = o.GRPC
+		if ut.grpc == nil {
+			ut.grpc = NewGRPCTransport("", NewH2CClient(opts))
+		}
+	}
+	return &http.Client{
+		Transport: ut,
+		// Engines do not redirect; following one would resend a prompt somewhere unexpected.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// upstreamTransport sends grpc:// and grpcs:// requests to the worker-protocol transport and
+// everything else to the HTTP/1.1 transport.
+type upstreamTransport struct {
+	http *http.Transport
+	grpc http.RoundTripper
+}
+
+func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.grpc != nil && (req.URL.Scheme == "grpc" || req.URL.Scheme == "grpcs") {
+		return t.grpc.RoundTrip(req)
+	}
+	return t.http.RoundTrip(req)
+}
+
+// CloseIdleConnections closes the idle connections of both transports.
+func (t *upstreamTransport) CloseIdleConnections() {
+	t.http.CloseIdleConnections()
+	if c, ok := t.grpc.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// NewH2CClient returns a client speaking HTTP/2 without TLS (h2c), as gRPC over http:// needs.
+func NewH2CClient(opts HTTPClientOptions) *http.Client {
+	o := opts.withDefaults()
+	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive}
+	tr := &http.Transport{
+		DialContext:        dialer.DialContext,
+		MaxIdleConns:       o.MaxIdleConns,
+		IdleConnTimeout:    o.IdleConnTimeout,
+		DisableCompression: true,
+		TLSClientConfig:    o.TLSClientConfig,
+	}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}
+
+// Upstream sends requests to engines.
+type Upstream struct {
+	Client *http.Client
+	// APIKey, when set, is sent as "Authorization: Bearer <key>", replacing any forwarded one.
+	APIKey string
+}
+
+// Do sends one request with the given body (nil for none) and headers (copied, not modified), with
+// Content-Type: application/json when there is a body, Accept: application/json, text/event-stream
+// unless the headers set one, and the API key. A non-2xx response is returned as a response, not an
+// error; errors are transport failures or context ends.
+func (u *Upstream) Do(ctx context.Context, method, url string, body []byte, header http.Header) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json, text/event-stream")
+	}
+	if u.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.APIKey)
+	}
+	c := u.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	return c.Do(req)
+}
+
+// ForwardHeaders copies the allow-listed client headers to an upstream request: authorization,
+// x-request-id and x-request-id-*, x-correlation-id, traceparent, tracestate, and the given routing
+// key headers (case-insensitive). Everything else (cookies, hop-by-hop headers, content-length, the
+// gateway's own control headers) stays behind. A worker with its own API key overrides the forwarded
+// authorization (Upstream.Do does that).
+func ForwardHeaders(dst, src http.Header, routingKeyHeaders ...string) {
+	for k, vs := range src {
+		if !forwardable(k, routingKeyHeaders) {
+			continue
+		}
+		ck := http.CanonicalHeaderKey(k)
+		dst[ck] = slices.Clone(vs)
+	}
+}
+
+func forwardable(k string, extra []string) bool {
+	switch {
+	case strings.EqualFold(k, "Authorization"),
+		strings.EqualFold(k, "X-Request-Id"),
+		strings.EqualFold(k, "X-Correlation-Id"),
+		strings.EqualFold(k, "Traceparent"),
+		strings.EqualFold(k, "Tracestate"):
+		return true
+	case len(k) > len("X-Request-Id-") && strings.EqualFold(k[:len("X-Request-Id-")], "X-Request-Id-"):
+		return true
+	}
+	for _, h := range extra {
+		if strings.EqualFold(k, h) {
+			return true
+		}
+	}
+	return false
+}

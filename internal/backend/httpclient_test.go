@@ -1,0 +1,134 @@
+package backend
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestForwardHeaders(t *testing.T) {
+	src := http.Header{
+		"Authorization":          {"Bearer client"},
+		"X-Request-Id":           {"r1"},
+		"X-Request-Id-Trace":     {"t"},
+		"X-Request-Idx":          {"no: not the x-request-id- prefix"},
+		"X-Correlation-Id":       {"c"},
+		"Traceparent":            {"00-abc-def-01"},
+		"Tracestate":             {"k=v"},
+		"X-Sluice-Routing-Key":   {"user-7"},
+		"X-Smg-Routing-Key":      {"alias"},
+		"Cookie":                 {"secret"},
+		"Connection":             {"keep-alive"},
+		"Content-Length":         {"12"},
+		"X-Sluice-Target-Worker": {"0"},
+		RoleHeader:               {"decode"},
+		"x-lowercase-routing":    {"raw map key"},
+	}
+	dst := http.Header{"Existing": {"kept"}}
+	ForwardHeaders(dst, src, "x-sluice-routing-key", "X-SMG-Routing-Key", "X-Lowercase-Routing")
+	want := http.Header{
+		"Existing":             {"kept"},
+		"Authorization":        {"Bearer client"},
+		"X-Request-Id":         {"r1"},
+		"X-Request-Id-Trace":   {"t"},
+		"X-Correlation-Id":     {"c"},
+		"Traceparent":          {"00-abc-def-01"},
+		"Tracestate":           {"k=v"},
+		"X-Sluice-Routing-Key": {"user-7"},
+		"X-Smg-Routing-Key":    {"alias"},
+		"X-Lowercase-Routing":  {"raw map key"},
+	}
+	if diff := cmp.Diff(want, dst); diff != "" {
+		t.Errorf("ForwardHeaders (-want +got):\n%s", diff)
+	}
+	// The copy is independent of the source.
+	dst["Authorization"][0] = "changed"
+	if src["Authorization"][0] != "Bearer client" {
+		t.Error("ForwardHeaders aliased the source slice")
+	}
+}
+
+func TestUpstreamDo(t *testing.T) {
+	type seen struct {
+		method, path, ctype, accept, auth, reqID, body string
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Accept"),
+			r.Header.Get("Authorization"), r.Header.Get("X-Request-Id"), string(b)}
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	defer srv.Close()
+	client := NewHTTPClient(HTTPClientOptions{})
+	defer client.CloseIdleConnections()
+
+	tests := []struct {
+		name   string
+		apiKey string
+		header http.Header
+		body   []byte
+		want   seen
+	}{
+		{
+			name:   "worker key replaces client authorization",
+			apiKey: "worker-key",
+			header: http.Header{"Authorization": {"Bearer client"}, "X-Request-Id": {"r"}},
+			body:   []byte(`{"a":1}`),
+			want:   seen{"POST", "/generate", "application/json", "application/json, text/event-stream", "Bearer worker-key", "r", `{"a":1}`},
+		},
+		{
+			name:   "client authorization forwarded without a worker key",
+			header: http.Header{"Authorization": {"Bearer client"}, "Accept": {"text/event-stream"}},
+			body:   []byte(`{}`),
+			want:   seen{"POST", "/generate", "application/json", "text/event-stream", "Bearer client", "", `{}`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := &Upstream{Client: client, APIKey: tt.apiKey}
+			resp, err := u.Do(context.Background(), http.MethodPost, srv.URL+"/generate", tt.body, tt.header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTeapot {
+				t.Errorf("status %d: a non-2xx answer must come back as a response", resp.StatusCode)
+			}
+			if diff := cmp.Diff(tt.want, <-got, cmp.AllowUnexported(seen{})); diff != "" {
+				t.Errorf("request (-want +got):\n%s", diff)
+			}
+			if tt.header.Get("Authorization") != "Bearer client" {
+				t.Error("Do modified the caller's headers")
+			}
+		})
+	}
+}
+
+func TestNewHTTPClientNoRedirects(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	c := NewHTTPClient(HTTPClientOptions{})
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Errorf("status %d: the client followed a redirect", resp.StatusCode)
+	}
+	if c.Timeout != 0 {
+		t.Errorf("client has an overall Timeout %v", c.Timeout)
+	}
+	tr := c.Transport.(*upstreamTransport).http
+	if tr.MaxIdleConnsPerHost < 1024 || tr.ForceAttemptHTTP2 || tr.Proxy != nil {
+		t.Errorf("transport not tuned: %+v", tr)
+	}
+}
