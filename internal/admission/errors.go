@@ -46,7 +46,7 @@ var (
 // ErrCancelled, ctx.Err() and, when set, the context's cause.
 func cancelled(ctx context.Context) error {
 	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && cause != err {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 		return fmt.Errorf("%w: %w: %w", ErrCancelled, err, cause)
 	}
 	return fmt.Errorf("%w: %w", ErrCancelled, err)

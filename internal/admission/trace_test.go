@@ -55,7 +55,7 @@ func TestSpansCarryAttributes(t *testing.T) {
 			}
 			v := spanView{Name: s.Name, ChildOf: s.Parent.SpanID() == reqID, Attrs: map[string]string{}, Finished: !s.EndTime.IsZero()}
 			for _, kv := range s.Attributes {
-				v.Attrs[string(kv.Key)] = kv.Value.Emit()
+				v.Attrs[string(kv.Key)] = kv.Value.String()
 			}
 			got = append(got, v)
 		}

@@ -48,13 +48,6 @@ func sameWorkers(a, b []*worker.Worker) bool {
 	return true
 }
 
-// id interns url.
-func (ci *candIndex) id(url string) int32 {
-	ci.mu.Lock()
-	defer ci.mu.Unlock()
-	return ci.idLocked(url)
-}
-
 func (ci *candIndex) idLocked(url string) int32 {
 	if ci.ids == nil {
 		ci.ids = make(map[string]int32)

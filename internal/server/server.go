@@ -72,7 +72,7 @@ func NewHandlers(o Options) (*Handlers, error) {
 
 	if o.OpenAI != nil {
 		path, h := openaiv1connect.NewOpenAIServiceHandler(o.OpenAI, o.HandlerOptions...)
-		main.Handle(path, guard(h, o.InferenceAuth))
+		main.Handle(path, guardRPC(h, o.InferenceAuth))
 		services = append(services, openaiv1connect.OpenAIServiceName)
 	}
 	if o.REST != nil {
@@ -86,7 +86,7 @@ func NewHandlers(o Options) (*Handlers, error) {
 	}
 	if o.Admin != nil {
 		path, h := adminv1connect.NewAdminServiceHandler(o.Admin, o.HandlerOptions...)
-		adminMux.Handle(path, guard(h, o.AdminAuth))
+		adminMux.Handle(path, guardRPC(h, o.AdminAuth))
 		gw := runtime.NewServeMux(
 			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -139,29 +139,39 @@ func NewHandlers(o Options) (*Handlers, error) {
 	return hs, nil
 }
 
-// guard runs auth before h; failures are answered in the protocol the client speaks.
+// guard runs auth before a REST handler; failures get the OpenAI-shaped JSON body.
 func guard(h http.Handler, auth func(*http.Request) error) http.Handler {
 	if auth == nil {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := auth(r); err != nil {
-			writeProtocolError(w, r, apierror.From(err))
+			apierror.From(err).WriteHTTP(w)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// writeProtocolError answers a Connect/gRPC/gRPC-Web request with its protocol's error encoding and any
-// other request with the OpenAI-shaped JSON body.
-func writeProtocolError(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
-	eh := connect.NewErrorWriter()
-	if eh.IsSupported(r) {
-		_ = eh.Write(w, r, e.Connect())
-		return
+// guardRPC runs auth before a Connect handler; failures are answered in the RPC protocol the client
+// speaks (Connect, gRPC or gRPC-Web), with the machine code in the error details.
+func guardRPC(h http.Handler, auth func(*http.Request) error) http.Handler {
+	if auth == nil {
+		return h
 	}
-	e.WriteHTTP(w)
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := auth(r); err != nil {
+			e := apierror.From(err)
+			if ew.IsSupported(r) {
+				_ = ew.Write(w, r, e.Connect())
+				return
+			}
+			e.WriteHTTP(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func restErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {

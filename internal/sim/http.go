@@ -147,7 +147,7 @@ func readBody(r io.Reader, buf []byte) ([]byte, error) {
 		}
 		n, err := lr.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -344,6 +344,25 @@ func (e *Engine) appendGenerateResponse(b []byte, job *genJob, results []sampleR
 	return b
 }
 
+// appendInputLogprobs appends meta_info.input_token_logprobs: one [logprob, token position, null] entry per
+// prompt token, deterministic, on engines that computed the prompt; a decode engine in PD computed none.
+func appendInputLogprobs(b []byte, job *genJob, res *sampleResult) []byte {
+	b = append(b, `,"input_token_logprobs":[`...)
+	if !job.decodeRole {
+		for k := 0; k < res.promptTokens; k++ {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `[-0.`...)
+			b = appendInt(b, int64(k%9+1))
+			b = append(b, ',')
+			b = appendInt(b, int64(k))
+			b = append(b, `,null]`...)
+		}
+	}
+	return append(b, ']')
+}
+
 // appendGenerateObject appends one SGLang /generate result object; finished=false gives a streaming
 // chunk whose finish_reason is null.
 func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text string, finished bool) []byte {
@@ -376,6 +395,9 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 	b = appendInt(b, int64(res.completionTokens))
 	b = append(b, `,"cached_tokens":`...)
 	b = appendInt(b, int64(res.cachedTokens))
+	if finished && job.inputLogprobs {
+		b = appendInputLogprobs(b, job, res)
+	}
 	b = append(b, '}')
 	if finished && res.kvOut != nil {
 		b = append(b, `,"kv_transfer_params":`...)

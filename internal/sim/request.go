@@ -42,6 +42,7 @@ type apiRequest struct {
 	BootstrapRoom       json.RawMessage `json:"bootstrap_room"`
 	KVTransferParams    *kvParams       `json:"kv_transfer_params"`
 	RID                 json.RawMessage `json:"rid"`
+	ReturnLogprob       json.RawMessage `json:"return_logprob"`
 }
 
 type streamOptions struct {
@@ -87,6 +88,10 @@ type genJob struct {
 	samples      []sampleSpec
 	id           string
 	created      int64
+	// inputLogprobs: /generate asked for return_logprob. Only an engine that computed the prompt reports
+	// meta_info.input_token_logprobs (SGLang PD: the prefill leg; decode reports none).
+	inputLogprobs bool
+	decodeRole    bool
 }
 
 const maxN = 128
@@ -102,6 +107,10 @@ func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
 		return nil, badRequest("malformed JSON body: %v", err)
 	}
 	job := &genJob{api: api, stream: req.Stream, model: req.Model, id: ridString(req.RID)}
+	job.decodeRole = e.cfg.Role == RoleDecode
+	if api == apiGenerate && len(req.ReturnLogprob) > 0 && string(req.ReturnLogprob) != "false" && string(req.ReturnLogprob) != "null" {
+		job.inputLogprobs = true
+	}
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}

@@ -19,7 +19,6 @@ type Metrics struct {
 	retries           prometheus.Counter
 	workerActive      *prometheus.GaugeVec
 	workerHealth      *prometheus.GaugeVec
-	workerBreaker     *prometheus.GaugeVec
 	admissionInflight *prometheus.GaugeVec
 	admissionQueued   prometheus.Gauge
 	admissionWait     prometheus.Histogram
@@ -59,9 +58,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		workerHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_worker_healthy", Help: "1 when the worker is healthy (routable health state), else 0.",
 		}, []string{"worker"}),
-		workerBreaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_worker_circuit_breaker_state", Help: "Circuit breaker state per worker: 0 closed, 1 open, 2 half-open.",
-		}, []string{"worker"}),
 		admissionInflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_pd_prefill_admission_inflight", Help: "Prefill admission slots held per prefill worker.",
 		}, []string{"worker"}),
@@ -76,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.prefillDuration, m.upstream, m.retries,
-		m.workerActive, m.workerHealth, m.workerBreaker,
+		m.workerActive, m.workerHealth,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
 	return m
 }
@@ -130,11 +126,6 @@ func (m *Metrics) SetWorkerHealth(worker string, healthy bool) {
 	m.workerHealth.WithLabelValues(worker).Set(v)
 }
 
-// SetWorkerBreaker records a worker's circuit breaker state (0 closed, 1 open, 2 half-open).
-func (m *Metrics) SetWorkerBreaker(worker string, state int) {
-	m.workerBreaker.WithLabelValues(worker).Set(float64(state))
-}
-
 // SetInflight sets the admission slots held on worker.
 func (m *Metrics) SetInflight(worker string, n int) {
 	m.admissionInflight.WithLabelValues(worker).Set(float64(n))
@@ -154,6 +145,5 @@ func (m *Metrics) DeleteWorker(worker string) {
 	m.admissionInflight.DeleteLabelValues(worker)
 	m.workerActive.DeleteLabelValues(worker)
 	m.workerHealth.DeleteLabelValues(worker)
-	m.workerBreaker.DeleteLabelValues(worker)
 	m.upstream.DeletePartialMatch(prometheus.Labels{"worker": worker})
 }

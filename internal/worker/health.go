@@ -192,7 +192,7 @@ func (c *HealthChecker) round(ctx context.Context) {
 		case sem <- struct{}{}:
 			wg.Go(func() {
 				defer func() { <-sem }()
-				c.checkOnce(ctx, w)
+				_ = c.checkOnce(ctx, w) // apply() has recorded the outcome
 			})
 			continue
 		}

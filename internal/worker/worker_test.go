@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -165,7 +166,7 @@ func TestWaitIdleCancel(t *testing.T) {
 		go func() { done <- reg.WaitIdle(ctx, w.ID()) }()
 		synctest.Wait()
 		cancel()
-		if err := <-done; err != context.Canceled {
+		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("WaitIdle = %v, want context.Canceled", err)
 		}
 		if err := reg.WaitIdle(ctx, "nope"); err == nil {

@@ -1,0 +1,404 @@
+// Package app builds a sluice gateway from a validated config — registry, health checking, policies,
+// admission, dispatch, the four API surfaces, telemetry — and runs it until its context ends, then shuts
+// down gracefully. cmd/sluice only parses flags and calls it.
+package app
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/httpapi"
+	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/server"
+	"github.com/sluicegw/sluice/internal/telemetry"
+	"github.com/sluicegw/sluice/internal/worker"
+	adminsvc "github.com/sluicegw/sluice/services/admin"
+	openaisvc "github.com/sluicegw/sluice/services/openai"
+)
+
+// Version is the gateway's version string, reported in traces.
+const Version = "0.1.0"
+
+// Options add test and embedding hooks to the config.
+type Options struct {
+	Logger *slog.Logger
+	// TracerProvider overrides the one built from the config (tests inject an in-memory exporter).
+	TracerProvider *telemetry.TracerProvider
+}
+
+// App is one running gateway.
+type App struct {
+	cfg        *config.Config
+	logger     *slog.Logger
+	Registry   *worker.Registry
+	Admission  *admission.Controller
+	Policies   *placement.Set
+	Dispatcher *dispatch.Dispatcher
+	Metrics    *telemetry.Metrics
+	Prom       *prometheus.Registry
+	checker    *worker.HealthChecker
+	discovery  *dispatch.Discovery
+	tp         *telemetry.TracerProvider
+	handlers   *server.Handlers
+
+	main, admin *server.Server
+	unsubscribe func()
+	wg          sync.WaitGroup
+	stop        context.CancelFunc
+}
+
+// New builds the gateway; nothing listens until Start.
+func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &App{cfg: cfg, logger: logger}
+	a.Prom = telemetry.NewRegistry()
+	a.Metrics = telemetry.NewMetrics(a.Prom)
+	a.tp = o.TracerProvider
+	if a.tp == nil {
+		tp, err := telemetry.NewTracerProvider(ctx, cfg.Telemetry.OTLPTracesEndpoint, cfg.Telemetry.TraceSampleRatio, Version)
+		if err != nil {
+			return nil, err
+		}
+		a.tp = tp
+	}
+	tracer := a.tp.Tracer("github.com/sluicegw/sluice")
+
+	a.Registry = worker.NewRegistry(worker.RegistryOptions{
+		Logger: logger,
+		Breaker: worker.BreakerConfig{
+			FailureThreshold: cfg.Breaker.FailureThreshold,
+			SuccessThreshold: cfg.Breaker.SuccessThreshold,
+			Timeout:          cfg.Breaker.Timeout,
+			Disabled:         cfg.Breaker.Disabled,
+		},
+		StartReady: cfg.Health.Disabled,
+	})
+	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	endpoint := cfg.Health.Endpoint
+	probe := worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
+		return backend.Probe(ctx, httpClient, w.URL(), endpoint)
+	})
+	checker, err := worker.NewHealthChecker(a.Registry, probe, worker.HealthConfig{
+		Interval:         cfg.Health.Interval,
+		Timeout:          cfg.Health.Timeout,
+		SuccessThreshold: cfg.Health.SuccessThreshold,
+		FailureThreshold: cfg.Health.FailureThreshold,
+		Endpoint:         cfg.Health.Endpoint,
+		Disabled:         cfg.Health.Disabled,
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	a.checker = checker
+
+	a.Policies, err = placement.NewSet(placement.Config{
+		Policy:              cfg.Placement.Policy,
+		PrefillPolicy:       cfg.Placement.PrefillPolicy,
+		DecodePolicy:        cfg.Placement.DecodePolicy,
+		CacheThreshold:      cfg.Placement.CacheThreshold,
+		BalanceAbsThreshold: int64(cfg.Placement.BalanceAbsThreshold),
+		BalanceRelThreshold: cfg.Placement.BalanceRelThreshold,
+		MaxTreeSize:         cfg.Placement.MaxTreeSize,
+		EvictionInterval:    cfg.Placement.EvictionInterval,
+		VirtualNodes:        cfg.Placement.VirtualNodes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Admission, err = admission.New(admission.Settings{
+		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
+		QueueSize:            cfg.Admission.QueueSize,
+		QueueTimeout:         cfg.Admission.QueueTimeout,
+	}, admission.Deps{Metrics: admissionMetrics{a.Metrics}, Tracer: tracer})
+	if err != nil {
+		return nil, err
+	}
+	attempts := cfg.Retry.MaxRetries
+	if cfg.Retry.Disabled {
+		attempts = 1
+	}
+	a.Dispatcher, err = dispatch.New(dispatch.Config{
+		PD:             cfg.Mode() == config.ModePD,
+		RequestTimeout: cfg.Server.RequestTimeout,
+		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
+			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
+			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
+		}},
+	}, dispatch.Deps{
+		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
+		HTTP: httpClient, Metrics: a.Metrics, Tracer: tracer,
+		Propagator: telemetry.Propagator(), Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var models []string
+	if cfg.Workers.ModelID != "" {
+		models = []string{cfg.Workers.ModelID}
+	}
+	a.discovery = &dispatch.Discovery{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime), DefaultModels: models}
+	a.unsubscribe = a.Registry.Subscribe(a.onEvent)
+	telemetry.RegisterBreakerCollector(a.Prom, func() []telemetry.BreakerSample {
+		now := time.Now()
+		all := a.Registry.Snapshot().All()
+		out := make([]telemetry.BreakerSample, len(all))
+		for i, w := range all {
+			out[i] = telemetry.BreakerSample{Worker: w.URL(), State: int(w.Breaker().State(now))}
+		}
+		return out
+	})
+
+	admin := adminsvc.New(adminsvc.Deps{
+		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Discovery: a.discovery,
+		HTTP: httpClient, Logger: logger,
+	})
+	openai := openaisvc.New(a.Dispatcher)
+	rest := httpapi.New(httpapi.Options{
+		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
+		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger,
+	})
+	a.handlers, err = server.NewHandlers(server.Options{
+		Logger:        logger,
+		Admin:         admin,
+		AdminAuth:     bearer(cfg.Server.AdminAPIKey.Value(), "admin API key"),
+		OpenAI:        openai,
+		InferenceAuth: bearer(cfg.Server.APIKey.Value(), "API key"),
+		REST:          rest,
+		Metrics:       telemetry.MetricsHandler(a.Prom),
+		Ready:         a.Ready,
+		SeparateAdmin: cfg.Server.AdminPort != 0,
+		HandlerOptions: []connect.HandlerOption{
+			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
+			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator()}),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Handler is the main port's handler (tests can serve it themselves).
+func (a *App) Handler() http.Handler { return a.handlers.Main }
+
+// bearer returns an auth check comparing the bearer token in constant time; nil when key is empty.
+func bearer(key, what string) func(*http.Request) error {
+	if key == "" {
+		return nil
+	}
+	want := []byte(key)
+	return func(r *http.Request) error {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			return apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized, "missing or invalid "+what+" (Authorization: Bearer <key>)", nil)
+		}
+		return nil
+	}
+}
+
+// onEvent keeps admission, policies and metrics in step with the registry. It must not block.
+func (a *App) onEvent(ev worker.Event) {
+	url := ev.Worker.URL()
+	switch ev.Kind {
+	case worker.EventRemoved:
+		a.Admission.RemoveWorker(url)
+		a.Policies.Forget(url)
+		a.Metrics.DeleteWorker(url)
+	case worker.EventReplaced:
+		if ev.Prev != nil && ev.Prev.URL() != url {
+			a.Admission.RemoveWorker(ev.Prev.URL())
+			a.Metrics.DeleteWorker(ev.Prev.URL())
+		}
+		a.Policies.Forget(url)
+	case worker.EventAdded, worker.EventHealthChanged:
+		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
+	}
+	a.Admission.Wake()
+}
+
+// Ready reports whether the gateway can serve: in PD mode at least one healthy prefill and one healthy
+// decode worker, else at least one healthy regular worker.
+func (a *App) Ready() error {
+	snap := a.Registry.Snapshot()
+	now := time.Now()
+	healthy := func(role worker.Role) bool {
+		for _, w := range snap.ByRole(role) {
+			if w.Routable(now) {
+				return true
+			}
+		}
+		return false
+	}
+	if a.cfg.Mode() == config.ModePD {
+		if !healthy(worker.RolePrefill) {
+			return errors.New("no healthy prefill worker")
+		}
+		if !healthy(worker.RoleDecode) {
+			return errors.New("no healthy decode worker")
+		}
+		return nil
+	}
+	if !healthy(worker.RoleRegular) {
+		return errors.New("no healthy worker")
+	}
+	return nil
+}
+
+// Start registers the configured workers, starts the background loops and listens.
+func (a *App) Start(ctx context.Context) error {
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a.stop = stop
+	if err := a.registerInitial(ctx); err != nil {
+		stop()
+		return err
+	}
+	a.wg.Add(2)
+	go func() { defer a.wg.Done(); a.checker.Run(bg) }()
+	go func() { defer a.wg.Done(); a.Policies.Run(bg) }()
+
+	host := a.cfg.Server.Host
+	var err error
+	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.logger)
+	if err != nil {
+		a.stopBackground()
+		return fmt.Errorf("listen: %w", err)
+	}
+	a.serve(a.main)
+	if a.handlers.Admin != nil {
+		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.logger)
+		if err != nil {
+			_ = a.main.Shutdown(context.Background())
+			a.stopBackground()
+			return fmt.Errorf("listen admin: %w", err)
+		}
+		a.serve(a.admin)
+	}
+	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled())
+	return nil
+}
+
+func (a *App) serve(s *server.Server) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := s.Serve(); err != nil {
+			a.logger.Error("server stopped", "err", err)
+		}
+	}()
+}
+
+// Addr is the main listener's address (after Start).
+func (a *App) Addr() string { return a.main.Addr().String() }
+
+// AdminAddr is the admin listener's address, or the main one when the admin API shares it.
+func (a *App) AdminAddr() string {
+	if a.admin != nil {
+		return a.admin.Addr().String()
+	}
+	return a.Addr()
+}
+
+func (a *App) registerInitial(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(a.cfg.Workers.Initial))
+	for i, wf := range a.cfg.Workers.Initial {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			role, err := worker.ParseRole(wf.Role)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort}
+			spec = a.discovery.Complete(ctx, spec)
+			w, err := a.Registry.Add(spec)
+			if err != nil {
+				errs[i] = fmt.Errorf("worker %s: %w", wf.URL, err)
+				return
+			}
+			_, _ = a.checker.CheckNow(ctx, w.ID())
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (a *App) stopBackground() {
+	if a.stop != nil {
+		a.stop()
+	}
+	a.wg.Wait()
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends, then stops everything.
+func (a *App) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, s := range []*server.Server{a.main, a.admin} {
+		if s != nil {
+			if err := s.Shutdown(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	a.stopBackground()
+	if a.unsubscribe != nil {
+		a.unsubscribe()
+	}
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := a.tp.Shutdown(flushCtx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the gateway and serves until ctx ends, then shuts down within the grace period.
+func Run(ctx context.Context, cfg *config.Config, o Options) error {
+	a, err := New(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	if o.Logger != nil {
+		o.Logger.Info("shutting down", "grace_period", cfg.Server.ShutdownGracePeriod)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownGracePeriod)
+	defer cancel()
+	return a.Shutdown(sctx)
+}
+
+// admissionMetrics adapts telemetry.Metrics to admission.Metrics.
+type admissionMetrics struct{ m *telemetry.Metrics }
+
+func (a admissionMetrics) SetInflight(w string, n int)      { a.m.SetInflight(w, n) }
+func (a admissionMetrics) DeleteWorker(w string)            { a.m.DeleteWorker(w) }
+func (a admissionMetrics) SetQueued(n int)                  { a.m.SetQueued(n) }
+func (a admissionMetrics) ObserveWait(d time.Duration)      { a.m.ObserveWait(d) }
+func (a admissionMetrics) IncRejection(o admission.Outcome) { a.m.IncRejectionReason(o.String()) }

@@ -1,0 +1,78 @@
+// Package cli implements the sluice command's subcommands; cmd/sluice only hands it the arguments and
+// a context that ends on SIGINT/SIGTERM.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/config"
+)
+
+const usage = `sluice — LLM inference gateway for prefill/decode disaggregated serving
+
+Usage:
+  sluice serve [flags]        run the gateway (sluice serve --help lists every flag and default)
+  sluice demo [flags]         run the gateway with 2 prefill + 2 decode simulated engines
+  sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
+  sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
+  sluice version              print the version
+`
+
+// Main runs one subcommand and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "demo":
+		err = demo(ctx, args[1:], stdout, stderr)
+	case "workers":
+		err = workersCmd(ctx, args[1:], stdout, stderr)
+	case "admission":
+		err = admissionCmd(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "sluice", app.Version)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewLogger builds the process logger from the telemetry config.
+func NewLogger(w io.Writer, t config.TelemetryConfig) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: t.LogLevel}
+	if t.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := config.Parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := NewLogger(stderr, cfg.Telemetry)
+	logger.Info("starting sluice", "version", app.Version, "config", cfg)
+	return app.Run(ctx, cfg, app.Options{Logger: logger})
+}

@@ -1,0 +1,46 @@
+package dispatch
+
+import (
+	"io"
+	"net/http"
+
+	"github.com/sluicegw/sluice/internal/backend"
+)
+
+// Route is an inference endpoint.
+type Route = backend.Route
+
+// The inference routes.
+const (
+	RouteChat        = backend.RouteChat
+	RouteCompletions = backend.RouteCompletions
+	RouteGenerate    = backend.RouteGenerate
+)
+
+// Request is one client request as the surfaces hand it to dispatch.
+type Request struct {
+	Route Route
+	// Body is the client's JSON, unknown fields preserved; dispatch rewrites copies of it per leg.
+	Body []byte
+	// Header carries the client's headers; only an allow-list goes upstream.
+	Header http.Header
+	// RequestID names the request in logs and upstream (x-request-id); generated when empty.
+	RequestID string
+}
+
+// Response is the decode (or regular) worker's response, ready to relay. The caller must Close it:
+// Close ends the request — it cancels whatever still runs, releases every guard and ends the spans.
+type Response struct {
+	// Status is the upstream status (2xx; failures come back as errors).
+	Status int
+	// Header holds the headers to relay (content type and sluice's worker headers).
+	Header http.Header
+	// Body streams the response. For SSE responses, Stream is true.
+	Body io.ReadCloser
+	// Stream reports an SSE response.
+	Stream bool
+	// Model is the request's model.
+	Model string
+	// Worker and PrefillWorker are the URLs of the workers that served.
+	Worker, PrefillWorker string
+}

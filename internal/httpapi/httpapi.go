@@ -1,0 +1,205 @@
+// Package httpapi is the OpenAI-compatible REST surface: POST /v1/chat/completions, /v1/completions and
+// /generate, GET /v1/models. It is hand-written because it must be byte-compatible with the official
+// SDKs: the engine's JSON is relayed as is, SSE frame by frame with a flush per frame, and unknown request
+// fields reach the engine untouched. No status line is written before dispatch has admitted the request
+// and the decode response head has arrived, so an admission 429 is a real HTTP 429.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/dispatch"
+)
+
+// Metrics are the request metrics the surface records.
+type Metrics interface {
+	ObserveRequest(route, model string, status int, d time.Duration)
+	ObserveTTFT(route string, d time.Duration)
+}
+
+// Options configure the surface.
+type Options struct {
+	Dispatcher *dispatch.Dispatcher
+	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 512 MiB.
+	MaxPayloadSize int64
+	Metrics        Metrics
+	Tracer         trace.Tracer
+	Propagator     propagation.TextMapPropagator
+	Logger         *slog.Logger
+}
+
+// Handler serves the OpenAI REST routes.
+type Handler struct {
+	o   Options
+	mux *http.ServeMux
+	// created is the "created" time reported for models: sluice cannot know when an engine loaded one.
+	created int64
+}
+
+// New builds the handler.
+func New(o Options) *Handler {
+	if o.MaxPayloadSize <= 0 {
+		o.MaxPayloadSize = 512 << 20
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if o.Propagator == nil {
+		o.Propagator = propagation.TraceContext{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{o: o, mux: http.NewServeMux(), created: time.Now().Unix()}
+	h.mux.Handle("POST /v1/chat/completions", h.inference(dispatch.RouteChat, "/v1/chat/completions"))
+	h.mux.Handle("POST /v1/completions", h.inference(dispatch.RouteCompletions, "/v1/completions"))
+	h.mux.Handle("POST /generate", h.inference(dispatch.RouteGenerate, "/generate"))
+	h.mux.HandleFunc("GET /v1/models", h.models)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		st, msg := http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path
+		switch r.URL.Path {
+		case "/v1/chat/completions", "/v1/completions", "/generate", "/v1/models":
+			st, msg = http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path
+		}
+		apierror.New(st, apierror.CodeNotFound, msg, nil).WriteHTTP(w)
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
+	spanName := "POST " + name
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.route", name)))
+		defer span.End()
+
+		rec := &recorder{h: h, route: name, start: start, span: span}
+		defer rec.finish()
+
+		buf := bodyPool.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer bodyPool.Put(buf)
+		if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.o.MaxPayloadSize)); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				rec.fail(w, apierror.New(http.StatusRequestEntityTooLarge, apierror.CodePayloadTooLarge,
+					"request body exceeds the maximum payload size of "+strconv.FormatInt(mbe.Limit, 10)+" bytes", err))
+				return
+			}
+			rec.fail(w, apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, "could not read the request body", err))
+			return
+		}
+		// Dispatch may keep rewritten copies of the body, never this buffer: it goes back to the pool.
+		body := buf.Bytes()
+
+		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
+		if err != nil {
+			rec.fail(w, apierror.From(err))
+			return
+		}
+		defer resp.Body.Close()
+		rec.model = resp.Model
+		rec.status = resp.Status
+		relay(r.Context(), w, resp, rec, h.o.Logger)
+	})
+}
+
+// recorder records the request's metrics and span status once.
+type recorder struct {
+	h         *Handler
+	route     string
+	model     string
+	status    int
+	start     time.Time
+	span      trace.Span
+	firstByte bool
+}
+
+func (r *recorder) fail(w http.ResponseWriter, e *apierror.Error) {
+	r.status = e.Status
+	if e.Status >= 500 {
+		r.span.SetStatus(codes.Error, e.Message)
+	}
+	r.span.SetAttributes(attribute.String("sluice.error.code", e.Code))
+	e.WriteHTTP(w)
+}
+
+func (r *recorder) wroteFirstByte() {
+	if !r.firstByte {
+		r.firstByte = true
+		if r.h.o.Metrics != nil {
+			r.h.o.Metrics.ObserveTTFT(r.route, time.Since(r.start))
+		}
+	}
+}
+
+func (r *recorder) finish() {
+	r.span.SetAttributes(attribute.Int("http.response.status_code", r.status))
+	if r.h.o.Metrics != nil {
+		r.h.o.Metrics.ObserveRequest(r.route, r.model, r.status, time.Since(r.start))
+	}
+}
+
+func copyHeaders(w http.ResponseWriter, resp *dispatch.Response) {
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	if resp.Stream {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		h.Del("Content-Length")
+	}
+}
+
+// relay copies the decode response to the client. A non-streaming body is copied as is; an SSE body is
+// relayed frame by frame with a flush per frame. If the upstream fails mid-stream, the client gets an SSE
+// error frame (the status line is long gone).
+func relay(ctx context.Context, w http.ResponseWriter, resp *dispatch.Response, rec *recorder, logger *slog.Logger) {
+	copyHeaders(w, resp)
+	w.WriteHeader(resp.Status)
+	if !resp.Stream {
+		bp := copyBufPool.Get().(*[]byte)
+		defer copyBufPool.Put(bp)
+		n, err := io.CopyBuffer(firstByteWriter{w, rec}, resp.Body, *bp)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			logger.Debug("relay ended early", "err", err, "bytes", n)
+		}
+		return
+	}
+	relaySSE(ctx, w, resp.Body, rec, logger)
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+type firstByteWriter struct {
+	w   http.ResponseWriter
+	rec *recorder
+}
+
+func (f firstByteWriter) Write(p []byte) (int, error) {
+	f.rec.wroteFirstByte()
+	return f.w.Write(p)
+}

@@ -1,0 +1,66 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+)
+
+// relaySSE relays an SSE body frame by frame, flushing after each. The engine's frames are forwarded as
+// they are (data payload unchanged). If the upstream ends without [DONE] because of an error, the client
+// gets an OpenAI-shaped error frame: the status line went out long ago.
+func relaySSE(ctx context.Context, w http.ResponseWriter, body io.Reader, rec *recorder, logger *slog.Logger) {
+	rc := http.NewResponseController(w)
+	r := backend.NewSSEReader(body)
+	buf := make([]byte, 0, 1024)
+	for {
+		data, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if ctx.Err() != nil {
+				logger.Debug("client went away mid-stream", "err", err)
+				return
+			}
+			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "stream interrupted: "+err.Error(), err)
+			buf = backend.AppendSSE(buf[:0], e.JSON())
+			_, _ = w.Write(buf)
+			_ = rc.Flush()
+			return
+		}
+		buf = backend.AppendSSE(buf[:0], data)
+		rec.wroteFirstByte()
+		if _, err := w.Write(buf); err != nil {
+			return // client gone; closing the body cancels the legs
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		if backend.IsDone(data) {
+			return
+		}
+	}
+}
+
+func (h *Handler) models(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range h.o.Dispatcher.Models() {
+		out.Data = append(out.Data, model{ID: m, Object: "model", Created: h.created, OwnedBy: "sluice"})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,414 @@
+// Package admin implements sluice.admin.v1.AdminService over the core: the worker registry, health
+// checking and prefill admission. The same value serves Connect, gRPC, gRPC-Web and (through
+// grpc-gateway) REST; core errors become wire codes only through internal/apierror.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// Deps are the core pieces the admin API manages.
+type Deps struct {
+	Registry  *worker.Registry
+	Admission *admission.Controller
+	Checker   *worker.HealthChecker
+	Discovery *dispatch.Discovery
+	// HTTP calls the engines (grpc:// workers through backend's worker-protocol transport).
+	HTTP   *http.Client
+	Logger *slog.Logger
+	// FanoutTimeout bounds each worker call of GetLoads and FlushCache; default 5 s.
+	FanoutTimeout time.Duration
+}
+
+// Service implements the admin API.
+type Service struct {
+	adminv1.UnimplementedAdminServiceServer
+	d Deps
+
+	// drains owns the goroutines that remove drained workers once idle.
+	drainMu sync.Mutex
+	drains  map[string]context.CancelFunc
+}
+
+// New builds the service.
+func New(d Deps) *Service {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.FanoutTimeout <= 0 {
+		d.FanoutTimeout = 5 * time.Second
+	}
+	return &Service{d: d, drains: map[string]context.CancelFunc{}}
+}
+
+func wire(err error) error {
+	if err == nil {
+		return nil
+	}
+	return apierror.From(err).Connect()
+}
+
+func invalid(param, format string, args ...any) error {
+	return apierror.InvalidRequest(param, fmt.Sprintf(format, args...)).Connect()
+}
+
+// inflight returns the admission slots held per worker URL.
+func (s *Service) inflight() map[string]int {
+	if s.d.Admission == nil {
+		return nil
+	}
+	return s.d.Admission.Status().Inflight
+}
+
+func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Worker {
+	spec := w.Spec()
+	return &adminv1.Worker{
+		Id:                w.ID(),
+		Url:               w.URL(),
+		Role:              string(w.Role()),
+		Protocol:          string(w.Protocol()),
+		Models:            w.Models(),
+		BootstrapPort:     uint32(spec.BootstrapPort),
+		Labels:            spec.Labels,
+		Health:            w.Health().String(),
+		CircuitBreaker:    w.Breaker().State(time.Now()).String(),
+		Load:              w.Load(),
+		AdmissionInflight: int64(inflight[w.URL()]),
+		HasApiKey:         spec.APIKey != "",
+	}
+}
+
+// ListWorkers lists workers, filtered by role, model and health.
+func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest) (*adminv1.ListWorkersResponse, error) {
+	if req.GetRole() != "" {
+		if _, err := worker.ParseRole(req.GetRole()); err != nil {
+			return nil, invalid("role", "%v", err)
+		}
+	}
+	out := &adminv1.ListWorkersResponse{Workers: []*adminv1.Worker{}}
+	inflight := s.inflight()
+	for _, w := range s.d.Registry.Snapshot().All() {
+		if req.GetRole() != "" && string(w.Role()) != req.GetRole() {
+			continue
+		}
+		if req.GetModel() != "" && !w.ServesModel(req.GetModel()) {
+			continue
+		}
+		if req.GetHealth() != "" && w.Health().String() != req.GetHealth() {
+			continue
+		}
+		out.Workers = append(out.Workers, s.toProto(w, inflight))
+	}
+	return out, nil
+}
+
+func (s *Service) get(id string) (*worker.Worker, error) {
+	if id == "" {
+		return nil, invalid("id", "worker id is required")
+	}
+	w, ok := s.d.Registry.Get(id)
+	if !ok {
+		return nil, wire(fmt.Errorf("%w: %s", worker.ErrNotFound, id))
+	}
+	return w, nil
+}
+
+// GetWorker returns one worker.
+func (s *Service) GetWorker(_ context.Context, req *adminv1.GetWorkerRequest) (*adminv1.GetWorkerResponse, error) {
+	w, err := s.get(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetWorkerResponse{Worker: s.toProto(w, s.inflight())}, nil
+}
+
+// AddWorker validates the spec, fills in protocol and models from the engine when not given, registers
+// the worker (Pending) and probes it at once so that a healthy engine becomes routable without waiting
+// for the next health round.
+func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) (*adminv1.AddWorkerResponse, error) {
+	ws := req.GetWorker()
+	if ws == nil || ws.GetUrl() == "" {
+		return nil, invalid("url", "worker url is required")
+	}
+	role, err := worker.ParseRole(ws.GetRole())
+	if err != nil {
+		return nil, invalid("role", "%v", err)
+	}
+	spec := worker.Spec{
+		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
+		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(),
+	}
+	if ws.GetProtocol() != "" {
+		p, err := worker.ParseProtocol(ws.GetProtocol())
+		if err != nil {
+			return nil, invalid("protocol", "%v", err)
+		}
+		spec.Protocol = p
+	}
+	check := spec
+	if check.Protocol == "" {
+		check.Protocol = worker.ProtocolSGLang // detected below; validate the rest now
+	}
+	if err := check.Validate(); err != nil {
+		return nil, invalid("url", "%v", err)
+	}
+	if _, dup := s.d.Registry.Snapshot().ByURL(normalizedURL(spec)); dup {
+		return nil, wire(fmt.Errorf("%w: %s", worker.ErrAlreadyExists, spec.URL))
+	}
+	if s.d.Discovery != nil {
+		spec = s.d.Discovery.Complete(ctx, spec)
+	}
+	w, err := s.d.Registry.Add(spec)
+	if err != nil {
+		return nil, wire(err)
+	}
+	if s.d.Checker != nil {
+		_, _ = s.d.Checker.CheckNow(ctx, w.ID())
+	}
+	s.d.Logger.Info("worker added", "id", w.ID(), "url", w.URL(), "role", w.Role())
+	return &adminv1.AddWorkerResponse{Worker: s.toProto(w, s.inflight())}, nil
+}
+
+func normalizedURL(spec worker.Spec) string {
+	n, err := spec.Normalized()
+	if err != nil {
+		return spec.URL
+	}
+	return n.URL
+}
+
+// UpdateWorker changes labels and the bootstrap port.
+func (s *Service) UpdateWorker(_ context.Context, req *adminv1.UpdateWorkerRequest) (*adminv1.UpdateWorkerResponse, error) {
+	w, err := s.get(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if req.BootstrapPort != nil {
+		if w.Role() != worker.RolePrefill && req.GetBootstrapPort() != 0 {
+			return nil, invalid("bootstrap_port", "only prefill workers have a bootstrap port")
+		}
+		if req.GetBootstrapPort() > 65535 {
+			return nil, invalid("bootstrap_port", "bootstrap port %d out of range", req.GetBootstrapPort())
+		}
+	}
+	err = s.d.Registry.Update(w.ID(), func(spec *worker.Spec) {
+		if req.GetReplaceLabels() {
+			spec.Labels = maps.Clone(req.GetLabels())
+		} else if len(req.GetLabels()) > 0 {
+			if spec.Labels == nil {
+				spec.Labels = map[string]string{}
+			}
+			for k, v := range req.GetLabels() {
+				if v == "" {
+					delete(spec.Labels, k)
+				} else {
+					spec.Labels[k] = v
+				}
+			}
+		}
+		if req.BootstrapPort != nil {
+			spec.BootstrapPort = int(req.GetBootstrapPort())
+		}
+	})
+	if err != nil {
+		return nil, wire(err)
+	}
+	w, _ = s.d.Registry.Get(w.ID())
+	return &adminv1.UpdateWorkerResponse{Worker: s.toProto(w, s.inflight())}, nil
+}
+
+// DrainWorker stops routing to a worker; with remove_when_idle it is removed once its in-flight requests
+// have finished (at once when idle).
+func (s *Service) DrainWorker(ctx context.Context, req *adminv1.DrainWorkerRequest) (*adminv1.DrainWorkerResponse, error) {
+	w, err := s.get(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.d.Registry.Drain(w.ID()); err != nil && !errors.Is(err, worker.ErrDraining) {
+		return nil, wire(err)
+	}
+	out := &adminv1.DrainWorkerResponse{Worker: s.toProto(w, s.inflight())}
+	if req.GetRemoveWhenIdle() {
+		if w.Load() == 0 {
+			if err := s.d.Registry.Remove(w.ID()); err != nil && !errors.Is(err, worker.ErrNotFound) {
+				return nil, wire(err)
+			}
+			return out, nil
+		}
+		s.removeWhenIdle(w.ID())
+	}
+	return out, nil
+}
+
+// removeWhenIdle starts (once per worker) a goroutine that removes the worker when its load reaches 0.
+// Close stops them.
+func (s *Service) removeWhenIdle(id string) {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	if _, running := s.drains[id]; running || s.drains == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.drains[id] = cancel
+	go func() {
+		defer func() {
+			s.drainMu.Lock()
+			delete(s.drains, id)
+			s.drainMu.Unlock()
+			cancel()
+		}()
+		if err := s.d.Registry.WaitIdle(ctx, id); err != nil {
+			return
+		}
+		if err := s.d.Registry.Remove(id); err == nil {
+			s.d.Logger.Info("drained worker removed", "id", id)
+		}
+	}()
+}
+
+// Close stops pending drain-then-remove goroutines.
+func (s *Service) Close() {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	for _, cancel := range s.drains {
+		cancel()
+	}
+}
+
+// RemoveWorker unregisters a worker at once.
+func (s *Service) RemoveWorker(_ context.Context, req *adminv1.RemoveWorkerRequest) (*adminv1.RemoveWorkerResponse, error) {
+	w, err := s.get(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	out := s.toProto(w, s.inflight())
+	if err := s.d.Registry.Remove(w.ID()); err != nil {
+		return nil, wire(err)
+	}
+	return &adminv1.RemoveWorkerResponse{Worker: out}, nil
+}
+
+func (s *Service) status() *adminv1.AdmissionStatus {
+	st := s.d.Admission.Status()
+	out := &adminv1.AdmissionStatus{
+		Enabled: st.Settings.Enabled(),
+		Settings: &adminv1.AdmissionSettings{
+			MaxInflightPerWorker: int32(st.Settings.MaxInflightPerWorker),
+			QueueSize:            int32(st.Settings.QueueSize),
+			QueueTimeout:         durationpb.New(st.Settings.QueueTimeout),
+		},
+		Queued:         int32(st.QueuedTotal),
+		WaitP50Seconds: st.Wait.P50.Seconds(),
+		WaitP90Seconds: st.Wait.P90.Seconds(),
+		WaitP99Seconds: st.Wait.P99.Seconds(),
+		Rejections:     map[string]int64{},
+	}
+	for _, m := range slices.Sorted(maps.Keys(st.Queued)) {
+		out.Queues = append(out.Queues, &adminv1.QueueState{Model: m, Queued: int32(st.Queued[m])})
+	}
+	for _, u := range slices.Sorted(maps.Keys(st.Inflight)) {
+		out.Workers = append(out.Workers, &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u])})
+	}
+	for k, v := range st.Rejections {
+		out.Rejections[k] = int64(v)
+	}
+	return out
+}
+
+// GetAdmission returns settings and live state.
+func (s *Service) GetAdmission(context.Context, *adminv1.GetAdmissionRequest) (*adminv1.GetAdmissionResponse, error) {
+	return &adminv1.GetAdmissionResponse{Status: s.status()}, nil
+}
+
+// UpdateAdmission applies new settings at once; unset fields keep their value.
+func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissionRequest) (*adminv1.UpdateAdmissionResponse, error) {
+	set := s.d.Admission.Settings()
+	if req.MaxInflightPerWorker != nil {
+		set.MaxInflightPerWorker = int(req.GetMaxInflightPerWorker())
+	}
+	if req.QueueSize != nil {
+		if req.GetQueueSize() < 0 {
+			return nil, invalid("queue_size", "queue_size must be >= 0, got %d", req.GetQueueSize())
+		}
+		set.QueueSize = int(req.GetQueueSize())
+	}
+	if req.QueueTimeout != nil {
+		if err := req.GetQueueTimeout().CheckValid(); err != nil {
+			return nil, invalid("queue_timeout", "%v", err)
+		}
+		d := req.GetQueueTimeout().AsDuration()
+		if d <= 0 {
+			return nil, invalid("queue_timeout", "queue_timeout must be positive, got %s", d)
+		}
+		set.QueueTimeout = d
+	}
+	if err := s.d.Admission.Update(set); err != nil {
+		return nil, invalid("max_inflight_per_worker", "%v", err)
+	}
+	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout)
+	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
+}
+
+// GetLoads asks every worker for its load, in parallel, each call bounded by FanoutTimeout.
+func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*adminv1.GetLoadsResponse, error) {
+	ws := s.d.Registry.Snapshot().All()
+	out := make([]*adminv1.WorkerLoad, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, s.d.FanoutTimeout)
+			defer cancel()
+			l := &adminv1.WorkerLoad{Id: w.ID(), Url: w.URL()}
+			load, err := backend.FetchLoad(cctx, s.d.HTTP, w.URL())
+			if err != nil {
+				l.Error = err.Error()
+			} else {
+				l.RunningRequests, l.WaitingRequests, l.KvUsage = int32(load.Running), int32(load.Waiting), load.KVUsage
+			}
+			out[i] = l
+		}()
+	}
+	wg.Wait()
+	return &adminv1.GetLoadsResponse{Loads: out}, nil
+}
+
+// FlushCache asks every worker to flush its prefix cache; failures are reported per worker.
+func (s *Service) FlushCache(ctx context.Context, _ *adminv1.FlushCacheRequest) (*adminv1.FlushCacheResponse, error) {
+	ws := s.d.Registry.Snapshot().All()
+	out := make([]*adminv1.FlushResult, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, s.d.FanoutTimeout)
+			defer cancel()
+			r := &adminv1.FlushResult{Id: w.ID(), Url: w.URL(), Ok: true}
+			if err := backend.FlushCache(cctx, s.d.HTTP, w.URL()); err != nil {
+				r.Ok, r.Error = false, err.Error()
+			}
+			out[i] = r
+		}()
+	}
+	wg.Wait()
+	return &adminv1.FlushCacheResponse{Results: out}, nil
+}

@@ -1,0 +1,132 @@
+// Package e2e holds end-to-end suites: the gateway and simulated engines run on loopback, in-process,
+// with real listeners, and real clients (openai-go, Connect, grpc-go, plain HTTP) talk to them.
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The OpenAI SDK's and net/http's idle keep-alive connections close on their own timers.
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("SLUICE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// gateway is a running in-process gateway.
+type gateway struct {
+	*app.App
+	URL string
+}
+
+// startGateway parses args as `sluice serve` flags (with --host 127.0.0.1 --port 0 prepended) and starts
+// the gateway; it is shut down when the test ends.
+func startGateway(t *testing.T, o app.Options, args ...string) *gateway {
+	t.Helper()
+	all := append([]string{"--host", "127.0.0.1", "--port", "0", "--shutdown-grace-period-secs", "5"}, args...)
+	cfg, err := config.Parse(all, io.Discard)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if o.Logger == nil {
+		o.Logger = testLogger(t)
+	}
+	ctx := context.Background()
+	a, err := app.New(ctx, cfg, o)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return &gateway{App: a, URL: "http://" + a.Addr()}
+}
+
+// startCluster starts simulated engines, closed when the test ends.
+func startCluster(t *testing.T, cc sim.ClusterConfig) *sim.Cluster {
+	t.Helper()
+	cc.Logger = testLogger(t)
+	c, err := sim.StartCluster(context.Background(), cc)
+	if err != nil {
+		t.Fatalf("sim cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// pdArgs returns the serve flags registering a cluster's engines as PD workers.
+func pdArgs(c *sim.Cluster) []string {
+	var args []string
+	for _, e := range c.ByRole(sim.RolePrefill) {
+		args = append(args, "--prefill", e.URL())
+		if p := e.BootstrapPort(); p > 0 {
+			args = append(args, strconv.Itoa(p))
+		}
+	}
+	for _, e := range c.ByRole(sim.RoleDecode) {
+		args = append(args, "--decode", e.URL())
+	}
+	return args
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation: cond is re-checked
+	}
+}
+
+func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
+	"github.com/sluicegw/sluice/gen/sluice/openai/v1/openaiv1connect"
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/telemetry"
+)
+
+// TestOneTracePerRequest: a PD request continuing an incoming traceparent yields one trace with the
+// server span, the admission wait and slot spans and both leg spans under it, and the traceparent reaches
+// the engines.
+func TestOneTracePerRequest(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
+	gw := startGateway(t, app.Options{TracerProvider: &telemetry.TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}},
+		append([]string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "2"}, pdArgs(c)...)...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(shortChat))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+
+	want := []string{"POST /v1/chat/completions", "sluice.admission.wait", "sluice.admission.slot", "sluice.leg.prefill", "sluice.leg.decode"}
+	var spans tracetest.SpanStubs
+	waitFor(t, "all spans ended", 5*time.Second, func() bool {
+		spans = exp.GetSpans()
+		return len(byName(spans)) >= len(want)
+	})
+	named := byName(spans)
+	for _, n := range want {
+		s, ok := named[n]
+		if !ok {
+			t.Fatalf("missing span %q; have %v", n, keys(named))
+		}
+		if s.SpanContext.TraceID().String() != traceID {
+			t.Errorf("span %q in trace %s, want %s", n, s.SpanContext.TraceID(), traceID)
+		}
+	}
+	server := named["POST /v1/chat/completions"]
+	if server.Parent.SpanID().String() != "00f067aa0ba902b7" || server.SpanKind != trace.SpanKindServer {
+		t.Errorf("server span parent %s kind %v, want the incoming span and kind server", server.Parent.SpanID(), server.SpanKind)
+	}
+	for _, n := range want[1:] {
+		if named[n].Parent.SpanID() != server.SpanContext.SpanID() {
+			t.Errorf("span %q parent %s, want the server span %s", n, named[n].Parent.SpanID(), server.SpanContext.SpanID())
+		}
+	}
+	attrs := map[string]string{}
+	for _, a := range named["sluice.admission.wait"].Attributes {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	if attrs["sluice.admission.outcome"] != "admitted" || attrs["sluice.admission.worker"] != c.ByRole(sim.RolePrefill)[0].URL() {
+		t.Errorf("wait span attributes %v", attrs)
+	}
+	for _, e := range c.Engines {
+		if tpHeader := e.Stats().LastTraceparent; !strings.Contains(tpHeader, traceID) {
+			t.Errorf("engine %s saw traceparent %q, want trace %s", e.URL(), tpHeader, traceID)
+		}
+	}
+
+	// The typed API is traced the same way: a server span per RPC with the legs under it.
+	exp.Reset()
+	const rpcTrace = "0af7651916cd43dd8448eb211c80319c"
+	cl := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, gw.URL)
+	cctx, call := connect.NewClientContext(context.Background())
+	call.RequestHeader().Set("traceparent", "00-"+rpcTrace+"-b7ad6b7169203331-01")
+	if _, err := cl.CreateChatCompletion(cctx, &openaiv1.CreateChatCompletionRequest{Model: simModel,
+		Messages: []*openaiv1.ChatMessage{{Role: "user", Content: structpb.NewStringValue("traced")}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "rpc spans", 5*time.Second, func() bool { return len(byName(exp.GetSpans())) >= len(want) })
+	named = byName(exp.GetSpans())
+	rpc, ok := named["sluice.openai.v1.OpenAIService/CreateChatCompletion"]
+	if !ok {
+		t.Fatalf("no RPC server span; have %v", keys(named))
+	}
+	if rpc.SpanContext.TraceID().String() != rpcTrace {
+		t.Errorf("RPC span trace %s, want the incoming %s", rpc.SpanContext.TraceID(), rpcTrace)
+	}
+	if named["sluice.leg.decode"].Parent.SpanID() != rpc.SpanContext.SpanID() {
+		t.Errorf("decode leg is not a child of the RPC span")
+	}
+}
+
+func byName(spans tracetest.SpanStubs) map[string]tracetest.SpanStub {
+	out := map[string]tracetest.SpanStub{}
+	for _, s := range spans {
+		out[s.Name] = s
+	}
+	return out
+}
+
+func keys(m map[string]tracetest.SpanStub) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
