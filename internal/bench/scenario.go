@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ScenarioOptions configure a scenario run.
+type ScenarioOptions struct {
+	OutDir string // result files and the markdown summary go here
+	Short  bool   // a few-second smoke version
+	// InProcess runs the gateway and the simulators inside this process even where the scenario would
+	// use separate processes (overhead); CPU per request is then not measured.
+	InProcess    bool
+	NoNginx      bool   // overhead: skip the nginx baseline
+	InstallNginx bool   // overhead: apt-get install nginx when missing (root only)
+	SluiceBin    string // overhead: the gateway binary (default: built from the module)
+	SimBin       string // overhead: the simulator binary (default: built from the module)
+	// Progress receives the load generator's per-second lines; nil prints none.
+	Progress io.Writer
+	// Log receives scenario notes as they happen (and child process stderr); nil discards.
+	Log    io.Writer
+	Logger *slog.Logger // components' logger; nil discards
+}
+
+// RunRef is one load run of a scenario.
+type RunRef struct {
+	Label   string         `json:"label"`
+	File    string         `json:"file"`
+	Summary Summary        `json:"summary"`
+	Extra   map[string]any `json:"extra,omitempty"`
+}
+
+// ScenarioResult is what a scenario measured: its runs, a table of the headline figures, notes, and
+// scenario-specific measurements.
+type ScenarioResult struct {
+	Name         string         `json:"name"`
+	Short        bool           `json:"short"`
+	StartedAt    time.Time      `json:"started_at"`
+	Runs         []RunRef       `json:"runs"`
+	Table        [][]string     `json:"table"`
+	Notes        []string       `json:"notes,omitempty"`
+	Measurements map[string]any `json:"measurements,omitempty"`
+}
+
+// Scenario is one benchmark scenario.
+type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error)
+
+// Scenarios returns the scenarios by name.
+func Scenarios() map[string]Scenario {
+	return map[string]Scenario{
+		"overhead": ScenarioOverhead,
+		"overload": ScenarioOverload,
+		"prefix":   ScenarioPrefix,
+		"scale":    ScenarioScale,
+	}
+}
+
+// RunScenario runs one scenario and writes <name>.json and <name>.md (plus each run's result file) to
+// o.OutDir.
+func RunScenario(ctx context.Context, name string, o ScenarioOptions) (*ScenarioResult, error) {
+	sc, ok := Scenarios()[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown scenario %q (want one of %s)", errUsage, name, strings.Join(slices.Sorted(maps.Keys(Scenarios())), ", "))
+	}
+	if o.OutDir == "" {
+		o.OutDir = "bench-results"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	res, err := sc(ctx, o)
+	if res == nil {
+		return nil, err
+	}
+	res.Name, res.Short = name, o.Short
+	b, jerr := json.MarshalIndent(res, "", "  ")
+	if jerr != nil {
+		return res, errors.Join(err, jerr)
+	}
+	werr := os.WriteFile(filepath.Join(o.OutDir, name+".json"), b, 0o644)
+	werr = errors.Join(werr, os.WriteFile(filepath.Join(o.OutDir, name+".md"), []byte(res.Markdown()), 0o644))
+	return res, errors.Join(err, werr)
+}
+
+// Markdown renders the scenario's table and notes.
+func (r *ScenarioResult) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Scenario %s", r.Name)
+	if r.Short {
+		b.WriteString(" (short)")
+	}
+	fmt.Fprintf(&b, "\n\n%s\n\n", r.StartedAt.UTC().Format(time.RFC3339))
+	if len(r.Table) > 0 {
+		b.WriteString(MarkdownTable(r.Table))
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	if len(r.Runs) > 0 {
+		b.WriteString("\nRuns (per-request records in the JSON files):\n\n")
+		for _, run := range r.Runs {
+			fmt.Fprintf(&b, "- %s: `%s`\n", run.Label, run.File)
+		}
+	}
+	return b.String()
+}
+
+// scenarioRun is the shared state of one scenario function.
+type scenarioRun struct {
+	o   ScenarioOptions
+	res *ScenarioResult
+}
+
+func newScenarioRun(name string, o ScenarioOptions) *scenarioRun {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &scenarioRun{o: o, res: &ScenarioResult{Name: name, Short: o.Short, StartedAt: time.Now(), Measurements: map[string]any{}}}
+}
+
+func (s *scenarioRun) note(format string, args ...any) {
+	n := fmt.Sprintf(format, args...)
+	s.res.Notes = append(s.res.Notes, n)
+	fmt.Fprintln(s.o.Log, s.res.Name+": "+n)
+}
+
+// load runs one load, writes its result file and records it.
+func (s *scenarioRun) load(ctx context.Context, label string, cfg Config, observe func(time.Duration), extra map[string]any) (*Result, error) {
+	cfg.Label = label
+	fmt.Fprintf(s.o.Log, "%s: run %s\n", s.res.Name, label)
+	res, err := Run(ctx, cfg, Options{Progress: s.o.Progress, Observe: observe})
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", label, err)
+	}
+	res.Extra = extra
+	file := filepath.Join(s.o.OutDir, s.res.Name+"-"+label+".json")
+	if err := WriteResult(file, res); err != nil {
+		return res, err
+	}
+	s.res.Runs = append(s.res.Runs, RunRef{Label: label, File: file, Summary: res.Summary, Extra: extra})
+	return res, nil
+}
+
+func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, scale or all", errUsage)
+	}
+	name := args[0]
+	fs := flag.NewFlagSet("sluice-bench scenario", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o ScenarioOptions
+	fs.StringVar(&o.OutDir, "out-dir", "bench-results", "directory for result JSON files and the markdown summary")
+	fs.BoolVar(&o.Short, "short", false, "a few-second smoke version")
+	fs.BoolVar(&o.InProcess, "in-process", false, "overhead: run gateway and simulators in this process (no CPU figures)")
+	fs.BoolVar(&o.NoNginx, "no-nginx", false, "overhead: skip the nginx baseline")
+	fs.BoolVar(&o.InstallNginx, "install-nginx", false, "overhead: apt-get install nginx if missing (root only)")
+	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "overhead: sluice gateway binary (default: go build ./cmd/sluice)")
+	fs.StringVar(&o.SimBin, "sim-bin", "", "overhead: sluice-sim binary (default: go build ./cmd/sluice-sim)")
+	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	o.Log = stderr
+	if *progress {
+		o.Progress = stderr
+	}
+	names := []string{name}
+	if name == "all" {
+		names = []string{"overhead", "overload", "prefix", "scale"}
+	}
+	var errs []error
+	for _, n := range names {
+		res, err := RunScenario(ctx, n, o)
+		if res != nil {
+			fmt.Fprintln(stdout, res.Markdown())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scenario %s: %w", n, err))
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Table helpers.
+
+func fms(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+func fpct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
