@@ -190,6 +190,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
 		SeparateAdmin: cfg.Server.AdminPort != 0,
+		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
 			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator()}),

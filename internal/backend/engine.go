@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+
 	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 	"github.com/sluicegw/sluice/gen/sluice/worker/v1/workerv1connect"
 )

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"github.com/google/go-cmp/cmp"
+
 	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 )
 

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 )
 
 // ChatMessage is a chat message reduced to what a worker-protocol prompt carries.

@@ -2,57 +2,13 @@ package backend
 
 import (
 	"strconv"
-	"unicode/utf8"
 
 	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
+	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 // This file renders worker-protocol results as the engines' JSON (OpenAI chat.completion and
 // text_completion, SGLang /generate), by appending to byte slices: it runs once per streamed token.
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string (invalid UTF-8 becomes U+FFFD, as encoding/json does).
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // sample is the accumulated output of one sub-request.
 type sample struct {
@@ -125,13 +81,13 @@ type responseMeta struct {
 
 func appendHead(dst []byte, m *responseMeta, object string) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, m.id)
+	dst = jsonx.AppendString(dst, m.id)
 	dst = append(dst, `,"object":"`...)
 	dst = append(dst, object...)
 	dst = append(dst, `","created":`...)
 	dst = strconv.AppendInt(dst, m.created, 10)
 	dst = append(dst, `,"model":`...)
-	return appendJSONString(dst, m.model)
+	return jsonx.AppendString(dst, m.model)
 }
 
 // renderFinal renders a complete non-streaming response.
@@ -148,9 +104,9 @@ func renderFinal(c *grpcCall, m *responseMeta, samples []sample) []byte {
 			dst = append(dst, `{"index":`...)
 			dst = strconv.AppendInt(dst, int64(i), 10)
 			dst = append(dst, `,"message":{"role":"assistant","content":`...)
-			dst = appendJSONString(dst, string(samples[i].text))
+			dst = jsonx.AppendString(dst, string(samples[i].text))
 			dst = append(dst, `},"logprobs":null,"finish_reason":`...)
-			dst = appendJSONString(dst, samples[i].finishReason())
+			dst = jsonx.AppendString(dst, samples[i].finishReason())
 			dst = append(dst, '}')
 		}
 		dst = append(dst, `],"usage":`...)
@@ -166,9 +122,9 @@ func renderFinal(c *grpcCall, m *responseMeta, samples []sample) []byte {
 			dst = append(dst, `{"index":`...)
 			dst = strconv.AppendInt(dst, int64(i), 10)
 			dst = append(dst, `,"text":`...)
-			dst = appendJSONString(dst, string(samples[i].text))
+			dst = jsonx.AppendString(dst, string(samples[i].text))
 			dst = append(dst, `,"logprobs":null,"finish_reason":`...)
-			dst = appendJSONString(dst, samples[i].finishReason())
+			dst = jsonx.AppendString(dst, samples[i].finishReason())
 			dst = append(dst, '}')
 		}
 		dst = append(dst, `],"usage":`...)
@@ -192,7 +148,7 @@ func renderFinal(c *grpcCall, m *responseMeta, samples []sample) []byte {
 // omits the index (a single, unbatched request).
 func appendGenerate(dst []byte, c *grpcCall, m *responseMeta, s *sample, index int, final bool) []byte {
 	dst = append(dst, `{"text":`...)
-	dst = appendJSONString(dst, string(s.text))
+	dst = jsonx.AppendString(dst, string(s.text))
 	dst = append(dst, `,"output_ids":[`...)
 	for i, id := range s.ids {
 		if i > 0 {
@@ -205,11 +161,11 @@ func appendGenerate(dst []byte, c *grpcCall, m *responseMeta, s *sample, index i
 	if index >= 0 {
 		id += "-" + strconv.Itoa(index)
 	}
-	dst = appendJSONString(dst, id)
+	dst = jsonx.AppendString(dst, id)
 	dst = append(dst, `,"finish_reason":`...)
 	if final {
 		dst = append(dst, `{"type":`...)
-		dst = appendJSONString(dst, s.finishReason())
+		dst = jsonx.AppendString(dst, s.finishReason())
 		dst = append(dst, '}')
 	} else {
 		dst = append(dst, "null"...)
@@ -247,11 +203,11 @@ func appendChunk(dst []byte, c *grpcCall, m *responseMeta, s *sample, i int, msg
 				dst = append(dst, ',')
 			}
 			dst = append(dst, `"content":`...)
-			dst = appendJSONString(dst, msg.GetText())
+			dst = jsonx.AppendString(dst, msg.GetText())
 		}
 		dst = append(dst, `},"logprobs":null,"finish_reason":`...)
 		if final {
-			dst = appendJSONString(dst, msg.GetFinishReason())
+			dst = jsonx.AppendString(dst, msg.GetFinishReason())
 		} else {
 			dst = append(dst, "null"...)
 		}
@@ -265,10 +221,10 @@ func appendChunk(dst []byte, c *grpcCall, m *responseMeta, s *sample, i int, msg
 		dst = append(dst, `,"choices":[{"index":`...)
 		dst = strconv.AppendInt(dst, int64(i), 10)
 		dst = append(dst, `,"text":`...)
-		dst = appendJSONString(dst, msg.GetText())
+		dst = jsonx.AppendString(dst, msg.GetText())
 		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
 		if final {
-			dst = appendJSONString(dst, msg.GetFinishReason())
+			dst = jsonx.AppendString(dst, msg.GetFinishReason())
 		} else {
 			dst = append(dst, "null"...)
 		}
@@ -375,16 +331,16 @@ func appendStringOrNull(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "null"...)
 	}
-	return appendJSONString(dst, s)
+	return jsonx.AppendString(dst, s)
 }
 
 // appendErrorBody renders an OpenAI-shaped error object.
 func appendErrorBody(dst []byte, message, typ, code string) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendJSONString(dst, message)
+	dst = jsonx.AppendString(dst, message)
 	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, typ)
+	dst = jsonx.AppendString(dst, typ)
 	dst = append(dst, `,"param":null,"code":`...)
-	dst = appendJSONString(dst, code)
+	dst = jsonx.AppendString(dst, code)
 	return append(dst, "}}"...)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
 	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 	"github.com/sluicegw/sluice/gen/sluice/worker/v1/workerv1connect"
 )

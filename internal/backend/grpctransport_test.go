@@ -16,10 +16,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
-	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
-	"github.com/sluicegw/sluice/gen/sluice/worker/v1/workerv1connect"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
+	"github.com/sluicegw/sluice/gen/sluice/worker/v1/workerv1connect"
 )
 
 // fakeWorker is an in-test worker-protocol server whose behaviour each test sets.

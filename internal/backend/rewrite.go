@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 // RoomMask keeps bootstrap rooms within 63 bits: SGLang (Python) and the Rust gateway treat them as
@@ -50,7 +52,7 @@ func InjectBootstrap(body []byte, host string, port int, rooms []uint64) ([]byte
 	if port < 0 || port > 65535 {
 		return nil, fmt.Errorf("backend: InjectBootstrap: bad port %d", port)
 	}
-	hostJSON := appendJSONString(nil, host)
+	hostJSON := jsonx.AppendString(nil, host)
 	portJSON := []byte("null")
 	if port > 0 {
 		portJSON = strconv.AppendInt(nil, int64(port), 10)

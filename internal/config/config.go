@@ -226,6 +226,9 @@ type TelemetryConfig struct {
 	LogLevel slog.Level
 	// LogJSON selects JSON log lines instead of text (--log-json, default false).
 	LogJSON bool
+	// Pprof serves net/http/pprof under /debug/pprof/ on the admin listener, behind the admin API key
+	// (--enable-pprof, default false).
+	Pprof bool
 	// OTLPTracesEndpoint is the OTLP/gRPC collector, host:port or URL
 	// (--otlp-traces-endpoint, default "" = tracing export off).
 	OTLPTracesEndpoint string

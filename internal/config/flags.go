@@ -85,6 +85,7 @@ func newFlagSet() *flagSet {
 	s.section("Telemetry")
 	s.add(logLevelValue{&c.Telemetry.LogLevel}, "log-level", "LEVEL", "Log level: debug, info, warn or error.")
 	s.bool(&c.Telemetry.LogJSON, "log-json", "Write logs as JSON lines.")
+	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"connectrpc.com/connect"
@@ -53,6 +54,8 @@ type Options struct {
 	HandlerOptions []connect.HandlerOption
 	// SeparateAdmin leaves the admin routes out of Handler; AdminHandler serves them instead.
 	SeparateAdmin bool
+	// Pprof serves net/http/pprof under /debug/pprof/ with the admin routes (and their auth).
+	Pprof bool
 }
 
 // Handlers are the assembled routes: Main for the public port, Admin for a separate admin port (nil
@@ -100,6 +103,14 @@ func NewHandlers(o Options) (*Handlers, error) {
 		}
 		adminMux.Handle("/admin/v1/", guard(gw, o.AdminAuth))
 		services = append(services, adminv1connect.AdminServiceName)
+	}
+
+	if o.Pprof {
+		adminMux.Handle("/debug/pprof/", guard(http.HandlerFunc(pprof.Index), o.AdminAuth))
+		adminMux.Handle("/debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline), o.AdminAuth))
+		adminMux.Handle("/debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile), o.AdminAuth))
+		adminMux.Handle("/debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol), o.AdminAuth))
+		adminMux.Handle("/debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace), o.AdminAuth))
 	}
 
 	reflector := grpcreflect.NewStaticReflector(services...)

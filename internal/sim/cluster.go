@@ -16,7 +16,8 @@ type ClusterConfig struct {
 	Protocol Protocol
 	Mode     Mode
 	// Engine is the template of every engine's Config (model parameters, seed, faults, GRPC, Host...);
-	// its Role, Port, BootstrapPort, Protocol and Mode are set per engine.
+	// its Role, Port and BootstrapPort are set per engine, and Protocol and Mode when the fields above
+	// are set (else the template's apply).
 	Engine Config
 	// Logger receives the engines' logs; nil discards them.
 	Logger *slog.Logger
@@ -46,7 +47,13 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 		for i := 0; i < count; i++ {
 			cfg := cc.Engine
 			cfg.Models = append([]string(nil), cc.Engine.Models...)
-			cfg.Role, cfg.Protocol, cfg.Mode = role, cc.Protocol, cc.Mode
+			cfg.Role = role
+			if cc.Protocol != "" {
+				cfg.Protocol = cc.Protocol
+			}
+			if cc.Mode != "" {
+				cfg.Mode = cc.Mode
+			}
 			cfg.Port, cfg.BootstrapPort = 0, 0
 			cfg.EngineID = ""
 			if cc.BasePort != 0 {

@@ -17,6 +17,7 @@ import (
 
 	workerv1 "github.com/sluicegw/sluice/gen/sluice/worker/v1"
 	"github.com/sluicegw/sluice/gen/sluice/worker/v1/workerv1connect"
+	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 const chatBody = `{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`
@@ -286,7 +287,7 @@ func TestFaultSlownessSynctest(t *testing.T) {
 	})
 }
 
-func jsonString(s string) string { return string(appendString(nil, s)) }
+func jsonString(s string) string { return string(jsonx.AppendString(nil, s)) }
 
 func TestFaultDieAfterTokensRPC(t *testing.T) {
 	e := startEngine(t, Config{Mode: ModeInstant, GRPC: true, Faults: Faults{DieAfterTokens: 2}})

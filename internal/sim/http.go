@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 const maxBodyBytes = 32 << 20
@@ -266,7 +268,7 @@ var (
 
 func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleResult) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, job.id)
+	b = jsonx.AppendString(b, job.id)
 	if job.api == apiChat {
 		b = append(b, `,"object":"chat.completion","created":`...)
 	} else {
@@ -274,7 +276,7 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 	}
 	b = appendInt(b, job.created)
 	b = append(b, `,"model":`...)
-	b = appendString(b, job.model)
+	b = jsonx.AppendString(b, job.model)
 	b = append(b, `,"choices":[`...)
 	for i := range results {
 		if i > 0 {
@@ -284,14 +286,14 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 		b = appendInt(b, int64(i))
 		if job.api == apiChat {
 			b = append(b, `,"message":{"role":"assistant","content":`...)
-			b = appendString(b, results[i].text)
+			b = jsonx.AppendString(b, results[i].text)
 			b = append(b, `}`...)
 		} else {
 			b = append(b, `,"text":`...)
-			b = appendString(b, results[i].text)
+			b = jsonx.AppendString(b, results[i].text)
 		}
 		b = append(b, `,"logprobs":null,"finish_reason":`...)
-		b = appendString(b, results[i].finish)
+		b = jsonx.AppendString(b, results[i].finish)
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
@@ -367,13 +369,13 @@ func appendInputLogprobs(b []byte, job *genJob, res *sampleResult) []byte {
 // chunk whose finish_reason is null.
 func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text string, finished bool) []byte {
 	b = append(b, `{"text":`...)
-	b = appendString(b, text)
+	b = jsonx.AppendString(b, text)
 	b = append(b, `,"meta_info":{"id":`...)
 	id := job.id
 	if len(job.samples) > 1 {
-		b = appendString(b, id+"-"+itoa(i))
+		b = jsonx.AppendString(b, id+"-"+itoa(i))
 	} else {
-		b = appendString(b, id)
+		b = jsonx.AppendString(b, id)
 	}
 	b = append(b, `,"finish_reason":`...)
 	if !finished {
@@ -384,7 +386,7 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 		b = append(b, '}')
 	} else if res.matched != "" {
 		b = append(b, `{"type":"stop","matched":`...)
-		b = appendString(b, res.matched)
+		b = jsonx.AppendString(b, res.matched)
 		b = append(b, '}')
 	} else {
 		b = append(b, `{"type":"stop","matched":2}`...) // the EOS token id
@@ -447,7 +449,7 @@ func (s *sseStream) flushFrame() error {
 
 func (s *sseStream) chunkHead(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, s.job.id)
+	b = jsonx.AppendString(b, s.job.id)
 	if s.job.api == apiChat {
 		b = append(b, `,"object":"chat.completion.chunk","created":`...)
 	} else {
@@ -455,7 +457,7 @@ func (s *sseStream) chunkHead(b []byte) []byte {
 	}
 	b = appendInt(b, s.job.created)
 	b = append(b, `,"model":`...)
-	b = appendString(b, s.job.model)
+	b = jsonx.AppendString(b, s.job.model)
 	return append(b, `,"choices":[`...)
 }
 
@@ -497,7 +499,7 @@ func (s *sseStream) token(i int, delta string) error {
 		s.buf = append(s.buf, `{"index":`...)
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"delta":{"content":`...)
-		s.buf = appendString(s.buf, delta)
+		s.buf = jsonx.AppendString(s.buf, delta)
 		s.buf = append(s.buf, `},"logprobs":null,"finish_reason":null}`...)
 		s.buf = s.chunkTail(s.buf)
 	case apiCompletion:
@@ -506,7 +508,7 @@ func (s *sseStream) token(i int, delta string) error {
 		s.buf = append(s.buf, `{"index":`...)
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"text":`...)
-		s.buf = appendString(s.buf, delta)
+		s.buf = jsonx.AppendString(s.buf, delta)
 		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null}`...)
 		s.buf = s.chunkTail(s.buf)
 	default:
@@ -545,7 +547,7 @@ func (s *sseStream) finish(i int, res *sampleResult) error {
 			s.buf = append(s.buf, `,"delta":{}`...)
 		}
 		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":`...)
-		s.buf = appendString(s.buf, res.finish)
+		s.buf = jsonx.AppendString(s.buf, res.finish)
 		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
 	case apiCompletion:
@@ -553,7 +555,7 @@ func (s *sseStream) finish(i int, res *sampleResult) error {
 		s.buf = append(s.buf, `{"index":`...)
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"text":"","logprobs":null,"finish_reason":`...)
-		s.buf = appendString(s.buf, res.finish)
+		s.buf = jsonx.AppendString(s.buf, res.finish)
 		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
 	default:

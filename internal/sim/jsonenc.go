@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 // Responses on the generation hot path are built with append functions into pooled buffers: the
@@ -21,50 +22,6 @@ func putBuf(b *[]byte) {
 	}
 	*b = (*b)[:0]
 	bufPool.Put(b)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string literal.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 func appendInt(dst []byte, v int64) []byte { return strconv.AppendInt(dst, v, 10) }
@@ -84,14 +41,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // appendErrorBody appends an OpenAI-shaped error object {"error":{"message","type","param","code"}}.
 func appendErrorBody(dst []byte, status int, typ, msg, code string) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendString(dst, msg)
+	dst = jsonx.AppendString(dst, msg)
 	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, typ)
+	dst = jsonx.AppendString(dst, typ)
 	dst = append(dst, `,"param":null,"code":`...)
 	if code == "" {
 		dst = append(dst, "null"...)
 	} else {
-		dst = appendString(dst, code)
+		dst = jsonx.AppendString(dst, code)
 	}
 	// SGLang and vLLM also report the numeric status inside the error object.
 	dst = append(dst, `,"status":`...)
