@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// TestScenarioSmoke runs the short in-process versions of the overhead and prefix scenarios and checks
+// TestScenarioSmoke runs the short in-process version of every scenario and checks
 // only that they produce well-formed results.
 func TestScenarioSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulators and gateways")
 	}
-	for _, name := range []string{"overhead", "prefix"} {
+	for _, name := range []string{"overhead", "overload", "prefix", "scale"} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			res, err := RunScenario(context.Background(), name, ScenarioOptions{OutDir: dir, Short: true, InProcess: true, NoNginx: true})
