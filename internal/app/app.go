@@ -59,9 +59,13 @@ type App struct {
 	handlers   *server.Handlers
 
 	main, admin *server.Server
+	adminSvc    *adminsvc.Service
 	unsubscribe func()
-	wg          sync.WaitGroup
-	stop        context.CancelFunc
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+	wg           sync.WaitGroup
+	stop         context.CancelFunc
 }
 
 // New builds the gateway; nothing listens until Start.
@@ -171,7 +175,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		return out
 	})
 
-	admin := adminsvc.New(adminsvc.Deps{
+	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Discovery: a.discovery,
 		HTTP: httpClient, Logger: logger,
 	})
@@ -182,7 +186,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,
-		Admin:         admin,
+		Admin:         a.adminSvc,
 		AdminAuth:     bearer(cfg.Server.AdminAPIKey.Value(), "admin API key"),
 		OpenAI:        openai,
 		InferenceAuth: bearer(cfg.Server.APIKey.Value(), "API key"),
@@ -355,8 +359,14 @@ func (a *App) stopBackground() {
 	a.wg.Wait()
 }
 
-// Shutdown stops accepting, lets in-flight requests finish until ctx ends, then stops everything.
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends, then stops everything. Only
+// the first call does the work; later ones return its result.
 func (a *App) Shutdown(ctx context.Context) error {
+	a.shutdownOnce.Do(func() { a.shutdownErr = a.shutdown(ctx) })
+	return a.shutdownErr
+}
+
+func (a *App) shutdown(ctx context.Context) error {
 	var errs []error
 	for _, s := range []*server.Server{a.main, a.admin} {
 		if s != nil {
@@ -366,6 +376,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 	}
 	a.stopBackground()
+	a.adminSvc.Close()
 	if a.unsubscribe != nil {
 		a.unsubscribe()
 	}
