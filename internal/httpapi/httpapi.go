@@ -83,8 +83,6 @@ func New(o Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 	spanName := "POST " + name
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -97,9 +95,12 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 		rec := &recorder{h: h, route: name, start: start, span: span}
 		defer rec.finish()
 
-		buf := bodyPool.Get().(*bytes.Buffer)
-		buf.Reset()
-		defer bodyPool.Put(buf)
+		// The body is not pooled: an upstream transport may still read a request body after RoundTrip
+		// returned (net/http documents this), so the bytes must outlive this handler.
+		var buf bytes.Buffer
+		if r.ContentLength > 0 && r.ContentLength <= h.o.MaxPayloadSize {
+			buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		}
 		if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.o.MaxPayloadSize)); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -110,7 +111,6 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 			rec.fail(w, apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, "could not read the request body", err))
 			return
 		}
-		// Dispatch may keep rewritten copies of the body, never this buffer: it goes back to the pool.
 		body := buf.Bytes()
 
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
