@@ -46,8 +46,8 @@ func fromCore(err error) *Error {
 
 // FromUpstream relays a worker's error response: its status, and its message and code when the body is
 // OpenAI-shaped ({"error":{...}}) or a plain {"message":...} object.
-func FromUpstream(status int, body []byte, fallback string) *Error {
-	e := New(status, CodeUpstream, fallback, nil)
+func FromUpstream(status int, body []byte, fallback string, cause error) *Error {
+	e := New(status, CodeUpstream, fallback, cause)
 	var b struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`

@@ -145,8 +145,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		attempts = 1
 	}
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
-		PD:             cfg.Mode() == config.ModePD,
-		RequestTimeout: cfg.Server.RequestTimeout,
+		PD:                      cfg.Mode() == config.ModePD,
+		RequestTimeout:          cfg.Server.RequestTimeout,
+		DropClientAuthorization: cfg.Server.APIKey.Value() != "",
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

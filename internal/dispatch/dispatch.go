@@ -65,6 +65,9 @@ type Config struct {
 	Retry RetryConfig
 	// RequestTimeout bounds a request end to end, streaming included; 0 means none.
 	RequestTimeout time.Duration
+	// DropClientAuthorization keeps the client's Authorization header from reaching engines. Set it when
+	// the gateway checks its own API key: that header carries the gateway's key, not an engine's.
+	DropClientAuthorization bool
 }
 
 // Deps are the dispatcher's collaborators.
@@ -154,8 +157,10 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.RequestID == "" {
-		r.RequestID = r.Header.Get(HeaderRequestID)
+	if r.RequestID == "" && r.Header.Get(HeaderRequestID) != "" {
+		rc := *r // do not write into the caller's request
+		rc.RequestID = r.Header.Get(HeaderRequestID)
+		r = &rc
 	}
 
 	cancel := context.CancelFunc(func() {})
@@ -206,7 +211,8 @@ func contextError(ctx context.Context, last error) error {
 	if errors.Is(context.Cause(ctx), errRequestTimeout) {
 		return apierror.New(http.StatusGatewayTimeout, apierror.CodeTimeout, "request timed out", last)
 	}
-	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
+	// The client went away: report the cancellation itself, not the upstream error it caused.
+	return fmt.Errorf("%w (last attempt: %s)", ctx.Err(), last.Error())
 }
 
 func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
@@ -223,15 +229,14 @@ func placementRequest(br *backend.Request, h http.Header) (*placement.Request, e
 	if p.RoutingKey == "" {
 		p.RoutingKey = h.Get(HeaderSMGRoutingKey)
 	}
-	tw := h.Get(HeaderTargetWorker)
+	name, tw := HeaderTargetWorker, h.Get(HeaderTargetWorker)
 	if tw == "" {
-		tw = h.Get(HeaderSMGTargetWorker)
+		name, tw = HeaderSMGTargetWorker, h.Get(HeaderSMGTargetWorker)
 	}
 	if tw != "" {
 		n, err := strconv.Atoi(tw)
 		if err != nil || n < 0 {
-			e := apierror.InvalidRequest(HeaderTargetWorker, "target worker header must be a worker index >= 0, got "+strconv.Quote(tw))
-			return nil, e
+			return nil, apierror.InvalidRequest(name, name+" must be a worker index >= 0, got "+strconv.Quote(tw))
 		}
 		p.TargetWorker = n
 	}
@@ -549,6 +554,9 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 		return nil, err
 	}
 	backend.ForwardHeaders(req.Header, r.Header, HeaderRoutingKey, HeaderSMGRoutingKey)
+	if x.cfg.DropClientAuthorization {
+		req.Header.Del("Authorization")
+	}
 	if k := w.APIKey(); k != "" {
 		req.Header.Set("Authorization", "Bearer "+k)
 	}
@@ -630,9 +638,17 @@ func (e *UpstreamError) Error() string {
 	return fmt.Sprintf("worker %s answered %d: %s", e.Worker, e.Status, truncate(e.Body, 512))
 }
 
-// APIError relays the worker's status; its OpenAI-shaped body is kept when it has one.
+// APIError relays the worker's status, with its OpenAI-shaped message when it has one (else a generic
+// one: worker URLs and raw engine bodies stay in logs and traces), and the engine's Retry-After.
 func (e *UpstreamError) APIError() *apierror.Error {
-	ae := apierror.FromUpstream(e.Status, e.Body, e.Error())
+	msg := e.Message
+	if msg == "" {
+		msg = "upstream worker answered HTTP " + strconv.Itoa(e.Status)
+	}
+	ae := apierror.FromUpstream(e.Status, e.Body, msg, e)
+	if secs, err := strconv.Atoi(e.RetryAfter); err == nil && secs > 0 {
+		ae.RetryAfter = time.Duration(secs) * time.Second
+	}
 	return ae
 }
 
@@ -649,9 +665,9 @@ func (e *TransportError) Unwrap() error { return e.Err }
 func (e *TransportError) APIError() *apierror.Error {
 	var ne net.Error
 	if errors.As(e.Err, &ne) && ne.Timeout() {
-		return apierror.New(http.StatusGatewayTimeout, apierror.CodeUpstream, "worker timed out", e)
+		return apierror.New(http.StatusGatewayTimeout, apierror.CodeUpstream, "upstream worker timed out", e)
 	}
-	return apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "worker unreachable or failed: "+e.Error(), e)
+	return apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "upstream worker unreachable or failed", e)
 }
 
 func truncate(b []byte, n int) string {
@@ -676,6 +692,9 @@ func isRetryable(err error) bool {
 func classifyRequestError(err error) error {
 	var re *backend.RequestError
 	if errors.As(err, &re) {
+		if re.Malformed {
+			return apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, re.Message, err)
+		}
 		return apierror.InvalidRequest(re.Param, re.Message)
 	}
 	return apierror.InvalidRequest("", err.Error())

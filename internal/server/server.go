@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -131,7 +132,8 @@ func NewHandlers(o Options) (*Handlers, error) {
 		if o.Ready != nil {
 			if err := o.Ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = fmt.Fprintf(w, "{\"status\":\"not_ready\",\"reason\":%q}\n", err.Error())
+				b, _ := json.Marshal(map[string]string{"status": "not_ready", "reason": err.Error()})
+				_, _ = w.Write(append(b, '\n'))
 				return
 			}
 		}

@@ -124,7 +124,7 @@ func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.
 			return nil
 		}
 		if backend.IsErrorFrame(data) {
-			return apierror.FromUpstream(http.StatusBadGateway, data, "engine failed mid-stream").Connect()
+			return apierror.FromUpstream(http.StatusBadGateway, data, "engine failed mid-stream", nil).Connect()
 		}
 		msg := mk()
 		if err := unmarshal.Unmarshal(data, msg); err != nil {

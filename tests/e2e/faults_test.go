@@ -200,7 +200,7 @@ func TestErrorCases(t *testing.T) {
 		status               int
 		code                 string
 	}{
-		{"malformed JSON", chat, `{"model":`, "secret", 400, "invalid_request"},
+		{"malformed JSON", chat, `{"model":`, "secret", 400, "invalid_json"},
 		{"missing model", chat, `{"messages":[{"role":"user","content":"x"}]}`, "secret", 400, "invalid_request"},
 		{"missing messages", chat, `{"model":"sim-model"}`, "secret", 400, "invalid_request"},
 		{"body too large", chat, `{"model":"sim-model","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`, "secret", 413, "payload_too_large"},

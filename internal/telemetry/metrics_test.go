@@ -1,0 +1,233 @@
+package telemetry_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicegw/sluice/internal/telemetry"
+)
+
+func familyNames(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	return names
+}
+
+func TestNewMetricsRegisters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	telemetry.NewMetrics(reg)
+	// Unlabelled instruments are exported at once; vectors appear with their first series.
+	want := []string{
+		"sluice_pd_prefill_admission_queued",
+		"sluice_pd_prefill_admission_wait_seconds",
+		"sluice_pd_prefill_duration_seconds",
+		"sluice_retries_total",
+	}
+	if diff := cmp.Diff(want, familyNames(t, reg)); diff != "" {
+		t.Errorf("families mismatch (-want +got):\n%s", diff)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+func TestNewMetricsTwiceOnOneRegistryPanics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	telemetry.NewMetrics(reg)
+	defer func() {
+		if recover() == nil {
+			t.Error("second NewMetrics on the same registry did not panic")
+		}
+	}()
+	telemetry.NewMetrics(reg)
+}
+
+func TestMetricsRecord(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := telemetry.NewMetrics(reg)
+	m.ObserveRequest("chat", "m", 200, 30*time.Millisecond)
+	m.ObserveRequest("chat", "m", 200, 40*time.Millisecond)
+	m.ObserveRequest("chat", "m", 429, time.Millisecond)
+	m.ObserveUpstream("http://a", 200)
+	m.ObserveUpstream("http://a", 0)
+	m.ObserveUpstream("http://a", 0)
+	m.IncRetry()
+	m.IncRejectionReason("queue_full")
+	m.SetQueued(3)
+
+	const want = `
+# HELP sluice_requests_total Client requests by route, model and HTTP status.
+# TYPE sluice_requests_total counter
+sluice_requests_total{model="m",route="chat",status="200"} 2
+sluice_requests_total{model="m",route="chat",status="429"} 1
+# HELP sluice_upstream_responses_total Responses from workers by worker and status ("error" for transport errors).
+# TYPE sluice_upstream_responses_total counter
+sluice_upstream_responses_total{status="200",worker="http://a"} 1
+sluice_upstream_responses_total{status="error",worker="http://a"} 2
+# HELP sluice_retries_total Request attempts retried after a retryable failure.
+# TYPE sluice_retries_total counter
+sluice_retries_total 1
+# HELP sluice_pd_prefill_admission_rejections_total Requests rejected by prefill admission, by reason.
+# TYPE sluice_pd_prefill_admission_rejections_total counter
+sluice_pd_prefill_admission_rejections_total{reason="queue_full"} 1
+# HELP sluice_pd_prefill_admission_queued Requests waiting for a prefill admission slot.
+# TYPE sluice_pd_prefill_admission_queued gauge
+sluice_pd_prefill_admission_queued 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"sluice_requests_total", "sluice_upstream_responses_total", "sluice_retries_total",
+		"sluice_pd_prefill_admission_rejections_total", "sluice_pd_prefill_admission_queued"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "sluice_request_duration_seconds"); err != nil || n != 1 {
+		t.Errorf("request duration series = %d (%v), want 1 (route chat)", n, err)
+	}
+}
+
+// workerSeries counts the series carrying worker="w", over every family.
+func workerSeries(t *testing.T, reg *prometheus.Registry, w string) map[string]int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	out := map[string]int{}
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			if slices.ContainsFunc(metric.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "worker" && l.GetValue() == w }) {
+				out[mf.GetName()]++
+			}
+		}
+	}
+	return out
+}
+
+func TestDeleteWorker(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := telemetry.NewMetrics(reg)
+	for _, w := range []string{"http://a:8000", "http://b:8000"} {
+		m.SetInflight(w, 2)
+		m.AddWorkerActive(w, 3)
+		m.SetWorkerHealth(w, true)
+		m.ObserveUpstream(w, 200)
+		m.ObserveUpstream(w, 503)
+		m.ObserveUpstream(w, 0)
+	}
+	perWorker := map[string]int{
+		"sluice_pd_prefill_admission_inflight": 1,
+		"sluice_worker_active_requests":        1,
+		"sluice_worker_healthy":                1,
+		"sluice_upstream_responses_total":      3,
+	}
+	if diff := cmp.Diff(perWorker, workerSeries(t, reg, "http://a:8000")); diff != "" {
+		t.Fatalf("series of a before delete (-want +got):\n%s", diff)
+	}
+
+	m.DeleteWorker("http://a:8000")
+
+	if got := workerSeries(t, reg, "http://a:8000"); len(got) != 0 {
+		t.Errorf("series of the deleted worker remain: %v", got)
+	}
+	if diff := cmp.Diff(perWorker, workerSeries(t, reg, "http://b:8000")); diff != "" {
+		t.Errorf("series of the other worker changed (-want +got):\n%s", diff)
+	}
+	// Deleting an unknown worker (or twice) is harmless.
+	m.DeleteWorker("http://a:8000")
+	m.DeleteWorker("http://nobody")
+	if diff := cmp.Diff(perWorker, workerSeries(t, reg, "http://b:8000")); diff != "" {
+		t.Errorf("series of the other worker changed (-want +got):\n%s", diff)
+	}
+}
+
+func TestWorkerGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := telemetry.NewMetrics(reg)
+	m.AddWorkerActive("http://a", 1)
+	m.AddWorkerActive("http://a", 1)
+	m.AddWorkerActive("http://a", -1)
+	m.SetWorkerHealth("http://a", true)
+	m.SetWorkerHealth("http://a", false)
+	m.SetWorkerHealth("http://b", true)
+	m.SetInflight("http://a", 4)
+	const want = `
+# HELP sluice_worker_active_requests Backend requests in flight per worker.
+# TYPE sluice_worker_active_requests gauge
+sluice_worker_active_requests{worker="http://a"} 1
+# HELP sluice_worker_healthy 1 when the worker is healthy (routable health state), else 0.
+# TYPE sluice_worker_healthy gauge
+sluice_worker_healthy{worker="http://a"} 0
+sluice_worker_healthy{worker="http://b"} 1
+# HELP sluice_pd_prefill_admission_inflight Prefill admission slots held per prefill worker.
+# TYPE sluice_pd_prefill_admission_inflight gauge
+sluice_pd_prefill_admission_inflight{worker="http://a"} 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"sluice_worker_active_requests", "sluice_worker_healthy", "sluice_pd_prefill_admission_inflight"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRegisterBreakerCollector(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	samples := []telemetry.BreakerSample{{Worker: "http://a", State: 0}, {Worker: "http://b", State: 1}, {Worker: "http://c", State: 2}}
+	scrapes := 0
+	telemetry.RegisterBreakerCollector(reg, func() []telemetry.BreakerSample {
+		scrapes++
+		return samples
+	})
+	const head = `
+# HELP sluice_worker_circuit_breaker_state Circuit breaker state per worker: 0 closed, 1 open, 2 half-open.
+# TYPE sluice_worker_circuit_breaker_state gauge
+`
+	tests := []struct {
+		name    string
+		samples []telemetry.BreakerSample
+		want    string
+	}{
+		{
+			name:    "every state",
+			samples: samples,
+			want: head + `sluice_worker_circuit_breaker_state{worker="http://a"} 0
+sluice_worker_circuit_breaker_state{worker="http://b"} 1
+sluice_worker_circuit_breaker_state{worker="http://c"} 2
+`,
+		},
+		{
+			name:    "read again at the next scrape",
+			samples: []telemetry.BreakerSample{{Worker: "http://b", State: 2}},
+			want:    head + `sluice_worker_circuit_breaker_state{worker="http://b"} 2` + "\n",
+		},
+		{
+			name:    "no workers",
+			samples: nil,
+			want:    "",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			samples = tt.samples
+			before := scrapes
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tt.want), "sluice_worker_circuit_breaker_state"); err != nil {
+				t.Error(err)
+			}
+			if scrapes != before+1 {
+				t.Errorf("sample ran %d times for one scrape, want 1", scrapes-before)
+			}
+		})
+	}
+}
