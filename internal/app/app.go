@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
 	endpoint := cfg.Health.Endpoint
 	probe := worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
-		return backend.Probe(ctx, httpClient, w.URL(), endpoint)
+		return (&backend.Upstream{Client: httpClient, APIKey: w.APIKey()}).Probe(ctx, w.URL(), endpoint)
 	})
 	checker, err := worker.NewHealthChecker(a.Registry, probe, worker.HealthConfig{
 		Interval:         cfg.Health.Interval,

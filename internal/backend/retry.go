@@ -18,17 +18,6 @@ func IsRetryableStatus(code int) bool {
 	return false
 }
 
-// IsBreakerFailure reports whether an upstream status counts as a failure for the worker's circuit
-// breaker: 408, 500, 502, 503, 504. A 429 means the engine is at capacity, not broken.
-func IsBreakerFailure(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
-}
-
 // BackoffConfig shapes retry delays. Zero fields take DefaultBackoff()'s values (Jitter 0 included: use
 // a tiny positive value for "almost none").
 type BackoffConfig struct {

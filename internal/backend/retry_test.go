@@ -8,12 +8,8 @@ import (
 func TestStatusClasses(t *testing.T) {
 	for code := 100; code < 600; code++ {
 		retry := code == 408 || code == 429 || code == 500 || code == 502 || code == 503 || code == 504
-		breaker := retry && code != 429
 		if got := IsRetryableStatus(code); got != retry {
 			t.Errorf("IsRetryableStatus(%d) = %v", code, got)
-		}
-		if got := IsBreakerFailure(code); got != breaker {
-			t.Errorf("IsBreakerFailure(%d) = %v", code, got)
 		}
 	}
 }

@@ -366,49 +366,46 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
 }
 
-// GetLoads asks every worker for its load, in parallel, each call bounded by FanoutTimeout.
-func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*adminv1.GetLoadsResponse, error) {
+// fanout calls fn for every registered worker in parallel, each call bounded by FanoutTimeout and made
+// with the worker's own API key; results come back in registry order.
+func fanout[T any](ctx context.Context, s *Service, fn func(context.Context, *worker.Worker, *backend.Upstream) T) []T {
 	ws := s.d.Registry.Snapshot().All()
-	out := make([]*adminv1.WorkerLoad, len(ws))
+	out := make([]T, len(ws))
 	var wg sync.WaitGroup
 	for i, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.d.FanoutTimeout)
 			defer cancel()
-			l := &adminv1.WorkerLoad{Id: w.ID(), Url: w.URL()}
-			load, err := backend.FetchLoad(cctx, s.d.HTTP, w.URL())
-			if err != nil {
-				l.Error = err.Error()
-			} else {
-				l.RunningRequests, l.WaitingRequests, l.KvUsage = int32(load.Running), int32(load.Waiting), load.KVUsage
-			}
-			out[i] = l
-		}()
+			out[i] = fn(cctx, w, &backend.Upstream{Client: s.d.HTTP, APIKey: w.APIKey()})
+		})
 	}
 	wg.Wait()
-	return &adminv1.GetLoadsResponse{Loads: out}, nil
+	return out
 }
 
-// FlushCache asks every worker to flush its prefix cache; failures are reported per worker.
+// GetLoads asks every worker for its load.
+func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*adminv1.GetLoadsResponse, error) {
+	loads := fanout(ctx, s, func(ctx context.Context, w *worker.Worker, u *backend.Upstream) *adminv1.WorkerLoad {
+		l := &adminv1.WorkerLoad{Id: w.ID(), Url: w.URL()}
+		load, err := u.FetchLoad(ctx, w.URL())
+		if err != nil {
+			l.Error = err.Error()
+		} else {
+			l.RunningRequests, l.WaitingRequests, l.KvUsage = int32(load.Running), int32(load.Waiting), load.KVUsage
+		}
+		return l
+	})
+	return &adminv1.GetLoadsResponse{Loads: loads}, nil
+}
+
+// FlushCache asks every worker to flush its prefix cache; failures are reported per worker, not hidden.
 func (s *Service) FlushCache(ctx context.Context, _ *adminv1.FlushCacheRequest) (*adminv1.FlushCacheResponse, error) {
-	ws := s.d.Registry.Snapshot().All()
-	out := make([]*adminv1.FlushResult, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, s.d.FanoutTimeout)
-			defer cancel()
-			r := &adminv1.FlushResult{Id: w.ID(), Url: w.URL(), Ok: true}
-			if err := backend.FlushCache(cctx, s.d.HTTP, w.URL()); err != nil {
-				r.Ok, r.Error = false, err.Error()
-			}
-			out[i] = r
-		}()
-	}
-	wg.Wait()
-	return &adminv1.FlushCacheResponse{Results: out}, nil
+	results := fanout(ctx, s, func(ctx context.Context, w *worker.Worker, u *backend.Upstream) *adminv1.FlushResult {
+		r := &adminv1.FlushResult{Id: w.ID(), Url: w.URL(), Ok: true}
+		if err := u.FlushCache(ctx, w.URL()); err != nil {
+			r.Ok, r.Error = false, err.Error()
+		}
+		return r
+	})
+	return &adminv1.FlushCacheResponse{Results: results}, nil
 }
