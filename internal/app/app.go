@@ -60,6 +60,7 @@ type App struct {
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
+	upstream    *http.Client
 	unsubscribe func()
 
 	shutdownOnce sync.Once
@@ -101,6 +102,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		StartReady: cfg.Health.Disabled,
 	})
 	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
 	probe := worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
 		return (&backend.Upstream{Client: httpClient, APIKey: w.APIKey()}).Probe(ctx, w.URL(), endpoint)
@@ -378,6 +380,7 @@ func (a *App) shutdown(ctx context.Context) error {
 	}
 	a.stopBackground()
 	a.adminSvc.Close()
+	a.upstream.CloseIdleConnections() // their read loops would otherwise linger until the idle timeout
 	if a.unsubscribe != nil {
 		a.unsubscribe()
 	}

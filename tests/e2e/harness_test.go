@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,13 +20,19 @@ import (
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
+// TestMain fails the suite if any goroutine outlives the tests. The clients' idle keep-alive connections
+// (http.DefaultTransport, used by the OpenAI SDK and the plain HTTP calls) are closed first: they are the
+// test's, not the gateway's. Every gateway and simulator was shut down by its test's cleanup.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The OpenAI SDK's and net/http's idle keep-alive connections close on their own timers.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	code := m.Run()
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func testLogger(t *testing.T) *slog.Logger {
