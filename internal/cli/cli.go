@@ -73,6 +73,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	logger := NewLogger(stderr, cfg.Telemetry)
+	app.TuneGC()
 	logger.Info("starting sluice", "version", app.Version, "config", cfg)
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
 }

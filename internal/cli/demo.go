@@ -29,8 +29,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tc := config.TelemetryConfig{}
-	logger := NewLogger(stderr, tc)
+	logger := NewLogger(stderr, config.TelemetryConfig{})
+	app.TuneGC()
 
 	cluster, err := sim.StartCluster(ctx, sim.ClusterConfig{
 		Prefill: *prefillN, Decode: *decodeN, Protocol: sim.Protocol(*protocol), Mode: sim.ModeRealistic,
