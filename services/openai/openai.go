@@ -86,6 +86,14 @@ func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message,
 	if err != nil {
 		return nil, wire(err)
 	}
+	// Name the serving workers in the response metadata, as the REST surface does in its headers.
+	if ci, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		for _, k := range []string{dispatch.HeaderWorker, dispatch.HeaderPrefillWorker} {
+			if v := resp.Header.Get(k); v != "" {
+				ci.ResponseHeader().Set(k, v)
+			}
+		}
+	}
 	return resp, nil
 }
 

@@ -228,6 +228,14 @@ func TestTypedRPCMatchesREST(t *testing.T) {
 		}
 	}
 
+	cctx, call := connect.NewClientContext(ctx)
+	if _, err := clients["connect"].CreateChatCompletion(cctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if call.ResponseHeader().Get("X-Sluice-Worker") == "" || call.ResponseHeader().Get("X-Sluice-Prefill-Worker") == "" {
+		t.Errorf("typed response metadata does not name the workers: %v", call.ResponseHeader())
+	}
+
 	grpcClient := openaiv1.NewOpenAIServiceClient(grpcConn(t, gw.Addr()))
 	got, err := grpcClient.CreateChatCompletion(ctx, req)
 	if err != nil {
