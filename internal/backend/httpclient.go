@@ -76,8 +76,10 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
 		TLSClientConfig:       o.TLSClientConfig,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		// 8 KiB per direction: each pooled connection keeps its buffers, and 32 KiB ones made up most of
+		// the gateway's ~75 KiB per registered worker (28 KiB with 8 KiB) with no measurable throughput gain.
+		WriteBufferSize: 8 << 10,
+		ReadBufferSize:  8 << 10,
 	}
 	ut := &upstreamTransport{http: tr}
 	if !o.DisableGRPC {
