@@ -205,34 +205,16 @@ func appendChunk(dst []byte, c *grpcCall, m *responseMeta, s *sample, i int, msg
 			dst = append(dst, `"content":`...)
 			dst = jsonx.AppendString(dst, msg.GetText())
 		}
-		dst = append(dst, `},"logprobs":null,"finish_reason":`...)
-		if final {
-			dst = jsonx.AppendString(dst, msg.GetFinishReason())
-		} else {
-			dst = append(dst, "null"...)
-		}
-		dst = append(dst, `}]`...)
-		if c.includeUsage {
-			dst = append(dst, `,"usage":null`...)
-		}
-		return append(dst, '}')
+		dst = append(dst, `},"logprobs":null`...)
+		return appendChunkEnd(dst, final, msg.GetFinishReason(), c.includeUsage)
 	case RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
 		dst = append(dst, `,"choices":[{"index":`...)
 		dst = strconv.AppendInt(dst, int64(i), 10)
 		dst = append(dst, `,"text":`...)
 		dst = jsonx.AppendString(dst, msg.GetText())
-		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
-		if final {
-			dst = jsonx.AppendString(dst, msg.GetFinishReason())
-		} else {
-			dst = append(dst, "null"...)
-		}
-		dst = append(dst, `}]`...)
-		if c.includeUsage {
-			dst = append(dst, `,"usage":null`...)
-		}
-		return append(dst, '}')
+		dst = append(dst, `,"logprobs":null`...)
+		return appendChunkEnd(dst, final, msg.GetFinishReason(), c.includeUsage)
 	}
 	index := -1
 	if c.multi() {
@@ -343,4 +325,20 @@ func appendErrorBody(dst []byte, message, typ, code string) []byte {
 	dst = append(dst, `,"param":null,"code":`...)
 	dst = jsonx.AppendString(dst, code)
 	return append(dst, "}}"...)
+}
+
+// appendChunkEnd closes a streamed chunk's only choice and the chunk: finish_reason (null until the last
+// chunk), and usage null when the client asked for a separate usage chunk.
+func appendChunkEnd(dst []byte, final bool, finishReason string, includeUsage bool) []byte {
+	dst = append(dst, `,"finish_reason":`...)
+	if final {
+		dst = jsonx.AppendString(dst, finishReason)
+	} else {
+		dst = append(dst, "null"...)
+	}
+	dst = append(dst, `}]`...)
+	if includeUsage {
+		dst = append(dst, `,"usage":null`...)
+	}
+	return append(dst, '}')
 }
