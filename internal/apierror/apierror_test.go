@@ -472,10 +472,10 @@ func TestFromUpstream(t *testing.T) {
 			want:   wire{500, "server_error", apierror.CodeUpstream, "", "engine crashed"},
 		},
 		{
-			name:   "openai shaped with numeric code keeps the upstream code",
+			name:   "engine type names and numeric codes become OpenAI's for the status",
 			status: 400,
 			body:   `{"error":{"message":"bad sampling params","type":"BadRequestError","code":400}}`,
-			want:   wire{400, "BadRequestError", apierror.CodeUpstream, "", "bad sampling params"},
+			want:   wire{400, "invalid_request_error", apierror.CodeInvalidRequest, "", "bad sampling params"},
 		},
 		{
 			name:   "message object",
@@ -486,8 +486,8 @@ func TestFromUpstream(t *testing.T) {
 		{
 			name:   "vllm error object",
 			status: 400,
-			body:   `{"object":"error","message":"max_tokens too large","type":"BadRequestError","param":null,"code":400}`,
-			want:   wire{400, "invalid_request_error", apierror.CodeUpstream, "", "max_tokens too large"},
+			body:   `{"object":"error","message":"max_tokens too large","type":"BadRequestError","param":"max_tokens","code":400}`,
+			want:   wire{400, "invalid_request_error", apierror.CodeInvalidRequest, "max_tokens", "max_tokens too large"},
 		},
 		{
 			name:   "string error",
@@ -508,10 +508,16 @@ func TestFromUpstream(t *testing.T) {
 			want:   wire{500, "server_error", apierror.CodeUpstream, "", "worker failed"},
 		},
 		{
-			name:   "JSON without a message uses the fallback",
+			name:   "FastAPI detail",
 			status: 429,
 			body:   `{"detail":"slow down"}`,
-			want:   wire{429, "rate_limit_error", apierror.CodeUpstream, "", "worker failed"},
+			want:   wire{429, "rate_limit_error", apierror.CodeUpstream, "", "slow down"},
+		},
+		{
+			name:   "JSON without a message uses the fallback",
+			status: 404,
+			body:   `{"detail":[{"loc":["body"]}]}`,
+			want:   wire{404, "not_found_error", apierror.CodeNotFound, "", "worker failed"},
 		},
 	}
 	for _, tt := range tests {

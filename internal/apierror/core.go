@@ -32,6 +32,9 @@ func fromCore(err error) *Error {
 		e := New(http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
 		e.Param = "X-Sluice-Target-Worker"
 		return e
+	case errors.Is(err, placement.ErrNoCompatibleWorkers):
+		return New(http.StatusServiceUnavailable, CodeNoAvailableWorkers,
+			"no routable prefill and decode workers of the requested model speak the same KV handoff", err)
 	case errors.Is(err, placement.ErrNoHealthyWorkers), errors.Is(err, placement.ErrUnavailable):
 		return New(http.StatusServiceUnavailable, CodeNoAvailableWorkers, "no healthy worker is available for the requested model", err)
 	case errors.Is(err, worker.ErrNotFound):
@@ -44,43 +47,84 @@ func fromCore(err error) *Error {
 	return nil
 }
 
-// FromUpstream relays a worker's error response: its status, and its message and code when the body is
-// OpenAI-shaped ({"error":{...}}) or a plain {"message":...} object.
+// FromUpstream relays a worker's error response: its status, with the message, type, code and param
+// the engine gave in any of the shapes engines use — OpenAI's {"error":{...}} (newer vLLM, SGLang
+// /generate), {"object":"error","message",...} (SGLang's and older vLLM's OpenAI servers), FastAPI's
+// {"detail":"..."} and {"error":"..."}. The engines' own type names ("BadRequestError") are replaced
+// by OpenAI's type for the status, and a code that is not a string by the code for the status, so
+// clients see one vocabulary. fallback is the message when the body has none.
 func FromUpstream(status int, body []byte, fallback string, cause error) *Error {
-	e := New(status, CodeUpstream, fallback, cause)
+	e := New(status, upstreamCode(status), fallback, cause)
 	var b struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+		Type    string          `json:"type"`
+		Param   json.RawMessage `json:"param"`
+		Code    json.RawMessage `json:"code"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return e
 	}
+	var detail string
+	if json.Unmarshal(b.Detail, &detail) == nil && detail != "" {
+		e.Message = detail
+	}
 	if b.Message != "" {
 		e.Message = b.Message
 	}
+	typ, code, param := b.Type, b.Code, b.Param
 	var inner struct {
 		Message string          `json:"message"`
 		Type    string          `json:"type"`
 		Code    json.RawMessage `json:"code"`
-		Param   string          `json:"param"`
+		Param   json.RawMessage `json:"param"`
 	}
 	if len(b.Error) > 0 && json.Unmarshal(b.Error, &inner) == nil {
 		if inner.Message != "" {
 			e.Message = inner.Message
 		}
-		if inner.Type != "" {
-			e.Type = inner.Type
-		}
-		var code string
-		if json.Unmarshal(inner.Code, &code) == nil && code != "" {
-			e.Code = code
-		}
-		e.Param = inner.Param
+		typ, code, param = inner.Type, inner.Code, inner.Param
 	} else if len(b.Error) > 0 {
 		var s string
 		if json.Unmarshal(b.Error, &s) == nil && s != "" {
 			e.Message = s
 		}
 	}
+	if openAIType(typ) {
+		e.Type = typ
+	}
+	var c string
+	if json.Unmarshal(code, &c) == nil && c != "" {
+		e.Code = c
+	}
+	var p string
+	if json.Unmarshal(param, &p) == nil {
+		e.Param = p
+	}
 	return e
+}
+
+// upstreamCode is the code of an engine error that names none: a client error keeps its meaning, a
+// server error is the upstream's.
+func upstreamCode(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return CodeInvalidRequest
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusRequestEntityTooLarge:
+		return CodePayloadTooLarge
+	}
+	return CodeUpstream
+}
+
+// openAIType reports whether t is one of the error types of OpenAI's API.
+func openAIType(t string) bool {
+	switch t {
+	case "invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+		"rate_limit_error", "server_error", "service_unavailable_error", "insufficient_quota":
+		return true
+	}
+	return false
 }

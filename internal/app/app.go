@@ -56,7 +56,7 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
-	discovery  *dispatch.Discovery
+	detector   *dispatch.Detector
 	tp         *telemetry.TracerProvider
 	handlers   *server.Handlers
 
@@ -168,7 +168,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if cfg.Workers.ModelID != "" {
 		models = []string{cfg.Workers.ModelID}
 	}
-	a.discovery = &dispatch.Discovery{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime), DefaultModels: models}
+	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime),
+		DefaultModels: models, Logger: logger}
 	a.unsubscribe = a.Registry.Subscribe(a.onEvent)
 	telemetry.RegisterBreakerCollector(a.Prom, func() []telemetry.BreakerSample {
 		now := time.Now()
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	})
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
-		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Discovery: a.discovery,
+		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger,
 	})
 	openai := openaisvc.New(a.Dispatcher)
@@ -344,7 +345,11 @@ func (a *App) registerInitial(ctx context.Context) error {
 				return
 			}
 			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort}
-			spec = a.discovery.Complete(ctx, spec)
+			spec, err = a.detector.Complete(ctx, spec)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			w, err := a.Registry.Add(spec)
 			if err != nil {
 				errs[i] = fmt.Errorf("worker %s: %w", wf.URL, err)

@@ -79,21 +79,8 @@ func (u *Upstream) DiscoverModels(ctx context.Context, baseURL string) ([]string
 	if IsGRPC(baseURL) {
 		return nil, nil
 	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := u.call(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/models", &list); err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(list.Data))
-	for _, m := range list.Data {
-		if m.ID != "" {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids, nil
+	ids, _, err := u.listModels(ctx, strings.TrimSuffix(baseURL, "/"))
+	return ids, err
 }
 
 // ServerInfo returns the engine's server info: GET /get_server_info, then /server_info when the first
@@ -116,28 +103,6 @@ func (u *Upstream) ServerInfo(ctx context.Context, baseURL string) (map[string]a
 	return info, nil
 }
 
-// sglangInfoKeys are server-info keys only SGLang reports (its server args).
-var sglangInfoKeys = []string{
-	"disaggregation_mode", "tokenizer_path", "disaggregation_bootstrap_port", "tp_size",
-	"mem_fraction_static", "chunked_prefill_size", "max_total_num_tokens", "schedule_policy",
-}
-
-// DetectProtocol guesses an HTTP engine's protocol from its server info: an explicit "protocol"
-// string (the sluice simulator reports one) wins; otherwise any SGLang server-arg key
-// (disaggregation_mode, tokenizer_path, tp_size, ...) means "sglang"; anything else, including no
-// info at all (vLLM has no /get_server_info), means "vllm".
-func DetectProtocol(info map[string]any) string {
-	if p, ok := info["protocol"].(string); ok && p != "" {
-		return strings.ToLower(p)
-	}
-	for _, k := range sglangInfoKeys {
-		if _, ok := info[k]; ok {
-			return "sglang"
-		}
-	}
-	return "vllm"
-}
-
 // Load is an engine's load as it reports it.
 type Load struct {
 	Running int
@@ -146,11 +111,11 @@ type Load struct {
 	KVUsage float64
 }
 
-// FetchLoad reads the engine's load: GET /v1/loads for HTTP engines, LoadService.GetLoad for grpc://.
-// The JSON is read leniently: SGLang's {"loads":[{"num_running_reqs","num_waiting_reqs",
-// "token_usage"},...]} (summed over ranks, usage averaged), the same keys at the top level, or the
-// worker protocol's names (running_requests, waiting_requests, kv_usage).
-func (u *Upstream) FetchLoad(ctx context.Context, baseURL string) (Load, error) {
+// FetchLoad reads an engine's load in the way its protocol offers it: grpc:// workers through
+// LoadService.GetLoad; vLLM only through its Prometheus /metrics (fetchVLLMLoad); SGLang at
+// GET /v1/loads, or GET /get_load on engines older than /v1/loads (both in
+// python/sglang/srt/entrypoints/http_server.py).
+func (u *Upstream) FetchLoad(ctx context.Context, baseURL, protocol string) (Load, error) {
 	if IsGRPC(baseURL) {
 		lc := workerv1connect.NewLoadServiceClient(u.client(), baseURL, connect.WithGRPC())
 		r, err := lc.GetLoad(ctx, &workerv1.GetLoadRequest{})
@@ -159,11 +124,70 @@ func (u *Upstream) FetchLoad(ctx context.Context, baseURL string) (Load, error) 
 		}
 		return Load{Running: int(r.GetRunningRequests()), Waiting: int(r.GetWaitingRequests()), KVUsage: r.GetKvUsage()}, nil
 	}
+	base := strings.TrimSuffix(baseURL, "/")
+	if protocol == "vllm" {
+		return u.fetchVLLMLoad(ctx, base)
+	}
 	var raw json.RawMessage
-	if err := u.call(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/loads", &raw); err != nil {
+	err := u.call(ctx, http.MethodGet, base+"/v1/loads", &raw)
+	if isMissingRoute(err) {
+		if err = u.call(ctx, http.MethodGet, base+"/get_load", &raw); err == nil {
+			return parseGetLoad(raw)
+		}
+	}
+	if err != nil {
 		return Load{}, err
 	}
 	return parseLoad(raw)
+}
+
+// isMissingRoute reports an answer that says the route does not exist (as opposed to a failure).
+func isMissingRoute(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed ||
+		se.Code == http.StatusNotImplemented)
+}
+
+// parseGetLoad reads older SGLang's GET /get_load: a list with one object per data-parallel rank,
+// {"dp_rank","num_reqs","num_waiting_reqs","num_tokens"} (GetLoadReqOutput in
+// python/sglang/srt/managers/io_struct.py). num_reqs counts running and waiting requests together, so
+// running is their difference. It reports no KV usage.
+func parseGetLoad(raw []byte) (Load, error) {
+	var ranks []struct {
+		NumReqs    *float64 `json:"num_reqs"`
+		NumWaiting *float64 `json:"num_waiting_reqs"`
+	}
+	if err := json.Unmarshal(raw, &ranks); err != nil {
+		var one struct {
+			NumReqs    *float64 `json:"num_reqs"`
+			NumWaiting *float64 `json:"num_waiting_reqs"`
+		}
+		if err2 := json.Unmarshal(raw, &one); err2 != nil {
+			return Load{}, fmt.Errorf("get_load: %w", err)
+		}
+		ranks = append(ranks, one)
+	}
+	var l Load
+	seen := false
+	for _, r := range ranks {
+		if r.NumReqs == nil && r.NumWaiting == nil {
+			continue
+		}
+		seen = true
+		total, waiting := 0, 0
+		if r.NumReqs != nil {
+			total = int(*r.NumReqs)
+		}
+		if r.NumWaiting != nil {
+			waiting = int(*r.NumWaiting)
+		}
+		l.Waiting += waiting
+		l.Running += max(total-waiting, 0)
+	}
+	if !seen {
+		return Load{}, errors.New("get_load: no recognised load fields")
+	}
+	return l, nil
 }
 
 type loadEntry struct {
@@ -218,10 +242,10 @@ func parseLoad(raw []byte) (Load, error) {
 	return l, nil
 }
 
-// FlushCache asks the engine to drop its prefix cache (POST /flush_cache). grpc:// workers have no
-// such call: ErrNotSupported.
-func (u *Upstream) FlushCache(ctx context.Context, baseURL string) error {
-	if IsGRPC(baseURL) {
+// FlushCache asks an SGLang engine to drop its prefix cache (POST /flush_cache). vLLM serves no such
+// route and grpc:// workers have no such call: ErrNotSupported.
+func (u *Upstream) FlushCache(ctx context.Context, baseURL, protocol string) error {
+	if IsGRPC(baseURL) || protocol == "vllm" {
 		return ErrNotSupported
 	}
 	return u.call(ctx, http.MethodPost, strings.TrimSuffix(baseURL, "/")+"/flush_cache", nil)
@@ -235,7 +259,7 @@ func (u *Upstream) Probe(ctx context.Context, baseURL, endpoint string) error {
 		hc := grpchealth.NewClient(u.client(), baseURL, connect.WithGRPC())
 		resp, err := hc.Check(ctx, &grpchealth.CheckRequest{})
 		if connect.CodeOf(err) == connect.CodeUnimplemented {
-			_, err = u.FetchLoad(ctx, baseURL)
+			_, err = u.FetchLoad(ctx, baseURL, "grpc")
 			return err
 		}
 		if err != nil {
@@ -270,13 +294,13 @@ func ServerInfo(ctx context.Context, client *http.Client, baseURL string) (map[s
 }
 
 // FetchLoad is (&Upstream{Client: client}).FetchLoad.
-func FetchLoad(ctx context.Context, client *http.Client, baseURL string) (Load, error) {
-	return (&Upstream{Client: client}).FetchLoad(ctx, baseURL)
+func FetchLoad(ctx context.Context, client *http.Client, baseURL, protocol string) (Load, error) {
+	return (&Upstream{Client: client}).FetchLoad(ctx, baseURL, protocol)
 }
 
 // FlushCache is (&Upstream{Client: client}).FlushCache.
-func FlushCache(ctx context.Context, client *http.Client, baseURL string) error {
-	return (&Upstream{Client: client}).FlushCache(ctx, baseURL)
+func FlushCache(ctx context.Context, client *http.Client, baseURL, protocol string) error {
+	return (&Upstream{Client: client}).FlushCache(ctx, baseURL, protocol)
 }
 
 // Probe is (&Upstream{Client: client}).Probe.

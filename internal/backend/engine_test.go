@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -75,42 +76,84 @@ func TestDiscoverModels(t *testing.T) {
 	}
 }
 
-func TestServerInfoAndDetectProtocol(t *testing.T) {
+// Detection follows the Rust gateway's detect_backend.rs: owned_by, then /version, then server info.
+// Each row's engine answers only what that engine serves (engine-protocols.md §3).
+func TestDetect(t *testing.T) {
 	ctx := context.Background()
+	sglangInfo := `{"model_path":"m","tp_size":1,"dp_size":4,"disaggregation_mode":"prefill","disaggregation_bootstrap_port":8998}`
 	tests := []struct {
-		name    string
-		routes  map[string]route
-		want    string
-		wantErr bool
+		name   string
+		routes map[string]route
+		want   Detection
 	}{
-		{"sglang get_server_info", map[string]route{"GET /get_server_info": {200, `{"tokenizer_path":"x","disaggregation_mode":"prefill"}`}}, "sglang", false},
-		{"new sglang server_info", map[string]route{"GET /server_info": {200, `{"tp_size":1}`}}, "sglang", false},
-		{"simulator reports its protocol", map[string]route{"GET /get_server_info": {200, `{"protocol":"vLLM","tokenizer_path":"x"}`}}, "vllm", false},
-		{"vllm-ish info", map[string]route{"GET /server_info": {200, `{"vllm_config":{}}`}}, "vllm", false},
-		{"neither endpoint", map[string]route{}, "", true},
-		{"server error is not a fallback", map[string]route{"GET /get_server_info": {500, `x`}, "GET /server_info": {200, `{"tp_size":1}`}}, "", true},
+		{
+			name: "sglang by owned_by, server info read for the PD fields",
+			routes: map[string]route{
+				"GET /v1/models":       {200, `{"data":[{"id":"m","owned_by":"sglang"}]}`},
+				"GET /get_server_info": {200, sglangInfo},
+			},
+			want: Detection{Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"},
+				Info: &ServerInfoFields{DisaggregationMode: "prefill", BootstrapPort: 8998, DPSize: 4}},
+		},
+		{
+			name: "vllm by owned_by: no server info asked",
+			routes: map[string]route{
+				"GET /v1/models": {200, `{"data":[{"id":"m","owned_by":"vllm"}]}`},
+				"GET /version":   {200, `{"version":"0.11.0"}`},
+			},
+			want: Detection{Protocol: "vllm", Source: DetectedByOwnedBy, Models: []string{"m"}},
+		},
+		{
+			name: "vllm by /version when owned_by names no engine, even if it serves /server_info",
+			routes: map[string]route{
+				"GET /v1/models":   {200, `{"data":[{"id":"m","owned_by":"self_hosted"}]}`},
+				"GET /version":     {200, `{"version":"0.11.0"}`},
+				"GET /server_info": {200, `{"vllm_config":"..."}`},
+			},
+			want: Detection{Protocol: "vllm", Source: DetectedByVersion, Models: []string{"m"}},
+		},
+		{
+			name: "older sglang by /server_info",
+			routes: map[string]route{
+				"GET /server_info": {200, `{"tp_size":1,"disaggregation_mode":"null"}`},
+			},
+			want: Detection{Protocol: "sglang", Source: DetectedByServerInfo, Info: &ServerInfoFields{DisaggregationMode: "null"}},
+		},
+		{
+			name: "nvidia-branded sglang",
+			routes: map[string]route{
+				"GET /v1/models":       {200, `{"data":[{"id":"m","owned_by":"nvidia"}]}`},
+				"GET /get_server_info": {200, `{"dp_size":"2"}`},
+			},
+			want: Detection{Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"}, Info: &ServerInfoFields{DPSize: 2}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			url, _ := engineServer(t, tt.routes)
-			info, err := ServerInfo(ctx, testClient(t), url)
-			if tt.wantErr {
-				if err == nil {
-					t.Fatalf("ServerInfo() = %v, want error", info)
+			url, hits := engineServer(t, tt.routes)
+			got := (&Upstream{Client: testClient(t), APIKey: "k"}).Detect(ctx, url)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Detect (-want +got):\n%s", diff)
+			}
+			close(hits)
+			for h := range hits {
+				if !strings.HasSuffix(h, " Bearer k") {
+					t.Errorf("%s: a detection call without the worker's API key", h)
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := DetectProtocol(info); got != tt.want {
-				t.Errorf("DetectProtocol(%v) = %q, want %q", info, got, tt.want)
 			}
 		})
 	}
-	if got := DetectProtocol(nil); got != "vllm" {
-		t.Errorf("DetectProtocol(nil) = %q", got)
-	}
+	t.Run("an engine that answers nothing", func(t *testing.T) {
+		got := (&Upstream{Client: testClient(t)}).Detect(ctx, "http://"+closedAddr(t))
+		if got.Protocol != "" || got.Err == nil {
+			t.Errorf("Detect(closed) = %+v, want no protocol and an error", got)
+		}
+	})
+	t.Run("grpc scheme", func(t *testing.T) {
+		if got := (&Upstream{}).Detect(ctx, "grpc://127.0.0.1:1"); got.Protocol != "grpc" || got.Source != DetectedByURLScheme {
+			t.Errorf("Detect(grpc://) = %+v", got)
+		}
+	})
 }
 
 func TestFetchLoad(t *testing.T) {
@@ -130,7 +173,7 @@ func TestFetchLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			url, _ := engineServer(t, map[string]route{"GET /v1/loads": {200, tt.body}})
-			got, err := FetchLoad(ctx, testClient(t), url)
+			got, err := FetchLoad(ctx, testClient(t), url, "sglang")
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("FetchLoad() error = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -138,6 +181,64 @@ func TestFetchLoad(t *testing.T) {
 				t.Errorf("FetchLoad() = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// Older SGLang has no /v1/loads: GET /get_load answers a list per data-parallel rank whose num_reqs
+// counts running and waiting requests (io_struct.py GetLoadReqOutput).
+func TestFetchLoadGetLoadFallback(t *testing.T) {
+	ctx := context.Background()
+	url, hits := engineServer(t, map[string]route{
+		"GET /get_load": {200, `[{"dp_rank":0,"num_reqs":5,"num_waiting_reqs":2,"num_tokens":100},{"dp_rank":1,"num_reqs":1,"num_waiting_reqs":0,"num_tokens":7}]`},
+	})
+	got, err := FetchLoad(ctx, testClient(t), url, "sglang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Load{Running: 4, Waiting: 2}); got != want {
+		t.Errorf("FetchLoad(/get_load) = %+v, want %+v", got, want)
+	}
+	if a, b := <-hits, <-hits; !strings.HasPrefix(a, "GET /v1/loads") || !strings.HasPrefix(b, "GET /get_load") {
+		t.Errorf("calls %q, %q; want /v1/loads then /get_load", a, b)
+	}
+	failing, _ := engineServer(t, map[string]route{"GET /v1/loads": {500, `x`}, "GET /get_load": {200, `[{"num_reqs":1}]`}})
+	if _, err := FetchLoad(ctx, testClient(t), failing, "sglang"); err == nil {
+		t.Error("a failing /v1/loads fell back to /get_load: only a missing route should")
+	}
+}
+
+// vLLM reports its load only as Prometheus gauges (vllm/v1/metrics/loggers.py); they are read with the
+// Prometheus text parser and summed over series.
+func TestFetchLoadVLLMMetrics(t *testing.T) {
+	ctx := context.Background()
+	const exposition = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
+`
+	url, _ := engineServer(t, map[string]route{"GET /metrics": {200, exposition}})
+	got, err := FetchLoad(ctx, testClient(t), url, "vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Load{Running: 4, Waiting: 2, KVUsage: 0.375}); got != want {
+		t.Errorf("FetchLoad(vllm) = %+v, want %+v", got, want)
+	}
+	noGauges, _ := engineServer(t, map[string]route{"GET /metrics": {200, "# TYPE up gauge\nup 1\n"}})
+	if _, err := FetchLoad(ctx, testClient(t), noGauges, "vllm"); err == nil {
+		t.Error("metrics without vLLM's gauges read as an idle engine")
+	}
+	garbage, _ := engineServer(t, map[string]route{"GET /metrics": {200, "vllm:num_requests_running{ 3"}})
+	if _, err := FetchLoad(ctx, testClient(t), garbage, "vllm"); err == nil {
+		t.Error("a malformed exposition was accepted")
 	}
 }
 
@@ -149,7 +250,7 @@ func TestFlushCacheAndProbeHTTP(t *testing.T) {
 		"GET /health_generate": {503, `busy`},
 	})
 	u := &Upstream{Client: testClient(t), APIKey: "k"}
-	if err := u.FlushCache(ctx, url); err != nil {
+	if err := u.FlushCache(ctx, url, "sglang"); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-hits; got != "POST /flush_cache Bearer k" {
@@ -167,8 +268,11 @@ func TestFlushCacheAndProbeHTTP(t *testing.T) {
 	if err := Probe(ctx, testClient(t), "http://"+closedAddr(t), ""); err == nil {
 		t.Error("Probe of a closed port succeeded")
 	}
-	if err := FlushCache(ctx, testClient(t), "grpc://127.0.0.1:1"); !errors.Is(err, ErrNotSupported) {
+	if err := FlushCache(ctx, testClient(t), "grpc://127.0.0.1:1", "grpc"); !errors.Is(err, ErrNotSupported) {
 		t.Errorf("grpc FlushCache = %v", err)
+	}
+	if err := FlushCache(ctx, testClient(t), url, "vllm"); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("vllm FlushCache = %v, want ErrNotSupported (vLLM serves no /flush_cache)", err)
 	}
 }
 
@@ -184,7 +288,7 @@ func TestGRPCLoadAndProbe(t *testing.T) {
 	c := NewHTTPClient(HTTPClientOptions{})
 	t.Cleanup(c.CloseIdleConnections) // closes the grpc:// transport's h2c connections too
 
-	got, err := FetchLoad(ctx, c, "grpc://"+withHealth)
+	got, err := FetchLoad(ctx, c, "grpc://"+withHealth, "grpc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +314,7 @@ func TestGRPCLoadAndProbe(t *testing.T) {
 		t.Error("Probe(closed port) succeeded")
 	}
 	plain := &http.Client{}
-	if _, err := FetchLoad(ctx, plain, "grpc://"+withHealth); err == nil {
+	if _, err := FetchLoad(ctx, plain, "grpc://"+withHealth, "grpc"); err == nil {
 		t.Error("a client without the grpc:// transport reached a grpc worker")
 	}
 }

@@ -193,7 +193,7 @@ func TestGRPCVLLMRoundTrip(t *testing.T) {
 	}
 	addr := startWorker(t, f)
 	orig := []byte(`{"model":"m","prompt":"p","max_tokens":20,"stream":false}`)
-	pbody, err := VLLMPrefillBody(RouteCompletions, orig)
+	pbody, err := VLLMPrefillBody(orig)
 	if err != nil {
 		t.Fatal(err)
 	}

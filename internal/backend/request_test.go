@@ -178,27 +178,6 @@ func TestRoutePaths(t *testing.T) {
 	}
 }
 
-func TestRoomCount(t *testing.T) {
-	tests := []struct {
-		name string
-		req  Request
-		want int
-	}{
-		{"single", Request{N: 1}, 1},
-		{"n", Request{N: 4}, 4},
-		{"batch", Request{N: 1, BatchSize: 3}, 3},
-		{"batch times n", Request{N: 2, BatchSize: 3}, 6},
-		{"zero n treated as one", Request{}, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := RoomCount(&tt.req); got != tt.want {
-				t.Errorf("RoomCount() = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
 // A 2 KB chat body: a system prompt and a few turns, as a chat client sends them.
 func benchChatBody() []byte {
 	var b strings.Builder

@@ -77,7 +77,7 @@ func TestSimSGLangPD(t *testing.T) {
 			body  string
 		}{
 			{"chat", backend.RouteChat, `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":4}`},
-			{"chat n=2 stream", backend.RouteChat, `{"model":"sim-model","n":2,"stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`},
+			{"chat stream", backend.RouteChat, `{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`},
 			{"completions batch", backend.RouteCompletions, `{"model":"sim-model","prompt":["a b c","d e f"],"max_tokens":2}`},
 			{"generate", backend.RouteGenerate, `{"text":"the quick brown fox","sampling_params":{"max_new_tokens":3}}`},
 		} {
@@ -90,8 +90,11 @@ func TestSimSGLangPD(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rooms := backend.NewRooms(rnd, backend.RoomCount(req))
-				body, err := backend.InjectBootstrap(req.Body, "127.0.0.1", prefill.BootstrapPort(), rooms)
+				count, asList := backend.SGLangRooms(req)
+				if grpc {
+					count, asList = backend.WorkerRPCRooms(req)
+				}
+				body, err := backend.InjectBootstrap(req.Body, "127.0.0.1", prefill.BootstrapPort(), backend.NewRooms(rnd, count), asList)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +128,7 @@ func TestSimVLLMPD(t *testing.T) {
 	for _, grpc := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http", true: "grpc"}[grpc], func(t *testing.T) {
 			orig := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"hello"}],"max_tokens":4,"stream":true}`)
-			pbody, err := backend.VLLMPrefillBody(backend.RouteChat, orig)
+			pbody, err := backend.VLLMPrefillBody(orig)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -95,8 +95,8 @@ type ServerConfig struct {
 type WorkersConfig struct {
 	// PDDisaggregation selects [ModePD] (--pd-disaggregation, default false).
 	PDDisaggregation bool
-	// Runtime is the protocol of http(s) workers given by flags: "sglang" or
-	// "vllm" (--runtime, default "sglang").
+	// Runtime is the protocol assumed for http(s) workers whose engine does
+	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang").
 	Runtime string
 	// ModelID is the model name to assume for flag-given workers when the
 	// engine does not report one (--model-id, default "" = ask the engine).
@@ -115,7 +115,8 @@ type WorkerFlag struct {
 	Role string
 	// BootstrapPort is a prefill worker's KV bootstrap port (0 = none).
 	BootstrapPort int
-	// Protocol is ProtocolSGLang, ProtocolVLLM or ProtocolGRPC.
+	// Protocol is ProtocolGRPC for a grpc:// URL, else empty: detected from the engine, with
+	// [WorkersConfig.Runtime] as the fallback.
 	Protocol string
 }
 

@@ -233,7 +233,10 @@ func TestValidateHandBuilt(t *testing.T) {
 		{"unknown role", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: "both", Protocol: ProtocolSGLang}}
 		}, `role must be regular, prefill or decode, got "both"`},
-		{"missing protocol", func(c *Config) { c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular}} }, `protocol must be sglang, vllm or grpc, got ""`},
+		{"protocol left to detection", func(c *Config) { c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular}} }, ""},
+		{"unknown protocol", func(c *Config) {
+			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: "tgi"}}
+		}, `protocol must be sglang, vllm or grpc, got "tgi"`},
 		{"grpc protocol on http url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: ProtocolGRPC}}
 		}, "protocol grpc goes with grpc:// URLs only"},
@@ -326,39 +329,39 @@ func TestParseWorkers(t *testing.T) {
 			name: "prefill with and without port",
 			args: []string{"--pd-disaggregation", "--prefill", "http://h:30001", "8998", "--prefill", "http://h:30002", "--decode", "http://h:30003"},
 			want: []WorkerFlag{
-				{URL: "http://h:30001", Role: RolePrefill, BootstrapPort: 8998, Protocol: ProtocolSGLang},
-				{URL: "http://h:30002", Role: RolePrefill, Protocol: ProtocolSGLang},
-				{URL: "http://h:30003", Role: RoleDecode, Protocol: ProtocolSGLang},
+				{URL: "http://h:30001", Role: RolePrefill, BootstrapPort: 8998},
+				{URL: "http://h:30002", Role: RolePrefill},
+				{URL: "http://h:30003", Role: RoleDecode},
 			},
 		},
 		{
 			name: "prefill last with port",
 			args: []string{"--pd-disaggregation", "--decode", "http://d:1", "--prefill", "http://p:1", "9000"},
 			want: []WorkerFlag{
-				{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 9000, Protocol: ProtocolSGLang},
-				{URL: "http://d:1", Role: RoleDecode, Protocol: ProtocolSGLang},
+				{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 9000},
+				{URL: "http://d:1", Role: RoleDecode},
 			},
 		},
 		{
 			name: "equals forms, none port, single dash",
 			args: []string{"-pd-disaggregation", "--prefill=http://p:1", "--prefill=http://p:2", "8998", "-prefill", "http://p:3", "none", "--decode=http://d:1"},
 			want: []WorkerFlag{
-				{URL: "http://p:1", Role: RolePrefill, Protocol: ProtocolSGLang},
-				{URL: "http://p:2", Role: RolePrefill, BootstrapPort: 8998, Protocol: ProtocolSGLang},
-				{URL: "http://p:3", Role: RolePrefill, Protocol: ProtocolSGLang},
-				{URL: "http://d:1", Role: RoleDecode, Protocol: ProtocolSGLang},
+				{URL: "http://p:1", Role: RolePrefill},
+				{URL: "http://p:2", Role: RolePrefill, BootstrapPort: 8998},
+				{URL: "http://p:3", Role: RolePrefill},
+				{URL: "http://d:1", Role: RoleDecode},
 			},
 		},
 		{
 			name: "quoted URL and port in one argument",
 			args: []string{"--pd-disaggregation", "--prefill", "http://p:1 8998"},
-			want: []WorkerFlag{{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998, Protocol: ProtocolSGLang}},
+			want: []WorkerFlag{{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998}},
 		},
 		{
-			name: "runtime after the workers still applies; grpc URLs stay grpc",
+			name: "http workers' protocol is left to detection whatever --runtime says; grpc URLs stay grpc",
 			args: []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "grpc://d:1", "--runtime", "vllm"},
 			want: []WorkerFlag{
-				{URL: "http://p:1", Role: RolePrefill, Protocol: ProtocolVLLM},
+				{URL: "http://p:1", Role: RolePrefill},
 				{URL: "grpc://d:1", Role: RoleDecode, Protocol: ProtocolGRPC},
 			},
 		},
@@ -366,10 +369,10 @@ func TestParseWorkers(t *testing.T) {
 			name: "worker-urls repeated, comma and space separated, trailing slash dropped",
 			args: []string{"--worker-urls", "http://a:1,http://b:1/", "--worker-urls=http://c:1 https://d:1/v1", "--worker-urls", "grpc://e:1"},
 			want: []WorkerFlag{
-				{URL: "http://a:1", Role: RoleRegular, Protocol: ProtocolSGLang},
-				{URL: "http://b:1", Role: RoleRegular, Protocol: ProtocolSGLang},
-				{URL: "http://c:1", Role: RoleRegular, Protocol: ProtocolSGLang},
-				{URL: "https://d:1/v1", Role: RoleRegular, Protocol: ProtocolSGLang},
+				{URL: "http://a:1", Role: RoleRegular},
+				{URL: "http://b:1", Role: RoleRegular},
+				{URL: "http://c:1", Role: RoleRegular},
+				{URL: "https://d:1/v1", Role: RoleRegular},
 				{URL: "grpc://e:1", Role: RoleRegular, Protocol: ProtocolGRPC},
 			},
 		},

@@ -23,14 +23,18 @@ func ExampleParse() {
 	}
 	fmt.Println("mode:", cfg.Mode())
 	for _, w := range cfg.Workers.Initial {
-		fmt.Println(w.Role, w.URL, w.BootstrapPort, w.Protocol)
+		proto := w.Protocol
+		if proto == "" {
+			proto = "detected, else " + cfg.Workers.Runtime
+		}
+		fmt.Println(w.Role, w.URL, w.BootstrapPort, proto)
 	}
 	fmt.Println("admission:", cfg.Admission.MaxInflightPerWorker, cfg.Admission.QueueSize, cfg.Admission.QueueTimeout)
 	fmt.Println("policies:", cfg.Placement.PrefillPolicy, cfg.Placement.DecodePolicy)
 	// Output:
 	// mode: pd
-	// prefill http://10.0.0.1:30001 8998 sglang
-	// prefill http://10.0.0.2:30001 0 sglang
+	// prefill http://10.0.0.1:30001 8998 detected, else sglang
+	// prefill http://10.0.0.2:30001 0 detected, else sglang
 	// decode grpc://10.0.0.3:30002 0 grpc
 	// admission: 4 100 2.5s
 	// policies: cache_aware power_of_two

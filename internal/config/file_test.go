@@ -68,12 +68,12 @@ decode:
 		t.Fatal(err)
 	}
 	want := []WorkerFlag{
-		{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998, Protocol: ProtocolVLLM},
-		{URL: "http://p:2", Role: RolePrefill, Protocol: ProtocolVLLM},
-		{URL: "http://p:3", Role: RolePrefill, Protocol: ProtocolVLLM},
-		{URL: "http://p:4", Role: RolePrefill, BootstrapPort: 9000, Protocol: ProtocolVLLM},
-		{URL: "http://p:5", Role: RolePrefill, Protocol: ProtocolVLLM},
-		{URL: "http://d:1", Role: RoleDecode, Protocol: ProtocolVLLM},
+		{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998},
+		{URL: "http://p:2", Role: RolePrefill},
+		{URL: "http://p:3", Role: RolePrefill},
+		{URL: "http://p:4", Role: RolePrefill, BootstrapPort: 9000},
+		{URL: "http://p:5", Role: RolePrefill},
+		{URL: "http://d:1", Role: RoleDecode},
 		{URL: "grpc://d:2", Role: RoleDecode, Protocol: ProtocolGRPC},
 	}
 	if diff := cmp.Diff(want, c.Workers.Initial); diff != "" {

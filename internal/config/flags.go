@@ -94,7 +94,7 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Workers.PDDisaggregation, "pd-disaggregation", "Prefill/decode disaggregated mode: route each request to a prefill and a decode worker.")
 	s.add(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
 	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
-	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers given by flags: sglang or vllm (grpc:// URLs always speak the worker gRPC protocol).")
+	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
 
 	s.section("Placement")
@@ -338,8 +338,10 @@ func (s *flagSet) finish() {
 	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
 }
 
+// worker builds a flag worker. An http(s) worker's protocol is left empty: the gateway detects it
+// from the engine and falls back to --runtime only when the engine answers none of the probes.
 func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
-	proto := s.cfg.Workers.Runtime
+	proto := ""
 	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, "grpc") {
 		proto = ProtocolGRPC
 	}

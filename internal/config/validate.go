@@ -179,7 +179,7 @@ func (c *Config) validateWorkers() []error {
 		seen[w.URL] = true
 		isGRPC := strings.HasPrefix(strings.ToLower(w.URL), "grpc://")
 		switch {
-		case w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
+		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
 			bad("--%s %q: protocol must be sglang, vllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
 		case isGRPC != (w.Protocol == ProtocolGRPC):
 			bad("--%s %q: protocol grpc goes with grpc:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)

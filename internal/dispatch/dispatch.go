@@ -1,22 +1,19 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -38,7 +35,6 @@ const (
 	HeaderWorker           = "X-Sluice-Worker"
 	HeaderPrefillWorker    = "X-Sluice-Prefill-Worker"
 	HeaderRequestID        = "X-Request-Id"
-	maxUpstreamErrorBody   = 64 << 10
 	defaultRequestAttempts = 5
 )
 
@@ -48,6 +44,8 @@ type Metrics interface {
 	IncRetry()
 	AddWorkerActive(worker string, delta float64)
 	ObservePrefill(d time.Duration)
+	// IncKVTransferFallback counts a decode sent without KV transfer parameters, by handoff label.
+	IncKVTransferFallback(handoff string)
 }
 
 // RetryConfig controls retries of failed attempts.
@@ -125,6 +123,7 @@ func (nopMetrics) ObserveUpstream(string, int)     {}
 func (nopMetrics) IncRetry()                       {}
 func (nopMetrics) AddWorkerActive(string, float64) {}
 func (nopMetrics) ObservePrefill(time.Duration)    {}
+func (nopMetrics) IncKVTransferFallback(string)    {}
 
 func (x *Dispatcher) uint64() uint64 {
 	if x.d.Rand == nil {
@@ -133,6 +132,26 @@ func (x *Dispatcher) uint64() uint64 {
 	x.rmu.Lock()
 	defer x.rmu.Unlock()
 	return x.d.Rand.Uint64()
+}
+
+// newRequestID returns a random (version 4) UUID, the X-Request-Id of a request whose client sent none.
+func (x *Dispatcher) newRequestID() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], x.uint64())
+	binary.LittleEndian.PutUint64(b[8:], x.uint64())
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
 }
 
 func (x *Dispatcher) float64() float64 {
@@ -157,11 +176,15 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.RequestID == "" && r.Header.Get(HeaderRequestID) != "" {
+	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = r.Header.Get(HeaderRequestID)
+		if rc.RequestID == "" {
+			rc.RequestID = x.newRequestID()
+		}
 		r = &rc
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sluice.request_id", r.RequestID))
 
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {
@@ -171,6 +194,8 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 		resp, err := x.attempt(ctx, r, br, preq)
 		if err == nil {
 			resp.Body = &onClose{ReadCloser: resp.Body, fn: cancel}
+			resp.RequestID = r.RequestID
+			resp.Header.Set(HeaderRequestID, r.RequestID)
 			return resp, nil
 		}
 		if ctx.Err() != nil {
@@ -179,11 +204,12 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 		}
 		if attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
 			cancel()
+			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
 			return nil, x.final(err)
 		}
 		x.d.Metrics.IncRetry()
 		wait := backend.Backoff(attempt, x.cfg.Retry.Backoff, x.float64)
-		x.d.Logger.Debug("retrying", "attempt", attempt+1, "backoff", wait, "err", err)
+		x.d.Logger.Debug("retrying", "request_id", r.RequestID, "attempt", attempt+1, "backoff", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -241,461 +267,4 @@ func placementRequest(br *backend.Request, h http.Header) (*placement.Request, e
 		p.TargetWorker = n
 	}
 	return p, nil
-}
-
-// regular proxies to one regular worker; its load guard is held until the response body is closed.
-func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
-	snap := x.d.Registry.Snapshot()
-	w, err := placement.SelectRegular(snap, preq, x.d.Policies.Regular, nil, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	load := x.acquireLoad(w)
-	resp, err := x.call(ctx, w, "regular", br.Route.Path(), br.Body, r) //nolint:bodyclose // closed through Response.Close
-	if err != nil {
-		x.releaseLoad(w, load)
-		return nil, err
-	}
-	out := x.response(resp, br, w, nil)
-	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(w, load) }}
-	return out, nil
-}
-
-func (x *Dispatcher) acquireLoad(w *worker.Worker) *worker.LoadGuard {
-	x.d.Metrics.AddWorkerActive(w.URL(), 1)
-	return w.AcquireLoad()
-}
-
-func (x *Dispatcher) releaseLoad(w *worker.Worker, g *worker.LoadGuard) {
-	if g == nil {
-		return
-	}
-	x.d.Metrics.AddWorkerActive(w.URL(), -1)
-	g.Release()
-}
-
-func (x *Dispatcher) response(resp *http.Response, br *backend.Request, decode, prefill *worker.Worker) *Response {
-	h := http.Header{}
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
-	}
-	h.Set(HeaderWorker, decode.URL())
-	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL()}
-	if prefill != nil {
-		h.Set(HeaderPrefillWorker, prefill.URL())
-		out.PrefillWorker = prefill.URL()
-	}
-	out.Stream = br.Stream || isEventStream(resp.Header.Get("Content-Type"))
-	return out
-}
-
-func isEventStream(ct string) bool {
-	return len(ct) >= 17 && ct[:17] == "text/event-stream"
-}
-
-// admitPrefill reserves an admission slot on a prefill worker chosen by the prefill policy, under the
-// admission lock (so a stateful policy never picks a worker that then has no slot for it).
-func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request) (*admission.Slot, *worker.Worker, error) {
-	var chosen *worker.Worker
-	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
-		Queue: preq.Model,
-		Select: func(hasCapacity func(string) bool) (string, error) {
-			w, err := placement.SelectPrefill(x.d.Registry.Snapshot(), preq, x.d.Policies.Prefill,
-				func(w *worker.Worker) bool { return hasCapacity(w.URL()) }, time.Now())
-			if err != nil {
-				if errors.Is(err, placement.ErrAtCapacity) {
-					return "", admission.ErrNoCapacity
-				}
-				return "", err
-			}
-			chosen = w
-			return w.URL(), nil
-		},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return slot, chosen, nil
-}
-
-// pd runs one PD attempt in the style of the chosen prefill worker's protocol.
-func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
-	if br.N > 1 && x.vllmRuntime() {
-		// vLLM's prefill serves one sample; n > 1 goes straight to decode, which recomputes the prompt.
-		return x.decodeOnly(ctx, r, br, preq)
-	}
-	slot, pw, err := x.admitPrefill(ctx, preq)
-	if err != nil {
-		return nil, err
-	}
-	if pw.Protocol() == worker.ProtocolVLLM {
-		return x.pdSequential(ctx, r, br, preq, slot, pw)
-	}
-	return x.pdParallel(ctx, r, br, preq, slot, pw)
-}
-
-// vllmRuntime reports whether the prefill fleet speaks vLLM's sequential protocol.
-func (x *Dispatcher) vllmRuntime() bool {
-	for _, w := range x.d.Registry.Snapshot().ByRole(worker.RolePrefill) {
-		return w.Protocol() == worker.ProtocolVLLM
-	}
-	return false
-}
-
-func (x *Dispatcher) decodeOnly(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
-	dw, err := placement.SelectDecode(x.d.Registry.Snapshot(), preq, x.d.Policies.Decode, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	load := x.acquireLoad(dw)
-	resp, err := x.call(ctx, dw, "decode", br.Route.Path(), br.Body, r) //nolint:bodyclose // closed through Response.Close
-	if err != nil {
-		x.releaseLoad(dw, load)
-		return nil, err
-	}
-	out := x.response(resp, br, dw, nil)
-	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(dw, load) }}
-	return out, nil
-}
-
-type prefillResult struct {
-	err error
-	// body is the prefill response, kept only when input logprobs must be merged.
-	body []byte
-}
-
-// pdParallel sends the same body, with bootstrap fields, to both legs at once (SGLang style; also the
-// worker gRPC protocol). The prefill leg runs in its own goroutine and frees the slot when it ends.
-func (x *Dispatcher) pdParallel(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request, slot *admission.Slot, pw *worker.Worker) (*Response, error) {
-	dw, err := placement.SelectDecode(x.d.Registry.Snapshot(), preq, x.d.Policies.Decode, time.Now())
-	if err != nil {
-		slot.Release(admission.ReleaseFailed)
-		return nil, err
-	}
-	rooms := make([]uint64, backend.RoomCount(br))
-	for i := range rooms {
-		rooms[i] = backend.NewRoom(x.uint64)
-	}
-	body, err := backend.InjectBootstrap(br.Body, hostOf(pw.URL()), pw.BootstrapPort(), rooms)
-	if err != nil {
-		slot.Release(admission.ReleaseFailed)
-		return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
-	}
-
-	// SGLang computes input logprobs on the prefill leg: keep its body to merge them into decode's.
-	mergeLogprobs := br.Route == RouteGenerate && br.ReturnLogprob && !br.Stream
-	legCtx, cancelLegs := context.WithCancel(ctx)
-	pload := x.acquireLoad(pw)
-	dload := x.acquireLoad(dw)
-	done := make(chan prefillResult, 1)
-	go func() {
-		reason := admission.ReleaseCompleted
-		defer func() {
-			x.releaseLoad(pw, pload)
-			slot.Release(reason)
-		}()
-		start := time.Now()
-		var keep *[]byte
-		var kept []byte
-		if mergeLogprobs {
-			keep = &kept
-		}
-		err := x.drainLeg(legCtx, pw, "prefill", br.Route.Path(), body, r, keep)
-		if err != nil {
-			reason = admission.ReleaseFailed
-			if legCtx.Err() != nil {
-				reason = admission.ReleaseCancelled
-			}
-			cancelLegs() // a failed prefill leaves decode waiting for KV that never comes
-		} else {
-			x.d.Metrics.ObservePrefill(time.Since(start))
-		}
-		done <- prefillResult{err: err, body: kept}
-	}()
-
-	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), body, r)
-	if err != nil {
-		cancelLegs()
-		pres := <-done
-		x.releaseLoad(dw, dload)
-		if pres.err != nil && legCtx.Err() != nil && ctx.Err() == nil {
-			// Decode failed because prefill failed first: report the cause.
-			return nil, pres.err
-		}
-		return nil, err
-	}
-	out := x.response(resp, br, dw, pw)
-	if mergeLogprobs {
-		return x.mergedResponse(out, resp, cancelLegs, done, func() { x.releaseLoad(dw, dload) })
-	}
-	var once sync.Once
-	out.Body = &onClose{ReadCloser: &legBody{ReadCloser: resp.Body, ctx: legCtx}, fn: func() {
-		once.Do(func() {
-			cancelLegs()
-			<-done
-			x.releaseLoad(dw, dload)
-		})
-	}}
-	return out, nil
-}
-
-// pdSequential runs vLLM's flow: prefill with the rewritten body to completion (slot released as soon
-// as its response is read), then decode with the returned kv_transfer_params.
-func (x *Dispatcher) pdSequential(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request, slot *admission.Slot, pw *worker.Worker) (*Response, error) {
-	pbody, err := backend.VLLMPrefillBody(br.Route, br.Body)
-	if err != nil {
-		slot.Release(admission.ReleaseFailed)
-		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
-	}
-	pload := x.acquireLoad(pw)
-	start := time.Now()
-	presp, err := x.call(ctx, pw, "prefill", br.Route.Path(), pbody, r)
-	var pout []byte
-	if err == nil {
-		pout, err = io.ReadAll(io.LimitReader(presp.Body, maxMergedBody))
-		presp.Body.Close()
-	}
-	x.releaseLoad(pw, pload)
-	if err != nil {
-		slot.Release(admission.ReleaseFailed)
-		return nil, err
-	}
-	slot.Release(admission.ReleaseCompleted)
-	x.d.Metrics.ObservePrefill(time.Since(start))
-	params, err := backend.ExtractKVTransferParams(pout)
-	if err != nil {
-		return nil, &UpstreamError{Worker: pw.URL(), Status: http.StatusBadGateway, Message: "prefill response has no usable kv_transfer_params: " + err.Error()}
-	}
-	dbody, err := backend.VLLMDecodeBody(br.Body, params)
-	if err != nil {
-		return nil, apierror.InvalidRequest("", "cannot build the decode request: "+err.Error())
-	}
-	dw, err := placement.SelectDecode(x.d.Registry.Snapshot(), preq, x.d.Policies.Decode, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	dload := x.acquireLoad(dw)
-	resp, err := x.call(ctx, dw, "decode", br.Route.Path(), dbody, r) //nolint:bodyclose // closed through Response.Close
-	if err != nil {
-		x.releaseLoad(dw, dload)
-		return nil, err
-	}
-	out := x.response(resp, br, dw, pw)
-	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(dw, dload) }}
-	return out, nil
-}
-
-// drainLeg calls a leg and reads its body to the end; the body is dropped unless keep is given.
-func (x *Dispatcher) drainLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, keep *[]byte) error {
-	resp, err := x.call(ctx, w, leg, path, body, r)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if keep != nil {
-		*keep, err = io.ReadAll(io.LimitReader(resp.Body, maxMergedBody))
-	} else {
-		_, err = io.Copy(io.Discard, resp.Body)
-	}
-	if err != nil {
-		return &TransportError{Worker: w.URL(), Err: err}
-	}
-	return nil
-}
-
-// maxMergedBody bounds the responses held in memory to merge input logprobs.
-const maxMergedBody = 64 << 20
-
-// mergedResponse reads the whole decode response, waits for prefill, and answers decode's JSON with
-// prefill's input logprobs prepended. Everything is released before it returns.
-func (x *Dispatcher) mergedResponse(out *Response, resp *http.Response, cancelLegs context.CancelFunc,
-	done <-chan prefillResult, releaseDecode func()) (*Response, error) {
-	dbody, err := io.ReadAll(io.LimitReader(resp.Body, maxMergedBody))
-	resp.Body.Close()
-	if err != nil {
-		err = &TransportError{Worker: out.Worker, Err: err}
-	}
-	pres := <-done
-	cancelLegs()
-	releaseDecode()
-	if err != nil {
-		return nil, err
-	}
-	if pres.err != nil {
-		return nil, pres.err
-	}
-	merged, merr := backend.MergeInputLogprobs(pres.body, dbody)
-	if merr != nil {
-		x.d.Logger.Debug("input logprobs not merged", "err", merr)
-		merged = dbody
-	}
-	out.Body = io.NopCloser(bytes.NewReader(merged))
-	out.Header.Del("Content-Length")
-	return out, nil
-}
-
-func hostOf(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	return u.Hostname()
-}
-
-// call sends one leg and returns its response head. Statuses >= 400 come back as *UpstreamError (body
-// read and closed); transport failures as *TransportError. Breakers and upstream metrics are fed here.
-// The leg's client span ends when the returned body is closed.
-func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) (*http.Response, error) {
-	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("sluice.worker", w.URL()), attribute.String("sluice.leg", leg)))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, bytes.NewReader(body))
-	if err != nil {
-		span.End()
-		return nil, err
-	}
-	backend.ForwardHeaders(req.Header, r.Header, HeaderRoutingKey, HeaderSMGRoutingKey)
-	if x.cfg.DropClientAuthorization {
-		req.Header.Del("Authorization")
-	}
-	if k := w.APIKey(); k != "" {
-		req.Header.Set("Authorization", "Bearer "+k)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if r.RequestID != "" {
-		req.Header.Set(HeaderRequestID, r.RequestID)
-	}
-	if w.Protocol() == worker.ProtocolGRPC {
-		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
-	}
-	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
-
-	resp, err := x.d.HTTP.Do(req)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "transport error")
-		span.End()
-		if ctx.Err() == nil { // our own cancellation is not the worker's fault
-			w.Breaker().RecordFailure()
-			x.d.Metrics.ObserveUpstream(w.URL(), 0)
-		}
-		return nil, &TransportError{Worker: w.URL(), Err: err}
-	}
-	x.d.Metrics.ObserveUpstream(w.URL(), resp.StatusCode)
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	w.Breaker().RecordStatus(resp.StatusCode)
-	if resp.StatusCode >= 400 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
-		resp.Body.Close()
-		span.SetStatus(codes.Error, "upstream status "+strconv.Itoa(resp.StatusCode))
-		span.End()
-		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After")}
-	}
-	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
-	return resp, nil
-}
-
-// onClose runs fn once, after closing the body.
-type onClose struct {
-	io.ReadCloser
-	fn   func()
-	once sync.Once
-}
-
-func (o *onClose) Close() error {
-	err := o.ReadCloser.Close()
-	o.once.Do(o.fn)
-	return err
-}
-
-// legBody turns a read error caused by the legs' cancellation (the prefill failed mid-request) into a
-// clear error for the relay.
-type legBody struct {
-	io.ReadCloser
-	ctx context.Context
-}
-
-func (l *legBody) Read(p []byte) (int, error) {
-	n, err := l.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && l.ctx.Err() != nil {
-		return n, fmt.Errorf("request aborted: %w", context.Cause(l.ctx))
-	}
-	return n, err
-}
-
-// UpstreamError is a worker's error response.
-type UpstreamError struct {
-	Worker     string
-	Status     int
-	Body       []byte
-	Message    string
-	RetryAfter string
-}
-
-func (e *UpstreamError) Error() string {
-	if e.Message != "" {
-		return e.Message
-	}
-	return fmt.Sprintf("worker %s answered %d: %s", e.Worker, e.Status, truncate(e.Body, 512))
-}
-
-// APIError relays the worker's status, with its OpenAI-shaped message when it has one (else a generic
-// one: worker URLs and raw engine bodies stay in logs and traces), and the engine's Retry-After.
-func (e *UpstreamError) APIError() *apierror.Error {
-	msg := e.Message
-	if msg == "" {
-		msg = "upstream worker answered HTTP " + strconv.Itoa(e.Status)
-	}
-	ae := apierror.FromUpstream(e.Status, e.Body, msg, e)
-	if secs, err := strconv.Atoi(e.RetryAfter); err == nil && secs > 0 {
-		ae.RetryAfter = time.Duration(secs) * time.Second
-	}
-	return ae
-}
-
-// TransportError is a failure to reach a worker or to read its response.
-type TransportError struct {
-	Worker string
-	Err    error
-}
-
-func (e *TransportError) Error() string { return "worker " + e.Worker + ": " + e.Err.Error() }
-func (e *TransportError) Unwrap() error { return e.Err }
-
-// APIError maps a transport failure to 502 (504 when the worker timed out).
-func (e *TransportError) APIError() *apierror.Error {
-	var ne net.Error
-	if errors.As(e.Err, &ne) && ne.Timeout() {
-		return apierror.New(http.StatusGatewayTimeout, apierror.CodeUpstream, "upstream worker timed out", e)
-	}
-	return apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "upstream worker unreachable or failed", e)
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
-}
-
-func isRetryable(err error) bool {
-	var ue *UpstreamError
-	if errors.As(err, &ue) {
-		return backend.IsRetryableStatus(ue.Status)
-	}
-	var te *TransportError
-	if errors.As(err, &te) {
-		return !errors.Is(te.Err, context.Canceled)
-	}
-	return false
-}
-
-func classifyRequestError(err error) error {
-	var re *backend.RequestError
-	if errors.As(err, &re) {
-		if re.Malformed {
-			return apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, re.Message, err)
-		}
-		return apierror.InvalidRequest(re.Param, re.Message)
-	}
-	return apierror.InvalidRequest("", err.Error())
 }

@@ -53,6 +53,12 @@ func (m *fakeMetrics) AddWorkerActive(w string, delta float64) {
 
 func (m *fakeMetrics) ObservePrefill(time.Duration) {}
 
+func (m *fakeMetrics) IncKVTransferFallback(h string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.upstream = append(m.upstream, "kv_fallback "+h)
+}
+
 // newTestDispatcher builds a regular-mode dispatcher over Ready regular workers serving model "m" at
 // urls. Its client is a plain one whose idle connections are closed when the test ends.
 func newTestDispatcher(t *testing.T, cfg Config, urls ...string) (*Dispatcher, []*worker.Worker) {
@@ -161,7 +167,7 @@ func TestDoRegularForwardsAndReleases(t *testing.T) {
 		t.Errorf("response body = %q, want %q", out, answer)
 	}
 
-	wantHeader := http.Header{"Content-Type": {"application/json"}, "X-Sluice-Worker": {srv.URL}}
+	wantHeader := http.Header{"Content-Type": {"application/json"}, "X-Sluice-Worker": {srv.URL}, "X-Request-Id": {"req-123"}}
 	if diff := cmp.Diff(wantHeader, resp.Header); diff != "" {
 		t.Errorf("response headers mismatch (-want +got):\n%s", diff)
 	}

@@ -3,20 +3,32 @@
 // placement, admission) with the engine clients (backend); the REST surface and the typed RPCs both
 // call Dispatcher.Do and only relay what it returns.
 //
+// One flow per file: regular.go (one worker), pd.go (how every PD request starts: admission on a
+// prefill worker whose KV handoff a decode worker speaks, then the handoff's adapter), pd_sglang.go
+// (SGLang's bootstrap handoff, n > 1 split into single samples), pd_vllm.go (vLLM's NIXL connector),
+// pd_workerrpc.go (sluice.worker.v1), exchange.go (the parallel two-leg exchange of the bootstrap
+// handoffs), samples.go (merging split samples), call.go (one leg on the wire), fleet.go (what a new
+// worker's engine says about itself).
+//
 // # Concurrency Model
 //
-// Do runs in the caller's goroutine. In PD mode with parallel legs (SGLang style and the worker gRPC
-// protocol) Do starts exactly one goroutine for the prefill leg; the request owns it: Response.Close
-// (or Do's own error path) cancels the legs' context and waits for that goroutine before returning, so
-// no goroutine outlives its request. The prefill goroutine releases the admission slot and the prefill
-// load guard itself, as soon as the prefill body has been read, has failed or was cancelled — a long
-// decode never holds prefill capacity. The decode load guard is released by Response.Close.
+// Do runs in the caller's goroutine. A parallel exchange (SGLang, worker protocol) starts exactly one
+// goroutine for its prefill leg; the request owns it: Response.Close (or the exchange's own error
+// path) cancels the legs' context and waits for that goroutine before returning, so no goroutine
+// outlives its request. The prefill goroutine releases its hold on the admission slot and the
+// prefill load guard itself, as soon as the prefill body has been read, has failed or was cancelled —
+// a long decode never holds prefill capacity. The decode load guard is released by Response.Close.
+//
+// A split n > 1 request runs its n exchanges from n goroutines that Do joins before it returns. Each
+// holds one admission.Guard of the request's one slot. A merged stream (samples.go) has one pump
+// goroutine per sample, owned by the merged body: its Close cancels the samples, waits for the pumps
+// and then closes every sample's body.
 //
 // # Request Lifecycle and Ownership
 //
-// Every guard (admission slot, load guards, the request timeout's cancel, spans) is released exactly once
-// on every path: on error inside Do before it returns, otherwise by Response.Close. Retries happen only
-// before any byte reached the client; each attempt releases its slot before the backoff and goes through
-// admission again with fresh bootstrap rooms. Admission rejections (429) and unavailability (503/404) are
-// never retried.
+// Every guard (admission slot and guards, load guards, the request timeout's cancel, spans) is
+// released exactly once on every path: on error inside Do before it returns, otherwise by
+// Response.Close. Retries happen only before any byte reached the client; each attempt releases its
+// slot before the backoff and goes through admission again with fresh bootstrap rooms. Admission
+// rejections (429), unavailability (503/404) and the engines' client errors (4xx) are never retried.
 package dispatch

@@ -2,58 +2,103 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// Discovery fills in what a worker spec leaves out by asking the engine.
-type Discovery struct {
+// Detector completes a worker's spec from what its engine says about itself (backend.Detect) before
+// the worker is registered — by flag, through the admin API or from discovery — and refuses a worker
+// whose engine contradicts what the operator configured.
+type Detector struct {
 	HTTP *http.Client
-	// DefaultProtocol applies to http(s) workers whose engine does not say (the --runtime flag).
+	// DefaultProtocol applies to http(s) workers whose engine answers none of the probes (--runtime).
 	DefaultProtocol worker.Protocol
-	// DefaultModels apply when the engine cannot be asked (the --model-id flag); empty = any model.
+	// DefaultModels apply when the engine does not list its models (--model-id); empty = any model.
 	DefaultModels []string
 	// Timeout bounds the engine calls; zero means 5 s.
 	Timeout time.Duration
+	Logger  *slog.Logger
 }
 
-// Complete returns spec with protocol and models filled in: grpc:// URLs speak the worker protocol;
-// otherwise the engine's /get_server_info and /v1/models answer. A worker that cannot be reached keeps
-// the defaults — it will not become routable before its health checks pass anyway.
-func (d *Discovery) Complete(ctx context.Context, spec worker.Spec) worker.Spec {
+// Complete returns spec with what the operator left out filled in from the engine: the protocol
+// (unless given; how it was decided goes to ProtocolSource), the models, and from SGLang's server
+// info the bootstrap port of a prefill worker and the dp size. A worker whose engine reports a
+// disaggregation mode other than its configured role is refused with an error wrapping
+// worker.ErrInvalidSpec. An engine that cannot be reached keeps the defaults: it will not become
+// routable before its health checks pass anyway.
+func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec, error) {
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if strings.HasPrefix(spec.URL, "grpc://") {
-		spec.Protocol = worker.ProtocolGRPC
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
-	if spec.Protocol == "" {
-		if info, err := backend.ServerInfo(ctx, d.HTTP, spec.URL); err == nil {
-			if p, perr := worker.ParseProtocol(backend.DetectProtocol(info)); perr == nil {
-				spec.Protocol = p
-			}
+
+	det := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).Detect(ctx, spec.URL)
+	detected, _ := worker.ParseProtocol(det.Protocol)
+	switch {
+	case spec.Protocol != "":
+		spec.ProtocolSource = worker.ProtocolFromConfig
+		if detected != "" && detected != spec.Protocol {
+			logger.Warn("worker protocol configured differently from what the engine reports; keeping the configured one",
+				"url", spec.URL, "configured", spec.Protocol, "detected", detected, "by", det.Source)
 		}
-	}
-	if spec.Protocol == "" {
-		spec.Protocol = d.DefaultProtocol
+	case detected != "":
+		spec.Protocol, spec.ProtocolSource = detected, det.Source
+	default:
+		spec.Protocol, spec.ProtocolSource = d.DefaultProtocol, worker.ProtocolFromDefault
 		if spec.Protocol == "" {
 			spec.Protocol = worker.ProtocolSGLang
 		}
+		logger.Warn("worker protocol not detected; using the configured runtime",
+			"url", spec.URL, "protocol", spec.Protocol, "err", det.Err)
 	}
-	if len(spec.Models) == 0 && spec.Protocol != worker.ProtocolGRPC {
-		if models, err := backend.DiscoverModels(ctx, d.HTTP, spec.URL); err == nil && len(models) > 0 {
-			spec.Models = models
-		}
+	if len(spec.Models) == 0 {
+		spec.Models = det.Models
 	}
 	if len(spec.Models) == 0 {
 		spec.Models = append([]string(nil), d.DefaultModels...)
 	}
-	return spec
+	if info := det.Info; info != nil && spec.Protocol == worker.ProtocolSGLang {
+		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
+			return spec, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+		}
+		if spec.Role == worker.RolePrefill && spec.BootstrapPort == 0 {
+			spec.BootstrapPort = info.BootstrapPort
+		}
+		if spec.DPSize == 0 {
+			spec.DPSize = info.DPSize
+		}
+	}
+	return spec, nil
+}
+
+// checkRole compares a configured role with SGLang's disaggregation_mode ("prefill", "decode", or
+// "null" for an engine not running PD; server_args.py).
+func checkRole(role worker.Role, mode string) error {
+	if role == "" {
+		role = worker.RoleRegular
+	}
+	switch mode {
+	case "":
+		return nil
+	case "null":
+		if role != worker.RoleRegular {
+			return fmt.Errorf("configured as %s, but the engine does not run disaggregated (server info disaggregation_mode is null); start it with --disaggregation-mode %s", role, role)
+		}
+	case "prefill", "decode":
+		if string(role) != mode {
+			return fmt.Errorf("configured as %s, but the engine's server info says disaggregation_mode %s", role, mode)
+		}
+	}
+	return nil
 }

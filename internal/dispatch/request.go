@@ -24,7 +24,8 @@ type Request struct {
 	Body []byte
 	// Header carries the client's headers; only an allow-list goes upstream.
 	Header http.Header
-	// RequestID names the request in logs and upstream (x-request-id); generated when empty.
+	// RequestID names the request in logs, spans and upstream (X-Request-Id); when empty, the client's
+	// X-Request-Id header, else a generated UUID.
 	RequestID string
 }
 
@@ -43,4 +44,7 @@ type Response struct {
 	Model string
 	// Worker and PrefillWorker are the URLs of the workers that served.
 	Worker, PrefillWorker string
+	// RequestID is the request's X-Request-Id: the client's, or one sluice generated. Both legs
+	// carried it, and Header holds it for the client.
+	RequestID string
 }

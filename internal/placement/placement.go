@@ -25,6 +25,9 @@ type Request struct {
 	// workers of the role serving Model, sorted by URL, whatever their
 	// health), or -1 for none.
 	TargetWorker int
+	// Handoffs, when not empty, keeps only candidates speaking one of these KV handoffs (a PD pair
+	// must be able to hand KV from prefill to decode); the others count as not routable.
+	Handoffs worker.HandoffSet
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and

@@ -24,6 +24,9 @@ var (
 	ErrAtCapacity = errors.New("all workers at capacity")
 	// ErrInvalidTarget: the strict target index is out of range (400).
 	ErrInvalidTarget = errors.New("invalid target worker")
+	// ErrNoCompatibleWorkers: routable workers exist, but none speaks a KV handoff its PD partner can
+	// use (503).
+	ErrNoCompatibleWorkers = errors.New("no routable worker speaks a compatible KV handoff")
 )
 
 // Prebuilt so the hot rejection paths (an admission head polling while all
@@ -31,6 +34,7 @@ var (
 var (
 	errNoHealthy  = fmt.Errorf("%w: %w", ErrUnavailable, ErrNoHealthyWorkers)
 	errAtCapacity = fmt.Errorf("%w: %w", ErrUnavailable, ErrAtCapacity)
+	errNoCompat   = fmt.Errorf("%w: %w", ErrUnavailable, ErrNoCompatibleWorkers)
 )
 
 // Reason returns a low-cardinality label for a selection error, for metrics
@@ -48,6 +52,8 @@ func Reason(err error) string {
 		return "at_capacity"
 	case errors.Is(err, ErrInvalidTarget):
 		return "invalid_target"
+	case errors.Is(err, ErrNoCompatibleWorkers):
+		return "no_compatible_workers"
 	}
 	return "other"
 }
@@ -93,6 +99,9 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		if !w.Routable(now) {
 			return nil, errNoHealthy
 		}
+		if req.Handoffs != 0 && !req.Handoffs.Has(w.Handoff()) {
+			return nil, errNoCompat
+		}
 		if hasCapacity != nil && !hasCapacity(w) {
 			return nil, errAtCapacity
 		}
@@ -102,14 +111,18 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 	// Filter lazily: until the first excluded worker, the snapshot's own
 	// slice serves as the candidate list and nothing is allocated.
 	var (
-		bufp     *[]*worker.Worker
-		out      []*worker.Worker
-		routable int
+		bufp               *[]*worker.Worker
+		out                []*worker.Worker
+		routable, eligible int
 	)
 	for i, w := range cands {
 		ok := w.Routable(now)
 		if ok {
 			routable++
+			ok = req.Handoffs == 0 || req.Handoffs.Has(w.Handoff())
+		}
+		if ok {
+			eligible++
 			ok = hasCapacity == nil || hasCapacity(w)
 		}
 		switch {
@@ -130,8 +143,11 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		}()
 	}
 	if len(out) == 0 {
-		if routable == 0 {
+		switch {
+		case routable == 0:
 			return nil, errNoHealthy
+		case eligible == 0:
+			return nil, errNoCompat
 		}
 		return nil, errAtCapacity
 	}
@@ -140,4 +156,16 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		return nil, fmt.Errorf("%w: policy %s picked %d of %d", ErrUnavailable, pol.Name(), i, len(out))
 	}
 	return out[i], nil
+}
+
+// RoutableHandoffs returns the KV handoffs spoken by the routable workers of role serving model at
+// now: the handoffs a PD partner may use. It does not allocate.
+func RoutableHandoffs(snap *worker.Snapshot, role worker.Role, model string, now time.Time) worker.HandoffSet {
+	var set worker.HandoffSet
+	for _, w := range snap.Candidates(role, model) {
+		if w.Routable(now) {
+			set = set.Add(w.Handoff())
+		}
+	}
+	return set
 }

@@ -155,3 +155,48 @@ func TestSelectAllocations(t *testing.T) {
 		t.Errorf("filtered SelectPrefill allocates %v times", n)
 	}
 }
+
+// A PD pair must share a KV handoff: Handoffs keeps only candidates speaking one of them, and a
+// request whose routable candidates all speak others fails as ErrNoCompatibleWorkers (not at capacity:
+// waiting would not help).
+func TestSelectHandoffs(t *testing.T) {
+	now := time.Now()
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
+	add := func(url string, p worker.Protocol) *worker.Worker {
+		w, err := reg.Add(worker.Spec{URL: url, Role: worker.RolePrefill, Protocol: p, Models: []string{"m"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	sg := add("http://a:1", worker.ProtocolSGLang)
+	vl := add("http://b:1", worker.ProtocolVLLM)
+	snap := reg.Snapshot()
+	only := func(h worker.Handoff) worker.HandoffSet { return worker.HandoffSet(0).Add(h) }
+	pol := &fixedPolicy{}
+
+	w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Handoffs: only(worker.HandoffNIXL)}, pol, nil, now)
+	if err != nil || w != vl || len(pol.got) != 1 {
+		t.Errorf("NIXL only: got %v, %v (candidates %d), want the vLLM worker alone", w, err, len(pol.got))
+	}
+	_, err = SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Handoffs: only(worker.HandoffWorkerRPC)}, pol, nil, now)
+	if !errors.Is(err, ErrNoCompatibleWorkers) || !errors.Is(err, ErrUnavailable) || Reason(err) != "no_compatible_workers" {
+		t.Errorf("no worker-rpc worker: err = %v, want ErrNoCompatibleWorkers in class ErrUnavailable", err)
+	}
+	_, err = SelectPrefill(snap, &Request{Model: "m", TargetWorker: 1, Handoffs: only(worker.HandoffBootstrap)}, pol, nil, now)
+	if !errors.Is(err, ErrNoCompatibleWorkers) {
+		t.Errorf("strict target with another handoff: err = %v, want ErrNoCompatibleWorkers", err)
+	}
+	if got := RoutableHandoffs(snap, worker.RolePrefill, "m", now); !got.Has(worker.HandoffBootstrap) || !got.Has(worker.HandoffNIXL) || got.Has(worker.HandoffWorkerRPC) {
+		t.Errorf("RoutableHandoffs = %b", got)
+	}
+	if err := reg.SetHealth(sg.ID(), worker.HealthNotReady); err != nil {
+		t.Fatal(err)
+	}
+	if got := RoutableHandoffs(reg.Snapshot(), worker.RolePrefill, "m", now); got != only(worker.HandoffNIXL) {
+		t.Errorf("RoutableHandoffs after the SGLang worker went unready = %b, want NIXL only", got)
+	}
+	if hs := reg.Snapshot().Handoffs(worker.RolePrefill); hs.Single() {
+		t.Errorf("snapshot handoffs %b: two handoffs registered, whatever their health", hs)
+	}
+}

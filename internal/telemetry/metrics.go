@@ -23,6 +23,7 @@ type Metrics struct {
 	admissionQueued   prometheus.Gauge
 	admissionWait     prometheus.Histogram
 	admissionRejects  *prometheus.CounterVec
+	kvFallbacks       *prometheus.CounterVec
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
@@ -70,10 +71,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		admissionRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_pd_prefill_admission_rejections_total", Help: "Requests rejected by prefill admission, by reason.",
 		}, []string{"reason"}),
+		kvFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_pd_kv_transfer_fallbacks_total",
+			Help: "PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.",
+		}, []string{"handoff"}),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.prefillDuration, m.upstream, m.retries,
 		m.workerActive, m.workerHealth,
-		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
+		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects, m.kvFallbacks)
 	return m
 }
 
@@ -108,6 +113,9 @@ func (m *Metrics) ObserveUpstream(worker string, status int) {
 	}
 	m.upstream.WithLabelValues(worker, s).Inc()
 }
+
+// IncKVTransferFallback counts a decode sent without KV transfer parameters (it recomputes the prompt).
+func (m *Metrics) IncKVTransferFallback(handoff string) { m.kvFallbacks.WithLabelValues(handoff).Inc() }
 
 // IncRetry counts one retried attempt.
 func (m *Metrics) IncRetry() { m.retries.Inc() }

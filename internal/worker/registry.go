@@ -298,7 +298,7 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 	next := cur.Clone()
 	fn(&next)
 	if next.URL != cur.URL || next.Role != cur.Role || next.Protocol != cur.Protocol ||
-		!slices.Equal(next.Models, cur.Models) {
+		!slices.Equal(next.Models, cur.Models) || next.DPSize != cur.DPSize {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: update may change only labels, API key and bootstrap port; use replace", ErrInvalidSpec)
 	}
@@ -374,6 +374,8 @@ type Snapshot struct {
 	// byModel[r][m]: workers of role r serving model m, including anyModel.
 	byModel [numRoles]map[string][]*Worker
 	models  []string
+	// handoffs[r]: the KV handoffs spoken by workers of role r.
+	handoffs [numRoles]HandoffSet
 }
 
 func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
@@ -390,6 +392,7 @@ func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
 		s.byURL[w.url] = w
 		ri := w.role.index()
 		s.byRole[ri] = append(s.byRole[ri], w)
+		s.handoffs[ri] = s.handoffs[ri].Add(w.handoff)
 		if len(w.models) == 0 {
 			s.anyModel[ri] = append(s.anyModel[ri], w)
 		}
@@ -447,6 +450,16 @@ func (s *Snapshot) ByRole(role Role) []*Worker {
 		return nil
 	}
 	return s.byRole[ri]
+}
+
+// Handoffs returns the set of KV handoffs spoken by the workers of role, whatever their health or
+// model. When the prefill and decode sets are one and the same handoff, every pair is compatible.
+func (s *Snapshot) Handoffs(role Role) HandoffSet {
+	ri := role.index()
+	if ri < 0 {
+		return 0
+	}
+	return s.handoffs[ri]
 }
 
 // Models returns the model ids listed by any worker, sorted. Workers that

@@ -55,6 +55,60 @@ const (
 	ProtocolGRPC   Protocol = "grpc"
 )
 
+// Handoff is how a prefill worker hands a request's KV cache to a decode worker. A PD pair is only
+// formed from two workers with the same handoff: an SGLang prefill cannot feed a vLLM decode.
+type Handoff uint8
+
+// The handoffs. The zero Handoff is none (a regular worker needs none).
+const (
+	HandoffNone Handoff = iota
+	// HandoffBootstrap is SGLang's: both legs at once, met at the prefill's bootstrap server by room.
+	HandoffBootstrap
+	// HandoffNIXL is vLLM's NIXL connector: prefill first, decode told where the KV is.
+	HandoffNIXL
+	// HandoffWorkerRPC is sluice.worker.v1's: bootstrap-style handshake fields over gRPC.
+	HandoffWorkerRPC
+	numHandoffs
+)
+
+// String returns a short label, usable as a low-cardinality metric label.
+func (h Handoff) String() string {
+	switch h {
+	case HandoffBootstrap:
+		return "sglang_bootstrap"
+	case HandoffNIXL:
+		return "vllm_nixl"
+	case HandoffWorkerRPC:
+		return "worker_rpc"
+	}
+	return "none"
+}
+
+// Handoff returns the KV handoff a worker of this protocol speaks.
+func (p Protocol) Handoff() Handoff {
+	switch p {
+	case ProtocolSGLang:
+		return HandoffBootstrap
+	case ProtocolVLLM:
+		return HandoffNIXL
+	case ProtocolGRPC:
+		return HandoffWorkerRPC
+	}
+	return HandoffNone
+}
+
+// HandoffSet is a set of handoffs; the zero set is empty.
+type HandoffSet uint8
+
+// Add returns s with h added.
+func (s HandoffSet) Add(h Handoff) HandoffSet { return s | 1<<h }
+
+// Has reports whether h is in s.
+func (s HandoffSet) Has(h Handoff) bool { return s&(1<<h) != 0 }
+
+// Single reports whether s holds exactly one handoff.
+func (s HandoffSet) Single() bool { return s != 0 && s&(s-1) == 0 }
+
 // ParseProtocol parses a protocol name. The empty string is not a protocol.
 func ParseProtocol(s string) (Protocol, error) {
 	switch p := Protocol(s); p {
@@ -81,7 +135,21 @@ type Spec struct {
 	Labels map[string]string
 	// APIKey is sent to the worker as a bearer token when set.
 	APIKey string
+	// DPSize is the engine's data-parallel size (SGLang dp_size); 0 means unknown (one rank).
+	DPSize int
+	// ProtocolSource says how Protocol was decided (see the ProtocolFrom constants); informational.
+	ProtocolSource string
 }
+
+// How a worker's protocol was decided, as reported by the admin API.
+const (
+	ProtocolFromConfig     = "configured"      // given explicitly for this worker
+	ProtocolFromURLScheme  = "url_scheme"      // grpc:// speaks the worker protocol
+	ProtocolFromOwnedBy    = "models_owned_by" // GET /v1/models named the engine
+	ProtocolFromVersion    = "version"         // GET /version answered: vLLM
+	ProtocolFromServerInfo = "server_info"     // GET /get_server_info or /server_info answered: SGLang
+	ProtocolFromDefault    = "default"         // the engine answered none of them: the configured runtime
+)
 
 // Clone returns a deep copy of s.
 func (s Spec) Clone() Spec {
@@ -112,6 +180,9 @@ func (s Spec) Validate() error {
 	if s.BootstrapPort != 0 && s.Role != RolePrefill {
 		return fmt.Errorf("bootstrap port set on a %s worker; only prefill workers have one", s.Role)
 	}
+	if s.DPSize < 0 || s.DPSize > maxDPSize {
+		return fmt.Errorf("dp size %d out of range 0..%d", s.DPSize, maxDPSize)
+	}
 	for _, m := range s.Models {
 		if strings.TrimSpace(m) == "" {
 			return errors.New("empty model id")
@@ -119,6 +190,9 @@ func (s Spec) Validate() error {
 	}
 	return nil
 }
+
+// maxDPSize bounds data-parallel ranks per engine (far above any real deployment).
+const maxDPSize = 1024
 
 // Normalized returns a validated deep copy of s with defaults filled in, the
 // URL's scheme and host lower-cased, the trailing slash removed, and the

@@ -46,6 +46,7 @@ type Worker struct {
 	url      string
 	role     Role
 	protocol Protocol
+	handoff  Handoff
 	models   []string // sorted; empty = any model
 
 	spec    atomic.Pointer[Spec] // copy-on-write; never mutated in place
@@ -66,6 +67,7 @@ func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
 		url:      spec.URL,
 		role:     spec.Role,
 		protocol: spec.Protocol,
+		handoff:  spec.Protocol.Handoff(),
 		models:   slices.Clone(spec.Models),
 		breaker:  br,
 		idleCh:   make(chan struct{}),
@@ -86,6 +88,9 @@ func (w *Worker) Role() Role { return w.role }
 
 // Protocol returns the worker's protocol.
 func (w *Worker) Protocol() Protocol { return w.protocol }
+
+// Handoff returns how the worker hands KV to (or takes it from) its PD partner.
+func (w *Worker) Handoff() Handoff { return w.handoff }
 
 // Spec returns a deep copy of the current spec.
 func (w *Worker) Spec() Spec { return w.spec.Load().Clone() }

@@ -20,7 +20,6 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
-	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -29,12 +28,19 @@ type Deps struct {
 	Registry  *worker.Registry
 	Admission *admission.Controller
 	Checker   *worker.HealthChecker
-	Discovery *dispatch.Discovery
+	// Detector fills in what a new worker's spec leaves out from its engine, and refuses a worker
+	// whose engine contradicts its spec; nil registers specs as given.
+	Detector Detector
 	// HTTP calls the engines (grpc:// workers through backend's worker-protocol transport).
 	HTTP   *http.Client
 	Logger *slog.Logger
 	// FanoutTimeout bounds each worker call of GetLoads and FlushCache; default 5 s.
 	FanoutTimeout time.Duration
+}
+
+// Detector completes a worker spec from its engine (dispatch.Detector).
+type Detector interface {
+	Complete(ctx context.Context, spec worker.Spec) (worker.Spec, error)
 }
 
 // Service implements the admin API.
@@ -92,6 +98,8 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Load:              w.Load(),
 		AdmissionInflight: int64(inflight[w.URL()]),
 		HasApiKey:         spec.APIKey != "",
+		ProtocolSource:    spec.ProtocolSource,
+		DpSize:            uint32(spec.DPSize),
 	}
 }
 
@@ -153,7 +161,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	}
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
-		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(),
+		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -172,8 +180,10 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	if _, dup := s.d.Registry.Snapshot().ByURL(normalizedURL(spec)); dup {
 		return nil, wire(fmt.Errorf("%w: %s", worker.ErrAlreadyExists, spec.URL))
 	}
-	if s.d.Discovery != nil {
-		spec = s.d.Discovery.Complete(ctx, spec)
+	if s.d.Detector != nil {
+		if spec, err = s.d.Detector.Complete(ctx, spec); err != nil {
+			return nil, wire(err)
+		}
 	}
 	w, err := s.d.Registry.Add(spec)
 	if err != nil {
@@ -387,7 +397,7 @@ func fanout[T any](ctx context.Context, s *Service, fn func(context.Context, *wo
 func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*adminv1.GetLoadsResponse, error) {
 	loads := fanout(ctx, s, func(ctx context.Context, w *worker.Worker, u *backend.Upstream) *adminv1.WorkerLoad {
 		l := &adminv1.WorkerLoad{Id: w.ID(), Url: w.URL()}
-		load, err := u.FetchLoad(ctx, w.URL())
+		load, err := u.FetchLoad(ctx, w.URL(), string(w.Protocol()))
 		if err != nil {
 			l.Error = err.Error()
 		} else {
@@ -402,7 +412,7 @@ func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*ad
 func (s *Service) FlushCache(ctx context.Context, _ *adminv1.FlushCacheRequest) (*adminv1.FlushCacheResponse, error) {
 	results := fanout(ctx, s, func(ctx context.Context, w *worker.Worker, u *backend.Upstream) *adminv1.FlushResult {
 		r := &adminv1.FlushResult{Id: w.ID(), Url: w.URL(), Ok: true}
-		if err := u.FlushCache(ctx, w.URL()); err != nil {
+		if err := u.FlushCache(ctx, w.URL(), string(w.Protocol())); err != nil {
 			r.Ok, r.Error = false, err.Error()
 		}
 		return r

@@ -40,7 +40,9 @@ type WorkerSpec struct {
 	// Free-form labels.
 	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// API key sent to the engine. Write-only: never returned.
-	ApiKey        string `protobuf:"bytes,7,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	ApiKey string `protobuf:"bytes,7,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	// Data-parallel ranks of the engine (SGLang dp_size); read from the engine's server info when 0.
+	DpSize        uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +126,13 @@ func (x *WorkerSpec) GetApiKey() string {
 	return ""
 }
 
+func (x *WorkerSpec) GetDpSize() uint32 {
+	if x != nil {
+		return x.DpSize
+	}
+	return 0
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -150,7 +159,13 @@ type Worker struct {
 	// Prefill admission slots held on this worker.
 	AdmissionInflight int64 `protobuf:"varint,11,opt,name=admission_inflight,json=admissionInflight,proto3" json:"admission_inflight,omitempty"`
 	// True when an API key is set for the engine (the key itself is never returned).
-	HasApiKey     bool `protobuf:"varint,12,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
+	HasApiKey bool `protobuf:"varint,12,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
+	// How the protocol was decided: "configured", "url_scheme", "models_owned_by" (GET /v1/models),
+	// "version" (GET /version: vLLM), "server_info" (SGLang's server info) or "default" (the engine
+	// answered none of them; the configured runtime applies).
+	ProtocolSource string `protobuf:"bytes,13,opt,name=protocol_source,json=protocolSource,proto3" json:"protocol_source,omitempty"`
+	// Data-parallel ranks of the engine; 0 when unknown (one rank).
+	DpSize        uint32 `protobuf:"varint,14,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +282,20 @@ func (x *Worker) GetHasApiKey() bool {
 		return x.HasApiKey
 	}
 	return false
+}
+
+func (x *Worker) GetProtocolSource() string {
+	if x != nil {
+		return x.ProtocolSource
+	}
+	return ""
+}
+
+func (x *Worker) GetDpSize() uint32 {
+	if x != nil {
+		return x.DpSize
+	}
+	return 0
 }
 
 // ListWorkersRequest filters the worker list; empty fields match everything.
@@ -1694,7 +1723,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa2\x02\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbb\x02\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -1703,10 +1732,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x06models\x18\x04 \x03(\tR\x06models\x12%\n" +
 	"\x0ebootstrap_port\x18\x05 \x01(\rR\rbootstrapPort\x12?\n" +
 	"\x06labels\x18\x06 \x03(\v2'.sluice.admin.v1.WorkerSpec.LabelsEntryR\x06labels\x12\x17\n" +
-	"\aapi_key\x18\a \x01(\tR\x06apiKey\x1a9\n" +
+	"\aapi_key\x18\a \x01(\tR\x06apiKey\x12\x17\n" +
+	"\adp_size\x18\b \x01(\rR\x06dpSize\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x03\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -1720,7 +1750,9 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x04load\x18\n" +
 	" \x01(\x03R\x04load\x12-\n" +
 	"\x12admission_inflight\x18\v \x01(\x03R\x11admissionInflight\x12\x1e\n" +
-	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x1a9\n" +
+	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12'\n" +
+	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
+	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +

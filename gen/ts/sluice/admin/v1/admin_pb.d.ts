@@ -67,6 +67,13 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: string api_key = 7;
    */
   apiKey: string;
+
+  /**
+   * Data-parallel ranks of the engine (SGLang dp_size); read from the engine's server info when 0.
+   *
+   * @generated from field: uint32 dp_size = 8;
+   */
+  dpSize: number;
 };
 
 /**
@@ -164,6 +171,22 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: bool has_api_key = 12;
    */
   hasApiKey: boolean;
+
+  /**
+   * How the protocol was decided: "configured", "url_scheme", "models_owned_by" (GET /v1/models),
+   * "version" (GET /version: vLLM), "server_info" (SGLang's server info) or "default" (the engine
+   * answered none of them; the configured runtime applies).
+   *
+   * @generated from field: string protocol_source = 13;
+   */
+  protocolSource: string;
+
+  /**
+   * Data-parallel ranks of the engine; 0 when unknown (one rank).
+   *
+   * @generated from field: uint32 dp_size = 14;
+   */
+  dpSize: number;
 };
 
 /**

@@ -1,10 +1,11 @@
 package backend
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/jsonx"
 )
@@ -26,28 +27,52 @@ func NewRooms(rnd func() uint64, count int) []uint64 {
 	return rooms
 }
 
-// RoomCount is how many bootstrap rooms an SGLang PD request needs: one per backend sub-request,
-// that is prompts x samples = max(BatchSize, 1) x N.
-//
-// Why the product: SGLang normalises a batch by expanding it to batch_size x n sub-requests
-// (texts repeated n times) and then indexes bootstrap_room[i] for sub-request i; a room list it is
-// given is itself repeated n times. Sending batch_size rooms (as the Rust gateway does for a batch
-// with n > 1) therefore gives the n samples of a prompt the same room, which collides in the
-// KV-transfer rendezvous; sending batch_size x n rooms gives every sub-request its own room (the
-// repeated tail of the list is never indexed). For chat/completions with n > 1 and one prompt this is
-// n rooms, as the Rust gateway sends. A count of 1 means scalar bootstrap fields.
-func RoomCount(req *Request) int {
-	return req.Prompts() * max(req.N, 1)
+// SGLang-style PD over HTTP, written from python/sglang/srt/disaggregation/mini_lb.py (SGLang's own
+// reference router) and the Rust gateway's pd_router.rs: the same body goes to the prefill and the
+// decode engine, with bootstrap fields telling the decode where to fetch the KV cache.
+
+// SGLangRooms is how many bootstrap rooms an SGLang PD request carries, and whether they go as lists:
+// one room per PROMPT, as lists when the prompt is a list (a /generate text or input_ids batch, a
+// completions prompt array), else one scalar room. That is what mini_lb (_get_request_batch_size)
+// and the Rust gateway send. The engine expands a room list `list * n` for parallel sampling, so the
+// n samples of one prompt share its room (tokenizer_manager.py) and collide in the rendezvous: a
+// request with n > 1 must be split into single-sample requests first (SingleSampleBody).
+func SGLangRooms(req *Request) (count int, asList bool) {
+	if req.BatchSize > 0 {
+		return req.BatchSize, true
+	}
+	return 1, false
+}
+
+// WorkerRPCRooms is how many rooms the sluice.worker.v1 protocol takes: one per sub-request (prompts x
+// samples), sub-request i = prompt*n + sample getting room i (see GRPCTransport); lists when more than one.
+func WorkerRPCRooms(req *Request) (count int, asList bool) {
+	n := req.Prompts() * max(req.N, 1)
+	return n, n > 1
+}
+
+// BootstrapHost is the bootstrap_host of a prefill engine at baseURL: its host name, an IPv6 literal
+// in brackets as mini_lb sends it (maybe_wrap_ipv6_address).
+func BootstrapHost(baseURL string) string {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return ""
+	}
+	h := u.Hostname()
+	if strings.IndexByte(h, ':') >= 0 {
+		return "[" + h + "]"
+	}
+	return h
 }
 
 // InjectBootstrap adds SGLang's PD bootstrap fields to a request body (the same body goes to the
-// prefill and the decode worker): bootstrap_host, bootstrap_port (port 0 becomes JSON null: the
-// prefill worker has no bootstrap port configured) and bootstrap_room. With one room the three are
-// scalars; with more, each is an array of len(rooms) (host and port repeated, one room each). Existing
-// fields are replaced; every other byte of the body is preserved.
-func InjectBootstrap(body []byte, host string, port int, rooms []uint64) ([]byte, error) {
-	if len(rooms) == 0 {
-		return nil, errors.New("backend: InjectBootstrap: no rooms")
+// prefill and the decode worker): bootstrap_host, bootstrap_port (port 0 becomes JSON null, which the
+// engine reads as "my own --disaggregation-bootstrap-port", scheduler.py) and bootstrap_room. With
+// asList false the three are scalars (rooms must hold one); with asList true each is an array of
+// len(rooms), host and port repeated. Existing fields are replaced; every other byte is preserved.
+func InjectBootstrap(body []byte, host string, port int, rooms []uint64, asList bool) ([]byte, error) {
+	if len(rooms) == 0 || (!asList && len(rooms) != 1) {
+		return nil, fmt.Errorf("backend: InjectBootstrap: %d rooms for asList=%t", len(rooms), asList)
 	}
 	if port < 0 || port > 65535 {
 		return nil, fmt.Errorf("backend: InjectBootstrap: bad port %d", port)
@@ -58,7 +83,7 @@ func InjectBootstrap(body []byte, host string, port int, rooms []uint64) ([]byte
 		portJSON = strconv.AppendInt(nil, int64(port), 10)
 	}
 	var hostV, portV, roomV []byte
-	if len(rooms) == 1 {
+	if !asList {
 		hostV, portV, roomV = hostJSON, portJSON, strconv.AppendUint(nil, rooms[0], 10)
 	} else {
 		hostV = repeatJSON(hostJSON, len(rooms))
@@ -80,6 +105,24 @@ func InjectBootstrap(body []byte, host string, port int, rooms []uint64) ([]byte
 	})
 }
 
+// SingleSampleBody returns the body of one sample of an n > 1 request: n set to 1 (OpenAI routes) or
+// sampling_params.n set to 1 (/generate; a per-prompt sampling_params list is refused: such a request
+// is a batch, which is not split).
+func SingleSampleBody(route Route, body []byte) ([]byte, error) {
+	if route != RouteGenerate {
+		return rewriteObject(body, []field{{"n", []byte("1")}})
+	}
+	m, ok := findMember(body, 0, "sampling_params")
+	if !ok || body[m.valStart] != '{' {
+		return nil, errors.New("backend: SingleSampleBody: sampling_params is not an object")
+	}
+	sp, err := rewriteObject(m.value(body), []field{{"n", []byte("1")}})
+	if err != nil {
+		return nil, err
+	}
+	return splice(body, m.valStart, m.valEnd, sp), nil
+}
+
 func repeatJSON(v []byte, n int) []byte {
 	out := make([]byte, 0, n*(len(v)+1)+1)
 	out = append(out, '[')
@@ -90,60 +133,6 @@ func repeatJSON(v []byte, n int) []byte {
 		out = append(out, v...)
 	}
 	return append(out, ']')
-}
-
-// vllmPrefillKV is the kv_transfer_params of a vLLM prefill request (NIXL connector): keep the KV
-// cache for a remote decode.
-const vllmPrefillKV = `{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,` +
-	`"remote_block_ids":null,"remote_host":null,"remote_port":null}`
-
-// VLLMPrefillBody derives the prefill leg's body of vLLM-style PD from the client body: stream=false,
-// stream_options removed, n=1, min_tokens removed, the output capped at one token
-// (max_completion_tokens for chat when the client used it, else max_tokens) and kv_transfer_params
-// asking the engine to keep the KV cache for a remote decode.
-func VLLMPrefillBody(route Route, body []byte) ([]byte, error) {
-	capKey := "max_tokens"
-	if route == RouteChat {
-		if _, ok := findMember(body, 0, "max_completion_tokens"); ok {
-			capKey = "max_completion_tokens"
-		}
-	}
-	return rewriteObject(body, []field{
-		{"stream", []byte("false")},
-		{"stream_options", nil},
-		{"n", []byte("1")},
-		{"min_tokens", nil},
-		{capKey, []byte("1")},
-		{"kv_transfer_params", []byte(vllmPrefillKV)},
-	})
-}
-
-// ErrNoKVTransferParams means a vLLM prefill response lacks kv_transfer_params (the engine has no KV
-// connector configured, or it is not a PD prefill engine).
-var ErrNoKVTransferParams = errors.New("prefill response has no kv_transfer_params")
-
-// ExtractKVTransferParams returns the kv_transfer_params object of a vLLM prefill response.
-func ExtractKVTransferParams(prefillResponse []byte) (json.RawMessage, error) {
-	if _, err := checkTopObject(prefillResponse); err != nil {
-		return nil, fmt.Errorf("backend: prefill response: %w", err)
-	}
-	m, ok := findMember(prefillResponse, 0, "kv_transfer_params")
-	if !ok || isNull(m.value(prefillResponse)) {
-		return nil, ErrNoKVTransferParams
-	}
-	v := m.value(prefillResponse)
-	if v[0] != '{' {
-		return nil, fmt.Errorf("%w: kv_transfer_params is not an object", ErrNoKVTransferParams)
-	}
-	return json.RawMessage(append([]byte(nil), v...)), nil
-}
-
-// VLLMDecodeBody is the decode leg's body: the client body with the prefill's kv_transfer_params.
-func VLLMDecodeBody(body []byte, params json.RawMessage) ([]byte, error) {
-	if len(params) == 0 {
-		return nil, ErrNoKVTransferParams
-	}
-	return rewriteObject(body, []field{{"kv_transfer_params", params}})
 }
 
 // MergeInputLogprobs merges the input logprobs of SGLang PD's two legs of a non-streaming /generate
@@ -274,4 +263,34 @@ func trimArray(a []byte) []byte {
 		e--
 	}
 	return inner[s:e]
+}
+
+// FrameIndex returns the top-level "index" of a /generate stream frame (SGLang sets it on every frame
+// of a batch or n > 1 stream: tokenizer_manager.py _handle_batch_request), or 0 when there is none.
+func FrameIndex(frame []byte) int {
+	if len(frame) == 0 || frame[0] != '{' {
+		return 0
+	}
+	m, ok := findMember(frame, 0, "index")
+	if !ok {
+		return 0
+	}
+	v, ok := parseInt(m.value(frame))
+	if !ok || v < 0 || v > 1<<20 {
+		return 0
+	}
+	return int(v)
+}
+
+// MergeStreamInputLogprobs prepends the input logprobs of a prefill stream frame to one decode stream
+// frame, as mini_lb's generate_stream does for every decode frame of a return_logprob stream. Frames
+// that are not objects (such as [DONE]) and frames without meta_info come back unchanged.
+func MergeStreamInputLogprobs(prefillFrame, decodeFrame []byte) ([]byte, error) {
+	if len(prefillFrame) == 0 || prefillFrame[0] != '{' || len(decodeFrame) == 0 || decodeFrame[0] != '{' {
+		return decodeFrame, nil
+	}
+	if _, ok := findMember(decodeFrame, 0, "meta_info"); !ok {
+		return decodeFrame, nil
+	}
+	return mergeOne(prefillFrame, decodeFrame)
 }

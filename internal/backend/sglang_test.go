@@ -2,7 +2,6 @@ package backend
 
 import (
 	"encoding/json"
-	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +14,7 @@ func TestInjectBootstrap(t *testing.T) {
 		host    string
 		port    int
 		rooms   []uint64
+		asList  bool
 		want    string
 		wantErr bool
 	}{
@@ -34,19 +34,21 @@ func TestInjectBootstrap(t *testing.T) {
 			want:  `{"text":"hi","bootstrap_host":"h","bootstrap_port":null,"bootstrap_room":1}`,
 		},
 		{
-			name:  "arrays for several rooms",
-			body:  `{"n":3}`,
-			host:  "h",
-			port:  1,
-			rooms: []uint64{7, 8, 9},
-			want:  `{"n":3,"bootstrap_host":["h","h","h"],"bootstrap_port":[1,1,1],"bootstrap_room":[7,8,9]}`,
+			name:   "arrays for a batch of three prompts",
+			body:   `{"text":["a","b","c"]}`,
+			host:   "h",
+			port:   1,
+			rooms:  []uint64{7, 8, 9},
+			asList: true,
+			want:   `{"text":["a","b","c"],"bootstrap_host":["h","h","h"],"bootstrap_port":[1,1,1],"bootstrap_room":[7,8,9]}`,
 		},
 		{
-			name:  "arrays with null port",
-			body:  `{}`,
-			host:  "h",
-			rooms: []uint64{7, 8},
-			want:  `{"bootstrap_host":["h","h"],"bootstrap_port":[null,null],"bootstrap_room":[7,8]}`,
+			name:   "arrays with null port",
+			body:   `{}`,
+			host:   "h",
+			rooms:  []uint64{7, 8},
+			asList: true,
+			want:   `{"bootstrap_host":["h","h"],"bootstrap_port":[null,null],"bootstrap_room":[7,8]}`,
 		},
 		{
 			name:  "existing fields replaced in place, whitespace kept",
@@ -72,14 +74,24 @@ func TestInjectBootstrap(t *testing.T) {
 			rooms: []uint64{1},
 			want:  `{"bootstrap_host":"a\"b","bootstrap_port":1,"bootstrap_room":1}`,
 		},
+		{
+			name:   "a batch of one prompt still gets lists",
+			body:   `{"text":["a"]}`,
+			host:   "[::1]",
+			port:   8998,
+			rooms:  []uint64{3},
+			asList: true,
+			want:   `{"text":["a"],"bootstrap_host":["[::1]"],"bootstrap_port":[8998],"bootstrap_room":[3]}`,
+		},
 		{name: "no rooms", body: `{}`, host: "h", wantErr: true},
+		{name: "several rooms but scalars asked", body: `{}`, host: "h", rooms: []uint64{1, 2}, wantErr: true},
 		{name: "bad port", body: `{}`, host: "h", port: 70000, rooms: []uint64{1}, wantErr: true},
 		{name: "not an object", body: `[1]`, host: "h", rooms: []uint64{1}, wantErr: true},
 		{name: "malformed", body: `{"a":`, host: "h", rooms: []uint64{1}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := InjectBootstrap([]byte(tt.body), tt.host, tt.port, tt.rooms)
+			got, err := InjectBootstrap([]byte(tt.body), tt.host, tt.port, tt.rooms, tt.asList)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("InjectBootstrap() = %s, want error", got)
@@ -114,92 +126,96 @@ func TestNewRoom(t *testing.T) {
 	}
 }
 
-func TestVLLMPrefillBody(t *testing.T) {
-	kv := `"kv_transfer_params":` + vllmPrefillKV
+// Rooms go one per prompt, as mini_lb's _get_request_batch_size and the Rust gateway send them:
+// never one per sample (the engine repeats the list n times itself).
+func TestSGLangRooms(t *testing.T) {
 	tests := []struct {
-		name  string
-		route Route
-		body  string
-		want  string
+		name   string
+		req    Request
+		count  int
+		asList bool
 	}{
-		{
-			name:  "chat with max_completion_tokens",
-			route: RouteChat,
-			body:  `{"model":"m","stream":true,"stream_options":{"include_usage":true},"n":1,"min_tokens":4,"max_completion_tokens":300,"max_tokens":5,"user":"u"}`,
-			want:  `{"model":"m","stream":false,"n":1,"max_completion_tokens":1,"max_tokens":5,"user":"u",` + kv + `}`,
-		},
-		{
-			name:  "chat without caps adds max_tokens",
-			route: RouteChat,
-			body:  `{"model":"m","messages":[]}`,
-			want:  `{"model":"m","messages":[],"stream":false,"n":1,"max_tokens":1,` + kv + `}`,
-		},
-		{
-			name:  "completions caps max_tokens even if max_completion_tokens present",
-			route: RouteCompletions,
-			body:  `{"max_tokens":100,"max_completion_tokens":7,"kv_transfer_params":{"old":1},"prompt":"p"}`,
-			want:  `{"max_tokens":1,"max_completion_tokens":7,` + kv + `,"prompt":"p","stream":false,"n":1}`,
-		},
-		{
-			name:  "stream_options removed when first",
-			route: RouteCompletions,
-			body:  `{"stream_options":{},"prompt":"p","min_tokens":1}`,
-			want:  `{"prompt":"p","stream":false,"n":1,"max_tokens":1,` + kv + `}`,
-		},
+		{"single prompt", Request{N: 1}, 1, false},
+		{"n > 1 is not a count of rooms", Request{N: 4}, 1, false},
+		{"batch", Request{N: 1, BatchSize: 3}, 3, true},
+		{"batch of one is a list", Request{N: 1, BatchSize: 1}, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := VLLMPrefillBody(tt.route, []byte(tt.body))
-			if err != nil {
-				t.Fatal(err)
+			if c, l := SGLangRooms(&tt.req); c != tt.count || l != tt.asList {
+				t.Errorf("SGLangRooms() = %d, %t; want %d, %t", c, l, tt.count, tt.asList)
+			}
+		})
+	}
+	if c, l := WorkerRPCRooms(&Request{N: 2, BatchSize: 3}); c != 6 || !l {
+		t.Errorf("WorkerRPCRooms(2 x 3) = %d, %t; want 6 rooms as a list", c, l)
+	}
+	if c, l := WorkerRPCRooms(&Request{N: 1}); c != 1 || l {
+		t.Errorf("WorkerRPCRooms(1) = %d, %t; want one scalar room", c, l)
+	}
+}
+
+func TestBootstrapHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://10.0.0.5:30000":       "10.0.0.5",
+		"http://prefill-0.svc:30000/": "prefill-0.svc",
+		"http://[fd00::5]:30000":      "[fd00::5]", // mini_lb wraps IPv6 literals (maybe_wrap_ipv6_address)
+		"https://[::1]":               "[::1]",
+		"grpc://h:1":                  "h",
+	} {
+		if got := BootstrapHost(in); got != want {
+			t.Errorf("BootstrapHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSingleSampleBody(t *testing.T) {
+	tests := []struct {
+		name    string
+		route   Route
+		body    string
+		want    string
+		wantErr bool
+	}{
+		{"chat n replaced", RouteChat, `{"model":"m","n":3,"messages":[]}`, `{"model":"m","n":1,"messages":[]}`, false},
+		{"completions", RouteCompletions, `{"prompt":"p","n" : 2}`, `{"prompt":"p","n" : 1}`, false},
+		{"generate sampling_params.n", RouteGenerate, `{"text":"t","sampling_params":{"n":4,"temperature":0.7}}`,
+			`{"text":"t","sampling_params":{"n":1,"temperature":0.7}}`, false},
+		{"generate per-prompt list refused", RouteGenerate, `{"text":["a"],"sampling_params":[{"n":2}]}`, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SingleSampleBody(tt.route, []byte(tt.body))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("SingleSampleBody() error = %v, wantErr %t", err, tt.wantErr)
 			}
 			if string(got) != tt.want {
-				t.Errorf("VLLMPrefillBody() =\n%s\nwant\n%s", got, tt.want)
+				t.Errorf("SingleSampleBody() = %s, want %s", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestExtractKVTransferParamsAndDecodeBody(t *testing.T) {
-	tests := []struct {
-		name    string
-		resp    string
-		want    string
-		wantErr error
-	}{
-		{
-			name: "present",
-			resp: `{"id":"x","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e1","remote_block_ids":[1,2],"remote_host":"10.0.0.1","remote_port":5600}}`,
-			want: `{"do_remote_prefill":true,"remote_engine_id":"e1","remote_block_ids":[1,2],"remote_host":"10.0.0.1","remote_port":5600}`,
-		},
-		{name: "missing", resp: `{"id":"x"}`, wantErr: ErrNoKVTransferParams},
-		{name: "null", resp: `{"kv_transfer_params":null}`, wantErr: ErrNoKVTransferParams},
-		{name: "not object", resp: `{"kv_transfer_params":[1]}`, wantErr: ErrNoKVTransferParams},
-		{name: "malformed", resp: `{"kv_transfer_params":{`, wantErr: errSyntax},
+// mini_lb's generate_stream prepends the prefill's input_token_logprobs to every decode frame.
+func TestMergeStreamInputLogprobs(t *testing.T) {
+	prefill := []byte(`{"text":"","meta_info":{"id":"p","input_token_logprobs":[[-1,5,null]]},"index":1}`)
+	got, err := MergeStreamInputLogprobs(prefill, []byte(`{"text":"a","meta_info":{"input_token_logprobs":[[-2,6,null]]},"index":1}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ExtractKVTransferParams([]byte(tt.resp))
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("ExtractKVTransferParams() error = %v, want %v", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil || string(got) != tt.want {
-				t.Fatalf("ExtractKVTransferParams() = %s, %v; want %s", got, err, tt.want)
-			}
-			dec, err := VLLMDecodeBody([]byte(`{"model":"m","stream":true,"kv_transfer_params":null}`), got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := `{"model":"m","stream":true,"kv_transfer_params":` + tt.want + `}`; string(dec) != want {
-				t.Errorf("VLLMDecodeBody() = %s, want %s", dec, want)
-			}
-		})
+	if want := `{"text":"a","meta_info":{"input_token_logprobs":[[-1,5,null],[-2,6,null]]},"index":1}`; string(got) != want {
+		t.Errorf("merged frame = %s, want %s", got, want)
 	}
-	if _, err := VLLMDecodeBody([]byte(`{}`), nil); !errors.Is(err, ErrNoKVTransferParams) {
-		t.Errorf("VLLMDecodeBody(nil params) error = %v", err)
+	for _, frame := range []string{"[DONE]", `{"text":"no meta"}`} {
+		if got, _ := MergeStreamInputLogprobs(prefill, []byte(frame)); string(got) != frame {
+			t.Errorf("frame %s changed to %s", frame, got)
+		}
+	}
+	if i := FrameIndex(prefill); i != 1 {
+		t.Errorf("FrameIndex = %d, want 1", i)
+	}
+	if i := FrameIndex([]byte(`{"text":"x"}`)); i != 0 {
+		t.Errorf("FrameIndex(no index) = %d, want 0", i)
 	}
 }
 
@@ -276,7 +292,7 @@ func BenchmarkInjectBootstrap(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := InjectBootstrap(body, "10.0.0.5", 8998, rooms); err != nil {
+		if _, err := InjectBootstrap(body, "10.0.0.5", 8998, rooms, false); err != nil {
 			b.Fatal(err)
 		}
 	}

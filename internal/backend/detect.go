@@ -1,0 +1,151 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// How Detect decided an engine's protocol (Detection.Source).
+const (
+	DetectedByURLScheme  = "url_scheme"      // grpc:// speaks the worker protocol
+	DetectedByOwnedBy    = "models_owned_by" // GET /v1/models named the engine
+	DetectedByVersion    = "version"         // GET /version answered: only vLLM serves it
+	DetectedByServerInfo = "server_info"     // GET /get_server_info or /server_info answered: SGLang
+)
+
+// Detection is what an engine says about itself.
+type Detection struct {
+	// Protocol is "sglang", "vllm" or "grpc"; empty when the engine answered none of the probes (the
+	// caller keeps its configured runtime, as the Rust gateway does).
+	Protocol string
+	// Source is one of the DetectedBy constants; empty with Protocol.
+	Source string
+	// Models are the ids of GET /v1/models (nil when it did not answer).
+	Models []string
+	// Info is set when SGLang's server info was read.
+	Info *ServerInfoFields
+	// Err is the first failure, for logs, when nothing could be detected.
+	Err error
+}
+
+// ServerInfoFields are the parts of SGLang's server info (its server args) a gateway checks against
+// what the operator configured.
+type ServerInfoFields struct {
+	// DisaggregationMode is "prefill", "decode" or "null" (not a PD engine); empty when not reported.
+	DisaggregationMode string
+	// BootstrapPort is disaggregation_bootstrap_port; 0 when not reported.
+	BootstrapPort int
+	// DPSize is dp_size; 0 when not reported.
+	DPSize int
+}
+
+// Detect asks an engine what it is, the way the Rust gateway does
+// (smg model_gateway/src/workflow/steps/local/detect_backend.rs): the owned_by of GET /v1/models
+// ("sglang" or "nvidia" mean SGLang, "vllm" means vLLM), then GET /version (only vLLM serves it:
+// vllm/entrypoints/openai/api_server.py), then GET /get_server_info or /server_info (SGLang,
+// python/sglang/srt/entrypoints/http_server.py). /version is asked before server info because some
+// vLLM builds also answer /server_info. For SGLang the server info is read in any case, for the
+// disaggregation mode, bootstrap port and dp size. Every call carries the worker's API key
+// (u.APIKey). Detect never fails: what it could not learn stays empty.
+func (u *Upstream) Detect(ctx context.Context, baseURL string) Detection {
+	if IsGRPC(baseURL) {
+		return Detection{Protocol: "grpc", Source: DetectedByURLScheme}
+	}
+	base := strings.TrimSuffix(baseURL, "/")
+	var d Detection
+	models, ownedBy, err := u.listModels(ctx, base)
+	if err == nil {
+		d.Models = models
+	} else {
+		d.Err = err
+	}
+	switch ownedBy {
+	case "sglang", "nvidia":
+		d.Protocol, d.Source = "sglang", DetectedByOwnedBy
+	case "vllm":
+		d.Protocol, d.Source = "vllm", DetectedByOwnedBy
+	default:
+		if err := u.call(ctx, http.MethodGet, base+"/version", nil); err == nil {
+			d.Protocol, d.Source = "vllm", DetectedByVersion
+		} else if d.Err == nil {
+			d.Err = err
+		}
+	}
+	if d.Protocol == "" || d.Protocol == "sglang" {
+		info, err := u.ServerInfo(ctx, base)
+		if err == nil {
+			if d.Protocol == "" {
+				d.Protocol, d.Source = "sglang", DetectedByServerInfo
+			}
+			d.Info = serverInfoFields(info)
+		} else if d.Err == nil {
+			d.Err = err
+		}
+	}
+	if d.Protocol != "" {
+		d.Err = nil
+	}
+	return d
+}
+
+// listModels reads GET /v1/models: the model ids and the first model's owned_by.
+func (u *Upstream) listModels(ctx context.Context, base string) ([]string, string, error) {
+	var list struct {
+		Data []struct {
+			ID      string `json:"id"`
+			OwnedBy string `json:"owned_by"`
+		} `json:"data"`
+	}
+	if err := u.call(ctx, http.MethodGet, base+"/v1/models", &list); err != nil {
+		return nil, "", err
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	ownedBy := ""
+	if len(list.Data) > 0 {
+		ownedBy = strings.ToLower(list.Data[0].OwnedBy)
+	}
+	return ids, ownedBy, nil
+}
+
+// serverInfoFields picks the PD fields out of SGLang's server info. Numbers may come as JSON numbers
+// or strings; anything unreadable is left at zero.
+func serverInfoFields(info map[string]any) *ServerInfoFields {
+	f := &ServerInfoFields{}
+	if v, ok := info["disaggregation_mode"]; ok {
+		switch m := v.(type) {
+		case string:
+			f.DisaggregationMode = strings.ToLower(m)
+		case nil:
+			f.DisaggregationMode = "null"
+		}
+	}
+	f.BootstrapPort = intField(info["disaggregation_bootstrap_port"])
+	f.DPSize = intField(info["dp_size"])
+	return f
+}
+
+func intField(v any) int {
+	switch n := v.(type) {
+	case float64:
+		if n >= 0 && n <= 1<<31 && n == float64(int(n)) {
+			return int(n)
+		}
+	case json.Number:
+		if i, err := n.Int64(); err == nil && i >= 0 && i <= 1<<31 {
+			return int(i)
+		}
+	case string:
+		if i, err := strconv.Atoi(n); err == nil && i >= 0 {
+			return i
+		}
+	}
+	return 0
+}

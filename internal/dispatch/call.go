@@ -1,0 +1,126 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// A leg is one HTTP exchange with one worker. call is the only place that talks to workers: it
+// forwards the allow-listed client headers, the worker's API key, the request id and the trace
+// context, feeds the worker's circuit breaker and the upstream metrics, and turns failures into
+// *UpstreamError and *TransportError.
+
+// maxUpstreamErrorBody bounds the error body read from a worker.
+const maxUpstreamErrorBody = 64 << 10
+
+// maxMergedBody bounds the responses held in memory to merge them (input logprobs, n > 1 samples,
+// vLLM's prefill answer).
+const maxMergedBody = 64 << 20
+
+// call sends one leg and returns its response head. Statuses >= 400 come back as *UpstreamError (body
+// read and closed); transport failures as *TransportError. The leg's client span ends when the
+// returned body is closed.
+func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) (*http.Response, error) {
+	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("sluice.worker", w.URL()), attribute.String("sluice.leg", leg),
+			attribute.String("sluice.request_id", r.RequestID)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, bytes.NewReader(body))
+	if err != nil {
+		span.End()
+		return nil, err
+	}
+	backend.ForwardHeaders(req.Header, r.Header, HeaderRoutingKey, HeaderSMGRoutingKey)
+	if x.cfg.DropClientAuthorization {
+		req.Header.Del("Authorization")
+	}
+	if k := w.APIKey(); k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.RequestID != "" {
+		req.Header.Set(HeaderRequestID, r.RequestID)
+	}
+	if w.Protocol() == worker.ProtocolGRPC {
+		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
+	}
+	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+
+	resp, err := x.d.HTTP.Do(req)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "transport error")
+		span.End()
+		if ctx.Err() == nil { // our own cancellation is not the worker's fault
+			w.Breaker().RecordFailure()
+			x.d.Metrics.ObserveUpstream(w.URL(), 0)
+		}
+		return nil, &TransportError{Worker: w.URL(), Err: err}
+	}
+	x.d.Metrics.ObserveUpstream(w.URL(), resp.StatusCode)
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	w.Breaker().RecordStatus(resp.StatusCode)
+	if resp.StatusCode >= 400 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
+		resp.Body.Close()
+		span.SetStatus(codes.Error, "upstream status "+strconv.Itoa(resp.StatusCode))
+		span.End()
+		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After")}
+	}
+	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
+	return resp, nil
+}
+
+// readLeg calls a leg and reads its whole body (at most maxMergedBody).
+func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) ([]byte, error) {
+	resp, err := x.call(ctx, w, leg, path, body, r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, maxMergedBody))
+	if err != nil {
+		return nil, &TransportError{Worker: w.URL(), Err: err}
+	}
+	return out, nil
+}
+
+// onClose runs fn once, after closing the body.
+type onClose struct {
+	io.ReadCloser
+	fn   func()
+	once sync.Once
+}
+
+func (o *onClose) Close() error {
+	err := o.ReadCloser.Close()
+	o.once.Do(o.fn)
+	return err
+}
+
+// legBody turns a read error caused by the legs' cancellation (the prefill failed mid-request) into a
+// clear error for the relay.
+type legBody struct {
+	io.ReadCloser
+	ctx context.Context
+}
+
+func (l *legBody) Read(p []byte) (int, error) {
+	n, err := l.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && l.ctx.Err() != nil {
+		return n, fmt.Errorf("request aborted: %w", context.Cause(l.ctx))
+	}
+	return n, err
+}

@@ -1,0 +1,263 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// The parallel exchange of SGLang's bootstrap handoff and of the worker protocol: the same body goes
+// to the prefill and the decode worker at once. The decode engine connects to the prefill engine's
+// bootstrap server and waits for the KV cache of its room; the prefill engine waits for that
+// handshake before it computes (scheduler.py pop_bootstrapped). So neither leg may go without the
+// other, and when one fails the other is cancelled: a decode whose prefill never comes would wait
+// for the engine's bootstrap timeout.
+
+// holder is what a prefill leg holds of the admission slot: the slot itself, or one guard of it when
+// several sub-requests share the slot.
+type holder interface{ Release(admission.ReleaseReason) }
+
+// logprobMerge says whether the prefill's input logprobs must be merged into the decode's answer:
+// SGLang computes them on the prefill leg (mini_lb.py generate and generate_stream).
+type logprobMerge uint8
+
+const (
+	mergeNone   logprobMerge = iota
+	mergeUnary               // /generate, return_logprob, not streaming
+	mergeStream              // /generate, return_logprob, streaming
+)
+
+// logprobMode is the merge a request needs.
+func logprobMode(br *backend.Request) logprobMerge {
+	switch {
+	case br.Route != backend.RouteGenerate || !br.ReturnLogprob:
+		return mergeNone
+	case br.Stream:
+		return mergeStream
+	}
+	return mergeUnary
+}
+
+// prefillOutcome is what the prefill leg left behind.
+type prefillOutcome struct {
+	err error
+	// body is the whole prefill answer (mergeUnary).
+	body []byte
+	// frames holds the first prefill frame of each batch index (mergeStream).
+	frames map[int][]byte
+}
+
+// prefillFailed is the cause the legs are cancelled with when the prefill leg failed on its own. It
+// does not unwrap to the prefill's error on purpose: net/http puts the cause into the decode's
+// transport error, and the decode's failure must not pass for the prefill's answer.
+type prefillFailed struct{ err error }
+
+func (p *prefillFailed) Error() string { return "prefill leg failed: " + p.err.Error() }
+
+var (
+	errDecodeFailed = errors.New("decode leg failed")
+	errRequestEnded = errors.New("request ended")
+)
+
+// exchange runs both legs with body. The prefill leg runs in a goroutine that releases hold and its
+// load guard as soon as the prefill is over. On success the decode answer is returned; closing it
+// cancels whatever still runs, waits for the prefill goroutine and releases the decode load. On
+// failure everything is released before exchange returns.
+func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Request, pw, dw *worker.Worker,
+	body []byte, hold holder, merge logprobMerge) (*Response, error) {
+	legCtx, cancelLegs := context.WithCancelCause(ctx)
+	pload := x.acquireLoad(pw)
+	dload := x.acquireLoad(dw)
+	var pout prefillOutcome
+	prefillDone := make(chan struct{})
+	go func() {
+		defer close(prefillDone)
+		reason := admission.ReleaseCompleted
+		defer func() {
+			x.releaseLoad(pw, pload)
+			hold.Release(reason)
+		}()
+		start := time.Now()
+		pout = x.prefillLeg(legCtx, r, br, pw, body, merge)
+		if pout.err == nil {
+			x.d.Metrics.ObservePrefill(time.Since(start))
+			return
+		}
+		reason = admission.ReleaseFailed
+		if legCtx.Err() != nil {
+			reason = admission.ReleaseCancelled
+		}
+		cancelLegs(&prefillFailed{pout.err}) // a failed prefill leaves decode waiting for KV that never comes
+	}()
+
+	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), body, r)
+	if err != nil {
+		cancelLegs(errDecodeFailed)
+		<-prefillDone
+		x.releaseLoad(dw, dload)
+		return nil, legError(ctx, legCtx, err, pout.err)
+	}
+	out := x.response(resp, br, dw, pw)
+	finish := func() {
+		cancelLegs(errRequestEnded)
+		<-prefillDone
+		x.releaseLoad(dw, dload)
+	}
+	switch merge {
+	case mergeUnary:
+		return mergeUnaryLogprobs(out, resp, prefillDone, &pout, finish)
+	case mergeStream:
+		resp.Body = newStreamLogprobs(resp.Body, legCtx, prefillDone, &pout)
+	}
+	out.Body = &onClose{ReadCloser: &legBody{ReadCloser: resp.Body, ctx: legCtx}, fn: finish}
+	return out, nil
+}
+
+// legError picks the error that explains a failed exchange: the prefill's when it says the request
+// itself is wrong (the decode's failure is then its echo, or our cancellation); the decode's own
+// answer when it gave one; the prefill's failure when that is what cut the decode short; else the
+// decode's transport error.
+func legError(ctx, legCtx context.Context, derr, perr error) error {
+	if ctx.Err() != nil {
+		return derr
+	}
+	if isClientError(perr) && !isClientError(derr) {
+		return perr
+	}
+	var ue *UpstreamError
+	if errors.As(derr, &ue) {
+		return derr
+	}
+	var pf *prefillFailed
+	if errors.As(context.Cause(legCtx), &pf) {
+		return pf.err
+	}
+	return derr
+}
+
+// prefillLeg sends the prefill leg and reads its answer to the end, keeping what the merge needs.
+func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Request, pw *worker.Worker,
+	body []byte, merge logprobMerge) prefillOutcome {
+	path := br.Route.Path()
+	if merge == mergeUnary {
+		b, err := x.readLeg(ctx, pw, "prefill", path, body, r)
+		return prefillOutcome{err: err, body: b}
+	}
+	resp, err := x.call(ctx, pw, "prefill", path, body, r)
+	if err != nil {
+		return prefillOutcome{err: err}
+	}
+	defer resp.Body.Close()
+	if merge == mergeNone {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return prefillOutcome{err: &TransportError{Worker: pw.URL(), Err: err}}
+		}
+		return prefillOutcome{}
+	}
+	frames := map[int][]byte{}
+	rd := backend.NewSSEReader(resp.Body)
+	for {
+		data, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return prefillOutcome{frames: frames}
+		}
+		if err != nil {
+			return prefillOutcome{err: &TransportError{Worker: pw.URL(), Err: err}}
+		}
+		if len(data) == 0 || data[0] != '{' {
+			continue
+		}
+		if i := backend.FrameIndex(data); frames[i] == nil {
+			frames[i] = bytes.Clone(data)
+		}
+	}
+}
+
+// mergeUnaryLogprobs reads the whole decode answer, waits for the prefill, and answers decode's JSON
+// with the prefill's input logprobs prepended. Everything is released before it returns.
+func mergeUnaryLogprobs(out *Response, resp *http.Response, prefillDone <-chan struct{}, pout *prefillOutcome,
+	finish func()) (*Response, error) {
+	dbody, err := io.ReadAll(io.LimitReader(resp.Body, maxMergedBody))
+	resp.Body.Close()
+	if err != nil {
+		err = &TransportError{Worker: out.Worker, Err: err}
+	}
+	<-prefillDone
+	finish()
+	if err != nil {
+		return nil, err
+	}
+	if pout.err != nil {
+		return nil, pout.err
+	}
+	merged, merr := backend.MergeInputLogprobs(pout.body, dbody)
+	if merr != nil {
+		merged = dbody // a shape mini_lb would not merge either: relay decode's answer as is
+	}
+	out.Body = io.NopCloser(bytes.NewReader(merged))
+	out.Header.Del("Content-Length")
+	return out, nil
+}
+
+// streamLogprobs rewrites a decode SSE stream, prepending to each frame the input logprobs of the
+// prefill frame of the same batch index, as mini_lb's generate_stream does. Like mini_lb it reads
+// the whole prefill stream before the first decode frame goes out.
+type streamLogprobs struct {
+	io.Closer
+	src         *backend.SSEReader
+	ctx         context.Context
+	prefillDone <-chan struct{}
+	pout        *prefillOutcome
+	ready       bool
+	buf         []byte
+	off         int
+	err         error
+}
+
+func newStreamLogprobs(body io.ReadCloser, ctx context.Context, prefillDone <-chan struct{}, pout *prefillOutcome) *streamLogprobs {
+	return &streamLogprobs{Closer: body, src: backend.NewSSEReader(body), ctx: ctx, prefillDone: prefillDone, pout: pout}
+}
+
+func (s *streamLogprobs) Read(p []byte) (int, error) {
+	for s.off == len(s.buf) {
+		if s.err != nil {
+			return 0, s.err
+		}
+		if !s.ready {
+			select {
+			case <-s.prefillDone:
+			case <-s.ctx.Done():
+				s.err = context.Cause(s.ctx)
+				continue
+			}
+			s.ready = true
+			if s.pout.err != nil {
+				s.err = &prefillFailed{s.pout.err}
+				continue
+			}
+		}
+		data, err := s.src.Next()
+		if err != nil {
+			s.err = err
+			continue
+		}
+		out := data
+		if pf := s.pout.frames[backend.FrameIndex(data)]; pf != nil && !backend.IsDone(data) {
+			if m, err := backend.MergeStreamInputLogprobs(pf, data); err == nil {
+				out = m
+			}
+		}
+		s.buf = backend.AppendSSE(s.buf[:0], out)
+		s.off = 0
+	}
+	n := copy(p, s.buf[s.off:])
+	s.off += n
+	return n, nil
+}

@@ -1,0 +1,160 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// How a PD request starts, whatever the engines: admission reserves a slot on a prefill worker chosen
+// by the prefill policy among those whose KV handoff some routable decode worker speaks; the chosen
+// worker's handoff then decides the flow, each in its own file:
+//
+//   - pd_sglang.go: SGLang's bootstrap handoff (both legs at once; n > 1 split into single samples);
+//   - pd_vllm.go: vLLM's NIXL connector (prefill, then decode with kv_transfer_params);
+//   - pd_workerrpc.go: sluice.worker.v1 (both legs at once over gRPC).
+//
+// A new connector is one more pdAdapter and one more worker.Handoff.
+
+// pdAdapter runs one PD attempt for pairs of one KV handoff.
+type pdAdapter interface {
+	// run sends the legs. It owns a.slot: it must release it on every path, as soon as the prefill
+	// is over (read, failed or cancelled), independently of the decode.
+	run(ctx context.Context, a *pdAttempt) (*Response, error)
+}
+
+// pdAttempt is one admitted PD attempt.
+type pdAttempt struct {
+	r    *Request
+	br   *backend.Request
+	preq *placement.Request // the request's placement inputs (no handoff filter)
+	slot *admission.Slot
+	pw   *worker.Worker
+}
+
+// adapter returns the flow of a handoff; nil for one that cannot run PD.
+func (x *Dispatcher) adapter(h worker.Handoff) pdAdapter {
+	switch h {
+	case worker.HandoffBootstrap:
+		return sglangPD{x}
+	case worker.HandoffNIXL:
+		return vllmNIXL{x}
+	case worker.HandoffWorkerRPC:
+		return workerRPCPD{x}
+	}
+	return nil
+}
+
+// routeHandoffs is the handoffs that can serve a route: SGLang's native /generate has no vLLM form.
+func routeHandoffs(route backend.Route) worker.HandoffSet {
+	all := worker.HandoffSet(0).Add(worker.HandoffBootstrap).Add(worker.HandoffNIXL).Add(worker.HandoffWorkerRPC)
+	if route == backend.RouteGenerate {
+		return all &^ worker.HandoffSet(0).Add(worker.HandoffNIXL)
+	}
+	return all
+}
+
+var nixlOnly = worker.HandoffSet(0).Add(worker.HandoffNIXL)
+
+// pd runs one PD attempt.
+func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+	snap := x.d.Registry.Snapshot()
+	paired := snap.Handoffs(worker.RolePrefill) & snap.Handoffs(worker.RoleDecode)
+	allowed := paired & routeHandoffs(br.Route)
+	if allowed == 0 && paired != 0 {
+		return nil, apierror.InvalidRequest("", br.Route.Path()+" is SGLang's native API; the PD workers here speak vLLM: use /v1/chat/completions or /v1/completions")
+	}
+	if br.N > 1 && snap.Handoffs(worker.RolePrefill) == nixlOnly {
+		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
+	}
+	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
+	if err != nil {
+		return nil, err
+	}
+	if br.N > 1 && pw.Handoff() == worker.HandoffNIXL {
+		// vLLM's KV handoff has one consumer: with n > 1 each decode sample would pull it, and the
+		// first to finish frees the blocks under its siblings (the Rust gateway skips the transfer
+		// for the same reason). The decode engine computes the prompt itself.
+		slot.Release(admission.ReleaseCompleted)
+		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
+	}
+	ad := x.adapter(pw.Handoff())
+	if ad == nil {
+		slot.Release(admission.ReleaseFailed)
+		return nil, errors.New("dispatch: no PD flow for handoff " + pw.Handoff().String())
+	}
+	return ad.run(ctx, &pdAttempt{r: r, br: br, preq: preq, slot: slot, pw: pw})
+}
+
+// admitPrefill reserves an admission slot on a prefill worker chosen by the prefill policy, under the
+// admission lock (so a stateful policy never picks a worker that then has no slot for it). Only
+// prefill workers with a handoff in allowed that a routable decode worker also speaks are candidates;
+// the decode side is re-read at every try of a waiting head, since decode workers come and go too.
+func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet) (*admission.Slot, *worker.Worker, error) {
+	var chosen *worker.Worker
+	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
+		Queue: preq.Model,
+		Select: func(hasCapacity func(string) bool) (string, error) {
+			snap := x.d.Registry.Snapshot()
+			now := time.Now()
+			p := *preq
+			if !homogeneous(snap, allowed) {
+				p.Handoffs = placement.RoutableHandoffs(snap, worker.RoleDecode, preq.Model, now) & allowed
+				if p.Handoffs == 0 {
+					// No decode partner at all: the decode selection says why (404 or 503).
+					if _, err := placement.SelectDecode(snap, preq, x.d.Policies.Decode, now); err != nil {
+						return "", err
+					}
+					return "", errNoCompatibleDecode
+				}
+			}
+			w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
+				func(w *worker.Worker) bool { return hasCapacity(w.URL()) }, now)
+			if err != nil {
+				if errors.Is(err, placement.ErrAtCapacity) {
+					return "", admission.ErrNoCapacity
+				}
+				return "", err
+			}
+			chosen = w
+			return w.URL(), nil
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return slot, chosen, nil
+}
+
+// errNoCompatibleDecode: routable decode workers exist, but none speaks an allowed handoff.
+var errNoCompatibleDecode = errors.Join(placement.ErrUnavailable, placement.ErrNoCompatibleWorkers)
+
+// homogeneous reports whether every prefill and decode worker speaks the same single handoff and it
+// is allowed: then every pair is compatible and no filtering is needed (the common case).
+func homogeneous(snap *worker.Snapshot, allowed worker.HandoffSet) bool {
+	p, d := snap.Handoffs(worker.RolePrefill), snap.Handoffs(worker.RoleDecode)
+	return p == d && p.Single() && p&allowed == p
+}
+
+// selectDecode picks the decode partner of prefill worker pw: a routable decode worker with the same
+// handoff.
+func (x *Dispatcher) selectDecode(preq *placement.Request, h worker.Handoff) (*worker.Worker, error) {
+	p := *preq
+	p.Handoffs = worker.HandoffSet(0).Add(h)
+	return placement.SelectDecode(x.d.Registry.Snapshot(), &p, x.d.Policies.Decode, time.Now())
+}
+
+// decodeOnly sends the request to a decode worker alone, which computes the prompt itself.
+func (x *Dispatcher) decodeOnly(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request, h worker.Handoff) (*Response, error) {
+	dw, err := x.selectDecode(preq, h)
+	if err != nil {
+		return nil, err
+	}
+	return x.single(ctx, r, br, dw, "decode")
+}

@@ -1,0 +1,126 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// How an SGLang PD request runs (SGLang's python/sglang/srt/disaggregation/mini_lb.py and the Rust
+// gateway's pd_router.rs): a decode worker with the same handoff is picked, the client body gets
+// bootstrap_host/port/room — one room per prompt, lists for a prompt batch — and goes to both workers
+// at once (exchange.go); the client gets the decode's answer, with the prefill's input logprobs merged
+// in for /generate with return_logprob.
+//
+// n > 1 cannot run as one SGLang PD request: the engine gives all n samples of a prompt its one room,
+// and they collide in the KV rendezvous (tokenizer_manager.py; unfixed upstream). So the request is
+// split into n single-sample requests, each with its own room, all under the client's ONE admission
+// slot (one guard each) and on the same pair, and their answers are merged into what an engine
+// answers for n (samples.go). A prompt batch with n > 1 is refused with a 400.
+type sglangPD struct{ x *Dispatcher }
+
+func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
+	x := s.x
+	if a.br.N > 1 && a.br.BatchSize > 0 {
+		a.slot.Release(admission.ReleaseFailed)
+		return nil, errBatchWithN
+	}
+	dw, err := x.selectDecode(a.preq, worker.HandoffBootstrap)
+	if err != nil {
+		a.slot.Release(admission.ReleaseFailed)
+		return nil, err
+	}
+	host, port := backend.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort()
+	merge := logprobMode(a.br)
+	if a.br.N <= 1 {
+		count, asList := backend.SGLangRooms(a.br)
+		body, err := backend.InjectBootstrap(a.br.Body, host, port, backend.NewRooms(x.uint64, count), asList)
+		if err != nil {
+			a.slot.Release(admission.ReleaseFailed)
+			return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
+		}
+		return x.exchange(ctx, a.r, a.br, a.pw, dw, body, a.slot, merge)
+	}
+
+	one, err := backend.SingleSampleBody(a.br.Route, a.br.Body)
+	if err != nil {
+		a.slot.Release(admission.ReleaseFailed)
+		return nil, apierror.InvalidRequest("sampling_params", "cannot split the request into single samples: "+err.Error())
+	}
+	bodies := make([][]byte, a.br.N)
+	for k := range bodies {
+		if bodies[k], err = backend.InjectBootstrap(one, host, port, backend.NewRooms(x.uint64, 1), false); err != nil {
+			a.slot.Release(admission.ReleaseFailed)
+			return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
+		}
+	}
+	return x.runSamples(ctx, a, dw, bodies, merge)
+}
+
+var errBatchWithN = apierror.InvalidRequest("n",
+	"n > 1 together with a batch of prompts is not supported with SGLang prefill/decode workers: send one prompt per request, or n = 1")
+
+// runSamples runs one exchange per sample body at once, each holding a guard of the slot, and merges
+// their answers. A failure of any sample fails the request: the others are cancelled and closed.
+func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Worker, bodies [][]byte, merge logprobMerge) (*Response, error) {
+	n := len(bodies)
+	guards := make([]*admission.Guard, n)
+	for k := range guards {
+		guards[k] = a.slot.Guard()
+	}
+	a.slot.Release(admission.ReleaseCompleted) // the guards hold the slot now
+
+	sctx, cancel := context.WithCancel(ctx)
+	resps := make([]*Response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		rk := *a.r
+		rk.RequestID = a.r.RequestID + "-" + strconv.Itoa(k)
+		wg.Go(func() {
+			resps[k], errs[k] = x.exchange(sctx, &rk, a.br, a.pw, dw, bodies[k], guards[k], merge)
+			if errs[k] != nil {
+				cancel() // one sample failed: the request has failed, stop the others
+			}
+		})
+	}
+	wg.Wait()
+	if err := firstSampleError(errs); err != nil {
+		cancel()
+		for _, r := range resps {
+			if r != nil {
+				r.Body.Close()
+			}
+		}
+		return nil, err
+	}
+	if a.br.Stream {
+		return newSampleStream(a.br, resps, cancel), nil
+	}
+	return mergeUnarySamples(a.br, resps, cancel)
+}
+
+// firstSampleError is the error that explains a failed split request: a sample's own failure rather
+// than the cancellations it caused in its siblings.
+func firstSampleError(errs []error) error {
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil || (isCancellation(first) && !isCancellation(err)) {
+			first = err
+		}
+	}
+	return first
+}
+
+func isCancellation(err error) bool {
+	return errors.Is(err, context.Canceled)
+}

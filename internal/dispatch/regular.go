@@ -1,0 +1,70 @@
+package dispatch
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// How a regular (not disaggregated) request runs: one worker picked by the regular policy, the
+// client's body sent as is, the worker's answer relayed. Its load guard is held until the response
+// body is closed.
+func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, nil, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return x.single(ctx, r, br, w, "regular")
+}
+
+// single sends the client's body to one worker and relays its answer (regular mode, and PD requests
+// that need no prefill leg).
+func (x *Dispatcher) single(ctx context.Context, r *Request, br *backend.Request, w *worker.Worker, leg string) (*Response, error) {
+	load := x.acquireLoad(w)
+	resp, err := x.call(ctx, w, leg, br.Route.Path(), br.Body, r) //nolint:bodyclose // closed through Response.Close
+	if err != nil {
+		x.releaseLoad(w, load)
+		return nil, err
+	}
+	out := x.response(resp, br, w, nil)
+	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(w, load) }}
+	return out, nil
+}
+
+func (x *Dispatcher) acquireLoad(w *worker.Worker) *worker.LoadGuard {
+	x.d.Metrics.AddWorkerActive(w.URL(), 1)
+	return w.AcquireLoad()
+}
+
+func (x *Dispatcher) releaseLoad(w *worker.Worker, g *worker.LoadGuard) {
+	if g == nil {
+		return
+	}
+	x.d.Metrics.AddWorkerActive(w.URL(), -1)
+	g.Release()
+}
+
+// response builds the client response around a worker's answer head.
+func (x *Dispatcher) response(resp *http.Response, br *backend.Request, decode, prefill *worker.Worker) *Response {
+	h := http.Header{}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	h.Set(HeaderWorker, decode.URL())
+	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL()}
+	if prefill != nil {
+		h.Set(HeaderPrefillWorker, prefill.URL())
+		out.PrefillWorker = prefill.URL()
+	}
+	out.Stream = br.Stream || isEventStream(resp.Header.Get("Content-Type"))
+	return out
+}
+
+func isEventStream(ct string) bool {
+	return strings.HasPrefix(ct, "text/event-stream")
+}
