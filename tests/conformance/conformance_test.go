@@ -1,0 +1,435 @@
+// Package conformance pins the exact bodies the gateway sends to each leg, per engine protocol,
+// route, streaming, n and batch, each row citing the upstream file it was written from. A recording
+// engine (engine_test.go) captures every leg a real gateway sends. The same cases run end to end
+// through the simulator with the official OpenAI client in tests/e2e (engines_test.go).
+package conformance
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/tests/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Upstream sources the rows are written from.
+const (
+	srcMiniLB    = "sgl-project/sglang python/sglang/srt/disaggregation/mini_lb.py"
+	srcTokMgr    = "sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py (n samples of a prompt share its room)"
+	srcScheduler = "sgl-project/sglang python/sglang/srt/managers/scheduler.py (null bootstrap_port: the engine's own)"
+	srcSMGPD     = "smg-project/smg model_gateway/src/routers/http/pd_router.rs (room lists per prompt)"
+	srcToyProxy  = "vllm-project/vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+	srcNIXL      = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (request_finished)"
+	srcSMGvLLM   = "smg-project/smg model_gateway/src/routers/grpc/common/stages/request_execution.rs (n > 1 skips the KV relay)"
+)
+
+// row is one conformance case. Expected bodies are JSON templates: {{HOST}} and {{BPORT}} are the
+// prefill's bootstrap host and port, {{KV}} the kv_transfer_params the vLLM prefill returned, and a
+// string "$room:NAME" matches a bootstrap room (an integer in [0, 2^63)) bound to NAME: the same
+// name is the same room on every leg, different names are different rooms.
+type row struct {
+	name     string
+	source   string
+	protocol string // "sglang" | "vllm"
+	route    string
+	body     string // what the client sends
+	// engine behaviour
+	nullPort bool // the SGLang prefill reports no bootstrap port
+	omitKV   bool // the vLLM prefill returns no kv_transfer_params
+	// expectations
+	status  int
+	prefill []string
+	decode  []string
+	check   func(t *testing.T, body []byte)
+}
+
+const (
+	boot     = `,"bootstrap_host":"{{HOST}}","bootstrap_port":{{BPORT}},"bootstrap_room":"$room:a"}`
+	prefillK = `"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`
+	chatMsgs = `"model":"m","messages":[{"role":"user","content":"hi"}]`
+)
+
+func withBoot(obj, room string) string {
+	return strings.TrimSuffix(obj, "}") + strings.ReplaceAll(boot, "$room:a", "$room:"+room)
+}
+
+var rows = []row{
+	// SGLang: the same body to both legs, with bootstrap fields.
+	{name: "sglang chat", source: srcMiniLB, protocol: "sglang", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"max_tokens":8,"engine_only":{"top_k":5}}`,
+		status:  200,
+		prefill: []string{withBoot(`{`+chatMsgs+`,"max_tokens":8,"engine_only":{"top_k":5}}`, "a")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"max_tokens":8,"engine_only":{"top_k":5}}`, "a")}},
+	{name: "sglang chat stream", source: srcMiniLB, protocol: "sglang", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true}}`,
+		status:  200,
+		prefill: []string{withBoot(`{`+chatMsgs+`,"stream":true,"stream_options":{"include_usage":true}}`, "a")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"stream":true,"stream_options":{"include_usage":true}}`, "a")}},
+	{name: "sglang chat n=2 split into single samples", source: srcTokMgr, protocol: "sglang", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"n":2}`,
+		status:  200,
+		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
+		check:   choices(2)},
+	{name: "sglang chat n=3 stream split", source: srcTokMgr, protocol: "sglang", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"n":3,"stream":true}`,
+		status:  200,
+		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
+		check:   streamIndexes(3)},
+	{name: "sglang completions", source: srcMiniLB, protocol: "sglang", route: "/v1/completions",
+		body:    `{"model":"m","prompt":"once upon","max_tokens":4}`,
+		status:  200,
+		prefill: []string{withBoot(`{"model":"m","prompt":"once upon","max_tokens":4}`, "a")},
+		decode:  []string{withBoot(`{"model":"m","prompt":"once upon","max_tokens":4}`, "a")}},
+	{name: "sglang completions token prompt is one prompt", source: srcMiniLB, protocol: "sglang", route: "/v1/completions",
+		body:    `{"model":"m","prompt":[1,2,3]}`,
+		status:  200,
+		prefill: []string{withBoot(`{"model":"m","prompt":[1,2,3]}`, "a")},
+		decode:  []string{withBoot(`{"model":"m","prompt":[1,2,3]}`, "a")}},
+	{name: "sglang completions batch: one room per prompt", source: srcSMGPD, protocol: "sglang", route: "/v1/completions",
+		body:    `{"model":"m","prompt":["a","b"]}`,
+		status:  200,
+		prefill: []string{`{"model":"m","prompt":["a","b"],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"]}`},
+		decode:  []string{`{"model":"m","prompt":["a","b"],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"]}`}},
+	{name: "sglang batch with n>1 is refused before any leg", source: srcTokMgr, protocol: "sglang", route: "/v1/completions",
+		body: `{"model":"m","prompt":["a","b"],"n":2}`, status: 400},
+	{name: "sglang generate", source: srcMiniLB, protocol: "sglang", route: "/generate",
+		body:    `{"text":"the fox","sampling_params":{"max_new_tokens":4,"temperature":0}}`,
+		status:  200,
+		prefill: []string{withBoot(`{"text":"the fox","sampling_params":{"max_new_tokens":4,"temperature":0}}`, "a")},
+		decode:  []string{withBoot(`{"text":"the fox","sampling_params":{"max_new_tokens":4,"temperature":0}}`, "a")}},
+	{name: "sglang generate text batch", source: srcMiniLB, protocol: "sglang", route: "/generate",
+		body:    `{"text":["a","b","c"]}`,
+		status:  200,
+		prefill: []string{`{"text":["a","b","c"],"bootstrap_host":["{{HOST}}","{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b","$room:c"]}`},
+		decode:  []string{`{"text":["a","b","c"],"bootstrap_host":["{{HOST}}","{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b","$room:c"]}`}},
+	{name: "sglang generate input_ids batch", source: srcMiniLB, protocol: "sglang", route: "/generate",
+		body:    `{"input_ids":[[1,2],[3]]}`,
+		status:  200,
+		prefill: []string{`{"input_ids":[[1,2],[3]],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"]}`},
+		decode:  []string{`{"input_ids":[[1,2],[3]],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"]}`}},
+	{name: "sglang generate input_ids one prompt", source: srcMiniLB, protocol: "sglang", route: "/generate",
+		body:    `{"input_ids":[1,2,3]}`,
+		status:  200,
+		prefill: []string{withBoot(`{"input_ids":[1,2,3]}`, "a")},
+		decode:  []string{withBoot(`{"input_ids":[1,2,3]}`, "a")}},
+	{name: "sglang generate n=2 split", source: srcTokMgr, protocol: "sglang", route: "/generate",
+		body:    `{"text":"x","sampling_params":{"n":2,"max_new_tokens":3}}`,
+		status:  200,
+		prefill: []string{withBoot(`{"text":"x","sampling_params":{"n":1,"max_new_tokens":3}}`, "a"), withBoot(`{"text":"x","sampling_params":{"n":1,"max_new_tokens":3}}`, "b")},
+		decode:  []string{withBoot(`{"text":"x","sampling_params":{"n":1,"max_new_tokens":3}}`, "a"), withBoot(`{"text":"x","sampling_params":{"n":1,"max_new_tokens":3}}`, "b")},
+		check:   generateList(2)},
+	{name: "sglang generate return_logprob merges the prefill's input logprobs", source: srcMiniLB, protocol: "sglang", route: "/generate",
+		body:    `{"text":"x","return_logprob":true}`,
+		status:  200,
+		prefill: []string{withBoot(`{"text":"x","return_logprob":true}`, "a")},
+		decode:  []string{withBoot(`{"text":"x","return_logprob":true}`, "a")},
+		check:   inputLogprobs(2)},
+	{name: "sglang null bootstrap port", source: srcScheduler, protocol: "sglang", route: "/v1/completions", nullPort: true,
+		body:    `{"model":"m","prompt":"p"}`,
+		status:  200,
+		prefill: []string{withBoot(`{"model":"m","prompt":"p"}`, "a")},
+		decode:  []string{withBoot(`{"model":"m","prompt":"p"}`, "a")}},
+
+	// vLLM NIXL: prefill first with the proxy's rewrites, then decode with the returned params.
+	{name: "vllm chat", source: srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"max_tokens":64}`,
+		status:  200,
+		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,` + prefillK + `,"stream":false}`},
+		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"kv_transfer_params":{{KV}}}`}},
+	{name: "vllm chat stream with caps", source: srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
+		body:    `{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2}`,
+		status:  200,
+		prefill: []string{`{` + chatMsgs + `,"stream":false,"max_completion_tokens":1,"max_tokens":1,` + prefillK + `}`},
+		decode:  []string{`{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2,"kv_transfer_params":{{KV}}}`}},
+	{name: "vllm completions", source: srcToyProxy, protocol: "vllm", route: "/v1/completions",
+		body:    `{"model":"m","prompt":"p","max_tokens":9,"stream":true}`,
+		status:  200,
+		prefill: []string{`{"model":"m","prompt":"p","max_tokens":1,"stream":false,` + prefillK + `}`},
+		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,"kv_transfer_params":{{KV}}}`}},
+	{name: "vllm prefill without kv_transfer_params: decode recomputes", source: srcNIXL + "; " + srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
+		omitKV:  true,
+		body:    `{` + chatMsgs + `,"max_tokens":64}`,
+		status:  200,
+		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,` + prefillK + `,"stream":false}`},
+		decode:  []string{`{` + chatMsgs + `,"max_tokens":64}`}},
+	{name: "vllm n=2 goes to decode alone", source: srcSMGvLLM, protocol: "vllm", route: "/v1/chat/completions",
+		body:   `{` + chatMsgs + `,"n":2}`,
+		status: 200,
+		decode: []string{`{` + chatMsgs + `,"n":2}`}},
+	{name: "vllm has no /generate", source: srcToyProxy, protocol: "vllm", route: "/generate",
+		body: `{"text":"x"}`, status: 400},
+}
+
+func TestLegBodies(t *testing.T) {
+	for _, tc := range rows {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Logf("written from %s", tc.source)
+			runRow(t, tc, "127.0.0.1:0", "127.0.0.1")
+		})
+	}
+}
+
+// An IPv6 prefill's bootstrap_host is bracketed, as mini_lb does (maybe_wrap_ipv6_address).
+func TestIPv6BootstrapHost(t *testing.T) {
+	tc := row{name: "ipv6", source: srcMiniLB, protocol: "sglang", route: "/v1/completions",
+		body:    `{"model":"m","prompt":"p"}`,
+		status:  200,
+		prefill: []string{withBoot(`{"model":"m","prompt":"p"}`, "a")},
+		decode:  []string{withBoot(`{"model":"m","prompt":"p"}`, "a")}}
+	runRow(t, tc, "[::1]:0", "[::1]")
+}
+
+func runRow(t *testing.T, tc row, listen, host string) {
+	rv := &rooms{}
+	const bport = 8998
+	p := startEngine(t, &recordingEngine{kind: tc.protocol, role: "prefill", bootstrapPort: bport, omitKV: tc.omitKV, rooms: rv}, listen)
+	if tc.nullPort {
+		p.bootstrapPort = 0
+	}
+	d := startEngine(t, &recordingEngine{kind: tc.protocol, role: "decode", rooms: rv}, listen)
+	// No protocol, no port, no model given: everything is detected from the engines.
+	gw := testenv.StartGateway(t, app.Options{}, "--pd-disaggregation", "--prefill", p.srv.URL, "--decode", d.srv.URL,
+		"--prefill-max-inflight-requests-per-worker", "4", "--disable-retries")
+
+	req, _ := http.NewRequest(http.MethodPost, gw.URL+tc.route, strings.NewReader(tc.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Cookie", "session=client-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != tc.status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, out)
+	}
+	if tc.check != nil {
+		tc.check(t, out)
+	}
+
+	port := strconv.Itoa(bport)
+	if tc.nullPort {
+		port = "null"
+	}
+	subst := strings.NewReplacer("{{HOST}}", host, "{{BPORT}}", port, "{{KV}}", kvParams)
+	bind := map[string]float64{}
+	pl, dl := p.recorded(), d.recorded()
+	matchLegs(t, "prefill", pl, tc.prefill, subst, bind)
+	matchLegs(t, "decode", dl, tc.decode, subst, bind)
+	seen := map[float64]string{}
+	for name, v := range bind {
+		if other, dup := seen[v]; dup {
+			t.Errorf("rooms %s and %s are the same room %v", name, other, v)
+		}
+		seen[v] = name
+	}
+	// Every leg: JSON, the one request id (per sample when split), no client cookie.
+	ids := map[string]int{}
+	for _, l := range append(pl, dl...) {
+		if ct := l.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s leg Content-Type %q", l.Path, ct)
+		}
+		if c := l.Header.Get("Cookie"); c != "" {
+			t.Errorf("the client's cookie reached an engine: %q", c)
+		}
+		ids[l.Header.Get("X-Request-Id")]++
+	}
+	for id, n := range ids {
+		if id == "" || (len(pl) > 0 && n != 2) {
+			t.Errorf("request id %q on %d legs, want each id on one prefill and one decode leg", id, n)
+		}
+		if !strings.HasPrefix(id, resp.Header.Get("X-Request-Id")) {
+			t.Errorf("leg id %q does not derive from the client's %q", id, resp.Header.Get("X-Request-Id"))
+		}
+	}
+}
+
+// matchLegs finds an order of the expected bodies that matches the recorded legs with consistent
+// room bindings (split samples arrive in any order).
+func matchLegs(t *testing.T, role string, legs []recordedLeg, want []string, subst *strings.Replacer, bind map[string]float64) {
+	t.Helper()
+	if len(legs) != len(want) {
+		var got []string
+		for _, l := range legs {
+			b, _ := json.Marshal(l.Body)
+			got = append(got, string(b))
+		}
+		t.Fatalf("%d %s legs, want %d:\n%s", len(legs), role, len(want), strings.Join(got, "\n"))
+	}
+	wants := make([]any, len(want))
+	for i, w := range want {
+		if err := json.Unmarshal([]byte(subst.Replace(w)), &wants[i]); err != nil {
+			t.Fatalf("bad template %s: %v", w, err)
+		}
+	}
+	used := make([]bool, len(wants))
+	var try func(i int, b map[string]float64) map[string]float64
+	try = func(i int, b map[string]float64) map[string]float64 {
+		if i == len(legs) {
+			return b
+		}
+		for j, w := range wants {
+			if used[j] {
+				continue
+			}
+			nb := copyBind(b)
+			if match(w, any(legs[i].Body), nb) {
+				used[j] = true
+				if r := try(i+1, nb); r != nil {
+					return r
+				}
+				used[j] = false
+			}
+		}
+		return nil
+	}
+	r := try(0, copyBind(bind))
+	if r == nil {
+		for i, l := range legs {
+			b, _ := json.Marshal(l.Body)
+			t.Errorf("%s leg %d body:\n  got  %s", role, i, b)
+		}
+		for _, w := range want {
+			t.Errorf("  want %s", subst.Replace(w))
+		}
+		return
+	}
+	for k, v := range r {
+		bind[k] = v
+	}
+}
+
+func copyBind(b map[string]float64) map[string]float64 {
+	c := make(map[string]float64, len(b))
+	for k, v := range b {
+		c[k] = v
+	}
+	return c
+}
+
+func match(want, got any, bind map[string]float64) bool {
+	if s, ok := want.(string); ok && strings.HasPrefix(s, "$room:") {
+		v, ok := got.(float64)
+		if !ok || v < 0 || v >= math.Pow(2, 63) || v != math.Trunc(v) {
+			return false
+		}
+		if prev, ok := bind[s]; ok {
+			return prev == v
+		}
+		bind[s] = v
+		return true
+	}
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok || !match(wv, gv, bind) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !match(w[i], g[i], bind) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(want, got)
+}
+
+func choices(n int) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		var r struct {
+			Choices []struct{ Index int } `json:"choices"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil || len(r.Choices) != n {
+			t.Fatalf("answer %s: want %d choices (%v)", body, n, err)
+		}
+		for i, c := range r.Choices {
+			if c.Index != i {
+				t.Errorf("choice %d has index %d", i, c.Index)
+			}
+		}
+	}
+}
+
+func streamIndexes(n int) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		seen := map[int]bool{}
+		for _, f := range bytes.Split(bytes.TrimSpace(body), []byte("\n\n")) {
+			p := bytes.TrimPrefix(f, []byte("data: "))
+			if string(p) == "[DONE]" {
+				continue
+			}
+			var c struct {
+				Choices []struct{ Index int } `json:"choices"`
+			}
+			if err := json.Unmarshal(p, &c); err != nil {
+				t.Fatalf("frame %s: %v", p, err)
+			}
+			for _, ch := range c.Choices {
+				seen[ch.Index] = true
+			}
+		}
+		if len(seen) != n || bytes.Count(body, []byte("[DONE]")) != 1 {
+			t.Errorf("stream: choice indexes %v and %d [DONE], want %d indexes and one [DONE]:\n%s", seen, bytes.Count(body, []byte("[DONE]")), n, body)
+		}
+	}
+}
+
+func generateList(n int) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		var l []map[string]any
+		if err := json.Unmarshal(body, &l); err != nil || len(l) != n {
+			t.Errorf("answer %s: want a list of %d results (%v)", body, n, err)
+		}
+	}
+}
+
+func inputLogprobs(n int) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		var r struct {
+			MetaInfo struct {
+				InputTokenLogprobs []any `json:"input_token_logprobs"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil || len(r.MetaInfo.InputTokenLogprobs) != n {
+			t.Errorf("answer %s: want %d input logprobs (prefill's then decode's)", body, n)
+		}
+	}
+}
