@@ -28,11 +28,16 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	mode := fs.String("mode", string(ModeRealistic), "performance model: realistic or instant")
 	fs.StringVar(&cfg.Host, "host", d.Host, "listen host")
 	fs.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free port)")
-	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, "prefill, sglang: bootstrap server port (0 picks a free port)")
+	const bpHelp = "sglang --disaggregation-bootstrap-port: a prefill's bootstrap server port (0 picks a free port); " +
+		"a decode's port for requests whose bootstrap_port is null (0 means 8998, SGLang's default)"
+	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
+	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
 	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve sluice.worker.v1 (gRPC, Connect, gRPC-Web) on the same port (h2c)")
 	var models stringList
 	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")
+	fs.IntVar(&cfg.ContextLength, "context-length", d.ContextLength, "model context length: longer prompts (with max_tokens) get the engine's 400")
+	fs.IntVar(&cfg.DPSize, "dp-size", d.DPSize, "sglang: data-parallel size reported in server info (DP ranks are not simulated)")
 	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests")
 	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
 	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
@@ -42,7 +47,8 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.Int64Var(&cfg.PrefixCacheTokens, "prefix-cache-tokens", 0, "prefix cache capacity in tokens (default: kv capacity)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
 	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
-	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(), "decode: how long to wait for the prefill's KV")
+	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(),
+		"sglang PD: how long a prefill waits for its decode to connect and a decode waits for the KV (SGLang's default is 300)")
 	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
 	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
 	// Faults.
@@ -54,6 +60,7 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.Faults.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
 	fs.BoolVar(&cfg.Faults.FailHealth, "fail-health", false, "fault: /health answers 503")
 	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
+	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false, "fault, vllm prefill: never return kv_transfer_params")
 	return func() error {
 		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
 		cfg.Models = models

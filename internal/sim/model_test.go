@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -310,6 +312,38 @@ func TestSlownessFactorScalesModel(t *testing.T) {
 		}
 		if got, want := time.Since(start), 300*time.Millisecond; got != want {
 			t.Errorf("prefill with slowness 3 took %v, want %v", got, want)
+		}
+	})
+}
+
+func TestPrefillPeakConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newModelEngine(t, nil)
+		h := e.routes()
+		// 800-token prompts: 100 ms of prefill each, one at a time, so all three are prefilling at once.
+		body := `{"prompt":` + jsonString(words(800, "")) + `,"max_tokens":3}`
+		var wg sync.WaitGroup
+		for i := 0; i < 3; i++ {
+			wg.Go(func() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/completions", strings.NewReader(body)))
+				if rec.Code != 200 {
+					t.Errorf("status %d %s", rec.Code, rec.Body)
+				}
+			})
+		}
+		synctest.Wait()
+		if st := e.Stats(); st.PrefillInFlight != 3 || st.PrefillPeak != 3 {
+			t.Errorf("in flight %d, peak %d; want 3, 3", st.PrefillInFlight, st.PrefillPeak)
+		}
+		wg.Wait()
+		if st := e.Stats(); st.PrefillInFlight != 0 || st.PrefillPeak != 3 {
+			t.Errorf("after: in flight %d, peak %d; want 0, 3", st.PrefillInFlight, st.PrefillPeak)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/sim/stats/reset", nil))
+		if st := decodeJSON[Stats](t, rec.Body.Bytes()); rec.Code != 200 || st.PrefillPeak != 0 {
+			t.Errorf("reset: %d %s", rec.Code, rec.Body)
 		}
 	})
 }
