@@ -75,10 +75,26 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	}
 }
 
+// usageHeader introduces --help: what the engines are and where their limits are written down.
+const usageHeader = `sluice-sim runs simulated SGLang (--protocol sglang) or vLLM (--protocol vllm) engines: their
+routes, error shapes and PD handshakes as read from the engines' sources, with a queueing and timing
+model. It does not model DP ranks, tensor parallelism, chat templates or vLLM connectors other than
+NIXL; the internal/sim package documentation lists what is and is not modelled.
+
+`
+
+func setUsage(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader+"Usage: "+synopsis+"\n")
+		fs.PrintDefaults()
+	}
+}
+
 // ParseFlags parses the flags of one engine (`sluice-sim [flags]`).
 func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("sluice-sim", flag.ContinueOnError)
 	fs.SetOutput(output)
+	setUsage(fs, "sluice-sim [flags]  |  sluice-sim cluster [flags]")
 	var cfg Config
 	finish := engineFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
@@ -94,6 +110,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 func ParseClusterFlags(args []string, output io.Writer) (ClusterConfig, error) {
 	fs := flag.NewFlagSet("sluice-sim cluster", flag.ContinueOnError)
 	fs.SetOutput(output)
+	setUsage(fs, "sluice-sim cluster [flags]")
 	var cc ClusterConfig
 	finish := engineFlags(fs, &cc.Engine)
 	fs.IntVar(&cc.Prefill, "prefill", 0, "number of prefill engines")

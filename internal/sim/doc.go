@@ -31,7 +31,9 @@
 //     "naturally" (finish_reason "stop", the EOS) after Config.DefaultMaxTokens tokens (at most the rest
 //     of the context); with max_tokens it runs to max_tokens ("length") unless a stop string matches
 //     ("stop", text cut before the match).
-//   - Faults multiply every modelled duration by SlownessFactor and add LatencyMS before the request starts.
+//   - Faults multiply every modelled duration by SlownessFactor and add LatencyMS before the request starts;
+//     the others are errors, hangs, dying connections, failing health, refused connections and, for a
+//     vLLM prefill, kv_transfer_params never returned (Faults).
 //
 // "instant" mode has no admission, no prefill executor and no sleeps; every generation produces
 // min(max_tokens, Config.InstantOutputTokens) tokens. It exists to measure the gateway's own overhead.
@@ -103,8 +105,8 @@
 //
 // DP ranks (dp_size is only reported; routed_dp_rank is ignored), tensor parallelism, the max_new_tokens=0
 // warm-up SGLang sends before n > 1 samples, SGLang's acceptance of any model name (both styles answer
-// 404 to an unknown model), SGLang's scheduler crash on a room list in a single request (refused with
-// 400 instead), vLLM connectors other than NIXL, KV transfer failure policies, chat templates (a chat
+// 404 to an unknown model), a room list in a single request (SGLang carries the list on as the room;
+// refused here with 400), vLLM connectors other than NIXL, KV transfer failure policies, chat templates (a chat
 // prompt is its messages' tokens), logprobs beyond /generate's input_token_logprobs, SGLang's 300 s
 // default bootstrap timeouts (30 s here), vLLM's n > 1 with do_remote_prefill (refused with 400), and
 // every upstream message not quoted in validate.go, rendezvous.go and errors.go.
