@@ -14,17 +14,16 @@ const engineVersion = "0.0.0+sluice.sim"
 
 // handleModels serves GET /v1/models. Both engines list their served model with owned_by naming the
 // engine: SGLang's ModelCard (python/sglang/srt/entrypoints/openai/protocol.py: owned_by "sglang"),
-// vLLM's (vllm/entrypoints/openai/protocol.py ModelCard: owned_by "vllm", plus parent and permission).
+// vLLM's (vllm/entrypoints/openai/engine/protocol.py ModelCard: owned_by "vllm", plus permission).
 func (e *Engine) handleModels(w http.ResponseWriter, _ *http.Request) {
 	now := time.Now().Unix()
 	data := make([]map[string]any, 0, len(e.cfg.Models))
 	for _, m := range e.cfg.Models {
 		card := map[string]any{
 			"id": m, "object": "model", "created": now, "owned_by": string(e.cfg.Protocol), "root": m,
-			"max_model_len": e.cfg.ContextLength,
+			"parent": nil, "max_model_len": e.cfg.ContextLength,
 		}
 		if e.cfg.Protocol == ProtocolVLLM {
-			card["parent"] = nil
 			card["permission"] = []map[string]any{{
 				"id": "modelperm-" + e.id, "object": "model_permission", "created": now,
 				"allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
