@@ -1,7 +1,11 @@
-// Command sluice-sim runs simulated inference engines (SGLang- and vLLM-style HTTP, sluice.worker.v1
-// gRPC) for rehearsing, testing and benchmarking the sluice gateway. See internal/sim.
+// Command sluice-sim runs simulated inference engines that speak SGLang's or vLLM's HTTP API (routes,
+// error shapes, PD handshakes, as read from the engines' sources) and sluice.worker.v1 gRPC, for
+// rehearsing, testing and benchmarking the sluice gateway. What it models, and what it does not, is
+// in the internal/sim package documentation.
 //
 //	sluice-sim --role prefill --bootstrap-port 8998 --port 30001
+//	sluice-sim --role decode --port 30002   # a null bootstrap_port means 8998, as in SGLang
+//	sluice-sim --protocol vllm --role prefill --port 8100
 //	sluice-sim cluster --prefill 2 --decode 2 --base-port 30000
 package main
 

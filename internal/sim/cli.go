@@ -28,11 +28,16 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	mode := fs.String("mode", string(ModeRealistic), "performance model: realistic or instant")
 	fs.StringVar(&cfg.Host, "host", d.Host, "listen host")
 	fs.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free port)")
-	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, "prefill, sglang: bootstrap server port (0 picks a free port)")
+	const bpHelp = "sglang --disaggregation-bootstrap-port: a prefill's bootstrap server port (0 picks a free port); " +
+		"a decode's port for requests whose bootstrap_port is null (0 means 8998, SGLang's default)"
+	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
+	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
 	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve sluice.worker.v1 (gRPC, Connect, gRPC-Web) on the same port (h2c)")
 	var models stringList
 	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")
+	fs.IntVar(&cfg.ContextLength, "context-length", d.ContextLength, "model context length: longer prompts (with max_tokens) get the engine's 400")
+	fs.IntVar(&cfg.DPSize, "dp-size", d.DPSize, "sglang: data-parallel size reported in server info (DP ranks are not simulated)")
 	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests")
 	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
 	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
@@ -42,7 +47,8 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.Int64Var(&cfg.PrefixCacheTokens, "prefix-cache-tokens", 0, "prefix cache capacity in tokens (default: kv capacity)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
 	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
-	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(), "decode: how long to wait for the prefill's KV")
+	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(),
+		"sglang PD: how long a prefill waits for its decode to connect and a decode waits for the KV (SGLang's default is 300)")
 	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
 	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
 	// Faults.
@@ -54,6 +60,7 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.Faults.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
 	fs.BoolVar(&cfg.Faults.FailHealth, "fail-health", false, "fault: /health answers 503")
 	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
+	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false, "fault, vllm prefill: never return kv_transfer_params")
 	return func() error {
 		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
 		cfg.Models = models
@@ -68,10 +75,26 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	}
 }
 
+// usageHeader introduces --help: what the engines are and where their limits are written down.
+const usageHeader = `sluice-sim runs simulated SGLang (--protocol sglang) or vLLM (--protocol vllm) engines: their
+routes, error shapes and PD handshakes as read from the engines' sources, with a queueing and timing
+model. It does not model DP ranks, tensor parallelism, chat templates or vLLM connectors other than
+NIXL; the internal/sim package documentation lists what is and is not modelled.
+
+`
+
+func setUsage(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader+"Usage: "+synopsis+"\n")
+		fs.PrintDefaults()
+	}
+}
+
 // ParseFlags parses the flags of one engine (`sluice-sim [flags]`).
 func ParseFlags(args []string, output io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("sluice-sim", flag.ContinueOnError)
 	fs.SetOutput(output)
+	setUsage(fs, "sluice-sim [flags]  |  sluice-sim cluster [flags]")
 	var cfg Config
 	finish := engineFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
@@ -87,6 +110,7 @@ func ParseFlags(args []string, output io.Writer) (Config, error) {
 func ParseClusterFlags(args []string, output io.Writer) (ClusterConfig, error) {
 	fs := flag.NewFlagSet("sluice-sim cluster", flag.ContinueOnError)
 	fs.SetOutput(output)
+	setUsage(fs, "sluice-sim cluster [flags]")
 	var cc ClusterConfig
 	finish := engineFlags(fs, &cc.Engine)
 	fs.IntVar(&cc.Prefill, "prefill", 0, "number of prefill engines")

@@ -41,8 +41,17 @@ func TestParseFlags(t *testing.T) {
 			return c.Role == RoleRegular && c.Protocol == ProtocolSGLang && c.Mode == ModeRealistic && c.Host == "127.0.0.1" &&
 				c.MaxRunningRequests == 256 && c.PrefillTokensPerSec == 8000 && c.ITLBase == 6*time.Millisecond &&
 				c.ITLPerSeq == 350*time.Microsecond && c.KVCapacityTokens == 524288 && c.BlockSize == 16 &&
-				c.BootstrapTimeout == 30*time.Second && len(c.Models) == 1 && c.Models[0] == "sim-model" && c.Faults.SlownessFactor == 1
+				c.BootstrapTimeout == 30*time.Second && len(c.Models) == 1 && c.Models[0] == "sim-model" && c.Faults.SlownessFactor == 1 &&
+				c.ContextLength == DefaultContextLength && c.DPSize == 1 && c.BootstrapPort == 0 && !c.Faults.OmitKVTransferParams
 		}},
+		{name: "decode falls back to SGLang's bootstrap port", args: []string{"--role", "decode"}, want: func(c Config) bool {
+			return c.BootstrapPort == DefaultBootstrapPort
+		}},
+		{name: "pd flags", args: []string{"--role", "decode", "--disaggregation-bootstrap-port", "9000", "--context-length", "4096", "--dp-size", "2",
+			"--omit-kv-transfer-params"}, want: func(c Config) bool {
+			return c.BootstrapPort == 9000 && c.ContextLength == 4096 && c.DPSize == 2 && c.Faults.OmitKVTransferParams
+		}},
+		{name: "bad context length", args: []string{"--context-length", "-1"}, wantErr: true},
 		{name: "engine flags", args: []string{"--role", "decode", "--protocol", "vllm", "--model", "a", "--model", "b", "--itl-base-ms", "2.5",
 			"--bootstrap-timeout-secs", "0.5", "--error-rate", "0.25", "--grpc", "--mode", "instant"}, want: func(c Config) bool {
 			return c.Role == RoleDecode && c.Protocol == ProtocolVLLM && len(c.Models) == 2 && c.Models[1] == "b" &&
@@ -131,5 +140,28 @@ func TestStartClusterBasePort(t *testing.T) {
 	}
 	if len(c.ByRole(RoleDecode)) != 1 {
 		t.Errorf("decode engines: %d", len(c.ByRole(RoleDecode)))
+	}
+	// A decode's null bootstrap_port falls back to the prefill's bootstrap port.
+	if got := c.Engines[1].Config().BootstrapPort; got != base+2 {
+		t.Errorf("decode fallback bootstrap port %d, want %d", got, base+2)
+	}
+}
+
+// TestClusterNullBootstrapPort: in a cluster, SGLang decodes fall back to the prefill's bootstrap port,
+// so a gateway that sends bootstrap_port null gets a working rendezvous.
+func TestClusterNullBootstrapPort(t *testing.T) {
+	c, err := StartCluster(t.Context(), ClusterConfig{Prefill: 1, Decode: 1, Mode: ModeInstant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, d := c.ByRole(RolePrefill)[0], c.ByRole(RoleDecode)[0]
+	if d.Config().BootstrapPort != p.BootstrapPort() || p.BootstrapPort() == 0 {
+		t.Fatalf("decode fallback %d, prefill bootstrap port %d", d.Config().BootstrapPort, p.BootstrapPort())
+	}
+	body := withBootstrap(`{"text":"null port","sampling_params":{"max_new_tokens":3}}`, "127.0.0.1", nil, 77)
+	pr, dr := sendBoth(t, testClient(t), p.URL()+"/generate", body, d.URL()+"/generate", body)
+	if pr.status != 200 || dr.status != 200 {
+		t.Errorf("prefill %d %s, decode %d %s", pr.status, pr.body, dr.status, dr.body)
 	}
 }

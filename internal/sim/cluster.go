@@ -12,6 +12,8 @@ type ClusterConfig struct {
 	Prefill, Decode, Regular int
 	// BasePort: engines listen on consecutive ports from BasePort (prefill first, then decode, then
 	// regular) and the prefill engines' bootstrap servers on the ports after those. 0 picks free ports.
+	// SGLang decode engines use the first prefill engine's bootstrap port for a null bootstrap_port:
+	// real deployments run every prefill on the same port (8998) on its own host, one host cannot.
 	BasePort int
 	Protocol Protocol
 	Mode     Mode
@@ -61,6 +63,9 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 				if role == RolePrefill {
 					cfg.BootstrapPort = cc.BasePort + total + i
 				}
+			}
+			if role == RoleDecode && len(c.Engines) > 0 && c.Engines[0].Role() == RolePrefill {
+				cfg.BootstrapPort = c.Engines[0].BootstrapPort()
 			}
 			idx++
 			e, err := New(cfg, logger.With("engine", fmt.Sprintf("%s-%d", role, i)))

@@ -37,6 +37,14 @@ const (
 	ModeInstant Mode = "instant"
 )
 
+// Defaults shared with the real engines.
+const (
+	// DefaultContextLength is a common served context length (Qwen2.5 models ship with 32768).
+	DefaultContextLength = 32768
+	// DefaultBootstrapPort is SGLang's --disaggregation-bootstrap-port default (server_args.py).
+	DefaultBootstrapPort = 8998
+)
+
 // Config configures one simulated engine. The zero value of a field means its default (see DefaultConfig);
 // Validate reports the fields that are out of range.
 type Config struct {
@@ -44,13 +52,24 @@ type Config struct {
 	Protocol Protocol // sglang (default) or vllm
 	Mode     Mode     // realistic (default) or instant
 
-	Host          string // listen host, default 127.0.0.1
-	Port          int    // listen port; 0 picks a free port
-	BootstrapPort int    // prefill + sglang: bootstrap server port; 0 picks a free port
-	GRPC          bool   // also serve sluice.worker.v1 (Connect, gRPC, gRPC-Web) on Port, h2c
+	Host string // listen host, default 127.0.0.1
+	Port int    // listen port; 0 picks a free port
+	// BootstrapPort is SGLang's --disaggregation-bootstrap-port. A prefill engine runs its bootstrap
+	// server there (0 picks a free port). A decode engine uses it for a request whose bootstrap_port is
+	// null or absent, as SGLang's scheduler does (scheduler.py handle_generate_request falls back to
+	// server_args.disaggregation_bootstrap_port); 0 means SGLang's default 8998.
+	BootstrapPort int
+	GRPC          bool // also serve sluice.worker.v1 (Connect, gRPC, gRPC-Web) on Port, h2c
 
 	Models []string // served model ids, default ["sim-model"]; the first is the default model
 	Seed   int64    // output PRNG seed
+
+	// ContextLength is the model's context length (SGLang --context-length, vLLM --max-model-len),
+	// default 32768. Prompts (with max_tokens) beyond it are refused with 400 as each engine does.
+	ContextLength int
+	// DPSize is the data-parallel size reported in SGLang server info (dp_size), default 1. The
+	// simulator still runs one scheduler: DP ranks are not modelled.
+	DPSize int
 
 	MaxRunningRequests  int           // default 256
 	PrefillTokensPerSec float64       // default 8000
@@ -62,7 +81,10 @@ type Config struct {
 	DefaultMaxTokens    int           // output length when max_tokens is absent, default 16
 	InstantOutputTokens int           // instant mode output length cap, default 8
 
-	BootstrapTimeout time.Duration // decode's wait for its room, default 30s
+	// BootstrapTimeout bounds both bootstrap waits: a prefill's wait for its decode to connect
+	// (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT) and a decode's wait for its room's KV
+	// (SGLANG_DISAGGREGATION_WAITING_TIMEOUT). Default 30s; SGLang's own default for both is 300s.
+	BootstrapTimeout time.Duration
 	RoomTTL          time.Duration // unclaimed published rooms/KV records expire, default 2 x BootstrapTimeout
 	MaxRooms         int           // bound on unclaimed rooms/KV records kept, default 65536
 
@@ -93,6 +115,15 @@ func (c *Config) applyDefaults() {
 	}
 	if len(c.Models) == 0 {
 		c.Models = []string{"sim-model"}
+	}
+	if c.ContextLength == 0 {
+		c.ContextLength = DefaultContextLength
+	}
+	if c.DPSize == 0 {
+		c.DPSize = 1
+	}
+	if c.BootstrapPort == 0 && c.Role == RoleDecode && c.Protocol == ProtocolSGLang {
+		c.BootstrapPort = DefaultBootstrapPort
 	}
 	if c.MaxRunningRequests == 0 {
 		c.MaxRunningRequests = 256
@@ -174,6 +205,12 @@ func (c *Config) Validate() error {
 		if m == "" {
 			bad("empty model id")
 		}
+	}
+	if c.ContextLength < 0 {
+		bad("context length %d < 1", c.ContextLength)
+	}
+	if c.DPSize < 0 {
+		bad("dp size %d < 1", c.DPSize)
 	}
 	if c.MaxRunningRequests < 0 {
 		bad("max running requests %d < 1", c.MaxRunningRequests)

@@ -22,8 +22,9 @@ type Engine struct {
 
 	sched   *scheduler
 	cache   *prefixCache
-	rooms   *roomStore // SGLang bootstrap rooms (prefill + sglang only)
-	kvStore *roomStore // vLLM KV records by first block id
+	rooms   *rendezvous  // SGLang bootstrap rooms (prefill + sglang only)
+	claims  roomClaims   // SGLang rooms held by this engine's in-flight samples
+	kvStore *recordStore // vLLM KV records by first block id
 	client  *http.Client
 	metrics *engineMetrics
 	stats   counters
@@ -65,11 +66,11 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		logger:  logger,
 		sched:   newScheduler(cfg.MaxRunningRequests, cfg.KVCapacityTokens),
 		cache:   newPrefixCache(cfg.BlockSize, cfg.PrefixCacheTokens),
-		kvStore: newRoomStore(cfg.RoomTTL, cfg.MaxRooms),
+		kvStore: newRecordStore(cfg.RoomTTL, cfg.MaxRooms),
 		rand:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
 	}
 	if cfg.hasBootstrapServer() {
-		e.rooms = newRoomStore(cfg.RoomTTL, cfg.MaxRooms)
+		e.rooms = newRendezvous(cfg.RoomTTL, cfg.MaxRooms)
 	}
 	e.client = &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
@@ -331,7 +332,7 @@ func (t *tracker) closeAndWait() {
 func (e *Engine) trackHandler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e.active.enter() {
-			writeError(w, http.StatusServiceUnavailable, "server_error", "engine shutting down", "shutting_down")
+			writeSimError(w, http.StatusServiceUnavailable, "engine shutting down")
 			return
 		}
 		defer e.active.exit()

@@ -27,6 +27,9 @@ type Faults struct {
 	// RefuseConnections closes the listener (new dials fail, idle keep-alive connections are closed);
 	// setting it back to false listens again on the same port.
 	RefuseConnections bool `json:"refuse_connections"`
+	// OmitKVTransferParams makes a vLLM prefill leave kv_transfer_params out of its response even when
+	// the length cap ended it, like a connector that returns none: the decode must then recompute.
+	OmitKVTransferParams bool `json:"omit_kv_transfer_params"`
 	// Roles, when not empty, limits every fault to engines of these roles.
 	Roles []Role `json:"roles,omitempty"`
 	// Paths, when not empty, limits the request faults (error, hang, latency, slowness, die) to these
@@ -75,6 +78,7 @@ type requestFaults struct {
 	latency     time.Duration
 	slowness    float64
 	dieAfter    int
+	omitKV      bool
 }
 
 func (f *Faults) forRequest(role Role, path string, generation bool, randFloat func() float64) requestFaults {
@@ -82,6 +86,7 @@ func (f *Faults) forRequest(role Role, path string, generation bool, randFloat f
 	if !f.appliesTo(role) {
 		return rf
 	}
+	rf.omitKV = f.OmitKVTransferParams // not a per-path fault: it is about the response's content
 	if len(f.Paths) > 0 {
 		if !slices.Contains(f.Paths, path) {
 			return rf

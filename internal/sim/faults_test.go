@@ -47,7 +47,7 @@ func TestFaultErrorRate(t *testing.T) {
 	setFaults(t, c, e, `{"error_rate":1,"error_status":503}`)
 	for i := 0; i < 5; i++ {
 		status, body := post(t, c, e.URL()+"/v1/chat/completions", chatBody)
-		if status != 503 || decodeJSON[errorBody](t, body).Error.Code != "injected_fault" {
+		if eb := decodeJSON[sglangErr](t, body); status != 503 || eb.Code != 503 || !strings.HasPrefix(eb.Message, "injected fault") {
 			t.Fatalf("request %d: %d %s, want 503", i, status, body)
 		}
 	}

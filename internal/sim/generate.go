@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -19,7 +18,7 @@ const (
 
 // handshake is how the KV cache moves between the legs of one sample.
 type handshake struct {
-	bootstrap bool // SGLang style: host/port/room
+	bootstrap bool // SGLang style: host/port/room (port already resolved: null means the engine's own)
 	host      string
 	port      int
 	room      uint64
@@ -36,6 +35,7 @@ type kvParams struct {
 	RemoteHost      *string  `json:"remote_host"`
 	RemotePort      *int     `json:"remote_port"`
 	RemoteRequestID string   `json:"remote_request_id,omitempty"`
+	TPSize          *int     `json:"tp_size,omitempty"`
 }
 
 // prompt is a tokenized prompt.
@@ -57,6 +57,10 @@ type sampleSpec struct {
 	choice      int
 	phase       phase
 	hs          handshake
+	rid         string // the engine's request id of this sample, for messages
+	// collides: another sample on this engine holds the sample's bootstrap room, so its handshake
+	// never completes (set by claimRooms).
+	collides bool
 }
 
 // sampleResult is what a finished sample reports.
@@ -74,19 +78,20 @@ type sampleResult struct {
 // the sample with that error.
 type emitFunc func(choice int, delta string) error
 
-// Sentinel errors of a generation, grouped by class; each maps to an HTTP status and a wire code.
-var (
-	errBadRequest        = errors.New("invalid request")
-	errBootstrapTimeout  = errors.New("bootstrap timeout")
-	errBootstrapMismatch = errors.New("bootstrap mismatch")
-	errKVTransfer        = errors.New("kv transfer failed")
-	errInjected          = errors.New("injected fault")
-	errDie               = errors.New("injected connection death")
-)
-
 // runSample runs one sample through the model: handshake, admission, prefill, decode.
 func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpec, emit emitFunc) (sampleResult, error) {
 	res := sampleResult{promptTokens: len(sp.prompt.ids)}
+	if sp.hs.bootstrap {
+		if sp.collides {
+			return res, e.collide(ctx, sp)
+		}
+		if sp.phase == phasePrefill {
+			// The prefill waits in its bootstrap queue until the decode has connected for the room.
+			if err := e.awaitDecode(ctx, sp); err != nil {
+				return res, err
+			}
+		}
+	}
 	transferred := false
 	switch sp.phase {
 	case phaseDecode:
@@ -102,7 +107,12 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 			e.metrics.recomputed.Inc()
 		}
 	case phasePrefill:
-		sp.maxTokens = min(sp.maxTokens, 1)
+		if sp.hs.bootstrap {
+			// SGLang's prefill engine runs one output token whatever was asked
+			// (disaggregation/prefill.py PrefillBootstrapQueue._process_req: max_new_tokens = 1). A vLLM
+			// prefill runs as asked: the proxy sends max_tokens=1.
+			sp.maxTokens = min(sp.maxTokens, 1)
+		}
 	}
 
 	maxTokens := sp.maxTokens
@@ -112,8 +122,10 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		need := int64(len(sp.prompt.ids) + maxTokens)
 		if err := e.sched.admit(ctx, need); err != nil {
 			if errors.Is(err, errTooLong) {
-				return res, fmt.Errorf("%w: prompt of %d tokens + %d output tokens exceeds the KV capacity of %d tokens",
-					errBadRequest, len(sp.prompt.ids), maxTokens, e.cfg.KVCapacityTokens)
+				// SGLang: PrefillBootstrapQueue._check_if_req_exceed_kv_capacity (400); vLLM would refuse at
+				// startup a context longer than its KV cache.
+				return res, requestError("", "Request %s exceeds the maximum number of tokens: %d > %d",
+					sp.rid, len(sp.prompt.ids)+maxTokens, e.cfg.KVCapacityTokens)
 			}
 			return res, err
 		}
@@ -131,12 +143,8 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	e.metrics.cachedTokens.Add(float64(res.cachedTokens))
 	e.metrics.promptTokens.Add(float64(len(sp.prompt.ids)))
 
-	if sp.phase == phasePrefill {
-		out, err := e.publishKV(sp, res.cachedTokens)
-		if err != nil {
-			return res, err
-		}
-		res.kvOut = out
+	if sp.phase == phasePrefill && sp.hs.bootstrap {
+		e.publishRoom(sp, res.cachedTokens)
 	}
 
 	r := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy)}
@@ -180,14 +188,15 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 			break
 		}
 	}
-	if !sp.phaseIsPrefill() && sp.naturalStop && res.finish == "length" {
-		res.finish = "stop"
+	if !(sp.phase == phasePrefill && sp.hs.bootstrap) && sp.naturalStop && res.finish == "length" {
+		res.finish = "stop" // the EOS
 	}
 	res.text = text.String()
+	if sp.phase == phasePrefill && sp.hs.kv != nil && sp.hs.kv.DoRemoteDecode {
+		res.kvOut = e.offerKV(sp, &res, rf)
+	}
 	return res, nil
 }
-
-func (sp *sampleSpec) phaseIsPrefill() bool { return sp.phase == phasePrefill }
 
 // findStop finds the earliest stop string that ends in the text added after prev.
 func findStop(text string, prev int, stops []string) (int, string) {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +19,9 @@ import (
 
 const maxBodyBytes = 32 << 20
 
-// routes builds the engine's HTTP API.
+// routes builds the engine's HTTP API: the routes of the engine it simulates, then the simulator's
+// own /sim/* control routes. Anything else is FastAPI's 404 {"detail":"Not Found"} (both engines are
+// FastAPI applications).
 func (e *Engine) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, h http.HandlerFunc) {
@@ -36,19 +37,29 @@ func (e *Engine) routes() http.Handler {
 		path := pattern[strings.IndexByte(pattern, ' ')+1:]
 		handle(pattern, func(w http.ResponseWriter, r *http.Request) { e.serveGeneration(w, r, api, path) })
 	}
-	gen("POST /generate", apiGenerate)
 	gen("POST /v1/chat/completions", apiChat)
 	gen("POST /v1/completions", apiCompletion)
 	handle("GET /v1/models", e.handleModels)
 	handle("GET /health", e.handleHealth)
-	handle("GET /health_generate", e.handleHealthGenerate)
-	handle("GET /get_server_info", e.handleServerInfo)
-	handle("GET /server_info", e.handleServerInfo)
-	handle("GET /get_model_info", e.handleModelInfo)
-	handle("GET /model_info", e.handleModelInfo)
-	handle("GET /v1/loads", e.handleLoads)
-	handle("POST /flush_cache", e.handleFlush)
 	handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{e.metrics.reg}, promhttp.HandlerOpts{}).ServeHTTP)
+	switch e.cfg.Protocol {
+	case ProtocolVLLM:
+		// vllm/entrypoints/openai/api_server.py: /version; no native /generate, server-info, load or
+		// cache route (load is only in /metrics).
+		handle("GET /version", e.handleVersion)
+	default:
+		// python/sglang/srt/entrypoints/http_server.py and v1_loads.py.
+		gen("POST /generate", apiGenerate)
+		handle("GET /health_generate", e.handleHealthGenerate)
+		handle("GET /get_server_info", e.handleServerInfo)
+		handle("GET /server_info", e.handleServerInfo)
+		handle("GET /get_model_info", e.handleModelInfo)
+		handle("GET /model_info", e.handleModelInfo)
+		handle("GET /v1/loads", e.handleLoads)
+		handle("GET /get_load", e.handleGetLoad)
+		handle("GET /flush_cache", e.handleFlush)
+		handle("POST /flush_cache", e.handleFlush)
+	}
 	mux.HandleFunc("GET /sim/faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, e.Faults()) })
 	mux.HandleFunc("POST /sim/faults", e.handleSetFaults)
 	mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, e.Stats()) })
@@ -60,6 +71,11 @@ func (e *Engine) routes() http.Handler {
 	if e.cfg.GRPC {
 		e.mountRPC(mux)
 	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Type"] = jsonContentType
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"detail":"Not Found"}`)
+	})
 	return mux
 }
 
@@ -86,14 +102,14 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, api api
 	*bp = body[:0]
 	if err != nil {
 		e.countFailure()
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "reading body: "+err.Error(), "invalid_request")
+		e.writeEngineError(w, api, schemaError("reading body: %v", err))
 		return
 	}
 	rf := e.faults.Load().forRequest(e.cfg.Role, path, true, e.randFloat)
 	if err := e.applyRequestFaults(ctx, &rf); err != nil {
 		e.countFailure()
 		if status := rf.errorStatus; status != 0 {
-			writeError(w, status, errorType(status), "injected fault: status "+http.StatusText(status), "injected_fault")
+			e.writeEngineError(w, api, abortError(errInjected, status, "injected fault: status %d %s", status, http.StatusText(status)))
 			return
 		}
 		// Hang or latency ended by the client or by Close: drop the connection, never answer.
@@ -102,23 +118,54 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, api api
 	job, err := e.parseJob(api, body)
 	if err != nil {
 		e.countFailure()
-		e.writeJobError(w, err)
+		e.failBeforeRun(w, job, api, err)
 		return
 	}
 	job.created = time.Now().Unix()
-	switch {
-	case api == apiChat:
-		job.id = e.newID("chatcmpl-")
-	case api == apiCompletion:
-		job.id = e.newID("cmpl-")
-	case job.id == "":
-		job.id = e.newID("")
-	}
+	release := e.claimRooms(job.samples)
+	defer release()
 	if job.stream {
 		e.streamJob(ctx, w, job, &rf)
 		return
 	}
 	e.unaryJob(ctx, w, job, &rf)
+}
+
+// failBeforeRun answers a request refused before it ran. Engines refuse most such requests before any
+// response byte (SGLang's OpenAI routes pull the first chunk before answering, vLLM validates before
+// streaming). A streaming request to SGLang's /generate already has its response head, and an
+// engine-side abort of a streaming request is its first chunk: both get an in-stream error.
+func (e *Engine) failBeforeRun(w http.ResponseWriter, job *genJob, api apiKind, err error) {
+	if job == nil || !job.stream || errors.Is(err, errModelNotFound) || asEngineError(err).schema {
+		e.writeEngineError(w, api, err)
+		return
+	}
+	abort := !errors.Is(err, errBadRequest) && !errors.Is(err, errEngineCrash)
+	if !abort && (e.cfg.Protocol == ProtocolVLLM || api != apiGenerate) {
+		e.writeEngineError(w, api, err)
+		return
+	}
+	s := e.newSSEStream(w, job, 0)
+	defer s.release()
+	s.errorFrame(err)
+}
+
+// claimRooms holds the SGLang bootstrap rooms of a job's samples, in order, before they start: the
+// first sample on a room owns it and every later one (another sample of the same prompt, or another
+// request) collides. The returned function releases them.
+func (e *Engine) claimRooms(samples []sampleSpec) (release func()) {
+	var held []uint64
+	for i := range samples {
+		if sp := &samples[i]; sp.hs.bootstrap {
+			sp.collides = !e.claims.claim(sp.hs.room)
+			held = append(held, sp.hs.room)
+		}
+	}
+	return func() {
+		for _, r := range held {
+			e.claims.release(r)
+		}
+	}
 }
 
 // applyRequestFaults injects the error, hang and latency faults; a non-nil error ends the request.
@@ -162,40 +209,10 @@ func readBody(r io.Reader, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-func errorType(status int) string {
-	if status >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-// classify maps a generation error to its HTTP status and code.
-func classify(err error) (status int, typ, code string) {
-	switch {
-	case errors.Is(err, errBadRequest):
-		return http.StatusBadRequest, "invalid_request_error", "invalid_request"
-	case errors.Is(err, errModelNotFound):
-		return http.StatusNotFound, "invalid_request_error", "model_not_found"
-	case errors.Is(err, errBootstrapTimeout):
-		return http.StatusInternalServerError, "server_error", "bootstrap_timeout"
-	case errors.Is(err, errBootstrapMismatch):
-		return http.StatusInternalServerError, "server_error", "bootstrap_mismatch"
-	case errors.Is(err, errKVTransfer):
-		return http.StatusInternalServerError, "server_error", "kv_transfer_failed"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, "server_error", "aborted"
-	default:
-		return http.StatusInternalServerError, "server_error", "internal_error"
-	}
-}
-
-func (e *Engine) writeJobError(w http.ResponseWriter, err error) {
-	status, typ, code := classify(err)
-	writeError(w, status, typ, err.Error(), code)
-}
-
 // runJob runs all samples of a job (concurrently when there are several) and returns their results.
 func (e *Engine) runJob(ctx context.Context, job *genJob, rf *requestFaults, emit emitFunc) ([]sampleResult, error) {
+	emit, leave := e.trackPrefill(job.samples, emit)
+	defer leave()
 	results := make([]sampleResult, len(job.samples))
 	if len(job.samples) == 1 {
 		var err error
@@ -240,7 +257,7 @@ func (e *Engine) unaryJob(ctx context.Context, w http.ResponseWriter, job *genJo
 		if ctx.Err() != nil && e.baseCtx.Err() == nil {
 			return // client went away
 		}
-		e.writeJobError(w, err)
+		e.writeEngineError(w, job.api, err)
 		return
 	}
 	e.stats.completed.Add(1)
@@ -298,10 +315,16 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 	}
 	b = append(b, `],"usage":`...)
 	b = appendUsage(b, job, results)
-	if kv := results[0].kvOut; kv != nil {
+	if e.cfg.Protocol == ProtocolVLLM {
+		// vLLM's responses always carry the field (CompletionResponse / ChatCompletionResponse
+		// kv_transfer_params, default None): the connector's params or null.
 		b = append(b, `,"kv_transfer_params":`...)
-		kb, _ := json.Marshal(kv)
-		b = append(b, kb...)
+		if kv := results[0].kvOut; kv != nil {
+			kb, _ := json.Marshal(kv)
+			b = append(b, kb...)
+		} else {
+			b = append(b, "null"...)
+		}
 	}
 	return append(b, '}')
 }
@@ -414,434 +437,3 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 }
 
 func itoa(i int) string { return string(appendInt(nil, int64(i))) }
-
-// sseStream writes one streaming response; samples running concurrently share it under mu.
-type sseStream struct {
-	mu       sync.Mutex
-	w        http.ResponseWriter
-	rc       *http.ResponseController
-	job      *genJob
-	buf      []byte
-	tokens   int
-	dieAfter int
-	started  []bool            // chat: role chunk sent, per sample
-	texts    []strings.Builder // generate: cumulative text, per sample
-	counts   []int
-	failed   bool // a write failed: the client is gone
-}
-
-func (s *sseStream) frameStart() {
-	s.buf = append(s.buf[:0], "data: "...)
-}
-
-func (s *sseStream) flushFrame() error {
-	s.buf = append(s.buf, "\n\n"...)
-	if _, err := s.w.Write(s.buf); err != nil {
-		s.failed = true
-		return err
-	}
-	if err := s.rc.Flush(); err != nil {
-		s.failed = true
-		return err
-	}
-	return nil
-}
-
-func (s *sseStream) chunkHead(b []byte) []byte {
-	b = append(b, `{"id":`...)
-	b = jsonx.AppendString(b, s.job.id)
-	if s.job.api == apiChat {
-		b = append(b, `,"object":"chat.completion.chunk","created":`...)
-	} else {
-		b = append(b, `,"object":"text_completion","created":`...)
-	}
-	b = appendInt(b, s.job.created)
-	b = append(b, `,"model":`...)
-	b = jsonx.AppendString(b, s.job.model)
-	return append(b, `,"choices":[`...)
-}
-
-func (s *sseStream) chunkTail(b []byte) []byte {
-	b = append(b, ']')
-	if s.job.includeUsage {
-		b = append(b, `,"usage":null`...)
-	}
-	return append(b, '}')
-}
-
-// token writes one output token of sample i.
-func (s *sseStream) token(i int, delta string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.counts[i]++
-	if s.failed {
-		return errors.New("client gone")
-	}
-	if delta == "" {
-		return nil
-	}
-	switch s.job.api {
-	case apiChat:
-		if !s.started[i] {
-			s.started[i] = true
-			s.frameStart()
-			s.buf = s.chunkHead(s.buf)
-			s.buf = append(s.buf, `{"index":`...)
-			s.buf = appendInt(s.buf, int64(i))
-			s.buf = append(s.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`...)
-			s.buf = s.chunkTail(s.buf)
-			if err := s.flushFrame(); err != nil {
-				return err
-			}
-		}
-		s.frameStart()
-		s.buf = s.chunkHead(s.buf)
-		s.buf = append(s.buf, `{"index":`...)
-		s.buf = appendInt(s.buf, int64(i))
-		s.buf = append(s.buf, `,"delta":{"content":`...)
-		s.buf = jsonx.AppendString(s.buf, delta)
-		s.buf = append(s.buf, `},"logprobs":null,"finish_reason":null}`...)
-		s.buf = s.chunkTail(s.buf)
-	case apiCompletion:
-		s.frameStart()
-		s.buf = s.chunkHead(s.buf)
-		s.buf = append(s.buf, `{"index":`...)
-		s.buf = appendInt(s.buf, int64(i))
-		s.buf = append(s.buf, `,"text":`...)
-		s.buf = jsonx.AppendString(s.buf, delta)
-		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null}`...)
-		s.buf = s.chunkTail(s.buf)
-	default:
-		s.texts[i].WriteString(delta)
-		s.frameStart()
-		res := sampleResult{promptTokens: len(s.job.samples[i].prompt.ids), completionTokens: s.counts[i]}
-		s.buf = appendGenerateObject(s.buf, s.job, i, &res, s.texts[i].String(), false)
-	}
-	if err := s.flushFrame(); err != nil {
-		return err
-	}
-	s.tokens++
-	if s.dieAfter > 0 && s.tokens >= s.dieAfter {
-		return errDie
-	}
-	return nil
-}
-
-// finish writes the final chunk of sample i.
-func (s *sseStream) finish(i int, res *sampleResult) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed {
-		return errors.New("client gone")
-	}
-	s.frameStart()
-	switch s.job.api {
-	case apiChat:
-		s.buf = s.chunkHead(s.buf)
-		s.buf = append(s.buf, `{"index":`...)
-		s.buf = appendInt(s.buf, int64(i))
-		if !s.started[i] {
-			s.started[i] = true
-			s.buf = append(s.buf, `,"delta":{"role":"assistant","content":""}`...)
-		} else {
-			s.buf = append(s.buf, `,"delta":{}`...)
-		}
-		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":`...)
-		s.buf = jsonx.AppendString(s.buf, res.finish)
-		s.buf = append(s.buf, '}')
-		s.buf = s.chunkTail(s.buf)
-	case apiCompletion:
-		s.buf = s.chunkHead(s.buf)
-		s.buf = append(s.buf, `{"index":`...)
-		s.buf = appendInt(s.buf, int64(i))
-		s.buf = append(s.buf, `,"text":"","logprobs":null,"finish_reason":`...)
-		s.buf = jsonx.AppendString(s.buf, res.finish)
-		s.buf = append(s.buf, '}')
-		s.buf = s.chunkTail(s.buf)
-	default:
-		s.buf = appendGenerateObject(s.buf, s.job, i, res, s.texts[i].String(), true)
-	}
-	return s.flushFrame()
-}
-
-func (s *sseStream) usage(results []sampleResult) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.frameStart()
-	s.buf = s.chunkHead(s.buf)
-	s.buf = append(s.buf, `],"usage":`...)
-	s.buf = appendUsage(s.buf, s.job, results)
-	s.buf = append(s.buf, '}')
-	return s.flushFrame()
-}
-
-func (s *sseStream) errorFrame(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed {
-		return
-	}
-	status, typ, code := classify(err)
-	s.frameStart()
-	s.buf = appendErrorBody(s.buf, status, typ, err.Error(), code)
-	if s.flushFrame() == nil {
-		s.done()
-	}
-}
-
-func (s *sseStream) done() {
-	s.buf = append(s.buf[:0], "data: [DONE]"...)
-	_ = s.flushFrame()
-}
-
-// streamJob answers a streaming request with SSE. The response head goes out at once, as on SGLang and
-// vLLM (their streaming responses start before the first token), so later errors are in-stream frames.
-func (e *Engine) streamJob(ctx context.Context, w http.ResponseWriter, job *genJob, rf *requestFaults) {
-	h := w.Header()
-	h["Content-Type"] = sseContentType
-	h["Cache-Control"] = noCache
-	w.WriteHeader(http.StatusOK)
-	bp := getBuf()
-	defer putBuf(bp)
-	s := &sseStream{
-		w: w, rc: http.NewResponseController(w), job: job, buf: (*bp)[:0], dieAfter: rf.dieAfter,
-		counts: make([]int, len(job.samples)),
-	}
-	defer func() { *bp = s.buf[:0] }()
-	switch job.api {
-	case apiChat:
-		s.started = make([]bool, len(job.samples))
-	case apiGenerate:
-		s.texts = make([]strings.Builder, len(job.samples))
-	}
-	if err := s.rc.Flush(); err != nil {
-		return
-	}
-	var finishErr error
-	var finishMu sync.Mutex
-	emit := s.token
-	results, err := e.runJobStreaming(ctx, job, rf, emit, func(i int, res *sampleResult) {
-		if ferr := s.finish(i, res); ferr != nil {
-			finishMu.Lock()
-			finishErr = ferr
-			finishMu.Unlock()
-		}
-	})
-	if err != nil {
-		e.countFailure()
-		if errors.Is(err, errDie) {
-			panic(http.ErrAbortHandler)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.errorFrame(err)
-		return
-	}
-	if finishErr != nil {
-		e.countFailure()
-		return
-	}
-	e.stats.completed.Add(1)
-	if job.includeUsage && job.api != apiGenerate {
-		if s.usage(results) != nil {
-			return
-		}
-	}
-	s.mu.Lock()
-	s.done()
-	s.mu.Unlock()
-}
-
-// runJobStreaming is runJob that reports each sample's end as it happens.
-func (e *Engine) runJobStreaming(ctx context.Context, job *genJob, rf *requestFaults, emit emitFunc, finished func(int, *sampleResult)) ([]sampleResult, error) {
-	results := make([]sampleResult, len(job.samples))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	run := func(i int) error {
-		res, err := e.runSample(ctx, rf, &job.samples[i], emit)
-		results[i] = res
-		if err == nil {
-			finished(i, &results[i])
-		}
-		return err
-	}
-	if len(job.samples) == 1 {
-		return results, run(0)
-	}
-	var (
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	for i := range job.samples {
-		wg.Go(func() {
-			if err := run(i); err != nil {
-				errOnce.Do(func() { firstErr = err; cancel() })
-			}
-		})
-	}
-	wg.Wait()
-	return results, firstErr
-}
-
-func (e *Engine) handleModels(w http.ResponseWriter, _ *http.Request) {
-	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object"`
-		Created     int64  `json:"created"`
-		OwnedBy     string `json:"owned_by"`
-		Root        string `json:"root"`
-		MaxModelLen int64  `json:"max_model_len"`
-	}
-	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list"}
-	now := time.Now().Unix()
-	for _, m := range e.cfg.Models {
-		out.Data = append(out.Data, model{ID: m, Object: "model", Created: now, OwnedBy: "sluice-sim", Root: m, MaxModelLen: e.cfg.KVCapacityTokens})
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (e *Engine) healthFailing() bool {
-	f := e.faults.Load()
-	return f.FailHealth && f.appliesTo(e.cfg.Role)
-}
-
-func (e *Engine) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	if e.healthFailing() {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "injected fault: unhealthy", "unhealthy")
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// handleHealthGenerate runs a one-token generation through the model (so an overloaded engine answers
-// slowly, as a real one does).
-func (e *Engine) handleHealthGenerate(w http.ResponseWriter, r *http.Request) {
-	if e.healthFailing() {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "injected fault: unhealthy", "unhealthy")
-		return
-	}
-	sp := sampleSpec{prompt: newPrompt(appendTokens(nil, "health check")), maxTokens: 1}
-	rf := requestFaults{slowness: e.faults.Load().SlownessFactor}
-	if _, err := e.runSample(r.Context(), &rf, &sp, func(int, string) error { return nil }); err != nil {
-		e.writeJobError(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-func (e *Engine) disaggregationMode() string {
-	if e.cfg.Role == RoleRegular {
-		return "null"
-	}
-	return string(e.cfg.Role)
-}
-
-func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
-	info := map[string]any{
-		"simulator":                     true,
-		"engine_id":                     e.id,
-		"role":                          e.cfg.Role,
-		"protocol":                      e.cfg.Protocol,
-		"mode":                          e.cfg.Mode,
-		"models":                        e.cfg.Models,
-		"model_path":                    e.cfg.Models[0],
-		"served_model_name":             e.cfg.Models[0],
-		"disaggregation_mode":           e.disaggregationMode(),
-		"disaggregation_bootstrap_port": nil,
-		"bootstrap_port":                nil,
-		"grpc":                          e.cfg.GRPC,
-		"max_running_requests":          e.cfg.MaxRunningRequests,
-		"max_total_num_tokens":          e.cfg.KVCapacityTokens,
-		"page_size":                     e.cfg.BlockSize,
-		"prefill_tokens_per_sec":        e.cfg.PrefillTokensPerSec,
-		"itl_base_ms":                   float64(e.cfg.ITLBase) / float64(time.Millisecond),
-		"itl_per_seq_ms":                float64(e.cfg.ITLPerSeq) / float64(time.Millisecond),
-		"bootstrap_timeout_secs":        e.cfg.BootstrapTimeout.Seconds(),
-		"version":                       "sluice-sim",
-	}
-	if bp := e.BootstrapPort(); bp != 0 {
-		info["disaggregation_bootstrap_port"] = bp
-		info["bootstrap_port"] = bp
-	}
-	writeJSON(w, http.StatusOK, info)
-}
-
-func (e *Engine) handleModelInfo(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"model_path":         e.cfg.Models[0],
-		"tokenizer_path":     e.cfg.Models[0],
-		"served_model_name":  e.cfg.Models[0],
-		"is_generation":      true,
-		"max_context_length": e.cfg.KVCapacityTokens,
-	})
-}
-
-func (e *Engine) handleLoads(w http.ResponseWriter, _ *http.Request) {
-	s := e.sched.snapshot()
-	usage := float64(s.kvUsed) / float64(max(s.kvCap, 1))
-	load := map[string]any{
-		"dp_rank":              0,
-		"num_running_reqs":     s.running,
-		"num_waiting_reqs":     s.waiting,
-		"num_used_tokens":      s.kvUsed,
-		"max_total_num_tokens": s.kvCap,
-		"token_usage":          usage,
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"timestamp":        time.Now().UTC().Format(time.RFC3339Nano),
-		"dp_rank_count":    1,
-		"loads":            []any{load},
-		"num_running_reqs": s.running,
-		"num_waiting_reqs": s.waiting,
-		"token_usage":      usage,
-	})
-}
-
-func (e *Engine) handleFlush(w http.ResponseWriter, _ *http.Request) {
-	e.cache.flush()
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n")
-}
-
-// faultsPatch is a POST /sim/faults body: Faults fields plus refuse_for_ms.
-type faultsPatch struct {
-	Faults
-	// RefuseForMS refuses connections for that long, then listens again by itself (a process whose
-	// listener is closed cannot be told over HTTP to reopen it).
-	RefuseForMS float64 `json:"refuse_for_ms"`
-}
-
-func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), "invalid_request")
-		return
-	}
-	p := faultsPatch{Faults: e.Faults()}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&p); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "malformed JSON: "+err.Error(), "invalid_json")
-		return
-	}
-	if p.RefuseForMS > 0 {
-		p.RefuseConnections = true
-	}
-	if err := p.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), "invalid_faults")
-		return
-	}
-	f := p.Faults
-	f.normalize()
-	e.faults.Store(&f)
-	refuse := f.RefuseConnections && f.appliesTo(e.cfg.Role)
-	// Answer first: closing the listener also drops this connection's keep-alive.
-	writeJSON(w, http.StatusOK, f)
-	if err := e.applyRefuse(refuse, time.Duration(p.RefuseForMS*float64(time.Millisecond))); err != nil {
-		e.logger.Error("sim: apply refuse_connections", "err", err)
-	}
-}

@@ -97,45 +97,56 @@ func decodeJSON[T any](t *testing.T, b []byte) T {
 	return v
 }
 
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    string  `json:"code"`
-	} `json:"error"`
-}
-
 func TestHTTPErrors(t *testing.T) {
-	e := startEngine(t, Config{Mode: ModeInstant})
+	sg := startEngine(t, Config{Mode: ModeInstant})
+	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM})
 	c := testClient(t)
 	tests := []struct {
-		name     string
-		path     string
-		body     string
-		want     int
-		wantCode string
+		name      string
+		e         *Engine
+		path      string
+		body      string
+		want      int
+		wantBody  string // exact, when set
+		wantType  string // SGLang ErrorResponse / vLLM ErrorInfo type
+		wantParam string
 	}{
-		{name: "malformed JSON", path: "/v1/chat/completions", body: `{"messages": [`, want: 400, wantCode: "invalid_request"},
-		{name: "no messages", path: "/v1/chat/completions", body: `{"model":"sim-model"}`, want: 400, wantCode: "invalid_request"},
-		{name: "unknown model", path: "/v1/chat/completions", body: `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, want: 404, wantCode: "model_not_found"},
-		{name: "bad n", path: "/v1/completions", body: `{"prompt":"hi","n":0}`, want: 400, wantCode: "invalid_request"},
-		{name: "negative max_tokens", path: "/generate", body: `{"text":"hi","sampling_params":{"max_new_tokens":-1}}`, want: 400, wantCode: "invalid_request"},
-		{name: "missing text", path: "/generate", body: `{}`, want: 400, wantCode: "invalid_request"},
-		{name: "unknown fields accepted", path: "/v1/completions", body: `{"prompt":"hi","frobnicate":{"x":[1,2]},"top_k":3}`, want: 200},
+		{name: "sglang malformed JSON", e: sg, path: "/v1/chat/completions", body: `{"messages": [`, want: 400, wantType: "Bad Request"},
+		{name: "sglang no messages", e: sg, path: "/v1/chat/completions", body: `{"model":"sim-model"}`, want: 400, wantType: "Bad Request"},
+		{name: "sglang unknown model", e: sg, path: "/v1/chat/completions", body: `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, want: 404, wantType: "404"},
+		{name: "sglang negative max_new_tokens", e: sg, path: "/generate", body: `{"text":"hi","sampling_params":{"max_new_tokens":-1}}`, want: 400,
+			wantBody: `{"error":{"message":"max_new_tokens must be at least 0, got -1."}}`},
+		{name: "sglang missing text", e: sg, path: "/generate", body: `{}`, want: 400, wantType: "Bad Request"},
+		{name: "sglang n=0 is one sample", e: sg, path: "/v1/completions", body: `{"prompt":"hi","n":0}`, want: 200},
+		{name: "sglang unknown fields accepted", e: sg, path: "/v1/completions", body: `{"prompt":"hi","frobnicate":{"x":[1,2]},"top_k":3}`, want: 200},
+		{name: "vllm malformed JSON", e: vl, path: "/v1/completions", body: `{"prompt":`, want: 400, wantType: "BadRequestError"},
+		{name: "vllm unknown model", e: vl, path: "/v1/completions", body: `{"model":"nope","prompt":"hi"}`, want: 404, wantType: "NotFoundError", wantParam: "model"},
+		{name: "vllm n=0", e: vl, path: "/v1/completions", body: `{"prompt":"hi","n":0}`, want: 400, wantType: "BadRequestError"},
+		{name: "vllm has no /generate", e: vl, path: "/generate", body: `{"text":"hi"}`, want: 404, wantBody: `{"detail":"Not Found"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, body := post(t, c, e.URL()+tt.path, tt.body)
+			status, body := post(t, c, tt.e.URL()+tt.path, tt.body)
 			if status != tt.want {
 				t.Fatalf("status %d, want %d: %s", status, tt.want, body)
 			}
-			if tt.wantCode == "" {
+			if tt.wantBody != "" && string(body) != tt.wantBody {
+				t.Errorf("body %s, want %s", body, tt.wantBody)
+			}
+			if tt.wantType == "" {
 				return
 			}
-			eb := decodeJSON[errorBody](t, body)
-			if eb.Error.Code != tt.wantCode || eb.Error.Message == "" || eb.Error.Type == "" || eb.Error.Param != nil {
-				t.Errorf("error body %s: want code %q, a message and a type, param null", body, tt.wantCode)
+			if tt.e.cfg.Protocol == ProtocolVLLM {
+				eb := decodeJSON[vllmErr](t, body)
+				if eb.Error.Type != tt.wantType || eb.Error.Code != tt.want || eb.Error.Message == "" || (eb.Error.Param == nil) != (tt.wantParam == "") ||
+					(eb.Error.Param != nil && *eb.Error.Param != tt.wantParam) {
+					t.Errorf("error body %s: want type %q, code %d, param %q", body, tt.wantType, tt.want, tt.wantParam)
+				}
+				return
+			}
+			eb := decodeJSON[sglangErr](t, body)
+			if eb.Object != "error" || eb.Type != tt.wantType || eb.Code != tt.want || eb.Message == "" || eb.Param != nil {
+				t.Errorf("error body %s: want object error, type %q, code %d, param null", body, tt.wantType, tt.want)
 			}
 		})
 	}
@@ -301,20 +312,79 @@ var sortStrings = cmp.Transformer("sort", func(in []string) []string {
 	return out
 })
 
-func TestInfoEndpoints(t *testing.T) {
-	e := startEngine(t, Config{Role: RolePrefill, Mode: ModeInstant})
+func TestSGLangServerInfo(t *testing.T) {
+	p := startEngine(t, Config{Role: RolePrefill, Mode: ModeInstant, DPSize: 4})
+	d := startEngine(t, Config{Role: RoleDecode, Mode: ModeInstant, BootstrapPort: 9100})
+	r := startEngine(t, Config{Mode: ModeInstant, ContextLength: 4096})
 	c := testClient(t)
-	status, body := get(t, c, e.URL()+"/get_server_info")
-	info := decodeJSON[map[string]any](t, body)
-	if status != 200 || info["role"] != "prefill" || info["protocol"] != "sglang" || info["disaggregation_mode"] != "prefill" ||
-		info["bootstrap_port"] != float64(e.BootstrapPort()) || e.BootstrapPort() == 0 {
-		t.Errorf("server info %d: %s", status, body)
+	tests := []struct {
+		e        *Engine
+		mode     string
+		bootPort int
+		dpSize   int
+	}{
+		{e: p, mode: "prefill", bootPort: p.BootstrapPort(), dpSize: 4},
+		{e: d, mode: "decode", bootPort: 9100, dpSize: 1},
+		{e: r, mode: "null", bootPort: DefaultBootstrapPort, dpSize: 1},
 	}
+	for _, tt := range tests {
+		for _, path := range []string{"/get_server_info", "/server_info"} {
+			status, body := get(t, c, tt.e.URL()+path)
+			info := decodeJSON[map[string]any](t, body)
+			if status != 200 || info["disaggregation_mode"] != tt.mode || info["disaggregation_bootstrap_port"] != float64(tt.bootPort) ||
+				info["dp_size"] != float64(tt.dpSize) || info["tp_size"] != float64(1) || info["model_path"] != "sim-model" ||
+				info["context_length"] != float64(tt.e.Config().ContextLength) || info["version"] == nil {
+				t.Errorf("%s %s: %d %s", tt.mode, path, status, body)
+			}
+			for _, simOnly := range []string{"protocol", "role", "simulator", "mode", "bootstrap_port", "engine_id"} {
+				if _, ok := info[simOnly]; ok {
+					t.Errorf("%s %s reports %q, which SGLang does not", tt.mode, path, simOnly)
+				}
+			}
+		}
+	}
+	if tt := tests[0]; tt.bootPort == 0 {
+		t.Error("the prefill has no bootstrap port")
+	}
+}
+
+func TestInfoEndpoints(t *testing.T) {
+	e := startEngine(t, Config{Mode: ModeInstant})
+	c := testClient(t)
 	if status, body := get(t, c, e.URL()+"/get_model_info"); status != 200 || !bytes.Contains(body, []byte(`"model_path":"sim-model"`)) {
 		t.Errorf("model info %d: %s", status, body)
 	}
-	if status, body := get(t, c, e.URL()+"/v1/loads"); status != 200 || !bytes.Contains(body, []byte(`"num_running_reqs":0`)) {
+	status, body := get(t, c, e.URL()+"/v1/loads")
+	loads := decodeJSON[struct {
+		Version string `json:"version"`
+		Loads   []struct {
+			DPRank         *int     `json:"dp_rank"`
+			NumRunning     *int     `json:"num_running_reqs"`
+			NumWaiting     *int     `json:"num_waiting_reqs"`
+			TokenUsage     *float64 `json:"token_usage"`
+			MaxTotalTokens int64    `json:"max_total_num_tokens"`
+		} `json:"loads"`
+	}](t, body)
+	if status != 200 || len(loads.Loads) != 1 || loads.Loads[0].DPRank == nil || loads.Loads[0].NumRunning == nil ||
+		loads.Loads[0].NumWaiting == nil || loads.Loads[0].TokenUsage == nil || loads.Loads[0].MaxTotalTokens != e.Config().KVCapacityTokens {
 		t.Errorf("loads %d: %s", status, body)
+	}
+	status, body = get(t, c, e.URL()+"/get_load")
+	old := decodeJSON[[]map[string]any](t, body)
+	if status != 200 || len(old) != 1 || old[0]["num_reqs"] != float64(0) || old[0]["num_waiting_reqs"] != float64(0) || old[0]["dp_rank"] != float64(0) {
+		t.Errorf("get_load %d: %s", status, body)
+	}
+	status, body = get(t, c, e.URL()+"/v1/models")
+	models := decodeJSON[struct {
+		Data []map[string]any `json:"data"`
+	}](t, body)
+	if status != 200 || len(models.Data) != 1 || models.Data[0]["owned_by"] != "sglang" || models.Data[0]["max_model_len"] != float64(DefaultContextLength) {
+		t.Errorf("models %d: %s", status, body)
+	}
+	for _, path := range []string{"/version", "/nope"} {
+		if status, body := get(t, c, e.URL()+path); status != 404 || string(body) != `{"detail":"Not Found"}` {
+			t.Errorf("%s: %d %s, want FastAPI's 404", path, status, body)
+		}
 	}
 	if status, _ := get(t, c, e.URL()+"/health"); status != 200 {
 		t.Errorf("health %d", status)
@@ -323,7 +393,10 @@ func TestInfoEndpoints(t *testing.T) {
 		t.Errorf("health_generate %d: %s", status, body)
 	}
 	if status, _ := post(t, c, e.URL()+"/flush_cache", ""); status != 200 {
-		t.Errorf("flush_cache %d", status)
+		t.Errorf("POST flush_cache %d", status)
+	}
+	if status, _ := get(t, c, e.URL()+"/flush_cache"); status != 200 {
+		t.Errorf("GET flush_cache %d", status)
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, e.URL()+"/v1/completions", strings.NewReader(`{"prompt":"x"}`))
 	req.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-
-	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
 // Responses on the generation hot path are built with append functions into pooled buffers: the
@@ -36,32 +34,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-}
-
-// appendErrorBody appends an OpenAI-shaped error object {"error":{"message","type","param","code"}}.
-func appendErrorBody(dst []byte, status int, typ, msg, code string) []byte {
-	dst = append(dst, `{"error":{"message":`...)
-	dst = jsonx.AppendString(dst, msg)
-	dst = append(dst, `,"type":`...)
-	dst = jsonx.AppendString(dst, typ)
-	dst = append(dst, `,"param":null,"code":`...)
-	if code == "" {
-		dst = append(dst, "null"...)
-	} else {
-		dst = jsonx.AppendString(dst, code)
-	}
-	// SGLang and vLLM also report the numeric status inside the error object.
-	dst = append(dst, `,"status":`...)
-	dst = appendInt(dst, int64(status))
-	return append(dst, "}}"...)
-}
-
-// writeError writes an OpenAI-shaped error body.
-func writeError(w http.ResponseWriter, status int, typ, msg, code string) {
-	b := getBuf()
-	defer putBuf(b)
-	*b = appendErrorBody(*b, status, typ, msg, code)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(*b)
 }

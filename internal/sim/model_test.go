@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -312,4 +314,94 @@ func TestSlownessFactorScalesModel(t *testing.T) {
 			t.Errorf("prefill with slowness 3 took %v, want %v", got, want)
 		}
 	})
+}
+
+func TestPrefillPeakConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newModelEngine(t, nil)
+		h := e.routes()
+		// 800-token prompts: 100 ms of prefill each, one at a time, so all three are prefilling at once.
+		body := `{"prompt":` + jsonString(words(800, "")) + `,"max_tokens":3}`
+		var wg sync.WaitGroup
+		for i := 0; i < 3; i++ {
+			wg.Go(func() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/completions", strings.NewReader(body)))
+				if rec.Code != 200 {
+					t.Errorf("status %d %s", rec.Code, rec.Body)
+				}
+			})
+		}
+		synctest.Wait()
+		if st := e.Stats(); st.PrefillInFlight != 3 || st.PrefillPeak != 3 {
+			t.Errorf("in flight %d, peak %d; want 3, 3", st.PrefillInFlight, st.PrefillPeak)
+		}
+		wg.Wait()
+		if st := e.Stats(); st.PrefillInFlight != 0 || st.PrefillPeak != 3 {
+			t.Errorf("after: in flight %d, peak %d; want 0, 3", st.PrefillInFlight, st.PrefillPeak)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/sim/stats/reset", nil))
+		if st := decodeJSON[Stats](t, rec.Body.Bytes()); rec.Code != 200 || st.PrefillPeak != 0 {
+			t.Errorf("reset: %d %s", rec.Code, rec.Body)
+		}
+	})
+}
+
+// headClock is a ResponseWriter that records when the response head was written.
+type headClock struct {
+	mu     sync.Mutex
+	h      http.Header
+	start  time.Time
+	headAt time.Duration
+	wrote  bool
+	body   strings.Builder
+}
+
+func (w *headClock) Header() http.Header { return w.h }
+func (w *headClock) WriteHeader(int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.wrote {
+		w.wrote, w.headAt = true, time.Since(w.start)
+	}
+}
+func (w *headClock) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.body.Write(b)
+}
+func (w *headClock) Flush() {}
+
+// TestStreamingHeadTiming: SGLang's OpenAI routes answer a stream with its first chunk (after the
+// prefill), vLLM and SGLang's /generate at once.
+func TestStreamingHeadTiming(t *testing.T) {
+	prompt := jsonString(words(800, "")) // 100 ms of prefill
+	tests := []struct {
+		name  string
+		proto Protocol
+		path  string
+		body  string
+		want  time.Duration
+	}{
+		{name: "sglang completions", proto: ProtocolSGLang, path: "/v1/completions",
+			body: `{"prompt":` + prompt + `,"max_tokens":2,"stream":true}`, want: 100 * time.Millisecond},
+		{name: "sglang generate", proto: ProtocolSGLang, path: "/generate",
+			body: `{"text":` + prompt + `,"sampling_params":{"max_new_tokens":2},"stream":true}`, want: 0},
+		{name: "vllm completions", proto: ProtocolVLLM, path: "/v1/completions",
+			body: `{"prompt":` + prompt + `,"max_tokens":2,"stream":true}`, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newModelEngine(t, func(c *Config) { c.Protocol = tt.proto })
+				w := &headClock{h: http.Header{}, start: time.Now()}
+				e.routes().ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodPost, tt.path, strings.NewReader(tt.body)))
+				if !w.wrote || w.headAt != tt.want || !strings.HasSuffix(w.body.String(), "data: [DONE]\n\n") {
+					t.Errorf("head at %v (written %v), want %v; body %q", w.headAt, w.wrote, tt.want, w.body.String())
+				}
+			})
+		})
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 )
 
 // apiKind is the HTTP API a generation came through.
@@ -16,8 +18,6 @@ const (
 	apiChat
 	apiCompletion
 )
-
-var errModelNotFound = errors.New("model not found")
 
 // apiRequest is the union of the fields the simulator reads from /generate, /v1/chat/completions and
 // /v1/completions bodies. Unknown fields are ignored, as engines accept many extra parameters.
@@ -34,6 +34,7 @@ type apiRequest struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
 	Seed                *int64          `json:"seed"`
 	Stop                json.RawMessage `json:"stop"`
 	IgnoreEOS           bool            `json:"ignore_eos"`
@@ -52,6 +53,7 @@ type streamOptions struct {
 type samplingParams struct {
 	MaxNewTokens *int            `json:"max_new_tokens"`
 	Temperature  *float64        `json:"temperature"`
+	TopP         *float64        `json:"top_p"`
 	N            *int            `json:"n"`
 	Stop         json.RawMessage `json:"stop"`
 	IgnoreEOS    bool            `json:"ignore_eos"`
@@ -94,19 +96,25 @@ type genJob struct {
 	decodeRole    bool
 }
 
+// maxN bounds the samples of one request (a simulator limit, not an engine's).
 const maxN = 128
 
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
-}
-
-// parseJob turns a request body into a job for this engine.
+// parseJob turns a request body into a job for this engine. A non-nil job comes back with a request
+// error once the body parsed as JSON, so that the caller knows whether the client asked to stream.
 func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
 	var req apiRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, badRequest("malformed JSON body: %v", err)
+		return nil, schemaError("malformed JSON body: %v", err)
 	}
 	job := &genJob{api: api, stream: req.Stream, model: req.Model, id: ridString(req.RID)}
+	switch {
+	case api == apiChat:
+		job.id = e.newID("chatcmpl-")
+	case api == apiCompletion:
+		job.id = e.newID("cmpl-")
+	case job.id == "":
+		job.id = e.newID("")
+	}
 	job.decodeRole = e.cfg.Role == RoleDecode
 	if api == apiGenerate && len(req.ReturnLogprob) > 0 && string(req.ReturnLogprob) != "false" && string(req.ReturnLogprob) != "null" {
 		job.inputLogprobs = true
@@ -114,35 +122,35 @@ func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}
-	if api != apiGenerate {
-		if job.model == "" {
-			job.model = e.cfg.Models[0]
-		} else if !slices.Contains(e.cfg.Models, job.model) {
-			return nil, fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, job.model)
-		}
-	} else if job.model == "" {
+	if job.model == "" {
 		job.model = e.cfg.Models[0]
+	} else if api != apiGenerate && !slices.Contains(e.cfg.Models, job.model) {
+		// vLLM OpenAIServing._check_model; SGLang serves any name (not modelled: 404 on both).
+		return job, &engineError{kind: errModelNotFound, status: http.StatusNotFound, param: "model",
+			msg: fmt.Sprintf("The model `%s` does not exist.", job.model)}
 	}
 
-	// Sampling parameters.
-	n := 1
-	maxTokens := req.MaxTokens
+	// Sampling parameters, as sent.
+	sr := samplingRequest{n: 1, maxTokens: req.MaxTokens, temperature: req.Temperature, topP: req.TopP}
 	if req.MaxCompletionTokens != nil {
-		maxTokens = req.MaxCompletionTokens
+		sr.maxTokens = req.MaxCompletionTokens
 	}
-	temperature, seed, stopRaw, ignoreEOS := req.Temperature, req.Seed, req.Stop, req.IgnoreEOS
+	seed, stopRaw, ignoreEOS := req.Seed, req.Stop, req.IgnoreEOS
 	if req.N != nil {
-		n = *req.N
+		sr.n = *req.N
 	}
 	if sp := req.SamplingParams; sp != nil {
 		if sp.MaxNewTokens != nil {
-			maxTokens = sp.MaxNewTokens
+			sr.maxTokens = sp.MaxNewTokens
 		}
 		if sp.Temperature != nil {
-			temperature = sp.Temperature
+			sr.temperature = sp.Temperature
+		}
+		if sp.TopP != nil {
+			sr.topP = sp.TopP
 		}
 		if sp.N != nil {
-			n = *sp.N
+			sr.n = *sp.N
 		}
 		if len(sp.Stop) > 0 {
 			stopRaw = sp.Stop
@@ -152,43 +160,49 @@ func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
 		}
 		ignoreEOS = ignoreEOS || sp.IgnoreEOS
 	}
-	if n < 1 || n > maxN {
-		return nil, badRequest("n must be between 1 and %d, got %d", maxN, n)
-	}
-	job.n = n
 	stops, err := stringOrList(stopRaw, "stop")
 	if err != nil {
-		return nil, err
+		return job, err
 	}
-	mt, natural := e.cfg.DefaultMaxTokens, !ignoreEOS
-	if maxTokens != nil {
-		if *maxTokens < 0 {
-			return nil, badRequest("max_tokens must be >= 0, got %d", *maxTokens)
-		}
-		mt, natural = *maxTokens, false
+	prompts, batch, err := e.parsePrompts(api, &req)
+	if err != nil {
+		return job, err
+	}
+	job.batch = batch
+	lens := make([]int, len(prompts))
+	for i, p := range prompts {
+		lens[i] = len(p.ids)
+	}
+	if err := e.validate(lens, &sr); err != nil {
+		return job, err
+	}
+	job.n = max(sr.n, 1) // SGLang: n <= 1 is one sample; vLLM refused n < 1 above
+	if job.n > maxN {
+		return job, requestError("n", "n must be at most %d in the simulator, got %d", maxN, job.n)
 	}
 	var reqSeed int64
 	if seed != nil {
 		reqSeed = *seed
 	}
-	greedy := temperature != nil && *temperature == 0
-
-	// Prompts.
-	prompts, batch, err := e.parsePrompts(api, &req)
-	if err != nil {
-		return nil, err
-	}
-	job.batch = batch
-	total := len(prompts) * n
-	job.samples = make([]sampleSpec, total)
+	greedy := sr.temperature != nil && *sr.temperature == 0
+	job.samples = make([]sampleSpec, len(prompts)*job.n)
 	for i := range job.samples {
+		p := prompts[i/job.n]
+		// Without max_tokens a generation ends "naturally" (its EOS), never past the context.
+		mt, natural := min(e.cfg.DefaultMaxTokens, e.cfg.ContextLength-len(p.ids)), !ignoreEOS
+		if sr.maxTokens != nil {
+			mt, natural = *sr.maxTokens, false
+		}
 		job.samples[i] = sampleSpec{
-			prompt: prompts[i/n], maxTokens: mt, naturalStop: natural, stop: stops,
-			reqSeed: reqSeed, greedy: greedy, choice: i,
+			prompt: p, maxTokens: mt, naturalStop: natural, stop: stops,
+			reqSeed: reqSeed, greedy: greedy, choice: i, rid: job.id,
+		}
+		if len(job.samples) > 1 {
+			job.samples[i].rid = job.id + "_" + strconv.Itoa(i) // io_struct _normalize_rid: f"{rid}_{i}"
 		}
 	}
-	if err := e.assignHandshakes(job, &req); err != nil {
-		return nil, err
+	if err := e.assignHandshakes(job, &req, len(prompts)); err != nil {
+		return job, err
 	}
 	return job, nil
 }
@@ -197,18 +211,18 @@ func (e *Engine) parsePrompts(api apiKind, req *apiRequest) ([]*prompt, bool, er
 	switch api {
 	case apiChat:
 		if len(req.Messages) == 0 {
-			return nil, false, badRequest("messages must not be empty")
+			return nil, false, schemaError("messages must not be empty")
 		}
 		ids := make([]uint32, 0, 64)
 		for i, m := range req.Messages {
 			if m.Role == "" {
-				return nil, false, badRequest("messages[%d].role is required", i)
+				return nil, false, schemaError("messages[%d].role is required", i)
 			}
 			ids = appendTokens(ids, m.Role)
 			ids = appendTokens(ids, ":")
 			text, err := messageText(m.Content)
 			if err != nil {
-				return nil, false, badRequest("messages[%d].content: %v", i, err)
+				return nil, false, schemaError("messages[%d].content: %v", i, err)
 			}
 			ids = appendTokens(ids, text)
 		}
@@ -216,7 +230,7 @@ func (e *Engine) parsePrompts(api apiKind, req *apiRequest) ([]*prompt, bool, er
 		return []*prompt{newPrompt(ids)}, false, nil
 	case apiCompletion:
 		if len(req.Prompt) == 0 {
-			return nil, false, badRequest("prompt is required")
+			return nil, false, schemaError("prompt is required")
 		}
 		ps, batch, err := promptList(req.Prompt, "prompt")
 		return ps, batch, err
@@ -226,7 +240,7 @@ func (e *Engine) parsePrompts(api apiKind, req *apiRequest) ([]*prompt, bool, er
 			raw, field = req.InputIDs, "input_ids"
 		}
 		if len(raw) == 0 || string(raw) == "null" {
-			return nil, false, badRequest("text or input_ids is required")
+			return nil, false, schemaError("text or input_ids is required")
 		}
 		return promptList(raw, field)
 	}
@@ -238,22 +252,22 @@ func promptList(raw json.RawMessage, field string) ([]*prompt, bool, error) {
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, false, badRequest("%s: %v", field, err)
+			return nil, false, schemaError("%s: %v", field, err)
 		}
 		return []*prompt{newPrompt(appendTokens(make([]uint32, 0, len(s)/3+1), s))}, false, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, false, badRequest("%s must be a string or an array", field)
+		return nil, false, schemaError("%s must be a string or an array", field)
 	}
 	if len(items) == 0 {
-		return nil, false, badRequest("%s must not be empty", field)
+		return nil, false, schemaError("%s must not be empty", field)
 	}
 	first := bytes.TrimSpace(items[0])
 	if len(first) > 0 && (first[0] == '-' || (first[0] >= '0' && first[0] <= '9')) {
 		var ids []uint32
 		if err := json.Unmarshal(raw, &ids); err != nil {
-			return nil, false, badRequest("%s: %v", field, err)
+			return nil, false, schemaError("%s: %v", field, err)
 		}
 		return []*prompt{newPrompt(ids)}, false, nil
 	}
@@ -264,13 +278,13 @@ func promptList(raw json.RawMessage, field string) ([]*prompt, bool, error) {
 		case len(it) > 0 && it[0] == '"':
 			var s string
 			if err := json.Unmarshal(it, &s); err != nil {
-				return nil, false, badRequest("%s[%d]: %v", field, i, err)
+				return nil, false, schemaError("%s[%d]: %v", field, i, err)
 			}
 			out = append(out, newPrompt(appendTokens(nil, s)))
 		default:
 			var ids []uint32
 			if err := json.Unmarshal(it, &ids); err != nil {
-				return nil, false, badRequest("%s[%d] must be a string or a list of token ids", field, i)
+				return nil, false, schemaError("%s[%d] must be a string or a list of token ids", field, i)
 			}
 			out = append(out, newPrompt(ids))
 		}
@@ -310,102 +324,66 @@ func stringOrList(raw json.RawMessage, field string) ([]string, error) {
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("%s: %v", field, err)
+			return nil, schemaError("%s: %v", field, err)
 		}
 		return []string{s}, nil
 	}
 	var l []string
 	if err := json.Unmarshal(raw, &l); err != nil {
-		return nil, badRequest("%s must be a string or a list of strings", field)
+		return nil, schemaError("%s must be a string or a list of strings", field)
 	}
 	return l, nil
 }
 
-// scalarOrList decodes a JSON scalar or a list of scalars into a list; null or absent gives nil.
-func scalarOrList[T any](raw json.RawMessage, field string) ([]T, bool, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, false, nil
-	}
-	if raw[0] == '[' {
-		var l []T
-		if err := json.Unmarshal(raw, &l); err != nil {
-			return nil, true, badRequest("%s: %v", field, err)
-		}
-		return l, true, nil
-	}
-	var v T
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, false, badRequest("%s: %v", field, err)
-	}
-	return []T{v}, false, nil
-}
+// errMissingRoomMsg is the scheduler's answer to a PD request without a room (scheduler.py
+// handle_generate_request, any disaggregation mode): an abort with status 400.
+const errMissingRoomMsg = "Invalid request: Disaggregated request received without bootstrap room id"
 
-// assignHandshakes gives each sample its disaggregation handshake and phase, and checks that this engine
-// can serve the request (an SGLang decode engine needs bootstrap fields).
-func (e *Engine) assignHandshakes(job *genJob, req *apiRequest) error {
-	rooms, roomsList, err := scalarOrList[uint64](req.BootstrapRoom, "bootstrap_room")
-	if err != nil {
-		return err
+// assignHandshakes gives each sample its disaggregation handshake and phase.
+func (e *Engine) assignHandshakes(job *genJob, req *apiRequest, prompts int) error {
+	if e.cfg.Role == RoleRegular {
+		return nil // a non-disaggregated engine ignores bootstrap fields and kv_transfer_params
 	}
-	hosts, hostsList, err := scalarOrList[string](req.BootstrapHost, "bootstrap_host")
-	if err != nil {
-		return err
-	}
-	ports, portsList, err := scalarOrList[*int](req.BootstrapPort, "bootstrap_port")
-	if err != nil {
-		return err
-	}
-	total := len(job.samples)
-	hasBootstrap := len(rooms) > 0
-	if hasBootstrap {
-		for _, c := range []struct {
-			name string
-			n    int
-			list bool
-		}{{"bootstrap_room", len(rooms), roomsList}, {"bootstrap_host", len(hosts), hostsList}, {"bootstrap_port", len(ports), portsList}} {
-			if c.list && c.n != total {
-				return badRequest("%s has %d entries, want one per sample (%d)", c.name, c.n, total)
-			}
-			if !c.list && total > 1 && c.name == "bootstrap_room" {
-				return badRequest("bootstrap_room must be a list of %d rooms (one per sample)", total)
+	if e.cfg.Protocol == ProtocolVLLM {
+		kv := req.KVTransferParams
+		for i := range job.samples {
+			sp := &job.samples[i]
+			switch {
+			case e.cfg.Role == RolePrefill && kv != nil && kv.DoRemoteDecode:
+				sp.phase, sp.hs.kv = phasePrefill, kv
+			case e.cfg.Role == RoleDecode:
+				sp.phase = phaseDecode
+				if kv != nil && kv.DoRemotePrefill {
+					if len(job.samples) > 1 {
+						// One KV for several consumers: not modelled (the reference proxy skips the
+						// prefill leg for n > 1).
+						return requestError("kv_transfer_params", "kv_transfer_params with do_remote_prefill serve a single sample, got %d", len(job.samples))
+					}
+					sp.hs.kv = kv
+				}
 			}
 		}
+		return nil
 	}
-	at := func(i, n int) int {
-		if n == 1 {
-			return 0
-		}
-		return i
+	bs, err := normalizeBootstrap(req, prompts, job.n, job.batch)
+	if err != nil {
+		return err
 	}
 	for i := range job.samples {
 		sp := &job.samples[i]
-		switch e.cfg.Role {
-		case RolePrefill:
-			if hasBootstrap && e.cfg.Protocol == ProtocolSGLang {
-				sp.phase = phasePrefill
-				sp.hs = handshake{bootstrap: true, room: rooms[at(i, len(rooms))]}
-			} else if req.KVTransferParams != nil && req.KVTransferParams.DoRemoteDecode {
-				sp.phase = phasePrefill
-				sp.hs.kv = req.KVTransferParams
-			}
-		case RoleDecode:
-			sp.phase = phaseDecode
-			if e.cfg.Protocol == ProtocolSGLang {
-				if !hasBootstrap || len(hosts) == 0 || len(ports) == 0 {
-					return badRequest("a decode engine needs bootstrap_host, bootstrap_port and bootstrap_room")
-				}
-				p := ports[at(i, len(ports))]
-				if p == nil || *p <= 0 || *p > 65535 {
-					return badRequest("bootstrap_port must be a port number, the prefill engine has no bootstrap server")
-				}
-				sp.hs = handshake{bootstrap: true, host: hosts[at(i, len(hosts))], port: *p, room: rooms[at(i, len(rooms))]}
-			} else if kv := req.KVTransferParams; kv != nil && kv.DoRemotePrefill {
-				if total > 1 {
-					return badRequest("kv_transfer_params with do_remote_prefill serve a single sample, got %d", total)
-				}
-				sp.hs.kv = kv
-			}
+		pb := bs[i/job.n]
+		if pb.room == nil {
+			return abortError(errMissingRoom, http.StatusBadRequest, errMissingRoomMsg)
+		}
+		// A null port is the engine's own --disaggregation-bootstrap-port (scheduler.py).
+		port := e.cfg.BootstrapPort
+		if pb.port != nil {
+			port = *pb.port
+		}
+		sp.hs = handshake{bootstrap: true, host: pb.host, port: port, room: *pb.room}
+		sp.phase = phaseDecode
+		if e.cfg.Role == RolePrefill {
+			sp.phase = phasePrefill
 		}
 	}
 	return nil

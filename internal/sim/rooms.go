@@ -2,7 +2,6 @@ package sim
 
 import (
 	"container/list"
-	"context"
 	"sync"
 	"time"
 )
@@ -15,123 +14,72 @@ type kvRecord struct {
 	EngineID     string `json:"engine_id"`
 }
 
-// roomStore holds KV records by key (SGLang bootstrap room, or vLLM first block id) until one consumer
-// claims them. Unclaimed records expire after ttl and at most maxRecords are kept (oldest dropped first),
-// so a decode that never comes costs bounded memory. Expiry is swept on every publish: no goroutine.
-type roomStore struct {
+// recordStore keeps published KV records by key (vLLM: first block id) until one consumer takes them.
+// Unclaimed records expire after ttl and at most maxRecords are kept (oldest dropped first), so a decode
+// that never comes costs bounded memory. Expiry is swept on every publish: no goroutine.
+type recordStore struct {
 	mu         sync.Mutex
 	ttl        time.Duration
 	maxRecords int
-	entries    map[uint64]*roomEntry
-	published  list.List // of *roomEntry in publish order
-	expired    int64     // records dropped unclaimed
+	entries    map[uint64]*list.Element // of *storedRecord
+	order      list.List                // publish order, oldest first
+	expired    int64                    // records dropped unclaimed
 }
 
-type roomEntry struct {
-	key     uint64
-	rec     kvRecord
-	ready   chan struct{} // closed when published
-	isPub   bool
-	at      time.Time
-	waiters int
-	pubElem *list.Element
+type storedRecord struct {
+	key uint64
+	rec kvRecord
+	at  time.Time
 }
 
-func newRoomStore(ttl time.Duration, maxRecords int) *roomStore {
-	return &roomStore{ttl: ttl, maxRecords: maxRecords, entries: make(map[uint64]*roomEntry)}
+func newRecordStore(ttl time.Duration, maxRecords int) *recordStore {
+	return &recordStore{ttl: ttl, maxRecords: maxRecords, entries: make(map[uint64]*list.Element)}
 }
 
-func (s *roomStore) entryLocked(key uint64) *roomEntry {
-	e, ok := s.entries[key]
-	if !ok {
-		e = &roomEntry{key: key, ready: make(chan struct{})}
-		s.entries[key] = e
-	}
-	return e
-}
-
-// publish stores the record and wakes a waiting consumer. Publishing a key twice replaces the record.
-func (s *roomStore) publish(key uint64, rec kvRecord) {
+// publish stores the record; publishing a key twice replaces the record.
+func (s *recordStore) publish(key uint64, rec kvRecord) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(now)
-	e := s.entryLocked(key)
-	e.rec = rec
-	e.at = now
-	if e.isPub {
-		s.published.MoveToBack(e.pubElem)
-		return
+	if el, ok := s.entries[key]; ok {
+		s.order.Remove(el)
 	}
-	e.isPub = true
-	e.pubElem = s.published.PushBack(e)
-	close(e.ready)
-	for s.published.Len() > s.maxRecords {
-		s.dropLocked(s.published.Front().Value.(*roomEntry))
+	s.entries[key] = s.order.PushBack(&storedRecord{key: key, rec: rec, at: now})
+	for s.order.Len() > s.maxRecords {
+		s.dropLocked(s.order.Front())
 		s.expired++
 	}
 }
 
-func (s *roomStore) sweepLocked(now time.Time) {
-	for f := s.published.Front(); f != nil; f = s.published.Front() {
-		e := f.Value.(*roomEntry)
-		if now.Sub(e.at) < s.ttl {
-			return
-		}
-		s.dropLocked(e)
+func (s *recordStore) sweepLocked(now time.Time) {
+	for f := s.order.Front(); f != nil && now.Sub(f.Value.(*storedRecord).at) >= s.ttl; f = s.order.Front() {
+		s.dropLocked(f)
 		s.expired++
 	}
 }
 
-func (s *roomStore) dropLocked(e *roomEntry) {
-	if e.pubElem != nil {
-		s.published.Remove(e.pubElem)
-		e.pubElem = nil
-	}
-	if s.entries[e.key] == e {
-		delete(s.entries, e.key)
-	}
-}
-
-// claim waits until the key is published (or ctx ends) and removes the record.
-func (s *roomStore) claim(ctx context.Context, key uint64) (kvRecord, error) {
-	s.mu.Lock()
-	e := s.entryLocked(key)
-	e.waiters++
-	s.mu.Unlock()
-	select {
-	case <-e.ready:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		e.waiters--
-		s.dropLocked(e)
-		return e.rec, nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		e.waiters--
-		if e.waiters == 0 && !e.isPub {
-			s.dropLocked(e)
-		}
-		return kvRecord{}, ctx.Err()
-	}
+func (s *recordStore) dropLocked(el *list.Element) {
+	s.order.Remove(el)
+	delete(s.entries, el.Value.(*storedRecord).key)
 }
 
 // take removes and returns a published record without waiting.
-func (s *roomStore) take(key uint64) (kvRecord, bool) {
+func (s *recordStore) take(key uint64) (kvRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[key]
-	if !ok || !e.isPub {
+	s.sweepLocked(time.Now())
+	el, ok := s.entries[key]
+	if !ok {
 		return kvRecord{}, false
 	}
-	s.dropLocked(e)
-	return e.rec, true
+	s.dropLocked(el)
+	return el.Value.(*storedRecord).rec, true
 }
 
 // size is the number of published, unclaimed records.
-func (s *roomStore) size() int {
+func (s *recordStore) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.published.Len()
+	return s.order.Len()
 }

@@ -61,8 +61,7 @@ func rpcError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	status, _, _ := classify(err)
-	return connect.NewError(rpcCode(status), err)
+	return connect.NewError(rpcCode(errorStatus(err)), err)
 }
 
 // begin counts an RPC generation and applies the request faults.
@@ -95,9 +94,22 @@ func (s rpcServer) sample(model string, p *workerv1.Prompt, sp *workerv1.Samplin
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt is required"))
 	}
-	spec := &sampleSpec{prompt: newPrompt(ids), maxTokens: s.e.cfg.DefaultMaxTokens, naturalStop: !sp.GetIgnoreEos()}
+	sr := samplingRequest{n: 1}
 	if sp.GetMaxTokens() > 0 {
-		spec.maxTokens, spec.naturalStop = int(sp.GetMaxTokens()), false
+		m := int(sp.GetMaxTokens())
+		sr.maxTokens = &m
+	}
+	if sp != nil && sp.Temperature != nil {
+		t := sp.GetTemperature()
+		sr.temperature = &t
+	}
+	if err := s.e.validate([]int{len(ids)}, &sr); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	spec := &sampleSpec{prompt: newPrompt(ids), naturalStop: !sp.GetIgnoreEos(), rid: s.e.newID("rpc-"),
+		maxTokens: min(s.e.cfg.DefaultMaxTokens, s.e.cfg.ContextLength-len(ids))}
+	if sr.maxTokens != nil {
+		spec.maxTokens, spec.naturalStop = *sr.maxTokens, false
 	}
 	spec.stop = sp.GetStop()
 	spec.reqSeed = sp.GetSeed()
@@ -152,7 +164,8 @@ func (s rpcServer) Prefill(ctx context.Context, req *workerv1.PrefillRequest) (*
 		e.countFailure()
 		return nil, err
 	}
-	sp.phase = phasePrefill
+	// The worker protocol's prefill computes the prompt and one token, whatever the engine style.
+	sp.phase, sp.maxTokens, sp.naturalStop = phasePrefill, 1, false
 	switch hs := req.GetHandshake().(type) {
 	case *workerv1.PrefillRequest_Bootstrap:
 		sp.hs = handshake{bootstrap: true, host: hs.Bootstrap.GetHost(), port: int(hs.Bootstrap.GetPort()), room: hs.Bootstrap.GetRoom()}
@@ -160,7 +173,12 @@ func (s rpcServer) Prefill(ctx context.Context, req *workerv1.PrefillRequest) (*
 		sp.hs.kv = kvFromProto(hs.KvTransfer)
 		sp.hs.kv.DoRemoteDecode = true
 	}
-	res, err := e.runSample(ctx, &rf, sp, func(int, string) error { return nil })
+	samples := []sampleSpec{*sp}
+	release := e.claimRooms(samples)
+	defer release()
+	emit, leave := e.trackPrefill(samples, func(int, string) error { return nil })
+	defer leave()
+	res, err := e.runSample(ctx, &rf, &samples[0], emit)
 	if err != nil {
 		e.countFailure()
 		return nil, rpcError(err)
@@ -192,18 +210,21 @@ func (s rpcServer) Decode(ctx context.Context, req *workerv1.DecodeRequest, stre
 	sp.phase = phaseDecode
 	switch hs := req.GetHandshake().(type) {
 	case *workerv1.DecodeRequest_Bootstrap:
-		if hs.Bootstrap.GetPort() == 0 {
-			e.countFailure()
-			return connect.NewError(connect.CodeInvalidArgument, errors.New("bootstrap port is 0: the prefill engine has no bootstrap server"))
+		port := int(hs.Bootstrap.GetPort())
+		if port == 0 {
+			port = e.cfg.BootstrapPort // as an SGLang decode does with a null bootstrap_port
 		}
-		sp.hs = handshake{bootstrap: true, host: hs.Bootstrap.GetHost(), port: int(hs.Bootstrap.GetPort()), room: hs.Bootstrap.GetRoom()}
+		sp.hs = handshake{bootstrap: true, host: hs.Bootstrap.GetHost(), port: port, room: hs.Bootstrap.GetRoom()}
 	case *workerv1.DecodeRequest_KvTransfer:
 		sp.hs.kv = kvFromProto(hs.KvTransfer)
 		sp.hs.kv.DoRemotePrefill = true
 	}
+	samples := []sampleSpec{*sp}
+	release := e.claimRooms(samples)
+	defer release()
 	sent := 0
 	msg := &workerv1.DecodeResponse{}
-	res, err := e.runSample(ctx, &rf, sp, func(_ int, delta string) error {
+	emit, leave := e.trackPrefill(samples, func(_ int, delta string) error {
 		sent++
 		msg.Text = delta
 		msg.TokenIds = append(msg.TokenIds[:0], appendTokens(nil, delta)...)
@@ -216,6 +237,8 @@ func (s rpcServer) Decode(ctx context.Context, req *workerv1.DecodeRequest, stre
 		}
 		return nil
 	})
+	defer leave()
+	res, err := e.runSample(ctx, &rf, &samples[0], emit)
 	if err != nil {
 		e.countFailure()
 		if errors.Is(err, errDie) {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -107,7 +108,7 @@ func TestOpenAISDK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Data) != 1 || page.Data[0].ID != "sim-model" || page.Data[0].OwnedBy == "" {
+		if len(page.Data) != 1 || page.Data[0].ID != "sim-model" || page.Data[0].OwnedBy != "sglang" {
 			t.Errorf("models: %+v", page.Data)
 		}
 	})
@@ -132,4 +133,40 @@ func TestOpenAISDK(t *testing.T) {
 			t.Errorf("stop %q: %q (full %q)", third, cut.Choices[0].Text, full.Choices[0].Text)
 		}
 	})
+}
+
+// TestOpenAISDKEngineErrors: the official client sees each engine's 400 with its message.
+func TestOpenAISDKEngineErrors(t *testing.T) {
+	long := strings.Repeat("word ", 100)
+	for _, proto := range []Protocol{ProtocolSGLang, ProtocolVLLM} {
+		t.Run(string(proto), func(t *testing.T) {
+			e := startEngine(t, Config{Mode: ModeInstant, Protocol: proto, ContextLength: 64})
+			client := sdkClient(t, e)
+			_, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+				Model: "sim-model", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(long)},
+			})
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+				t.Fatalf("long prompt: %v, want a 400 *openai.Error", err)
+			}
+			want := map[Protocol]string{ProtocolSGLang: "longer than the model's context length", ProtocolVLLM: "Please reduce the length of the input prompt"}[proto]
+			// The SDK parses only an "error" object (vLLM's shape, not SGLang's): read the body itself.
+			if body := string(apiErr.DumpResponse(true)); !strings.Contains(body, want) {
+				t.Errorf("error response %s lacks %q", body, want)
+			}
+			if proto == ProtocolVLLM && (apiErr.Param != "input_tokens" || apiErr.Type != "BadRequestError" || !strings.Contains(apiErr.Message, want)) {
+				t.Errorf("SDK fields of vLLM's error: param %q type %q message %q", apiErr.Param, apiErr.Type, apiErr.Message)
+			}
+			_, err = client.Completions.New(t.Context(), openai.CompletionNewParams{
+				Model: "sim-model", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(-5),
+			})
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(string(apiErr.DumpResponse(true)), "got -5") {
+				t.Errorf("max_tokens -5: %v, want a 400 naming the value", err)
+			}
+			page, err := client.Models.List(t.Context())
+			if err != nil || len(page.Data) != 1 || page.Data[0].OwnedBy != string(proto) {
+				t.Errorf("models: %+v, %v", page, err)
+			}
+		})
+	}
 }

@@ -21,6 +21,13 @@ type counters struct {
 	promptTokens        atomic.Int64
 	cachedTokens        atomic.Int64
 	recomputed          atomic.Int64
+	roomCollisions      atomic.Int64
+	handshakeWaits      atomic.Int64
+	handshakeWaiting    atomic.Int64
+	handshakeTimeouts   atomic.Int64
+	kvParamsOmitted     atomic.Int64
+	prefillInFlight     atomic.Int64
+	prefillPeak         atomic.Int64
 
 	mu              sync.Mutex
 	perPath         map[string]int64
@@ -37,10 +44,17 @@ type Stats struct {
 	PrefillQueue         int              `json:"prefill_queue"`           // prefilling or waiting for the prefill executor
 	Completed            int64            `json:"completed"`               // generation requests answered successfully
 	Failed               int64            `json:"failed"`                  // generation requests ended with an error or a fault
-	BootstrapWaits       int64            `json:"bootstrap_waits"`         // decode rendezvous started
-	BootstrapWaiting     int64            `json:"bootstrap_waiting"`       // decode rendezvous in progress
-	BootstrapTimeouts    int64            `json:"bootstrap_timeouts"`      // rooms that never arrived
+	BootstrapWaits       int64            `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
+	BootstrapWaiting     int64            `json:"bootstrap_waiting"`       // decode: rendezvous in progress
+	BootstrapTimeouts    int64            `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
 	BootstrapMismatches  int64            `json:"bootstrap_mismatches"`    // KV of a different prompt (both styles)
+	HandshakeWaits       int64            `json:"handshake_waits"`         // SGLang prefill: waits for the decode to connect
+	HandshakeWaiting     int64            `json:"handshake_waiting"`       // SGLang prefill: waits in progress
+	HandshakeTimeouts    int64            `json:"handshake_timeouts"`      // SGLang prefill: decodes that never connected
+	RoomCollisions       int64            `json:"room_collisions"`         // SGLang: samples on a room already in use (n > 1 shares rooms)
+	KVParamsOmitted      int64            `json:"kv_params_omitted"`       // vLLM prefill: responses without kv_transfer_params
+	PrefillInFlight      int64            `json:"prefill_in_flight"`       // requests before their first token (decode legs excluded)
+	PrefillPeak          int64            `json:"prefill_peak_concurrent"` // largest PrefillInFlight since start/reset
 	PrefixCacheHitTokens int64            `json:"prefix_cache_hit_tokens"` // prompt tokens served from the prefix cache (decode: as reported by the prefill)
 	PromptTokens         int64            `json:"prompt_tokens"`           // prompt tokens seen
 	RecomputedPrompts    int64            `json:"recomputed_prompts"`      // decodes without KV transfer
@@ -69,6 +83,13 @@ func (e *Engine) Stats() Stats {
 		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
 		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),
 		BootstrapMismatches:  e.stats.bootstrapMismatches.Load(),
+		HandshakeWaits:       e.stats.handshakeWaits.Load(),
+		HandshakeWaiting:     e.stats.handshakeWaiting.Load(),
+		HandshakeTimeouts:    e.stats.handshakeTimeouts.Load(),
+		RoomCollisions:       e.stats.roomCollisions.Load(),
+		KVParamsOmitted:      e.stats.kvParamsOmitted.Load(),
+		PrefillInFlight:      e.stats.prefillInFlight.Load(),
+		PrefillPeak:          e.stats.prefillPeak.Load(),
 		PrefixCacheHitTokens: e.stats.cachedTokens.Load(),
 		PromptTokens:         e.stats.promptTokens.Load(),
 		RecomputedPrompts:    e.stats.recomputed.Load(),
@@ -92,14 +113,39 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) ResetStats() {
 	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.bootstrapWaits,
 		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
-		&e.stats.recomputed} {
+		&e.stats.recomputed, &e.stats.roomCollisions, &e.stats.handshakeWaits, &e.stats.handshakeTimeouts,
+		&e.stats.kvParamsOmitted} {
 		c.Store(0)
 	}
+	e.stats.prefillPeak.Store(e.stats.prefillInFlight.Load())
 	e.sched.resetMaxWaiting()
 	e.stats.mu.Lock()
 	clear(e.stats.perPath)
 	e.stats.lastTraceparent = ""
 	e.stats.mu.Unlock()
+}
+
+// enterPrefill counts a request in its prefill stage and returns the function that ends it (at its
+// first token or its end, whichever comes first; safe to call more than once).
+func (c *counters) enterPrefill() (leave func()) {
+	n := c.prefillInFlight.Add(1)
+	for p := c.prefillPeak.Load(); n > p && !c.prefillPeak.CompareAndSwap(p, n); p = c.prefillPeak.Load() {
+	}
+	var once sync.Once
+	return func() { once.Do(func() { c.prefillInFlight.Add(-1) }) }
+}
+
+// trackPrefill counts a job's prefill stage unless it is a decode leg (a decode given KV computes no
+// prompt). It returns emit wrapped to end the stage at the first token, and the stage's end.
+func (e *Engine) trackPrefill(samples []sampleSpec, emit emitFunc) (emitFunc, func()) {
+	if len(samples) > 0 && samples[0].phase == phaseDecode && (samples[0].hs.bootstrap || samples[0].hs.kv != nil) {
+		return emit, func() {}
+	}
+	leave := e.stats.enterPrefill()
+	return func(i int, d string) error {
+		leave()
+		return emit(i, d)
+	}, leave
 }
 
 // engineMetrics is the engine's Prometheus registry (its own, never the global one).
@@ -143,18 +189,22 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	}
 	reg.MustRegister(m.requests, m.failed, m.promptTokens, m.cachedTokens, m.generatedTokens, m.bootstrapTimeouts, m.recomputed)
 
-	gauge := func(name, help string, f func(s schedSnapshot) float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: model},
+	gaugeWith := func(labels prometheus.Labels, name, help string, f func(s schedSnapshot) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return f(e.sched.snapshot()) }))
 	}
+	gauge := func(name, help string, f func(s schedSnapshot) float64) { gaugeWith(model, name, help, f) }
 	running := func(s schedSnapshot) float64 { return float64(s.running) }
 	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
 	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
 	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine.
 	if e.cfg.Protocol == ProtocolVLLM {
-		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
-		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
+		// vllm/v1/metrics/loggers.py PrometheusStatLogger: labelnames model_name and engine (the engine
+		// core index, "0" without data parallelism).
+		vl := prometheus.Labels{"model_name": e.cfg.Models[0], "engine": "0"}
+		gaugeWith(vl, "vllm:num_requests_running", "Number of requests in model execution batches.", running)
+		gaugeWith(vl, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
+		gaugeWith(vl, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
 	} else {
 		gauge("sglang:num_running_reqs", "The number of running requests.", running)
 		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting)
