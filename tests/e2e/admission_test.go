@@ -90,8 +90,9 @@ func goPost(ctx context.Context, url, body string) <-chan result {
 // pd_prefill_queue_timeout, a cancelled client leaves the queue, the slot frees when prefill ends while
 // decode still streams, and the gauges return to 0.
 func TestAdmissionEndToEnd(t *testing.T) {
+	// F's decode must outlast the test's checks: a long output needs a context to match.
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
-		Engine: sim.Config{BootstrapTimeout: time.Minute}})
+		Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20}})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--disable-retries",
 		"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "2", "--prefill-queue-timeout-secs", "60"}, pdArgs(c)...)...)
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
