@@ -282,6 +282,19 @@ func FrameIndex(frame []byte) int {
 	return int(v)
 }
 
+// HasInputLogprobs reports whether a /generate answer or frame carries meta_info.input_token_logprobs.
+func HasInputLogprobs(obj []byte) bool {
+	if len(obj) == 0 || obj[0] != '{' {
+		return false
+	}
+	m, ok := findMember(obj, 0, "meta_info")
+	if !ok || obj[m.valStart] != '{' {
+		return false
+	}
+	l, ok := findMember(obj, m.valStart, "input_token_logprobs")
+	return ok && obj[l.valStart] == '['
+}
+
 // MergeStreamInputLogprobs prepends the input logprobs of a prefill stream frame to one decode stream
 // frame, as mini_lb's generate_stream does for every decode frame of a return_logprob stream. Frames
 // that are not objects (such as [DONE]) and frames without meta_info come back unchanged.

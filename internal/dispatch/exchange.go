@@ -174,7 +174,9 @@ func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Req
 		if len(data) == 0 || data[0] != '{' {
 			continue
 		}
-		if i := backend.FrameIndex(data); frames[i] == nil {
+		// The first frame of each index that carries the input logprobs (SGLang sends them in every
+		// frame; keep looking if one does not).
+		if i := backend.FrameIndex(data); frames[i] == nil || (!backend.HasInputLogprobs(frames[i]) && backend.HasInputLogprobs(data)) {
 			frames[i] = bytes.Clone(data)
 		}
 	}

@@ -62,6 +62,13 @@ func routeHandoffs(route backend.Route) worker.HandoffSet {
 
 var nixlOnly = worker.HandoffSet(0).Add(worker.HandoffNIXL)
 
+// nixlDecodeOnly reports a request vLLM's NIXL handoff cannot carry: its KV transfer has one consumer
+// and its answer one kv_transfer_params object, so with n > 1 each decode sample would pull the same
+// blocks (the first to finish frees them under its siblings; the Rust gateway skips the transfer for
+// the same reason), and a batch of prompts gets the parameters of one of them. Such a request runs on
+// a decode worker alone, which computes the prompt itself.
+func nixlDecodeOnly(br *backend.Request) bool { return br.N > 1 || br.BatchSize > 1 }
+
 // pd runs one PD attempt.
 func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
 	snap := x.d.Registry.Snapshot()
@@ -70,17 +77,14 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 	if allowed == 0 && paired != 0 {
 		return nil, apierror.InvalidRequest("", br.Route.Path()+" is SGLang's native API; the PD workers here speak vLLM: use /v1/chat/completions or /v1/completions")
 	}
-	if br.N > 1 && snap.Handoffs(worker.RolePrefill) == nixlOnly {
+	if nixlDecodeOnly(br) && snap.Handoffs(worker.RolePrefill) == nixlOnly {
 		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
 	}
 	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
 	if err != nil {
 		return nil, err
 	}
-	if br.N > 1 && pw.Handoff() == worker.HandoffNIXL {
-		// vLLM's KV handoff has one consumer: with n > 1 each decode sample would pull it, and the
-		// first to finish frees the blocks under its siblings (the Rust gateway skips the transfer
-		// for the same reason). The decode engine computes the prompt itself.
+	if nixlDecodeOnly(br) && pw.Handoff() == worker.HandoffNIXL {
 		slot.Release(admission.ReleaseCompleted)
 		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
 	}

@@ -420,7 +420,10 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 	b = appendInt(b, int64(res.completionTokens))
 	b = append(b, `,"cached_tokens":`...)
 	b = appendInt(b, int64(res.cachedTokens))
-	if finished && job.inputLogprobs {
+	// SGLang puts the (whole) input logprobs into every streamed chunk's meta_info, not only the last
+	// (tokenizer_manager.py convert_logprob_style runs for each output of a return_logprob request);
+	// mini_lb.py relies on it, reading them from the prefill's first chunk.
+	if (finished || job.stream) && job.inputLogprobs {
 		b = appendInputLogprobs(b, job, res)
 	}
 	b = append(b, '}')

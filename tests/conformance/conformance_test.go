@@ -181,6 +181,10 @@ var rows = []row{
 		body:   `{` + chatMsgs + `,"n":2}`,
 		status: 200,
 		decode: []string{`{` + chatMsgs + `,"n":2}`}},
+	{name: "vllm prompt batch goes to decode alone (one kv_transfer_params per answer)", source: srcToyProxy, protocol: "vllm", route: "/v1/completions",
+		body:   `{"model":"m","prompt":["a","b"],"max_tokens":3}`,
+		status: 200,
+		decode: []string{`{"model":"m","prompt":["a","b"],"max_tokens":3}`}},
 	{name: "vllm has no /generate", source: srcToyProxy, protocol: "vllm", route: "/generate",
 		body: `{"text":"x"}`, status: 400},
 }

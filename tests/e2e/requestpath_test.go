@@ -74,7 +74,7 @@ func topologies() []topology {
 			name:    "pd-vllm",
 			cluster: sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: instantEngine()},
 			args: func(c *sim.Cluster) []string {
-				return append([]string{"--pd-disaggregation", "--runtime", "vllm", "--prefill-max-inflight-requests-per-worker", "4"}, pdArgs(c)...)
+				return append([]string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "4"}, pdArgs(c)...)
 			},
 			checkKV: func(t *testing.T, c *sim.Cluster) {
 				for _, e := range c.ByRole(sim.RoleDecode) {
