@@ -343,7 +343,7 @@ func (a *App) registerInitial(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
-			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort}
+			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag}
 			spec = a.discovery.Complete(ctx, spec)
 			w, err := a.Registry.Add(spec)
 			if err != nil {

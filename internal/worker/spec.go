@@ -81,7 +81,31 @@ type Spec struct {
 	Labels map[string]string
 	// APIKey is sent to the worker as a bearer token when set.
 	APIKey string
+
+	// Source says who registered the worker: SourceFlag, SourceAdmin or
+	// SourceKubernetes (empty is treated as unknown). A worker whose source
+	// is SourceKubernetes belongs to discovery: see [Spec.Managed].
+	Source Source
+	// Namespace and Pod name the Kubernetes pod behind a discovered worker
+	// (empty otherwise); shown in the admin API, never used for routing.
+	Namespace string
+	Pod       string
 }
+
+// Source is where a worker's registration came from.
+type Source string
+
+// The worker sources.
+const (
+	SourceFlag       Source = "flag"
+	SourceAdmin      Source = "admin"
+	SourceKubernetes Source = "kubernetes"
+)
+
+// Managed reports whether the worker's lifecycle belongs to service
+// discovery: the admin API must not remove or drain it, or discovery would
+// bring it back (or keep a pod's traffic stopped that Kubernetes calls ready).
+func (s Spec) Managed() bool { return s.Source == SourceKubernetes }
 
 // Clone returns a deep copy of s.
 func (s Spec) Clone() Spec {

@@ -150,7 +150,14 @@ type Worker struct {
 	// Prefill admission slots held on this worker.
 	AdmissionInflight int64 `protobuf:"varint,11,opt,name=admission_inflight,json=admissionInflight,proto3" json:"admission_inflight,omitempty"`
 	// True when an API key is set for the engine (the key itself is never returned).
-	HasApiKey     bool `protobuf:"varint,12,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
+	HasApiKey bool `protobuf:"varint,12,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
+	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
+	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
+	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
+	// Namespace of the pod behind a discovered worker; empty otherwise.
+	Namespace string `protobuf:"bytes,21,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the pod behind a discovered worker; empty otherwise.
+	Pod           string `protobuf:"bytes,22,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +274,27 @@ func (x *Worker) GetHasApiKey() bool {
 		return x.HasApiKey
 	}
 	return false
+}
+
+func (x *Worker) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Worker) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Worker) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
 }
 
 // ListWorkersRequest filters the worker list; empty fields match everything.
@@ -1706,7 +1734,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\aapi_key\x18\a \x01(\tR\x06apiKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x03\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -1720,7 +1748,10 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x04load\x18\n" +
 	" \x01(\x03R\x04load\x12-\n" +
 	"\x12admission_inflight\x18\v \x01(\x03R\x11admissionInflight\x12\x1e\n" +
-	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x1a9\n" +
+	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12\x16\n" +
+	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
+	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
