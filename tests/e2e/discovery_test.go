@@ -66,7 +66,9 @@ func startSimFleet(t *testing.T, prefill, decode []string) *simFleet {
 	return f
 }
 
-func (f *simFleet) url(ip string) string { return "http://" + net.JoinHostPort(ip, strconv.Itoa(f.port)) }
+func (f *simFleet) url(ip string) string {
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(f.port))
+}
 
 // kubePods is the test's view of a cluster's API: pods created, changed and deleted through the
 // fake clientset that the gateway's discovery watches.
