@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,6 +37,25 @@ func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface) e
 		return err
 	}
 	a.pods = d
+	a.Prom.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_workers", Help: "Workers registered from Kubernetes pods.",
+		}, func() float64 { return float64(len(d.Served())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_pods_refused", Help: "Pods matching a selector that are not served (unknown model, detection refused, ambiguous role, bad annotation, address taken); the reason is logged.",
+		}, func() float64 { return float64(d.Refused()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_synced", Help: "1 once the first list of pods has completed.",
+		}, func() float64 {
+			if d.Synced() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_discovery_watch_failures_total", Help: "Pod list/watch errors; each was retried with backoff.",
+		}, func() float64 { return float64(d.WatchFailures()) }),
+	)
 	return nil
 }
 

@@ -319,11 +319,14 @@ func TestUnknownModelNeverRegistered(t *testing.T) {
 		case <-time.After(5 * time.Millisecond): // polling interval; the condition is re-checked
 		}
 	}
-	if h.reg.Snapshot().Len() != 0 {
-		t.Fatal("a pod with an unknown model was registered")
+	if h.reg.Snapshot().Len() != 0 || h.disc.Refused() != 1 {
+		t.Fatalf("a pod with an unknown model: %d workers, %d refused; want 0 and 1", h.reg.Snapshot().Len(), h.disc.Refused())
 	}
 	h.engines.set(url, "served-model")
 	w := h.next("decode added once the model is known", kind(worker.EventAdded, url)).Worker
+	if h.disc.Refused() != 0 {
+		t.Errorf("refused = %d after registration, want 0", h.disc.Refused())
+	}
 	if !slices.Equal(w.Models(), []string{"served-model"}) {
 		t.Fatalf("models = %v", w.Models())
 	}

@@ -221,3 +221,11 @@ func (d *Discovery) Served() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Refused counts the pods that match a selector but are not served, for a reason logged as a warning
+// (unknown model, refused by detection, ambiguous role, bad annotation, address taken).
+func (d *Discovery) Refused() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.refusals)
+}

@@ -211,6 +211,10 @@ func pdDiscoveryScenario(t *testing.T, ns string, prefill, decode podTemplate, a
 	if p, d := chat(); p != fleet.url(p0) || d != fleet.url(d0) {
 		t.Fatalf("served by %s + %s, want %s + %s", p, d, fleet.url(p0), fleet.url(d0))
 	}
+	if _, metrics := get(t, gw.URL+"/metrics"); !strings.Contains(string(metrics), "\nsluice_discovery_workers 2\n") ||
+		!strings.Contains(string(metrics), "\nsluice_discovery_synced 1\n") {
+		t.Fatalf("discovery metrics missing or wrong:\n%s", metrics)
+	}
 
 	// The admin API refuses to remove or drain a discovered worker, and says why.
 	_, err := admin.RemoveWorker(ctx, &adminv1.RemoveWorkerRequest{Id: pw.GetId()})
