@@ -226,6 +226,14 @@ func pdDiscoveryScenario(t *testing.T, ns string, prefill, decode podTemplate, a
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("DrainWorker(discovered) = %v, want failed_precondition", err)
 	}
+	port := uint32(1)
+	_, err = admin.UpdateWorker(ctx, &adminv1.UpdateWorkerRequest{Id: pw.GetId(), BootstrapPort: &port})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("UpdateWorker(bootstrap_port of a discovered worker) = %v, want failed_precondition", err)
+	}
+	if _, err = admin.UpdateWorker(ctx, &adminv1.UpdateWorkerRequest{Id: pw.GetId(), Labels: map[string]string{"team": "a"}}); err != nil {
+		t.Fatalf("labels of a discovered worker: %v", err)
+	}
 	req, _ := http.NewRequest(http.MethodDelete, gw.URL+"/admin/v1/workers/"+pw.GetId(), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
