@@ -29,6 +29,7 @@ const (
 	CodeUnauthorized       = "invalid_api_key"
 	CodeNotFound           = "not_found"
 	CodeAlreadyExists      = "already_exists"
+	CodeWorkerManaged      = "worker_managed"
 	CodeUpstream           = "upstream_error"
 	CodeTimeout            = "request_timeout"
 	CodeCanceled           = "request_canceled"
@@ -132,6 +133,9 @@ func (e *Error) WriteHTTP(w http.ResponseWriter) {
 
 // ConnectCode is the Connect/gRPC code for e's HTTP status.
 func (e *Error) ConnectCode() connect.Code {
+	if c, _, ok := pinned(e.Code); ok {
+		return c
+	}
 	switch e.Status {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		return connect.CodeInvalidArgument
@@ -170,6 +174,19 @@ func (e *Error) Connect() *connect.Error {
 		ce.AddDetail(d)
 	}
 	return ce
+}
+
+// pinned gives the wire form of codes whose RPC code and HTTP status do not follow the status-based
+// mapping. worker_managed (the admin API refusing to remove or drain a worker that service discovery
+// owns) is FailedPrecondition on RPC — the gRPC code for "do not retry until the system state is
+// fixed" (here: the pod or its labels must change) — and 409 Conflict on REST, because the request is
+// well formed but conflicts with the worker's current owner; the generic FailedPrecondition -> 400
+// mapping would read as a malformed request.
+func pinned(code string) (connect.Code, int, bool) {
+	if code == CodeWorkerManaged {
+		return connect.CodeFailedPrecondition, http.StatusConflict, true
+	}
+	return 0, 0, false
 }
 
 // StatusFromConnectCode maps a Connect code to the HTTP status sluice uses for it.
@@ -231,6 +248,9 @@ func FromWire(err error) *Error {
 		code := CodeString(ce)
 		if code == "" {
 			code = defaultCode(st)
+		}
+		if c, pst, ok := pinned(code); ok && c == ce.Code() {
+			st = pst
 		}
 		return New(st, code, ce.Message(), err)
 	}

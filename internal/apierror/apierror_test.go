@@ -604,6 +604,7 @@ func TestConnectFromWireRoundTrip(t *testing.T) {
 		{name: "model not found", err: placement.ErrModelNotFound},
 		{name: "no healthy workers", err: placement.ErrNoHealthyWorkers},
 		{name: "worker exists", err: worker.ErrAlreadyExists},
+		{name: "worker managed by discovery", err: fmt.Errorf("%w: w3 is pod ns/p", worker.ErrManaged)},
 		{name: "deadline", err: context.DeadlineExceeded},
 		{name: "canceled", err: context.Canceled},
 	}
@@ -615,5 +616,25 @@ func TestConnectFromWireRoundTrip(t *testing.T) {
 				t.Errorf("round trip = %d %s %q, want %d %s %q", got.Status, got.Code, got.Message, sent.Status, sent.Code, sent.Message)
 			}
 		})
+	}
+}
+
+// TestWorkerManagedWireForm pins the one code whose RPC code and HTTP status are not derived from each
+// other: FailedPrecondition on RPC, 409 on REST, both ways.
+func TestWorkerManagedWireForm(t *testing.T) {
+	e := apierror.From(fmt.Errorf("%w: w3", worker.ErrManaged))
+	if e.Status != 409 || e.Code != apierror.CodeWorkerManaged {
+		t.Fatalf("From = %d %s, want 409 %s", e.Status, e.Code, apierror.CodeWorkerManaged)
+	}
+	if got := e.Connect().Code(); got != connect.CodeFailedPrecondition {
+		t.Errorf("RPC code = %v, want failed_precondition", got)
+	}
+	if got := apierror.FromWire(e.Connect()); got.Status != 409 || got.Code != apierror.CodeWorkerManaged {
+		t.Errorf("FromWire = %d %s, want 409 %s", got.Status, got.Code, apierror.CodeWorkerManaged)
+	}
+	// Another FailedPrecondition keeps the default mapping.
+	other := apierror.FromWire(connect.NewError(connect.CodeFailedPrecondition, errors.New("x")))
+	if other.Status != 400 {
+		t.Errorf("plain failed_precondition -> %d, want 400", other.Status)
 	}
 }

@@ -41,6 +41,8 @@ func fromCore(err error) *Error {
 		return New(http.StatusNotFound, CodeNotFound, err.Error(), err)
 	case errors.Is(err, worker.ErrAlreadyExists):
 		return New(http.StatusConflict, CodeAlreadyExists, err.Error(), err)
+	case errors.Is(err, worker.ErrManaged):
+		return New(http.StatusConflict, CodeWorkerManaged, err.Error(), err)
 	case errors.Is(err, worker.ErrInvalidSpec):
 		return New(http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
 	}

@@ -20,11 +20,13 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/httpapi"
 	"github.com/sluicegw/sluice/internal/placement"
@@ -43,6 +45,9 @@ type Options struct {
 	Logger *slog.Logger
 	// TracerProvider overrides the one built from the config (tests inject an in-memory exporter).
 	TracerProvider *telemetry.TracerProvider
+	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
+	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
+	KubeClient kubernetes.Interface
 }
 
 // App is one running gateway.
@@ -57,6 +62,7 @@ type App struct {
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
 	detector   *dispatch.Detector
+	pods       *discovery.Discovery // nil unless --service-discovery
 	tp         *telemetry.TracerProvider
 	handlers   *server.Handlers
 
@@ -106,9 +112,15 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
 	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
-	probe := worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
+	var probe worker.Prober = worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
 		return (&backend.Upstream{Client: httpClient, APIKey: w.APIKey()}).Probe(ctx, w.URL(), endpoint)
 	})
+	if cfg.Discovery.Enabled {
+		if err := a.newPodDiscovery(cfg, o.KubeClient); err != nil {
+			return nil, err
+		}
+		probe = a.pods.Gate(probe) // a pod Kubernetes calls not ready is not probed back to Ready
+	}
 	checker, err := worker.NewHealthChecker(a.Registry, probe, worker.HealthConfig{
 		Interval:         cfg.Health.Interval,
 		Timeout:          cfg.Health.Timeout,
@@ -289,6 +301,10 @@ func (a *App) Start(ctx context.Context) error {
 	a.wg.Add(2)
 	go func() { defer a.wg.Done(); a.checker.Run(bg) }()
 	go func() { defer a.wg.Done(); a.Policies.Run(bg) }()
+	if a.pods != nil {
+		// After the flag workers, so that an address given both ways stays the flag's.
+		a.wg.Go(func() { _ = a.pods.Run(bg) })
+	}
 
 	host := a.cfg.Server.Host
 	var err error
@@ -344,7 +360,7 @@ func (a *App) registerInitial(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
-			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort}
+			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag}
 			spec, err = a.detector.Complete(ctx, spec)
 			if err != nil {
 				errs[i] = err

@@ -74,10 +74,14 @@ func printJSON(w io.Writer, m proto.Message) error {
 
 func printWorkers(w io.Writer, ws []*adminv1.Worker) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tURL\tROLE\tPROTOCOL\tMODELS\tHEALTH\tBREAKER\tLOAD\tSLOTS")
+	fmt.Fprintln(tw, "ID\tURL\tROLE\tPROTOCOL\tMODELS\tHEALTH\tBREAKER\tLOAD\tSLOTS\tSOURCE")
 	for _, x := range ws {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", x.GetId(), x.GetUrl(), x.GetRole(), x.GetProtocol(),
-			strings.Join(x.GetModels(), ","), x.GetHealth(), x.GetCircuitBreaker(), x.GetLoad(), x.GetAdmissionInflight())
+		source := x.GetSource()
+		if x.GetPod() != "" {
+			source += ":" + x.GetNamespace() + "/" + x.GetPod()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.GetId(), x.GetUrl(), x.GetRole(), x.GetProtocol(),
+			strings.Join(x.GetModels(), ","), x.GetHealth(), x.GetCircuitBreaker(), x.GetLoad(), x.GetAdmissionInflight(), source)
 	}
 	return tw.Flush()
 }

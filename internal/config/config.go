@@ -54,6 +54,7 @@ type Config struct {
 	Breaker   BreakerConfig
 	Retry     RetryConfig
 	Telemetry TelemetryConfig
+	Discovery DiscoveryConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

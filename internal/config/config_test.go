@@ -60,6 +60,7 @@ func TestDefault(t *testing.T) {
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
+		Discovery: DiscoveryConfig{Port: 80},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

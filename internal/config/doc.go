@@ -12,8 +12,10 @@
 //  3. the --config file;
 //  4. the built-in default (see [Default] and `sluice serve --help`).
 //
-// A repeatable flag (--worker-urls, --prefill, --decode) given on the command
-// line replaces the file's list for that flag rather than adding to it.
+// A repeatable flag (--worker-urls, --prefill, --decode, and the selectors
+// --selector, --prefill-selector, --decode-selector) given on the command line
+// replaces the file's list for that flag rather than adding to it. In the file
+// a selector may also be a mapping of labels ({app: sglang, role: prefill}).
 //
 // # Decisions
 //
@@ -25,6 +27,11 @@
 //   - Byte sizes accept SI (KB, MB, GB, TB = powers of 1000) and IEC (KiB, MiB,
 //     GiB, TiB = powers of 1024) suffixes; a bare number is bytes.
 //   - Every duration flag accepts fractional values (e.g. 0.5 seconds).
+//   - Kubernetes discovery flags are named like the Rust gateway's (smg). A
+//     selector takes one k=v per flag or comma-joined pairs; set-based
+//     selectors are rejected rather than misread. --selector in PD mode, role
+//     selectors in regular mode, equal prefill and decode selectors, and any
+//     discovery flag without --service-discovery are errors.
 //
 // The package is a leaf: it imports no other sluice package, so worker roles
 // and protocols are plain strings (see the Role* and Protocol* constants).

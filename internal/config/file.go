@@ -97,6 +97,9 @@ func fileValues(key string, v *yaml.Node) ([]string, error) {
 		}
 		return out, nil
 	case yaml.MappingNode:
+		if isSelectorFlag(key) {
+			return selectorMapping(v)
+		}
 		if !isRepeatable(key) {
 			return nil, errors.New("takes a single value, not a mapping")
 		}
@@ -158,4 +161,18 @@ func fileListItem(key string, item *yaml.Node) (string, error) {
 		return url + " " + port, nil
 	}
 	return url, nil
+}
+
+// selectorMapping turns a YAML mapping of labels ({app: sglang, role: prefill})
+// into selector flag values.
+func selectorMapping(v *yaml.Node) ([]string, error) {
+	out := make([]string, 0, len(v.Content)/2)
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		if val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
+			return nil, fmt.Errorf("line %d: label %q needs a single value", val.Line, k.Value)
+		}
+		out = append(out, k.Value+"="+val.Value)
+	}
+	return out, nil
 }

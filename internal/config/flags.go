@@ -34,7 +34,13 @@ type flagSection struct {
 // isRepeatable reports whether a flag accumulates values (and so accepts a
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
-	return name == "worker-urls" || name == "prefill" || name == "decode"
+	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name)
+}
+
+// isSelectorFlag reports whether a flag is a label selector (which also
+// accepts a YAML mapping of labels in the config file).
+func isSelectorFlag(name string) bool {
+	return name == "selector" || name == "prefill-selector" || name == "decode-selector"
 }
 
 // envFallback lists the flags read from the environment when the command line
@@ -96,6 +102,15 @@ func newFlagSet() *flagSet {
 	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
 	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
+
+	s.section("Service discovery (Kubernetes)")
+	s.bool(&c.Discovery.Enabled, "service-discovery", "Discover workers from Kubernetes pods (in-cluster credentials, or $KUBECONFIG).")
+	s.add(selectorValue{&c.Discovery.Selector}, "selector", "K=V", "Label selector of regular-mode worker pods; repeatable, or comma-separated pairs; all must match.")
+	s.add(selectorValue{&c.Discovery.PrefillSelector}, "prefill-selector", "K=V", "Label selector of prefill pods (PD mode); repeatable. Bootstrap port from the pod annotation sglang.ai/bootstrap-port.")
+	s.add(selectorValue{&c.Discovery.DecodeSelector}, "decode-selector", "K=V", "Label selector of decode pods (PD mode); repeatable.")
+	s.str(&c.Discovery.Namespace, "service-discovery-namespace", "NS", "", "Only watch this namespace; empty = every namespace the RBAC allows.")
+	s.int(&c.Discovery.Port, "service-discovery-port", "PORT", 80, "Engine port on each discovered pod.")
+	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
 
 	s.section("Placement")
 	policies := strings.Join(PolicyNames(), ", ")
@@ -261,6 +276,8 @@ func unexpectedArgError(arg string) error {
 	switch {
 	case arg == "true" || arg == "false":
 		hint = "boolean flags take their value as --name=" + arg
+	case strings.Contains(arg, "=") && !strings.Contains(arg, "://"):
+		hint = "a selector takes one value per flag: repeat it (--selector a=b --selector c=d) or join the pairs with commas (a=b,c=d)"
 	case isBootstrapPortToken(arg):
 		hint = "only --prefill takes a second value (its bootstrap port)"
 	}
@@ -357,4 +374,16 @@ func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
 		BootstrapPort: bootstrapPort,
 		Protocol:      proto,
 	}
+}
+
+// FlagNames returns the name of every `sluice serve` flag (= config file key),
+// in help order. The Helm chart's test uses it to check that every setting is
+// reachable from the chart's values.
+func FlagNames() []string {
+	s := newFlagSet()
+	var out []string
+	for _, sec := range s.sections {
+		out = append(out, sec.names...)
+	}
+	return out
 }

@@ -73,6 +73,7 @@ func (c *Config) Validate() error {
 		bad("--runtime must be sglang or vllm, got %q", rt)
 	}
 	errs = append(errs, c.validateWorkers()...)
+	errs = append(errs, c.validateDiscovery()...)
 
 	// Placement.
 	for _, p := range []struct{ name, value string }{

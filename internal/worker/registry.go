@@ -19,6 +19,9 @@ var (
 	ErrAlreadyExists = errors.New("worker already exists")
 	ErrInvalidSpec   = errors.New("invalid worker spec")
 	ErrDraining      = errors.New("worker is draining")
+	// ErrManaged is returned by callers (the admin API) that refuse to change
+	// a worker owned by service discovery; the registry itself does not check.
+	ErrManaged = errors.New("worker is managed by service discovery")
 )
 
 // EventKind says what changed.

@@ -139,6 +139,14 @@ type Spec struct {
 	DPSize int
 	// ProtocolSource says how Protocol was decided (see the ProtocolFrom constants); informational.
 	ProtocolSource string
+	// Source says who registered the worker: SourceFlag, SourceAdmin or
+	// SourceKubernetes (empty is treated as unknown). A worker whose source
+	// is SourceKubernetes belongs to discovery: see [Spec.Managed].
+	Source Source
+	// Namespace and Pod name the Kubernetes pod behind a discovered worker
+	// (empty otherwise); shown in the admin API, never used for routing.
+	Namespace string
+	Pod       string
 }
 
 // How a worker's protocol was decided, as reported by the admin API.
@@ -150,6 +158,21 @@ const (
 	ProtocolFromServerInfo = "server_info"     // GET /get_server_info or /server_info answered: SGLang
 	ProtocolFromDefault    = "default"         // the engine answered none of them: the configured runtime
 )
+
+// Source is where a worker's registration came from.
+type Source string
+
+// The worker sources.
+const (
+	SourceFlag       Source = "flag"
+	SourceAdmin      Source = "admin"
+	SourceKubernetes Source = "kubernetes"
+)
+
+// Managed reports whether the worker's lifecycle belongs to service
+// discovery: the admin API must not remove or drain it, or discovery would
+// bring it back (or keep a pod's traffic stopped that Kubernetes calls ready).
+func (s Spec) Managed() bool { return s.Source == SourceKubernetes }
 
 // Clone returns a deep copy of s.
 func (s Spec) Clone() Spec {

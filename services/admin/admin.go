@@ -100,7 +100,22 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		HasApiKey:         spec.APIKey != "",
 		ProtocolSource:    spec.ProtocolSource,
 		DpSize:            uint32(spec.DPSize),
+		Source:            string(spec.Source),
+		Namespace:         spec.Namespace,
+		Pod:               spec.Pod,
 	}
+}
+
+// refuseManaged stops the admin API from removing or draining a worker that service discovery owns:
+// discovery would register it again at its next pass (or keep a ready pod's traffic stopped), so the
+// operator is told where the worker's lifecycle lives instead.
+func refuseManaged(w *worker.Worker, action string) error {
+	spec := w.Spec()
+	if !spec.Managed() {
+		return nil
+	}
+	return wire(fmt.Errorf("%w: cannot %s %s: it follows Kubernetes pod %s/%s; delete the pod, scale its workload or change its labels instead",
+		worker.ErrManaged, action, w.ID(), spec.Namespace, spec.Pod))
 }
 
 // ListWorkers lists workers, filtered by role, model and health.
@@ -161,7 +176,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	}
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
-		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()),
+		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -211,6 +226,9 @@ func (s *Service) UpdateWorker(_ context.Context, req *adminv1.UpdateWorkerReque
 		return nil, err
 	}
 	if req.BootstrapPort != nil {
+		if err := refuseManaged(w, "change the bootstrap port of"); err != nil {
+			return nil, err // it comes from the pod's sglang.ai/bootstrap-port annotation
+		}
 		if w.Role() != worker.RolePrefill && req.GetBootstrapPort() != 0 {
 			return nil, invalid("bootstrap_port", "only prefill workers have a bootstrap port")
 		}
@@ -249,6 +267,9 @@ func (s *Service) UpdateWorker(_ context.Context, req *adminv1.UpdateWorkerReque
 func (s *Service) DrainWorker(ctx context.Context, req *adminv1.DrainWorkerRequest) (*adminv1.DrainWorkerResponse, error) {
 	w, err := s.get(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseManaged(w, "drain"); err != nil {
 		return nil, err
 	}
 	if err := s.d.Registry.Drain(w.ID()); err != nil && !errors.Is(err, worker.ErrDraining) {
@@ -306,6 +327,9 @@ func (s *Service) Close() {
 func (s *Service) RemoveWorker(_ context.Context, req *adminv1.RemoveWorkerRequest) (*adminv1.RemoveWorkerResponse, error) {
 	w, err := s.get(req.GetId())
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseManaged(w, "remove"); err != nil {
 		return nil, err
 	}
 	out := s.toProto(w, s.inflight())

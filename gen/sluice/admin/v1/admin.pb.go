@@ -165,7 +165,14 @@ type Worker struct {
 	// answered none of them; the configured runtime applies).
 	ProtocolSource string `protobuf:"bytes,13,opt,name=protocol_source,json=protocolSource,proto3" json:"protocol_source,omitempty"`
 	// Data-parallel ranks of the engine; 0 when unknown (one rank).
-	DpSize        uint32 `protobuf:"varint,14,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	DpSize uint32 `protobuf:"varint,14,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
+	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
+	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
+	// Namespace of the pod behind a discovered worker; empty otherwise.
+	Namespace string `protobuf:"bytes,21,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the pod behind a discovered worker; empty otherwise.
+	Pod           string `protobuf:"bytes,22,opt,name=pod,proto3" json:"pod,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +303,27 @@ func (x *Worker) GetDpSize() uint32 {
 		return x.DpSize
 	}
 	return 0
+}
+
+func (x *Worker) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Worker) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Worker) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
 }
 
 // ListWorkersRequest filters the worker list; empty fields match everything.
@@ -1736,7 +1764,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\adp_size\x18\b \x01(\rR\x06dpSize\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -1752,7 +1780,10 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x12admission_inflight\x18\v \x01(\x03R\x11admissionInflight\x12\x1e\n" +
 	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12'\n" +
 	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
-	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x1a9\n" +
+	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12\x16\n" +
+	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
+	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +

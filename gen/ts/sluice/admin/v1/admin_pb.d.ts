@@ -187,6 +187,28 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: uint32 dp_size = 14;
    */
   dpSize: number;
+
+  /**
+   * Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
+   * service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
+   *
+   * @generated from field: string source = 20;
+   */
+  source: string;
+
+  /**
+   * Namespace of the pod behind a discovered worker; empty otherwise.
+   *
+   * @generated from field: string namespace = 21;
+   */
+  namespace: string;
+
+  /**
+   * Name of the pod behind a discovered worker; empty otherwise.
+   *
+   * @generated from field: string pod = 22;
+   */
+  pod: string;
 };
 
 /**

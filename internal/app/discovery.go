@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/discovery"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// newPodDiscovery builds Kubernetes service discovery. New workers go through the same detection as
+// flag and admin workers (dispatch.Detector, which may refuse one) and are probed by the same health
+// checker.
+func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface) error {
+	if client == nil {
+		var err error
+		if client, err = kubeClient(); err != nil {
+			return fmt.Errorf("service discovery: %w", err)
+		}
+	}
+	// a.detector (engine detection) and a.checker are built later in New; both are read only when a
+	// pod is reconciled, after Start. A refusal (a pod whose engine runs another PD role) is logged and
+	// retried by discovery.
+	complete := discovery.CompleterFunc(func(ctx context.Context, s worker.Spec) (worker.Spec, error) {
+		return a.detector.Complete(ctx, s)
+	})
+	check := checkerFunc(func(ctx context.Context, id string) (worker.Health, error) { return a.checker.CheckNow(ctx, id) })
+	d, err := discovery.New(discovery.FromConfig(cfg.Discovery, cfg.Mode() == config.ModePD), discovery.Deps{
+		Client: client, Registry: a.Registry, Completer: complete, Checker: check, Logger: a.logger,
+	})
+	if err != nil {
+		return err
+	}
+	a.pods = d
+	a.Prom.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_workers", Help: "Workers registered from Kubernetes pods.",
+		}, func() float64 { return float64(len(d.Served())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_pods_refused", Help: "Pods matching a selector that are not served (unknown model, detection refused, ambiguous role, bad annotation, address taken); the reason is logged.",
+		}, func() float64 { return float64(d.Refused()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_discovery_synced", Help: "1 once the first list of pods has completed.",
+		}, func() float64 {
+			if d.Synced() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_discovery_watch_failures_total", Help: "Pod list/watch errors; each was retried with backoff.",
+		}, func() float64 { return float64(d.WatchFailures()) }),
+	)
+	return nil
+}
+
+type checkerFunc func(ctx context.Context, id string) (worker.Health, error)
+
+func (f checkerFunc) CheckNow(ctx context.Context, id string) (worker.Health, error) {
+	return f(ctx, id)
+}
+
+// kubeClient uses the pod's service account in a cluster, else $KUBECONFIG (for running the gateway
+// outside the cluster it discovers).
+func kubeClient() (kubernetes.Interface, error) {
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		path := os.Getenv("KUBECONFIG")
+		if path == "" {
+			return nil, fmt.Errorf("not in a cluster (%w) and $KUBECONFIG is not set", err)
+		}
+		if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+	}
+	rc.UserAgent = "sluice/" + Version
+	return kubernetes.NewForConfig(rc)
+}

@@ -1,0 +1,231 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// DiscoveryConfig holds Kubernetes service discovery: workers come and go with
+// the pods that match a label selector. The flag names follow the Rust
+// gateway's (smg) so its users can switch without renaming.
+type DiscoveryConfig struct {
+	// Enabled turns discovery on (--service-discovery, default false).
+	Enabled bool
+	// Selector picks regular-mode worker pods (--selector k=v, repeatable;
+	// every pair must match).
+	Selector map[string]string
+	// PrefillSelector picks PD prefill pods (--prefill-selector k=v, repeatable).
+	PrefillSelector map[string]string
+	// DecodeSelector picks PD decode pods (--decode-selector k=v, repeatable).
+	DecodeSelector map[string]string
+	// Namespace is the one namespace watched (--service-discovery-namespace,
+	// default "" = every namespace the RBAC allows).
+	Namespace string
+	// Port is the engine's port on each pod (--service-discovery-port,
+	// default 80, as in smg).
+	Port int
+	// ModelIDFrom says where a pod's model id comes from
+	// (--model-id-from, default none = ask the engine).
+	ModelIDFrom ModelIDSource
+}
+
+// Where a discovered worker's model id is read from.
+const (
+	ModelFromNamespace  = "namespace"
+	ModelFromLabel      = "label"
+	ModelFromAnnotation = "annotation"
+)
+
+// ModelIDSource is a parsed --model-id-from: "namespace", "label:KEY" or
+// "annotation:KEY". The zero value means "ask the engine".
+type ModelIDSource struct {
+	// Kind is "", ModelFromNamespace, ModelFromLabel or ModelFromAnnotation.
+	Kind string
+	// Key is the label or annotation key (empty for namespace).
+	Key string
+}
+
+// String returns the flag form.
+func (m ModelIDSource) String() string {
+	if m.Key == "" {
+		return m.Kind
+	}
+	return m.Kind + ":" + m.Key
+}
+
+// ParseModelIDSource parses the --model-id-from syntax.
+func ParseModelIDSource(s string) (ModelIDSource, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ModelIDSource{}, nil
+	}
+	if strings.EqualFold(s, ModelFromNamespace) {
+		return ModelIDSource{Kind: ModelFromNamespace}, nil
+	}
+	kind, key, ok := strings.Cut(s, ":")
+	if ok && (kind == ModelFromLabel || kind == ModelFromAnnotation) {
+		if key == "" {
+			return ModelIDSource{}, fmt.Errorf("%s: needs a key, e.g. %s:app.kubernetes.io/model", kind, kind)
+		}
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return ModelIDSource{}, fmt.Errorf("%s key %q: %s", kind, key, strings.Join(errs, "; "))
+		}
+		return ModelIDSource{Kind: kind, Key: key}, nil
+	}
+	return ModelIDSource{}, fmt.Errorf("want namespace, label:KEY or annotation:KEY, got %q", s)
+}
+
+// modelIDSourceValue is the --model-id-from flag.
+type modelIDSourceValue struct{ p *ModelIDSource }
+
+func (v modelIDSourceValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
+
+func (v modelIDSourceValue) Set(s string) error {
+	m, err := ParseModelIDSource(s)
+	if err != nil {
+		return err
+	}
+	*v.p = m
+	return nil
+}
+
+// selectorValue is a repeatable label selector flag. One value is "k=v" or
+// several pairs separated by commas ("app=sglang,role=prefill"); the pairs of
+// every value add up and all must match. Only equality is supported: a
+// set-based expression ("app in (a,b)", "!key", "k!=v") is rejected rather
+// than misread.
+type selectorValue struct{ p *map[string]string }
+
+func (v selectorValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return FormatSelector(*v.p)
+}
+
+func (v selectorValue) Set(s string) error {
+	pairs, err := parseSelector(s)
+	if err != nil {
+		return err
+	}
+	if *v.p == nil {
+		*v.p = map[string]string{}
+	}
+	for k, val := range pairs {
+		if old, ok := (*v.p)[k]; ok && old != val {
+			return fmt.Errorf("label %q given twice with different values (%q, %q): a pod has one value per label", k, old, val)
+		}
+		(*v.p)[k] = val
+	}
+	return nil
+}
+
+func parseSelector(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if strings.ContainsAny(part, "!()") || strings.Contains(part, " in ") || strings.Contains(part, " notin ") {
+			return nil, fmt.Errorf("%q: only key=value pairs are supported (no set-based selectors)", part)
+		}
+		k, val, ok := strings.Cut(part, "=")
+		val = strings.TrimPrefix(val, "=") // "k==v" is equality too, as in kubectl
+		k = strings.TrimSpace(k)
+		val = strings.TrimSpace(val)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want key=value", part)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(val); len(errs) > 0 {
+			return nil, fmt.Errorf("label value %q: %s", val, strings.Join(errs, "; "))
+		}
+		if old, dup := out[k]; dup && old != val {
+			return nil, fmt.Errorf("label %q given twice with different values", k)
+		}
+		out[k] = val
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty selector: want key=value")
+	}
+	return out, nil
+}
+
+// FormatSelector writes a selector as sorted "k=v,k2=v2" (the Kubernetes
+// label selector syntax).
+func FormatSelector(sel map[string]string) string {
+	keys := slices.Sorted(maps.Keys(sel))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + sel[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// validateDiscovery checks the discovery settings against each other and the
+// routing mode.
+func (c *Config) validateDiscovery() []error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
+	}
+	d := c.Discovery
+	if !d.Enabled {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"selector", len(d.Selector) > 0},
+			{"prefill-selector", len(d.PrefillSelector) > 0},
+			{"decode-selector", len(d.DecodeSelector) > 0},
+			{"service-discovery-namespace", d.Namespace != ""},
+			{"service-discovery-port", c.explicit["service-discovery-port"]},
+			{"model-id-from", d.ModelIDFrom.Kind != ""},
+		} {
+			if f.set {
+				bad("--%s needs --service-discovery", f.name)
+			}
+		}
+		return errs
+	}
+	if c.Mode() == ModePD {
+		if len(d.Selector) > 0 {
+			bad("--selector picks regular workers; with --pd-disaggregation use --prefill-selector and --decode-selector")
+		}
+		switch {
+		case len(d.PrefillSelector) == 0 && len(d.DecodeSelector) == 0:
+			bad("--service-discovery with --pd-disaggregation needs --prefill-selector and/or --decode-selector")
+		case maps.Equal(d.PrefillSelector, d.DecodeSelector):
+			bad("--prefill-selector and --decode-selector are equal (%s): every pod would match both roles", FormatSelector(d.PrefillSelector))
+		}
+	} else {
+		if len(d.PrefillSelector) > 0 || len(d.DecodeSelector) > 0 {
+			bad("--prefill-selector/--decode-selector need --pd-disaggregation")
+		}
+		if len(d.Selector) == 0 {
+			bad("--service-discovery needs --selector k=v (which pods are workers)")
+		}
+	}
+	if d.Port < 1 || d.Port > 65535 {
+		bad("--service-discovery-port must be between 1 and 65535, got %d", d.Port)
+	}
+	if ns := d.Namespace; ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			bad("--service-discovery-namespace %q: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
+	return errs
+}

@@ -1,0 +1,213 @@
+package discovery
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// BootstrapPortAnnotation carries a prefill pod's KV bootstrap port (SGLang), as in smg.
+const BootstrapPortAnnotation = "sglang.ai/bootstrap-port"
+
+// defaultGrace bounds the drain of a pod whose termination grace period is unknown (the Kubernetes
+// default grace period).
+const defaultGrace = 30 * time.Second
+
+// podState is what a pod should be for the gateway.
+type podState int
+
+const (
+	// stateGone: no worker (absent, terminating, finished, unmatched or refused).
+	stateGone podState = iota
+	// stateUnready: keep a served worker registered but NotReady.
+	stateUnready
+	// stateServe: a worker at this pod's address.
+	stateServe
+)
+
+// podView is what one pod means for the gateway, derived from the pod alone.
+type podView struct {
+	state podState
+	// why says what made the pod gone or unready (for logs).
+	why string
+	// refusal is set when the pod matches but cannot be served as it is (ambiguous role, bad
+	// annotation): it is logged as a warning.
+	refusal error
+
+	uid             types.UID
+	namespace, name string
+	role            worker.Role
+	url             string
+	bootstrapPort   int
+	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
+	model string
+	grace time.Duration
+}
+
+// classifier turns pods into podViews under one configuration.
+type classifier struct {
+	pd                                        bool
+	selector, prefillSelector, decodeSelector map[string]string
+	port                                      int
+	modelFrom                                 config.ModelIDSource
+}
+
+func matches(labels, selector map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// listSelector is the label selector sent to the API server: in PD mode the pairs the role selectors
+// share (so one watch covers both roles); the exact selectors are applied in process.
+func (c classifier) listSelector() map[string]string {
+	if !c.pd {
+		return maps.Clone(c.selector)
+	}
+	var sels []map[string]string
+	for _, s := range []map[string]string{c.prefillSelector, c.decodeSelector} {
+		if len(s) > 0 {
+			sels = append(sels, s)
+		}
+	}
+	common := map[string]string{}
+	if len(sels) == 0 {
+		return common
+	}
+	for k, v := range sels[0] {
+		shared := true
+		for _, s := range sels[1:] {
+			if s[k] != v {
+				shared = false
+			}
+		}
+		if shared {
+			common[k] = v
+		}
+	}
+	return common
+}
+
+// view classifies pod (nil when the pod is gone from the store).
+func (c classifier) view(pod *corev1.Pod) podView {
+	if pod == nil {
+		return podView{state: stateGone, why: "pod deleted"}
+	}
+	v := podView{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, grace: defaultGrace}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		v.grace = time.Duration(*g) * time.Second
+	}
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g >= 0 {
+		v.grace = time.Duration(*g) * time.Second
+	}
+
+	switch {
+	case !c.pd:
+		if !matches(pod.Labels, c.selector) {
+			return v.gone("labels no longer match --selector")
+		}
+		v.role = worker.RoleRegular
+	default:
+		p, d := matches(pod.Labels, c.prefillSelector), matches(pod.Labels, c.decodeSelector)
+		switch {
+		case p && d:
+			v.refusal = fmt.Errorf("%w: pod matches both --prefill-selector and --decode-selector", ErrAmbiguousRole)
+			return v.gone("ambiguous role")
+		case p:
+			v.role = worker.RolePrefill
+		case d:
+			v.role = worker.RoleDecode
+		default:
+			return v.gone("labels no longer match a role selector")
+		}
+	}
+
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return v.gone("pod terminating")
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return v.gone("pod " + strings.ToLower(string(pod.Status.Phase)))
+	}
+
+	if v.role == worker.RolePrefill {
+		if raw, ok := pod.Annotations[BootstrapPortAnnotation]; ok {
+			n, err := strconv.Atoi(strings.TrimSpace(raw))
+			if err != nil || n < 1 || n > 65535 {
+				v.refusal = fmt.Errorf("%w: %s=%q is not a port number", ErrBadAnnotation, BootstrapPortAnnotation, raw)
+				return v.gone("bad bootstrap port annotation")
+			}
+			v.bootstrapPort = n
+		}
+	}
+	v.model = c.modelOf(pod)
+
+	ready := false
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	switch {
+	case pod.Status.Phase != corev1.PodRunning:
+		return v.unready("phase " + string(pod.Status.Phase))
+	case !ready:
+		return v.unready("not ready")
+	case pod.Status.PodIP == "":
+		return v.unready("no pod IP")
+	}
+	v.url = "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(c.port))
+	v.state = stateServe
+	return v
+}
+
+func (v podView) gone(why string) podView {
+	v.state, v.why = stateGone, why
+	return v
+}
+
+func (v podView) unready(why string) podView {
+	v.state, v.why = stateUnready, why
+	return v
+}
+
+// modelOf reads the model id from the pod's metadata; "" when not configured or absent.
+func (c classifier) modelOf(pod *corev1.Pod) string {
+	var m string
+	switch c.modelFrom.Kind {
+	case config.ModelFromNamespace:
+		m = pod.Namespace
+	case config.ModelFromLabel:
+		m = pod.Labels[c.modelFrom.Key]
+	case config.ModelFromAnnotation:
+		m = pod.Annotations[c.modelFrom.Key]
+	}
+	return strings.TrimSpace(m)
+}
+
+// spec is the worker spec discovery wants for a served pod; protocol and (without metadata) models are
+// left for the Completer.
+func (v podView) spec() worker.Spec {
+	s := worker.Spec{
+		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort,
+		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
+	}
+	if v.model != "" {
+		s.Models = []string{v.model}
+	}
+	return s
+}
