@@ -41,7 +41,7 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{
 			Host: "0.0.0.0", Port: 30000, AdminPort: 0,
 			ShutdownGracePeriod: 180 * time.Second, RequestTimeout: 1800 * time.Second,
-			MaxPayloadSize: 536870912,
+			MaxPayloadSize: 32 << 20,
 		},
 		Workers: WorkersConfig{Runtime: "sglang"},
 		Placement: PlacementConfig{
@@ -60,6 +60,12 @@ func TestDefault(t *testing.T) {
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
+		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
+		Limits: LimitsConfig{
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			BodyReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second,
+			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
+		},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

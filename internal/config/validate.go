@@ -55,6 +55,8 @@ func (c *Config) Validate() error {
 		bad("--max-payload-size must be positive, got %d", c.Server.MaxPayloadSize)
 	}
 
+	errs = append(errs, c.validateSecurity()...)
+
 	// Telemetry.
 	if _, ok := logLevelName(c.Telemetry.LogLevel); !ok {
 		bad("--log-level must be one of debug, info, warn, error, got %v", c.Telemetry.LogLevel)
