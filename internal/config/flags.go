@@ -343,7 +343,7 @@ func (s *flagSet) finish() {
 
 func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
 	proto := s.cfg.Workers.Runtime
-	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, "grpc") {
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "grpc") || strings.EqualFold(scheme, "grpcs")) {
 		proto = ProtocolGRPC
 	}
 	// A trailing slash is dropped so "http://h:1/" and "http://h:1" are the

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
@@ -31,7 +30,7 @@ func (d *Discovery) Complete(ctx context.Context, spec worker.Spec) worker.Spec 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if strings.HasPrefix(spec.URL, "grpc://") {
+	if backend.IsGRPC(spec.URL) { // grpc:// or grpcs://
 		spec.Protocol = worker.ProtocolGRPC
 	}
 	if spec.Protocol == "" {

@@ -35,12 +35,15 @@ type Metrics interface {
 // Options configure the surface.
 type Options struct {
 	Dispatcher *dispatch.Dispatcher
-	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 512 MiB.
+	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 32 MiB.
 	MaxPayloadSize int64
 	Metrics        Metrics
 	Tracer         trace.Tracer
 	Propagator     propagation.TextMapPropagator
 	Logger         *slog.Logger
+	// SpanAttributes, when set, adds attributes from the request context to the request span (the
+	// authenticated caller's id).
+	SpanAttributes func(context.Context) []attribute.KeyValue
 }
 
 // Handler serves the OpenAI REST routes.
@@ -54,7 +57,7 @@ type Handler struct {
 // New builds the handler.
 func New(o Options) *Handler {
 	if o.MaxPayloadSize <= 0 {
-		o.MaxPayloadSize = 512 << 20
+		o.MaxPayloadSize = 32 << 20
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
@@ -90,6 +93,9 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.route", name)))
+		if h.o.SpanAttributes != nil {
+			span.SetAttributes(h.o.SpanAttributes(ctx)...)
+		}
 		defer span.End()
 
 		rec := &recorder{h: h, route: name, start: start, span: span}
