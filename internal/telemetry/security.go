@@ -46,7 +46,9 @@ func (m *SecurityMetrics) IncBreakerTransition(worker, from, to, reason string) 
 }
 
 // IncAuthFailure counts one refused call.
-func (m *SecurityMetrics) IncAuthFailure(api, reason string) { m.authFailures.WithLabelValues(api, reason).Inc() }
+func (m *SecurityMetrics) IncAuthFailure(api, reason string) {
+	m.authFailures.WithLabelValues(api, reason).Inc()
+}
 
 // AddOpen moves a listener's open-connection gauge (server.ConnMetrics).
 func (m *SecurityMetrics) AddOpen(listener string, delta int) {
@@ -54,7 +56,9 @@ func (m *SecurityMetrics) AddOpen(listener string, delta int) {
 }
 
 // IncRejected counts a connection refused at the cap (server.ConnMetrics).
-func (m *SecurityMetrics) IncRejected(listener string) { m.connsRejected.WithLabelValues(listener).Inc() }
+func (m *SecurityMetrics) IncRejected(listener string) {
+	m.connsRejected.WithLabelValues(listener).Inc()
+}
 
 // IncReload counts one reload of a changed credential file; err nil means it loaded.
 func (m *SecurityMetrics) IncReload(file string, err error) {
