@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -118,6 +119,12 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 			return
 		}
 		body := buf.Bytes()
+		if !utf8.Valid(body) {
+			// JSON text is UTF-8 (RFC 8259 §8.1); an engine would decode invalid bytes differently
+			// from the gateway's own scan, or fail on them later with a less clear error.
+			rec.fail(w, apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, "request body is not valid UTF-8", nil))
+			return
+		}
 
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
 		if err != nil {
