@@ -50,6 +50,7 @@ type JWTConfig struct {
 // signing keys held by a keySet.
 type jwtVerifier struct {
 	v         *oidc.IDTokenVerifier
+	keys      *keySet
 	roleClaim []string
 	adminRole string
 }
@@ -70,6 +71,7 @@ func newJWTVerifier(cfg JWTConfig, now func() time.Time, logger *slog.Logger) *j
 		algs[i] = string(a)
 	}
 	return &jwtVerifier{
+		keys: ks,
 		v: oidc.NewVerifier(cfg.Issuer, ks, &oidc.Config{
 			ClientID: cfg.Audience, SupportedSigningAlgs: algs, Now: now,
 		}),
