@@ -253,7 +253,7 @@ func TestMTLSToWorkers(t *testing.T) {
 			}
 			noCertClient := openai.NewClient(option.WithBaseURL(noCert.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 			_, err = noCertClient.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: simModel,
-					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("no cert")}, MaxTokens: openai.Int(4)})
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("no cert")}, MaxTokens: openai.Int(4)})
 			var apiErr *openai.Error
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
 				t.Errorf("request without client certificate: %v, want 503", err)
