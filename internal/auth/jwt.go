@@ -165,7 +165,7 @@ func (c *cachedKeys) has(kid string) bool {
 
 // VerifySignature implements oidc.KeySet.
 func (s *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, signingAlgs)
+	jws, err := jose.ParseSignedCompact(raw, signingAlgs)
 	if err != nil {
 		return nil, fmt.Errorf("malformed jwt: %w", err)
 	}
