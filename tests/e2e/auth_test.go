@@ -23,6 +23,8 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -30,8 +32,11 @@ import (
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
+	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
+	"github.com/sluicegw/sluice/gen/sluice/openai/v1/openaiv1connect"
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/telemetry"
 )
 
 // logBuffer collects JSON log lines from the gateway.
@@ -225,5 +230,54 @@ func TestJWTAndKeysFile(t *testing.T) {
 		if strings.Contains(all, secret) {
 			t.Errorf("logs contain a credential (%.10s...)", secret)
 		}
+	}
+}
+
+// TestCallerOnSpans: the server span of a REST and of a typed RPC request names the caller by key id,
+// and no span attribute carries the key.
+func TestCallerOnSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	keysPath := filepath.Join(t.TempDir(), "api-keys")
+	const key = "sk-span-test-0123456789"
+	if err := os.WriteFile(keysPath, []byte("team-span "+key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, sim.ClusterConfig{Regular: 1, Engine: instantEngine()})
+	gw := startGateway(t, app.Options{TracerProvider: &telemetry.TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}},
+		"--worker-urls", c.Engines[0].URL(), "--api-keys-file", keysPath)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	cl := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	if _, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: simModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatal(err)
+	}
+	rpc := openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, gw.URL)
+	cctx, info := connect.NewClientContext(context.Background())
+	info.RequestHeader().Set("Authorization", "Bearer "+key)
+	if _, err := rpc.ListModels(cctx, &openaiv1.ListModelsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	const rpcSpan = "sluice.openai.v1.OpenAIService/ListModels"
+	var spans tracetest.SpanStubs
+	waitFor(t, "server spans", 5*time.Second, func() bool {
+		spans = exp.GetSpans()
+		named := byName(spans)
+		return len(named["POST /v1/chat/completions"].Attributes) > 0 && len(named[rpcSpan].Attributes) > 0
+	})
+	found, foundRPC := false, false
+	for _, s := range spans {
+		for _, a := range s.Attributes {
+			if strings.Contains(a.Value.Emit(), key) {
+				t.Errorf("span %s attribute %s carries the key", s.Name, a.Key)
+			}
+			if a.Key == "sluice.auth.principal" && a.Value.AsString() == "team-span" {
+				found = found || s.Name == "POST /v1/chat/completions"
+				foundRPC = foundRPC || s.Name == rpcSpan
+			}
+		}
+	}
+	if !found || !foundRPC {
+		t.Errorf("sluice.auth.principal=team-span on the REST span %v, on the RPC span %v; want both", found, foundRPC)
 	}
 }
