@@ -5,7 +5,7 @@ package app
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +14,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
@@ -71,6 +70,12 @@ type App struct {
 	upstream    *http.Client
 	unsubscribe func()
 
+	// Security (security.go): TLS, authentication and their metrics.
+	Security  *telemetry.SecurityMetrics
+	serverTLS *tls.Config
+	auth      *auth.Authenticator
+	idpClient *http.Client // JWT discovery and keys; nil without JWT
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 	wg           sync.WaitGroup
@@ -98,9 +103,18 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		a.tp = tp
 	}
 	tracer := a.tp.Tracer("github.com/sluicegw/sluice")
+	a.Security = telemetry.NewSecurityMetrics(a.Prom)
+	upstreamTLS, err := a.setupTLS()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.setupAuth(upstreamTLS); err != nil {
+		return nil, err
+	}
 
 	a.Registry = worker.NewRegistry(worker.RegistryOptions{
-		Logger: logger,
+		Logger:              logger,
+		OnBreakerTransition: a.onBreakerTransition,
 		Breaker: worker.BreakerConfig{
 			FailureThreshold: cfg.Breaker.FailureThreshold,
 			SuccessThreshold: cfg.Breaker.SuccessThreshold,
@@ -109,7 +123,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		},
 		StartReady: cfg.Health.Disabled,
 	})
-	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS})
 	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
 	var probe worker.Prober = worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
@@ -128,6 +142,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		FailureThreshold: cfg.Health.FailureThreshold,
 		Endpoint:         cfg.Health.Endpoint,
 		Disabled:         cfg.Health.Disabled,
+		KeepBreakerOpen:  cfg.Breaker.HealthRecoveryDisabled,
 	}, logger)
 	if err != nil {
 		return nil, err
@@ -163,7 +178,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                      cfg.Mode() == config.ModePD,
 		RequestTimeout:          cfg.Server.RequestTimeout,
-		DropClientAuthorization: cfg.Server.APIKey.Value() != "",
+		DropClientAuthorization: a.auth.InferenceProtected(),
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -200,14 +215,14 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	openai := openaisvc.New(a.Dispatcher)
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
-		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger,
+		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger, SpanAttributes: principalAttrs,
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,
-		Admin:         a.adminSvc,
-		AdminAuth:     bearer(cfg.Server.AdminAPIKey.Value(), "admin API key"),
+		Admin:         adminsvc.NewAudited(a.adminSvc, logger),
+		AdminAuth:     a.auth.Admin,
 		OpenAI:        openai,
-		InferenceAuth: bearer(cfg.Server.APIKey.Value(), "API key"),
+		InferenceAuth: a.auth.Inference,
 		REST:          rest,
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
@@ -215,8 +230,12 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
-			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator()}),
+			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator(), Attributes: principalAttrs}),
 		},
+		CORSAllowedOrigins: cfg.Auth.CORSAllowedOrigins,
+		BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+		WriteTimeout:       cfg.Limits.WriteTimeout,
+		HSTS:               cfg.TLS.Enabled(),
 	})
 	if err != nil {
 		return nil, err
@@ -227,21 +246,6 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 // Handler is the main port's handler (tests can serve it themselves).
 func (a *App) Handler() http.Handler { return a.handlers.Main }
 
-// bearer returns an auth check comparing the bearer token in constant time; nil when key is empty.
-func bearer(key, what string) func(*http.Request) error {
-	if key == "" {
-		return nil
-	}
-	want := []byte(key)
-	return func(r *http.Request) error {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			return apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized, "missing or invalid "+what+" (Authorization: Bearer <key>)", nil)
-		}
-		return nil
-	}
-}
-
 // onEvent keeps admission, policies and metrics in step with the registry. It must not block.
 func (a *App) onEvent(ev worker.Event) {
 	url := ev.Worker.URL()
@@ -250,6 +254,7 @@ func (a *App) onEvent(ev worker.Event) {
 		a.Admission.RemoveWorker(url)
 		a.Policies.Forget(url)
 		a.Metrics.DeleteWorker(url)
+		a.Security.DeleteWorker(url)
 	case worker.EventReplaced:
 		if ev.Prev != nil && ev.Prev.URL() != url {
 			a.Admission.RemoveWorker(ev.Prev.URL())
@@ -308,14 +313,14 @@ func (a *App) Start(ctx context.Context) error {
 
 	host := a.cfg.Server.Host
 	var err error
-	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.logger)
+	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.listenOptions("main"))
 	if err != nil {
 		a.stopBackground()
 		return fmt.Errorf("listen: %w", err)
 	}
 	a.serve(a.main)
 	if a.handlers.Admin != nil {
-		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.logger)
+		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.listenOptions("admin"))
 		if err != nil {
 			_ = a.main.Shutdown(context.Background())
 			a.stopBackground()
@@ -323,7 +328,8 @@ func (a *App) Start(ctx context.Context) error {
 		}
 		a.serve(a.admin)
 	}
-	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled())
+	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
+		"tls", a.serverTLS != nil)
 	return nil
 }
 
@@ -404,6 +410,9 @@ func (a *App) shutdown(ctx context.Context) error {
 	a.stopBackground()
 	a.adminSvc.Close()
 	a.upstream.CloseIdleConnections() // their read loops would otherwise linger until the idle timeout
+	if a.idpClient != nil {
+		a.idpClient.CloseIdleConnections()
+	}
 	if a.unsubscribe != nil {
 		a.unsubscribe()
 	}

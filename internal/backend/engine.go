@@ -216,7 +216,21 @@ func (e loadEntry) load() (Load, bool) {
 	r, okR := first(e.NumRunning, e.Running, e.RunningAlt)
 	w, okW := first(e.NumWaiting, e.Waiting, e.WaitingAlt)
 	k, okK := first(e.TokenUsage, e.KVUsage, e.KVUsageAlt)
-	return Load{Running: int(r), Waiting: int(w), KVUsage: k}, okR || okW || okK
+	return Load{Running: count(r), Waiting: count(w), KVUsage: max(k, 0)}, okR || okW || okK
+}
+
+// count turns an engine-reported count into an int: negative values become 0 and huge ones are capped,
+// because converting an out-of-range float to int yields garbage (found by FuzzParseLoad: 1e300 became
+// a large negative load, which placement would have preferred).
+func count(f float64) int {
+	const limit = 1 << 31
+	switch {
+	case !(f > 0):
+		return 0
+	case f > limit:
+		return limit
+	}
+	return int(f)
 }
 
 func parseLoad(raw []byte) (Load, error) {

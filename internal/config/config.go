@@ -55,6 +55,10 @@ type Config struct {
 	Retry     RetryConfig
 	Telemetry TelemetryConfig
 	Discovery DiscoveryConfig
+	// TLS, Auth and Limits are the security settings (security.go).
+	TLS    TLSConfig
+	Auth   AuthConfig
+	Limits LimitsConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject
@@ -81,8 +85,9 @@ type ServerConfig struct {
 	// RequestTimeout bounds one client request end to end, streaming
 	// included (--request-timeout-secs, default 1800s; 0 = no limit).
 	RequestTimeout time.Duration
-	// MaxPayloadSize is the largest accepted request body in bytes
-	// (--max-payload-size, default 536870912 = 512MiB).
+	// MaxPayloadSize is the largest accepted request body in bytes, on every
+	// inference surface (--max-payload-size, default 33554432 = 32MiB; see
+	// defaultMaxPayloadSize for why).
 	MaxPayloadSize int64
 	// APIKey, when set, is required as a bearer token on the inference APIs
 	// (--api-key or env SLUICE_API_KEY, default none).
@@ -199,6 +204,10 @@ type BreakerConfig struct {
 	Timeout time.Duration
 	// Disabled turns the breaker off (--disable-circuit-breaker, default false).
 	Disabled bool
+	// HealthRecoveryDisabled keeps an open breaker open until Timeout even
+	// when active health probes succeed; by default a successful probe turns
+	// it half-open at once (--disable-cb-health-recovery, default false).
+	HealthRecoveryDisabled bool
 }
 
 // RetryConfig holds retries of failed upstream attempts.

@@ -41,7 +41,7 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{
 			Host: "0.0.0.0", Port: 30000, AdminPort: 0,
 			ShutdownGracePeriod: 180 * time.Second, RequestTimeout: 1800 * time.Second,
-			MaxPayloadSize: 536870912,
+			MaxPayloadSize: 32 << 20,
 		},
 		Workers: WorkersConfig{Runtime: "sglang"},
 		Placement: PlacementConfig{
@@ -61,6 +61,12 @@ func TestDefault(t *testing.T) {
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
 		Discovery: DiscoveryConfig{Port: 80},
+		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
+		Limits: LimitsConfig{
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			BodyReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second,
+			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
+		},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {
@@ -159,7 +165,7 @@ func TestParseRejects(t *testing.T) {
 		{"worker url no host", []string{"--worker-urls", "http://:8000"}, "missing host"},
 		{"worker url port range", []string{"--worker-urls", "http://h:70000"}, `port "70000" out of range`},
 		{"worker url query", []string{"--worker-urls", "http://h:1/?x=1"}, "no query or fragment"},
-		{"grpc url with path", []string{"--worker-urls", "grpc://h:1/v1"}, "a grpc:// URL has no path"},
+		{"grpc url with path", []string{"--worker-urls", "grpc://h:1/v1"}, "a grpc:// or grpcs:// URL has no path"},
 		{"prefill url bad", with("--prefill", "h:1"), `--prefill "h:1"`},
 		{"decode url bad", with("--decode", "http://"), `--decode "http://": missing host`},
 		{"duplicate worker", []string{"--worker-urls", "http://h:1,http://h:1/"}, `--worker-urls "http://h:1": worker given more than once`},
@@ -240,10 +246,10 @@ func TestValidateHandBuilt(t *testing.T) {
 		}, `protocol must be sglang, vllm or grpc, got "tgi"`},
 		{"grpc protocol on http url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: ProtocolGRPC}}
-		}, "protocol grpc goes with grpc:// URLs only"},
+		}, "protocol grpc goes with grpc:// and grpcs:// URLs only"},
 		{"http protocol on grpc url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "grpc://h:1", Role: RoleRegular, Protocol: ProtocolVLLM}}
-		}, `protocol grpc goes with grpc:// URLs only, got protocol "vllm"`},
+		}, `protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol "vllm"`},
 		{"bootstrap port on decode", func(c *Config) {
 			c.Workers.PDDisaggregation = true
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleDecode, BootstrapPort: 9, Protocol: ProtocolSGLang}}

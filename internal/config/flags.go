@@ -34,7 +34,8 @@ type flagSection struct {
 // isRepeatable reports whether a flag accumulates values (and so accepts a
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
-	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name)
+	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
+		name == "ca-cert-paths" || name == "cors-allowed-origins"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -66,7 +67,7 @@ func newFlagSet() *flagSet {
 
 	c.Server.ShutdownGracePeriod = 180e9
 	c.Server.RequestTimeout = 1800e9
-	c.Server.MaxPayloadSize = 512 << 20
+	c.Server.MaxPayloadSize = defaultMaxPayloadSize
 	c.Telemetry.LogLevel = slog.LevelInfo
 	c.Admission.QueueTimeout = 60e9
 	c.Placement.EvictionInterval = 120e9
@@ -84,9 +85,10 @@ func newFlagSet() *flagSet {
 	s.str(&c.Server.ConfigFile, "config", "FILE", "", "YAML file of settings keyed by flag name; the command line overrides it.")
 	s.dur(&c.Server.ShutdownGracePeriod, sec, "shutdown-grace-period-secs", "SECS", "Time in-flight requests get to finish after SIGTERM.")
 	s.dur(&c.Server.RequestTimeout, sec, "request-timeout-secs", "SECS", "Limit on one request end to end, streaming included; 0 = none.")
-	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
+	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body on every inference surface (REST, Connect, gRPC, gRPC-Web): bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
 	s.add(secretValue{&c.Server.APIKey}, "api-key", "KEY", "Bearer token required on the inference APIs (env SLUICE_API_KEY; prefer env or file: flags show in ps).")
 	s.add(secretValue{&c.Server.AdminAPIKey}, "admin-api-key", "KEY", "Bearer token required on the admin API (env SLUICE_ADMIN_API_KEY).")
+	s.registerSecurity()
 
 	s.section("Telemetry")
 	s.add(logLevelValue{&c.Telemetry.LogLevel}, "log-level", "LEVEL", "Log level: debug, info, warn or error.")
@@ -142,6 +144,7 @@ func newFlagSet() *flagSet {
 	s.int(&c.Breaker.SuccessThreshold, "cb-success-threshold", "N", 3, "Successes in half-open state that close it.")
 	s.dur(&c.Breaker.Timeout, sec, "cb-timeout-duration-secs", "SECS", "Time an open breaker waits before turning half-open.")
 	s.bool(&c.Breaker.Disabled, "disable-circuit-breaker", "Turn circuit breakers off.")
+	s.bool(&c.Breaker.HealthRecoveryDisabled, "disable-cb-health-recovery", "Keep an open breaker open until --cb-timeout-duration-secs even when active health probes pass (by default a passing probe turns it half-open at once).")
 
 	s.section("Retries")
 	s.int(&c.Retry.MaxRetries, "retry-max-retries", "N", 5, "Attempts in total, the first included.")
@@ -359,7 +362,7 @@ func (s *flagSet) finish() {
 // from the engine and falls back to --runtime only when the engine answers none of the probes.
 func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
 	proto := ""
-	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, "grpc") {
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "grpc") || strings.EqualFold(scheme, "grpcs")) {
 		proto = ProtocolGRPC
 	}
 	// A trailing slash is dropped so "http://h:1/" and "http://h:1" are the

@@ -46,6 +46,8 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 	det := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).Detect(ctx, spec.URL)
 	detected, _ := worker.ParseProtocol(det.Protocol)
 	switch {
+	case det.Source == backend.DetectedByURLScheme: // grpc:// and grpcs:// speak the worker protocol
+		spec.Protocol, spec.ProtocolSource = worker.ProtocolGRPC, worker.ProtocolFromURLScheme
 	case spec.Protocol != "":
 		spec.ProtocolSource = worker.ProtocolFromConfig
 		if detected != "" && detected != spec.Protocol {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -35,12 +36,15 @@ type Metrics interface {
 // Options configure the surface.
 type Options struct {
 	Dispatcher *dispatch.Dispatcher
-	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 512 MiB.
+	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 32 MiB.
 	MaxPayloadSize int64
 	Metrics        Metrics
 	Tracer         trace.Tracer
 	Propagator     propagation.TextMapPropagator
 	Logger         *slog.Logger
+	// SpanAttributes, when set, adds attributes from the request context to the request span (the
+	// authenticated caller's id).
+	SpanAttributes func(context.Context) []attribute.KeyValue
 }
 
 // Handler serves the OpenAI REST routes.
@@ -54,7 +58,7 @@ type Handler struct {
 // New builds the handler.
 func New(o Options) *Handler {
 	if o.MaxPayloadSize <= 0 {
-		o.MaxPayloadSize = 512 << 20
+		o.MaxPayloadSize = 32 << 20
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
@@ -90,6 +94,9 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.route", name)))
+		if h.o.SpanAttributes != nil {
+			span.SetAttributes(h.o.SpanAttributes(ctx)...)
+		}
 		defer span.End()
 
 		rec := &recorder{h: h, route: name, start: start, span: span}
@@ -112,6 +119,12 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 			return
 		}
 		body := buf.Bytes()
+		if !utf8.Valid(body) {
+			// JSON text is UTF-8 (RFC 8259 §8.1); an engine would decode invalid bytes differently
+			// from the gateway's own scan, or fail on them later with a less clear error.
+			rec.fail(w, apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, "request body is not valid UTF-8", nil))
+			return
+		}
 
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
 		if err != nil {

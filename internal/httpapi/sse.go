@@ -21,14 +21,17 @@ func relaySSE(ctx context.Context, w http.ResponseWriter, body io.Reader, rec *r
 	for {
 		data, err := r.Next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
 			if ctx.Err() != nil {
 				logger.Debug("client went away mid-stream", "err", err)
 				return
 			}
-			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "stream interrupted: "+err.Error(), err)
+			msg := "stream interrupted: " + err.Error()
+			if errors.Is(err, io.EOF) {
+				// The engine closed the stream without [DONE]: the client must not mistake a cut
+				// stream for a complete one.
+				msg = "stream ended before [DONE]"
+			}
+			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, msg, err)
 			buf = backend.AppendSSE(buf[:0], e.JSON())
 			_, _ = w.Write(buf)
 			_ = rc.Flush()

@@ -34,6 +34,9 @@ const (
 	EventReplaced
 	EventHealthChanged
 	EventUpdated
+	// EventBreakerRecovered: a passing health probe turned the worker's
+	// open breaker half-open, so it is routable again.
+	EventBreakerRecovered
 )
 
 func (k EventKind) String() string {
@@ -48,12 +51,16 @@ func (k EventKind) String() string {
 		return "health_changed"
 	case EventUpdated:
 		return "updated"
+	case EventBreakerRecovered:
+		return "breaker_recovered"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Event describes one registry change. Breaker transitions are not events:
-// Open -> HalfOpen happens lazily on read.
+// Event describes one registry change. Breaker transitions are not events
+// (Open -> HalfOpen after the timeout happens lazily on read), except the
+// one a passing health probe causes (EventBreakerRecovered): waiters for a
+// routable worker should not wait for their next poll.
 type Event struct {
 	Kind EventKind
 	// Worker is the worker concerned; for EventReplaced, the new one.
@@ -77,6 +84,9 @@ type RegistryOptions struct {
 	// StartReady makes new workers Ready at once instead of Pending. Set it
 	// when health checks are disabled.
 	StartReady bool
+	// OnBreakerTransition, when set, is told of every circuit breaker state
+	// change, with the worker. It must not block.
+	OnBreakerTransition func(w *Worker, from, to BreakerState, reason string)
 }
 
 // Registry is the set of known workers. See the package doc for its
@@ -86,6 +96,7 @@ type Registry struct {
 	logger     *slog.Logger
 	breakerCfg BreakerConfig
 	startReady bool
+	onBreaker  func(w *Worker, from, to BreakerState, reason string)
 
 	snap atomic.Pointer[Snapshot]
 
@@ -128,6 +139,7 @@ func NewRegistry(opts RegistryOptions) *Registry {
 		logger:     opts.Logger,
 		breakerCfg: bc,
 		startReady: opts.StartReady,
+		onBreaker:  opts.OnBreakerTransition,
 		byID:       make(map[string]*Worker),
 	}
 	r.snap.Store(buildSnapshot(0, nil))
@@ -216,7 +228,7 @@ func (r *Registry) Add(spec Spec) (*Worker, error) {
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
 	r.nextID++
-	w := newWorker("w"+strconv.FormatUint(r.nextID, 10), spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := r.newWorker("w"+strconv.FormatUint(r.nextID, 10), spec)
 	r.byID[w.id] = w
 	r.publishLocked()
 	r.mu.Unlock()
@@ -225,6 +237,27 @@ func (r *Registry) Add(spec Spec) (*Worker, error) {
 	h := w.Health()
 	r.emit(Event{Kind: EventAdded, Worker: w, Old: h, New: h})
 	return w, nil
+}
+
+// notifyBreakerRecovered emits EventBreakerRecovered for w.
+func (r *Registry) notifyBreakerRecovered(w *Worker) {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	if w.Removed() {
+		return
+	}
+	h := w.Health()
+	r.emit(Event{Kind: EventBreakerRecovered, Worker: w, Old: h, New: h})
+}
+
+// newWorker builds a worker with a fresh breaker wired to the transition observer.
+func (r *Registry) newWorker(id string, spec Spec) *Worker {
+	br := NewBreaker(r.breakerCfg, r.clock)
+	w := newWorker(id, spec, r.initialHealth(), br)
+	if r.onBreaker != nil {
+		br.observer = func(from, to BreakerState, reason string) { r.onBreaker(w, from, to, reason) }
+	}
+	return w
 }
 
 // Remove unregisters a worker at once, whatever its load. Use Drain and
@@ -272,7 +305,7 @@ func (r *Registry) Replace(id string, spec Spec) (*Worker, error) {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
-	w := newWorker(id, spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := r.newWorker(id, spec)
 	r.byID[id] = w
 	old.removed.Store(true)
 	r.publishLocked()

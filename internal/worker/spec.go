@@ -194,7 +194,7 @@ func (s Spec) Validate() error {
 	if _, err := ParseProtocol(string(s.Protocol)); err != nil {
 		return err
 	}
-	if (u.Scheme == "grpc") != (s.Protocol == ProtocolGRPC) {
+	if isGRPCScheme(u.Scheme) != (s.Protocol == ProtocolGRPC) {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
 	}
 	if s.BootstrapPort < 0 || s.BootstrapPort > 65535 {
@@ -232,7 +232,7 @@ func (s Spec) Normalized() (Spec, error) {
 	}
 	if s.Protocol == "" {
 		s.Protocol = ProtocolSGLang
-		if u.Scheme == "grpc" {
+		if isGRPCScheme(u.Scheme) {
 			s.Protocol = ProtocolGRPC
 		}
 	}
@@ -248,6 +248,10 @@ func (s Spec) Normalized() (Spec, error) {
 	return s, nil
 }
 
+// isGRPCScheme reports whether a (lower-case) scheme speaks the worker gRPC protocol: grpc:// in
+// plaintext (h2c), grpcs:// over TLS.
+func isGRPCScheme(scheme string) bool { return scheme == "grpc" || scheme == "grpcs" }
+
 // parseWorkerURL parses and normalises a worker URL.
 func parseWorkerURL(raw string) (*url.URL, error) {
 	if raw == "" {
@@ -259,9 +263,9 @@ func parseWorkerURL(raw string) (*url.URL, error) {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	switch u.Scheme {
-	case "http", "https", "grpc":
+	case "http", "https", "grpc", "grpcs":
 	default:
-		return nil, fmt.Errorf("worker URL %q: scheme must be http, https or grpc", raw)
+		return nil, fmt.Errorf("worker URL %q: scheme must be http, https, grpc or grpcs", raw)
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return nil, fmt.Errorf("worker URL %q has no host", raw)
