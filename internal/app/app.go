@@ -179,6 +179,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		PD:                      cfg.Mode() == config.ModePD,
 		RequestTimeout:          cfg.Server.RequestTimeout,
 		DropClientAuthorization: a.auth.InferenceProtected(),
+		IgnoreRanks:             !cfg.Placement.DPAware,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -204,6 +205,15 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		out := make([]telemetry.BreakerSample, len(all))
 		for i, w := range all {
 			out[i] = telemetry.BreakerSample{Worker: w.URL(), State: int(w.Breaker().State(now))}
+		}
+		return out
+	})
+	telemetry.RegisterRankCollector(a.Prom, func() []telemetry.RankSample {
+		var out []telemetry.RankSample
+		for _, w := range a.Registry.Snapshot().All() {
+			for _, r := range w.Ranks() {
+				out = append(out, telemetry.RankSample{Worker: w.URL(), Rank: r.Rank(), Load: r.Load()})
+			}
 		}
 		return out
 	})
@@ -252,7 +262,7 @@ func (a *App) onEvent(ev worker.Event) {
 	switch ev.Kind {
 	case worker.EventRemoved:
 		a.Admission.RemoveWorker(url)
-		a.Policies.Forget(url)
+		a.Policies.Forget(ev.Worker)
 		a.Metrics.DeleteWorker(url)
 		a.Security.DeleteWorker(url)
 	case worker.EventReplaced:
@@ -260,7 +270,10 @@ func (a *App) onEvent(ev worker.Event) {
 			a.Admission.RemoveWorker(ev.Prev.URL())
 			a.Metrics.DeleteWorker(ev.Prev.URL())
 		}
-		a.Policies.Forget(url)
+		if ev.Prev != nil {
+			a.Policies.Forget(ev.Prev)
+		}
+		a.Policies.Forget(ev.Worker)
 	case worker.EventAdded, worker.EventHealthChanged:
 		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
 	}

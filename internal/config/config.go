@@ -153,6 +153,9 @@ type PlacementConfig struct {
 	// VirtualNodes is the number of hash-ring points per worker for
 	// consistent_hashing (--virtual-nodes, default 150).
 	VirtualNodes int
+	// DPAware places requests on the data-parallel ranks of engines that
+	// have several, with rank hints on the legs (--dp-aware, default true).
+	DPAware bool
 }
 
 // AdmissionConfig holds per-worker prefill admission (PD mode only).

@@ -47,7 +47,7 @@ func TestDefault(t *testing.T) {
 		Placement: PlacementConfig{
 			Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
-			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150,
+			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
 		},
 		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
 		Health: HealthConfig{

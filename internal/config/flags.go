@@ -125,6 +125,7 @@ func newFlagSet() *flagSet {
 	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters.")
 	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", "cache_aware: how often trees are trimmed to --max-tree-size.")
 	s.int(&c.Placement.VirtualNodes, "virtual-nodes", "N", 150, "consistent_hashing: hash-ring points per worker.")
+	s.boolOn(&c.Placement.DPAware, "dp-aware", "Place requests on the data-parallel ranks of engines that have several (SGLang dp_size > 1, read from server info) and send the rank hints; --dp-aware=false lets each engine pick the rank (by bootstrap room).")
 
 	s.section("Prefill admission (PD mode)")
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
@@ -188,6 +189,12 @@ func (s *flagSet) float(p *float64, name, metavar string, def float64, usage str
 
 func (s *flagSet) bool(p *bool, name, usage string) {
 	s.fs.BoolVar(p, name, false, usage)
+	s.record(name, "")
+}
+
+// boolOn registers a boolean flag that defaults to true (turned off with --name=false).
+func (s *flagSet) boolOn(p *bool, name, usage string) {
+	s.fs.BoolVar(p, name, true, usage)
 	s.record(name, "")
 }
 

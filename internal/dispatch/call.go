@@ -31,12 +31,15 @@ const maxUpstreamErrorBody = 64 << 10
 const maxMergedBody = 64 << 20
 
 // call sends one leg and returns its response head. Statuses >= 400 come back as *UpstreamError (body
-// read and closed); transport failures as *TransportError. The leg's client span ends when the
-// returned body is closed.
-func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) (*http.Response, error) {
+// read and closed); transport failures as *TransportError. extra headers (nil for none) are set on
+// the leg. The leg's client span ends when the returned body is closed.
+func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) (*http.Response, error) {
 	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("sluice.worker", w.URL()), attribute.String("sluice.leg", leg),
 			attribute.String("sluice.request_id", r.RequestID)))
+	if rk := w.Rank(); rk >= 0 {
+		span.SetAttributes(attribute.Int("sluice.dp_rank", rk))
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, bytes.NewReader(body))
 	if err != nil {
 		span.End()
@@ -55,6 +58,9 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	}
 	if w.Protocol() == worker.ProtocolGRPC {
 		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
+	}
+	for k, v := range extra {
+		req.Header[k] = v
 	}
 	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
@@ -84,8 +90,8 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 }
 
 // readLeg calls a leg and reads its whole body (at most maxMergedBody).
-func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) ([]byte, error) {
-	resp, err := x.call(ctx, w, leg, path, body, r)
+func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) ([]byte, error) {
+	resp, err := x.call(ctx, w, leg, path, body, r, extra)
 	if err != nil {
 		return nil, err
 	}

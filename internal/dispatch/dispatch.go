@@ -66,6 +66,9 @@ type Config struct {
 	// DropClientAuthorization keeps the client's Authorization header from reaching engines. Set it when
 	// the gateway checks its own API key: that header carries the gateway's key, not an engine's.
 	DropClientAuthorization bool
+	// IgnoreRanks places requests on engines only, never on their data-parallel ranks, and sends no
+	// rank hints (--dp-aware=false).
+	IgnoreRanks bool
 }
 
 // Deps are the dispatcher's collaborators.
@@ -176,6 +179,7 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	preq.IgnoreRanks = x.cfg.IgnoreRanks
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = r.Header.Get(HeaderRequestID)

@@ -36,7 +36,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	}
 	pload := x.acquireLoad(a.pw)
 	start := time.Now()
-	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r)
+	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r, nil)
 	x.releaseLoad(a.pw, pload)
 	if err != nil {
 		reason := admission.ReleaseFailed
@@ -68,7 +68,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, err
 	}
 	dload := x.acquireLoad(dw)
-	resp, err := x.call(ctx, dw, "decode", a.br.Route.Path(), dbody, a.r) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.call(ctx, dw, "decode", a.br.Route.Path(), dbody, a.r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(dw, dload)
 		return nil, err

@@ -273,7 +273,7 @@ func (r *Registry) Remove(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	delete(r.byID, id)
-	w.removed.Store(true)
+	w.s.removed.Store(true)
 	r.publishLocked()
 	r.mu.Unlock()
 
@@ -307,7 +307,7 @@ func (r *Registry) Replace(id string, spec Spec) (*Worker, error) {
 	}
 	w := r.newWorker(id, spec)
 	r.byID[id] = w
-	old.removed.Store(true)
+	old.s.removed.Store(true)
 	r.publishLocked()
 	r.mu.Unlock()
 
@@ -330,7 +330,7 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	cur := w.spec.Load()
+	cur := w.s.spec.Load()
 	next := cur.Clone()
 	fn(&next)
 	if next.URL != cur.URL || next.Role != cur.Role || next.Protocol != cur.Protocol ||
@@ -342,7 +342,7 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
-	w.spec.Store(&next)
+	w.s.spec.Store(&next)
 	r.mu.Unlock()
 
 	h := w.Health()
@@ -374,7 +374,7 @@ func (r *Registry) SetHealth(id string, h Health) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrDraining, id)
 	}
-	w.health.Store(int32(h))
+	w.s.health.Store(int32(h))
 	r.mu.Unlock()
 
 	r.logger.Info("worker health changed", "id", id, "url", w.url, "from", old, "to", h)
@@ -412,6 +412,11 @@ type Snapshot struct {
 	models  []string
 	// handoffs[r]: the KV handoffs spoken by workers of role r.
 	handoffs [numRoles]HandoffSet
+	// rankModel[r][m] (and rankAny[r]): like byModel and anyModel with every data-parallel engine
+	// replaced by its rank views; nil when no worker of role r has ranks.
+	rankModel [numRoles]map[string][]*Worker
+	rankAny   [numRoles][]*Worker
+	rankRole  [numRoles][]*Worker
 }
 
 func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
@@ -454,8 +459,38 @@ func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
 				s.byModel[ri][m] = list
 			}
 		}
+		if anyRanks(s.byRole[ri]) {
+			s.rankRole[ri] = expandRanks(s.byRole[ri])
+			s.rankAny[ri] = expandRanks(s.anyModel[ri])
+			s.rankModel[ri] = make(map[string][]*Worker, len(s.byModel[ri]))
+			for m, list := range s.byModel[ri] {
+				s.rankModel[ri][m] = expandRanks(list)
+			}
+		}
 	}
 	return s
+}
+
+func anyRanks(ws []*Worker) bool {
+	for _, w := range ws {
+		if len(w.ranks) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// expandRanks replaces each data-parallel engine by its rank views.
+func expandRanks(ws []*Worker) []*Worker {
+	var out []*Worker
+	for _, w := range ws {
+		if len(w.ranks) > 0 {
+			out = append(out, w.ranks...)
+		} else {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Version increases with every published change.
@@ -486,6 +521,23 @@ func (s *Snapshot) ByRole(role Role) []*Worker {
 		return nil
 	}
 	return s.byRole[ri]
+}
+
+// RankCandidates is Candidates with every data-parallel engine replaced by its rank views (in rank
+// order): the candidates of placement, which picks a (worker, rank). Without data-parallel workers it
+// is Candidates. Precomputed: calling it does not allocate.
+func (s *Snapshot) RankCandidates(role Role, model string) []*Worker {
+	ri := role.index()
+	if ri < 0 || s.rankModel[ri] == nil {
+		return s.Candidates(role, model)
+	}
+	if model == "" {
+		return s.rankRole[ri]
+	}
+	if list, ok := s.rankModel[ri][model]; ok {
+		return list
+	}
+	return s.rankAny[ri]
 }
 
 // Handoffs returns the set of KV handoffs spoken by the workers of role, whatever their health or

@@ -84,6 +84,9 @@ func (h Handoff) String() string {
 	return "none"
 }
 
+// Handoff returns the KV handoff a worker with this spec speaks.
+func (s Spec) Handoff() Handoff { return s.Protocol.Handoff() }
+
 // Handoff returns the KV handoff a worker of this protocol speaks.
 func (p Protocol) Handoff() Handoff {
 	switch p {

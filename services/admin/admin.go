@@ -103,7 +103,21 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Source:            string(spec.Source),
 		Namespace:         spec.Namespace,
 		Pod:               spec.Pod,
+		Ranks:             rankLoads(w),
 	}
+}
+
+// rankLoads is the load sluice puts on each data-parallel rank of an engine (nil without ranks).
+func rankLoads(w *worker.Worker) []*adminv1.RankLoad {
+	ranks := w.Ranks()
+	if len(ranks) == 0 {
+		return nil
+	}
+	out := make([]*adminv1.RankLoad, len(ranks))
+	for i, r := range ranks {
+		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: r.Load()}
+	}
+	return out
 }
 
 // refuseManaged stops the admin API from removing or draining a worker that service discovery owns:
@@ -426,6 +440,10 @@ func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*ad
 			l.Error = err.Error()
 		} else {
 			l.RunningRequests, l.WaitingRequests, l.KvUsage = int32(load.Running), int32(load.Waiting), load.KVUsage
+			for _, r := range load.Ranks {
+				l.Ranks = append(l.Ranks, &adminv1.EngineRankLoad{Rank: uint32(r.Rank),
+					RunningRequests: int32(r.Running), WaitingRequests: int32(r.Waiting), KvUsage: r.KVUsage})
+			}
 		}
 		return l
 	})

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 type recordingEngine struct {
 	kind, role    string // "sglang" | "vllm"; "prefill" | "decode"
 	bootstrapPort int    // SGLang prefill: disaggregation_bootstrap_port in server info (0 = null)
+	dpSize        int    // SGLang: dp_size in server info (0 means 1)
 	omitKV        bool   // vLLM prefill: return no kv_transfer_params, like a stop on the first token
 	rooms         *rooms
 	srv           *httptest.Server
@@ -71,7 +73,7 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 		if e.bootstrapPort > 0 {
 			port = fmt.Sprint(e.bootstrapPort)
 		}
-		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":1,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+`}`)
+		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":`+fmt.Sprint(max(e.dpSize, 1))+`,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+`}`)
 	case r.Method == http.MethodGet && e.kind == "vllm" && r.URL.Path == "/version":
 		writeJSON(w, 200, `{"version":"0.11.0"}`)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions" || r.URL.Path == "/generate"):
@@ -84,7 +86,9 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
-	if err := json.Unmarshal(raw, &body); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // rooms are 63-bit integers: a float64 would round them
+	if err := dec.Decode(&body); err != nil {
 		writeJSON(w, 400, `{"error":{"message":"bad json"}}`)
 		return
 	}
@@ -105,7 +109,7 @@ func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 	finish := "stop"
 	extra := ""
 	if e.kind == "vllm" && e.role == "prefill" {
-		if mt, _ := body["max_tokens"].(float64); mt == 1 && !e.omitKV {
+		if mt, _ := body["max_tokens"].(json.Number); mt == "1" && !e.omitKV {
 			finish, extra = "length", `,"kv_transfer_params":`+kvParams
 		}
 	}

@@ -11,7 +11,7 @@ import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
  * Describes the file sluice/admin/v1/admin.proto.
  */
 export const file_sluice_admin_v1_admin = /*@__PURE__*/
-  fileDesc("ChtzbHVpY2UvYWRtaW4vdjEvYWRtaW4ucHJvdG8SD3NsdWljZS5hZG1pbi52MSLrAQoKV29ya2VyU3BlYxILCgN1cmwYASABKAkSDAoEcm9sZRgCIAEoCRIQCghwcm90b2NvbBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBSABKA0SNwoGbGFiZWxzGAYgAygLMicuc2x1aWNlLmFkbWluLnYxLldvcmtlclNwZWMuTGFiZWxzRW50cnkSDwoHYXBpX2tleRgHIAEoCRIPCgdkcF9zaXplGAggASgNGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijwMKBldvcmtlchIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDAoEcm9sZRgDIAEoCRIQCghwcm90b2NvbBgEIAEoCRIOCgZtb2RlbHMYBSADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBiABKA0SMwoGbGFiZWxzGAcgAygLMiMuc2x1aWNlLmFkbWluLnYxLldvcmtlci5MYWJlbHNFbnRyeRIOCgZoZWFsdGgYCCABKAkSFwoPY2lyY3VpdF9icmVha2VyGAkgASgJEgwKBGxvYWQYCiABKAMSGgoSYWRtaXNzaW9uX2luZmxpZ2h0GAsgASgDEhMKC2hhc19hcGlfa2V5GAwgASgIEhcKD3Byb3RvY29sX3NvdXJjZRgNIAEoCRIPCgdkcF9zaXplGA4gASgNEg4KBnNvdXJjZRgUIAEoCRIRCgluYW1lc3BhY2UYFSABKAkSCwoDcG9kGBYgASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSTGlzdFdvcmtlcnNSZXF1ZXN0EgwKBHJvbGUYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGaGVhbHRoGAMgASgJIj8KE0xpc3RXb3JrZXJzUmVzcG9uc2USKAoHd29ya2VycxgBIAMoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoQQWRkV29ya2VyUmVxdWVzdBIrCgZ3b3JrZXIYASABKAsyGy5zbHVpY2UuYWRtaW4udjEuV29ya2VyU3BlYyI8ChFBZGRXb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIjwKEUdldFdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoUVXBkYXRlV29ya2VyUmVzcG9uc2USJwoGd29ya2VyGAEgASgLMhcuc2x1aWNlLmFkbWluLnYxLldvcmtlciI+ChNEcmFpbldvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiSAoUR2V0QWRtaXNzaW9uUmVzcG9uc2USMAoGc3RhdHVzGAEgASgLMiAuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblN0YXR1cyJLChdVcGRhdGVBZG1pc3Npb25SZXNwb25zZRIwCgZzdGF0dXMYASABKAsyIC5zbHVpY2UuYWRtaW4udjEuQWRtaXNzaW9uU3RhdHVzIh4KEEdldFdvcmtlclJlcXVlc3QSCgoCaWQYASABKAki2gEKE1VwZGF0ZVdvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSQAoGbGFiZWxzGAIgAygLMjAuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlcXVlc3QuTGFiZWxzRW50cnkSFgoOcmVwbGFjZV9sYWJlbHMYAyABKAgSGwoOYm9vdHN0cmFwX3BvcnQYBCABKA1IAIgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19ib290c3RyYXBfcG9ydCI6ChJEcmFpbldvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSGAoQcmVtb3ZlX3doZW5faWRsZRgCIAEoCCIhChNSZW1vdmVXb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj8KFFJlbW92ZVdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiFQoTR2V0QWRtaXNzaW9uUmVxdWVzdCJ6ChFBZG1pc3Npb25TZXR0aW5ncxIfChdtYXhfaW5mbGlnaHRfcGVyX3dvcmtlchgBIAEoBRISCgpxdWV1ZV9zaXplGAIgASgFEjAKDXF1ZXVlX3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iMAoPV29ya2VyQWRtaXNzaW9uEgsKA3VybBgBIAEoCRIQCghpbmZsaWdodBgCIAEoBSIrCgpRdWV1ZVN0YXRlEg0KBW1vZGVsGAEgASgJEg4KBnF1ZXVlZBgCIAEoBSKPAwoPQWRtaXNzaW9uU3RhdHVzEg8KB2VuYWJsZWQYASABKAgSNAoIc2V0dGluZ3MYAiABKAsyIi5zbHVpY2UuYWRtaW4udjEuQWRtaXNzaW9uU2V0dGluZ3MSDgoGcXVldWVkGAMgASgFEisKBnF1ZXVlcxgEIAMoCzIbLnNsdWljZS5hZG1pbi52MS5RdWV1ZVN0YXRlEjEKB3dvcmtlcnMYBSADKAsyIC5zbHVpY2UuYWRtaW4udjEuV29ya2VyQWRtaXNzaW9uEhgKEHdhaXRfcDUwX3NlY29uZHMYBiABKAESGAoQd2FpdF9wOTBfc2Vjb25kcxgHIAEoARIYChB3YWl0X3A5OV9zZWNvbmRzGAggASgBEkQKCnJlamVjdGlvbnMYCSADKAsyMC5zbHVpY2UuYWRtaW4udjEuQWRtaXNzaW9uU3RhdHVzLlJlamVjdGlvbnNFbnRyeRoxCg9SZWplY3Rpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASK0AQoWVXBkYXRlQWRtaXNzaW9uUmVxdWVzdBIkChdtYXhfaW5mbGlnaHRfcGVyX3dvcmtlchgBIAEoBUgAiAEBEhcKCnF1ZXVlX3NpemUYAiABKAVIAYgBARIwCg1xdWV1ZV90aW1lb3V0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQhoKGF9tYXhfaW5mbGlnaHRfcGVyX3dvcmtlckINCgtfcXVldWVfc2l6ZSIRCg9HZXRMb2Fkc1JlcXVlc3QiegoKV29ya2VyTG9hZBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSGAoQcnVubmluZ19yZXF1ZXN0cxgDIAEoBRIYChB3YWl0aW5nX3JlcXVlc3RzGAQgASgFEhAKCGt2X3VzYWdlGAUgASgBEg0KBWVycm9yGAYgASgJIj4KEEdldExvYWRzUmVzcG9uc2USKgoFbG9hZHMYASADKAsyGy5zbHVpY2UuYWRtaW4udjEuV29ya2VyTG9hZCITChFGbHVzaENhY2hlUmVxdWVzdCJBCgtGbHVzaFJlc3VsdBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSCgoCb2sYAyABKAgSDQoFZXJyb3IYBCABKAkiQwoSRmx1c2hDYWNoZVJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5zbHVpY2UuYWRtaW4udjEuRmx1c2hSZXN1bHQyjwcKDEFkbWluU2VydmljZRJYCgtMaXN0V29ya2VycxIjLnNsdWljZS5hZG1pbi52MS5MaXN0V29ya2Vyc1JlcXVlc3QaJC5zbHVpY2UuYWRtaW4udjEuTGlzdFdvcmtlcnNSZXNwb25zZRJSCglHZXRXb3JrZXISIS5zbHVpY2UuYWRtaW4udjEuR2V0V29ya2VyUmVxdWVzdBoiLnNsdWljZS5hZG1pbi52MS5HZXRXb3JrZXJSZXNwb25zZRJSCglBZGRXb3JrZXISIS5zbHVpY2UuYWRtaW4udjEuQWRkV29ya2VyUmVxdWVzdBoiLnNsdWljZS5hZG1pbi52MS5BZGRXb3JrZXJSZXNwb25zZRJbCgxVcGRhdGVXb3JrZXISJC5zbHVpY2UuYWRtaW4udjEuVXBkYXRlV29ya2VyUmVxdWVzdBolLnNsdWljZS5hZG1pbi52MS5VcGRhdGVXb3JrZXJSZXNwb25zZRJYCgtEcmFpbldvcmtlchIjLnNsdWljZS5hZG1pbi52MS5EcmFpbldvcmtlclJlcXVlc3QaJC5zbHVpY2UuYWRtaW4udjEuRHJhaW5Xb3JrZXJSZXNwb25zZRJbCgxSZW1vdmVXb3JrZXISJC5zbHVpY2UuYWRtaW4udjEuUmVtb3ZlV29ya2VyUmVxdWVzdBolLnNsdWljZS5hZG1pbi52MS5SZW1vdmVXb3JrZXJSZXNwb25zZRJbCgxHZXRBZG1pc3Npb24SJC5zbHVpY2UuYWRtaW4udjEuR2V0QWRtaXNzaW9uUmVxdWVzdBolLnNsdWljZS5hZG1pbi52MS5HZXRBZG1pc3Npb25SZXNwb25zZRJkCg9VcGRhdGVBZG1pc3Npb24SJy5zbHVpY2UuYWRtaW4udjEuVXBkYXRlQWRtaXNzaW9uUmVxdWVzdBooLnNsdWljZS5hZG1pbi52MS5VcGRhdGVBZG1pc3Npb25SZXNwb25zZRJPCghHZXRMb2FkcxIgLnNsdWljZS5hZG1pbi52MS5HZXRMb2Fkc1JlcXVlc3QaIS5zbHVpY2UuYWRtaW4udjEuR2V0TG9hZHNSZXNwb25zZRJVCgpGbHVzaENhY2hlEiIuc2x1aWNlLmFkbWluLnYxLkZsdXNoQ2FjaGVSZXF1ZXN0GiMuc2x1aWNlLmFkbWluLnYxLkZsdXNoQ2FjaGVSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("ChtzbHVpY2UvYWRtaW4vdjEvYWRtaW4ucHJvdG8SD3NsdWljZS5hZG1pbi52MSLrAQoKV29ya2VyU3BlYxILCgN1cmwYASABKAkSDAoEcm9sZRgCIAEoCRIQCghwcm90b2NvbBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBSABKA0SNwoGbGFiZWxzGAYgAygLMicuc2x1aWNlLmFkbWluLnYxLldvcmtlclNwZWMuTGFiZWxzRW50cnkSDwoHYXBpX2tleRgHIAEoCRIPCgdkcF9zaXplGAggASgNGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuQMKBldvcmtlchIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDAoEcm9sZRgDIAEoCRIQCghwcm90b2NvbBgEIAEoCRIOCgZtb2RlbHMYBSADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBiABKA0SMwoGbGFiZWxzGAcgAygLMiMuc2x1aWNlLmFkbWluLnYxLldvcmtlci5MYWJlbHNFbnRyeRIOCgZoZWFsdGgYCCABKAkSFwoPY2lyY3VpdF9icmVha2VyGAkgASgJEgwKBGxvYWQYCiABKAMSGgoSYWRtaXNzaW9uX2luZmxpZ2h0GAsgASgDEhMKC2hhc19hcGlfa2V5GAwgASgIEhcKD3Byb3RvY29sX3NvdXJjZRgNIAEoCRIPCgdkcF9zaXplGA4gASgNEigKBXJhbmtzGA8gAygLMhkuc2x1aWNlLmFkbWluLnYxLlJhbmtMb2FkEg4KBnNvdXJjZRgUIAEoCRIRCgluYW1lc3BhY2UYFSABKAkSCwoDcG9kGBYgASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiJgoIUmFua0xvYWQSDAoEcmFuaxgBIAEoDRIMCgRsb2FkGAIgASgDIkEKEkxpc3RXb3JrZXJzUmVxdWVzdBIMCgRyb2xlGAEgASgJEg0KBW1vZGVsGAIgASgJEg4KBmhlYWx0aBgDIAEoCSI/ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEigKB3dvcmtlcnMYASADKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIj8KEEFkZFdvcmtlclJlcXVlc3QSKwoGd29ya2VyGAEgASgLMhsuc2x1aWNlLmFkbWluLnYxLldvcmtlclNwZWMiPAoRQWRkV29ya2VyUmVzcG9uc2USJwoGd29ya2VyGAEgASgLMhcuc2x1aWNlLmFkbWluLnYxLldvcmtlciI8ChFHZXRXb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIj8KFFVwZGF0ZVdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPgoTRHJhaW5Xb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIkgKFEdldEFkbWlzc2lvblJlc3BvbnNlEjAKBnN0YXR1cxgBIAEoCzIgLnNsdWljZS5hZG1pbi52MS5BZG1pc3Npb25TdGF0dXMiSwoXVXBkYXRlQWRtaXNzaW9uUmVzcG9uc2USMAoGc3RhdHVzGAEgASgLMiAuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblN0YXR1cyIeChBHZXRXb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJItoBChNVcGRhdGVXb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJEkAKBmxhYmVscxgCIAMoCzIwLnNsdWljZS5hZG1pbi52MS5VcGRhdGVXb3JrZXJSZXF1ZXN0LkxhYmVsc0VudHJ5EhYKDnJlcGxhY2VfbGFiZWxzGAMgASgIEhsKDmJvb3RzdHJhcF9wb3J0GAQgASgNSACIAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIRCg9fYm9vdHN0cmFwX3BvcnQiOgoSRHJhaW5Xb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJEhgKEHJlbW92ZV93aGVuX2lkbGUYAiABKAgiIQoTUmVtb3ZlV29ya2VyUmVxdWVzdBIKCgJpZBgBIAEoCSI/ChRSZW1vdmVXb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIhUKE0dldEFkbWlzc2lvblJlcXVlc3QiegoRQWRtaXNzaW9uU2V0dGluZ3MSHwoXbWF4X2luZmxpZ2h0X3Blcl93b3JrZXIYASABKAUSEgoKcXVldWVfc2l6ZRgCIAEoBRIwCg1xdWV1ZV90aW1lb3V0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjAKD1dvcmtlckFkbWlzc2lvbhILCgN1cmwYASABKAkSEAoIaW5mbGlnaHQYAiABKAUiKwoKUXVldWVTdGF0ZRINCgVtb2RlbBgBIAEoCRIOCgZxdWV1ZWQYAiABKAUijwMKD0FkbWlzc2lvblN0YXR1cxIPCgdlbmFibGVkGAEgASgIEjQKCHNldHRpbmdzGAIgASgLMiIuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblNldHRpbmdzEg4KBnF1ZXVlZBgDIAEoBRIrCgZxdWV1ZXMYBCADKAsyGy5zbHVpY2UuYWRtaW4udjEuUXVldWVTdGF0ZRIxCgd3b3JrZXJzGAUgAygLMiAuc2x1aWNlLmFkbWluLnYxLldvcmtlckFkbWlzc2lvbhIYChB3YWl0X3A1MF9zZWNvbmRzGAYgASgBEhgKEHdhaXRfcDkwX3NlY29uZHMYByABKAESGAoQd2FpdF9wOTlfc2Vjb25kcxgIIAEoARJECgpyZWplY3Rpb25zGAkgAygLMjAuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblN0YXR1cy5SZWplY3Rpb25zRW50cnkaMQoPUmVqZWN0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEitAEKFlVwZGF0ZUFkbWlzc2lvblJlcXVlc3QSJAoXbWF4X2luZmxpZ2h0X3Blcl93b3JrZXIYASABKAVIAIgBARIXCgpxdWV1ZV9zaXplGAIgASgFSAGIAQESMAoNcXVldWVfdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIaChhfbWF4X2luZmxpZ2h0X3Blcl93b3JrZXJCDQoLX3F1ZXVlX3NpemUiEQoPR2V0TG9hZHNSZXF1ZXN0IqoBCgpXb3JrZXJMb2FkEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAMgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYBCABKAUSEAoIa3ZfdXNhZ2UYBSABKAESDQoFZXJyb3IYBiABKAkSLgoFcmFua3MYByADKAsyHy5zbHVpY2UuYWRtaW4udjEuRW5naW5lUmFua0xvYWQiZAoORW5naW5lUmFua0xvYWQSDAoEcmFuaxgBIAEoDRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSEAoIa3ZfdXNhZ2UYBCABKAEiPgoQR2V0TG9hZHNSZXNwb25zZRIqCgVsb2FkcxgBIAMoCzIbLnNsdWljZS5hZG1pbi52MS5Xb3JrZXJMb2FkIhMKEUZsdXNoQ2FjaGVSZXF1ZXN0IkEKC0ZsdXNoUmVzdWx0EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIKCgJvaxgDIAEoCBINCgVlcnJvchgEIAEoCSJDChJGbHVzaENhY2hlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLnNsdWljZS5hZG1pbi52MS5GbHVzaFJlc3VsdDKPBwoMQWRtaW5TZXJ2aWNlElgKC0xpc3RXb3JrZXJzEiMuc2x1aWNlLmFkbWluLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBokLnNsdWljZS5hZG1pbi52MS5MaXN0V29ya2Vyc1Jlc3BvbnNlElIKCUdldFdvcmtlchIhLnNsdWljZS5hZG1pbi52MS5HZXRXb3JrZXJSZXF1ZXN0GiIuc2x1aWNlLmFkbWluLnYxLkdldFdvcmtlclJlc3BvbnNlElIKCUFkZFdvcmtlchIhLnNsdWljZS5hZG1pbi52MS5BZGRXb3JrZXJSZXF1ZXN0GiIuc2x1aWNlLmFkbWluLnYxLkFkZFdvcmtlclJlc3BvbnNlElsKDFVwZGF0ZVdvcmtlchIkLnNsdWljZS5hZG1pbi52MS5VcGRhdGVXb3JrZXJSZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlc3BvbnNlElgKC0RyYWluV29ya2VyEiMuc2x1aWNlLmFkbWluLnYxLkRyYWluV29ya2VyUmVxdWVzdBokLnNsdWljZS5hZG1pbi52MS5EcmFpbldvcmtlclJlc3BvbnNlElsKDFJlbW92ZVdvcmtlchIkLnNsdWljZS5hZG1pbi52MS5SZW1vdmVXb3JrZXJSZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLlJlbW92ZVdvcmtlclJlc3BvbnNlElsKDEdldEFkbWlzc2lvbhIkLnNsdWljZS5hZG1pbi52MS5HZXRBZG1pc3Npb25SZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLkdldEFkbWlzc2lvblJlc3BvbnNlEmQKD1VwZGF0ZUFkbWlzc2lvbhInLnNsdWljZS5hZG1pbi52MS5VcGRhdGVBZG1pc3Npb25SZXF1ZXN0Giguc2x1aWNlLmFkbWluLnYxLlVwZGF0ZUFkbWlzc2lvblJlc3BvbnNlEk8KCEdldExvYWRzEiAuc2x1aWNlLmFkbWluLnYxLkdldExvYWRzUmVxdWVzdBohLnNsdWljZS5hZG1pbi52MS5HZXRMb2Fkc1Jlc3BvbnNlElUKCkZsdXNoQ2FjaGUSIi5zbHVpY2UuYWRtaW4udjEuRmx1c2hDYWNoZVJlcXVlc3QaIy5zbHVpY2UuYWRtaW4udjEuRmx1c2hDYWNoZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration]);
 
 /**
  * Describes the message sluice.admin.v1.WorkerSpec.
@@ -28,186 +28,200 @@ export const WorkerSchema = /*@__PURE__*/
   messageDesc(file_sluice_admin_v1_admin, 1);
 
 /**
+ * Describes the message sluice.admin.v1.RankLoad.
+ * Use `create(RankLoadSchema)` to create a new message.
+ */
+export const RankLoadSchema = /*@__PURE__*/
+  messageDesc(file_sluice_admin_v1_admin, 2);
+
+/**
  * Describes the message sluice.admin.v1.ListWorkersRequest.
  * Use `create(ListWorkersRequestSchema)` to create a new message.
  */
 export const ListWorkersRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 2);
+  messageDesc(file_sluice_admin_v1_admin, 3);
 
 /**
  * Describes the message sluice.admin.v1.ListWorkersResponse.
  * Use `create(ListWorkersResponseSchema)` to create a new message.
  */
 export const ListWorkersResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 3);
+  messageDesc(file_sluice_admin_v1_admin, 4);
 
 /**
  * Describes the message sluice.admin.v1.AddWorkerRequest.
  * Use `create(AddWorkerRequestSchema)` to create a new message.
  */
 export const AddWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 4);
+  messageDesc(file_sluice_admin_v1_admin, 5);
 
 /**
  * Describes the message sluice.admin.v1.AddWorkerResponse.
  * Use `create(AddWorkerResponseSchema)` to create a new message.
  */
 export const AddWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 5);
+  messageDesc(file_sluice_admin_v1_admin, 6);
 
 /**
  * Describes the message sluice.admin.v1.GetWorkerResponse.
  * Use `create(GetWorkerResponseSchema)` to create a new message.
  */
 export const GetWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 6);
+  messageDesc(file_sluice_admin_v1_admin, 7);
 
 /**
  * Describes the message sluice.admin.v1.UpdateWorkerResponse.
  * Use `create(UpdateWorkerResponseSchema)` to create a new message.
  */
 export const UpdateWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 7);
+  messageDesc(file_sluice_admin_v1_admin, 8);
 
 /**
  * Describes the message sluice.admin.v1.DrainWorkerResponse.
  * Use `create(DrainWorkerResponseSchema)` to create a new message.
  */
 export const DrainWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 8);
+  messageDesc(file_sluice_admin_v1_admin, 9);
 
 /**
  * Describes the message sluice.admin.v1.GetAdmissionResponse.
  * Use `create(GetAdmissionResponseSchema)` to create a new message.
  */
 export const GetAdmissionResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 9);
+  messageDesc(file_sluice_admin_v1_admin, 10);
 
 /**
  * Describes the message sluice.admin.v1.UpdateAdmissionResponse.
  * Use `create(UpdateAdmissionResponseSchema)` to create a new message.
  */
 export const UpdateAdmissionResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 10);
+  messageDesc(file_sluice_admin_v1_admin, 11);
 
 /**
  * Describes the message sluice.admin.v1.GetWorkerRequest.
  * Use `create(GetWorkerRequestSchema)` to create a new message.
  */
 export const GetWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 11);
+  messageDesc(file_sluice_admin_v1_admin, 12);
 
 /**
  * Describes the message sluice.admin.v1.UpdateWorkerRequest.
  * Use `create(UpdateWorkerRequestSchema)` to create a new message.
  */
 export const UpdateWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 12);
+  messageDesc(file_sluice_admin_v1_admin, 13);
 
 /**
  * Describes the message sluice.admin.v1.DrainWorkerRequest.
  * Use `create(DrainWorkerRequestSchema)` to create a new message.
  */
 export const DrainWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 13);
+  messageDesc(file_sluice_admin_v1_admin, 14);
 
 /**
  * Describes the message sluice.admin.v1.RemoveWorkerRequest.
  * Use `create(RemoveWorkerRequestSchema)` to create a new message.
  */
 export const RemoveWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 14);
+  messageDesc(file_sluice_admin_v1_admin, 15);
 
 /**
  * Describes the message sluice.admin.v1.RemoveWorkerResponse.
  * Use `create(RemoveWorkerResponseSchema)` to create a new message.
  */
 export const RemoveWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 15);
+  messageDesc(file_sluice_admin_v1_admin, 16);
 
 /**
  * Describes the message sluice.admin.v1.GetAdmissionRequest.
  * Use `create(GetAdmissionRequestSchema)` to create a new message.
  */
 export const GetAdmissionRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 16);
+  messageDesc(file_sluice_admin_v1_admin, 17);
 
 /**
  * Describes the message sluice.admin.v1.AdmissionSettings.
  * Use `create(AdmissionSettingsSchema)` to create a new message.
  */
 export const AdmissionSettingsSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 17);
+  messageDesc(file_sluice_admin_v1_admin, 18);
 
 /**
  * Describes the message sluice.admin.v1.WorkerAdmission.
  * Use `create(WorkerAdmissionSchema)` to create a new message.
  */
 export const WorkerAdmissionSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 18);
+  messageDesc(file_sluice_admin_v1_admin, 19);
 
 /**
  * Describes the message sluice.admin.v1.QueueState.
  * Use `create(QueueStateSchema)` to create a new message.
  */
 export const QueueStateSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 19);
+  messageDesc(file_sluice_admin_v1_admin, 20);
 
 /**
  * Describes the message sluice.admin.v1.AdmissionStatus.
  * Use `create(AdmissionStatusSchema)` to create a new message.
  */
 export const AdmissionStatusSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 20);
+  messageDesc(file_sluice_admin_v1_admin, 21);
 
 /**
  * Describes the message sluice.admin.v1.UpdateAdmissionRequest.
  * Use `create(UpdateAdmissionRequestSchema)` to create a new message.
  */
 export const UpdateAdmissionRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 21);
+  messageDesc(file_sluice_admin_v1_admin, 22);
 
 /**
  * Describes the message sluice.admin.v1.GetLoadsRequest.
  * Use `create(GetLoadsRequestSchema)` to create a new message.
  */
 export const GetLoadsRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 22);
+  messageDesc(file_sluice_admin_v1_admin, 23);
 
 /**
  * Describes the message sluice.admin.v1.WorkerLoad.
  * Use `create(WorkerLoadSchema)` to create a new message.
  */
 export const WorkerLoadSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 23);
+  messageDesc(file_sluice_admin_v1_admin, 24);
+
+/**
+ * Describes the message sluice.admin.v1.EngineRankLoad.
+ * Use `create(EngineRankLoadSchema)` to create a new message.
+ */
+export const EngineRankLoadSchema = /*@__PURE__*/
+  messageDesc(file_sluice_admin_v1_admin, 25);
 
 /**
  * Describes the message sluice.admin.v1.GetLoadsResponse.
  * Use `create(GetLoadsResponseSchema)` to create a new message.
  */
 export const GetLoadsResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 24);
+  messageDesc(file_sluice_admin_v1_admin, 26);
 
 /**
  * Describes the message sluice.admin.v1.FlushCacheRequest.
  * Use `create(FlushCacheRequestSchema)` to create a new message.
  */
 export const FlushCacheRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 25);
+  messageDesc(file_sluice_admin_v1_admin, 27);
 
 /**
  * Describes the message sluice.admin.v1.FlushResult.
  * Use `create(FlushResultSchema)` to create a new message.
  */
 export const FlushResultSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 26);
+  messageDesc(file_sluice_admin_v1_admin, 28);
 
 /**
  * Describes the message sluice.admin.v1.FlushCacheResponse.
  * Use `create(FlushCacheResponseSchema)` to create a new message.
  */
 export const FlushCacheResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 27);
+  messageDesc(file_sluice_admin_v1_admin, 29);
 
 /**
  * AdminService manages the gateway's workers and its prefill admission.
