@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		models = []string{cfg.Workers.ModelID}
 	}
 	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime),
-		DefaultModels: models, Logger: logger}
+		DefaultModels: models, DefaultKVConnector: cfg.Workers.KVConnector, Logger: logger}
 	a.unsubscribe = a.Registry.Subscribe(a.onEvent)
 	telemetry.RegisterBreakerCollector(a.Prom, func() []telemetry.BreakerSample {
 		now := time.Now()

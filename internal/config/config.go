@@ -104,6 +104,9 @@ type WorkersConfig struct {
 	// Runtime is the protocol assumed for http(s) workers whose engine does
 	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang").
 	Runtime string
+	// KVConnector is the KV connector of vLLM workers that do not show
+	// theirs: "nixl" or "mooncake" (--kv-connector, default "nixl").
+	KVConnector string
 	// ModelID is the model name to assume for flag-given workers when the
 	// engine does not report one (--model-id, default "" = ask the engine).
 	ModelID string

@@ -43,7 +43,7 @@ func TestDefault(t *testing.T) {
 			ShutdownGracePeriod: 180 * time.Second, RequestTimeout: 1800 * time.Second,
 			MaxPayloadSize: 32 << 20,
 		},
-		Workers: WorkersConfig{Runtime: "sglang"},
+		Workers: WorkersConfig{Runtime: "sglang", KVConnector: "nixl"},
 		Placement: PlacementConfig{
 			Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,

@@ -71,6 +71,9 @@ func (c *Config) Validate() error {
 	}
 
 	// Workers and mode.
+	if kc := c.Workers.KVConnector; kc != "nixl" && kc != "mooncake" {
+		bad("--kv-connector: want nixl or mooncake, got %q", kc)
+	}
 	if rt := c.Workers.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM {
 		bad("--runtime must be sglang or vllm, got %q", rt)
 	}

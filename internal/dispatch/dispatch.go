@@ -89,9 +89,10 @@ type Deps struct {
 
 // Dispatcher runs requests. It is safe for concurrent use.
 type Dispatcher struct {
-	cfg Config
-	d   Deps
-	rmu sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
+	cfg      Config
+	d        Deps
+	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
+	mooncake mooncakePD
 }
 
 // New validates cfg and builds a dispatcher.
@@ -117,7 +118,9 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	if d.Metrics == nil {
 		d.Metrics = nopMetrics{}
 	}
-	return &Dispatcher{cfg: cfg, d: d}, nil
+	x := &Dispatcher{cfg: cfg, d: d}
+	x.mooncake.x = x
+	return x, nil
 }
 
 type nopMetrics struct{}

@@ -69,8 +69,8 @@ var (
 // legBodies are what an exchange sends: the same body to both legs unless the workers need
 // per-leg fields (data-parallel rank hints), and extra headers for the prefill leg.
 type legBodies struct {
-	prefill, decode []byte
-	prefillHeader   http.Header
+	prefill, decode             []byte
+	prefillHeader, decodeHeader http.Header
 }
 
 // sameBody sends body to both legs.
@@ -107,7 +107,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 		cancelLegs(&prefillFailed{pout.err}) // a failed prefill leaves decode waiting for KV that never comes
 	}()
 
-	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), legs.decode, r, nil)
+	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), legs.decode, r, legs.decodeHeader)
 	if err != nil {
 		cancelLegs(errDecodeFailed)
 		<-prefillDone

@@ -104,6 +104,7 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Namespace:         spec.Namespace,
 		Pod:               spec.Pod,
 		Ranks:             rankLoads(w),
+		KvConnector:       spec.KVConnector,
 	}
 }
 
@@ -191,6 +192,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
+		KVConnector: ws.GetKvConnector(),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -200,8 +202,11 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		spec.Protocol = p
 	}
 	check := spec
-	if check.Protocol == "" {
-		check.Protocol = worker.ProtocolSGLang // detected below; validate the rest now
+	if check.Protocol == "" { // detected below; validate the rest now
+		check.Protocol = worker.ProtocolSGLang
+		if check.KVConnector != "" {
+			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector
+		}
 	}
 	if err := check.Validate(); err != nil {
 		return nil, invalid("url", "%v", err)

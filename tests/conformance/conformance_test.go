@@ -43,6 +43,7 @@ const (
 	srcToyProxy  = "vllm-project/vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
 	srcNIXL      = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (request_finished)"
 	srcSMGvLLM   = "smg-project/smg model_gateway/src/routers/grpc/common/stages/request_execution.rs (n > 1 skips the KV relay)"
+	srcMooncake  = "vllm-project/vllm examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py"
 	srcDPRanks   = "sgl-project/sglang python/sglang/srt/managers/io_struct.py (routed_dp_rank, disagg_prefill_dp_rank); smg-project/smg model_gateway/src/routers/http/pd_router.rs (rank hints per leg, rooms aligned to the rank)"
 )
 
@@ -60,6 +61,7 @@ type row struct {
 	nullPort bool // the SGLang prefill reports no bootstrap port
 	omitKV   bool // the vLLM prefill returns no kv_transfer_params
 	dpSize   int  // the SGLang engines report this dp_size (data-parallel attention ranks)
+	mooncake bool // the vLLM prefill runs a Mooncake bootstrap server
 	// expectations
 	status  int
 	prefill []string
@@ -203,6 +205,23 @@ var rows = []row{
 		body:   `{"model":"m","prompt":["a","b"],"max_tokens":3}`,
 		status: 200,
 		decode: []string{`{"model":"m","prompt":["a","b"],"max_tokens":3}`}},
+	// vLLM Mooncake: both legs at once, one transfer id, the decode told where the KV is.
+	{name: "vllm mooncake chat", source: srcMooncake, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
+		body:    `{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true}}`,
+		status:  200,
+		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"}}`},
+		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
+		legs:    mooncakeLegs},
+	{name: "vllm mooncake completions with max_completion_tokens", source: srcMooncake, protocol: "vllm", route: "/v1/completions", mooncake: true,
+		body:    `{"model":"m","prompt":"p","max_completion_tokens":9,"min_tokens":2}`,
+		status:  200,
+		prefill: []string{`{"model":"m","prompt":"p","max_completion_tokens":1,"min_tokens":2,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"},"stream":false,"max_tokens":1}`},
+		decode:  []string{`{"model":"m","prompt":"p","max_completion_tokens":9,"min_tokens":2,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
+		legs:    mooncakeLegs},
+	{name: "vllm mooncake n=2 goes to decode alone", source: srcMooncake + "; " + srcSMGvLLM, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
+		body:   `{` + chatMsgs + `,"n":2}`,
+		status: 200,
+		decode: []string{`{` + chatMsgs + `,"n":2}`}},
 	{name: "vllm has no /generate", source: srcToyProxy, protocol: "vllm", route: "/generate",
 		body: `{"text":"x"}`, status: 400},
 }
@@ -228,15 +247,27 @@ func TestIPv6BootstrapHost(t *testing.T) {
 
 func runRow(t *testing.T, tc row, listen, host string) {
 	rv := &rooms{}
-	const bport = 8998
-	p := startEngine(t, &recordingEngine{kind: tc.protocol, role: "prefill", bootstrapPort: bport, omitKV: tc.omitKV, dpSize: tc.dpSize, rooms: rv}, listen)
+	bport := 8998
+	if tc.mooncake {
+		bport = startBootstrap(t)
+	}
+	p := startEngine(t, &recordingEngine{kind: tc.protocol, role: "prefill", bootstrapPort: bport, omitKV: tc.omitKV, dpSize: tc.dpSize, mooncake: tc.mooncake, rooms: rv}, listen)
 	if tc.nullPort {
 		p.bootstrapPort = 0
 	}
 	d := startEngine(t, &recordingEngine{kind: tc.protocol, role: "decode", dpSize: tc.dpSize, rooms: rv}, listen)
 	// No protocol, no port, no model given: everything is detected from the engines.
-	gw := testenv.StartGateway(t, app.Options{}, "--pd-disaggregation", "--prefill", p.srv.URL, "--decode", d.srv.URL,
-		"--prefill-max-inflight-requests-per-worker", "4", "--disable-retries")
+	prefillArgs := []string{"--prefill", p.srv.URL}
+	if tc.mooncake {
+		// The Mooncake bootstrap port is given, as to the reference proxy; the connector is detected
+		// from it, the decode's from --kv-connector.
+		prefillArgs = append(prefillArgs, strconv.Itoa(bport))
+	}
+	args := append([]string{"--pd-disaggregation", "--decode", d.srv.URL, "--prefill-max-inflight-requests-per-worker", "4", "--disable-retries"}, prefillArgs...)
+	if tc.mooncake {
+		args = append(args, "--kv-connector", "mooncake")
+	}
+	gw := testenv.StartGateway(t, app.Options{}, args...)
 
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+tc.route, strings.NewReader(tc.body))
 	req.Header.Set("Content-Type", "application/json")
@@ -362,7 +393,30 @@ func copyBind(b map[string]uint64) map[string]uint64 {
 	return c
 }
 
+// mooncakeLegs checks what the templates cannot: the transfer id is "xfer-<the legs' request id>" on
+// both legs, the decode names an engine id the bootstrap server listed, and the prefill's rank header
+// matches that engine id.
+func mooncakeLegs(t *testing.T, prefill, decode []recordedLeg) {
+	p, d := prefill[0], decode[0]
+	pk, _ := p.Body["kv_transfer_params"].(map[string]any)
+	dk, _ := d.Body["kv_transfer_params"].(map[string]any)
+	if want := "xfer-" + p.Header.Get("X-Request-Id"); pk["transfer_id"] != want || dk["transfer_id"] != want {
+		t.Errorf("transfer ids %v and %v, want %s on both legs", pk["transfer_id"], dk["transfer_id"], want)
+	}
+	rank, err := strconv.Atoi(p.Header.Get("X-data-parallel-rank"))
+	if err != nil || rank < 0 || rank >= len(mooncakeEngineIDs) {
+		t.Fatalf("prefill X-data-parallel-rank %q", p.Header.Get("X-data-parallel-rank"))
+	}
+	if dk["remote_engine_id"] != mooncakeEngineIDs[rank] {
+		t.Errorf("decode remote_engine_id %v, want %s (rank %d)", dk["remote_engine_id"], mooncakeEngineIDs[rank], rank)
+	}
+}
+
 func match(want, got any, bind map[string]uint64) bool {
+	if s, ok := want.(string); ok && (s == "$xfer" || s == "$engine") {
+		_, ok := got.(string)
+		return ok // checked by mooncakeLegs
+	}
 	if s, ok := want.(string); ok && (strings.HasPrefix(s, "$rank:") || strings.HasPrefix(s, "$room:")) {
 		n, ok := got.(json.Number)
 		if !ok {

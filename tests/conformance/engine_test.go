@@ -25,6 +25,7 @@ type recordingEngine struct {
 	bootstrapPort int    // SGLang prefill: disaggregation_bootstrap_port in server info (0 = null)
 	dpSize        int    // SGLang: dp_size in server info (0 means 1)
 	omitKV        bool   // vLLM prefill: return no kv_transfer_params, like a stop on the first token
+	mooncake      bool   // vLLM prefill: run a Mooncake bootstrap server (GET /query) on bootstrapPort
 	rooms         *rooms
 	srv           *httptest.Server
 
@@ -40,6 +41,24 @@ type recordedLeg struct {
 
 // kvParams is what the recording vLLM prefill returns, and so what the decode must receive.
 const kvParams = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],"remote_engine_id":"rec-engine","remote_request_id":"r-1","remote_host":"10.9.8.7","remote_port":5600,"tp_size":1}`
+
+// mooncakeEngineIDs are what the recording Mooncake prefill's bootstrap server lists, by rank.
+var mooncakeEngineIDs = []string{"engine-rank-0", "engine-rank-1"}
+
+// startBootstrap runs a Mooncake bootstrap server: GET /query lists the engine id of each data-parallel
+// rank (mooncake_connector_proxy.py get_prefiller_info). It returns its port.
+func startBootstrap(t *testing.T) int {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/query" {
+			http.NotFound(w, r)
+			return
+		}
+		writeJSON(w, 200, `{"0":{"engine_id":"`+mooncakeEngineIDs[0]+`"},"1":{"engine_id":"`+mooncakeEngineIDs[1]+`"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().(*net.TCPAddr).Port
+}
 
 func startEngine(t *testing.T, e *recordingEngine, listen string) *recordingEngine {
 	t.Helper()
@@ -108,7 +127,7 @@ func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	finish := "stop"
 	extra := ""
-	if e.kind == "vllm" && e.role == "prefill" {
+	if e.kind == "vllm" && e.role == "prefill" && !e.mooncake {
 		if mt, _ := body["max_tokens"].(json.Number); mt == "1" && !e.omitKV {
 			finish, extra = "length", `,"kv_transfer_params":`+kvParams
 		}

@@ -42,7 +42,10 @@ type WorkerSpec struct {
 	// API key sent to the engine. Write-only: never returned.
 	ApiKey string `protobuf:"bytes,7,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// Data-parallel ranks of the engine (SGLang dp_size); read from the engine's server info when 0.
-	DpSize        uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	DpSize uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	// KV connector of a vLLM worker: "nixl" or "mooncake"; detected (a Mooncake prefill's bootstrap
+	// server answers /query) or --kv-connector when empty.
+	KvConnector   string `protobuf:"bytes,9,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +136,13 @@ func (x *WorkerSpec) GetDpSize() uint32 {
 	return 0
 }
 
+func (x *WorkerSpec) GetKvConnector() string {
+	if x != nil {
+		return x.KvConnector
+	}
+	return ""
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -168,6 +178,8 @@ type Worker struct {
 	DpSize uint32 `protobuf:"varint,14,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
 	// Per data-parallel rank (engines with dp_size > 1): the backend requests in flight on each rank.
 	Ranks []*RankLoad `protobuf:"bytes,15,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// KV connector of a vLLM worker: "nixl" or "mooncake"; empty for other protocols.
+	KvConnector string `protobuf:"bytes,16,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
 	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
 	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
 	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
@@ -312,6 +324,13 @@ func (x *Worker) GetRanks() []*RankLoad {
 		return x.Ranks
 	}
 	return nil
+}
+
+func (x *Worker) GetKvConnector() string {
+	if x != nil {
+		return x.KvConnector
+	}
+	return ""
 }
 
 func (x *Worker) GetSource() string {
@@ -1897,7 +1916,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbb\x02\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xde\x02\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -1907,10 +1926,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0ebootstrap_port\x18\x05 \x01(\rR\rbootstrapPort\x12?\n" +
 	"\x06labels\x18\x06 \x03(\v2'.sluice.admin.v1.WorkerSpec.LabelsEntryR\x06labels\x12\x17\n" +
 	"\aapi_key\x18\a \x01(\tR\x06apiKey\x12\x17\n" +
-	"\adp_size\x18\b \x01(\rR\x06dpSize\x1a9\n" +
+	"\adp_size\x18\b \x01(\rR\x06dpSize\x12!\n" +
+	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf0\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x05\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -1927,7 +1947,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12'\n" +
 	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
 	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12/\n" +
-	"\x05ranks\x18\x0f \x03(\v2\x19.sluice.admin.v1.RankLoadR\x05ranks\x12\x16\n" +
+	"\x05ranks\x18\x0f \x03(\v2\x19.sluice.admin.v1.RankLoadR\x05ranks\x12!\n" +
+	"\fkv_connector\x18\x10 \x01(\tR\vkvConnector\x12\x16\n" +
 	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +

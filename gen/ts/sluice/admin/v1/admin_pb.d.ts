@@ -74,6 +74,14 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: uint32 dp_size = 8;
    */
   dpSize: number;
+
+  /**
+   * KV connector of a vLLM worker: "nixl" or "mooncake"; detected (a Mooncake prefill's bootstrap
+   * server answers /query) or --kv-connector when empty.
+   *
+   * @generated from field: string kv_connector = 9;
+   */
+  kvConnector: string;
 };
 
 /**
@@ -194,6 +202,13 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: repeated sluice.admin.v1.RankLoad ranks = 15;
    */
   ranks: RankLoad[];
+
+  /**
+   * KV connector of a vLLM worker: "nixl" or "mooncake"; empty for other protocols.
+   *
+   * @generated from field: string kv_connector = 16;
+   */
+  kvConnector: string;
 
   /**
    * Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
