@@ -385,6 +385,9 @@ func (a *App) registerInitial(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
+			if spec.DPSize == 0 && spec.Protocol != worker.ProtocolGRPC {
+				spec.DPSize = a.cfg.Workers.DPSize
+			}
 			w, err := a.Registry.Add(spec)
 			if err != nil {
 				errs[i] = fmt.Errorf("worker %s: %w", wf.URL, err)

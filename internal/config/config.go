@@ -104,6 +104,9 @@ type WorkersConfig struct {
 	// Runtime is the protocol assumed for http(s) workers whose engine does
 	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang").
 	Runtime string
+	// DPSize is the data-parallel size of flag workers whose engine does not
+	// report one (--dp-size, default 0 = one rank).
+	DPSize int
 	// KVConnector is the KV connector of vLLM workers that do not show
 	// theirs: "nixl" or "mooncake" (--kv-connector, default "nixl").
 	KVConnector string

@@ -102,6 +102,7 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Workers.PDDisaggregation, "pd-disaggregation", "Prefill/decode disaggregated mode: route each request to a prefill and a decode worker.")
 	s.add(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
 	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
+	s.int(&c.Workers.DPSize, "dp-size", "N", 0, "Data-parallel ranks of workers given by flags whose engine does not report dp_size in its server info (SGLang does); 0 = one rank.")
 	s.str(&c.Workers.KVConnector, "kv-connector", "NAME", "nixl", "KV connector of vLLM workers that do not show theirs: nixl or mooncake. A vLLM prefill engine whose Mooncake bootstrap server answers /query is detected as mooncake.")
 	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")

@@ -71,6 +71,9 @@ func (c *Config) Validate() error {
 	}
 
 	// Workers and mode.
+	if c.Workers.DPSize < 0 || c.Workers.DPSize > 1024 {
+		bad("--dp-size: want 0..1024, got %d", c.Workers.DPSize)
+	}
 	if kc := c.Workers.KVConnector; kc != "nixl" && kc != "mooncake" {
 		bad("--kv-connector: want nixl or mooncake, got %q", kc)
 	}
