@@ -125,6 +125,20 @@ func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if e.kind == "vllm" {
+		// Mooncake: the decode fetches the KV the prefill keeps under the transfer id, so it waits for
+		// that prefill (as the connector's decode does).
+		if kv, ok := body["kv_transfer_params"].(map[string]any); ok {
+			if id, ok := kv["transfer_id"].(string); ok {
+				if e.role == "prefill" {
+					e.rooms.arrive(id)
+				} else if !e.rooms.wait(r, id) {
+					writeJSON(w, 500, `{"error":{"message":"KV of the transfer did not arrive"}}`)
+					return
+				}
+			}
+		}
+	}
 	finish := "stop"
 	extra := ""
 	if e.kind == "vllm" && e.role == "prefill" && !e.mooncake {
