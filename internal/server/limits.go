@@ -47,10 +47,10 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		}
 		if n := l.open.Add(1); l.max > 0 && n > l.max {
 			l.open.Add(-1)
-			_ = c.Close()
-			if l.metrics != nil {
+			if l.metrics != nil { // counted before the client can see the close
 				l.metrics.IncRejected(l.name)
 			}
+			_ = c.Close()
 			continue
 		}
 		if l.metrics != nil {

@@ -228,8 +228,13 @@ func TestListenLimits(t *testing.T) {
 		if !readClosed(t, extra) {
 			t.Error("connection beyond the cap was not closed")
 		}
-		if open, rejected := cc.get(); open != 2 || rejected != 1 {
-			t.Errorf("open %d rejected %d, want 2 and 1", open, rejected)
+		// The counters are updated on the server's goroutine: poll them with a deadline.
+		deadline := time.Now().Add(5 * time.Second)
+		for open, rejected := cc.get(); open != 2 || rejected != 1; open, rejected = cc.get() {
+			if time.Now().After(deadline) {
+				t.Fatalf("open %d rejected %d, want 2 and 1", open, rejected)
+			}
+			time.Sleep(5 * time.Millisecond) // polling interval; the condition is re-checked
 		}
 		for _, c := range held {
 			c.Close()
