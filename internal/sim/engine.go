@@ -20,9 +20,9 @@ type Engine struct {
 	logger *slog.Logger
 	id     string
 
-	ranks    []*dpRank     // the data-parallel ranks (rank.go)
-	kvStore  *recordStore  // vLLM NIXL KV records by first block id
-	decoding atomic.Int64  // sequences in the (engine-wide) decode batch
+	ranks    []*dpRank    // the data-parallel ranks (rank.go)
+	kvStore  *recordStore // vLLM NIXL KV records by first block id
+	decoding atomic.Int64 // sequences in the (engine-wide) decode batch
 	client   *http.Client
 	metrics  *engineMetrics
 	stats    counters

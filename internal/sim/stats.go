@@ -287,7 +287,9 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return f(snap()) }))
 	}
-	gauge := func(name, help string, f func(s schedSnapshot) float64) { gaugeWith(model, name, help, e.totalSnapshot, f) }
+	gauge := func(name, help string, f func(s schedSnapshot) float64) {
+		gaugeWith(model, name, help, e.totalSnapshot, f)
+	}
 	running := func(s schedSnapshot) float64 { return float64(s.running) }
 	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
 	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
