@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -280,5 +281,47 @@ func TestDPLoadsPerRank(t *testing.T) {
 	}
 	if n := len(fams["sglang:num_running_reqs"].GetMetric()); n != 4 {
 		t.Errorf("%d sglang:num_running_reqs series, want 4", n)
+	}
+}
+
+// TestRankAwarenessKeepsTheCache replays multi-turn conversations (each turn extends the last one's
+// prompt) on a 4-rank engine, once pinning each conversation to a rank and once letting the engine
+// round-robin (what a gateway that ignores ranks gets), and compares prefix cache hits and prefill time.
+func TestRankAwarenessKeepsTheCache(t *testing.T) {
+	const convs, turns = 7, 6 // 7: round robin does not line up with the 4 ranks
+	run := func(t *testing.T, pinned bool) (hitRate float64, ttft time.Duration) {
+		var total time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			e := newModelEngine(t, func(c *Config) { c.DPSize = 4 })
+			for turn := 0; turn < turns; turn++ {
+				for conv := 0; conv < convs; conv++ {
+					text := words(300+64*turn, "c"+strconv.Itoa(conv))
+					body := `{"prompt":` + jsonString(text) + `,"max_tokens":1}`
+					if pinned {
+						body = withFields(body, "routed_dp_rank", strconv.Itoa(conv%4))
+					}
+					job, err := e.parseJob(apiCompletion, []byte(body), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					start := time.Now()
+					rf := requestFaults{slowness: 1}
+					if _, err := e.runJob(t.Context(), job, &rf, func(int, string) error { return nil }); err != nil {
+						t.Fatal(err)
+					}
+					total += time.Since(start)
+				}
+			}
+			st := e.Stats()
+			hitRate = float64(st.PrefixCacheHitTokens) / float64(st.PromptTokens)
+		})
+		return hitRate, total / (convs * turns)
+	}
+	awareHits, awareTTFT := run(t, true)
+	blindHits, blindTTFT := run(t, false)
+	t.Logf("rank-aware: hit rate %.2f, mean TTFT %v; rank-blind: hit rate %.2f, mean TTFT %v", awareHits, awareTTFT, blindHits, blindTTFT)
+	if awareHits < 0.6 || blindHits > awareHits/2 || blindTTFT <= awareTTFT {
+		t.Errorf("rank-aware hit rate %.2f (TTFT %v) vs rank-blind %.2f (TTFT %v): want the pinned conversations to keep their cache",
+			awareHits, awareTTFT, blindHits, blindTTFT)
 	}
 }
