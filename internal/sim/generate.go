@@ -68,7 +68,7 @@ type sampleSpec struct {
 	rank        int    // the DP rank the sample runs on
 	// rankConflict: an SGLang prefill routed off its room's rank without disagg_prefill_dp_rank (assignRanks).
 	rankConflict bool
-	// collides: another sample on this engine holds the sample's bootstrap room, so its handshake
+	// collides: another sample on this rank holds the sample's bootstrap room, so its handshake
 	// never completes (set by claimRooms).
 	collides bool
 }
