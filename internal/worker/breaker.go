@@ -93,6 +93,9 @@ func IsFailureStatus(code int) bool {
 type Breaker struct {
 	cfg   BreakerConfig
 	clock func() time.Time
+	// onTransition, when set, hears every state change (RegistryOptions.OnBreakerTransition bound
+	// to the worker's URL); it runs with mu held.
+	onTransition func(from, to BreakerState)
 
 	// state is read without the lock on the hot path.
 	state atomic.Int32
@@ -135,6 +138,7 @@ func (b *Breaker) State(now time.Time) BreakerState {
 	if BreakerState(b.state.Load()) == BreakerOpen && !now.Before(b.openedAt.Add(b.cfg.Timeout)) {
 		b.successes = 0
 		b.state.Store(int32(BreakerHalfOpen))
+		b.transition(BreakerOpen, BreakerHalfOpen)
 	}
 	return BreakerState(b.state.Load())
 }
@@ -159,6 +163,7 @@ func (b *Breaker) RecordSuccess() {
 			b.failures.Store(0)
 			b.successes = 0
 			b.state.Store(int32(BreakerClosed))
+			b.transition(BreakerHalfOpen, BreakerClosed)
 		}
 	case BreakerOpen:
 		// A request admitted before the breaker opened finished well; the
@@ -178,10 +183,10 @@ func (b *Breaker) RecordFailure() {
 	case BreakerClosed:
 		n := b.failures.Add(1)
 		if int(n) >= b.cfg.FailureThreshold {
-			b.open()
+			b.open(BreakerClosed)
 		}
 	case BreakerHalfOpen:
-		b.open()
+		b.open(BreakerHalfOpen)
 	case BreakerOpen:
 		// Already open; the timeout runs from the first opening.
 	}
@@ -197,10 +202,18 @@ func (b *Breaker) RecordStatus(code int) {
 	b.RecordSuccess()
 }
 
-// open moves to Open; b.mu must be held.
-func (b *Breaker) open() {
+// open moves from state from to Open; b.mu must be held.
+func (b *Breaker) open(from BreakerState) {
 	b.openedAt = b.clock()
 	b.successes = 0
 	b.failures.Store(0)
 	b.state.Store(int32(BreakerOpen))
+	b.transition(from, BreakerOpen)
+}
+
+// transition reports a state change to the hook; b.mu must be held.
+func (b *Breaker) transition(from, to BreakerState) {
+	if b.onTransition != nil {
+		b.onTransition(from, to)
+	}
 }

@@ -74,6 +74,13 @@ type RegistryOptions struct {
 	// StartReady makes new workers Ready at once instead of Pending. Set it
 	// when health checks are disabled.
 	StartReady bool
+	// OnBreakerTransition, when set, is called on every state change of a
+	// worker's circuit breaker, with the worker's URL (metrics, logs). Breaker
+	// transitions are not registry events (Open -> HalfOpen happens lazily,
+	// on read): this is the one place to hear them. It runs with the
+	// breaker's lock held, on the goroutine that caused the change: it must
+	// be fast and must not call back into the breaker.
+	OnBreakerTransition func(worker string, from, to BreakerState)
 }
 
 // Registry is the set of known workers. See the package doc for its
@@ -83,6 +90,7 @@ type Registry struct {
 	logger     *slog.Logger
 	breakerCfg BreakerConfig
 	startReady bool
+	onBreaker  func(worker string, from, to BreakerState)
 
 	snap atomic.Pointer[Snapshot]
 
@@ -125,10 +133,20 @@ func NewRegistry(opts RegistryOptions) *Registry {
 		logger:     opts.Logger,
 		breakerCfg: bc,
 		startReady: opts.StartReady,
+		onBreaker:  opts.OnBreakerTransition,
 		byID:       make(map[string]*Worker),
 	}
 	r.snap.Store(buildSnapshot(0, nil))
 	return r
+}
+
+// newBreaker returns a closed breaker for the worker at url.
+func (r *Registry) newBreaker(url string) *Breaker {
+	b := NewBreaker(r.breakerCfg, r.clock)
+	if hook := r.onBreaker; hook != nil {
+		b.onTransition = func(from, to BreakerState) { hook(url, from, to) }
+	}
+	return b
 }
 
 // Snapshot returns the current immutable snapshot. It never locks.
@@ -213,7 +231,7 @@ func (r *Registry) Add(spec Spec) (*Worker, error) {
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
 	r.nextID++
-	w := newWorker("w"+strconv.FormatUint(r.nextID, 10), spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := newWorker("w"+strconv.FormatUint(r.nextID, 10), spec, r.initialHealth(), r.newBreaker(spec.URL))
 	r.byID[w.id] = w
 	r.publishLocked()
 	r.mu.Unlock()
@@ -269,7 +287,7 @@ func (r *Registry) Replace(id string, spec Spec) (*Worker, error) {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
-	w := newWorker(id, spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := newWorker(id, spec, r.initialHealth(), r.newBreaker(spec.URL))
 	r.byID[id] = w
 	old.removed.Store(true)
 	r.publishLocked()
