@@ -71,6 +71,7 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		return nil, apierror.InvalidRequest("", br.Route.Path()+" is SGLang's native API; the PD workers here speak vLLM: use /v1/chat/completions or /v1/completions")
 	}
 	if br.N > 1 && snap.Handoffs(worker.RolePrefill) == nixlOnly {
+		x.d.Metrics.IncPrefillSkipped(worker.HandoffNIXL.String(), ReasonNGreaterThanOne)
 		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
 	}
 	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
@@ -82,6 +83,7 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		// first to finish frees the blocks under its siblings (the Rust gateway skips the transfer
 		// for the same reason). The decode engine computes the prompt itself.
 		slot.Release(admission.ReleaseCompleted)
+		x.d.Metrics.IncPrefillSkipped(worker.HandoffNIXL.String(), ReasonNGreaterThanOne)
 		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
 	}
 	ad := x.adapter(pw.Handoff())
