@@ -185,8 +185,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
-	// The one handoff that can fall back is exported at 0 from the start: "no fallback yet" is an answer.
+	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
+	// ReasonNGreaterThanOne) is exported at 0 from the start: "none yet" is an answer, not no data.
 	m.kvFallbacks.WithLabelValues("vllm_nixl")
+	m.prefillSkipped.WithLabelValues("vllm_nixl", "n_gt_1")
 	return m
 }
 

@@ -35,6 +35,7 @@ func TestNewMetricsRegisters(t *testing.T) {
 	// other vectors appear with their first series.
 	want := []string{
 		"sluice_pd_kv_transfer_fallbacks_total",
+		"sluice_pd_prefill_skipped_total",
 		"sluice_retries_total",
 	}
 	if diff := cmp.Diff(want, familyNames(t, reg)); diff != "" {
