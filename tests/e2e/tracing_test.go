@@ -161,7 +161,7 @@ func TestTraceShowsRetriesSamplesAndConventions(t *testing.T) {
 	attrs := func(s tracetest.SpanStub) map[string]string {
 		m := map[string]string{}
 		for _, a := range s.Attributes {
-			m[string(a.Key)] = a.Value.Emit()
+			m[string(a.Key)] = a.Value.String()
 		}
 		return m
 	}
@@ -191,7 +191,7 @@ func TestTraceShowsRetriesSamplesAndConventions(t *testing.T) {
 			retried++
 			ea := map[string]string{}
 			for _, a := range e.Attributes {
-				ea[string(a.Key)] = a.Value.Emit()
+				ea[string(a.Key)] = a.Value.String()
 			}
 			if ea["error.type"] != "503" || ea["sluice.attempt"] != "1" || ea["sluice.retry.backoff"] == "" {
 				t.Errorf("retry event attributes %v, want error.type 503 after attempt 1", ea)
