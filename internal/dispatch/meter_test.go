@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -167,6 +169,23 @@ func TestUnaryUsageRecorded(t *testing.T) {
 // duration and the decode's time to first token; a split n > 1 request is counted.
 func TestPDTimingRecorded(t *testing.T) {
 	var rv rendezvous
+	var dp atomic.Pointer[Dispatcher] // set after the engines start
+	// The decode answers only once the gateway has read the prefill's answer (its slot is free):
+	// otherwise the decode could end first and the request's end would cancel the prefill leg.
+	prefillRead := func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			held := 0
+			for _, n := range dp.Load().d.Admission.Status().Inflight {
+				held += n
+			}
+			if held == 0 {
+				return
+			}
+			time.Sleep(time.Millisecond) // polling interval; the slot count is re-read
+		}
+		t.Error("the prefill leg was never read")
+	}
 	streamAnswer := func(w http.ResponseWriter, l leg) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
@@ -174,6 +193,7 @@ func TestPDTimingRecorded(t *testing.T) {
 	}
 	p := newEngine(t, "prefill", rv.prefill(chatAnswer))
 	dec := newEngine(t, "decode", rv.decode(func(w http.ResponseWriter, l leg) {
+		prefillRead()
 		if l.body["stream"] == true {
 			streamAnswer(w, l)
 			return
@@ -183,6 +203,7 @@ func TestPDTimingRecorded(t *testing.T) {
 	d, m := newPDDispatcher(t, Config{},
 		pdWorker{p.srv.URL, worker.RolePrefill, worker.ProtocolSGLang},
 		pdWorker{dec.srv.URL, worker.RoleDecode, worker.ProtocolSGLang})
+	dp.Store(d)
 	resp, err := d.Do(t.Context(), &Request{Route: RouteChat, Header: http.Header{},
 		Body: []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)})
 	if err != nil {
