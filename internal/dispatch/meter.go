@@ -90,7 +90,10 @@ type meter struct {
 	hasUsage   bool
 	genUsage   []backend.Usage // /generate streams: the latest counts per index
 	streamErr  error
-	body       []byte // non-streamed: the answer, up to maxUsageBody
+	// streamCut: the stream failed while the request's own context was done (the client left, the
+	// request timed out): not the worker's failure.
+	streamCut bool
+	body      []byte // non-streamed: the answer, up to maxUsageBody
 }
 
 // Frames is the events of a streamed answer, for the surfaces to relay one by one.
@@ -164,7 +167,7 @@ func (m *meter) streamEnded(err error) {
 		m.end = time.Now()
 	}
 	if !errors.Is(err, io.EOF) && m.streamErr == nil {
-		m.streamErr = err
+		m.streamErr, m.streamCut = err, m.ctx.Err() != nil
 	}
 }
 
@@ -220,7 +223,7 @@ func (m *meter) finish() {
 			s.DecodeTTFT = m.first.Sub(m.pd.start)
 		}
 	}
-	if m.streamErr != nil && m.ctx.Err() == nil && m.worker != "" {
+	if m.streamErr != nil && !m.streamCut && m.worker != "" {
 		m.x.d.Metrics.IncWorkerError(m.worker, ClassStream)
 	}
 	m.x.d.Metrics.ObserveRequest(&s)

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -255,7 +256,9 @@ func TestStreamBrokenCountsAgainstTheWorker(t *testing.T) {
 		panic(http.ErrAbortHandler) // the engine dies mid-event
 	}))
 	defer srv.Close()
-	d, _ := newTestDispatcher(t, Config{}, srv.URL)
+	// With a request timeout, Close cancels the request's context before the request is recorded:
+	// the failure must have been judged when it happened.
+	d, _ := newTestDispatcher(t, Config{RequestTimeout: time.Minute}, srv.URL)
 	m := &fakeMetrics{}
 	d.d.Metrics = m
 	resp, err := d.Do(t.Context(), &Request{Route: RouteChat, Header: http.Header{},
@@ -273,9 +276,41 @@ func TestStreamBrokenCountsAgainstTheWorker(t *testing.T) {
 		t.Fatal("the broken stream ended cleanly")
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if len(m.errors) != 1 || m.errors[0] != srv.URL+" "+ClassStream {
 		t.Errorf("worker errors %v, want one stream error on %s", m.errors, srv.URL)
+	}
+	m.errors = nil
+	m.mu.Unlock()
+
+	// The client leaves mid-stream: the stream fails, the worker is not blamed.
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer slow.Close()
+	d2, _ := newTestDispatcher(t, Config{RequestTimeout: time.Minute}, slow.URL)
+	d2.d.Metrics = m
+	ctx, cancel := context.WithCancel(t.Context())
+	resp, err = d2.Do(ctx, &Request{Route: RouteChat, Header: http.Header{},
+		Body: []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = resp.Frames()
+	if _, err := f.Next(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := f.Next(); err == nil {
+		t.Fatal("the stream went on after the client left")
+	}
+	resp.Body.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.errors) != 0 {
+		t.Errorf("worker errors %v after the client left, want none", m.errors)
 	}
 }
 
