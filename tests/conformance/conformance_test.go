@@ -98,10 +98,10 @@ var rows = []row{
 		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		check:   choices(2)},
+	// The client did not ask for usage: the gateway asks (usageAsked) and drops the usage chunk.
 	{name: "sglang chat n=3 stream split", source: srcTokMgr, protocol: "sglang", route: "/v1/chat/completions",
 		body:    `{` + chatMsgs + `,"n":3,"stream":true}`,
 		status:  200,
-		// The gateway asks for usage (token metrics) and drops the usage chunk before the client sees it.
 		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
 		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
 		check:   streamIndexes(3)},
