@@ -75,6 +75,7 @@ type meter struct {
 	x      *Dispatcher
 	ctx    context.Context
 	start  time.Time
+	status int
 	route  backend.Route
 	model  string
 	stream bool
@@ -187,7 +188,7 @@ func (u *unaryBody) Read(p []byte) (int, error) {
 
 // newMeter starts observing resp; it wraps a non-streamed body to read its usage.
 func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.Request, strip bool, resp *Response) *meter {
-	m := &meter{x: x, ctx: ctx, start: start, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
+	m := &meter{x: x, ctx: ctx, start: start, status: resp.Status, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
 		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
 	resp.meter = m
 	if !resp.Stream {
@@ -199,7 +200,7 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.
 // finish records the request; it runs once, after the response body (and so every leg) was closed.
 func (m *meter) finish() {
 	now := time.Now()
-	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: 200, Duration: now.Sub(m.start),
+	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
 		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream}
 	switch {
 	case m.stream && m.route == backend.RouteGenerate:
