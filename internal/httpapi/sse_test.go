@@ -70,7 +70,7 @@ func TestRelaySSEFrameAccurate(t *testing.T) {
 	send("data: a\n\ndata: b\r\n\r\n: keep-alive\n\ndata: c\n\n")
 	expect("data: a\n\ndata: b\n\ndata: c\n\n")
 	send("data: d\n\n")
-	expect("data: d\n\n") // alone: out at once, nothing waits for e
+	expect("data: d\n\n")     // alone: out at once, nothing waits for e
 	send("data: e\ndata: e2") // incomplete: stays until its end arrives
 	send("\n\ndata: f\n\n")
 	expect("data: e\ndata: e2\n\ndata: f\n\n")
