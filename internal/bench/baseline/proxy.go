@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -121,7 +122,9 @@ func (p *PDProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stream := strings.HasPrefix(ct, "text/event-stream")
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
@@ -142,6 +145,9 @@ func (p *PDProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// copyBufs are the relay's buffers, reused across requests as any proxy that cares does.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 func (p *PDProxy) send(ctx context.Context, base *url.URL, path string, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base.String(), "/")+path, bytes.NewReader(body))
