@@ -2,9 +2,13 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -130,5 +134,52 @@ func TestNewHTTPClientNoRedirects(t *testing.T) {
 	tr := c.Transport.(*upstreamTransport).http
 	if tr.MaxIdleConnsPerHost < 1024 || tr.ForceAttemptHTTP2 || tr.Proxy != nil {
 		t.Errorf("transport not tuned: %+v", tr)
+	}
+}
+
+// TestNewPostRequest: the split URL is the one url.Parse gives for base+path, with the body, its
+// length and GetBody as http.NewRequest sets them.
+func TestNewPostRequest(t *testing.T) {
+	for _, base := range []string{"http://127.0.0.1:8000", "http://h:1/", "http://h:1/prefix", "https://engine.example",
+		"http://u:p@h:1", "http://h:1/a?x=1", "grpc://h:2"} {
+		req, err := NewPostRequest(t.Context(), base, "/v1/chat/completions", []byte(`{"a":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", nil)
+		if strings.HasSuffix(base, "/") {
+			want, _ = http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/v1/chat/completions", nil)
+		}
+		if req.URL.String() != want.URL.String() || req.Host != want.Host || req.Method != http.MethodPost {
+			t.Errorf("%s: URL %s host %s, want %s host %s", base, req.URL, req.Host, want.URL, want.Host)
+		}
+		b, _ := io.ReadAll(req.Body)
+		rb, _ := req.GetBody()
+		b2, _ := io.ReadAll(rb)
+		if string(b) != `{"a":1}` || string(b2) != `{"a":1}` || req.ContentLength != 7 {
+			t.Errorf("%s: body %q, GetBody %q, length %d", base, b, b2, req.ContentLength)
+		}
+	}
+}
+
+// TestRoundTripErrorsAsClientDo: the direct round trip fails with the same error http.Client.Do
+// gives.
+func TestRoundTripErrorsAsClientDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := NewHTTPClient(HTTPClientOptions{})
+	mk := func() *http.Request {
+		req, _ := NewPostRequest(t.Context(), "http://"+addr, "/v1/completions", []byte("{}"))
+		return req
+	}
+	_, viaDo := c.Do(mk())
+	_, direct := RoundTrip(c, mk())
+	var ue *url.Error
+	if viaDo == nil || direct == nil || !errors.As(direct, &ue) || direct.Error() != viaDo.Error() {
+		t.Errorf("RoundTrip error %v, Do error %v", direct, viaDo)
 	}
 }
