@@ -243,6 +243,7 @@ func mergeUnaryLogprobs(out *Response, resp *http.Response, prefillDone <-chan s
 	}
 	out.Body = io.NopCloser(bytes.NewReader(merged))
 	out.Header.Del("Content-Length")
+	out.length = int64(len(merged))
 	return out, nil
 }
 

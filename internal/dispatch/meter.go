@@ -219,6 +219,9 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.
 		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
 	resp.meter = m
 	if !resp.Stream {
+		if resp.length > 0 && resp.length <= maxUsageBody {
+			m.body = make([]byte, 0, resp.length) // one allocation for the copy, not a growing series
+		}
 		resp.Body = &unaryBody{ReadCloser: resp.Body, m: m}
 	}
 	return m
