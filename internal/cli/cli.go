@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
@@ -17,7 +18,8 @@ import (
 const usage = `sluice — LLM inference gateway for prefill/decode disaggregated serving
 
 Usage:
-  sluice serve [flags]        run the gateway (sluice serve --help lists every flag and default)
+  sluice serve [flags]        run the gateway (sluice serve --help lists every flag and default);
+                              also as "sluice launch [flags]" or "sluice [flags]", like the Rust gateway
   sluice demo [flags]         run the gateway with 2 prefill + 2 decode simulated engines
   sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
   sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
@@ -32,7 +34,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
-	case "serve":
+	case "serve", "launch", "start": // launch and start as the Rust gateway (smg launch) names it
 		err = serve(ctx, args[1:], stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
@@ -40,11 +42,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = workersCmd(ctx, args[1:], stdout, stderr)
 	case "admission":
 		err = admissionCmd(ctx, args[1:], stdout, stderr)
-	case "version", "--version", "-version":
+	case "version", "--version", "-version", "-V", "--version-verbose":
 		fmt.Fprintln(stdout, "sluice", app.Version)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 	default:
+		if strings.HasPrefix(args[0], "-") {
+			// `smg --worker-urls ...` runs the gateway without a subcommand; so does sluice.
+			err = serve(ctx, args, stderr)
+			break
+		}
 		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
