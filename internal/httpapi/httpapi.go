@@ -74,6 +74,7 @@ func New(o Options) *Handler {
 	h.mux.Handle("POST /v1/completions", h.inference(dispatch.RouteCompletions, "/v1/completions"))
 	h.mux.Handle("POST /generate", h.inference(dispatch.RouteGenerate, "/generate"))
 	h.mux.HandleFunc("GET /v1/models", h.models)
+	h.registerAux() // aux.go: embeddings, rerank, score, classify, tokenize, responses, messages
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		st, msg := http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path
 		switch r.URL.Path {
