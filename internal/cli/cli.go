@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/logfile"
 )
 
 const usage = `sluice — LLM inference gateway for prefill/decode disaggregated serving
@@ -79,8 +81,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := NewLogger(stderr, cfg.Telemetry)
+	out := stderr
+	if dir := cfg.SMG.LogDir; dir != "" {
+		lf, err := logfile.Open(dir, "sluice", nil)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		out = io.MultiWriter(stderr, lf)
+	}
+	logger := NewLogger(out, cfg.Telemetry)
 	app.TuneGC()
+	if n := cfg.SMG.RuntimeWorkerThreads; n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	logger.Info("starting sluice", "version", app.Version, "config", cfg)
+	if len(cfg.SMG.Inert) > 0 {
+		logger.Info("Rust gateway (SMG) flags accepted; sluice already behaves as they ask (sluice serve --help says why)", "flags", cfg.SMG.Inert)
+	}
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
 }

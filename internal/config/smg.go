@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/textproto"
@@ -691,4 +692,22 @@ func validHeaderName(h string) bool {
 	return strings.IndexFunc(h, func(r rune) bool {
 		return r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
 	}) < 0 && textproto.CanonicalMIMEHeaderKey(h) != ""
+}
+
+// smgLogValue is the SMG settings' group of the startup log line.
+func (c *Config) smgLogValue() slog.Attr {
+	m := c.SMG
+	return slog.Group("smg",
+		slog.Int("max_concurrent_requests", m.Concurrency.MaxConcurrent),
+		slog.Int("queue_size", m.Concurrency.QueueSize),
+		slog.Duration("queue_timeout", m.Concurrency.QueueTimeout),
+		slog.Int("rate_limit_tokens_per_second", m.Concurrency.TokensPerSecond),
+		slog.String("prometheus", fmt.Sprintf("%s:%d", m.MetricsHost, m.MetricsPort)),
+		slog.Int("health_check_port", m.HealthCheckPort),
+		slog.Any("request_id_headers", m.RequestIDHeaders),
+		slog.Any("routing_key_headers", m.RoutingKeyHeaders),
+		slog.Duration("drain_settle", m.DrainSettle),
+		slog.String("log_dir", m.LogDir),
+		slog.String("assignment_mode", m.AssignmentMode),
+	)
 }

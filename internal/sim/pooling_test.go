@@ -2,8 +2,8 @@ package sim
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"slices"
 	"strings"

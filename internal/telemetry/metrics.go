@@ -33,19 +33,27 @@ type Metrics struct {
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // NewMetrics creates the instruments and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) *Metrics { return NewMetricsWithBuckets(reg, nil) }
+
+// NewMetricsWithBuckets is NewMetrics with other buckets for the request, prefill and
+// time-to-first-token histograms (SMG's --prometheus-duration-buckets, which it applies to its
+// *duration_seconds and TTFT histograms); nil keeps latencyBuckets.
+func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64) *Metrics {
+	if len(durationBuckets) == 0 {
+		durationBuckets = latencyBuckets
+	}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total", Help: "Client requests by route, model and HTTP status.",
 		}, []string{"route", "model", "status"}),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_request_duration_seconds", Help: "Client request duration, until the last byte.", Buckets: latencyBuckets,
+			Name: "sluice_request_duration_seconds", Help: "Client request duration, until the last byte.", Buckets: durationBuckets,
 		}, []string{"route"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_time_to_first_token_seconds", Help: "Time from request arrival to the first byte of the response body.", Buckets: latencyBuckets,
+			Name: "sluice_time_to_first_token_seconds", Help: "Time from request arrival to the first byte of the response body.", Buckets: durationBuckets,
 		}, []string{"route"}),
 		prefillDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_pd_prefill_duration_seconds", Help: "Duration of the prefill leg of PD requests.", Buckets: latencyBuckets,
+			Name: "sluice_pd_prefill_duration_seconds", Help: "Duration of the prefill leg of PD requests.", Buckets: durationBuckets,
 		}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_responses_total", Help: "Responses from workers by worker and status (\"error\" for transport errors).",
