@@ -59,7 +59,9 @@ func (s *specIn) proto() (*adminv1.WorkerSpec, error) {
 	}
 	out := &adminv1.WorkerSpec{Url: s.URL, Labels: s.Labels, KvConnector: kvConnector(s.KVConnector)}
 	switch t := strings.ToLower(s.WorkerType); t {
-	case "", "regular", "prefill", "decode":
+	case "":
+		out.Role = "regular" // SMG's WorkerType default
+	case "regular", "prefill", "decode":
 		out.Role = t
 	case "encode":
 		return nil, badSpec("worker_type encode is not supported: sluice has no encode stage")
