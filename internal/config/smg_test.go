@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -459,5 +460,66 @@ func TestSMGHelp(t *testing.T) {
 		if !slices.Contains(names, yes) {
 			t.Errorf("FlagNames lacks %q", yes)
 		}
+	}
+}
+
+// smgMainRsFlags are the flags of SMG's CliArgs (model_gateway/src/main.rs at f8daa8835: every
+// #[arg(long)] field, the hand-parsed --prefill and --encode, and the visible aliases).
+var smgMainRsFlags = strings.Fields(`host port health-check-port worker-urls policy cache-threshold balance-abs-threshold
+balance-rel-threshold balance-token-usage-threshold overload-token-usage-threshold worker-overload-protection
+worker-overload-waiting-requests worker-overload-token-usage overlap-decay selection-temperature eviction-interval
+max-tree-size block-size cache-boundaries cache-index cache-ttl-secs max-idle-secs assignment-mode prefix-token-count
+prefix-hash-load-factor prefix-hash-balance-abs-threshold least-load-kv-pressure-weight least-load-default-throughput
+least-load-mean-prefill-tokens least-load-max-waiting-requests dp-aware routing-key-override routing-key-headers
+enable-igw dp-minimum-tokens-scheduler pd-disaggregation epd-disaggregation decode prefill-policy decode-policy
+encode-policy worker-startup-timeout-secs worker-startup-delay worker-startup-check-interval job-queue-capacity
+job-queue-concurrency zmq-engine-count upstream-http2 load-monitor-interval disable-load-monitoring engine-metrics
+kv-indexer-ttl-secs kv-indexer-max-entries multimodal-tensor-transport multimodal-shm-min-bytes service-discovery
+selector service-discovery-port service-discovery-namespace encode-selector prefill-selector decode-selector
+router-selector model-id-from model-alias log-dir log-level log-json prometheus-port prometheus-host
+prometheus-duration-buckets request-id-headers storage-context-headers trust-tenant-header tenant-header-name
+request-timeout-secs upstream-pool-idle-timeout-secs shutdown-grace-period-secs max-payload-size
+stream-request-bodies-over stream-body-stall-timeout-secs cors-allowed-origins max-concurrent-requests queue-size
+queue-timeout-secs priority-scheduler-enabled priority-scheduler-default-max-class priority-scheduler-config
+priority-scheduler-tenant-metric-top-n tenant-rate-limit-enabled tenant-rate-limit-config rate-limit-tokens-per-second
+retry-max-retries retry-initial-backoff-ms retry-max-backoff-ms retry-backoff-multiplier retry-jitter-factor
+disable-retries cb-failure-threshold cb-success-threshold cb-timeout-duration-secs cb-window-duration-secs
+disable-circuit-breaker health-failure-threshold health-success-threshold health-check-timeout-secs
+health-check-interval-secs health-check-endpoint disable-health-check remove-unhealthy-workers drain-settle-secs
+model-path tokenizer-path chat-template disable-tokenizer-autoload tokenizer-cache-enable-l0
+tokenizer-cache-l0-max-entries tokenizer-cache-enable-l1 tokenizer-cache-l1-max-memory reasoning-parser
+tool-call-parser mcp-config-path backend history-backend enable-wasm storage-hook-wasm-path schema-config
+oracle-wallet-path oracle-tns-alias oracle-dsn oracle-user oracle-password oracle-external-auth oracle-pool-min
+oracle-pool-max oracle-pool-timeout-secs postgres-db-url postgres-pool-max-size redis-url redis-pool-max-size
+redis-retention-days tls-cert-path tls-key-path enable-trace otlp-traces-endpoint api-key tenant-api-key jwt-issuer
+jwt-audience jwt-jwks-uri jwt-role-claim jwt-role-mapping control-plane-api-keys disable-audit-logging enable-mesh
+mesh-server-name mesh-host mesh-advertise-host mesh-port mesh-peer-urls webrtc-bind-addr webrtc-stun-server
+runtime-worker-threads prefill encode
+cache-match-threshold spill-abs-threshold spill-rel-threshold sticky-key-idle-secs sticky-sessions worker-auto-recovery
+model runtime`)
+
+// TestEverySMGFlagKnown: no SMG flag falls through to "unknown flag", and the migration guide names
+// each one.
+func TestEverySMGFlagKnown(t *testing.T) {
+	s := newFlagSet()
+	doc, err := os.ReadFile("../../docs/migrating-from-smg.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefixGroups := []string{"--oracle-", "--least-load-", "--priority-scheduler-", "--tokenizer-cache-"}
+	for _, name := range smgMainRsFlags {
+		if _, refused := smgRefused[name]; !refused && s.fs.Lookup(name) == nil {
+			t.Errorf("SMG flag --%s is neither a sluice flag nor refused", name)
+		}
+		mentioned := strings.Contains(string(doc), "`--"+name+"`") || strings.Contains(string(doc), "(`--"+name+"`)")
+		for _, g := range prefixGroups {
+			mentioned = mentioned || (strings.HasPrefix("--"+name, g) && strings.Contains(string(doc), "`"+g+"*`"))
+		}
+		if !mentioned {
+			t.Errorf("docs/migrating-from-smg.md does not name --%s", name)
+		}
+	}
+	if len(smgMainRsFlags) != 173 {
+		t.Errorf("%d SMG flags listed, want 173 (165 long flags + 8 aliases)", len(smgMainRsFlags))
 	}
 }
