@@ -70,11 +70,18 @@ func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, 
 	return routes, nil
 }
 
-// startSMGListeners binds the --prometheus-port and --health-check-port listeners.
+// startSMGListeners binds the --prometheus-port and --health-check-port listeners. Both are plain
+// HTTP even when the main listener serves TLS, as SMG's are: scrapers and kubelet probes then need no
+// certificate, and neither serves anything the main port does not serve without a credential.
 func (a *App) startSMGListeners() error {
 	m := a.cfg.SMG
+	plain := func(name string) server.ListenOptions {
+		o := a.listenOptions(name)
+		o.TLS = nil
+		return o
+	}
 	if m.MetricsPort >= 0 && a.handlers.Metrics != nil {
-		s, err := server.Listen(net.JoinHostPort(m.MetricsHost, strconv.Itoa(m.MetricsPort)), a.handlers.Metrics, a.listenOptions("metrics"))
+		s, err := server.Listen(net.JoinHostPort(m.MetricsHost, strconv.Itoa(m.MetricsPort)), a.handlers.Metrics, plain("metrics"))
 		if err != nil {
 			return fmt.Errorf("listen metrics (--prometheus-port): %w", err)
 		}
@@ -82,7 +89,7 @@ func (a *App) startSMGListeners() error {
 		a.serve(s)
 	}
 	if m.HealthCheckPort > 0 {
-		s, err := server.Listen(net.JoinHostPort(a.cfg.Server.Host, strconv.Itoa(m.HealthCheckPort)), a.handlers.Probe, a.listenOptions("probe"))
+		s, err := server.Listen(net.JoinHostPort(a.cfg.Server.Host, strconv.Itoa(m.HealthCheckPort)), a.handlers.Probe, plain("probe"))
 		if err != nil {
 			return fmt.Errorf("listen probes (--health-check-port): %w", err)
 		}
