@@ -20,6 +20,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2

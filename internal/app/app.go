@@ -27,6 +27,7 @@ import (
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/engineload"
 	"github.com/sluicegw/sluice/internal/httpapi"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
@@ -60,6 +61,8 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
+	loads      *engineload.Poller
+	loadSink   *engineLoadSink
 	detector   *dispatch.Detector
 	pods       *discovery.Discovery // nil unless --service-discovery
 	tp         *telemetry.TracerProvider
@@ -170,7 +173,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
 		QueueSize:            cfg.Admission.QueueSize,
 		QueueTimeout:         cfg.Admission.QueueTimeout,
-	}, admission.Deps{Metrics: admissionMetrics{a.Metrics}, Tracer: tracer})
+	}, admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +194,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		}},
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
-		HTTP: httpClient, Metrics: a.Metrics, Tracer: tracer,
+		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry}, Tracer: tracer,
 		Propagator: telemetry.Propagator(), Logger: logger,
 	})
 	if err != nil {
@@ -222,6 +225,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		}
 		return out
 	})
+	telemetry.RegisterStateCollector(a.Prom, Version, string(cfg.Mode()), a.stateSample)
+	a.loadSink = &engineLoadSink{m: a.Metrics}
+	a.loads = &engineload.Poller{Registry: a.Registry, HTTP: httpClient, Interval: cfg.Telemetry.EngineLoadInterval, Sink: a.loadSink}
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
@@ -275,18 +281,20 @@ func (a *App) onEvent(ev worker.Event) {
 	case worker.EventRemoved:
 		a.Admission.RemoveWorker(url)
 		a.Policies.Forget(ev.Worker)
-		a.Metrics.DeleteWorker(url)
-		a.Security.DeleteWorker(url)
+		a.loadSink.deleteWorker(url)
 	case worker.EventReplaced:
 		if ev.Prev != nil && ev.Prev.URL() != url {
 			a.Admission.RemoveWorker(ev.Prev.URL())
-			a.Metrics.DeleteWorker(ev.Prev.URL())
+			a.loadSink.deleteWorker(ev.Prev.URL())
 		}
 		if ev.Prev != nil {
 			a.Policies.Forget(ev.Prev)
 		}
 		a.Policies.Forget(ev.Worker)
-	case worker.EventAdded, worker.EventHealthChanged:
+	case worker.EventHealthChanged:
+		a.Metrics.IncHealthTransition(url, ev.Old.String(), ev.New.String())
+		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
+	case worker.EventAdded:
 		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
 	}
 	a.Admission.Wake()
@@ -328,9 +336,9 @@ func (a *App) Start(ctx context.Context) error {
 		stop()
 		return err
 	}
-	a.wg.Add(2)
-	go func() { defer a.wg.Done(); a.checker.Run(bg) }()
-	go func() { defer a.wg.Done(); a.Policies.Run(bg) }()
+	a.wg.Go(func() { a.checker.Run(bg) })
+	a.wg.Go(func() { a.Policies.Run(bg) })
+	a.wg.Go(func() { a.loads.Run(bg) })
 	if a.pods != nil {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })
@@ -486,12 +494,3 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	defer cancel()
 	return a.Shutdown(sctx)
 }
-
-// admissionMetrics adapts telemetry.Metrics to admission.Metrics.
-type admissionMetrics struct{ m *telemetry.Metrics }
-
-func (a admissionMetrics) SetInflight(w string, n int)      { a.m.SetInflight(w, n) }
-func (a admissionMetrics) DeleteWorker(w string)            { a.m.DeleteWorker(w) }
-func (a admissionMetrics) SetQueued(n int)                  { a.m.SetQueued(n) }
-func (a admissionMetrics) ObserveWait(d time.Duration)      { a.m.ObserveWait(d) }
-func (a admissionMetrics) IncRejection(o admission.Outcome) { a.m.IncRejectionReason(o.String()) }

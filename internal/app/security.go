@@ -78,7 +78,7 @@ func (a *App) listenOptions(name string) server.ListenOptions {
 // onBreakerTransition logs and counts a circuit breaker state change: opening is a warning (the worker
 // gets no traffic), recovering is info.
 func (a *App) onBreakerTransition(w *worker.Worker, from, to worker.BreakerState, reason string) {
-	a.Security.IncBreakerTransition(w.URL(), from.String(), to.String(), reason)
+	a.Metrics.IncBreakerTransition(w.URL(), from.String(), to.String(), reason)
 	attrs := []any{"worker", w.ID(), "url", w.URL(), "from", from.String(), "to", to.String(), "reason", reason}
 	if to == worker.BreakerOpen {
 		a.logger.Warn("circuit breaker opened", attrs...)

@@ -125,6 +125,9 @@ func parseAux(route Route, body []byte) (*Request, error) {
 			return nil, invalid("stream", "stream must be a boolean")
 		}
 		req.Stream = v
+		// Responses and Messages streams carry their usage in their own events (response.completed;
+		// message_start and message_delta): the gateway must not add stream_options to them.
+		req.IncludeUsage = v
 	}
 	for _, alts := range auxRequired[route] {
 		found := false

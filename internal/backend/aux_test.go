@@ -31,7 +31,7 @@ func TestParseAux(t *testing.T) {
 			want: Request{Model: "m", Text: "hi there"}},
 		{name: "detokenize", route: RouteDetokenize, body: `{"model":"m","tokens":[1,2]}`, want: Request{Model: "m"}},
 		{name: "responses streaming", route: RouteResponses, body: `{"model":"m","input":"say hi","stream":true}`,
-			want: Request{Model: "m", Text: "say hi", Stream: true}},
+			want: Request{Model: "m", Text: "say hi", Stream: true, IncludeUsage: true}},
 		{name: "messages", route: RouteMessages, body: `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hey"}]}`,
 			want: Request{Model: "m", Text: "hey"}},
 		{name: "missing input", route: RouteEmbeddings, body: `{"model":"m"}`, wantErr: "input or messages is required"},

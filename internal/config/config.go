@@ -257,6 +257,9 @@ type TelemetryConfig struct {
 	// TraceSampleRatio is the fraction of root traces sampled
 	// (--trace-sample-ratio, default 1.0).
 	TraceSampleRatio float64
+	// EngineLoadInterval is how often every engine is asked for its own load, exported as the
+	// sluice_worker_engine_* gauges (--engine-load-interval-secs, default 15; 0 = never).
+	EngineLoadInterval time.Duration
 }
 
 // Mode returns the routing mode.

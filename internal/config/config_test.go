@@ -59,7 +59,7 @@ func TestDefault(t *testing.T) {
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
-		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
+		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, EngineLoadInterval: 15 * time.Second},
 		Discovery: DiscoveryConfig{Port: 80},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
 		Limits: LimitsConfig{
@@ -142,6 +142,7 @@ func TestParseRejects(t *testing.T) {
 		{"zero eviction interval", []string{"--eviction-interval-secs", "0"}, "--eviction-interval-secs must be positive"},
 		{"zero virtual nodes", []string{"--virtual-nodes", "0"}, "--virtual-nodes must be at least 1"},
 		{"trace ratio above one", []string{"--trace-sample-ratio", "2"}, "--trace-sample-ratio must be between 0 and 1"},
+		{"negative engine load interval", []string{"--engine-load-interval-secs", "-1"}, "--engine-load-interval-secs must be >= 0"},
 		{"otlp bad endpoint", []string{"--otlp-traces-endpoint", "collector"}, `--otlp-traces-endpoint "collector": want host:port or a URL`},
 		{"otlp bad scheme", []string{"--otlp-traces-endpoint", "ftp://c:4317"}, `scheme "ftp" not supported`},
 		{"otlp bad port", []string{"--otlp-traces-endpoint", "c:99999"}, `port "99999" out of range`},

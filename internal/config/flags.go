@@ -76,6 +76,7 @@ func newFlagSet() *flagSet {
 	c.Health.Interval = 60e9
 	c.Health.Timeout = 5e9
 	c.Breaker.Timeout = 60e9
+	c.Telemetry.EngineLoadInterval = 15e9
 	c.Retry.InitialBackoff = 50e6
 	c.Retry.MaxBackoff = 30e9
 	const sec, ms = 1e9, 1e6
@@ -98,6 +99,7 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
+	s.dur(&c.Telemetry.EngineLoadInterval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics); 0 = never.")
 
 	s.section("Workers")
 	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")

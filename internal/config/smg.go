@@ -31,7 +31,7 @@ type SMGConfig struct {
 	// 0 = a free port). /metrics stays on the main port too.
 	MetricsHost string
 	MetricsPort int
-	// DurationBuckets replaces the buckets of the *_duration_seconds histograms
+	// DurationBuckets replaces the buckets of the request duration and time-to-first-token histograms
 	// (--prometheus-duration-buckets, repeatable; default none = sluice's buckets).
 	DurationBuckets []float64
 	// HealthCheckPort, when non-zero, serves /liveness, /readiness and /health on a listener of its
@@ -172,7 +172,6 @@ var smgRefused = map[string]smgRefusal{
 	"dp-minimum-tokens-scheduler":       {argBool, "sluice places data-parallel ranks itself with the policy (--dp-aware); remove the flag"},
 	"routing-key-override":              {argBool, "sluice derives no sticky key from the body's rid; use --policy manual or consistent_hashing with a routing-key header"},
 	"sticky-sessions":                   {argBool, "sluice derives no sticky key from the body's rid; use --policy manual or consistent_hashing with a routing-key header"},
-	"engine-metrics":                    {argBool, "sluice does not re-export engine loads as gauges; scrape GET /engine_metrics or the engines"},
 	// Modes and transports sluice does not speak.
 	"epd-disaggregation":             {argBool, "sluice has no encode stage; run vision models as regular or PD workers"},
 	"encode":                         {argURLPort, "sluice has no encode stage; run vision models as regular or PD workers"},
@@ -246,8 +245,8 @@ var smgInert = []struct {
 	{"worker-startup-check-interval", "SECS", argOne, checkUint, "Accepted: workers are probed every --health-check-interval-secs."},
 	{"job-queue-capacity", "N", argOne, checkPositive, "Accepted: sluice applies worker changes synchronously, without a job queue."},
 	{"job-queue-concurrency", "N", argOne, checkPositive, "Accepted: sluice applies worker changes synchronously, without a job queue."},
-	{"load-monitor-interval", "SECS", argOne, checkUint, "Accepted: power_of_two uses sluice's live in-flight counts; no engine polling."},
-	{"disable-load-monitoring", "", argBool, nil, "Accepted: sluice polls no engine loads for routing."},
+	{"disable-load-monitoring", "", argBool, nil, "Accepted: sluice polls engine loads only for its sluice_worker_engine_* gauges (power_of_two uses live in-flight counts); --engine-load-interval-secs 0 stops the polling."},
+	{"engine-metrics", "", argBool, nil, "Accepted: sluice always exports engine loads as sluice_worker_engine_* gauges, polled every --engine-load-interval-secs."},
 	{"block-size", "N", argOne, checkPositive, "Accepted: sluice's cache_aware matches prompt text; the block size only shapes SMG's token trees (its Helm chart always passes it)."},
 	{"model-path", "PATH", argOne, nil, "Accepted: sluice routes on prompt text and loads no tokenizer; engines tokenize."},
 	{"model", "PATH", argOne, nil, "Accepted (alias of --model-path): sluice loads no tokenizer."},
@@ -324,7 +323,7 @@ func (s *flagSet) registerSMG() {
 	s.section("Listeners and observability (SMG names)")
 	s.str(&m.MetricsHost, "prometheus-host", "ADDR", "0.0.0.0", "Address of the separate metrics listener.")
 	s.int(&m.MetricsPort, "prometheus-port", "PORT", -1, "Serve /metrics also on this port (0 = a free port); -1 = only on --port.")
-	s.add(floatListValue{&m.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the *_duration_seconds histograms, in seconds; repeatable, or several after one flag.")
+	s.add(floatListValue{&m.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the request duration and time-to-first-token histograms, in seconds; repeatable, or several after one flag.")
 	s.int(&m.HealthCheckPort, "health-check-port", "PORT", 0, "Also serve /liveness, /readiness and /health on this port, on a listener of their own; 0 = off.")
 	s.add(headerListValue{&m.RequestIDHeaders, &s.smg.requestIDSet}, "request-id-headers", "HEADER", "Request headers holding the request id, first present wins; repeatable. Default x-request-id, x-correlation-id, x-trace-id, request-id.")
 	s.add(headerListValue{&m.RoutingKeyHeaders, &s.smg.routingKeySet}, "routing-key-headers", "HEADER", "Request headers holding the routing key (consistent_hashing, manual), first present wins; repeatable. Default x-sluice-routing-key, x-smg-routing-key.")
@@ -352,6 +351,7 @@ func (s *flagSet) registerSMG() {
 	alias("spill-rel-threshold", "balance-rel-threshold")
 	alias("sticky-key-idle-secs", "max-idle-secs")
 	alias("worker-auto-recovery", "remove-unhealthy-workers")
+	alias("load-monitor-interval", "engine-load-interval-secs")
 	s.add(backendValue{&c.Workers.Runtime}, "backend", "NAME", "SMG's --backend: sglang or vllm set --runtime; other backends are refused.")
 	for _, f := range smgInert {
 		s.add(inertValue{name: f.name, kind: f.kind, check: f.check, into: &m.Inert}, f.name, f.metavar, f.reason)

@@ -95,6 +95,7 @@ func (c *Config) LogValue() slog.Value {
 			slog.Bool("log_json", c.Telemetry.LogJSON),
 			slog.String("otlp_traces_endpoint", redactURL(c.Telemetry.OTLPTracesEndpoint)),
 			slog.Float64("trace_sample_ratio", c.Telemetry.TraceSampleRatio),
+			slog.Duration("engine_load_interval", c.Telemetry.EngineLoadInterval),
 		),
 	)
 }

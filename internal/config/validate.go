@@ -70,6 +70,9 @@ func (c *Config) Validate() error {
 	if r := c.Telemetry.TraceSampleRatio; !(r >= 0 && r <= 1) {
 		bad("--trace-sample-ratio must be between 0 and 1, got %v", r)
 	}
+	if c.Telemetry.EngineLoadInterval < 0 {
+		bad("--engine-load-interval-secs must be >= 0, got %v", c.Telemetry.EngineLoadInterval.Seconds())
+	}
 
 	// Workers and mode.
 	if c.Workers.DPSize < 0 || c.Workers.DPSize > 1024 {

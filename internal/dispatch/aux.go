@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -80,4 +81,30 @@ func selectHTTP(snap *worker.Snapshot, role worker.Role, br *backend.Request, p 
 			br.Route.Path()+" is not served by worker-protocol (grpc://) workers, which carry chat, completions and generate only", nil)
 	}
 	return placement.Select(snap, role, p, pol, func(w *worker.Worker) bool { return w.Protocol() != worker.ProtocolGRPC }, time.Now())
+}
+
+// Raw returns the body of a streamed answer to relay byte for byte (the named events of Responses
+// and Messages streams, which Frames does not parse): the request's metrics see its first byte as
+// the time to first token, and its end.
+func (r *Response) Raw() io.Reader {
+	if r.meter == nil || !r.Stream {
+		return r.Body
+	}
+	return &rawBody{rd: r.Body, m: r.meter}
+}
+
+type rawBody struct {
+	rd io.Reader
+	m  *meter
+}
+
+func (b *rawBody) Read(p []byte) (int, error) {
+	n, err := b.rd.Read(p)
+	if n > 0 && b.m.first.IsZero() {
+		b.m.first = time.Now()
+	}
+	if err != nil {
+		b.m.streamEnded(err)
+	}
+	return n, err
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -87,6 +89,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 	dload := x.acquireLoad(dw)
 	var pout prefillOutcome
 	prefillDone := make(chan struct{})
+	timing := &pdTiming{handoff: pw.Handoff().String(), start: time.Now()}
 	go func() {
 		defer close(prefillDone)
 		reason := admission.ReleaseCompleted
@@ -94,10 +97,10 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 			x.releaseLoad(pw, pload)
 			hold.Release(reason)
 		}()
-		start := time.Now()
 		pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
 		if pout.err == nil {
-			x.d.Metrics.ObservePrefill(time.Since(start))
+			timing.prefill = time.Since(timing.start) // read after prefillDone closes
+			x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(legCtx))
 			return
 		}
 		reason = admission.ReleaseFailed
@@ -115,6 +118,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 		return nil, legError(ctx, legCtx, err, pout.err)
 	}
 	out := x.response(resp, br, dw, pw)
+	out.pd = timing
 	finish := func() {
 		cancelLegs(errRequestEnded)
 		<-prefillDone

@@ -74,6 +74,14 @@ func routeHandoffs(route backend.Route) worker.HandoffSet {
 // runs on a decode worker alone, which computes the prompt itself.
 func oneConsumer(br *backend.Request) bool { return br.N > 1 || br.BatchSize > 1 }
 
+// skipReason is the IncPrefillSkipped reason of a request oneConsumer refuses.
+func skipReason(br *backend.Request) string {
+	if br.N > 1 {
+		return ReasonNGreaterThanOne
+	}
+	return ReasonBatch
+}
+
 // onlySingleConsumer reports a set of handoffs that are all single-consumer.
 func onlySingleConsumer(set worker.HandoffSet) bool { return set != 0 && set&^vllmHandoffs == 0 }
 
@@ -86,6 +94,7 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		return nil, apierror.InvalidRequest("", br.Route.Path()+" is SGLang's native API; the PD workers here speak vLLM: use /v1/chat/completions or /v1/completions")
 	}
 	if ph := snap.Handoffs(worker.RolePrefill); oneConsumer(br) && ph.Single() && onlySingleConsumer(ph) {
+		x.d.Metrics.IncPrefillSkipped(handoffOf(ph).String(), skipReason(br))
 		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
 	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
@@ -94,6 +103,7 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 	}
 	if oneConsumer(br) && pw.Handoff().SingleConsumer() {
 		slot.Release(admission.ReleaseCompleted)
+		x.d.Metrics.IncPrefillSkipped(pw.Handoff().String(), skipReason(br))
 		return x.decodeOnly(ctx, r, br, preq, pw.Handoff())
 	}
 	ad := x.adapter(pw.Handoff())

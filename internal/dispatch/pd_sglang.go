@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
@@ -97,6 +101,7 @@ func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Wo
 		guards[k] = a.slot.Guard()
 	}
 	a.slot.Release(admission.ReleaseCompleted) // the guards hold the slot now
+	x.d.Metrics.IncSplit(a.pw.Handoff().String(), n)
 
 	sctx, cancel := context.WithCancel(ctx)
 	resps := make([]*Response, n)
@@ -106,10 +111,17 @@ func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Wo
 		rk := *a.r
 		rk.RequestID = a.r.RequestID + "-" + strconv.Itoa(k)
 		wg.Go(func() {
-			resps[k], errs[k] = x.exchange(sctx, &rk, a.br, a.pw, dw, samples[k], guards[k], merge)
+			// One span per sample, its legs under it, so a trace shows the split.
+			kctx, span := x.d.Tracer.Start(sctx, "sluice.sample", trace.WithAttributes(
+				attribute.Int("sluice.sample.index", k), attribute.String("sluice.request_id", rk.RequestID)))
+			resps[k], errs[k] = x.exchange(kctx, &rk, a.br, a.pw, dw, samples[k], guards[k], merge)
 			if errs[k] != nil {
+				span.SetStatus(codes.Error, "sample failed")
+				span.End()
 				cancel() // one sample failed: the request has failed, stop the others
+				return
 			}
+			resps[k].Body = &onClose{ReadCloser: resps[k].Body, fn: func() { span.End() }}
 		})
 	}
 	wg.Wait()

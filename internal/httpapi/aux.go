@@ -67,6 +67,7 @@ func (h *Handler) passthrough(route dispatch.Route, name string) http.Handler {
 			return
 		}
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
+		rec.dispatched = true // dispatch records the request, answered or not
 		if err != nil {
 			rec.fail(w, apierror.From(err))
 			return
@@ -76,7 +77,7 @@ func (h *Handler) passthrough(route dispatch.Route, name string) http.Handler {
 		rec.status = resp.Status
 		copyHeaders(w, resp)
 		w.WriteHeader(resp.Status)
-		copyRaw(r.Context(), w, resp.Body, route, rec, h.o.Logger)
+		copyRaw(r.Context(), w, resp.Raw(), route, h.o.Logger)
 	})
 }
 
@@ -104,7 +105,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *api
 // copyRaw relays a stream of named SSE events chunk by chunk, flushing each: the engine's framing is
 // kept (event names included; these streams end when the engine closes them, with no [DONE]). A
 // stream cut by a failure gets one error event in the route's own format.
-func copyRaw(ctx context.Context, w http.ResponseWriter, body io.Reader, route dispatch.Route, rec *recorder, logger *slog.Logger) {
+func copyRaw(ctx context.Context, w http.ResponseWriter, body io.Reader, route dispatch.Route, logger *slog.Logger) {
 	rc := http.NewResponseController(w)
 	bp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bp)
@@ -112,7 +113,6 @@ func copyRaw(ctx context.Context, w http.ResponseWriter, body io.Reader, route d
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			rec.wroteFirstByte()
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}

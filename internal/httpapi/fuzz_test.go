@@ -3,14 +3,14 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/trace/noop"
-
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
 // FuzzRelaySSE feeds any upstream byte stream through the SSE relay: the client always gets well-formed
@@ -24,9 +24,8 @@ func FuzzRelaySSE(f *testing.F) {
 	f.Add([]byte("data: partial"))
 	f.Fuzz(func(t *testing.T, upstream []byte) {
 		w := httptest.NewRecorder()
-		_, span := noop.NewTracerProvider().Tracer("").Start(context.Background(), "x")
-		rec := &recorder{h: &Handler{}, span: span}
-		relaySSE(context.Background(), w, bytes.NewReader(upstream), rec, slog.New(slog.DiscardHandler))
+		resp := &dispatch.Response{Body: io.NopCloser(bytes.NewReader(upstream)), Stream: true}
+		relaySSE(context.Background(), w, resp.Frames(), slog.New(slog.DiscardHandler))
 		out := w.Body.Bytes()
 		r := backend.NewSSEReader(bytes.NewReader(out))
 		var last []byte

@@ -6,20 +6,15 @@ import "github.com/prometheus/client_golang/prometheus"
 // credentials, client connections and certificate reloads. Per-worker series are deleted with
 // DeleteWorker.
 type SecurityMetrics struct {
-	breakerTransitions *prometheus.CounterVec
-	authFailures       *prometheus.CounterVec
-	connsOpen          *prometheus.GaugeVec
-	connsRejected      *prometheus.CounterVec
-	reloads            *prometheus.CounterVec
+	authFailures  *prometheus.CounterVec
+	connsOpen     *prometheus.GaugeVec
+	connsRejected *prometheus.CounterVec
+	reloads       *prometheus.CounterVec
 }
 
 // NewSecurityMetrics creates the instruments and registers them on reg.
 func NewSecurityMetrics(reg prometheus.Registerer) *SecurityMetrics {
 	m := &SecurityMetrics{
-		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_circuit_breaker_transitions_total",
-			Help: "Circuit breaker state changes per worker, by from/to state and reason.",
-		}, []string{"worker", "from", "to", "reason"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_auth_failures_total",
 			Help: "Refused calls by API (inference, admin) and reason (missing, invalid, forbidden).",
@@ -36,13 +31,8 @@ func NewSecurityMetrics(reg prometheus.Registerer) *SecurityMetrics {
 			Help: "Reloads of changed credential files (tls_server, tls_client, api_keys) by result (ok, error).",
 		}, []string{"file", "result"}),
 	}
-	reg.MustRegister(m.breakerTransitions, m.authFailures, m.connsOpen, m.connsRejected, m.reloads)
+	reg.MustRegister(m.authFailures, m.connsOpen, m.connsRejected, m.reloads)
 	return m
-}
-
-// IncBreakerTransition counts one breaker state change.
-func (m *SecurityMetrics) IncBreakerTransition(worker, from, to, reason string) {
-	m.breakerTransitions.WithLabelValues(worker, from, to, reason).Inc()
 }
 
 // IncAuthFailure counts one refused call.
@@ -67,9 +57,4 @@ func (m *SecurityMetrics) IncReload(file string, err error) {
 		result = "error"
 	}
 	m.reloads.WithLabelValues(file, result).Inc()
-}
-
-// DeleteWorker deletes a removed worker's series.
-func (m *SecurityMetrics) DeleteWorker(worker string) {
-	m.breakerTransitions.DeletePartialMatch(prometheus.Labels{"worker": worker})
 }

@@ -76,6 +76,10 @@ const (
 	chatMsgs = `"model":"m","messages":[{"role":"user","content":"hi"}]`
 )
 
+// usageAsked is what the gateway adds to a streamed chat or completions request whose client did not
+// ask for usage: it counts tokens from the engine's usage chunk, which it drops before the client sees it.
+const usageAsked = `"stream_options":{"include_usage":true}`
+
 func withBoot(obj, room string) string {
 	return strings.TrimSuffix(obj, "}") + strings.ReplaceAll(boot, "$room:a", "$room:"+room)
 }
@@ -98,11 +102,12 @@ var rows = []row{
 		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		check:   choices(2)},
+	// The client did not ask for usage: the gateway asks (usageAsked) and drops the usage chunk.
 	{name: "sglang chat n=3 stream split", source: srcTokMgr, protocol: "sglang", route: "/v1/chat/completions",
 		body:    `{` + chatMsgs + `,"n":3,"stream":true}`,
 		status:  200,
-		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
-		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
+		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
 		check:   streamIndexes(3)},
 	{name: "sglang completions", source: srcMiniLB, protocol: "sglang", route: "/v1/completions",
 		body:    `{"model":"m","prompt":"once upon","max_tokens":4}`,
@@ -190,7 +195,7 @@ var rows = []row{
 		body:    `{"model":"m","prompt":"p","max_tokens":9,"stream":true}`,
 		status:  200,
 		prefill: []string{`{"model":"m","prompt":"p","max_tokens":1,"stream":false,` + prefillK + `}`},
-		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,"kv_transfer_params":{{KV}}}`}},
+		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,` + usageAsked + `,"kv_transfer_params":{{KV}}}`}},
 	{name: "vllm prefill without kv_transfer_params: decode recomputes", source: srcNIXL + "; " + srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
 		omitKV:  true,
 		body:    `{` + chatMsgs + `,"max_tokens":64}`,

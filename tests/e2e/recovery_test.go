@@ -153,7 +153,7 @@ func TestWorkerRecoversAsSoonAsHealthy(t *testing.T) {
 			before := load.servedBy(url)
 			if tc.recovers {
 				waitFor(t, "traffic to the restarted engine", 30*time.Second, func() bool { return load.servedBy(url) > before })
-				if got := metricValue(t, gw, `sluice_circuit_breaker_transitions_total{from="open",reason="health_probe",to="half_open",worker="`+url+`"}`); got < 1 {
+				if got := metricValue(t, gw, `sluice_worker_breaker_transitions_total{from="open",reason="health_probe",to="half_open",worker="`+url+`"}`); got < 1 {
 					t.Errorf("health_probe transitions counted: %v, want >= 1", got)
 				}
 			} else {
@@ -167,7 +167,7 @@ func TestWorkerRecoversAsSoonAsHealthy(t *testing.T) {
 				}
 			}
 			load.halt()
-			if n := metricValue(t, gw, `sluice_circuit_breaker_transitions_total{from="closed",reason="consecutive_failures",to="open",worker="`+url+`"}`); n < 1 {
+			if n := metricValue(t, gw, `sluice_worker_breaker_transitions_total{from="closed",reason="consecutive_failures",to="open",worker="`+url+`"}`); n < 1 {
 				t.Errorf("closed->open transition not counted (%v)", n)
 			}
 		})

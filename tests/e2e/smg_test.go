@@ -349,10 +349,23 @@ func TestOpenAISurfaceRegularMode(t *testing.T) {
 	if err := sg.Engines[0].SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: 503, Paths: []string{"/v1/embeddings"}}); err != nil {
 		t.Fatal(err)
 	}
+	const sgEmbeddings = `sluice_requests_total{model="sg",route="/v1/embeddings",status="200"}`
+	before, _ := strconv.Atoi(promValue(t, gw.URL, sgEmbeddings))
 	for range 6 {
 		if st, _, b := do(t, http.MethodPost, gw.URL+"/v1/embeddings", `{"model":"sg","input":"retry me"}`); st != 200 {
 			t.Fatalf("embeddings with one failing engine: %d %s", st, b)
 		}
+	}
+	if after := promValue(t, gw.URL, sgEmbeddings); after != strconv.Itoa(before+6) {
+		t.Errorf("%s went from %d to %s over 6 requests: each request counts once", sgEmbeddings, before, after)
+	}
+	// A relayed event stream's first byte is its first token; a non-streamed Responses answer's usage
+	// (input_tokens, output_tokens) counts its tokens.
+	if promValue(t, gw.URL, `sluice_time_to_first_token_seconds_count{model="sg",route="/v1/responses"}`) == "" {
+		t.Error("no TTFT observed for the Responses stream")
+	}
+	if promValue(t, gw.URL, `sluice_tokens_total{model="vl",route="/v1/responses",type="output"}`) == "" {
+		t.Error("no output tokens counted for Responses")
 	}
 	_, _, metrics := do(t, http.MethodGet, gw.URL+"/metrics", "")
 	for _, want := range []string{`sluice_requests_total{model="sg",route="/v1/embeddings",status="200"}`, `sluice_requests_total{model="vl",route="/v1/messages",status="200"}`,
@@ -592,17 +605,38 @@ func TestSMGRoutesAuth(t *testing.T) {
 	}
 }
 
-// promValue reads one unlabelled sample from a /metrics scrape.
+// promValue is the value of the metric name on url's /metrics: summed over its series when it has
+// labels; "" when it has none.
 func promValue(t *testing.T, url, name string) string {
 	t.Helper()
 	_, _, b := do(t, http.MethodGet, url+"/metrics", "")
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	sum, found := 0.0, false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return v
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
 		}
+		if strings.HasPrefix(rest, "{") {
+			if i := strings.Index(rest, "} "); i >= 0 {
+				rest = rest[i+1:]
+			}
+		}
+		v, ok := strings.CutPrefix(rest, " ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		sum, found = sum+f, true
 	}
-	return ""
+	if !found {
+		return ""
+	}
+	return strconv.FormatFloat(sum, 'g', -1, 64)
 }
 
 // TestGatewayConcurrencyLimit: --max-concurrent-requests with its queue answers as SMG does: a
