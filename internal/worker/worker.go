@@ -54,6 +54,9 @@ type Worker struct {
 	removed atomic.Bool
 	load    atomic.Int64
 	breaker *Breaker
+	// engineLoad is the engine's last reported load (LoadMonitor); nil when
+	// unknown.
+	engineLoad atomic.Pointer[EngineLoad]
 
 	// Idle notification for WaitIdle; only touched when someone waits.
 	idleWaiters atomic.Int32
