@@ -36,11 +36,12 @@ const (
 	PolicyPowerOfTwo        = "power_of_two"
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
+	PolicyLeastLoad         = "least_load"
 )
 
 // PolicyNames returns the valid policy names, in a fresh slice.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad}
 }
 
 // Config is the gateway's whole startup configuration. Build it with [Parse]
@@ -50,6 +51,7 @@ type Config struct {
 	Workers   WorkersConfig
 	Placement PlacementConfig
 	Admission AdmissionConfig
+	Load      LoadConfig
 	Health    HealthConfig
 	Breaker   BreakerConfig
 	Retry     RetryConfig
@@ -160,10 +162,73 @@ type AdmissionConfig struct {
 	// QueueTimeout bounds one request's wait for a slot
 	// (--prefill-queue-timeout-secs, default 60s).
 	QueueTimeout time.Duration
+	// MaxInflightTokensPerWorker bounds the estimated prompt tokens in
+	// prefill per prefill worker, alone or with the request limit
+	// (--prefill-max-inflight-tokens-per-worker, default -1; <= 0 = off).
+	MaxInflightTokensPerWorker int64
+	// CharsPerToken turns prompt text into estimated tokens
+	// (--prefill-token-estimate-chars-per-token, default 4).
+	CharsPerToken float64
+	// PriorityBands are the priority bands, lowest first
+	// (--prefill-priority-bands NAME:MIN,..., default none = one band).
+	PriorityBands []PriorityBand
+	// PriorityAging raises a waiting request by one band per this much wait
+	// (--prefill-priority-aging-secs, default 10s).
+	PriorityAging time.Duration
+	// EarlyRejection rejects at once a request whose predicted wait exceeds
+	// its timeout (--prefill-early-rejection, default false).
+	EarlyRejection bool
+	// AdaptiveMin and AdaptiveMax are the range of the adaptive per-worker
+	// limit (--prefill-adaptive-limit MIN:MAX, default none = fixed limit).
+	AdaptiveMin, AdaptiveMax int
 }
 
-// Enabled reports whether prefill admission is on.
-func (a AdmissionConfig) Enabled() bool { return a.MaxInflightPerWorker > 0 }
+// PriorityBand is one band of --prefill-priority-bands: requests whose
+// priority is at least MinPriority (and below the next band's).
+type PriorityBand struct {
+	Name        string
+	MinPriority int
+}
+
+// Enabled reports whether prefill admission is on: a request limit, a token
+// budget or an adaptive limit is set.
+func (a AdmissionConfig) Enabled() bool {
+	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0
+}
+
+// LoadConfig holds the polling of engines' own load reports.
+type LoadConfig struct {
+	// MonitorInterval is how often each worker's engine is asked for its
+	// load (--load-monitor-interval-secs, default 0 = every second when
+	// something uses the loads, least_load or the overload threshold, else
+	// never). See [Config.LoadMonitorInterval].
+	MonitorInterval time.Duration
+	// OverloadWaitingRequests treats a prefill worker whose engine reports
+	// more than this many waiting requests as at capacity for admission
+	// (--worker-overload-waiting-requests, default -1 = off).
+	OverloadWaitingRequests int
+}
+
+// DefaultLoadMonitorInterval is the load monitor's interval when it runs
+// because something needs it and no interval was given.
+const DefaultLoadMonitorInterval = time.Second
+
+// LoadMonitorInterval is the effective interval of the load monitor; 0 means
+// it does not run.
+func (c *Config) LoadMonitorInterval() time.Duration {
+	if c.Load.MonitorInterval > 0 {
+		return c.Load.MonitorInterval
+	}
+	if c.Load.OverloadWaitingRequests >= 0 || c.usesPolicy(PolicyLeastLoad) {
+		return DefaultLoadMonitorInterval
+	}
+	return 0
+}
+
+func (c *Config) usesPolicy(name string) bool {
+	p := c.Placement
+	return p.Policy == name || p.PrefillPolicy == name || p.DecodePolicy == name
+}
 
 // HealthConfig holds active worker health checking.
 type HealthConfig struct {
