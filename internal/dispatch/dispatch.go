@@ -66,6 +66,12 @@ type Config struct {
 	// DropClientAuthorization keeps the client's Authorization header from reaching engines. Set it when
 	// the gateway checks its own API key: that header carries the gateway's key, not an engine's.
 	DropClientAuthorization bool
+	// CharsPerToken turns prompt text into admission's token estimate; 0 means DefaultCharsPerToken.
+	CharsPerToken float64
+	// CheckOverload makes a prefill worker whose engine last reported more than OverloadWaitingRequests
+	// waiting requests count as at capacity for admission (worker.LoadMonitor supplies the reports).
+	CheckOverload           bool
+	OverloadWaitingRequests int
 }
 
 // Deps are the dispatcher's collaborators.
@@ -174,6 +180,9 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	preq, err := placementRequest(br, r.Header)
 	if err != nil {
+		return nil, err
+	}
+	if _, _, _, err := admissionHeaders(r.Header); err != nil {
 		return nil, err
 	}
 	if r.RequestID == "" {
