@@ -153,8 +153,8 @@ func (e *Engine) handleLoads(w http.ResponseWriter, _ *http.Request) {
 	load := map[string]any{
 		"dp_rank":              0,
 		"timestamp":            float64(now.UnixNano()) / 1e9,
-		"num_running_reqs":     s.running,
-		"num_waiting_reqs":     s.waiting,
+		"num_running_reqs":     s.reportedRunning(),
+		"num_waiting_reqs":     s.reportedWaiting(),
 		"num_used_tokens":      s.kvUsed,
 		"num_total_tokens":     s.kvUsed,
 		"max_total_num_tokens": s.kvCap,
@@ -164,7 +164,7 @@ func (e *Engine) handleLoads(w http.ResponseWriter, _ *http.Request) {
 		"utilization":          usage,
 		"max_running_requests": e.cfg.MaxRunningRequests,
 		"disaggregation":       map[string]any{"mode": e.disaggregationMode()},
-		"queues":               map[string]any{"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": 0},
+		"queues":               map[string]any{"waiting": s.reportedWaiting(), "grammar": 0, "paused": 0, "retracted": 0},
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"timestamp":        now.UTC().Format(time.RFC3339Nano),
@@ -182,7 +182,7 @@ func (e *Engine) handleGetLoad(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []map[string]any{{
 		"dp_rank":          0,
 		"num_reqs":         s.running + s.waiting,
-		"num_waiting_reqs": s.waiting,
+		"num_waiting_reqs": s.reportedWaiting(),
 		"num_tokens":       s.kvUsed,
 	}})
 }

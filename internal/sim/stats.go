@@ -194,8 +194,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 			func() float64 { return f(e.sched.snapshot()) }))
 	}
 	gauge := func(name, help string, f func(s schedSnapshot) float64) { gaugeWith(model, name, help, f) }
-	running := func(s schedSnapshot) float64 { return float64(s.running) }
-	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
+	running := func(s schedSnapshot) float64 { return float64(s.reportedRunning()) }
+	waiting := func(s schedSnapshot) float64 { return float64(s.reportedWaiting()) }
 	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
 	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine.
 	if e.cfg.Protocol == ProtocolVLLM {
@@ -211,8 +211,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		gauge("sglang:token_usage", "The token usage.", usage)
 		gauge("sglang:num_used_tokens", "The number of used tokens.", func(s schedSnapshot) float64 { return float64(s.kvUsed) })
 	}
-	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", running)
-	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", waiting)
+	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", func(s schedSnapshot) float64 { return float64(s.running) })
+	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", func(s schedSnapshot) float64 { return float64(s.waiting) })
 	gauge("sluice_sim_kv_usage", "Fraction of the KV budget reserved by running requests.", usage)
 	return m
 }
