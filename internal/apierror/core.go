@@ -24,6 +24,8 @@ func fromCore(err error) *Error {
 	switch {
 	case errors.Is(err, admission.ErrQueueFull):
 		return New(http.StatusTooManyRequests, CodeQueueFull, "prefill admission queue is full, retry later", err)
+	case errors.Is(err, admission.ErrPredictedTimeout):
+		return New(http.StatusTooManyRequests, CodeQueueTimeout, "the predicted wait for a prefill admission slot exceeds the timeout, retry later", err)
 	case errors.Is(err, admission.ErrQueueTimeout):
 		return New(http.StatusTooManyRequests, CodeQueueTimeout, "timed out waiting for a prefill admission slot, retry later", err)
 	case errors.Is(err, placement.ErrModelNotFound):

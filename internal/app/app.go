@@ -56,9 +56,11 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
-	detector   *dispatch.Detector
-	tp         *telemetry.TracerProvider
-	handlers   *server.Handlers
+	// LoadMonitor polls the engines' own load reports (nil when nothing needs them).
+	LoadMonitor *worker.LoadMonitor
+	detector    *dispatch.Detector
+	tp          *telemetry.TracerProvider
+	handlers    *server.Handlers
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
@@ -136,11 +138,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Admission, err = admission.New(admission.Settings{
-		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
-		QueueSize:            cfg.Admission.QueueSize,
-		QueueTimeout:         cfg.Admission.QueueTimeout,
-	}, admission.Deps{Metrics: admissionMetrics{a.Metrics}, Tracer: tracer})
+	a.Admission, err = admission.New(admissionSettings(cfg.Admission), admission.Deps{Metrics: admissionMetrics{a.Metrics}, Tracer: tracer})
+	if err != nil {
+		return nil, err
+	}
+	a.LoadMonitor, err = newLoadMonitor(cfg, a.Registry, &backend.Upstream{Client: httpClient}, a.Admission, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +154,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		PD:                      cfg.Mode() == config.ModePD,
 		RequestTimeout:          cfg.Server.RequestTimeout,
 		DropClientAuthorization: cfg.Server.APIKey.Value() != "",
+		CharsPerToken:           cfg.Admission.CharsPerToken,
+		CheckOverload:           cfg.Load.OverloadWaitingRequests >= 0,
+		OverloadWaitingRequests: cfg.Load.OverloadWaitingRequests,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -289,6 +294,9 @@ func (a *App) Start(ctx context.Context) error {
 	a.wg.Add(2)
 	go func() { defer a.wg.Done(); a.checker.Run(bg) }()
 	go func() { defer a.wg.Done(); a.Policies.Run(bg) }()
+	if a.LoadMonitor != nil {
+		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
+	}
 
 	host := a.cfg.Server.Host
 	var err error

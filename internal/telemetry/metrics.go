@@ -24,6 +24,10 @@ type Metrics struct {
 	admissionWait     prometheus.Histogram
 	admissionRejects  *prometheus.CounterVec
 	kvFallbacks       *prometheus.CounterVec
+	admissionTokens   *prometheus.GaugeVec
+	admissionLimit    *prometheus.GaugeVec
+	bandQueued        *prometheus.GaugeVec
+	bandWait          *prometheus.HistogramVec
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
@@ -75,10 +79,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_pd_kv_transfer_fallbacks_total",
 			Help: "PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.",
 		}, []string{"handoff"}),
+		admissionTokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_pd_prefill_admission_inflight_tokens", Help: "Estimated prompt tokens of the prefill admission slots held per prefill worker.",
+		}, []string{"worker"}),
+		admissionLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_pd_prefill_admission_limit", Help: "Current adaptive prefill admission limit per prefill worker (with --prefill-adaptive-limit).",
+		}, []string{"worker"}),
+		bandQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_pd_prefill_admission_band_queued", Help: "Requests waiting for a prefill admission slot, per priority band.",
+		}, []string{"band"}),
+		bandWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_pd_prefill_admission_band_wait_seconds", Help: "Time requests waited in the prefill admission queue, per priority band.", Buckets: latencyBuckets,
+		}, []string{"band"}),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.prefillDuration, m.upstream, m.retries,
 		m.workerActive, m.workerHealth,
-		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects, m.kvFallbacks)
+		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects, m.kvFallbacks,
+		m.admissionTokens, m.admissionLimit, m.bandQueued, m.bandWait)
 	return m
 }
 
@@ -148,8 +165,30 @@ func (m *Metrics) ObserveWait(d time.Duration) { m.admissionWait.Observe(d.Secon
 // IncRejectionReason counts one admission rejection.
 func (m *Metrics) IncRejectionReason(reason string) { m.admissionRejects.WithLabelValues(reason).Inc() }
 
+// SetInflightTokens sets the estimated prompt tokens of the admission slots held on worker.
+func (m *Metrics) SetInflightTokens(worker string, n int64) {
+	m.admissionTokens.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetAdmissionLimit sets worker's current adaptive admission limit.
+func (m *Metrics) SetAdmissionLimit(worker string, n int) {
+	m.admissionLimit.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetBandQueued sets the requests waiting for admission in one priority band.
+func (m *Metrics) SetBandQueued(band string, n int) {
+	m.bandQueued.WithLabelValues(band).Set(float64(n))
+}
+
+// ObserveBandWait records one admission wait of a request of band.
+func (m *Metrics) ObserveBandWait(band string, d time.Duration) {
+	m.bandWait.WithLabelValues(band).Observe(d.Seconds())
+}
+
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
+	m.admissionTokens.DeleteLabelValues(worker)
+	m.admissionLimit.DeleteLabelValues(worker)
 	m.admissionInflight.DeleteLabelValues(worker)
 	m.workerActive.DeleteLabelValues(worker)
 	m.workerHealth.DeleteLabelValues(worker)

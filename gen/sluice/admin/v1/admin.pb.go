@@ -1041,7 +1041,18 @@ type AdmissionSettings struct {
 	// Maximum number of waiting requests (all models together); 0 rejects at once when full.
 	QueueSize int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3" json:"queue_size,omitempty"`
 	// Longest time one request may wait for a slot.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
+	// <= 0 means none. A request larger than the bound runs alone on an idle worker.
+	MaxInflightTokensPerWorker int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3" json:"max_inflight_tokens_per_worker,omitempty"`
+	// Priority bands, lowest first; fewer than two means priorities are ignored.
+	PriorityBands []*PriorityBand `protobuf:"bytes,5,rep,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// A waiting request rises one band per this much wait (used with two or more bands).
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Whether a request whose predicted wait exceeds its timeout is rejected at once.
+	EarlyRejection bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3" json:"early_rejection,omitempty"`
+	// Range of the adaptive per-worker request limit; absent when the limit is fixed.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1097,20 +1108,216 @@ func (x *AdmissionSettings) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *AdmissionSettings) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil {
+		return x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *AdmissionSettings) GetPriorityBands() []*PriorityBand {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetEarlyRejection() bool {
+	if x != nil {
+		return x.EarlyRejection
+	}
+	return false
+}
+
+func (x *AdmissionSettings) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
+// PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
+// next band's).
+type PriorityBand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name, a metric label: 1-32 characters of a-z, 0-9, _ or -.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority   int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBand) Reset() {
+	*x = PriorityBand{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBand) ProtoMessage() {}
+
+func (x *PriorityBand) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBand.ProtoReflect.Descriptor instead.
+func (*PriorityBand) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PriorityBand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PriorityBand) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+// PriorityBandList is a full set of priority bands, lowest first.
+type PriorityBandList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bands; empty turns priorities off.
+	Bands         []*PriorityBand `protobuf:"bytes,1,rep,name=bands,proto3" json:"bands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBandList) Reset() {
+	*x = PriorityBandList{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBandList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBandList) ProtoMessage() {}
+
+func (x *PriorityBandList) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBandList.ProtoReflect.Descriptor instead.
+func (*PriorityBandList) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PriorityBandList) GetBands() []*PriorityBand {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+// AdaptiveLimit is the range in which each prefill worker's request limit adapts.
+type AdaptiveLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Smallest limit, >= 1.
+	Min int32 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	// Largest limit, >= min.
+	Max           int32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveLimit) Reset() {
+	*x = AdaptiveLimit{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveLimit) ProtoMessage() {}
+
+func (x *AdaptiveLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveLimit.ProtoReflect.Descriptor instead.
+func (*AdaptiveLimit) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AdaptiveLimit) GetMin() int32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AdaptiveLimit) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 // WorkerAdmission is one prefill worker's admission state.
 type WorkerAdmission struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Worker URL.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// Slots held.
-	Inflight      int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// Estimated prompt tokens of the slots held.
+	InflightTokens int64 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
+	// Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerAdmission) Reset() {
 	*x = WorkerAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1329,7 @@ func (x *WorkerAdmission) String() string {
 func (*WorkerAdmission) ProtoMessage() {}
 
 func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1342,7 @@ func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerAdmission.ProtoReflect.Descriptor instead.
 func (*WorkerAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerAdmission) GetUrl() string {
@@ -1148,6 +1355,84 @@ func (x *WorkerAdmission) GetUrl() string {
 func (x *WorkerAdmission) GetInflight() int32 {
 	if x != nil {
 		return x.Inflight
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetInflightTokens() int64 {
+	if x != nil {
+		return x.InflightTokens
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// BandState is one priority band's waiting requests.
+type BandState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	// Requests of this band waiting, all models.
+	Queued        int32 `protobuf:"varint,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BandState) Reset() {
+	*x = BandState{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BandState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BandState) ProtoMessage() {}
+
+func (x *BandState) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BandState.ProtoReflect.Descriptor instead.
+func (*BandState) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BandState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BandState) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+func (x *BandState) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
 	}
 	return 0
 }
@@ -1165,7 +1450,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1462,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1475,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueState) GetModel() string {
@@ -1226,15 +1511,19 @@ type AdmissionStatus struct {
 	WaitP90Seconds float64 `protobuf:"fixed64,7,opt,name=wait_p90_seconds,json=waitP90Seconds,proto3" json:"wait_p90_seconds,omitempty"`
 	// 99th percentile of recent waits, seconds.
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
-	// Rejections since start, by reason ("queue_full", "queue_timeout", ...).
-	Rejections    map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Rejections since start, by reason ("queue_full", "queue_timeout", "predicted_timeout").
+	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Waiting requests per priority band (with two or more bands).
+	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`
+	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
+	ReleaseRate   float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmissionStatus) Reset() {
 	*x = AdmissionStatus{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1535,7 @@ func (x *AdmissionStatus) String() string {
 func (*AdmissionStatus) ProtoMessage() {}
 
 func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1548,7 @@ func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionStatus.ProtoReflect.Descriptor instead.
 func (*AdmissionStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AdmissionStatus) GetEnabled() bool {
@@ -1325,6 +1614,20 @@ func (x *AdmissionStatus) GetRejections() map[string]int64 {
 	return nil
 }
 
+func (x *AdmissionStatus) GetBands() []*BandState {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+func (x *AdmissionStatus) GetReleaseRate() float64 {
+	if x != nil {
+		return x.ReleaseRate
+	}
+	return 0
+}
+
 // UpdateAdmissionRequest changes admission settings; unset fields keep their value.
 type UpdateAdmissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1333,14 +1636,25 @@ type UpdateAdmissionRequest struct {
 	// New queue size.
 	QueueSize *int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3,oneof" json:"queue_size,omitempty"`
 	// New queue timeout.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// New token bound per worker; <= 0 removes it.
+	MaxInflightTokensPerWorker *int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3,oneof" json:"max_inflight_tokens_per_worker,omitempty"`
+	// New priority bands, replacing all of them (an empty list turns priorities off).
+	PriorityBands *PriorityBandList `protobuf:"bytes,5,opt,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// New priority aging.
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Turn early rejection on or off.
+	EarlyRejection *bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3,oneof" json:"early_rejection,omitempty"`
+	// New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
+	// field also turns adaptation off: it sets a fixed limit.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1666,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1679,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1389,6 +1703,41 @@ func (x *UpdateAdmissionRequest) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *UpdateAdmissionRequest) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil && x.MaxInflightTokensPerWorker != nil {
+		return *x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityBands() *PriorityBandList {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetEarlyRejection() bool {
+	if x != nil && x.EarlyRejection != nil {
+		return *x.EarlyRejection
+	}
+	return false
+}
+
+func (x *UpdateAdmissionRequest) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
 // GetLoadsRequest asks for the workers' loads.
 type GetLoadsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1398,7 +1747,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1759,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1772,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1447,7 +1796,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1808,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1821,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -1528,7 +1877,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1889,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1902,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -1572,7 +1921,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1933,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1946,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -1617,7 +1966,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1978,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1991,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FlushResult) GetId() string {
@@ -1684,7 +2033,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2045,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2058,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -1794,19 +2143,38 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveWorkerResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.sluice.admin.v1.WorkerR\x06worker\"\x15\n" +
-	"\x13GetAdmissionRequest\"\xa9\x01\n" +
+	"\x13GetAdmissionRequest\"\xe5\x03\n" +
 	"\x11AdmissionSettings\x125\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05R\x14maxInflightPerWorker\x12\x1d\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05R\tqueueSize\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\"?\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12B\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03R\x1amaxInflightTokensPerWorker\x12D\n" +
+	"\x0epriority_bands\x18\x05 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12'\n" +
+	"\x0fearly_rejection\x18\a \x01(\bR\x0eearlyRejection\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\"E\n" +
+	"\fPriorityBand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\"G\n" +
+	"\x10PriorityBandList\x123\n" +
+	"\x05bands\x18\x01 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\x05bands\"3\n" +
+	"\rAdaptiveLimit\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"~\n" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\binflight\x18\x02 \x01(\x05R\binflight\":\n" +
+	"\binflight\x18\x02 \x01(\x05R\binflight\x12'\n" +
+	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"Z\n" +
+	"\tBandState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\x12\x16\n" +
+	"\x06queued\x18\x03 \x01(\x05R\x06queued\":\n" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x83\x04\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\xd8\x04\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -1818,17 +2186,27 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x10wait_p99_seconds\x18\b \x01(\x01R\x0ewaitP99Seconds\x12P\n" +
 	"\n" +
 	"rejections\x18\t \x03(\v20.sluice.admin.v1.AdmissionStatus.RejectionsEntryR\n" +
-	"rejections\x1a=\n" +
+	"rejections\x120\n" +
+	"\x05bands\x18\n" +
+	" \x03(\v2\x1a.sluice.admin.v1.BandStateR\x05bands\x12!\n" +
+	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe4\x04\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05H\x01R\tqueueSize\x88\x01\x01\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeoutB\x1a\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12G\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03H\x02R\x1amaxInflightTokensPerWorker\x88\x01\x01\x12H\n" +
+	"\x0epriority_bands\x18\x05 \x01(\v2!.sluice.admin.v1.PriorityBandListR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12,\n" +
+	"\x0fearly_rejection\x18\a \x01(\bH\x03R\x0eearlyRejection\x88\x01\x01\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimitB\x1a\n" +
 	"\x18_max_inflight_per_workerB\r\n" +
-	"\v_queue_size\"\x11\n" +
+	"\v_queue_sizeB!\n" +
+	"\x1f_max_inflight_tokens_per_workerB\x12\n" +
+	"\x10_early_rejection\"\x11\n" +
 	"\x0fGetLoadsRequest\"\xb5\x01\n" +
 	"\n" +
 	"WorkerLoad\x12\x0e\n" +
@@ -1875,7 +2253,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -1895,68 +2273,80 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*RemoveWorkerResponse)(nil),    // 15: sluice.admin.v1.RemoveWorkerResponse
 	(*GetAdmissionRequest)(nil),     // 16: sluice.admin.v1.GetAdmissionRequest
 	(*AdmissionSettings)(nil),       // 17: sluice.admin.v1.AdmissionSettings
-	(*WorkerAdmission)(nil),         // 18: sluice.admin.v1.WorkerAdmission
-	(*QueueState)(nil),              // 19: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 20: sluice.admin.v1.AdmissionStatus
-	(*UpdateAdmissionRequest)(nil),  // 21: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 22: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 23: sluice.admin.v1.WorkerLoad
-	(*GetLoadsResponse)(nil),        // 24: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 25: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 26: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 27: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 28: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 29: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 30: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 31: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 32: google.protobuf.Duration
+	(*PriorityBand)(nil),            // 18: sluice.admin.v1.PriorityBand
+	(*PriorityBandList)(nil),        // 19: sluice.admin.v1.PriorityBandList
+	(*AdaptiveLimit)(nil),           // 20: sluice.admin.v1.AdaptiveLimit
+	(*WorkerAdmission)(nil),         // 21: sluice.admin.v1.WorkerAdmission
+	(*BandState)(nil),               // 22: sluice.admin.v1.BandState
+	(*QueueState)(nil),              // 23: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),         // 24: sluice.admin.v1.AdmissionStatus
+	(*UpdateAdmissionRequest)(nil),  // 25: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 26: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 27: sluice.admin.v1.WorkerLoad
+	(*GetLoadsResponse)(nil),        // 28: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 29: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 30: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 31: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 32: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 33: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 34: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 35: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 36: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	28, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	29, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	32, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	33, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	1,  // 2: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 3: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
 	1,  // 4: sluice.admin.v1.AddWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 5: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 6: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 7: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	20, // 8: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	20, // 9: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	30, // 10: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	24, // 8: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	24, // 9: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	34, // 10: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 11: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	32, // 12: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
-	17, // 13: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
-	19, // 14: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
-	18, // 15: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	31, // 16: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	32, // 17: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	23, // 18: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	26, // 19: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	2,  // 20: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	11, // 21: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	4,  // 22: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	12, // 23: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	13, // 24: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	14, // 25: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	16, // 26: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	21, // 27: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	22, // 28: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	25, // 29: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	3,  // 30: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	6,  // 31: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	5,  // 32: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	7,  // 33: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	8,  // 34: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	15, // 35: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	9,  // 36: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	10, // 37: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	24, // 38: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	27, // 39: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	36, // 12: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	18, // 13: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
+	36, // 14: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	20, // 15: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	18, // 16: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
+	17, // 17: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
+	23, // 18: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
+	21, // 19: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
+	35, // 20: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	22, // 21: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
+	36, // 22: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	19, // 23: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
+	36, // 24: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	20, // 25: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	27, // 26: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	30, // 27: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	2,  // 28: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	11, // 29: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	4,  // 30: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	12, // 31: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	13, // 32: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	14, // 33: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	16, // 34: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	25, // 35: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	26, // 36: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	29, // 37: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	3,  // 38: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	6,  // 39: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	5,  // 40: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	7,  // 41: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	8,  // 42: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	15, // 43: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	9,  // 44: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	10, // 45: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	28, // 46: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	31, // 47: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	38, // [38:48] is the sub-list for method output_type
+	28, // [28:38] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -1965,14 +2355,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[21].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
