@@ -97,9 +97,13 @@ type Controller struct {
 	hasCap  func(string) bool // c.hasCapacityLocked, bound once
 
 	// The cost inputs of the request whose Select (or grant) runs now, read
-	// by hasCapacityLocked and grantLocked; set by bindLocked.
+	// by hasCapacityLocked and grantLocked; set by bindLocked. curCost
+	// memoizes the charge per worker from its first capacity check: a
+	// stateful policy (cache_aware) records the prompt for the worker it
+	// picks, after which the hook would see the whole prompt as cached.
 	curTokens int64
 	curCached func(string) int64
+	curCost   map[string]int64
 
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
@@ -377,17 +381,29 @@ func (c *Controller) bindLocked(tokens int64, cached func(string) int64) {
 	c.curTokens, c.curCached = tokens, cached
 }
 
-func (c *Controller) unbindLocked() { c.curTokens, c.curCached = 0, nil }
+func (c *Controller) unbindLocked() {
+	c.curTokens, c.curCached = 0, nil
+	clear(c.curCost)
+}
 
 // costLocked is the current request's charge on worker: its estimated
 // tokens, less the prefix the worker is expected to hold when a token budget
-// is set, at least 1.
+// is set, at least 1. The discounted charge is fixed at the first check of
+// each worker within one binding.
 func (c *Controller) costLocked(worker string) int64 {
 	t := max(c.curTokens, 1)
-	if c.curCached != nil && c.settings.MaxInflightTokensPerWorker > 0 {
-		t -= cachedTokens(c.curCached, worker)
+	if c.curCached == nil || c.settings.MaxInflightTokensPerWorker <= 0 {
+		return t
 	}
-	return max(t, 1)
+	if n, ok := c.curCost[worker]; ok {
+		return n
+	}
+	t = max(t-cachedTokens(c.curCached, worker), 1)
+	if c.curCost == nil {
+		c.curCost = make(map[string]int64)
+	}
+	c.curCost[worker] = t
+	return t
 }
 
 // cachedTokens calls the hook; a panic counts as nothing cached, since it
@@ -425,8 +441,11 @@ func (c *Controller) hasCapacityLocked(worker string) bool {
 	if limit := c.limitLocked(ws); limit > 0 && n >= limit {
 		return false
 	}
-	if budget := c.settings.MaxInflightTokensPerWorker; budget > 0 && n > 0 && tokens+c.costLocked(worker) > budget {
-		return false
+	if budget := c.settings.MaxInflightTokensPerWorker; budget > 0 {
+		// The charge is computed (and fixed) even for an idle worker.
+		if cost := c.costLocked(worker); n > 0 && tokens+cost > budget {
+			return false
+		}
 	}
 	return true
 }

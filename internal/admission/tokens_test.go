@@ -148,6 +148,29 @@ func TestCachedPrefixIsNotCharged(t *testing.T) {
 	})
 }
 
+// A stateful policy records the prompt for the worker it picks while it
+// selects; the charge is the one the capacity check saw, not what the hook
+// says afterwards.
+func TestChargeIsFixedAtTheCapacityCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := mustNew(t, tokenBudget(1000, 10), admission.Deps{})
+		cached := map[string]int64{}
+		r := admission.Request{Queue: "m", Tokens: 800, CachedTokens: func(w string) int64 { return cached[w] },
+			Select: func(hasCap func(string) bool) (string, error) {
+				if !hasCap("A") {
+					return "", admission.ErrNoCapacity
+				}
+				cached["A"] = 800 // the policy inserts the prompt for its pick
+				return "A", nil
+			}}
+		s := mustAdmit(t, "r", goAcquireNow(c, r))
+		if got := c.Status().InflightTokens["A"]; got != 800 {
+			t.Errorf("charged %d, want the 800 tokens seen at the capacity check", got)
+		}
+		s.Release(admission.ReleaseCompleted)
+	})
+}
+
 func TestTokenBudgetLiveUpdate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPlacement(map[string][]string{"m": {"A"}})
