@@ -23,8 +23,8 @@ func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
 		"--aging", "5s", "--early-rejection=true", "--adaptive", "2:8", "-o", "json"}, common...)...)
 	var st struct {
 		Settings struct {
-			Tokens   string `json:"max_inflight_tokens_per_worker"` // int64: a JSON string
-			Bands    []struct {
+			Tokens string `json:"max_inflight_tokens_per_worker"` // int64: a JSON string
+			Bands  []struct {
 				Name string `json:"name"`
 				Min  int    `json:"min_priority"`
 			} `json:"priority_bands"`
