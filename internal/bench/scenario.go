@@ -60,10 +60,14 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 // Scenarios returns the scenarios by name.
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
-		"overhead": ScenarioOverhead,
-		"overload": ScenarioOverload,
-		"prefix":   ScenarioPrefix,
-		"scale":    ScenarioScale,
+		"overhead":        ScenarioOverhead,
+		"overload":        ScenarioOverload,
+		"prefix":          ScenarioPrefix,
+		"scale":           ScenarioScale,
+		"tokens":          ScenarioTokens,
+		"priority":        ScenarioPriority,
+		"early-rejection": ScenarioEarlyRejection,
+		"adaptive":        ScenarioAdaptive,
 	}
 }
 
@@ -167,7 +171,7 @@ func (s *scenarioRun) load(ctx context.Context, label string, cfg Config, observ
 
 func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, scale or all", errUsage)
+		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, scale, tokens, priority, early-rejection, adaptive or all", errUsage)
 	}
 	name := args[0]
 	fs := flag.NewFlagSet("sluice-bench scenario", flag.ContinueOnError)
@@ -190,7 +194,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	names := []string{name}
 	if name == "all" {
-		names = []string{"overhead", "overload", "prefix", "scale"}
+		names = []string{"overhead", "overload", "prefix", "scale", "tokens", "priority", "early-rejection", "adaptive"}
 	}
 	var errs []error
 	for _, n := range names {
