@@ -26,9 +26,17 @@ import "time"
 // one), and shrinks by one while queue > vegasBeta, by a quarter when queue >
 // 2 x vegasBeta. A round is max(limit, minRound) completed prefills, so a
 // change is judged only after the requests it admitted have been served.
+//
+// The target is about one prefill waiting inside the engine: prefill is
+// compute-bound, so one ready request keeps the engine busy across the gaps
+// between prefills (the gateway's round trip, the PD handshake), and every
+// further one only adds its whole prefill time to the TTFT of those behind it.
+// A saturated FIFO engine at limit L queues L-1, so the limit settles at 2.
+// An engine that batches prefills for throughput looks the same from here (its
+// batch finishes together): give it a higher MIN.
 const (
-	vegasAlpha = 1.0
-	vegasBeta  = 3.0
+	vegasAlpha = 0.5
+	vegasBeta  = 1.5
 	minRound   = 4
 )
 

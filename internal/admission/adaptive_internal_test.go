@@ -21,8 +21,8 @@ func TestLimiterDecide(t *testing.T) {
 		{name: "grow", limit: 2, peak: 2, samples: rep(4, sample{hold: 10 * ms, service: 10 * ms, tokens: 100}), want: 3},
 		// The same, but the worker never filled its limit: learn nothing.
 		{name: "app limited", limit: 4, peak: 2, samples: rep(4, sample{hold: 10 * ms, service: 10 * ms, tokens: 100}), want: 4},
-		// queue = 8 x (1 - 1/2) = 4 > beta: shrink by one.
-		{name: "shrink", limit: 8, peak: 8, samples: rep(8, sample{hold: 20 * ms, service: 10 * ms, tokens: 100}), want: 7},
+		// queue = 4 x (1 - 1/2) = 2 > beta: shrink by one.
+		{name: "shrink", limit: 4, peak: 4, samples: rep(4, sample{hold: 20 * ms, service: 10 * ms, tokens: 100}), want: 3},
 		// queue = 16 x (1 - 1/8) = 14 > 2 beta: shrink by a quarter.
 		{name: "shrink fast", limit: 16, peak: 16, samples: rep(16, sample{hold: 80 * ms, service: 10 * ms, tokens: 100}), want: 12},
 		// Per token: a long prompt's hold does not count as queueing.

@@ -325,10 +325,13 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info
 	}
 	// Order: availability first (above), then the queue bound, then the
 	// predicted wait.
+	var victim *waiter
 	if c.queued >= c.settings.QueueSize {
-		c.rejectLocked(QueueFull)
-		c.mu.Unlock()
-		return nil, info, errQueueFull
+		if victim = c.victimLocked(band); victim == nil {
+			c.rejectLocked(QueueFull)
+			c.mu.Unlock()
+			return nil, info, errQueueFull
+		}
 	}
 	timeout := c.settings.QueueTimeout
 	if c.settings.EarlyRejection {
@@ -341,12 +344,59 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info
 			return nil, info, errPredicted
 		}
 	}
+	if victim != nil {
+		c.displaceLocked(victim)
+	}
 	w, pos := c.enqueueLocked(req)
 	info.pos = pos
 	c.mu.Unlock()
 
 	slot, err = c.wait(ctx, w, timeout)
 	return slot, info, err
+}
+
+// victimLocked returns the waiter a newcomer of band may displace from a
+// full queue: with priority bands, the lowest-ranked waiter of all queues
+// (lowest effective band, then latest arrival), if it ranks below the
+// newcomer. The bound stays global and no band ever gives way to a lower
+// one. nil when there is none.
+func (c *Controller) victimLocked(band int) *waiter {
+	n := c.settings.numBands()
+	if n == 1 || c.settings.QueueSize == 0 || c.queued > c.settings.QueueSize {
+		return nil // no bands; never waiting; or over a lowered bound: shrink, do not swap
+	}
+	now := c.now()
+	var victim *waiter
+	vb := 0
+	for _, q := range c.active {
+		for b := range q.bands {
+			e := q.bands[b].Back() // the latest of a list has aged least
+			if e == nil {
+				continue
+			}
+			w := e.Value.(*waiter)
+			eb := c.effBandLocked(w, now)
+			if victim == nil || eb < vb || (eb == vb && w.seq > victim.seq) {
+				victim, vb = w, eb
+			}
+		}
+	}
+	if victim == nil || vb >= min(band, n-1) {
+		return nil
+	}
+	return victim
+}
+
+// displaceLocked ends victim's wait with ErrDisplaced.
+func (c *Controller) displaceLocked(victim *waiter) {
+	q := victim.q
+	victim.err, victim.state = errDisplaced, failed
+	c.observeWaitLocked(c.now().Sub(victim.enq), victim.band)
+	c.rejectLocked(Displaced)
+	if c.removeLocked(victim) {
+		c.dispatchQueueLocked(q) // its queue has a new head
+	}
+	close(victim.ready)
 }
 
 // predictedWaitLocked estimates the wait of a request at position pos: the

@@ -20,7 +20,9 @@
 //     overtakes it;
 //   - priority bands with aging (Bands, Aging): higher bands are served
 //     first, FIFO within a band, and aging bounds how long a low band can be
-//     overtaken (queue.go); queue size and timeout stay global;
+//     overtaken (queue.go); queue size and timeout stay global, and a full
+//     queue makes room for a newcomer by displacing its lowest-ranked
+//     waiter, if that ranks below the newcomer ([ErrDisplaced]);
 //   - early rejection (EarlyRejection): a request whose predicted wait (its
 //     queue position over the measured slot-release rate) exceeds its
 //     timeout is rejected at once ([ErrPredictedTimeout]);
@@ -76,9 +78,11 @@
 //     selects at once like step 2 and, if it finds no capacity, becomes the
 //     head.
 //  4. If the waiters of all queues already reach QueueSize (including
-//     QueueSize 0) the request is rejected with ErrQueueFull. With early
+//     QueueSize 0) the request is rejected with ErrQueueFull, unless, with
+//     priority bands, a waiter ranked below it can be displaced. With early
 //     rejection, a request whose predicted wait exceeds its timeout is
-//     rejected with ErrPredictedTimeout. It is enqueued otherwise.
+//     rejected with ErrPredictedTimeout. It is enqueued otherwise (after
+//     the displaced waiter, if any, has left with ErrDisplaced).
 //  5. While queued, the request is tied to no worker. As head it selects on
 //     every wake; it is granted, or fails with its final error (the next
 //     waiter then becomes head and tries at once), or leaves on timeout

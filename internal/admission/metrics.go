@@ -19,7 +19,8 @@ type Metrics interface {
 	// queued, whatever its outcome. Requests answered on arrival with an
 	// error (queue full, unavailable) are not observed: they did not wait.
 	ObserveWait(d time.Duration)
-	// IncRejection counts gateway refusals: QueueFull and QueueTimeout.
+	// IncRejection counts gateway refusals: QueueFull and QueueTimeout, and
+	// PredictedTimeout and Displaced when those features are on.
 	// Client cancellations are not rejections and are not counted here
 	// (Status reports them).
 	IncRejection(reason Outcome)

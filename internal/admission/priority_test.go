@@ -128,19 +128,38 @@ func TestHighBandNewcomerSelectsAtOnceAndTakesOverPolling(t *testing.T) {
 
 func TestBandsShareQueueSizeAndTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPlacement(map[string][]string{"m": {"A"}})
+		m := newFakeMetrics()
+		p := newPlacement(map[string][]string{"m": {"A"}, "n": {"A"}})
 		s := banded(1, 2, time.Hour)
 		s.QueueTimeout = 5 * time.Second
-		c := mustNew(t, s, admission.Deps{})
+		c := mustNew(t, s, admission.Deps{Metrics: m})
 		held := mustAdmit(t, "holder", goAcquireNow(c, p.req("m", "holder", "")))
-		low := goAcquireNow(c, prio(p.req("m", "low", ""), -5))
+		low := goAcquireNow(c, prio(p.req("n", "low", ""), -5)) // another model's queue: the bound is global
 		high := goAcquireNow(c, prio(p.req("m", "high", ""), 10))
-		if _, err := c.Acquire(bg, prio(p.req("m", "high2", ""), 10)); !errors.Is(err, admission.ErrQueueFull) {
-			t.Fatalf("third waiter of any band: %v, want queue full (the bound is global)", err)
+		// The queue is full; a low newcomer ranks below every waiter: rejected.
+		if _, err := c.Acquire(bg, prio(p.req("m", "low2", ""), -5)); !errors.Is(err, admission.ErrQueueFull) || errors.Is(err, admission.ErrDisplaced) {
+			t.Fatalf("low newcomer to a full queue: %v, want queue full", err)
+		}
+		// A high newcomer displaces the lowest-ranked waiter, in any queue.
+		high2 := goAcquireNow(c, prio(p.req("m", "high2", ""), 10))
+		r := mustDone(t, "low", low)
+		if !errors.Is(r.err, admission.ErrDisplaced) || !errors.Is(r.err, admission.ErrQueueFull) || admission.OutcomeOf(r.err) != admission.Displaced {
+			t.Fatalf("low: %v, want displaced (class queue full)", r.err)
+		}
+		// Equal ranks never displace each other: a third high is rejected.
+		if _, err := c.Acquire(bg, prio(p.req("m", "high3", ""), 10)); !errors.Is(err, admission.ErrQueueFull) || errors.Is(err, admission.ErrDisplaced) {
+			t.Fatalf("high newcomer to a queue full of highs: %v, want queue full", err)
+		}
+		st := c.Status()
+		if st.QueuedTotal != 2 || st.Rejections["displaced"] != 1 || st.Rejections["queue_full"] != 2 {
+			t.Errorf("queued %d, rejections %v: want 2 waiting, 1 displaced, 2 queue full", st.QueuedTotal, st.Rejections)
+		}
+		if got := m.snapshot().rejections[admission.Displaced]; got != 1 {
+			t.Errorf("displaced metric = %d", got)
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		for name, ch := range map[string]<-chan result{"low": low, "high": high} {
+		for name, ch := range map[string]<-chan result{"high": high, "high2": high2} {
 			if r := mustDone(t, name, ch); !errors.Is(r.err, admission.ErrQueueTimeout) {
 				t.Errorf("%s: %v, want the global timeout", name, r.err)
 			}

@@ -24,8 +24,8 @@ type Status struct {
 	// bands; their arrival band).
 	QueuedByBand map[string]int
 	// Rejections counts gateway refusals by Outcome label (queue_full,
-	// queue_timeout, and predicted_timeout once early rejection was used)
-	// since start.
+	// queue_timeout; predicted_timeout with early rejection, displaced with
+	// priority bands) since start.
 	Rejections map[string]uint64
 	// Cancelled counts waiters whose context ended while queued.
 	Cancelled uint64
@@ -82,6 +82,9 @@ func (c *Controller) Status() Status {
 	}
 	if c.settings.EarlyRejection || c.rejections[PredictedTimeout] > 0 {
 		st.Rejections[PredictedTimeout.String()] = c.rejections[PredictedTimeout]
+	}
+	if c.settings.numBands() > 1 || c.rejections[Displaced] > 0 {
+		st.Rejections[Displaced.String()] = c.rejections[Displaced]
 	}
 	return st
 }

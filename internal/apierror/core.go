@@ -22,6 +22,8 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, admission.ErrDisplaced):
+		return New(http.StatusTooManyRequests, CodeQueueFull, "a higher-priority request took this request's place in the full prefill admission queue, retry later", err)
 	case errors.Is(err, admission.ErrQueueFull):
 		return New(http.StatusTooManyRequests, CodeQueueFull, "prefill admission queue is full, retry later", err)
 	case errors.Is(err, admission.ErrPredictedTimeout):

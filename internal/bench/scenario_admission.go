@@ -113,71 +113,85 @@ func ScenarioTokens(ctx context.Context, o ScenarioOptions) (*ScenarioResult, er
 	s.res.Measurements["rate"] = round3(rate)
 	s.note("capacity from the model: %d prefill engines x %.0f tokens/s / %.0f mean prompt tokens (90%% x %d + 10%% x %d) = %.2f req/s; offered %.2f req/s (1.5x) for %s after %s warm-up, streaming, max_tokens %d, TTFT SLO %s",
 		admPrefill, eng.PrefillTokensPerSec, mean, short, long, capacity, rate, dur, warm, maxTokens, slo)
-	queue := []string{"--prefill-queue-size", "8", "--prefill-queue-timeout-secs", "2"}
+	queues := []struct {
+		name, desc string
+		flags      []string
+	}{
+		{"q8", "queue 8, timeout 2 s", []string{"--prefill-queue-size", "8", "--prefill-queue-timeout-secs", "2"}},
+		{"q4", "queue 4, timeout 1 s", []string{"--prefill-queue-size", "4", "--prefill-queue-timeout-secs", "1"}},
+	}
+	if o.Short {
+		queues = queues[1:]
+	}
 	variants := []struct {
 		name, desc string
 		flags      []string
 	}{
-		{"limit-2", "request limit 2 per worker", []string{"--prefill-max-inflight-requests-per-worker", "2"}},
-		{"limit-4", "request limit 4 per worker", []string{"--prefill-max-inflight-requests-per-worker", "4"}},
-		{"tokens-4096", "token budget 4,096 per worker, no request limit", []string{"--prefill-max-inflight-tokens-per-worker", "4096"}},
+		{"limit-2", "request limit 2", []string{"--prefill-max-inflight-requests-per-worker", "2"}},
+		{"limit-4", "request limit 4", []string{"--prefill-max-inflight-requests-per-worker", "4"}},
+		{"tokens-4096", "token budget 4,096", []string{"--prefill-max-inflight-tokens-per-worker", "4096"}},
 	}
-	s.res.Table = [][]string{{"variant", "short served", "short TTFT p50 ms", "short TTFT p99 ms", "short goodput", "long served", "long TTFT p99 ms",
+	s.res.Table = [][]string{{"queue", "per worker", "short served", "short TTFT p50 ms", "short TTFT p99 ms", "short goodput", "long served", "long TTFT p99 ms",
 		"goodput (all)", "rejected", "mean tokens held (sluice)", "mean engine prefill queue"}}
 	var shortPlots []*Result
 	p99 := map[string]float64{}
-	for _, v := range variants {
-		c, g, err := s.admissionCluster(ctx, sim.Config{}, append(slices.Clone(queue), v.flags...)...)
-		if err != nil {
-			return s.res, err
-		}
-		var mu sync.Mutex
-		var tokens, engineQ []float64
-		observe := func(time.Duration) {
-			st := g.app.Admission.Status()
-			var held int64
-			for _, n := range st.InflightTokens {
-				held += n
+	for _, q := range queues {
+		for _, v := range variants {
+			label := q.name + "-" + v.name
+			c, g, err := s.admissionCluster(ctx, sim.Config{}, append(slices.Clone(q.flags), v.flags...)...)
+			if err != nil {
+				return s.res, err
 			}
-			q := 0
-			for _, e := range c.ByRole(sim.RolePrefill) {
-				es := e.Stats()
-				q += es.Queued + es.PrefillQueue
+			var mu sync.Mutex
+			var tokens, engineQ []float64
+			observe := func(time.Duration) {
+				st := g.app.Admission.Status()
+				var held int64
+				for _, n := range st.InflightTokens {
+					held += n
+				}
+				n := 0
+				for _, e := range c.ByRole(sim.RolePrefill) {
+					es := e.Stats()
+					n += es.Queued + es.PrefillQueue
+				}
+				mu.Lock()
+				tokens, engineQ = append(tokens, float64(held)), append(engineQ, float64(n))
+				mu.Unlock()
+			}
+			cfg := Config{URL: g.url, Model: "sim-model", Rate: rate, Duration: dur, Warmup: warm, Stream: true, Seed: 21, SLOTTFT: slo,
+				Workload: WorkloadConfig{Kind: WorkloadClasses, Classes: []ClassConfig{
+					{Name: "short", Share: 0.9, PromptTokens: short, MaxTokens: maxTokens},
+					{Name: "long", Share: 0.1, PromptTokens: long, MaxTokens: maxTokens},
+				}}}
+			res, err := s.load(ctx, label, cfg, observe, nil)
+			_ = g.close()
+			c.Close()
+			if err != nil {
+				return s.res, err
 			}
 			mu.Lock()
-			tokens, engineQ = append(tokens, float64(held)), append(engineQ, float64(q))
+			meanTokens, meanQ := mean0(tokens), mean0(engineQ)
 			mu.Unlock()
+			ss, ls := classSummary(res, "short", slo), classSummary(res, "long", slo)
+			n, codes := rejected(res.Summary)
+			p99[label] = ss.TTFT.P99
+			s.res.Runs[len(s.res.Runs)-1].Extra = map[string]any{"short": ss, "long": ls, "mean_tokens_held": round3(meanTokens), "mean_engine_prefill_queue": round3(meanQ)}
+			s.res.Table = append(s.res.Table, []string{q.desc, v.desc, strconv.Itoa(ss.Succeeded), fms(ss.TTFT.P50), fms(ss.TTFT.P99), fpct(ss.Goodput),
+				strconv.Itoa(ls.Succeeded), fms(ls.TTFT.P99), fpct(res.Summary.Goodput),
+				fmt.Sprintf("%d %s", n, countsString(codes)), fmt.Sprintf("%.0f", meanTokens), fmt.Sprintf("%.1f", meanQ)})
+			shortPlots = append(shortPlots, classResult(res, "short", label+" (short requests)", slo))
 		}
-		cfg := Config{URL: g.url, Model: "sim-model", Rate: rate, Duration: dur, Warmup: warm, Stream: true, Seed: 21, SLOTTFT: slo,
-			Workload: WorkloadConfig{Kind: WorkloadClasses, Classes: []ClassConfig{
-				{Name: "short", Share: 0.9, PromptTokens: short, MaxTokens: maxTokens},
-				{Name: "long", Share: 0.1, PromptTokens: long, MaxTokens: maxTokens},
-			}}}
-		res, err := s.load(ctx, v.name, cfg, observe, nil)
-		_ = g.close()
-		c.Close()
-		if err != nil {
-			return s.res, err
-		}
-		mu.Lock()
-		meanTokens, meanQ := mean0(tokens), mean0(engineQ)
-		mu.Unlock()
-		ss, ls := classSummary(res, "short", slo), classSummary(res, "long", slo)
-		n, codes := rejected(res.Summary)
-		p99[v.name] = ss.TTFT.P99
-		s.res.Runs[len(s.res.Runs)-1].Extra = map[string]any{"short": ss, "long": ls, "mean_tokens_held": round3(meanTokens), "mean_engine_prefill_queue": round3(meanQ)}
-		s.res.Table = append(s.res.Table, []string{v.desc, strconv.Itoa(ss.Succeeded), fms(ss.TTFT.P50), fms(ss.TTFT.P99), fpct(ss.Goodput),
-			strconv.Itoa(ls.Succeeded), fms(ls.TTFT.P99), fpct(res.Summary.Goodput),
-			fmt.Sprintf("%d %s", n, countsString(codes)), fmt.Sprintf("%.0f", meanTokens), fmt.Sprintf("%.1f", meanQ)})
-		shortPlots = append(shortPlots, classResult(res, "short", v.name+" (short requests)", slo))
 	}
-	for _, r := range []string{"limit-2", "limit-4"} {
-		if p99["tokens-4096"] > 0 {
-			s.res.Measurements["short_p99_ratio_"+r+"_over_tokens"] = round3(p99[r] / p99["tokens-4096"])
+	for _, q := range queues {
+		for _, r := range []string{"limit-2", "limit-4"} {
+			if t := p99[q.name+"-tokens-4096"]; t > 0 {
+				s.res.Measurements["short_p99_ratio_"+q.name+"_"+r+"_over_tokens"] = round3(p99[q.name+"-"+r] / t)
+			}
 		}
 	}
 	s.plot("tokens-short-ttft.svg", shortPlots)
-	s.note("queue 8, timeout 2 s in every variant; tokens held = estimated prompt tokens of the slots sluice holds, summed over prefill workers and averaged over the run's seconds; engine prefill queue = requests waiting for the engines' prefill compute, summed, averaged")
+	s.note("tokens held = estimated prompt tokens of the slots sluice holds, summed over prefill workers and averaged over the run's seconds; engine prefill queue = requests waiting for the engines' prefill compute, summed, averaged")
 	return s.res, nil
 }
 
@@ -320,12 +334,12 @@ func ScenarioAdaptive(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	eng := sim.DefaultConfig()
 	capacity := admPrefill * eng.PrefillTokensPerSec / prompt
 	rate := 0.77 * capacity
-	phase, warm, slo := 30*time.Second, 5*time.Second, 2*time.Second
+	phase, warm, slo := 30*time.Second, 5*time.Second, 3*time.Second
 	limits := []int{1, 2, 4, 8, 16}
 	if o.Short {
 		phase, warm, limits = 2*time.Second, 0, []int{2, 8}
 	}
-	s.note("capacity %.2f req/s before the slowdown, %.2f after; offered %.2f req/s; %s per phase after %s warm-up; %d-token prompts, streaming, max_tokens %d; slowdown: SlownessFactor %.0f on the prefill engines; queue 64, timeout 5 s; goodput = share of the phase's requests served with TTFT <= %s",
+	s.note("capacity %.2f req/s before the slowdown, %.2f after; offered %.2f req/s; %s per phase after %s warm-up; %d-token prompts, streaming, max_tokens %d; slowdown: SlownessFactor %.0f on the prefill engines; queue 16, timeout 1 s (sized to the SLO); goodput = share of the phase's requests served with TTFT <= %s",
 		capacity, capacity/slow, rate, phase, warm, prompt, maxTokens, slow, slo)
 	type variant struct {
 		name  string
@@ -340,7 +354,7 @@ func ScenarioAdaptive(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	type phaseGood struct{ before, after float64 }
 	good := map[string]phaseGood{}
 	for _, v := range variants {
-		flags := append([]string{"--prefill-queue-size", "64", "--prefill-queue-timeout-secs", "5"}, v.flags...)
+		flags := append([]string{"--prefill-queue-size", "16", "--prefill-queue-timeout-secs", "1"}, v.flags...)
 		c, g, err := s.admissionCluster(ctx, sim.Config{}, flags...)
 		if err != nil {
 			return s.res, err
