@@ -38,9 +38,9 @@ func (m *featureMetrics) SetInflightTokens(w string, n int64) {
 		m.fviolation = append(m.fviolation, "negative tokens in flight on "+w)
 	}
 	// SetInflight ran just before, with the new slot count.
-	m.fakeMetrics.mu.Lock()
-	slots := m.fakeMetrics.inflight[w]
-	m.fakeMetrics.mu.Unlock()
+	m.mu.Lock()
+	slots := m.inflight[w]
+	m.mu.Unlock()
 	if m.budget > 0 && n > m.tokens[w] && n > m.budget && slots != 1 {
 		m.fviolation = append(m.fviolation, "token reservation over the budget on "+w+" with other slots held")
 	}

@@ -27,7 +27,7 @@ func TestWaitSpanCarriesBandAndTokens(t *testing.T) {
 		if sp.Name == "sluice.admission.wait" {
 			got = map[string]string{}
 			for _, kv := range sp.Attributes {
-				got[string(kv.Key)] = kv.Value.Emit()
+				got[string(kv.Key)] = kv.Value.String()
 			}
 		}
 	}
