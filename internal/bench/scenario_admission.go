@@ -353,6 +353,7 @@ func ScenarioAdaptive(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	s.res.Table = [][]string{{"variant", "goodput before", "goodput after", "TTFT p99 ms before", "TTFT p99 ms after", "limits at the end"}}
 	type phaseGood struct{ before, after float64 }
 	good := map[string]phaseGood{}
+	var plots []*Result
 	for _, v := range variants {
 		flags := append([]string{"--prefill-queue-size", "16", "--prefill-queue-timeout-secs", "1"}, v.flags...)
 		c, g, err := s.admissionCluster(ctx, sim.Config{}, flags...)
@@ -393,13 +394,17 @@ func ScenarioAdaptive(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 				after = append(after, r)
 			}
 		}
-		sb, sa := Summarize(before, 0, phase, slo), Summarize(after, 0, phase, slo)
+		sb, sa := Summarize(slices.Clone(before), 0, phase, slo), Summarize(slices.Clone(after), 0, phase, slo)
 		good[v.name] = phaseGood{sb.Goodput, sa.Goodput}
+		if v.name == "fixed-2" || v.name == "fixed-16" || strings.HasPrefix(v.name, "adaptive") {
+			plots = append(plots, &Result{Label: v.name + " after the slowdown", Records: after, Summary: sa})
+		}
 		mu.Lock()
 		s.res.Runs[len(s.res.Runs)-1].Extra = map[string]any{"before": sb, "after": sa, "limits_per_sec": limitTrace}
 		mu.Unlock()
 		s.res.Table = append(s.res.Table, []string{v.name, fpct(sb.Goodput), fpct(sa.Goodput), fms(sb.TTFT.P99), fms(sa.TTFT.P99), limitsString(final)})
 	}
+	s.plot("adaptive-after-ttft.svg", plots)
 	var bestBefore, bestAfter phaseGood
 	var bestBeforeName, bestAfterName string
 	for _, v := range variants {

@@ -40,7 +40,7 @@ func TestAdmissionScenarioSmoke(t *testing.T) {
 				t.Errorf("the deadline variant rejected nothing early: %+v", last.Extra)
 			}
 		}},
-		{name: "adaptive", rows: 3, check: func(t *testing.T, res *ScenarioResult) {
+		{name: "adaptive", rows: 3, plots: []string{"adaptive-after-ttft.svg"}, check: func(t *testing.T, res *ScenarioResult) {
 			for _, run := range res.Runs {
 				before, _ := run.Extra["before"].(Summary)
 				after, _ := run.Extra["after"].(Summary)
