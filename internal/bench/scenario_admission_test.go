@@ -30,7 +30,7 @@ func TestAdmissionScenarioSmoke(t *testing.T) {
 			}
 		}},
 		{name: "priority", rows: 6, plots: []string{"priority-ttft.svg"}, check: func(t *testing.T, res *ScenarioResult) {
-			if _, ok := res.Measurements["high_p99_over_unloaded_bands"]; !ok {
+			if _, ok := res.Measurements["high_p99_over_unloaded_bands-2x"]; !ok {
 				t.Errorf("no high-band ratio in %v", res.Measurements)
 			}
 		}},
