@@ -301,6 +301,8 @@ func ScenarioEarlyRejection(ctx context.Context, o ScenarioOptions) (*ScenarioRe
 	}
 	s.res.Table = [][]string{{"variant", "served", "TTFT p99 ms (served)", "goodput", "429s", "mean time to 429 ms", "p99 time to 429 ms", "429 codes", "early (predicted) rejections"}}
 	var plots []*Result
+	var labels []string
+	var to429 [][]float64
 	mean429 := map[string]float64{}
 	for _, v := range variants {
 		c, g, err := s.admissionCluster(ctx, sim.Config{}, v.flags...)
@@ -322,6 +324,7 @@ func ScenarioEarlyRejection(ctx context.Context, o ScenarioOptions) (*ScenarioRe
 				times = append(times, r.E2EMS)
 			}
 		}
+		labels, to429 = append(labels, v.name), append(to429, slices.Clone(times))
 		d := NewDist(times)
 		mean429[v.name] = d.Mean
 		n, codes := rejected(res.Summary)
@@ -334,6 +337,12 @@ func ScenarioEarlyRejection(ctx context.Context, o ScenarioOptions) (*ScenarioRe
 		s.res.Measurements["time_to_429_wait_over_early"] = round3(mean429["wait-for-timeout"] / m)
 	}
 	s.plot("early-rejection.svg", plots)
+	if f, err := os.Create(filepath.Join(s.o.OutDir, "early-rejection-429.svg")); err == nil {
+		if err := WriteCDFSVG(f, "Time to a 429 (ms, log scale)", labels, to429); err != nil {
+			s.note("plot: %v", err)
+		}
+		f.Close()
+	}
 	return s.res, nil
 }
 

@@ -34,7 +34,7 @@ func TestAdmissionScenarioSmoke(t *testing.T) {
 				t.Errorf("no high-band ratio in %v", res.Measurements)
 			}
 		}},
-		{name: "early-rejection", rows: 3, plots: []string{"early-rejection.svg"}, check: func(t *testing.T, res *ScenarioResult) {
+		{name: "early-rejection", rows: 3, plots: []string{"early-rejection.svg", "early-rejection-429.svg"}, check: func(t *testing.T, res *ScenarioResult) {
 			last := res.Runs[len(res.Runs)-1]
 			if n, _ := last.Extra["predicted_timeout_rejections"].(uint64); n == 0 {
 				t.Errorf("the deadline variant rejected nothing early: %+v", last.Extra)
