@@ -1511,7 +1511,8 @@ type AdmissionStatus struct {
 	WaitP90Seconds float64 `protobuf:"fixed64,7,opt,name=wait_p90_seconds,json=waitP90Seconds,proto3" json:"wait_p90_seconds,omitempty"`
 	// 99th percentile of recent waits, seconds.
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
-	// Rejections since start, by reason ("queue_full", "queue_timeout", "predicted_timeout").
+	// Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+	// rejection, "displaced" with priority bands).
 	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Waiting requests per priority band (with two or more bands).
 	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`

@@ -841,7 +841,8 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
   waitP99Seconds: number;
 
   /**
-   * Rejections since start, by reason ("queue_full", "queue_timeout", "predicted_timeout").
+   * Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+   * rejection, "displaced" with priority bands).
    *
    * @generated from field: map<string, int64> rejections = 9;
    */
