@@ -95,6 +95,12 @@ type Config struct {
 	// IgnoreRanks places requests on engines only, never on their data-parallel ranks, and sends no
 	// rank hints (--dp-aware=false).
 	IgnoreRanks bool
+	// CharsPerToken turns prompt text into admission's token estimate; 0 means DefaultCharsPerToken.
+	CharsPerToken float64
+	// CheckOverload makes a prefill worker whose engine last reported more than OverloadWaitingRequests
+	// waiting requests count as at capacity for admission (worker.LoadMonitor supplies the reports).
+	CheckOverload           bool
+	OverloadWaitingRequests int
 }
 
 // Deps are the dispatcher's collaborators.
@@ -224,6 +230,9 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		return nil, br.Model, err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
+	if _, _, _, err := admissionHeaders(r.Header); err != nil {
+		return nil, br.Model, err
+	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = r.Header.Get(HeaderRequestID)
