@@ -235,10 +235,15 @@ const (
 // LoadMonitorInterval is the effective interval of the engine-load poller;
 // 0 means it does not run.
 func (c *Config) LoadMonitorInterval() time.Duration {
-	if !c.explicit["engine-load-interval-secs"] && c.loadsDecide() {
+	if !c.loadIntervalGiven() && c.loadsDecide() {
 		return DecisionLoadInterval
 	}
 	return c.Load.Interval
+}
+
+// loadIntervalGiven reports whether the interval was set, under either name.
+func (c *Config) loadIntervalGiven() bool {
+	return c.explicit["engine-load-interval-secs"] || c.explicit["load-monitor-interval-secs"]
 }
 
 // loadsDecide reports whether placement or admission reads engine loads.

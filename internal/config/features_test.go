@@ -50,6 +50,7 @@ func TestParseAdmissionFeatures(t *testing.T) {
 		{nil, 15 * time.Second},
 		{[]string{"--engine-load-interval-secs", "0"}, 0},
 		{[]string{"--engine-load-interval-secs", "0.5"}, 500 * time.Millisecond},
+		{[]string{"--decode-policy", "least_load", "--load-monitor-interval-secs", "2"}, 2 * time.Second}, // the name
 		{[]string{"--decode-policy", "least_load"}, time.Second},
 		{[]string{"--policy", "least_load", "--engine-load-interval-secs", "3"}, 3 * time.Second},
 	} {
@@ -89,6 +90,7 @@ func TestParseRejectsAdmissionFeatures(t *testing.T) {
 		{"overload below -1", slices.Concat(on, []string{"--worker-overload-waiting-requests", "-2"}), "must be at least -1"},
 		{"negative load interval", slices.Concat(pd, []string{"--engine-load-interval-secs", "-1"}), "--engine-load-interval-secs must be >= 0"},
 		{"least_load without loads", slices.Concat(pd, []string{"--policy", "least_load", "--engine-load-interval-secs", "0"}), "reads the loads"},
+		{"overload without loads", slices.Concat(on, []string{"--worker-overload-waiting-requests", "3", "--load-monitor-interval-secs", "0"}), "reads the loads"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -169,7 +169,7 @@ func (c *Config) Validate() error {
 	// Engine load.
 	if c.Load.Interval < 0 {
 		bad("--engine-load-interval-secs must be >= 0, got %v", c.Load.Interval.Seconds())
-	} else if c.Load.Interval == 0 && c.explicit["engine-load-interval-secs"] && c.loadsDecide() {
+	} else if c.Load.Interval == 0 && c.loadIntervalGiven() && c.loadsDecide() {
 		bad("--engine-load-interval-secs 0 turns engine load polling off, but least_load or --worker-overload-waiting-requests reads the loads")
 	}
 	atLeast("worker-overload-waiting-requests", c.Load.OverloadWaitingRequests, -1)
