@@ -27,7 +27,6 @@ import (
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
-	"github.com/sluicegw/sluice/internal/engineload"
 	"github.com/sluicegw/sluice/internal/httpapi"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
@@ -61,13 +60,14 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
-	loads      *engineload.Poller
-	loadSink   *engineLoadSink
-	detector   *dispatch.Detector
-	pods       *discovery.Discovery // nil unless --service-discovery
-	tp         *telemetry.TracerProvider
-	handlers   *server.Handlers
-	smg        smgState // smg.go
+	// LoadMonitor polls the engines' own load reports (nil when --engine-load-interval-secs is 0).
+	LoadMonitor *worker.LoadMonitor
+	loadSink    *engineLoadSink
+	detector    *dispatch.Detector
+	pods        *discovery.Discovery // nil unless --service-discovery
+	tp          *telemetry.TracerProvider
+	handlers    *server.Handlers
+	smg         smgState // smg.go
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
@@ -169,11 +169,13 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Admission, err = admission.New(admission.Settings{
-		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
-		QueueSize:            cfg.Admission.QueueSize,
-		QueueTimeout:         cfg.Admission.QueueTimeout,
-	}, admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
+	a.Admission, err = admission.New(admissionSettings(cfg.Admission),
+		admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
+	if err != nil {
+		return nil, err
+	}
+	a.loadSink = &engineLoadSink{m: a.Metrics}
+	a.LoadMonitor, err = newLoadMonitor(cfg, a.Registry, &backend.Upstream{Client: httpClient}, a.Admission, a.loadSink, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +190,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		IgnoreRanks:             !cfg.Placement.DPAware,
 		RequestIDHeaders:        cfg.SMG.RequestIDHeaders,
 		RoutingKeyHeaders:       cfg.SMG.RoutingKeyHeaders,
+		CharsPerToken:           cfg.Admission.CharsPerToken,
+		CheckOverload:           cfg.Load.OverloadWaitingRequests >= 0,
+		OverloadWaitingRequests: cfg.Load.OverloadWaitingRequests,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -226,8 +231,6 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		return out
 	})
 	telemetry.RegisterStateCollector(a.Prom, Version, string(cfg.Mode()), a.stateSample)
-	a.loadSink = &engineLoadSink{m: a.Metrics}
-	a.loads = &engineload.Poller{Registry: a.Registry, HTTP: httpClient, Interval: cfg.Telemetry.EngineLoadInterval, Sink: a.loadSink}
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
@@ -338,7 +341,9 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.wg.Go(func() { a.checker.Run(bg) })
 	a.wg.Go(func() { a.Policies.Run(bg) })
-	a.wg.Go(func() { a.loads.Run(bg) })
+	if a.LoadMonitor != nil {
+		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
+	}
 	if a.pods != nil {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })

@@ -60,11 +60,15 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 // Scenarios returns the scenarios by name.
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
-		"dp":       ScenarioDP,
-		"overhead": ScenarioOverhead,
-		"overload": ScenarioOverload,
-		"prefix":   ScenarioPrefix,
-		"scale":    ScenarioScale,
+		"adaptive":        ScenarioAdaptive,
+		"dp":              ScenarioDP,
+		"early-rejection": ScenarioEarlyRejection,
+		"overhead":        ScenarioOverhead,
+		"overload":        ScenarioOverload,
+		"prefix":          ScenarioPrefix,
+		"priority":        ScenarioPriority,
+		"scale":           ScenarioScale,
+		"tokens":          ScenarioTokens,
 	}
 }
 

@@ -49,7 +49,9 @@ func TestDefault(t *testing.T) {
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
 			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
 		},
-		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
+		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
+			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
+		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
 			SuccessThreshold: 2, FailureThreshold: 3, Endpoint: "/health",
@@ -59,7 +61,7 @@ func TestDefault(t *testing.T) {
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
-		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, EngineLoadInterval: 15 * time.Second},
+		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
 		Discovery: DiscoveryConfig{Port: 80},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
 		Limits: LimitsConfig{
@@ -115,8 +117,7 @@ func TestParseRejects(t *testing.T) {
 		{"zero queue timeout", with("--prefill-max-inflight-requests-per-worker", "4", "--prefill-queue-timeout-secs", "0"), "--prefill-queue-timeout-secs must be positive"},
 		{"negative queue timeout", with("--prefill-max-inflight-requests-per-worker", "4", "--prefill-queue-timeout-secs", "-0.5"), "--prefill-queue-timeout-secs must be positive"},
 		// Policies.
-		{"unknown policy", []string{"--policy", "fastest"}, `--policy "fastest" is not a policy; valid: random, round_robin, power_of_two, cache_aware, consistent_hashing, manual`},
-		{"SMG policy sluice lacks", []string{"--policy", "least_load"}, `--policy least_load is not supported: sluice does not model queued token work per engine; use power_of_two`},
+		{"unknown policy", []string{"--policy", "fastest"}, `--policy "fastest" is not a policy; valid: random, round_robin, power_of_two, cache_aware, consistent_hashing, least_load, manual`},
 		{"unknown prefill policy", with("--prefill-policy", "fastest"), `--prefill-policy "fastest" is not a policy`},
 		{"unknown decode policy", with("--decode-policy", "Random"), `--decode-policy "Random" is not a policy`},
 		{"unknown pd policy when --policy is also bad", with("--policy", "x", "--prefill-policy", "y"), `--prefill-policy "y" is not a policy`},

@@ -72,11 +72,12 @@ func newFlagSet() *flagSet {
 	c.Server.MaxPayloadSize = defaultMaxPayloadSize
 	c.Telemetry.LogLevel = slog.LevelInfo
 	c.Admission.QueueTimeout = 60e9
+	c.Admission.PriorityAging = 10e9
 	c.Placement.EvictionInterval = 120e9
 	c.Health.Interval = 60e9
 	c.Health.Timeout = 5e9
 	c.Breaker.Timeout = 60e9
-	c.Telemetry.EngineLoadInterval = 15e9
+	c.Load.Interval = DefaultEngineLoadInterval
 	c.Retry.InitialBackoff = 50e6
 	c.Retry.MaxBackoff = 30e9
 	const sec, ms = 1e9, 1e6
@@ -99,7 +100,6 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
-	s.dur(&c.Telemetry.EngineLoadInterval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics); 0 = never.")
 
 	s.section("Workers")
 	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
@@ -137,6 +137,17 @@ func newFlagSet() *flagSet {
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
 	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
 	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
+	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", -1, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; <= 0 = off.")
+	s.float(&c.Admission.CharsPerToken, "prefill-token-estimate-chars-per-token", "F", 4, "Token estimate: characters of prompt text per token (token-id prompts count exactly). Needs a token budget.")
+	s.add(bandsValue{&c.Admission.PriorityBands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
+	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
+	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
+	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
+
+	s.section("Engine load")
+	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
+	s.dur(&c.Load.Interval, sec, "load-monitor-interval-secs", "SECS", "Another name of --engine-load-interval-secs.")
+	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
 
 	s.section("Health checks")
 	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", "Time between probes of one worker.")
@@ -186,6 +197,11 @@ func (s *flagSet) str(p *string, name, metavar, def, usage string) {
 
 func (s *flagSet) int(p *int, name, metavar string, def int, usage string) {
 	s.fs.IntVar(p, name, def, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) int64(p *int64, name, metavar string, def int64, usage string) {
+	s.fs.Int64Var(p, name, def, usage)
 	s.record(name, metavar)
 }
 

@@ -126,7 +126,6 @@ const (
 // smgPolicyRefusals are SMG policies sluice does not have, with what to use instead.
 var smgPolicyRefusals = map[string]string{
 	"passthrough": "sluice always picks a worker; with one worker any policy sends everything to it (use round_robin)",
-	"least_load":  "sluice does not model queued token work per engine; use power_of_two (fewest in flight of two) or cache_aware",
 	"prefix_hash": "use cache_aware (prefix tree on the prompt text) or consistent_hashing with a routing-key header",
 	"bucket":      "sluice has no length buckets; use cache_aware or power_of_two",
 }
@@ -151,10 +150,9 @@ type smgRefusal struct {
 var smgRefused = map[string]smgRefusal{
 	// Cache-aware and load-balancing knobs of policies or indexes sluice does not have.
 	"balance-token-usage-threshold":     {argOne, "sluice's cache_aware balances on in-flight requests, not engine KV usage; tune --balance-abs-threshold and --balance-rel-threshold"},
-	"overload-token-usage-threshold":    {argOne, "sluice does not read engine KV usage for routing; use prefill admission (--prefill-max-inflight-requests-per-worker) to bound load"},
-	"worker-overload-protection":        {argBool, "sluice does not veto workers on engine load; use prefill admission (--prefill-max-inflight-requests-per-worker) or --max-concurrent-requests"},
-	"worker-overload-waiting-requests":  {argOne, "sluice does not veto workers on engine queues; use prefill admission (--prefill-max-inflight-requests-per-worker)"},
-	"worker-overload-token-usage":       {argOne, "sluice does not veto workers on engine KV usage; use prefill admission (--prefill-max-inflight-requests-per-worker)"},
+	"overload-token-usage-threshold":    {argOne, "sluice's cache_aware does not read engine KV usage; bound load with prefill admission (--prefill-max-inflight-requests-per-worker) or route with least_load"},
+	"worker-overload-protection":        {argBool, "sluice's overload check reads engine queues, not KV usage (SMG's default 0.9); give --worker-overload-waiting-requests N with prefill admission"},
+	"worker-overload-token-usage":       {argOne, "sluice's overload check reads engine queues, not KV usage; give --worker-overload-waiting-requests N with prefill admission"},
 	"overlap-decay":                     {argOne, "sluice's cache_aware has no backlog decay; tune --balance-abs-threshold and --balance-rel-threshold"},
 	"selection-temperature":             {argOne, "sluice's cache_aware picks the best match deterministically; remove the flag"},
 	"cache-boundaries":                  {argOne, "sluice has no hash cache index; remove the flag"},
@@ -165,10 +163,10 @@ var smgRefused = map[string]smgRefusal{
 	"prefix-token-count":                {argOne, "prefix_hash is not a sluice policy; use cache_aware or consistent_hashing"},
 	"prefix-hash-load-factor":           {argOne, "prefix_hash is not a sluice policy; use cache_aware or consistent_hashing"},
 	"prefix-hash-balance-abs-threshold": {argOne, "prefix_hash is not a sluice policy; use cache_aware or consistent_hashing"},
-	"least-load-kv-pressure-weight":     {argOne, "least_load is not a sluice policy; use power_of_two or cache_aware"},
-	"least-load-default-throughput":     {argOne, "least_load is not a sluice policy; use power_of_two or cache_aware"},
-	"least-load-mean-prefill-tokens":    {argOne, "least_load is not a sluice policy; use power_of_two or cache_aware"},
-	"least-load-max-waiting-requests":   {argOne, "least_load is not a sluice policy; use prefill admission (--prefill-max-inflight-requests-per-worker)"},
+	"least-load-kv-pressure-weight":     {argOne, "sluice's least_load ranks workers by the running and waiting requests their engines report (KV usage breaks ties), with no token-work model to tune; remove the flag"},
+	"least-load-default-throughput":     {argOne, "sluice's least_load has no token-work model (it ranks by reported running and waiting requests); remove the flag"},
+	"least-load-mean-prefill-tokens":    {argOne, "sluice's least_load has no token-work model (it ranks by reported running and waiting requests); remove the flag"},
+	"least-load-max-waiting-requests":   {argOne, "sluice's least_load skips no worker; give --worker-overload-waiting-requests N with prefill admission (a prefill worker over it counts as at capacity)"},
 	"dp-minimum-tokens-scheduler":       {argBool, "sluice places data-parallel ranks itself with the policy (--dp-aware); remove the flag"},
 	"routing-key-override":              {argBool, "sluice derives no sticky key from the body's rid; use --policy manual or consistent_hashing with a routing-key header"},
 	"sticky-sessions":                   {argBool, "sluice derives no sticky key from the body's rid; use --policy manual or consistent_hashing with a routing-key header"},
@@ -206,10 +204,10 @@ var smgRefused = map[string]smgRefusal{
 	"storage-hook-wasm-path":   {argOne, "sluice runs no WebAssembly plugins"},
 	"mcp-config-path":          {argOne, "sluice executes no MCP tools: /v1/responses and /v1/messages go to the engines as sent"},
 	// Tenancy, scheduling and control-plane auth.
-	"priority-scheduler-enabled":             {argBool, "sluice has no priority classes; bound load with prefill admission (--prefill-max-inflight-requests-per-worker) or --max-concurrent-requests"},
-	"priority-scheduler-default-max-class":   {argOne, "sluice has no priority classes"},
-	"priority-scheduler-config":              {argOne, "sluice has no priority classes"},
-	"priority-scheduler-tenant-metric-top-n": {argOne, "sluice has no priority classes"},
+	"priority-scheduler-enabled":             {argBool, "sluice has no per-tenant priority classes; its priorities are prefill admission bands (--prefill-priority-bands) taken from X-Sluice-Priority or the body's priority"},
+	"priority-scheduler-default-max-class":   {argOne, "sluice has no per-tenant priority classes; use --prefill-priority-bands"},
+	"priority-scheduler-config":              {argOne, "sluice has no per-tenant priority classes; use --prefill-priority-bands"},
+	"priority-scheduler-tenant-metric-top-n": {argOne, "sluice has no per-tenant priority classes"},
 	"tenant-rate-limit-enabled":              {argBool, "sluice has no per-tenant token budgets; use --max-concurrent-requests with --rate-limit-tokens-per-second"},
 	"tenant-rate-limit-config":               {argOne, "sluice has no per-tenant token budgets"},
 	"trust-tenant-header":                    {argBool, "sluice identifies callers by credential only (--api-keys-file ids, JWT subjects)"},
@@ -245,7 +243,7 @@ var smgInert = []struct {
 	{"worker-startup-check-interval", "SECS", argOne, checkUint, "Accepted: workers are probed every --health-check-interval-secs."},
 	{"job-queue-capacity", "N", argOne, checkPositive, "Accepted: sluice applies worker changes synchronously, without a job queue."},
 	{"job-queue-concurrency", "N", argOne, checkPositive, "Accepted: sluice applies worker changes synchronously, without a job queue."},
-	{"disable-load-monitoring", "", argBool, nil, "Accepted: sluice polls engine loads only for its sluice_worker_engine_* gauges (power_of_two uses live in-flight counts); --engine-load-interval-secs 0 stops the polling."},
+	{"disable-load-monitoring", "", argBool, nil, "Accepted: sluice polls engine loads every --engine-load-interval-secs (faster when least_load or the overload check reads them); 0 stops the polling."},
 	{"engine-metrics", "", argBool, nil, "Accepted: sluice always exports engine loads as sluice_worker_engine_* gauges, polled every --engine-load-interval-secs."},
 	{"block-size", "N", argOne, checkPositive, "Accepted: sluice's cache_aware matches prompt text; the block size only shapes SMG's token trees (its Helm chart always passes it)."},
 	{"model-path", "PATH", argOne, nil, "Accepted: sluice routes on prompt text and loads no tokenizer; engines tokenize."},
@@ -301,6 +299,17 @@ const compatSection = "Rust gateway (SMG) flags accepted for compatibility"
 // refusedSection lists the SMG flags sluice refuses, with the reason, so --help answers for them too.
 const refusedSection = "Rust gateway (SMG) flags sluice refuses (the error says why and what to use)"
 
+// smgAliases are SMG's names of sluice settings: same value, same meaning.
+var smgAliases = []struct{ name, target string }{
+	{"eviction-interval", "eviction-interval-secs"},
+	{"cache-match-threshold", "cache-threshold"},
+	{"spill-abs-threshold", "balance-abs-threshold"},
+	{"spill-rel-threshold", "balance-rel-threshold"},
+	{"sticky-key-idle-secs", "max-idle-secs"},
+	{"worker-auto-recovery", "remove-unhealthy-workers"},
+	{"load-monitor-interval", "load-monitor-interval-secs"},
+}
+
 // registerSMG adds the SMG settings, aliases, accepted and refused flags.
 func (s *flagSet) registerSMG() {
 	c := s.cfg
@@ -340,18 +349,11 @@ func (s *flagSet) registerSMG() {
 	s.bool(&m.RemoveUnhealthyWorkers, "remove-unhealthy-workers", "Let long-failed workers recover (SMG); sluice always keeps probing them, so they come back when healthy.")
 
 	s.section(compatSection)
-	alias := func(name, target string) {
-		f := s.fs.Lookup(target)
-		s.fs.Var(f.Value, name, "Alias of --"+target+".")
-		s.record(name, s.metavar[target])
+	for _, a := range smgAliases {
+		f := s.fs.Lookup(a.target)
+		s.fs.Var(f.Value, a.name, "Alias of --"+a.target+".")
+		s.record(a.name, s.metavar[a.target])
 	}
-	alias("eviction-interval", "eviction-interval-secs")
-	alias("cache-match-threshold", "cache-threshold")
-	alias("spill-abs-threshold", "balance-abs-threshold")
-	alias("spill-rel-threshold", "balance-rel-threshold")
-	alias("sticky-key-idle-secs", "max-idle-secs")
-	alias("worker-auto-recovery", "remove-unhealthy-workers")
-	alias("load-monitor-interval", "engine-load-interval-secs")
 	s.add(backendValue{&c.Workers.Runtime}, "backend", "NAME", "SMG's --backend: sglang or vllm set --runtime; other backends are refused.")
 	for _, f := range smgInert {
 		s.add(inertValue{name: f.name, kind: f.kind, check: f.check, into: &m.Inert}, f.name, f.metavar, f.reason)
@@ -367,6 +369,11 @@ func (s *flagSet) registerSMG() {
 // finishSMG derives the SMG settings that depend on several flags.
 func (s *flagSet) finishSMG() {
 	m := &s.cfg.SMG
+	for _, a := range smgAliases { // a setting given under its SMG name was given
+		if s.cfg.explicit[a.name] {
+			s.cfg.explicit[a.target] = true
+		}
+	}
 	if !s.smg.requestIDSet {
 		m.RequestIDHeaders = defaultRequestIDHeaders()
 	}

@@ -352,6 +352,27 @@ func TestSMGIssueFlags(t *testing.T) {
 	eq(t, "threads", c.SMG.RuntimeWorkerThreads, 3)
 }
 
+// TestSMGLoadMonitorInterval: SMG's --load-monitor-interval is the engine-load poll interval, and
+// counts as given (least_load alone polls every second).
+func TestSMGLoadMonitorInterval(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--policy", "least_load", "--load-monitor-interval", "10"}, 10 * time.Second},
+		{[]string{"--policy", "least_load"}, DecisionLoadInterval},
+		{[]string{"--load-monitor-interval", "2"}, 2 * time.Second},
+	} {
+		c, err := parseNoEnv(append([]string{"--worker-urls", "http://w1:8000"}, tt.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.LoadMonitorInterval(); got != tt.want {
+			t.Errorf("%v: poll interval %v, want %v", tt.args, got, tt.want)
+		}
+	}
+}
+
 func TestSMGRejects(t *testing.T) {
 	tests := []struct {
 		name    string

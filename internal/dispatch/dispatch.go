@@ -101,6 +101,12 @@ type Config struct {
 	// RoutingKeyHeaders are read in order for the routing key; empty means X-Sluice-Routing-Key, then
 	// X-SMG-Routing-Key.
 	RoutingKeyHeaders []string
+	// CharsPerToken turns prompt text into admission's token estimate; 0 means DefaultCharsPerToken.
+	CharsPerToken float64
+	// CheckOverload makes a prefill worker whose engine last reported more than OverloadWaitingRequests
+	// waiting requests count as at capacity for admission (worker.LoadMonitor supplies the reports).
+	CheckOverload           bool
+	OverloadWaitingRequests int
 }
 
 // Deps are the dispatcher's collaborators.
@@ -236,6 +242,9 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		return nil, br.Model, err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
+	if _, _, _, err := admissionHeaders(r.Header); err != nil {
+		return nil, br.Model, err
+	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = firstHeader(r.Header, x.cfg.RequestIDHeaders)

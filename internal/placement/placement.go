@@ -62,11 +62,14 @@ const (
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
 	PolicyManual            = "manual" // manual.go: SMG's header-pinned routing
+	// PolicyLeastLoad reads the engines' own load reports; it needs the load
+	// monitor (worker.LoadMonitor) running.
+	PolicyLeastLoad = "least_load"
 )
 
 // PolicyNames lists the valid policy names.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyManual}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
 }
 
 // DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
@@ -227,6 +230,8 @@ func New(name string, cfg Config) (Policy, error) {
 		return newConsistentHash(cfg.VirtualNodes), nil
 	case PolicyManual:
 		return newManual(cfg), nil
+	case PolicyLeastLoad:
+		return LeastLoad{}, nil
 	}
 	return nil, unknownPolicy(name)
 }
@@ -259,6 +264,17 @@ func NewSet(cfg Config) (*Set, error) {
 }
 
 func (s *Set) all() []Policy { return []Policy{s.Regular, s.Prefill, s.Decode} }
+
+// Uses reports whether any of the three policies is the named one (e.g.
+// least_load, which needs the load monitor).
+func (s *Set) Uses(name string) bool {
+	for _, p := range s.all() {
+		if p.Name() == name {
+			return true
+		}
+	}
+	return false
+}
 
 // Forget drops per-worker state in every policy, for the worker and its rank
 // views. Call it when a worker is removed or replaced.

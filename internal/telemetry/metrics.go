@@ -49,6 +49,9 @@ type Metrics struct {
 	admissionQueued   *prometheus.GaugeVec
 	admissionWait     *prometheus.HistogramVec
 	admissionRejects  *prometheus.CounterVec
+	admissionTokens   *prometheus.GaugeVec
+	bandQueued        *prometheus.GaugeVec
+	bandWait          *prometheus.HistogramVec
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
@@ -187,12 +190,19 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			latencyBuckets, "queue", "worker"),
 		admissionRejects: counter("sluice_pd_prefill_admission_rejections_total",
 			"Requests rejected by prefill admission, per queue (model) and reason.", "queue", "reason"),
+		admissionTokens: gauge("sluice_pd_prefill_admission_inflight_tokens",
+			"Estimated prompt tokens of the prefill admission slots held per prefill worker.", "worker"),
+		bandQueued: gauge("sluice_pd_prefill_admission_band_queued",
+			"Requests waiting for a prefill admission slot, per priority band.", "band"),
+		bandWait: hist("sluice_pd_prefill_admission_band_wait_seconds",
+			"Time requests waited in the prefill admission queue, per priority band.", latencyBuckets, "band"),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
 		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks,
 		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
-		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
+		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
+		m.admissionTokens, m.bandQueued, m.bandWait)
 	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
 	// ReasonNGreaterThanOne) is exported at 0 from the start: "none yet" is an answer, not no data.
 	m.kvFallbacks.WithLabelValues("vllm_nixl")
@@ -362,9 +372,24 @@ func (m *Metrics) IncRejection(queue, reason string) {
 	m.admissionRejects.WithLabelValues(queue, reason).Inc()
 }
 
+// SetInflightTokens sets the estimated prompt tokens of the admission slots held on worker.
+func (m *Metrics) SetInflightTokens(worker string, n int64) {
+	m.admissionTokens.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetBandQueued sets the requests waiting for admission in one priority band.
+func (m *Metrics) SetBandQueued(band string, n int) {
+	m.bandQueued.WithLabelValues(band).Set(float64(n))
+}
+
+// ObserveBandWait records one admission wait of a request of band.
+func (m *Metrics) ObserveBandWait(band string, d time.Duration) {
+	m.bandWait.WithLabelValues(band).Observe(d.Seconds())
+}
+
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
-	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.workerActive, m.workerHealth,
+	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerActive, m.workerHealth,
 		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
 		g.DeleteLabelValues(worker)
 	}

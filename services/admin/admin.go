@@ -363,21 +363,38 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 	out := &adminv1.AdmissionStatus{
 		Enabled: st.Settings.Enabled(),
 		Settings: &adminv1.AdmissionSettings{
-			MaxInflightPerWorker: int32(st.Settings.MaxInflightPerWorker),
-			QueueSize:            int32(st.Settings.QueueSize),
-			QueueTimeout:         durationpb.New(st.Settings.QueueTimeout),
+			MaxInflightPerWorker:       int32(st.Settings.MaxInflightPerWorker),
+			QueueSize:                  int32(st.Settings.QueueSize),
+			QueueTimeout:               durationpb.New(st.Settings.QueueTimeout),
+			MaxInflightTokensPerWorker: st.Settings.MaxInflightTokensPerWorker,
+			EarlyRejection:             st.Settings.EarlyRejection,
 		},
 		Queued:         int32(st.QueuedTotal),
 		WaitP50Seconds: st.Wait.P50.Seconds(),
 		WaitP90Seconds: st.Wait.P90.Seconds(),
 		WaitP99Seconds: st.Wait.P99.Seconds(),
 		Rejections:     map[string]int64{},
+		ReleaseRate:    st.ReleaseRate,
+	}
+	set := out.Settings
+	if st.Settings.Aging > 0 {
+		set.PriorityAging = durationpb.New(st.Settings.Aging)
+	}
+	if a := st.Settings.Adaptive; a.On() {
+		set.AdaptiveLimit = &adminv1.AdaptiveLimit{Min: int32(a.Min), Max: int32(a.Max)}
+	}
+	for _, b := range st.Settings.Bands {
+		set.PriorityBands = append(set.PriorityBands, &adminv1.PriorityBand{Name: b.Name, MinPriority: int32(b.MinPriority)})
+		if len(st.Settings.Bands) > 1 {
+			out.Bands = append(out.Bands, &adminv1.BandState{Name: b.Name, MinPriority: int32(b.MinPriority), Queued: int32(st.QueuedByBand[b.Name])})
+		}
 	}
 	for _, m := range slices.Sorted(maps.Keys(st.Queued)) {
 		out.Queues = append(out.Queues, &adminv1.QueueState{Model: m, Queued: int32(st.Queued[m])})
 	}
 	for _, u := range slices.Sorted(maps.Keys(st.Inflight)) {
-		out.Workers = append(out.Workers, &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u])})
+		out.Workers = append(out.Workers, &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u]),
+			InflightTokens: st.InflightTokens[u], Limit: int32(st.Limits[u])})
 	}
 	for k, v := range st.Rejections {
 		out.Rejections[k] = int64(v)
@@ -390,11 +407,15 @@ func (s *Service) GetAdmission(context.Context, *adminv1.GetAdmissionRequest) (*
 	return &adminv1.GetAdmissionResponse{Status: s.status()}, nil
 }
 
-// UpdateAdmission applies new settings at once; unset fields keep their value.
+// UpdateAdmission applies new settings at once; unset fields keep their value. A new request limit
+// without an adaptive range sets a fixed limit: it turns adaptation off.
 func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissionRequest) (*adminv1.UpdateAdmissionResponse, error) {
 	set := s.d.Admission.Settings()
 	if req.MaxInflightPerWorker != nil {
 		set.MaxInflightPerWorker = int(req.GetMaxInflightPerWorker())
+		if req.AdaptiveLimit == nil {
+			set.Adaptive = admission.AdaptiveLimit{}
+		}
 	}
 	if req.QueueSize != nil {
 		if req.GetQueueSize() < 0 {
@@ -412,10 +433,46 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		}
 		set.QueueTimeout = d
 	}
+	if req.MaxInflightTokensPerWorker != nil {
+		set.MaxInflightTokensPerWorker = req.GetMaxInflightTokensPerWorker()
+	}
+	if req.PriorityAging != nil {
+		if err := req.GetPriorityAging().CheckValid(); err != nil {
+			return nil, invalid("priority_aging", "%v", err)
+		}
+		d := req.GetPriorityAging().AsDuration()
+		if d <= 0 {
+			return nil, invalid("priority_aging", "priority_aging must be positive, got %s", d)
+		}
+		set.Aging = d
+	}
+	if req.PriorityBands != nil {
+		set.Bands = nil
+		for _, b := range req.GetPriorityBands().GetBands() {
+			set.Bands = append(set.Bands, admission.Band{Name: b.GetName(), MinPriority: int(b.GetMinPriority())})
+		}
+		if len(set.Bands) > 1 && set.Aging <= 0 {
+			set.Aging = admission.DefaultAging
+		}
+		if err := (admission.Settings{Bands: set.Bands, Aging: set.Aging}).Validate(); err != nil {
+			return nil, invalid("priority_bands", "%v", err)
+		}
+	}
+	if req.EarlyRejection != nil {
+		set.EarlyRejection = req.GetEarlyRejection()
+	}
+	if req.AdaptiveLimit != nil {
+		set.Adaptive = admission.AdaptiveLimit{Min: int(req.GetAdaptiveLimit().GetMin()), Max: int(req.GetAdaptiveLimit().GetMax())}
+		if err := (admission.Settings{Adaptive: set.Adaptive}).Validate(); err != nil {
+			return nil, invalid("adaptive_limit", "%v (min 0 and max 0 turn adaptation off)", err)
+		}
+	}
 	if err := s.d.Admission.Update(set); err != nil {
 		return nil, invalid("max_inflight_per_worker", "%v", err)
 	}
-	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout)
+	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout,
+		"token_limit", set.MaxInflightTokensPerWorker, "bands", len(set.Bands), "aging", set.Aging, "early_rejection", set.EarlyRejection,
+		"adaptive_min", set.Adaptive.Min, "adaptive_max", set.Adaptive.Max)
 	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
 }
 

@@ -1152,7 +1152,18 @@ type AdmissionSettings struct {
 	// Maximum number of waiting requests (all models together); 0 rejects at once when full.
 	QueueSize int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3" json:"queue_size,omitempty"`
 	// Longest time one request may wait for a slot.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
+	// <= 0 means none. A request larger than the bound runs alone on an idle worker.
+	MaxInflightTokensPerWorker int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3" json:"max_inflight_tokens_per_worker,omitempty"`
+	// Priority bands, lowest first; fewer than two means priorities are ignored.
+	PriorityBands []*PriorityBand `protobuf:"bytes,5,rep,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// A waiting request rises one band per this much wait (used with two or more bands).
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Whether a request whose predicted wait exceeds its timeout is rejected at once.
+	EarlyRejection bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3" json:"early_rejection,omitempty"`
+	// Range of the adaptive per-worker request limit; absent when the limit is fixed.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,20 +1219,216 @@ func (x *AdmissionSettings) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *AdmissionSettings) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil {
+		return x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *AdmissionSettings) GetPriorityBands() []*PriorityBand {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetEarlyRejection() bool {
+	if x != nil {
+		return x.EarlyRejection
+	}
+	return false
+}
+
+func (x *AdmissionSettings) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
+// PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
+// next band's).
+type PriorityBand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name, a metric label: 1-32 characters of a-z, 0-9, _ or -.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority   int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBand) Reset() {
+	*x = PriorityBand{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBand) ProtoMessage() {}
+
+func (x *PriorityBand) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBand.ProtoReflect.Descriptor instead.
+func (*PriorityBand) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PriorityBand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PriorityBand) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+// PriorityBandList is a full set of priority bands, lowest first.
+type PriorityBandList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bands; empty turns priorities off.
+	Bands         []*PriorityBand `protobuf:"bytes,1,rep,name=bands,proto3" json:"bands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBandList) Reset() {
+	*x = PriorityBandList{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBandList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBandList) ProtoMessage() {}
+
+func (x *PriorityBandList) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBandList.ProtoReflect.Descriptor instead.
+func (*PriorityBandList) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PriorityBandList) GetBands() []*PriorityBand {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+// AdaptiveLimit is the range in which each prefill worker's request limit adapts.
+type AdaptiveLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Smallest limit, >= 1.
+	Min int32 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	// Largest limit, >= min.
+	Max           int32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveLimit) Reset() {
+	*x = AdaptiveLimit{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveLimit) ProtoMessage() {}
+
+func (x *AdaptiveLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveLimit.ProtoReflect.Descriptor instead.
+func (*AdaptiveLimit) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AdaptiveLimit) GetMin() int32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AdaptiveLimit) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 // WorkerAdmission is one prefill worker's admission state.
 type WorkerAdmission struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Worker URL.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// Slots held.
-	Inflight      int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// Estimated prompt tokens of the slots held.
+	InflightTokens int64 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
+	// Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerAdmission) Reset() {
 	*x = WorkerAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1440,7 @@ func (x *WorkerAdmission) String() string {
 func (*WorkerAdmission) ProtoMessage() {}
 
 func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1453,7 @@ func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerAdmission.ProtoReflect.Descriptor instead.
 func (*WorkerAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerAdmission) GetUrl() string {
@@ -1259,6 +1466,84 @@ func (x *WorkerAdmission) GetUrl() string {
 func (x *WorkerAdmission) GetInflight() int32 {
 	if x != nil {
 		return x.Inflight
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetInflightTokens() int64 {
+	if x != nil {
+		return x.InflightTokens
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// BandState is one priority band's waiting requests.
+type BandState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	// Requests of this band waiting, all models.
+	Queued        int32 `protobuf:"varint,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BandState) Reset() {
+	*x = BandState{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BandState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BandState) ProtoMessage() {}
+
+func (x *BandState) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BandState.ProtoReflect.Descriptor instead.
+func (*BandState) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BandState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BandState) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+func (x *BandState) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
 	}
 	return 0
 }
@@ -1276,7 +1561,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1573,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1586,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueState) GetModel() string {
@@ -1337,15 +1622,20 @@ type AdmissionStatus struct {
 	WaitP90Seconds float64 `protobuf:"fixed64,7,opt,name=wait_p90_seconds,json=waitP90Seconds,proto3" json:"wait_p90_seconds,omitempty"`
 	// 99th percentile of recent waits, seconds.
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
-	// Rejections since start, by reason ("queue_full", "queue_timeout", ...).
-	Rejections    map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+	// rejection, "displaced" with priority bands).
+	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Waiting requests per priority band (with two or more bands).
+	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`
+	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
+	ReleaseRate   float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmissionStatus) Reset() {
 	*x = AdmissionStatus{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1647,7 @@ func (x *AdmissionStatus) String() string {
 func (*AdmissionStatus) ProtoMessage() {}
 
 func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1660,7 @@ func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionStatus.ProtoReflect.Descriptor instead.
 func (*AdmissionStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AdmissionStatus) GetEnabled() bool {
@@ -1436,6 +1726,20 @@ func (x *AdmissionStatus) GetRejections() map[string]int64 {
 	return nil
 }
 
+func (x *AdmissionStatus) GetBands() []*BandState {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+func (x *AdmissionStatus) GetReleaseRate() float64 {
+	if x != nil {
+		return x.ReleaseRate
+	}
+	return 0
+}
+
 // UpdateAdmissionRequest changes admission settings; unset fields keep their value.
 type UpdateAdmissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1444,14 +1748,25 @@ type UpdateAdmissionRequest struct {
 	// New queue size.
 	QueueSize *int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3,oneof" json:"queue_size,omitempty"`
 	// New queue timeout.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// New token bound per worker; <= 0 removes it.
+	MaxInflightTokensPerWorker *int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3,oneof" json:"max_inflight_tokens_per_worker,omitempty"`
+	// New priority bands, replacing all of them (an empty list turns priorities off).
+	PriorityBands *PriorityBandList `protobuf:"bytes,5,opt,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// New priority aging.
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Turn early rejection on or off.
+	EarlyRejection *bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3,oneof" json:"early_rejection,omitempty"`
+	// New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
+	// field also turns adaptation off: it sets a fixed limit.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1778,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1791,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1500,6 +1815,41 @@ func (x *UpdateAdmissionRequest) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *UpdateAdmissionRequest) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil && x.MaxInflightTokensPerWorker != nil {
+		return *x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityBands() *PriorityBandList {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetEarlyRejection() bool {
+	if x != nil && x.EarlyRejection != nil {
+		return *x.EarlyRejection
+	}
+	return false
+}
+
+func (x *UpdateAdmissionRequest) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
 // GetLoadsRequest asks for the workers' loads.
 type GetLoadsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1509,7 +1859,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1871,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1884,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1560,7 +1910,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1922,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1935,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -1654,7 +2004,7 @@ type EngineRankLoad struct {
 
 func (x *EngineRankLoad) Reset() {
 	*x = EngineRankLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +2016,7 @@ func (x *EngineRankLoad) String() string {
 func (*EngineRankLoad) ProtoMessage() {}
 
 func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +2029,7 @@ func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineRankLoad.ProtoReflect.Descriptor instead.
 func (*EngineRankLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EngineRankLoad) GetRank() uint32 {
@@ -1721,7 +2071,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2083,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2096,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -1765,7 +2115,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2127,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2140,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -1810,7 +2160,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2172,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2185,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FlushResult) GetId() string {
@@ -1877,7 +2227,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2239,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2252,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -1996,19 +2346,38 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveWorkerResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.sluice.admin.v1.WorkerR\x06worker\"\x15\n" +
-	"\x13GetAdmissionRequest\"\xa9\x01\n" +
+	"\x13GetAdmissionRequest\"\xe5\x03\n" +
 	"\x11AdmissionSettings\x125\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05R\x14maxInflightPerWorker\x12\x1d\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05R\tqueueSize\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\"?\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12B\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03R\x1amaxInflightTokensPerWorker\x12D\n" +
+	"\x0epriority_bands\x18\x05 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12'\n" +
+	"\x0fearly_rejection\x18\a \x01(\bR\x0eearlyRejection\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\"E\n" +
+	"\fPriorityBand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\"G\n" +
+	"\x10PriorityBandList\x123\n" +
+	"\x05bands\x18\x01 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\x05bands\"3\n" +
+	"\rAdaptiveLimit\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"~\n" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\binflight\x18\x02 \x01(\x05R\binflight\":\n" +
+	"\binflight\x18\x02 \x01(\x05R\binflight\x12'\n" +
+	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"Z\n" +
+	"\tBandState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\x12\x16\n" +
+	"\x06queued\x18\x03 \x01(\x05R\x06queued\":\n" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x83\x04\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\xd8\x04\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -2020,17 +2389,27 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x10wait_p99_seconds\x18\b \x01(\x01R\x0ewaitP99Seconds\x12P\n" +
 	"\n" +
 	"rejections\x18\t \x03(\v20.sluice.admin.v1.AdmissionStatus.RejectionsEntryR\n" +
-	"rejections\x1a=\n" +
+	"rejections\x120\n" +
+	"\x05bands\x18\n" +
+	" \x03(\v2\x1a.sluice.admin.v1.BandStateR\x05bands\x12!\n" +
+	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe4\x04\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05H\x01R\tqueueSize\x88\x01\x01\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeoutB\x1a\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12G\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03H\x02R\x1amaxInflightTokensPerWorker\x88\x01\x01\x12H\n" +
+	"\x0epriority_bands\x18\x05 \x01(\v2!.sluice.admin.v1.PriorityBandListR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12,\n" +
+	"\x0fearly_rejection\x18\a \x01(\bH\x03R\x0eearlyRejection\x88\x01\x01\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimitB\x1a\n" +
 	"\x18_max_inflight_per_workerB\r\n" +
-	"\v_queue_size\"\x11\n" +
+	"\v_queue_sizeB!\n" +
+	"\x1f_max_inflight_tokens_per_workerB\x12\n" +
+	"\x10_early_rejection\"\x11\n" +
 	"\x0fGetLoadsRequest\"\xec\x01\n" +
 	"\n" +
 	"WorkerLoad\x12\x0e\n" +
@@ -2083,7 +2462,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -2104,26 +2483,30 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*RemoveWorkerResponse)(nil),    // 16: sluice.admin.v1.RemoveWorkerResponse
 	(*GetAdmissionRequest)(nil),     // 17: sluice.admin.v1.GetAdmissionRequest
 	(*AdmissionSettings)(nil),       // 18: sluice.admin.v1.AdmissionSettings
-	(*WorkerAdmission)(nil),         // 19: sluice.admin.v1.WorkerAdmission
-	(*QueueState)(nil),              // 20: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 21: sluice.admin.v1.AdmissionStatus
-	(*UpdateAdmissionRequest)(nil),  // 22: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 23: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 24: sluice.admin.v1.WorkerLoad
-	(*EngineRankLoad)(nil),          // 25: sluice.admin.v1.EngineRankLoad
-	(*GetLoadsResponse)(nil),        // 26: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 27: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 28: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 29: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 30: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 31: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 32: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 33: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 34: google.protobuf.Duration
+	(*PriorityBand)(nil),            // 19: sluice.admin.v1.PriorityBand
+	(*PriorityBandList)(nil),        // 20: sluice.admin.v1.PriorityBandList
+	(*AdaptiveLimit)(nil),           // 21: sluice.admin.v1.AdaptiveLimit
+	(*WorkerAdmission)(nil),         // 22: sluice.admin.v1.WorkerAdmission
+	(*BandState)(nil),               // 23: sluice.admin.v1.BandState
+	(*QueueState)(nil),              // 24: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),         // 25: sluice.admin.v1.AdmissionStatus
+	(*UpdateAdmissionRequest)(nil),  // 26: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 27: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 28: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),          // 29: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),        // 30: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 31: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 32: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 33: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 34: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 35: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 36: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 37: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 38: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	30, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	31, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	34, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	35, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -2131,44 +2514,52 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 6: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 7: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	21, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	21, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	32, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	25, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	25, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	36, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	34, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
-	18, // 14: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
-	20, // 15: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
-	19, // 16: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	33, // 17: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	34, // 18: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	25, // 19: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
-	24, // 20: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	28, // 21: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	3,  // 22: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 23: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 24: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 25: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 26: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 27: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 28: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	22, // 29: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	23, // 30: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	27, // 31: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	4,  // 32: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 33: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 34: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 35: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 36: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 37: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 38: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 39: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	26, // 40: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	29, // 41: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	38, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
+	38, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
+	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
+	24, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
+	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
+	37, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	23, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
+	38, // 23: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	20, // 24: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
+	38, // 25: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	21, // 26: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	29, // 27: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
+	28, // 28: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	32, // 29: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	3,  // 30: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 31: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 32: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 33: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 34: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 35: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 36: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	26, // 37: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	27, // 38: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	31, // 39: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	4,  // 40: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 41: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 42: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 43: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 44: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 45: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 46: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 47: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	30, // 48: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	33, // 49: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -2177,14 +2568,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[22].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

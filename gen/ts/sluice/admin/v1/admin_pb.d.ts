@@ -628,6 +628,42 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
    * @generated from field: google.protobuf.Duration queue_timeout = 3;
    */
   queueTimeout?: Duration | undefined;
+
+  /**
+   * Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
+   * <= 0 means none. A request larger than the bound runs alone on an idle worker.
+   *
+   * @generated from field: int64 max_inflight_tokens_per_worker = 4;
+   */
+  maxInflightTokensPerWorker: bigint;
+
+  /**
+   * Priority bands, lowest first; fewer than two means priorities are ignored.
+   *
+   * @generated from field: repeated sluice.admin.v1.PriorityBand priority_bands = 5;
+   */
+  priorityBands: PriorityBand[];
+
+  /**
+   * A waiting request rises one band per this much wait (used with two or more bands).
+   *
+   * @generated from field: google.protobuf.Duration priority_aging = 6;
+   */
+  priorityAging?: Duration | undefined;
+
+  /**
+   * Whether a request whose predicted wait exceeds its timeout is rejected at once.
+   *
+   * @generated from field: bool early_rejection = 7;
+   */
+  earlyRejection: boolean;
+
+  /**
+   * Range of the adaptive per-worker request limit; absent when the limit is fixed.
+   *
+   * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
+   */
+  adaptiveLimit?: AdaptiveLimit | undefined;
 };
 
 /**
@@ -635,6 +671,81 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
  * Use `create(AdmissionSettingsSchema)` to create a new message.
  */
 export declare const AdmissionSettingsSchema: GenMessage<AdmissionSettings>;
+
+/**
+ * PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
+ * next band's).
+ *
+ * @generated from message sluice.admin.v1.PriorityBand
+ */
+export declare type PriorityBand = Message<"sluice.admin.v1.PriorityBand"> & {
+  /**
+   * Band name, a metric label: 1-32 characters of a-z, 0-9, _ or -.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Lowest priority of the band.
+   *
+   * @generated from field: int32 min_priority = 2;
+   */
+  minPriority: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.PriorityBand.
+ * Use `create(PriorityBandSchema)` to create a new message.
+ */
+export declare const PriorityBandSchema: GenMessage<PriorityBand>;
+
+/**
+ * PriorityBandList is a full set of priority bands, lowest first.
+ *
+ * @generated from message sluice.admin.v1.PriorityBandList
+ */
+export declare type PriorityBandList = Message<"sluice.admin.v1.PriorityBandList"> & {
+  /**
+   * The bands; empty turns priorities off.
+   *
+   * @generated from field: repeated sluice.admin.v1.PriorityBand bands = 1;
+   */
+  bands: PriorityBand[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.PriorityBandList.
+ * Use `create(PriorityBandListSchema)` to create a new message.
+ */
+export declare const PriorityBandListSchema: GenMessage<PriorityBandList>;
+
+/**
+ * AdaptiveLimit is the range in which each prefill worker's request limit adapts.
+ *
+ * @generated from message sluice.admin.v1.AdaptiveLimit
+ */
+export declare type AdaptiveLimit = Message<"sluice.admin.v1.AdaptiveLimit"> & {
+  /**
+   * Smallest limit, >= 1.
+   *
+   * @generated from field: int32 min = 1;
+   */
+  min: number;
+
+  /**
+   * Largest limit, >= min.
+   *
+   * @generated from field: int32 max = 2;
+   */
+  max: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.AdaptiveLimit.
+ * Use `create(AdaptiveLimitSchema)` to create a new message.
+ */
+export declare const AdaptiveLimitSchema: GenMessage<AdaptiveLimit>;
 
 /**
  * WorkerAdmission is one prefill worker's admission state.
@@ -655,6 +766,20 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
    * @generated from field: int32 inflight = 2;
    */
   inflight: number;
+
+  /**
+   * Estimated prompt tokens of the slots held.
+   *
+   * @generated from field: int64 inflight_tokens = 3;
+   */
+  inflightTokens: bigint;
+
+  /**
+   * Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
+   *
+   * @generated from field: int32 limit = 4;
+   */
+  limit: number;
 };
 
 /**
@@ -662,6 +787,40 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
  * Use `create(WorkerAdmissionSchema)` to create a new message.
  */
 export declare const WorkerAdmissionSchema: GenMessage<WorkerAdmission>;
+
+/**
+ * BandState is one priority band's waiting requests.
+ *
+ * @generated from message sluice.admin.v1.BandState
+ */
+export declare type BandState = Message<"sluice.admin.v1.BandState"> & {
+  /**
+   * Band name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Lowest priority of the band.
+   *
+   * @generated from field: int32 min_priority = 2;
+   */
+  minPriority: number;
+
+  /**
+   * Requests of this band waiting, all models.
+   *
+   * @generated from field: int32 queued = 3;
+   */
+  queued: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.BandState.
+ * Use `create(BandStateSchema)` to create a new message.
+ */
+export declare const BandStateSchema: GenMessage<BandState>;
 
 /**
  * QueueState is one model's admission queue.
@@ -753,11 +912,26 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
   waitP99Seconds: number;
 
   /**
-   * Rejections since start, by reason ("queue_full", "queue_timeout", ...).
+   * Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+   * rejection, "displaced" with priority bands).
    *
    * @generated from field: map<string, int64> rejections = 9;
    */
   rejections: { [key: string]: bigint };
+
+  /**
+   * Waiting requests per priority band (with two or more bands).
+   *
+   * @generated from field: repeated sluice.admin.v1.BandState bands = 10;
+   */
+  bands: BandState[];
+
+  /**
+   * Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
+   *
+   * @generated from field: double release_rate = 11;
+   */
+  releaseRate: number;
 };
 
 /**
@@ -792,6 +966,42 @@ export declare type UpdateAdmissionRequest = Message<"sluice.admin.v1.UpdateAdmi
    * @generated from field: google.protobuf.Duration queue_timeout = 3;
    */
   queueTimeout?: Duration | undefined;
+
+  /**
+   * New token bound per worker; <= 0 removes it.
+   *
+   * @generated from field: optional int64 max_inflight_tokens_per_worker = 4;
+   */
+  maxInflightTokensPerWorker?: bigint | undefined;
+
+  /**
+   * New priority bands, replacing all of them (an empty list turns priorities off).
+   *
+   * @generated from field: sluice.admin.v1.PriorityBandList priority_bands = 5;
+   */
+  priorityBands?: PriorityBandList | undefined;
+
+  /**
+   * New priority aging.
+   *
+   * @generated from field: google.protobuf.Duration priority_aging = 6;
+   */
+  priorityAging?: Duration | undefined;
+
+  /**
+   * Turn early rejection on or off.
+   *
+   * @generated from field: optional bool early_rejection = 7;
+   */
+  earlyRejection?: boolean | undefined;
+
+  /**
+   * New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
+   * field also turns adaptation off: it sets a fixed limit.
+   *
+   * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
+   */
+  adaptiveLimit?: AdaptiveLimit | undefined;
 };
 
 /**
