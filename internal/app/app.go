@@ -67,6 +67,7 @@ type App struct {
 	pods        *discovery.Discovery // nil unless --service-discovery
 	tp          *telemetry.TracerProvider
 	handlers    *server.Handlers
+	smg         smgState // smg.go
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
@@ -96,7 +97,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}
 	a := &App{cfg: cfg, logger: logger}
 	a.Prom = telemetry.NewRegistry()
-	a.Metrics = telemetry.NewMetrics(a.Prom)
+	a.Metrics = telemetry.NewMetricsWithBuckets(a.Prom, cfg.SMG.DurationBuckets)
 	a.tp = o.TracerProvider
 	if a.tp == nil {
 		tp, err := telemetry.NewTracerProvider(ctx, cfg.Telemetry.OTLPTracesEndpoint, cfg.Telemetry.TraceSampleRatio, Version)
@@ -126,7 +127,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		},
 		StartReady: cfg.Health.Disabled,
 	})
-	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS})
+	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS, IdleConnTimeout: upstreamIdleTimeout(cfg)})
 	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
 	var probe worker.Prober = worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
@@ -162,6 +163,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		MaxTreeSize:         cfg.Placement.MaxTreeSize,
 		EvictionInterval:    cfg.Placement.EvictionInterval,
 		VirtualNodes:        cfg.Placement.VirtualNodes,
+		StickyIdle:          cfg.SMG.StickyIdle,
+		AssignmentMode:      cfg.SMG.AssignmentMode,
 	})
 	if err != nil {
 		return nil, err
@@ -185,6 +188,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		RequestTimeout:          cfg.Server.RequestTimeout,
 		DropClientAuthorization: a.auth.InferenceProtected(),
 		IgnoreRanks:             !cfg.Placement.DPAware,
+		RequestIDHeaders:        cfg.SMG.RequestIDHeaders,
+		RoutingKeyHeaders:       cfg.SMG.RoutingKeyHeaders,
 		CharsPerToken:           cfg.Admission.CharsPerToken,
 		CheckOverload:           cfg.Load.OverloadWaitingRequests >= 0,
 		OverloadWaitingRequests: cfg.Load.OverloadWaitingRequests,
@@ -231,6 +236,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger,
 	})
+	audited := adminsvc.NewAudited(a.adminSvc, logger)
+	smgRoutes, err := a.setupSMG(cfg, audited)
+	if err != nil {
+		return nil, err
+	}
 	openai := openaisvc.New(a.Dispatcher)
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
@@ -238,7 +248,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,
-		Admin:         adminsvc.NewAudited(a.adminSvc, logger),
+		Admin:         audited,
 		AdminAuth:     a.auth.Admin,
 		OpenAI:        openai,
 		InferenceAuth: a.auth.Inference,
@@ -255,6 +265,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
 		WriteTimeout:       cfg.Limits.WriteTimeout,
 		HSTS:               cfg.TLS.Enabled(),
+		Concurrency:        a.smg.limiter,
+		Routes:             smgRoutes,
 	})
 	if err != nil {
 		return nil, err
@@ -354,6 +366,10 @@ func (a *App) Start(ctx context.Context) error {
 		}
 		a.serve(a.admin)
 	}
+	if err := a.startSMGListeners(); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
+	}
 	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
 		"tls", a.serverTLS != nil)
 	return nil
@@ -436,6 +452,7 @@ func (a *App) shutdown(ctx context.Context) error {
 			}
 		}
 	}
+	errs = append(errs, a.shutdownSMG(ctx)...)
 	a.stopBackground()
 	a.adminSvc.Close()
 	a.upstream.CloseIdleConnections() // their read loops would otherwise linger until the idle timeout

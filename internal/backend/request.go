@@ -26,7 +26,7 @@ func (r Route) Path() string {
 	case RouteGenerate:
 		return "/generate"
 	}
-	return ""
+	return auxPath(r) // aux.go; "" for an invalid route
 }
 
 // String returns a short label, usable as a low-cardinality metric label.
@@ -38,6 +38,9 @@ func (r Route) String() string {
 		return "completions"
 	case RouteGenerate:
 		return "generate"
+	}
+	if r.IsAux() {
+		return auxString(r)
 	}
 	return "unknown"
 }
@@ -52,7 +55,7 @@ func RouteFromPath(path string) (Route, bool) {
 	case "/generate":
 		return RouteGenerate, true
 	}
-	return 0, false
+	return auxFromPath(path)
 }
 
 // MaxN is the largest accepted n (samples per prompt), as in OpenAI's API.
@@ -126,6 +129,9 @@ func (r *Request) Prompts() int { return max(r.BatchSize, 1) }
 func ParseRequest(route Route, body []byte) (*Request, error) {
 	if route.Path() == "" {
 		return nil, fmt.Errorf("backend: ParseRequest: invalid route %d", route)
+	}
+	if route.IsAux() {
+		return parseAux(route, body)
 	}
 	req := &Request{Route: route, Body: body, N: 1}
 	it := newObjIter(body, 0)

@@ -41,7 +41,7 @@ const (
 
 // PolicyNames returns the valid policy names, in a fresh slice.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
 }
 
 // Config is the gateway's whole startup configuration. Build it with [Parse]
@@ -61,6 +61,8 @@ type Config struct {
 	TLS    TLSConfig
 	Auth   AuthConfig
 	Limits LimitsConfig
+	// SMG holds the settings that came with parity with the Rust gateway (smg.go).
+	SMG SMGConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

@@ -24,6 +24,8 @@ type flagSet struct {
 	workerURLs []string
 	prefill    []prefillEntry
 	decode     []string
+
+	smg smgParseState // smg.go
 }
 
 type flagSection struct {
@@ -35,7 +37,7 @@ type flagSection struct {
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
-		name == "ca-cert-paths" || name == "cors-allowed-origins"
+		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name)
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -169,6 +171,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Retry.BackoffMultiplier, "retry-backoff-multiplier", "X", 1.5, "Backoff growth per attempt, >= 1.")
 	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
 	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
+	s.registerSMG()
 	return s
 }
 
@@ -262,6 +265,10 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 
 func parse(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (*Config, error) {
 	s := newFlagSet()
+	args, err := s.smgArgs(args)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.fs.Parse(s.joinPrefillPorts(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			s.printUsage(stderr)
@@ -383,6 +390,7 @@ func (s *flagSet) finish() {
 	}
 	c.explicit = map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
+	s.finishSMG()
 }
 
 // worker builds a flag worker. An http(s) worker's protocol is left empty: the gateway detects it
@@ -413,6 +421,9 @@ func FlagNames() []string {
 	s := newFlagSet()
 	var out []string
 	for _, sec := range s.sections {
+		if sec.title == compatSection || sec.title == refusedSection { // SMG aliases, accepted and refused flags
+			continue
+		}
 		out = append(out, sec.names...)
 	}
 	return out

@@ -91,6 +91,7 @@ func (c *Config) LogValue() slog.Value {
 			slog.Bool("health_recovery_disabled", c.Breaker.HealthRecoveryDisabled),
 		),
 		c.securityLogValue(),
+		c.smgLogValue(),
 		slog.Group("retry",
 			slog.Bool("disabled", c.Retry.Disabled),
 			slog.Int("max_retries", c.Retry.MaxRetries),

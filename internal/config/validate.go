@@ -56,6 +56,7 @@ func (c *Config) Validate() error {
 	}
 
 	errs = append(errs, c.validateSecurity()...)
+	errs = append(errs, c.validateSMG()...)
 
 	// Telemetry.
 	if _, ok := logLevelName(c.Telemetry.LogLevel); !ok {
@@ -94,7 +95,9 @@ func (c *Config) Validate() error {
 		if p.name != "policy" && (p.value == "" || p.value == c.Placement.Policy) {
 			continue
 		}
-		if !slices.Contains(PolicyNames(), p.value) {
+		if msg := smgPolicyError(p.name, p.value); msg != "" {
+			bad("%s", msg)
+		} else if !slices.Contains(PolicyNames(), p.value) {
 			bad("--%s %q is not a policy; valid: %s", p.name, p.value, strings.Join(PolicyNames(), ", "))
 		}
 	}

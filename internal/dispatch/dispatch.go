@@ -95,6 +95,12 @@ type Config struct {
 	// IgnoreRanks places requests on engines only, never on their data-parallel ranks, and sends no
 	// rank hints (--dp-aware=false).
 	IgnoreRanks bool
+	// RequestIDHeaders are read in order for a request's id (the first present wins); empty means
+	// X-Request-Id alone.
+	RequestIDHeaders []string
+	// RoutingKeyHeaders are read in order for the routing key; empty means X-Sluice-Routing-Key, then
+	// X-SMG-Routing-Key.
+	RoutingKeyHeaders []string
 	// CharsPerToken turns prompt text into admission's token estimate; 0 means DefaultCharsPerToken.
 	CharsPerToken float64
 	// CheckOverload makes a prefill worker whose engine last reported more than OverloadWaitingRequests
@@ -134,6 +140,12 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	}
 	if cfg.Retry.MaxAttempts <= 0 {
 		cfg.Retry.MaxAttempts = 1
+	}
+	if len(cfg.RequestIDHeaders) == 0 {
+		cfg.RequestIDHeaders = []string{HeaderRequestID}
+	}
+	if len(cfg.RoutingKeyHeaders) == 0 {
+		cfg.RoutingKeyHeaders = []string{HeaderRoutingKey, HeaderSMGRoutingKey}
 	}
 	if d.HTTP == nil {
 		d.HTTP = backend.NewHTTPClient(backend.HTTPClientOptions{})
@@ -225,7 +237,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	if err != nil {
 		return nil, "", classifyRequestError(err)
 	}
-	preq, err := placementRequest(br, r.Header)
+	preq, err := placementRequest(br, r.Header, x.cfg.RoutingKeyHeaders)
 	if err != nil {
 		return nil, br.Model, err
 	}
@@ -235,7 +247,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
-		rc.RequestID = r.Header.Get(HeaderRequestID)
+		rc.RequestID = firstHeader(r.Header, x.cfg.RequestIDHeaders)
 		if rc.RequestID == "" {
 			rc.RequestID = x.newRequestID()
 		}
@@ -354,6 +366,9 @@ func contextError(ctx context.Context, last error) error {
 }
 
 func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+	if br.Route.IsAux() {
+		return x.aux(ctx, r, br, preq)
+	}
 	if !x.cfg.PD {
 		return x.regular(ctx, r, br, preq)
 	}
@@ -361,12 +376,9 @@ func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Reques
 }
 
 // placementRequest extracts routing inputs; a malformed target-worker header is the client's error.
-func placementRequest(br *backend.Request, h http.Header) (*placement.Request, error) {
+func placementRequest(br *backend.Request, h http.Header, routingKeyHeaders []string) (*placement.Request, error) {
 	p := &placement.Request{Model: br.Model, Text: br.Text, TargetWorker: -1}
-	p.RoutingKey = h.Get(HeaderRoutingKey)
-	if p.RoutingKey == "" {
-		p.RoutingKey = h.Get(HeaderSMGRoutingKey)
-	}
+	p.RoutingKey = firstHeader(h, routingKeyHeaders)
 	name, tw := HeaderTargetWorker, h.Get(HeaderTargetWorker)
 	if tw == "" {
 		name, tw = HeaderSMGTargetWorker, h.Get(HeaderSMGTargetWorker)
@@ -379,4 +391,14 @@ func placementRequest(br *backend.Request, h http.Header) (*placement.Request, e
 		p.TargetWorker = n
 	}
 	return p, nil
+}
+
+// firstHeader returns the value of the first of names present in h.
+func firstHeader(h http.Header, names []string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }

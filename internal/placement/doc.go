@@ -1,6 +1,6 @@
 // Package placement chooses workers for a request: load-balancing policies
 // (random, round_robin, power_of_two, cache_aware, consistent_hashing,
-// least_load) and
+// least_load, manual) and
 // the selection functions that filter a registry snapshot down to routable
 // candidates before running a policy. Nothing here blocks.
 //
@@ -15,7 +15,8 @@
 // approximate radix tree per model, each guarded by its own mutex held only
 // for one match+insert (microseconds); eviction ([CacheAware.Evict]) takes the
 // same mutex, tree by tree, and is driven by its owner ([CacheAware.Run] or
-// [Set.Run]) on an interval.
+// [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
+// pick; [Manual.Evict] (keys idle too long) takes the same mutex.
 //
 // The selection functions ([SelectPrefill], [SelectDecode], [SelectRegular])
 // read worker state through atomics (health, breaker, load) and pass the

@@ -61,6 +61,7 @@ const (
 	PolicyPowerOfTwo        = "power_of_two"
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
+	PolicyManual            = "manual" // manual.go: SMG's header-pinned routing
 	// PolicyLeastLoad reads the engines' own load reports; it needs the load
 	// monitor (worker.LoadMonitor) running.
 	PolicyLeastLoad = "least_load"
@@ -68,7 +69,7 @@ const (
 
 // PolicyNames lists the valid policy names.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
 }
 
 // DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
@@ -107,6 +108,13 @@ type Config struct {
 	// Rand returns uniformly random 64-bit values and must be safe for
 	// concurrent use; nil means math/rand/v2's Uint64.
 	Rand func() uint64
+	// StickyIdle is how long manual remembers an unused routing key (4h, SMG's --max-idle-secs).
+	StickyIdle time.Duration
+	// AssignmentMode is how manual places a new routing key: AssignRandom (default),
+	// AssignMinLoad, AssignMinGroup or AssignDelegate.
+	AssignmentMode string
+	// Now is manual's clock for key idleness; nil means time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the default configuration (the Rust gateway's
@@ -180,6 +188,22 @@ func (c Config) normalized() (Config, error) {
 	if c.Rand == nil {
 		c.Rand = rand.Uint64
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case c.StickyIdle < 0:
+		errs = append(errs, fmt.Errorf("sticky idle %v must be > 0", c.StickyIdle))
+	case c.StickyIdle == 0:
+		c.StickyIdle = 4 * time.Hour
+	}
+	switch c.AssignmentMode {
+	case "":
+		c.AssignmentMode = AssignRandom
+	case AssignRandom, AssignMinLoad, AssignMinGroup, AssignDelegate:
+	default:
+		errs = append(errs, fmt.Errorf("assignment mode %q must be random, min_load, min_group or delegate", c.AssignmentMode))
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -204,6 +228,8 @@ func New(name string, cfg Config) (Policy, error) {
 		return newCacheAware(cfg), nil
 	case PolicyConsistentHashing:
 		return newConsistentHash(cfg.VirtualNodes), nil
+	case PolicyManual:
+		return newManual(cfg), nil
 	case PolicyLeastLoad:
 		return LeastLoad{}, nil
 	}

@@ -111,7 +111,15 @@ func ModelLabel(known []string, model string) string {
 }
 
 // NewMetrics creates the instruments and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) *Metrics { return NewMetricsWithBuckets(reg, nil) }
+
+// NewMetricsWithBuckets is NewMetrics with other buckets for the request-duration, prefill-duration
+// and time-to-first-token histograms (SMG's --prometheus-duration-buckets, which it applies to its
+// *duration_seconds and TTFT histograms); nil keeps latencyBuckets.
+func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64) *Metrics {
+	if len(durationBuckets) == 0 {
+		durationBuckets = latencyBuckets
+	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -124,9 +132,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: counter("sluice_requests_total", "Client requests by route, model and HTTP status.", "route", "model", "status"),
 		requestDuration: hist("sluice_request_duration_seconds",
-			"Client request duration, from arrival until the last byte of the answer.", latencyBuckets, "route", "model"),
+			"Client request duration, from arrival until the last byte of the answer.", durationBuckets, "route", "model"),
 		ttft: hist("sluice_time_to_first_token_seconds",
-			"Streamed requests: time from arrival to the first event of the answer.", latencyBuckets, "route", "model"),
+			"Streamed requests: time from arrival to the first event of the answer.", durationBuckets, "route", "model"),
 		itl: hist("sluice_inter_token_latency_seconds",
 			"Streamed requests: mean time between output tokens of one stream, after the first.", tokenLatencyBuckets, "route", "model"),
 		tokens: counter("sluice_tokens_total",
@@ -136,9 +144,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 
 		prefillDuration: hist("sluice_pd_prefill_duration_seconds",
-			"PD requests: duration of the prefill leg, by KV handoff.", latencyBuckets, "handoff"),
+			"PD requests: duration of the prefill leg, by KV handoff.", durationBuckets, "handoff"),
 		decodeTTFT: hist("sluice_pd_decode_time_to_first_token_seconds",
-			"Streamed PD requests: time from the first leg sent to the decode's first event, by KV handoff.", latencyBuckets, "handoff"),
+			"Streamed PD requests: time from the first leg sent to the decode's first event, by KV handoff.", durationBuckets, "handoff"),
 		kvWait: hist("sluice_pd_kv_transfer_wait_seconds",
 			"Streamed PD requests: decode time to first token minus prefill duration (KV transfer and the decode's first step), by KV handoff.",
 			latencyBuckets, "handoff"),
@@ -162,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		breakerTransitions: counter("sluice_worker_breaker_transitions_total",
 			"Circuit breaker state changes per worker (closed, open, half_open), by reason.", "worker", "from", "to", "reason"),
 		workerTTFT: hist("sluice_worker_time_to_first_token_seconds",
-			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", latencyBuckets, "worker"),
+			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", durationBuckets, "worker"),
 		workerITL: hist("sluice_worker_inter_token_latency_seconds",
 			"Streamed requests: mean time between output tokens, by the worker that generated.", tokenLatencyBuckets, "worker"),
 		engineRunning: gauge("sluice_worker_engine_running_requests",
