@@ -50,12 +50,9 @@ func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, 
 		Registry: a.Registry, Admin: admin, Detector: a.detector, Checker: a.checker,
 		HTTP: a.upstream, PD: cfg.Mode() == config.ModePD, DrainSettle: cfg.SMG.DrainSettle, Logger: a.logger,
 	})
-	// SMG guards its control plane with --api-key when no control-plane credential is configured;
-	// so do its routes here (sluice's own /admin/v1 keeps its rule: docs/security.md).
+	// SMG guards its control plane with --api-key when no control-plane credential is configured; so
+	// does the admin guard (auth.New), for these routes and /admin/v1 alike.
 	adminGuard := a.auth.Admin
-	if !a.auth.AdminProtected() && a.auth.InferenceProtected() {
-		adminGuard = a.auth.Inference
-	}
 	var routes []server.Route
 	for _, rt := range a.smg.routes.Routes() {
 		r := server.Route{Pattern: rt.Pattern, Handler: rt.Handler}
