@@ -92,6 +92,7 @@ type Controller struct {
 	cancelled  uint64 // waiters whose context ended in the queue
 	waits      waitRing
 	releases   rateEstimator
+	caps       capState // cluster admission's per-worker shares (caps.go)
 }
 
 type workerState struct{ inflight int }
@@ -124,6 +125,7 @@ type waiter struct {
 	state      waiterState
 	promoted   bool // became head; its goroutine runs the poll timer
 	needSelect bool // Wake asked the head to re-select
+	capped     bool // a cap (not the limit) refused it a worker at least once
 	slot       *Slot
 	err        error
 }
@@ -182,14 +184,18 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		return c.acquireOff(ctx, req)
 	}
 	if c.tracer == nil {
-		slot, _, err := c.acquire(ctx, req)
+		slot, _, err := c.acquire(ctx, req, nil)
 		return slot, err
 	}
 	_, span := c.tracer.Start(ctx, spanWait, trace.WithAttributes(attribute.String(attrQueue, req.Queue)))
-	slot, pos, err := c.acquire(ctx, req)
+	var limited bool
+	slot, pos, err := c.acquire(ctx, req, &limited)
 	span.SetAttributes(
 		attribute.String(attrOutcome, OutcomeOf(err).String()),
 		attribute.Int(attrQueuePosition, pos))
+	if limited {
+		span.SetAttributes(shareLimitedAttr())
+	}
 	if slot != nil {
 		span.SetAttributes(attribute.String(attrWorker, slot.worker))
 		_, slot.span = c.tracer.Start(ctx, spanSlot, trace.WithAttributes(attribute.String(attrSlotWorker, slot.worker)))
@@ -219,8 +225,9 @@ func (c *Controller) acquireOff(ctx context.Context, req Request) (*Slot, error)
 }
 
 // acquire is the admission-on path. pos is the queue position at entry
-// (1 = head), 0 when the request did not queue.
-func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, pos int, err error) {
+// (1 = head), 0 when the request did not queue. When shareLimited is not
+// nil it is set if a cap held the request back while it waited.
+func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (slot *Slot, pos int, err error) {
 	// Like x/sync/semaphore: fail rather than admit a request already gone.
 	if ctx.Err() != nil {
 		return nil, 0, cancelled(ctx)
@@ -234,6 +241,7 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, pos 
 	q := c.queues[req.Queue]
 	if q == nil {
 		// Fast path: nobody waits for this pool.
+		c.caps.hit = false
 		worker, err := callSelect(req.Select, c.hasCap)
 		if err == nil && !c.hasCapacityLocked(worker) {
 			err = ErrNoCapacity // the callback ignored hasCapacity
@@ -265,10 +273,14 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, pos 
 		return nil, 0, errQueueFull
 	}
 	w, pos := c.enqueueLocked(req)
+	w.capped = q == nil && c.caps.hit
 	timeout := c.settings.QueueTimeout
 	c.mu.Unlock()
 
 	slot, err = c.wait(ctx, w, timeout)
+	if shareLimited != nil {
+		*shareLimited = w.capped // w left the queue under the lock before wait returned
+	}
 	return slot, pos, err
 }
 
@@ -292,7 +304,7 @@ func (c *Controller) hasCapacityLocked(worker string) bool {
 	if ws := c.workers[worker]; ws != nil {
 		n = ws.inflight
 	}
-	return n < c.settings.MaxInflightPerWorker
+	return n < c.settings.MaxInflightPerWorker && c.capAllowsLocked(worker, n)
 }
 
 // grantLocked reserves a slot on worker: counted while admission is on,
@@ -416,10 +428,12 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	if !enabled {
 		hasCap = alwaysCapacity
 	}
+	c.caps.hit = false
 	worker, err := callSelect(w.sel, hasCap)
 	if err == nil && enabled && !c.hasCapacityLocked(worker) {
 		err = ErrNoCapacity
 	}
+	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
 		w.slot = c.grantLocked(worker)

@@ -1131,7 +1131,12 @@ type WorkerAdmission struct {
 	// Worker URL.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// Slots held.
-	Inflight      int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
+	// grants); -1 without cluster admission.
+	ClusterShare int32 `protobuf:"varint,30,opt,name=cluster_share,json=clusterShare,proto3" json:"cluster_share,omitempty"`
+	// With cluster admission: this replica's demand on the worker (slots held plus waiting requests it could serve).
+	ClusterDemand int32 `protobuf:"varint,31,opt,name=cluster_demand,json=clusterDemand,proto3" json:"cluster_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1176,6 +1181,20 @@ func (x *WorkerAdmission) GetUrl() string {
 func (x *WorkerAdmission) GetInflight() int32 {
 	if x != nil {
 		return x.Inflight
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterShare() int32 {
+	if x != nil {
+		return x.ClusterShare
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterDemand() int32 {
+	if x != nil {
+		return x.ClusterDemand
 	}
 	return 0
 }
@@ -1255,7 +1274,9 @@ type AdmissionStatus struct {
 	// 99th percentile of recent waits, seconds.
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
 	// Rejections since start, by reason ("queue_full", "queue_timeout", ...).
-	Rejections    map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
+	Cluster       *ClusterAdmission `protobuf:"bytes,30,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1353,6 +1374,315 @@ func (x *AdmissionStatus) GetRejections() map[string]int64 {
 	return nil
 }
 
+func (x *AdmissionStatus) GetCluster() *ClusterAdmission {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// ClusterAdmission is this replica's view of the fleet's shared admission limit.
+type ClusterAdmission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How members and coordinator are found: "static" (--admission-peers) or "kubernetes".
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// This replica's id (the base URL of its admin listener).
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// The coordinator this replica follows (its own id when it coordinates; empty when it knows none).
+	Coordinator string `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// Whether this replica is the coordinator.
+	IsCoordinator bool `protobuf:"varint,4,opt,name=is_coordinator,json=isCoordinator,proto3" json:"is_coordinator,omitempty"`
+	// Term of the grant this replica enforces.
+	Term string `protobuf:"bytes,5,opt,name=term,proto3" json:"term,omitempty"`
+	// Whether the lease has ended and this replica enforces the fallback (an even split, never above its last
+	// share).
+	Fallback bool `protobuf:"varint,6,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// Time since this replica last received a grant; unset when it never did.
+	LeaseAge *durationpb.Duration `protobuf:"bytes,7,opt,name=lease_age,json=leaseAge,proto3" json:"lease_age,omitempty"`
+	// The fleet's limit per worker (the smallest positive limit of the members).
+	FleetLimit int32 `protobuf:"varint,8,opt,name=fleet_limit,json=fleetLimit,proto3" json:"fleet_limit,omitempty"`
+	// The members of the last grant.
+	Members []string `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	// Coordinator only: every member with what it reported and was granted.
+	Replicas []*ClusterMember `protobuf:"bytes,10,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Coordinator only: whether raising shares is held back because a live member has not reported in this term.
+	RaisesBlocked bool `protobuf:"varint,11,opt,name=raises_blocked,json=raisesBlocked,proto3" json:"raises_blocked,omitempty"`
+	// Coordinator only: allocation rounds that changed a share, this term.
+	Rebalances    int64 `protobuf:"varint,12,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterAdmission) Reset() {
+	*x = ClusterAdmission{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterAdmission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterAdmission) ProtoMessage() {}
+
+func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterAdmission.ProtoReflect.Descriptor instead.
+func (*ClusterAdmission) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ClusterAdmission) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetIsCoordinator() bool {
+	if x != nil {
+		return x.IsCoordinator
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetLeaseAge() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseAge
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetFleetLimit() int32 {
+	if x != nil {
+		return x.FleetLimit
+	}
+	return 0
+}
+
+func (x *ClusterAdmission) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetReplicas() []*ClusterMember {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetRaisesBlocked() bool {
+	if x != nil {
+		return x.RaisesBlocked
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetRebalances() int64 {
+	if x != nil {
+		return x.Rebalances
+	}
+	return 0
+}
+
+// ClusterMember is one replica as the coordinator sees it.
+type ClusterMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replica id.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// "following" (reports within its lease), "silent" (reported this term, not lately), "unknown" (alive, never
+	// reported this term) or "dead" (silent and refusing connections, or gone from the membership source).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Time since the coordinator last heard from it.
+	SinceContact *durationpb.Duration `protobuf:"bytes,3,opt,name=since_contact,json=sinceContact,proto3" json:"since_contact,omitempty"`
+	// Per worker: share granted, slots reserved for it, its demand and slots held.
+	Workers       []*ClusterWorkerShare `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMember) Reset() {
+	*x = ClusterMember{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMember) ProtoMessage() {}
+
+func (x *ClusterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
+func (*ClusterMember) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ClusterMember) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetSinceContact() *durationpb.Duration {
+	if x != nil {
+		return x.SinceContact
+	}
+	return nil
+}
+
+func (x *ClusterMember) GetWorkers() []*ClusterWorkerShare {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// ClusterWorkerShare is one member's state on one worker.
+type ClusterWorkerShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Worker key.
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Share last granted.
+	Granted int32 `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Slots the coordinator counts as possibly held by the member (at least its share and its slots in flight).
+	Reserved int32 `protobuf:"varint,3,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Demand it reported.
+	Demand int32 `protobuf:"varint,4,opt,name=demand,proto3" json:"demand,omitempty"`
+	// Slots it reported held.
+	Inflight      int32 `protobuf:"varint,5,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterWorkerShare) Reset() {
+	*x = ClusterWorkerShare{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterWorkerShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterWorkerShare) ProtoMessage() {}
+
+func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterWorkerShare.ProtoReflect.Descriptor instead.
+func (*ClusterWorkerShare) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ClusterWorkerShare) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ClusterWorkerShare) GetGranted() int32 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetReserved() int32 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetDemand() int32 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetInflight() int32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
 // UpdateAdmissionRequest changes admission settings; unset fields keep their value.
 type UpdateAdmissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1368,7 +1698,7 @@ type UpdateAdmissionRequest struct {
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1710,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1723,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1426,7 +1756,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1768,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1781,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1475,7 +1805,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1817,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1830,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -1556,7 +1886,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1898,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1911,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -1600,7 +1930,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1942,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1955,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -1645,7 +1975,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1987,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +2000,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FlushResult) GetId() string {
@@ -1712,7 +2042,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2054,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2067,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -1830,14 +2160,16 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05R\x14maxInflightPerWorker\x12\x1d\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05R\tqueueSize\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\"?\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\"\x8b\x01\n" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\binflight\x18\x02 \x01(\x05R\binflight\":\n" +
+	"\binflight\x18\x02 \x01(\x05R\binflight\x12#\n" +
+	"\rcluster_share\x18\x1e \x01(\x05R\fclusterShare\x12%\n" +
+	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\":\n" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x83\x04\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\xc0\x04\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -1849,10 +2181,39 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x10wait_p99_seconds\x18\b \x01(\x01R\x0ewaitP99Seconds\x12P\n" +
 	"\n" +
 	"rejections\x18\t \x03(\v20.sluice.admin.v1.AdmissionStatus.RejectionsEntryR\n" +
-	"rejections\x1a=\n" +
+	"rejections\x12;\n" +
+	"\acluster\x18\x1e \x01(\v2!.sluice.admin.v1.ClusterAdmissionR\acluster\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x10ClusterAdmission\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
+	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12%\n" +
+	"\x0eis_coordinator\x18\x04 \x01(\bR\risCoordinator\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\tR\x04term\x12\x1a\n" +
+	"\bfallback\x18\x06 \x01(\bR\bfallback\x126\n" +
+	"\tlease_age\x18\a \x01(\v2\x19.google.protobuf.DurationR\bleaseAge\x12\x1f\n" +
+	"\vfleet_limit\x18\b \x01(\x05R\n" +
+	"fleetLimit\x12\x18\n" +
+	"\amembers\x18\t \x03(\tR\amembers\x12:\n" +
+	"\breplicas\x18\n" +
+	" \x03(\v2\x1e.sluice.admin.v1.ClusterMemberR\breplicas\x12%\n" +
+	"\x0eraises_blocked\x18\v \x01(\bR\rraisesBlocked\x12\x1e\n" +
+	"\n" +
+	"rebalances\x18\f \x01(\x03R\n" +
+	"rebalances\"\xbe\x01\n" +
+	"\rClusterMember\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12>\n" +
+	"\rsince_contact\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fsinceContact\x12=\n" +
+	"\aworkers\x18\x04 \x03(\v2#.sluice.admin.v1.ClusterWorkerShareR\aworkers\"\x96\x01\n" +
+	"\x12ClusterWorkerShare\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x05R\agranted\x12\x1a\n" +
+	"\breserved\x18\x03 \x01(\x05R\breserved\x12\x16\n" +
+	"\x06demand\x18\x04 \x01(\x05R\x06demand\x12\x1a\n" +
+	"\binflight\x18\x05 \x01(\x05R\binflight\"\xe3\x01\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
@@ -1906,7 +2267,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -1929,22 +2290,25 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerAdmission)(nil),         // 18: sluice.admin.v1.WorkerAdmission
 	(*QueueState)(nil),              // 19: sluice.admin.v1.QueueState
 	(*AdmissionStatus)(nil),         // 20: sluice.admin.v1.AdmissionStatus
-	(*UpdateAdmissionRequest)(nil),  // 21: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 22: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 23: sluice.admin.v1.WorkerLoad
-	(*GetLoadsResponse)(nil),        // 24: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 25: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 26: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 27: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 28: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 29: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 30: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 31: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 32: google.protobuf.Duration
+	(*ClusterAdmission)(nil),        // 21: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),           // 22: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),      // 23: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),  // 24: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 25: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 26: sluice.admin.v1.WorkerLoad
+	(*GetLoadsResponse)(nil),        // 27: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 28: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 29: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 30: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 31: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 32: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 33: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 34: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 35: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	28, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	29, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	31, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	32, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	1,  // 2: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 3: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
 	1,  // 4: sluice.admin.v1.AddWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
@@ -1953,41 +2317,46 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 7: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	20, // 8: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	20, // 9: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	30, // 10: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	33, // 10: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 11: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	32, // 12: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	35, // 12: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	17, // 13: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	19, // 14: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	18, // 15: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	31, // 16: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	32, // 17: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	23, // 18: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	26, // 19: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	2,  // 20: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	11, // 21: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	4,  // 22: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	12, // 23: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	13, // 24: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	14, // 25: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	16, // 26: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	21, // 27: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	22, // 28: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	25, // 29: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	3,  // 30: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	6,  // 31: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	5,  // 32: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	7,  // 33: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	8,  // 34: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	15, // 35: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	9,  // 36: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	10, // 37: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	24, // 38: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	27, // 39: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	34, // 16: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	21, // 17: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
+	35, // 18: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	22, // 19: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
+	35, // 20: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	23, // 21: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
+	35, // 22: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	26, // 23: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	29, // 24: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	2,  // 25: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	11, // 26: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	4,  // 27: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	12, // 28: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	13, // 29: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	14, // 30: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	16, // 31: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	24, // 32: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	25, // 33: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	28, // 34: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	3,  // 35: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	6,  // 36: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	5,  // 37: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	7,  // 38: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	8,  // 39: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	15, // 40: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	9,  // 41: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	10, // 42: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	27, // 43: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	30, // 44: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -1996,14 +2365,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[21].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
