@@ -119,7 +119,9 @@ type ExchangeRequest struct {
 	// Usage per worker the caller knows (workers it does not list have none).
 	Workers []*WorkerUsage `protobuf:"bytes,7,rep,name=workers,proto3" json:"workers,omitempty"`
 	// Cap the caller enforces on workers it does not list (usually 0).
-	DefaultCap    int32 `protobuf:"varint,8,opt,name=default_cap,json=defaultCap,proto3" json:"default_cap,omitempty"`
+	DefaultCap int32 `protobuf:"varint,8,opt,name=default_cap,json=defaultCap,proto3" json:"default_cap,omitempty"`
+	// The caller is shutting down: it must not be chosen as coordinator any more.
+	Leaving       bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +210,13 @@ func (x *ExchangeRequest) GetDefaultCap() int32 {
 		return x.DefaultCap
 	}
 	return 0
+}
+
+func (x *ExchangeRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // WorkerShare is one worker's granted share.
@@ -383,7 +392,9 @@ type PingRequest struct {
 	// The caller's replica id.
 	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
 	// The caller's incarnation.
-	Incarnation   string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The caller is shutting down: it must not be chosen as coordinator any more.
+	Leaving       bool `protobuf:"varint,4,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -439,6 +450,13 @@ func (x *PingRequest) GetIncarnation() string {
 	return ""
 }
 
+func (x *PingRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 // PingResponse is the callee's identity and usage.
 type PingResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -453,7 +471,11 @@ type PingResponse struct {
 	// Usage per worker (as in ExchangeRequest).
 	Workers []*WorkerUsage `protobuf:"bytes,5,rep,name=workers,proto3" json:"workers,omitempty"`
 	// Cap on workers not listed.
-	DefaultCap    int32 `protobuf:"varint,6,opt,name=default_cap,json=defaultCap,proto3" json:"default_cap,omitempty"`
+	DefaultCap int32 `protobuf:"varint,6,opt,name=default_cap,json=defaultCap,proto3" json:"default_cap,omitempty"`
+	// Version of the grant the callee enforces within its term.
+	Version uint64 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	// The callee is shutting down: it must not be chosen as coordinator any more.
+	Leaving       bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +552,20 @@ func (x *PingResponse) GetDefaultCap() int32 {
 	return 0
 }
 
+func (x *PingResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PingResponse) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 var File_sluice_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
@@ -539,7 +575,7 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
 	"\binflight\x18\x02 \x01(\x05R\binflight\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x05R\x06demand\x12\x10\n" +
-	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\x97\x02\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\xb1\x02\n" +
 	"\x0fExchangeRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
@@ -549,7 +585,8 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x128\n" +
 	"\aworkers\x18\a \x03(\v2\x1e.sluice.cluster.v1.WorkerUsageR\aworkers\x12\x1f\n" +
 	"\vdefault_cap\x18\b \x01(\x05R\n" +
-	"defaultCap\";\n" +
+	"defaultCap\x12\x18\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\";\n" +
 	"\vWorkerShare\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05share\x18\x02 \x01(\x05R\x05share\"\xa0\x02\n" +
@@ -561,11 +598,12 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06shares\x18\x05 \x03(\v2\x1e.sluice.cluster.v1.WorkerShareR\x06shares\x12#\n" +
 	"\rdefault_share\x18\x06 \x01(\x05R\fdefaultShare\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x18\n" +
-	"\amembers\x18\b \x03(\tR\amembers\"t\n" +
+	"\amembers\x18\b \x03(\tR\amembers\"\x8e\x01\n" +
 	"\vPingRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\tR\vincarnation\"\xdb\x01\n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x18\n" +
+	"\aleaving\x18\x04 \x01(\bR\aleaving\"\x8f\x02\n" +
 	"\fPingResponse\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12 \n" +
@@ -573,7 +611,9 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x04term\x18\x04 \x01(\tR\x04term\x128\n" +
 	"\aworkers\x18\x05 \x03(\v2\x1e.sluice.cluster.v1.WorkerUsageR\aworkers\x12\x1f\n" +
 	"\vdefault_cap\x18\x06 \x01(\x05R\n" +
-	"defaultCap2\xbc\x01\n" +
+	"defaultCap\x12\x18\n" +
+	"\aversion\x18\a \x01(\x04R\aversion\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving2\xbc\x01\n" +
 	"\x1cAdmissionCoordinationService\x12S\n" +
 	"\bExchange\x12\".sluice.cluster.v1.ExchangeRequest\x1a#.sluice.cluster.v1.ExchangeResponse\x12G\n" +
 	"\x04Ping\x12\x1e.sluice.cluster.v1.PingRequest\x1a\x1f.sluice.cluster.v1.PingResponseB\xc7\x01\n" +

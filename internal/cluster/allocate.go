@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"cmp"
+	"slices"
+)
+
+// claim is one replica's claim on one worker's budget in an allocation round.
+type claim struct {
+	id string
+	// demand is the slots the replica could use now: its slots held plus the requests it has waiting that
+	// this worker could serve.
+	demand int
+	// held is the slots the coordinator counts as possibly held by the replica (its reservation): the
+	// replica that already holds a unit keeps it when units do not divide evenly, so shares do not churn.
+	held int
+	// lastBonus is the round in which the replica last received a unit that did not divide evenly while
+	// others with demand got none: those units rotate, oldest first, so no replica starves.
+	lastBonus uint64
+}
+
+// fairShares splits budget among the claims. First max-min fair over demand (water-filling): every claim
+// gets min(demand, level) for the highest level the budget allows; then, once every demand is met, what is
+// left is spread evenly over all claims as headroom, so a replica whose load rises can admit at once.
+//
+// Units that do not divide evenly go one each, in an order that depends on whether some claim would
+// otherwise get nothing. When the budget is smaller than the number of claims with demand (the floor of
+// the even split is 0), they go to the claims that waited longest for one (lastBonus, oldest first):
+// shares rotate between rounds, so every replica with demand gets a slot within
+// ceil(claims/budget) rounds, and the others hold 0 and wait. Otherwise they go to the claims that hold the
+// most already, which keeps shares stable. bonus reports which claims got a rotating unit.
+//
+// The shares sum to max(budget, 0) exactly when there is at least one claim; a share is never negative.
+func fairShares(budget int, cs []claim) (shares []int, bonus []bool) {
+	shares = make([]int, len(cs))
+	bonus = make([]bool, len(cs))
+	if budget <= 0 || len(cs) == 0 {
+		return shares, bonus
+	}
+	rem := budget
+	var unmet []int
+	for i, c := range cs {
+		if c.demand > 0 {
+			unmet = append(unmet, i)
+		}
+	}
+	for len(unmet) > 0 && rem > 0 {
+		level := rem / len(unmet)
+		if level == 0 {
+			starving := false
+			for _, i := range unmet {
+				starving = starving || shares[i] == 0
+			}
+			if starving {
+				slices.SortStableFunc(unmet, func(a, b int) int { return rotating(cs[a], cs[b]) })
+			} else {
+				slices.SortStableFunc(unmet, func(a, b int) int { return sticky(cs[a], cs[b]) })
+			}
+			for _, i := range unmet[:rem] {
+				shares[i]++
+				bonus[i] = starving
+			}
+			return shares, bonus
+		}
+		next := unmet[:0:0]
+		for _, i := range unmet {
+			give := min(level, cs[i].demand-shares[i])
+			shares[i] += give
+			rem -= give
+			if shares[i] < cs[i].demand {
+				next = append(next, i)
+			}
+		}
+		unmet = next
+	}
+	if rem == 0 {
+		return shares, bonus
+	}
+	// Every demand is met: the rest is headroom, spread evenly.
+	each := rem / len(cs)
+	for i := range shares {
+		shares[i] += each
+	}
+	rem -= each * len(cs)
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return sticky(cs[a], cs[b]) })
+	for _, i := range order[:rem] {
+		shares[i]++
+	}
+	return shares, bonus
+}
+
+// rotating orders the oldest bonus first, then the larger holder, then the id.
+func rotating(a, b claim) int {
+	return cmp.Or(cmp.Compare(a.lastBonus, b.lastBonus), cmp.Compare(b.held, a.held), cmp.Compare(a.id, b.id))
+}
+
+// sticky orders the larger holder first, then the oldest bonus, then the id.
+func sticky(a, b claim) int {
+	return cmp.Or(cmp.Compare(b.held, a.held), cmp.Compare(a.lastBonus, b.lastBonus), cmp.Compare(a.id, b.id))
+}
+
+// fallbackShare is a replica's share of limit in an even split over members (in their order): the floor
+// of limit/len(members), plus one for the first limit mod len(members) members. The shares of all members
+// sum to limit exactly. A replica not among the members gets 0.
+func fallbackShare(limit int, members []string, self string) int {
+	i := slices.Index(members, self)
+	if i < 0 || limit <= 0 {
+		return 0
+	}
+	n := len(members)
+	share := limit / n
+	if i < limit%n {
+		share++
+	}
+	return share
+}

@@ -1,0 +1,91 @@
+// Package cluster makes prefill admission one limit for a whole fleet of gateway replicas: the limit N of
+// a prefill worker is the fleet's, and each replica enforces a leased share of it locally, through
+// admission's per-worker caps (no network hop on the request path).
+//
+// # Members, coordinator, exchanges
+//
+// A replica's id is the base URL of its admin listener. The members are the --admission-peers list
+// (static mode) or the endpoints of the gateway's headless Service (Kubernetes mode, from an EndpointSlice
+// informer). The coordinator is the lowest live member (static: the smallest id among the members heard
+// from within a lease, by reports or pings in either direction) or the holder of a coordination.k8s.io
+// Lease (client-go leader election, identity = replica id, released on shutdown).
+//
+// Every period each replica reports to the coordinator (sluice.cluster.v1.AdmissionCoordinationService/
+// Exchange, on the admin listener, behind the admin API key; the coordinator reports to itself without the
+// network): per worker the slots it holds, its demand (slots held plus the requests it has waiting that the
+// worker could serve) and the cap it enforces, naming the grant (term, version) that cap came from. The
+// answer is a grant: a share per worker, leased for Lease from the moment the report was sent, and the
+// members it was computed over. A replica enforces its share as a cap next to the local limit; before its
+// first grant it admits nothing.
+//
+// # Shares
+//
+// Each allocation round (at most one per period, plus one when a member starts reporting) splits each
+// worker's budget max-min fair over the demand of the members that report (water-filling), then spreads
+// what is left evenly as headroom. When the budget is smaller than the number of members with demand, the
+// units rotate (the member that waited longest for one goes first) and the others get 0: a replica with
+// share 0 just waits, so the floor costs no overshoot. See fairShares.
+//
+// # The invariant, and why the sum of shares never exceeds N
+//
+// The coordinator keeps, per member and worker, a reservation: the most slots the member may hold. For a
+// member that reported in the current term it is the maximum of the slots it held and the cap it enforced
+// at its last report, and of every grant issued since that it may have received (grants it has not yet
+// acknowledged). A replica changes its cap only when a grant arrives or its lease ends, and its slots held
+// only grow below its cap, so the reservation bounds it until the member reports again. Lowering a share
+// revokes nothing: the reservation stays at the slots held until they drain below the new share.
+//
+// A share above a member's reservation is a raise. The coordinator raises only from the budget nobody may
+// be holding: N minus the reservations of all members (a silent member keeps its reservation; see below).
+// So the reservations sum to at most N whenever anything is raised, and every replica's slots stay within
+// its reservation: the fleet never holds more than N slots on a worker.
+//
+// Only one coordinator may raise, whatever the elections say (a Lease can be held twice under clock skew;
+// static election is each replica's own view). A new term forgets everything, and a coordinator raises
+// only when no member it can reach is unknown to it (not reported in its term). A coordinator never
+// reports to another one, and two coordinators that reach each other (pings, either way) each see the
+// other as unknown, so neither raises; they only renew or lower shares until one steps down. Members that
+// cannot be reached are accounted as below.
+//
+// # Failures
+//
+//   - A replica that stops hearing from its coordinator keeps its share until the lease ends, then falls
+//     back to an even split of N over the members of its last grant (floor, one more for the first
+//     N mod m), never above its last granted share. The fallback only ever lowers what it may hold.
+//   - The coordinator keeps a silent member's reservation (and refreshes it from the member's Ping
+//     answers, which say what it holds and enforces now). A member that cannot be reached at all for a
+//     lease is counted at no less than its even split, and a member never heard from in this term that
+//     cannot be reached is counted at its even split: on its own it enforces at most that.
+//   - A member silent for a lease that refuses connections (nothing listens: the process is gone), or that
+//     the membership source no longer lists (its pod is gone), is dead: its reservation is released. A
+//     killed replica's share returns to the others one lease after they last heard from it.
+//   - A coordinator that dies is replaced at the next election (static: peers stop counting it live when it
+//     refuses connections; Kubernetes: its Lease expires, or is released on shutdown). The new one renews
+//     what members report and raises once every reachable member has reported and the dead one is known
+//     dead, about one lease later.
+//
+// The bound holds exactly, except in two cases that no lease scheme can tell from a crash. (1) A member
+// declared dead while it still runs: one whose connections are actively refused (a firewall sending
+// resets) while it serves, or a deleted pod still running on a partitioned node. The fleet may then hold
+// up to that member's fallback share too much while the partition lasts. (2) A partition that splits the
+// fleet into sides that each elect a coordinator: each side counts the other at its even split. A side
+// whose replicas held more than their even splits when it split lowers them at once, but their slots drain
+// only as their prefills end; if such a prefill is still running when the other side raises (one lease
+// after its coordinator's term began), the fleet holds at most the excess of that side over its even
+// splits too much until the prefill ends. With prefills shorter than a lease, neither case overlaps.
+//
+// A fleet whose limits differ uses the smallest positive one. Waiting requests are counted as demand on
+// every worker that could serve them, so demand is an upper estimate.
+//
+// # Concurrency Model
+//
+// [Replica.Run] owns every goroutine the package starts and returns only after all of them ended: the
+// exchange loop (in Run's goroutine), the ping loop (which starts one goroutine per peer per round and
+// waits for them), and in Kubernetes mode the EndpointSlice informer (stopped with factory.Shutdown) and
+// the leader elector (its callbacks only set fields under a mutex). Only the exchange loop changes what
+// the replica enforces (replicaState, under Replica.mu) and calls Local.SetCaps; it never holds Replica.mu
+// while calling Local or the network. The coordinator's books are guarded by their own mutex and touched
+// by the exchange loop (self-reports, term start and stop), the Exchange handler and ping answers; the
+// peer table has its own mutex and is never held while taking another lock. Handlers check that Run has
+// published its state (an atomic flag) before touching it.
+package cluster
