@@ -25,6 +25,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
@@ -48,6 +49,9 @@ type Options struct {
 	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
 	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
 	KubeClient kubernetes.Interface
+	// ClusterHTTP carries cluster admission's exchanges and pings to the other replicas; nil uses a
+	// default client. Tests inject transports that partition replicas.
+	ClusterHTTP *http.Client
 }
 
 // App is one running gateway.
@@ -63,6 +67,7 @@ type App struct {
 	checker    *worker.HealthChecker
 	detector   *dispatch.Detector
 	pods       *discovery.Discovery // nil unless --service-discovery
+	cluster    *cluster.Replica     // nil unless --admission-coordination
 	tp         *telemetry.TracerProvider
 	handlers   *server.Handlers
 
@@ -156,6 +161,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP); err != nil {
+		return nil, err
+	}
 	attempts := cfg.Retry.MaxRetries
 	if cfg.Retry.Disabled {
 		attempts = 1
@@ -195,7 +203,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
-		HTTP: httpClient, Logger: logger,
+		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(),
 	})
 	openai := openaisvc.New(a.Dispatcher)
 	rest := httpapi.New(httpapi.Options{
@@ -212,6 +220,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
 		SeparateAdmin: cfg.Server.AdminPort != 0,
+		Internal:      a.clusterService(),
 		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
@@ -323,6 +332,10 @@ func (a *App) Start(ctx context.Context) error {
 		}
 		a.serve(a.admin)
 	}
+	if err := a.startCluster(ctx, bg); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
+	}
 	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled())
 	return nil
 }
@@ -394,6 +407,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 func (a *App) shutdown(ctx context.Context) error {
 	var errs []error
+	if a.cluster != nil {
+		a.cluster.Leave() // hand coordination over now; keep reporting while requests drain
+	}
 	for _, s := range []*server.Server{a.main, a.admin} {
 		if s != nil {
 			if err := s.Shutdown(ctx); err != nil {

@@ -293,11 +293,39 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 	fmt.Fprintf(w, "enabled:        %t\nlimit/worker:   %d\nqueue size:     %d\nqueue timeout:  %s\nqueued:         %d\nwait p50/p90/p99: %.3fs / %.3fs / %.3fs\n",
 		st.GetEnabled(), s.GetMaxInflightPerWorker(), s.GetQueueSize(), s.GetQueueTimeout().AsDuration(), st.GetQueued(),
 		st.GetWaitP50Seconds(), st.GetWaitP90Seconds(), st.GetWaitP99Seconds())
+	cl := st.GetCluster()
+	if cl != nil {
+		role := "follows " + cl.GetCoordinator()
+		if cl.GetIsCoordinator() {
+			role = "coordinates"
+		}
+		lease := "never granted"
+		if cl.GetLeaseAge() != nil {
+			lease = fmt.Sprintf("last grant %.2fs ago", cl.GetLeaseAge().AsDuration().Seconds())
+		}
+		if cl.GetFallback() {
+			lease += ", lease ended: FALLBACK (even split)"
+		}
+		fmt.Fprintf(w, "cluster:        %s, replica %s %s, fleet limit %d over %d members, %s\n",
+			cl.GetMode(), cl.GetReplica(), role, cl.GetFleetLimit(), len(cl.GetMembers()), lease)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.GetWorkers()) > 0 {
-		fmt.Fprintln(tw, "WORKER\tSLOTS")
-		for _, x := range st.GetWorkers() {
-			fmt.Fprintf(tw, "%s\t%d\n", x.GetUrl(), x.GetInflight())
+		if cl != nil {
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tSHARE\tDEMAND")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetClusterShare(), x.GetClusterDemand())
+			}
+		} else {
+			fmt.Fprintln(tw, "WORKER\tSLOTS")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\n", x.GetUrl(), x.GetInflight())
+			}
+		}
+	}
+	for _, m := range cl.GetReplicas() {
+		for _, x := range m.GetWorkers() {
+			fmt.Fprintf(tw, "REPLICA %s (%s)\t%s\tgranted %d\treserved %d\tdemand %d\n", m.GetReplica(), m.GetState(), x.GetWorker(), x.GetGranted(), x.GetReserved(), x.GetDemand())
 		}
 	}
 	if len(st.GetRejections()) > 0 {

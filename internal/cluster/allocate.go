@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"slices"
+	"time"
 )
 
 // claim is one replica's claim on one worker's budget in an allocation round.
@@ -14,9 +15,11 @@ type claim struct {
 	// held is the slots the coordinator counts as possibly held by the replica (its reservation): the
 	// replica that already holds a unit keeps it when units do not divide evenly, so shares do not churn.
 	held int
-	// lastBonus is the round in which the replica last received a unit that did not divide evenly while
-	// others with demand got none: those units rotate, oldest first, so no replica starves.
-	lastBonus uint64
+	// When there are fewer units than replicas with demand, units go first to the replicas that began
+	// holding one less than a turn ago (sticky), then to the one that held one longest ago (lastHeld;
+	// zero = never, first of all): each replica with demand gets a turn.
+	sticky   bool
+	lastHeld time.Time
 }
 
 // fairShares splits budget among the claims. First max-min fair over demand (water-filling): every claim
@@ -25,17 +28,15 @@ type claim struct {
 //
 // Units that do not divide evenly go one each, in an order that depends on whether some claim would
 // otherwise get nothing. When the budget is smaller than the number of claims with demand (the floor of
-// the even split is 0), they go to the claims that waited longest for one (lastBonus, oldest first):
-// shares rotate between rounds, so every replica with demand gets a slot within
-// ceil(claims/budget) rounds, and the others hold 0 and wait. Otherwise they go to the claims that hold the
-// most already, which keeps shares stable. bonus reports which claims got a rotating unit.
+// the even split is 0), replicas take turns: a replica keeps its unit while its turn lasts (sticky), then
+// the unit goes to the replica that has gone longest without one (lastHeld); the others hold 0 and wait.
+// Otherwise they go to the claims that hold the most already, which keeps shares stable.
 //
 // The shares sum to max(budget, 0) exactly when there is at least one claim; a share is never negative.
-func fairShares(budget int, cs []claim) (shares []int, bonus []bool) {
-	shares = make([]int, len(cs))
-	bonus = make([]bool, len(cs))
+func fairShares(budget int, cs []claim) []int {
+	shares := make([]int, len(cs))
 	if budget <= 0 || len(cs) == 0 {
-		return shares, bonus
+		return shares
 	}
 	rem := budget
 	var unmet []int
@@ -58,9 +59,8 @@ func fairShares(budget int, cs []claim) (shares []int, bonus []bool) {
 			}
 			for _, i := range unmet[:rem] {
 				shares[i]++
-				bonus[i] = starving
 			}
-			return shares, bonus
+			return shares
 		}
 		next := unmet[:0:0]
 		for _, i := range unmet {
@@ -74,7 +74,7 @@ func fairShares(budget int, cs []claim) (shares []int, bonus []bool) {
 		unmet = next
 	}
 	if rem == 0 {
-		return shares, bonus
+		return shares
 	}
 	// Every demand is met: the rest is headroom, spread evenly.
 	each := rem / len(cs)
@@ -90,17 +90,24 @@ func fairShares(budget int, cs []claim) (shares []int, bonus []bool) {
 	for _, i := range order[:rem] {
 		shares[i]++
 	}
-	return shares, bonus
+	return shares
 }
 
-// rotating orders the oldest bonus first, then the larger holder, then the id.
+// rotating orders replicas within their turn first, then the one without a unit for longest, then the
+// larger holder, then the id.
 func rotating(a, b claim) int {
-	return cmp.Or(cmp.Compare(a.lastBonus, b.lastBonus), cmp.Compare(b.held, a.held), cmp.Compare(a.id, b.id))
+	if a.sticky != b.sticky {
+		if a.sticky {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(a.lastHeld.Compare(b.lastHeld), cmp.Compare(b.held, a.held), cmp.Compare(a.id, b.id))
 }
 
-// sticky orders the larger holder first, then the oldest bonus, then the id.
+// sticky orders the larger holder first, then the one without a unit for longest, then the id.
 func sticky(a, b claim) int {
-	return cmp.Or(cmp.Compare(b.held, a.held), cmp.Compare(a.lastBonus, b.lastBonus), cmp.Compare(a.id, b.id))
+	return cmp.Or(cmp.Compare(b.held, a.held), a.lastHeld.Compare(b.lastHeld), cmp.Compare(a.id, b.id))
 }
 
 // fallbackShare is a replica's share of limit in an even split over members (in their order): the floor

@@ -3,45 +3,43 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 )
 
 func TestFairShares(t *testing.T) {
-	c := func(id string, demand, held int, lastBonus uint64) claim {
-		return claim{id: id, demand: demand, held: held, lastBonus: lastBonus}
+	t0 := time.Unix(1000, 0)
+	c := func(id string, demand, held int) claim { return claim{id: id, demand: demand, held: held} }
+	turn := func(cl claim, sticky bool, lastHeld time.Time) claim {
+		cl.sticky, cl.lastHeld = sticky, lastHeld
+		return cl
 	}
 	for _, tc := range []struct {
-		name      string
-		budget    int
-		claims    []claim
-		want      []int
-		wantBonus []bool
+		name   string
+		budget int
+		claims []claim
+		want   []int
 	}{
-		{"skewed: the busy replica gets what the others leave", 8, []claim{c("a", 20, 0, 0), c("b", 1, 0, 0), c("c", 1, 0, 0)}, []int{6, 1, 1}, nil},
-		{"all busy: even split, units left over go to the holders", 8, []claim{c("a", 9, 2, 0), c("b", 9, 3, 0), c("c", 9, 3, 0)}, []int{2, 3, 3}, nil},
-		{"idle fleet: headroom spread evenly", 9, []claim{c("a", 0, 0, 0), c("b", 0, 0, 0), c("c", 0, 0, 0)}, []int{3, 3, 3}, nil},
-		{"demand met, the rest is headroom", 10, []claim{c("a", 2, 0, 0), c("b", 1, 0, 0)}, []int{6, 4}, nil},
-		{"budget below the claimants: one each, oldest bonus first", 2, []claim{c("a", 5, 1, 7), c("b", 5, 1, 3), c("c", 5, 0, 5)},
-			[]int{0, 1, 1}, []bool{false, true, true}},
-		{"a claim without demand gets nothing while another has demand", 1, []claim{c("a", 0, 0, 0), c("b", 3, 0, 9)}, []int{0, 1}, nil},
-		{"zero budget", 0, []claim{c("a", 3, 2, 0)}, []int{0}, nil},
-		{"negative budget (limit lowered below what is held)", -2, []claim{c("a", 3, 2, 0)}, []int{0}, nil},
-		{"no claims", 5, nil, []int{}, nil},
+		{"skewed: the busy replica gets what the others leave", 8, []claim{c("a", 20, 0), c("b", 1, 0), c("c", 1, 0)}, []int{6, 1, 1}},
+		{"all busy: even split, units left over go to the holders", 8, []claim{c("a", 9, 2), c("b", 9, 3), c("c", 9, 3)}, []int{2, 3, 3}},
+		{"idle fleet: headroom spread evenly", 9, []claim{c("a", 0, 0), c("b", 0, 0), c("c", 0, 0)}, []int{3, 3, 3}},
+		{"demand met, the rest is headroom", 10, []claim{c("a", 2, 0), c("b", 1, 0)}, []int{6, 4}},
+		{"budget below the claimants: a turn in progress keeps its unit, then the longest without one", 2,
+			[]claim{turn(c("a", 5, 1), false, t0.Add(3*time.Second)), turn(c("b", 5, 1), true, t0.Add(3*time.Second)), turn(c("c", 5, 0), false, t0)},
+			[]int{0, 1, 1}},
+		{"never held goes first", 1, []claim{turn(c("a", 5, 0), false, t0), c("b", 5, 0)}, []int{0, 1}},
+		{"a claim without demand gets nothing while another has demand", 1, []claim{c("a", 0, 0), c("b", 3, 0)}, []int{0, 1}},
+		{"zero budget", 0, []claim{c("a", 3, 2)}, []int{0}},
+		{"negative budget (limit lowered below what is held)", -2, []claim{c("a", 3, 2)}, []int{0}},
+		{"no claims", 5, nil, []int{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, bonus := fairShares(tc.budget, tc.claims)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, fairShares(tc.budget, tc.claims)); diff != "" {
 				t.Errorf("shares (-want +got):\n%s", diff)
-			}
-			want := tc.wantBonus
-			if want == nil {
-				want = make([]bool, len(tc.claims))
-			}
-			if diff := cmp.Diff(want, bonus); diff != "" {
-				t.Errorf("bonus (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -57,13 +55,14 @@ func TestFairSharesProperties(t *testing.T) {
 		cs := make([]claim, n)
 		for i := range cs {
 			cs[i] = claim{
-				id:        fmt.Sprint(i),
-				demand:    rapid.IntRange(0, 30).Draw(t, "demand"),
-				held:      rapid.IntRange(0, 10).Draw(t, "held"),
-				lastBonus: uint64(rapid.IntRange(0, 5).Draw(t, "lastBonus")),
+				id:       fmt.Sprint(i),
+				demand:   rapid.IntRange(0, 30).Draw(t, "demand"),
+				held:     rapid.IntRange(0, 10).Draw(t, "held"),
+				sticky:   rapid.Bool().Draw(t, "sticky"),
+				lastHeld: time.Unix(int64(rapid.IntRange(0, 5).Draw(t, "lastHeld")), 0),
 			}
 		}
-		shares, _ := fairShares(budget, cs)
+		shares := fairShares(budget, cs)
 		sum := 0
 		for _, s := range shares {
 			if s < 0 {
@@ -93,22 +92,27 @@ func TestFairSharesProperties(t *testing.T) {
 	})
 }
 
-// TestFairSharesRotate: with a budget of 1 and three busy replicas, the unit visits each in turn when the
-// caller records bonuses as the coordinator does.
-func TestFairSharesRotate(t *testing.T) {
+// TestFairSharesTurns: with a budget of 1 and three busy replicas, updating the claims as the coordinator
+// does (a holder is sticky for a turn of 4 rounds), the unit visits each replica in turn, a turn at a time.
+func TestFairSharesTurns(t *testing.T) {
 	cs := []claim{{id: "a", demand: 4}, {id: "b", demand: 4}, {id: "c", demand: 4}}
+	since := make([]int, len(cs))
 	var got []string
-	for round := uint64(1); round <= 6; round++ {
-		shares, bonus := fairShares(1, cs)
+	for round := 1; round <= 12; round++ {
+		shares := fairShares(1, cs)
 		for i := range cs {
-			cs[i].held = shares[i]
-			if bonus[i] {
-				cs[i].lastBonus = round
+			if shares[i] > 0 {
+				if cs[i].held == 0 {
+					since[i] = round
+				}
 				got = append(got, cs[i].id)
+				cs[i].lastHeld = time.Unix(int64(round), 0)
 			}
+			cs[i].held = shares[i]
+			cs[i].sticky = shares[i] > 0 && round-since[i] < 3
 		}
 	}
-	if want := []string{"a", "b", "c", "a", "b", "c"}; !slices.Equal(got, want) {
+	if want := strings.Split("aaaabbbbcccc", ""); !slices.Equal(got, want) {
 		t.Errorf("holders by round %v, want %v", got, want)
 	}
 }

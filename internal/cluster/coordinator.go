@@ -93,10 +93,13 @@ type member struct {
 	rep        report
 	lastReport time.Time
 	// issued are the grants of this term newer than the one it last said it enforces: any may be in force.
-	issued    []*grant
-	last      *grant // the last grant issued
-	target    map[string]int
-	lastBonus map[string]uint64
+	issued []*grant
+	last   *grant // the last grant issued
+	target map[string]int
+	// Per worker: when its current run of holding a slot (a reservation above 0) began (zero: it holds
+	// none), and when it last held one. They decide turns when units are fewer than members with demand.
+	holdSince map[string]time.Time
+	lastHeld  map[string]time.Time
 	state     string // of the last round
 }
 
@@ -141,7 +144,7 @@ func (c *coordinator) currentTerm() string {
 func (c *coordinator) member(id string) *member {
 	m := c.members[id]
 	if m == nil {
-		m = &member{id: id, target: map[string]int{}, lastBonus: map[string]uint64{}}
+		m = &member{id: id, target: map[string]int{}, holdSince: map[string]time.Time{}, lastHeld: map[string]time.Time{}}
 		c.members[id] = m
 	}
 	return m
@@ -248,11 +251,11 @@ func (c *coordinator) stateLocked(id string, now time.Time) (state string, reach
 }
 
 // planLocked is one allocation round. It classifies the members, derives the fleet limit and, per worker,
-// what the members that do not report may hold (fixed): a silent member its reservation, or at least its
-// even split when it is also unreachable (it may be serving on its own, on its fallback, or under a
-// coordinator of its own side of a partition); an unreachable member never heard from in this term its
-// even split. A reachable member never heard from in this term holds back every raise: it may follow
-// another coordinator, and only one coordinator may raise. Then it sets every following member's target
+// what the members that do not report may hold (fixed): a silent member its reservation, and never less
+// than its even split (it may be on its fallback, or follow a coordinator on another side of a partition,
+// which counts us at our even splits and may raise it up to its own); an unreachable member never heard
+// from in this term its even split. A reachable member never heard from in this term holds back every
+// raise: it may follow another coordinator that can reach us. Then it sets every following member's target
 // per worker by fairShares over the budget the others leave.
 func (c *coordinator) planLocked(now time.Time) {
 	c.round++
@@ -299,11 +302,7 @@ func (c *coordinator) planLocked(now time.Time) {
 			following = append(following, m)
 		case stateSilent:
 			silent = append(silent, m)
-			floor := 0
-			if !e.reachable {
-				floor = fallbackShare(limit, live, e.id)
-			}
-			silentFloor = append(silentFloor, floor)
+			silentFloor = append(silentFloor, fallbackShare(limit, live, e.id))
 		}
 		m.state = e.state
 		for w := range m.rep.workers {
@@ -326,17 +325,24 @@ func (c *coordinator) planLocked(now time.Time) {
 		c.fixed[w] = fixed
 		cs := make([]claim, len(following))
 		for i, m := range following {
-			cs[i] = claim{id: m.id, demand: m.rep.workers[w].demand, held: m.reserved(w), lastBonus: m.lastBonus[w]}
+			held := m.reserved(w)
+			if held > 0 {
+				if m.holdSince[w].IsZero() {
+					m.holdSince[w] = now
+				}
+				m.lastHeld[w] = now
+			} else {
+				delete(m.holdSince, w)
+			}
+			sticky := held > 0 && now.Sub(m.holdSince[w]) < c.lease
+			cs[i] = claim{id: m.id, demand: m.rep.workers[w].demand, held: held, sticky: sticky, lastHeld: m.lastHeld[w]}
 		}
-		shares, bonus := fairShares(limit-fixed, cs)
+		shares := fairShares(limit-fixed, cs)
 		for i, m := range following {
 			if old, ok := m.target[w]; !ok || old != shares[i] {
 				changed = true
 			}
 			m.target[w] = shares[i]
-			if bonus[i] {
-				m.lastBonus[w] = c.round
-			}
 		}
 	}
 	c.assumed = assumed

@@ -22,9 +22,10 @@
 //
 // Each allocation round (at most one per period, plus one when a member starts reporting) splits each
 // worker's budget max-min fair over the demand of the members that report (water-filling), then spreads
-// what is left evenly as headroom. When the budget is smaller than the number of members with demand, the
-// units rotate (the member that waited longest for one goes first) and the others get 0: a replica with
-// share 0 just waits, so the floor costs no overshoot. See fairShares.
+// what is left evenly as headroom. When the budget is smaller than the number of members with demand (the
+// floor of the even split is 0), members take turns of a lease: a unit stays with its holder for a lease,
+// then goes to the member that has gone longest without one; the others get 0 and wait, so the floor costs
+// no overshoot, and no member with demand starves. See fairShares.
 //
 // # The invariant, and why the sum of shares never exceeds N
 //
@@ -36,26 +37,29 @@
 // revokes nothing: the reservation stays at the slots held until they drain below the new share.
 //
 // A share above a member's reservation is a raise. The coordinator raises only from the budget nobody may
-// be holding: N minus the reservations of all members (a silent member keeps its reservation; see below).
+// be holding: N minus the reservations of all members (members that do not report are counted as below).
 // So the reservations sum to at most N whenever anything is raised, and every replica's slots stay within
 // its reservation: the fleet never holds more than N slots on a worker.
 //
-// Only one coordinator may raise, whatever the elections say (a Lease can be held twice under clock skew;
-// static election is each replica's own view). A new term forgets everything, and a coordinator raises
-// only when no member it can reach is unknown to it (not reported in its term). A coordinator never
-// reports to another one, and two coordinators that reach each other (pings, either way) each see the
-// other as unknown, so neither raises; they only renew or lower shares until one steps down. Members that
-// cannot be reached are accounted as below.
+// Elections can disagree (a Lease can be held twice under clock skew; static election is each replica's
+// own view; a partition can split the fleet, or leave a replica reachable from two coordinators that cannot
+// reach each other). So a coordinator trusts only what it learned in its own term, and counts every member
+// that does not report to it at no less than that member's even split of N (see Failures): whatever
+// coordinator a member follows, and whatever it is granted there, the coordinators that can raise never
+// hand out, between them, more than the members' even splits, which sum to N. A coordinator raises
+// nothing while a member it can reach has not reported to it in this term (it may follow a coordinator
+// that can reach us, and of two coordinators that reach each other neither raises, until one steps down);
+// it only renews or lowers shares.
 //
 // # Failures
 //
 //   - A replica that stops hearing from its coordinator keeps its share until the lease ends, then falls
 //     back to an even split of N over the members of its last grant (floor, one more for the first
 //     N mod m), never above its last granted share. The fallback only ever lowers what it may hold.
-//   - The coordinator keeps a silent member's reservation (and refreshes it from the member's Ping
-//     answers, which say what it holds and enforces now). A member that cannot be reached at all for a
-//     lease is counted at no less than its even split, and a member never heard from in this term that
-//     cannot be reached is counted at its even split: on its own it enforces at most that.
+//   - The coordinator counts a member that stopped reporting at the larger of its reservation and its
+//     even split (the reservation shrinks as the member's Ping answers show its slots drain), and a member
+//     it cannot reach and never heard from in this term at its even split, once two leases of the term
+//     have passed (by then any larger share an earlier coordinator leased it has ended).
 //   - A member silent for a lease that refuses connections (nothing listens: the process is gone), or that
 //     the membership source no longer lists (its pod is gone), is dead: its reservation is released. A
 //     killed replica's share returns to the others one lease after they last heard from it.
@@ -64,15 +68,13 @@
 //     what members report and raises once every reachable member has reported and the dead one is known
 //     dead, about one lease later.
 //
-// The bound holds exactly, except in two cases that no lease scheme can tell from a crash. (1) A member
-// declared dead while it still runs: one whose connections are actively refused (a firewall sending
-// resets) while it serves, or a deleted pod still running on a partitioned node. The fleet may then hold
-// up to that member's fallback share too much while the partition lasts. (2) A partition that splits the
-// fleet into sides that each elect a coordinator: each side counts the other at its even split. A side
-// whose replicas held more than their even splits when it split lowers them at once, but their slots drain
-// only as their prefills end; if such a prefill is still running when the other side raises (one lease
-// after its coordinator's term began), the fleet holds at most the excess of that side over its even
-// splits too much until the prefill ends. With prefills shorter than a lease, neither case overlaps.
+// The bound holds exactly, under any partition, kill and restart, as long as every prefill ends within a
+// lease of its admission (the property test drives random faults under that condition). A prefill that
+// outlives a lease can make the fleet exceed N in two cases no lease scheme can tell from a crash, by at
+// most what its replica held above its even split, and only until it ends: (1) a replica is taken for dead
+// while it still runs (its connections actively refused by a firewall, or its pod deleted while its node is
+// cut off), and (2) a replica that no coordinator hears keeps prefills admitted under an earlier, larger
+// share, while a coordinator that counts it at its even split raises the others.
 //
 // A fleet whose limits differ uses the smallest positive one. Waiting requests are counted as demand on
 // every worker that could serve them, so demand is an upper estimate.

@@ -55,6 +55,7 @@ type Config struct {
 	Retry     RetryConfig
 	Telemetry TelemetryConfig
 	Discovery DiscoveryConfig
+	Cluster   ClusterConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

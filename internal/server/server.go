@@ -57,6 +57,15 @@ type Options struct {
 	SeparateAdmin bool
 	// Pprof serves net/http/pprof under /debug/pprof/ with the admin routes (and their auth).
 	Pprof bool
+	// Internal are Connect services served with the admin routes, behind the same auth: cluster
+	// admission's coordination service.
+	Internal []InternalService
+}
+
+// InternalService is a Connect service for the admin listener.
+type InternalService struct {
+	Name, Path string
+	Handler    http.Handler
 }
 
 // Handlers are the assembled routes: Main for the public port, Admin for a separate admin port (nil
@@ -104,6 +113,11 @@ func NewHandlers(o Options) (*Handlers, error) {
 		}
 		adminMux.Handle("/admin/v1/", guard(gw, o.AdminAuth))
 		services = append(services, adminv1connect.AdminServiceName)
+	}
+
+	for _, is := range o.Internal {
+		adminMux.Handle(is.Path, guardRPC(is.Handler, o.AdminAuth))
+		services = append(services, is.Name)
 	}
 
 	if o.Pprof {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +46,8 @@ func testLogger(t *testing.T) *slog.Logger {
 // gateway is a running in-process gateway.
 type gateway struct {
 	*app.App
-	URL string
+	URL    string
+	killed atomic.Bool // stopped at once by the test: its shutdown error is expected
 }
 
 // startGateway parses args as `sluice serve` flags (with --host 127.0.0.1 --port 0 prepended) and starts
@@ -68,14 +70,15 @@ func startGateway(t *testing.T, o app.Options, args ...string) *gateway {
 	if err := a.Start(ctx); err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	gw := &gateway{App: a, URL: "http://" + a.Addr()}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := a.Shutdown(sctx); err != nil {
+		if err := a.Shutdown(sctx); err != nil && !gw.killed.Load() {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &gateway{App: a, URL: "http://" + a.Addr()}
+	return gw
 }
 
 // startCluster starts simulated engines, closed when the test ends.
