@@ -384,7 +384,7 @@ func TestClusterAdmissionKills(t *testing.T) {
 	waitFor(t, "the follower's share back with the coordinator", 10*time.Second, func() bool { return reclaimed(rs, c, gone) })
 	t.Logf("follower killed: share back after %v", time.Since(killed))
 	time.Sleep(500 * time.Millisecond) // more load (load, not synchronisation)
-	got := peaks(c) // before the load is cancelled: see skewed
+	got := peaks(c)                    // before the load is cancelled: see skewed
 	cancel()
 	for _, l := range ls {
 		l.wg.Wait()
