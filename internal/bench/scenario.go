@@ -63,6 +63,7 @@ func Scenarios() map[string]Scenario {
 		"overhead": ScenarioOverhead,
 		"overload": ScenarioOverload,
 		"prefix":   ScenarioPrefix,
+		"replicas": ScenarioReplicas,
 		"scale":    ScenarioScale,
 	}
 }
@@ -167,7 +168,7 @@ func (s *scenarioRun) load(ctx context.Context, label string, cfg Config, observ
 
 func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, scale or all", errUsage)
+		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, replicas, scale or all", errUsage)
 	}
 	name := args[0]
 	fs := flag.NewFlagSet("sluice-bench scenario", flag.ContinueOnError)
@@ -190,7 +191,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	names := []string{name}
 	if name == "all" {
-		names = []string{"overhead", "overload", "prefix", "scale"}
+		names = []string{"overhead", "overload", "prefix", "replicas", "scale"}
 	}
 	var errs []error
 	for _, n := range names {
