@@ -32,6 +32,10 @@
 //     selectors are rejected rather than misread. --selector in PD mode, role
 //     selectors in regular mode, equal prefill and decode selectors, and any
 //     discovery flag without --service-discovery are errors.
+//   - Cluster admission (--admission-coordination) makes the admission limit the fleet's; it needs a
+//     positive --prefill-max-inflight-requests-per-worker. --admission-peers alone means static mode;
+//     Kubernetes-only flags in static mode, peers in Kubernetes mode, and any cluster flag with
+//     coordination off are errors; the lease must be at least twice the exchange period.
 //
 // The package is a leaf: it imports no other sluice package, so worker roles
 // and protocols are plain strings (see the Role* and Protocol* constants).
