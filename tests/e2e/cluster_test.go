@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/sim"
@@ -461,4 +465,124 @@ func TestClusterAdmissionPartition(t *testing.T) {
 			t.Logf("engine peaks %v; the cut-off replica served %d requests on its own", got, served)
 		})
 	}
+}
+
+// TestClusterAdmissionKubernetes: the Kubernetes mode end to end. Three gateways listen on 127.0.0.1, .2
+// and .3 at the same port (as pods do on their own IPs), the headless Service's EndpointSlice lists them in
+// client-go's fake clientset, and the coordinator is elected through a Lease in it. Under skewed load the
+// engines never see more than the limit; the coordinator shuts down (releasing its Lease) and another takes
+// over; then a replica's pod is deleted (its endpoint removed) and killed, and its share returns.
+func TestClusterAdmissionKubernetes(t *testing.T) {
+	c := prefillCluster(t)
+	port := freePortOn(t, "127.0.0.1", "127.0.0.2", "127.0.0.3")
+	hosts := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+	client := fake.NewClientset(endpointSliceOf("inference", "sluice-headless", hosts...))
+	rs := &replicas{net: &cutNet{out: map[string]bool{}, in: map[string]bool{}}}
+	for _, h := range hosts {
+		id := "http://" + h + ":" + strconv.Itoa(port)
+		rs.ids = append(rs.ids, id)
+		args := append([]string{"--host", h, "--port", strconv.Itoa(port), "--pd-disaggregation", "--disable-retries",
+			"--prefill-policy", "round_robin", "--prefill-max-inflight-requests-per-worker", strconv.Itoa(clusterLimit),
+			"--prefill-queue-size", "1000", "--prefill-queue-timeout-secs", "30",
+			"--admission-coordination", "kubernetes", "--admission-service", "sluice-headless", "--admission-namespace", "inference",
+			"--admission-exchange-period-secs", "0.1", "--admission-lease-secs", "1"}, pdArgs(c)...)
+		gw := startGateway(t, app.Options{KubeClient: client, ClusterHTTP: rs.net.client(t, id)}, args...)
+		rs.gws = append(rs.gws, gw)
+	}
+	for _, gw := range rs.gws {
+		waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	}
+	waitFor(t, "a coordinator every replica follows", 15*time.Second, func() bool { return agreed(rs) != "" })
+	holder := func() string {
+		l, err := client.CoordinationV1().Leases("inference").Get(context.Background(), "sluice-admission", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	if got := agreed(rs); holder() != got {
+		t.Fatalf("coordinator %q, Lease holder %q", got, holder())
+	}
+	resetPeaks(c)
+	ls, got := skewed(t, rs, c, 2*time.Second)
+	for i, p := range got {
+		if p > clusterLimit {
+			t.Errorf("prefill engine %d saw %d concurrent prefills, limit %d", i, p, clusterLimit)
+		}
+	}
+	for i, l := range ls {
+		if l.ok.Load() == 0 || l.failed.Load() != 0 {
+			t.Errorf("gateway %d: %d served, %d failed", i, l.ok.Load(), l.failed.Load())
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var loads []*load
+	for _, gw := range rs.gws {
+		loads = append(loads, startLoad(ctx, t, gw.URL, 4))
+	}
+	resetPeaks(c)
+	old := agreed(rs)
+	for i, id := range rs.ids {
+		if id == old {
+			kill(rs.gws[i])
+			rs.gws[i] = nil
+		}
+	}
+	waitFor(t, "a new coordinator holding the Lease", 15*time.Second, func() bool { c := agreed(rs); return c != "" && c != old && holder() == c })
+	// The old coordinator's pod goes away with it.
+	var keep []string
+	for i, h := range hosts {
+		if rs.gws[i] != nil {
+			keep = append(keep, h)
+		}
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices("inference").Update(context.Background(), endpointSliceOf("inference", "sluice-headless", keep...), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old coordinator's share back", 15*time.Second, func() bool { return reclaimed(rs, c, old) })
+	got = peaks(c)
+	cancel()
+	for _, l := range loads {
+		l.wg.Wait()
+	}
+	for i, p := range got {
+		if p > clusterLimit {
+			t.Errorf("prefill engine %d saw %d concurrent prefills across the takeover, limit %d", i, p, clusterLimit)
+		}
+	}
+}
+
+// freePortOn finds a port free on every one of the addresses.
+func freePortOn(t *testing.T, hosts ...string) int {
+	t.Helper()
+	for range 50 {
+		p := freePort(t)
+		ok := true
+		for _, h := range hosts {
+			ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ln.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+func endpointSliceOf(ns, svc string, ips ...string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-1", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, ip := range ips {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}})
+	}
+	return es
 }
