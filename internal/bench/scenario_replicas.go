@@ -22,7 +22,7 @@ import (
 // own peak of concurrent prefills.
 func ScenarioReplicas(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("replicas", o)
-	const limit, promptTokens, maxTokens, prefillEngines = 3, 1024, 16, 2
+	const limit, promptTokens, maxTokens, prefillEngines = 6, 1024, 16, 2
 	eng := sim.DefaultConfig()
 	capacity := prefillEngines * eng.PrefillTokensPerSec / promptTokens
 	rate := 0.8 * capacity
