@@ -172,17 +172,23 @@ func (s *scenarioRun) splitLoad(ctx context.Context, label string, gws []*gatewa
 		if i == 0 {
 			obs = observe
 		}
+		c.Label = label
+		if len(gws) > 1 {
+			c.Label = fmt.Sprintf("%s-r%d", label, i)
+		}
+		fmt.Fprintf(s.o.Log, "%s: run %s\n", s.res.Name, c.Label)
 		wg.Go(func() {
-			sub := label
-			if len(gws) > 1 {
-				sub = fmt.Sprintf("%s-r%d", label, i)
-			}
-			results[i], errs[i] = s.load(ctx, sub, c, obs, nil)
+			results[i], errs[i] = Run(ctx, c, Options{Progress: s.o.Progress, Observe: obs})
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return splitSummary{}, err
+		return splitSummary{}, fmt.Errorf("%s: %w", label, err)
+	}
+	for _, r := range results { // recorded one by one: the scenario's runs are not guarded
+		if err := s.record(r.Label, r, nil); err != nil {
+			return splitSummary{}, err
+		}
 	}
 	var recs []Record
 	dropped := 0
