@@ -7,8 +7,9 @@
 // A replica's id is the base URL of its admin listener. The members are the --admission-peers list
 // (static mode) or the endpoints of the gateway's headless Service (Kubernetes mode, from an EndpointSlice
 // informer). The coordinator is the lowest live member (static: the smallest id among the members heard
-// from within a lease, by reports or pings in either direction) or the holder of a coordination.k8s.io
-// Lease (client-go leader election, identity = replica id, released on shutdown).
+// from within a lease, by reports or pings in either direction, and not refusing connections since, nor
+// leaving) or the holder of a coordination.k8s.io Lease (client-go leader election, identity = replica id,
+// released on shutdown).
 //
 // Every period each replica reports to the coordinator (sluice.cluster.v1.AdmissionCoordinationService/
 // Exchange, on the admin listener, behind the admin API key; the coordinator reports to itself without the
@@ -69,15 +70,17 @@
 //     dead, about one lease later.
 //
 // The bound holds exactly, under any partition, kill and restart, as long as every prefill ends within a
-// lease of its admission (the property test drives random faults under that condition). A prefill that
-// outlives a lease can make the fleet exceed N in two cases no lease scheme can tell from a crash, by at
-// most what its replica held above its even split, and only until it ends: (1) a replica is taken for dead
-// while it still runs (its connections actively refused by a firewall, or its pod deleted while its node is
-// cut off), and (2) a replica that no coordinator hears keeps prefills admitted under an earlier, larger
-// share, while a coordinator that counts it at its even split raises the others.
+// lease of its admission (the property test drives random faults under that condition), with two
+// exceptions that no lease scheme can tell from a crash. (1) A replica taken for dead while it still
+// serves (its connections actively refused by a firewall, or its pod deleted while its node is cut off):
+// its reservation is released, so the fleet may exceed N by up to its fallback share (its even split) for
+// as long as it serves unheard, plus what it held above that until those prefills end. (2) A prefill that
+// outlives a lease, admitted under a share larger than its replica's even split, when that replica is then
+// heard by no coordinator while one counts it at its even split and raises the others: the fleet may
+// exceed N by at most that excess, until the prefill ends. A lease longer than the longest prefill closes (2).
 //
-// A fleet whose limits differ uses the smallest positive one. Waiting requests are counted as demand on
-// every worker that could serve them, so demand is an upper estimate.
+// A fleet whose limits differ uses the smallest positive one. Demand is what Local reports (the gateway
+// spreads its waiting requests evenly over the workers that serve their model, rounded up).
 //
 // # Concurrency Model
 //
