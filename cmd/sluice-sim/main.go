@@ -6,7 +6,10 @@
 //	sluice-sim --role prefill --bootstrap-port 8998 --port 30001
 //	sluice-sim --role decode --port 30002   # a null bootstrap_port means 8998, as in SGLang
 //	sluice-sim --protocol vllm --role prefill --port 8100
+//	sluice-sim --role prefill --dp-size 4 --port 30001          # 4 DP-attention ranks
+//	sluice-sim --protocol vllm --kv-connector mooncake --role prefill --bootstrap-port 8998
 //	sluice-sim cluster --prefill 2 --decode 2 --base-port 30000
+//	sluice-sim cluster --prefill 2 --decode 1 --dp-size 4
 package main
 
 import (

@@ -248,7 +248,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		}
 		if err == nil {
 			slot := c.grantLocked(worker)
-			c.observeWaitLocked(0)
+			c.observeWaitLocked(req.Queue, worker, 0)
 			c.mu.Unlock()
 			return slot, 0, nil
 		}
@@ -268,7 +268,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	}
 	// Order: availability first (above), then the queue bound.
 	if c.queued >= c.settings.QueueSize {
-		c.rejectLocked(QueueFull)
+		c.rejectLocked(req.Queue, QueueFull)
 		c.mu.Unlock()
 		return nil, 0, errQueueFull
 	}
@@ -346,14 +346,14 @@ func (c *Controller) giveBackLocked(s *Slot) bool {
 	return true
 }
 
-func (c *Controller) rejectLocked(o Outcome) {
+func (c *Controller) rejectLocked(queue string, o Outcome) {
 	c.rejections[o]++
-	c.metrics.IncRejection(o)
+	c.metrics.IncRejection(queue, o)
 }
 
-func (c *Controller) observeWaitLocked(d time.Duration) {
+func (c *Controller) observeWaitLocked(queue, worker string, d time.Duration) {
 	c.waits.add(d)
-	c.metrics.ObserveWait(d)
+	c.metrics.ObserveWait(queue, worker, d)
 }
 
 func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
@@ -375,7 +375,7 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 		c.promoteLocked(w)
 	}
 	c.queued++
-	c.metrics.SetQueued(c.queued)
+	c.metrics.AddQueued(q.key, 1)
 	return w, q.waiters.Len()
 }
 
@@ -403,7 +403,7 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 	q.waiters.Remove(w.elem)
 	w.elem = nil
 	c.queued--
-	c.metrics.SetQueued(c.queued)
+	c.metrics.AddQueued(q.key, -1)
 	if q.waiters.Len() == 0 {
 		delete(c.queues, q.key)
 		if i := slices.Index(c.active, q); i >= 0 {
@@ -443,14 +443,18 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 			return false
 		}
 		// Admission was turned off and there is no queue any more.
-		c.rejectLocked(QueueFull)
+		c.rejectLocked(w.q.key, QueueFull)
 		w.err, w.state = errQueueFull, failed
 	default:
 		// The model lost its workers: this head fails and lets the next
 		// waiter through.
 		w.err, w.state = err, failed
 	}
-	c.observeWaitLocked(c.now().Sub(w.enq))
+	granted := ""
+	if w.slot != nil {
+		granted = w.slot.worker
+	}
+	c.observeWaitLocked(w.q.key, granted, c.now().Sub(w.enq))
 	c.removeLocked(w)
 	close(w.ready)
 	return true
@@ -563,12 +567,12 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 	}
 	q := w.q
 	wasHead := c.removeLocked(w)
-	c.observeWaitLocked(c.now().Sub(w.enq))
+	c.observeWaitLocked(q.key, "", c.now().Sub(w.enq))
 	if wasHead {
 		c.dispatchQueueLocked(q)
 	}
 	if why == QueueTimeout {
-		c.rejectLocked(QueueTimeout)
+		c.rejectLocked(q.key, QueueTimeout)
 		return nil, errQueueTimeout
 	}
 	c.cancelled++

@@ -257,8 +257,17 @@ func TestQueuedRequestTimesOutAndLeavesQueue(t *testing.T) {
 		held.Release(admission.ReleaseCompleted)
 		synctest.Wait()
 		mustAdmit(t, "w2", w2).Release(admission.ReleaseCompleted)
-		if got := m.snapshot().queued; got != 0 {
-			t.Errorf("queued gauge at the end = %d, want 0", got)
+		snap = m.snapshot()
+		if snap.queued != 0 || snap.queuedBy["m"] != 0 {
+			t.Errorf("queued gauge at the end = %d (queue m: %d), want 0", snap.queued, snap.queuedBy["m"])
+		}
+		// Each wait is labelled with its queue and the worker whose slot ended it: the holder's at
+		// once and w2's on A, w1's timeout on none.
+		if diff := cmp.Diff([]string{"m/A", "m/", "m/A"}, snap.waitLabels); diff != "" {
+			t.Errorf("wait labels (-want +got):\n%s", diff)
+		}
+		if len(snap.violations) != 0 {
+			t.Errorf("violations: %v", snap.violations)
 		}
 	})
 }

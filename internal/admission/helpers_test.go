@@ -195,7 +195,9 @@ type fakeMetrics struct {
 	setCalls   []string // "worker=n"
 	deleted    []string
 	queued     int
+	queuedBy   map[string]int // per queue key
 	waits      []time.Duration
+	waitLabels []string // "queue/worker" of each wait
 	rejections map[admission.Outcome]int
 	violations []string
 }
@@ -224,19 +226,27 @@ func (m *fakeMetrics) DeleteWorker(w string) {
 	m.deleted = append(m.deleted, w)
 }
 
-func (m *fakeMetrics) SetQueued(n int) {
+func (m *fakeMetrics) AddQueued(q string, delta int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.queued = n
+	m.queued += delta
+	if m.queuedBy == nil {
+		m.queuedBy = map[string]int{}
+	}
+	m.queuedBy[q] += delta
+	if m.queuedBy[q] < 0 {
+		m.violations = append(m.violations, "negative queue length of "+q)
+	}
 }
 
-func (m *fakeMetrics) ObserveWait(d time.Duration) {
+func (m *fakeMetrics) ObserveWait(q, w string, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waits = append(m.waits, d)
+	m.waitLabels = append(m.waitLabels, q+"/"+w)
 }
 
-func (m *fakeMetrics) IncRejection(o admission.Outcome) {
+func (m *fakeMetrics) IncRejection(_ string, o admission.Outcome) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rejections[o]++
@@ -256,7 +266,9 @@ func (m *fakeMetrics) snapshot() fakeMetrics {
 		setCalls:   slices.Clone(m.setCalls),
 		deleted:    slices.Clone(m.deleted),
 		queued:     m.queued,
+		queuedBy:   maps.Clone(m.queuedBy),
 		waits:      slices.Clone(m.waits),
+		waitLabels: slices.Clone(m.waitLabels),
 		rejections: maps.Clone(m.rejections),
 		violations: slices.Clone(m.violations),
 	}

@@ -5,30 +5,36 @@ import "time"
 // Metrics receives admission measurements. The controller calls every method
 // with its lock held, so gauge updates are applied in the order the changes
 // happened; implementations must be fast and must not call back into the
-// controller. The worker label is the worker's key (its URL).
+// controller. The worker label is the worker's key (its URL); the queue label
+// is the queue key (the model). Priority bands (a later issue) will add a
+// band argument to AddQueued, ObserveWait and IncRejection.
 type Metrics interface {
 	// SetInflight reports the slots held on worker after every change.
 	SetInflight(worker string, n int)
 	// DeleteWorker drops worker's series (called by RemoveWorker).
 	DeleteWorker(worker string)
-	// SetQueued reports the number of waiting requests, all queues summed.
-	SetQueued(n int)
+	// AddQueued moves the number of requests waiting in queue by delta (+1
+	// on entry, -1 on leaving, whatever the reason); the queues' sum is the
+	// value bounded by QueueSize.
+	AddQueued(queue string, delta int)
 	// ObserveWait records the time from arrival to the end of the wait, with
 	// admission on, for every request admitted at once (0, so the histogram
 	// shows which share of requests waited at all) and every request that
 	// queued, whatever its outcome. Requests answered on arrival with an
 	// error (queue full, unavailable) are not observed: they did not wait.
-	ObserveWait(d time.Duration)
+	// worker is the worker whose slot ended the wait, "" when none did
+	// (timeout, cancellation, failure).
+	ObserveWait(queue, worker string, d time.Duration)
 	// IncRejection counts gateway refusals: QueueFull and QueueTimeout.
 	// Client cancellations are not rejections and are not counted here
 	// (Status reports them).
-	IncRejection(reason Outcome)
+	IncRejection(queue string, reason Outcome)
 }
 
 type noopMetrics struct{}
 
-func (noopMetrics) SetInflight(string, int)   {}
-func (noopMetrics) DeleteWorker(string)       {}
-func (noopMetrics) SetQueued(int)             {}
-func (noopMetrics) ObserveWait(time.Duration) {}
-func (noopMetrics) IncRejection(Outcome)      {}
+func (noopMetrics) SetInflight(string, int)                   {}
+func (noopMetrics) DeleteWorker(string)                       {}
+func (noopMetrics) AddQueued(string, int)                     {}
+func (noopMetrics) ObserveWait(string, string, time.Duration) {}
+func (noopMetrics) IncRejection(string, Outcome)              {}

@@ -27,6 +27,8 @@ const (
 	CodeInvalidJSON        = "invalid_json"
 	CodePayloadTooLarge    = "payload_too_large"
 	CodeUnauthorized       = "invalid_api_key"
+	CodePermissionDenied   = "permission_denied"
+	CodeOriginNotAllowed   = "origin_not_allowed"
 	CodeNotFound           = "not_found"
 	CodeAlreadyExists      = "already_exists"
 	CodeWorkerManaged      = "worker_managed"
@@ -85,6 +87,8 @@ func typeFor(status int) string {
 	switch {
 	case status == http.StatusUnauthorized:
 		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
 	case status == http.StatusNotFound:
 		return "not_found_error"
 	case status == http.StatusTooManyRequests:
@@ -267,6 +271,8 @@ func defaultCode(status int) string {
 		return CodeInvalidRequest
 	case http.StatusUnauthorized:
 		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodePermissionDenied
 	case http.StatusNotFound:
 		return CodeNotFound
 	case http.StatusConflict:

@@ -5,7 +5,7 @@ package app
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +14,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,12 +22,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/engineload"
 	"github.com/sluicegw/sluice/internal/httpapi"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
@@ -65,6 +65,8 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
+	loads      *engineload.Poller
+	loadSink   *engineLoadSink
 	detector   *dispatch.Detector
 	pods       *discovery.Discovery // nil unless --service-discovery
 	cluster    *cluster.Replica     // nil unless --admission-coordination
@@ -75,6 +77,12 @@ type App struct {
 	adminSvc    *adminsvc.Service
 	upstream    *http.Client
 	unsubscribe func()
+
+	// Security (security.go): TLS, authentication and their metrics.
+	Security  *telemetry.SecurityMetrics
+	serverTLS *tls.Config
+	auth      *auth.Authenticator
+	idpClient *http.Client // JWT discovery and keys; nil without JWT
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -103,9 +111,18 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		a.tp = tp
 	}
 	tracer := a.tp.Tracer("github.com/sluicegw/sluice")
+	a.Security = telemetry.NewSecurityMetrics(a.Prom)
+	upstreamTLS, err := a.setupTLS()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.setupAuth(upstreamTLS); err != nil {
+		return nil, err
+	}
 
 	a.Registry = worker.NewRegistry(worker.RegistryOptions{
-		Logger: logger,
+		Logger:              logger,
+		OnBreakerTransition: a.onBreakerTransition,
 		Breaker: worker.BreakerConfig{
 			FailureThreshold: cfg.Breaker.FailureThreshold,
 			SuccessThreshold: cfg.Breaker.SuccessThreshold,
@@ -114,7 +131,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		},
 		StartReady: cfg.Health.Disabled,
 	})
-	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS})
 	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
 	var probe worker.Prober = worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
@@ -133,6 +150,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		FailureThreshold: cfg.Health.FailureThreshold,
 		Endpoint:         cfg.Health.Endpoint,
 		Disabled:         cfg.Health.Disabled,
+		KeepBreakerOpen:  cfg.Breaker.HealthRecoveryDisabled,
 	}, logger)
 	if err != nil {
 		return nil, err
@@ -157,11 +175,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
 		QueueSize:            cfg.Admission.QueueSize,
 		QueueTimeout:         cfg.Admission.QueueTimeout,
-	}, admission.Deps{Metrics: admissionMetrics{a.Metrics}, Tracer: tracer})
+	}, admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
 	if err != nil {
 		return nil, err
 	}
-	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP); err != nil {
+	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil {
 		return nil, err
 	}
 	attempts := cfg.Retry.MaxRetries
@@ -171,14 +189,15 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                      cfg.Mode() == config.ModePD,
 		RequestTimeout:          cfg.Server.RequestTimeout,
-		DropClientAuthorization: cfg.Server.APIKey.Value() != "",
+		DropClientAuthorization: a.auth.InferenceProtected(),
+		IgnoreRanks:             !cfg.Placement.DPAware,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
 		}},
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
-		HTTP: httpClient, Metrics: a.Metrics, Tracer: tracer,
+		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry}, Tracer: tracer,
 		Propagator: telemetry.Propagator(), Logger: logger,
 	})
 	if err != nil {
@@ -189,7 +208,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		models = []string{cfg.Workers.ModelID}
 	}
 	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime),
-		DefaultModels: models, Logger: logger}
+		DefaultModels: models, DefaultKVConnector: cfg.Workers.KVConnector, Logger: logger}
 	a.unsubscribe = a.Registry.Subscribe(a.onEvent)
 	telemetry.RegisterBreakerCollector(a.Prom, func() []telemetry.BreakerSample {
 		now := time.Now()
@@ -200,6 +219,18 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		}
 		return out
 	})
+	telemetry.RegisterRankCollector(a.Prom, func() []telemetry.RankSample {
+		var out []telemetry.RankSample
+		for _, w := range a.Registry.Snapshot().All() {
+			for _, r := range w.Ranks() {
+				out = append(out, telemetry.RankSample{Worker: w.URL(), Rank: r.Rank(), Load: r.Load()})
+			}
+		}
+		return out
+	})
+	telemetry.RegisterStateCollector(a.Prom, Version, string(cfg.Mode()), a.stateSample)
+	a.loadSink = &engineLoadSink{m: a.Metrics}
+	a.loads = &engineload.Poller{Registry: a.Registry, HTTP: httpClient, Interval: cfg.Telemetry.EngineLoadInterval, Sink: a.loadSink}
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
@@ -208,14 +239,14 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	openai := openaisvc.New(a.Dispatcher)
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
-		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger,
+		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger, SpanAttributes: principalAttrs,
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,
-		Admin:         a.adminSvc,
-		AdminAuth:     bearer(cfg.Server.AdminAPIKey.Value(), "admin API key"),
+		Admin:         adminsvc.NewAudited(a.adminSvc, logger),
+		AdminAuth:     a.auth.Admin,
 		OpenAI:        openai,
-		InferenceAuth: bearer(cfg.Server.APIKey.Value(), "API key"),
+		InferenceAuth: a.auth.Inference,
 		REST:          rest,
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
@@ -224,8 +255,12 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
-			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator()}),
+			connect.WithInterceptors(telemetry.RPCTracing{Tracer: tracer, Propagator: telemetry.Propagator(), Attributes: principalAttrs}),
 		},
+		CORSAllowedOrigins: cfg.Auth.CORSAllowedOrigins,
+		BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
+		WriteTimeout:       cfg.Limits.WriteTimeout,
+		HSTS:               cfg.TLS.Enabled(),
 	})
 	if err != nil {
 		return nil, err
@@ -236,36 +271,27 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 // Handler is the main port's handler (tests can serve it themselves).
 func (a *App) Handler() http.Handler { return a.handlers.Main }
 
-// bearer returns an auth check comparing the bearer token in constant time; nil when key is empty.
-func bearer(key, what string) func(*http.Request) error {
-	if key == "" {
-		return nil
-	}
-	want := []byte(key)
-	return func(r *http.Request) error {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			return apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized, "missing or invalid "+what+" (Authorization: Bearer <key>)", nil)
-		}
-		return nil
-	}
-}
-
 // onEvent keeps admission, policies and metrics in step with the registry. It must not block.
 func (a *App) onEvent(ev worker.Event) {
 	url := ev.Worker.URL()
 	switch ev.Kind {
 	case worker.EventRemoved:
 		a.Admission.RemoveWorker(url)
-		a.Policies.Forget(url)
-		a.Metrics.DeleteWorker(url)
+		a.Policies.Forget(ev.Worker)
+		a.loadSink.deleteWorker(url)
 	case worker.EventReplaced:
 		if ev.Prev != nil && ev.Prev.URL() != url {
 			a.Admission.RemoveWorker(ev.Prev.URL())
-			a.Metrics.DeleteWorker(ev.Prev.URL())
+			a.loadSink.deleteWorker(ev.Prev.URL())
 		}
-		a.Policies.Forget(url)
-	case worker.EventAdded, worker.EventHealthChanged:
+		if ev.Prev != nil {
+			a.Policies.Forget(ev.Prev)
+		}
+		a.Policies.Forget(ev.Worker)
+	case worker.EventHealthChanged:
+		a.Metrics.IncHealthTransition(url, ev.Old.String(), ev.New.String())
+		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
+	case worker.EventAdded:
 		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
 	}
 	a.Admission.Wake()
@@ -307,9 +333,9 @@ func (a *App) Start(ctx context.Context) error {
 		stop()
 		return err
 	}
-	a.wg.Add(2)
-	go func() { defer a.wg.Done(); a.checker.Run(bg) }()
-	go func() { defer a.wg.Done(); a.Policies.Run(bg) }()
+	a.wg.Go(func() { a.checker.Run(bg) })
+	a.wg.Go(func() { a.Policies.Run(bg) })
+	a.wg.Go(func() { a.loads.Run(bg) })
 	if a.pods != nil {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })
@@ -317,14 +343,14 @@ func (a *App) Start(ctx context.Context) error {
 
 	host := a.cfg.Server.Host
 	var err error
-	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.logger)
+	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.listenOptions("main"))
 	if err != nil {
 		a.stopBackground()
 		return fmt.Errorf("listen: %w", err)
 	}
 	a.serve(a.main)
 	if a.handlers.Admin != nil {
-		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.logger)
+		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.listenOptions("admin"))
 		if err != nil {
 			_ = a.main.Shutdown(context.Background())
 			a.stopBackground()
@@ -336,7 +362,8 @@ func (a *App) Start(ctx context.Context) error {
 		_ = a.Shutdown(context.Background())
 		return err
 	}
-	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled())
+	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
+		"tls", a.serverTLS != nil)
 	return nil
 }
 
@@ -379,6 +406,9 @@ func (a *App) registerInitial(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
+			if spec.DPSize == 0 && spec.Protocol != worker.ProtocolGRPC {
+				spec.DPSize = a.cfg.Workers.DPSize
+			}
 			w, err := a.Registry.Add(spec)
 			if err != nil {
 				errs[i] = fmt.Errorf("worker %s: %w", wf.URL, err)
@@ -420,6 +450,9 @@ func (a *App) shutdown(ctx context.Context) error {
 	a.stopBackground()
 	a.adminSvc.Close()
 	a.upstream.CloseIdleConnections() // their read loops would otherwise linger until the idle timeout
+	if a.idpClient != nil {
+		a.idpClient.CloseIdleConnections()
+	}
 	if a.unsubscribe != nil {
 		a.unsubscribe()
 	}
@@ -460,12 +493,3 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	defer cancel()
 	return a.Shutdown(sctx)
 }
-
-// admissionMetrics adapts telemetry.Metrics to admission.Metrics.
-type admissionMetrics struct{ m *telemetry.Metrics }
-
-func (a admissionMetrics) SetInflight(w string, n int)      { a.m.SetInflight(w, n) }
-func (a admissionMetrics) DeleteWorker(w string)            { a.m.DeleteWorker(w) }
-func (a admissionMetrics) SetQueued(n int)                  { a.m.SetQueued(n) }
-func (a admissionMetrics) ObserveWait(d time.Duration)      { a.m.ObserveWait(d) }
-func (a admissionMetrics) IncRejection(o admission.Outcome) { a.m.IncRejectionReason(o.String()) }

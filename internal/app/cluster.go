@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,7 +24,7 @@ import (
 
 // newCluster builds cluster admission when --admission-coordination is on: this replica's share of the
 // fleet's limit becomes a cap on its admission controller.
-func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http.Client) error {
+func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http.Client, clientTLS *tls.Config) error {
 	cc := cfg.Cluster
 	if !cc.Enabled() {
 		return nil
@@ -59,8 +60,20 @@ func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http
 			}
 		}
 	}
-	if cfg.Server.AdminAPIKey.Value() == "" {
+	// Peers authenticate with the admin API key (the same on every replica); an admin API guarded only by
+	// API-key files or JWTs would refuse them.
+	switch {
+	case cfg.Server.AdminAPIKey.Value() == "" && a.auth.AdminProtected():
+		return fmt.Errorf("%w: cluster admission needs --admin-api-key (the same on every replica): the replicas authenticate to each other's admin listener with it", cluster.ErrInvalidConfig)
+	case cfg.Server.AdminAPIKey.Value() == "":
 		a.logger.Warn("cluster admission: the coordination service on the admin listener is unauthenticated; set --admin-api-key (the same on every replica)")
+	}
+	if hc == nil {
+		// Peers behind TLS are verified like the workers (--ca-cert-paths), with the same client certificate.
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+	}
+	if a.serverTLS != nil {
+		ccfg.Scheme = "https"
 	}
 	r, err := cluster.New(ccfg, cluster.Deps{
 		Local: clusterLocal{adm: a.Admission, reg: a.Registry}, Token: cfg.Server.AdminAPIKey.Value(), HTTP: hc,
@@ -109,7 +122,11 @@ func (a *App) clusterSelf(ctx context.Context) (string, error) {
 	if _, err := netip.ParseAddr(ip); err != nil {
 		return "", fmt.Errorf("cluster admission: $POD_IP %q is not an IP address", ip)
 	}
-	return cluster.ReplicaURL(ip, port), nil
+	scheme := "http"
+	if a.serverTLS != nil {
+		scheme = "https"
+	}
+	return cluster.ReplicaURL(scheme, ip, port), nil
 }
 
 // startCluster finds this replica's id and runs cluster admission until the background context ends.

@@ -109,6 +109,16 @@ type Load struct {
 	Waiting int
 	// KVUsage is the fraction of the KV cache in use, 0..1 (mean over data-parallel ranks).
 	KVUsage float64
+	// Ranks is the load of each data-parallel rank, when the engine reports ranks (SGLang's
+	// /v1/loads and /get_load list one entry per dp_rank); the fields above are their totals.
+	Ranks []RankLoad
+}
+
+// RankLoad is one data-parallel rank's load.
+type RankLoad struct {
+	Rank             int
+	Running, Waiting int
+	KVUsage          float64
 }
 
 // FetchLoad reads an engine's load in the way its protocol offers it: grpc:// workers through
@@ -153,39 +163,44 @@ func isMissingRoute(err error) bool {
 // python/sglang/srt/managers/io_struct.py). num_reqs counts running and waiting requests together, so
 // running is their difference. It reports no KV usage.
 func parseGetLoad(raw []byte) (Load, error) {
-	var ranks []struct {
+	type entry struct {
+		DPRank     *float64 `json:"dp_rank"`
 		NumReqs    *float64 `json:"num_reqs"`
 		NumWaiting *float64 `json:"num_waiting_reqs"`
 	}
+	var ranks []entry
 	if err := json.Unmarshal(raw, &ranks); err != nil {
-		var one struct {
-			NumReqs    *float64 `json:"num_reqs"`
-			NumWaiting *float64 `json:"num_waiting_reqs"`
-		}
+		var one entry
 		if err2 := json.Unmarshal(raw, &one); err2 != nil {
 			return Load{}, fmt.Errorf("get_load: %w", err)
 		}
 		ranks = append(ranks, one)
 	}
 	var l Load
-	seen := false
-	for _, r := range ranks {
+	for i, r := range ranks {
 		if r.NumReqs == nil && r.NumWaiting == nil {
 			continue
 		}
-		seen = true
 		total, waiting := 0, 0
 		if r.NumReqs != nil {
-			total = int(*r.NumReqs)
+			total = count(*r.NumReqs)
 		}
 		if r.NumWaiting != nil {
-			waiting = int(*r.NumWaiting)
+			waiting = count(*r.NumWaiting)
 		}
-		l.Waiting += waiting
-		l.Running += max(total-waiting, 0)
+		rl := RankLoad{Rank: i, Running: max(total-waiting, 0), Waiting: waiting}
+		if r.DPRank != nil {
+			rl.Rank = count(*r.DPRank)
+		}
+		l.Waiting += rl.Waiting
+		l.Running += rl.Running
+		l.Ranks = append(l.Ranks, rl)
 	}
-	if !seen {
+	if len(l.Ranks) == 0 {
 		return Load{}, errors.New("get_load: no recognised load fields")
+	}
+	if len(l.Ranks) == 1 {
+		l.Ranks = nil // one rank: nothing beyond the totals
 	}
 	return l, nil
 }
@@ -200,6 +215,7 @@ type loadEntry struct {
 	RunningAlt  *float64    `json:"running"`
 	WaitingAlt  *float64    `json:"waiting"`
 	KVUsageAlt  *float64    `json:"kv_cache_usage"`
+	DPRank      *float64    `json:"dp_rank"`
 	LoadsInline []loadEntry `json:"loads"`
 }
 
@@ -216,7 +232,21 @@ func (e loadEntry) load() (Load, bool) {
 	r, okR := first(e.NumRunning, e.Running, e.RunningAlt)
 	w, okW := first(e.NumWaiting, e.Waiting, e.WaitingAlt)
 	k, okK := first(e.TokenUsage, e.KVUsage, e.KVUsageAlt)
-	return Load{Running: int(r), Waiting: int(w), KVUsage: k}, okR || okW || okK
+	return Load{Running: count(r), Waiting: count(w), KVUsage: max(k, 0)}, okR || okW || okK
+}
+
+// count turns an engine-reported count into an int: negative values become 0 and huge ones are capped,
+// because converting an out-of-range float to int yields garbage (found by FuzzParseLoad: 1e300 became
+// a large negative load, which placement would have preferred).
+func count(f float64) int {
+	const limit = 1 << 31
+	switch {
+	case !(f > 0):
+		return 0
+	case f > limit:
+		return limit
+	}
+	return int(f)
 }
 
 func parseLoad(raw []byte) (Load, error) {
@@ -226,13 +256,21 @@ func parseLoad(raw []byte) (Load, error) {
 	}
 	if len(top.LoadsInline) > 0 {
 		var sum Load
-		for _, e := range top.LoadsInline {
+		for i, e := range top.LoadsInline {
 			l, _ := e.load()
 			sum.Running += l.Running
 			sum.Waiting += l.Waiting
 			sum.KVUsage += l.KVUsage
+			rl := RankLoad{Rank: i, Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+			if e.DPRank != nil {
+				rl.Rank = count(*e.DPRank)
+			}
+			sum.Ranks = append(sum.Ranks, rl)
 		}
 		sum.KVUsage /= float64(len(top.LoadsInline))
+		if len(sum.Ranks) == 1 {
+			sum.Ranks = nil // one rank: nothing beyond the totals
+		}
 		return sum, nil
 	}
 	l, ok := top.load()

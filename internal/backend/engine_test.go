@@ -164,9 +164,10 @@ func TestFetchLoad(t *testing.T) {
 		want    Load
 		wantErr bool
 	}{
-		{"sglang ranks", `{"loads":[{"num_running_reqs":2,"num_waiting_reqs":1,"token_usage":0.5},{"num_running_reqs":3,"num_waiting_reqs":0,"token_usage":0.25}]}`, Load{5, 1, 0.375}, false},
-		{"flat sglang keys", `{"num_running_reqs":4,"num_waiting_reqs":2,"token_usage":0.1}`, Load{4, 2, 0.1}, false},
-		{"worker protocol names", `{"running_requests":1,"waiting_requests":9,"kv_usage":0.9}`, Load{1, 9, 0.9}, false},
+		{"sglang ranks", `{"loads":[{"dp_rank":0,"num_running_reqs":2,"num_waiting_reqs":1,"token_usage":0.5},{"dp_rank":1,"num_running_reqs":3,"num_waiting_reqs":0,"token_usage":0.25}]}`,
+			Load{Running: 5, Waiting: 1, KVUsage: 0.375, Ranks: []RankLoad{{0, 2, 1, 0.5}, {1, 3, 0, 0.25}}}, false},
+		{"flat sglang keys", `{"num_running_reqs":4,"num_waiting_reqs":2,"token_usage":0.1}`, Load{Running: 4, Waiting: 2, KVUsage: 0.1}, false},
+		{"worker protocol names", `{"running_requests":1,"waiting_requests":9,"kv_usage":0.9}`, Load{Running: 1, Waiting: 9, KVUsage: 0.9}, false},
 		{"nothing recognised", `{"hello":1}`, Load{}, true},
 		{"not json", `nope`, Load{}, true},
 	}
@@ -177,8 +178,8 @@ func TestFetchLoad(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("FetchLoad() error = %v, wantErr %v", err, tt.wantErr)
 			}
-			if got != tt.want {
-				t.Errorf("FetchLoad() = %+v, want %+v", got, tt.want)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("FetchLoad() (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -195,7 +196,7 @@ func TestFetchLoadGetLoadFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Load{Running: 4, Waiting: 2}); got != want {
+	if want := (Load{Running: 4, Waiting: 2, Ranks: []RankLoad{{Rank: 0, Running: 3, Waiting: 2}, {Rank: 1, Running: 1}}}); !cmp.Equal(got, want) {
 		t.Errorf("FetchLoad(/get_load) = %+v, want %+v", got, want)
 	}
 	if a, b := <-hits, <-hits; !strings.HasPrefix(a, "GET /v1/loads") || !strings.HasPrefix(b, "GET /get_load") {
@@ -229,7 +230,7 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Load{Running: 4, Waiting: 2, KVUsage: 0.375}); got != want {
+	if want := (Load{Running: 4, Waiting: 2, KVUsage: 0.375}); !cmp.Equal(got, want) {
 		t.Errorf("FetchLoad(vllm) = %+v, want %+v", got, want)
 	}
 	noGauges, _ := engineServer(t, map[string]route{"GET /metrics": {200, "# TYPE up gauge\nup 1\n"}})
@@ -292,7 +293,7 @@ func TestGRPCLoadAndProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Load{Running: 3, Waiting: 4, KVUsage: 0.5}); got != want {
+	if want := (Load{Running: 3, Waiting: 4, KVUsage: 0.5}); !cmp.Equal(got, want) {
 		t.Errorf("FetchLoad(grpc) = %+v, want %+v", got, want)
 	}
 	if err := Probe(ctx, c, "grpc://"+withHealth, ""); err != nil {

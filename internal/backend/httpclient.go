@@ -117,7 +117,9 @@ func (t *upstreamTransport) CloseIdleConnections() {
 	}
 }
 
-// NewH2CClient returns a client speaking HTTP/2 without TLS (h2c), as gRPC over http:// needs.
+// NewH2CClient returns a client speaking HTTP/2: without TLS (h2c) to http:// URLs, as gRPC over
+// grpc:// needs, and over TLS (with opts.TLSClientConfig: extra CAs, client certificate) to https://
+// URLs, as grpcs:// needs.
 func NewH2CClient(opts HTTPClientOptions) *http.Client {
 	o := opts.withDefaults()
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive}
@@ -130,6 +132,7 @@ func NewH2CClient(opts HTTPClientOptions) *http.Client {
 	}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.Protocols.SetHTTP2(true)
 	return &http.Client{Transport: tr}
 }
 

@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Route is one of the generation endpoints the gateway forwards to engines.
@@ -160,6 +161,11 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 				s, ok := unquote(raw)
 				if !ok {
 					return nil, invalid("model", "model must be a string")
+				}
+				if !utf8.ValidString(s) {
+					// An engine decodes invalid UTF-8 to U+FFFD: it would serve another model than the
+					// one sluice routed by (found by FuzzParseRequest).
+					return nil, invalid("model", "model must be valid UTF-8")
 				}
 				req.Model = s
 			} else {

@@ -307,3 +307,49 @@ func MergeStreamInputLogprobs(prefillFrame, decodeFrame []byte) ([]byte, error) 
 	}
 	return mergeOne(prefillFrame, decodeFrame)
 }
+
+// SGLangRankHints adds SGLang's data-parallel rank hints (io_struct.py GenerateReqInput, as the Rust
+// gateway's pd_router.rs sends them): routed_dp_rank on the prefill leg, and on the decode leg
+// disagg_prefill_dp_rank (the prefill rank that holds the KV) and routed_dp_rank (the decode's own
+// rank). A rank < 0 adds nothing; with neither rank both legs get body itself.
+func SGLangRankHints(body []byte, prefillRank, decodeRank int) (pbody, dbody []byte, err error) {
+	pbody, dbody = body, body
+	if prefillRank >= 0 {
+		if pbody, err = rewriteObject(body, []field{{"routed_dp_rank", strconv.AppendInt(nil, int64(prefillRank), 10)}}); err != nil {
+			return nil, nil, err
+		}
+	}
+	var edits []field
+	if prefillRank >= 0 {
+		edits = append(edits, field{"disagg_prefill_dp_rank", strconv.AppendInt(nil, int64(prefillRank), 10)})
+	}
+	if decodeRank >= 0 {
+		edits = append(edits, field{"routed_dp_rank", strconv.AppendInt(nil, int64(decodeRank), 10)})
+	}
+	if len(edits) > 0 {
+		if dbody, err = rewriteObject(body, edits); err != nil {
+			return nil, nil, err
+		}
+	}
+	return pbody, dbody, nil
+}
+
+// RoutedRank adds routed_dp_rank to a regular (not disaggregated) SGLang request.
+func RoutedRank(body []byte, rank int) ([]byte, error) {
+	return rewriteObject(body, []field{{"routed_dp_rank", strconv.AppendInt(nil, int64(rank), 10)}})
+}
+
+// AlignRoom moves a bootstrap room to a value congruent to rank modulo dpSize, within 63 bits: an
+// engine that ignores the rank hints falls back to room % dp_size, and then still uses the chosen
+// rank (the Rust gateway aligns rooms the same way). dpSize < 2 leaves the room as it is.
+func AlignRoom(room uint64, dpSize, rank int) uint64 {
+	if dpSize < 2 || rank < 0 || rank >= dpSize {
+		return room
+	}
+	d := uint64(dpSize)
+	r := room - room%d + uint64(rank)
+	if r > RoomMask {
+		r -= d
+	}
+	return r
+}

@@ -297,3 +297,49 @@ func BenchmarkInjectBootstrap(b *testing.B) {
 		}
 	}
 }
+
+func TestAlignRoom(t *testing.T) {
+	for _, tc := range []struct {
+		room      uint64
+		dp, rank  int
+		want      uint64
+		unchanged bool
+	}{
+		{room: 103, dp: 4, rank: 1, want: 101},
+		{room: 100, dp: 4, rank: 3, want: 103},
+		{room: RoomMask, dp: 4, rank: 3, want: RoomMask}, // 2^63-1 is 3 mod 4
+		{room: RoomMask - 3, dp: 8, rank: 7, want: RoomMask},
+		{room: RoomMask - 1, dp: 4, rank: 3, want: RoomMask},
+		{room: RoomMask, dp: 3, rank: 2, want: RoomMask - 2}, // would reach 2^63 without the step back
+		{room: 77, dp: 1, rank: 0, unchanged: true},
+		{room: 77, dp: 4, rank: -1, unchanged: true},
+	} {
+		got := AlignRoom(tc.room, tc.dp, tc.rank)
+		if tc.unchanged {
+			tc.want = tc.room
+		}
+		if got != tc.want || got > RoomMask || (!tc.unchanged && got%uint64(tc.dp) != uint64(tc.rank)) {
+			t.Errorf("AlignRoom(%d, %d, %d) = %d, want %d", tc.room, tc.dp, tc.rank, got, tc.want)
+		}
+	}
+}
+
+func TestSGLangRankHints(t *testing.T) {
+	body := []byte(`{"text":"x","bootstrap_room":4}`)
+	p, d, err := SGLangRankHints(body, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(p) != `{"text":"x","bootstrap_room":4,"routed_dp_rank":2}` ||
+		string(d) != `{"text":"x","bootstrap_room":4,"disagg_prefill_dp_rank":2,"routed_dp_rank":1}` {
+		t.Errorf("legs:\n%s\n%s", p, d)
+	}
+	p, d, _ = SGLangRankHints(body, -1, -1)
+	if string(p) != string(body) || string(d) != string(body) {
+		t.Errorf("no ranks changed the body: %s %s", p, d)
+	}
+	p, d, _ = SGLangRankHints(body, -1, 3)
+	if string(p) != string(body) || string(d) != `{"text":"x","bootstrap_room":4,"routed_dp_rank":3}` {
+		t.Errorf("decode rank only: %s %s", p, d)
+	}
+}

@@ -27,6 +27,8 @@ type SSEReader struct {
 	r    *bufio.Reader
 	data []byte // payload of the event being assembled (reused)
 	line []byte // spill buffer for lines longer than the bufio buffer (reused)
+	rest []byte // what follows a bare CR in the last physical line, still to be read as lines
+	more bool   // rest holds pending lines (rest may be empty: "a\r" ends with an empty line)
 	seen bool   // a data field was seen in the current event
 	err  error
 }
@@ -38,7 +40,9 @@ func NewSSEReader(r io.Reader) *SSEReader {
 
 // Next returns the data payload of the next event that has one: its data lines joined with "\n",
 // the optional space after "data:" removed. Comments (lines starting with ':') and the event, id and
-// retry fields are skipped; lines end with "\n" or "\r\n". The payload is valid until the next call.
+// retry fields are skipped; lines end with "\n", "\r\n" or a bare "\r", as the SSE standard says (a
+// bare CR inside a data line would otherwise reach clients, whose decoders split there, as a different
+// payload than the one the gateway inspected). The payload is valid until the next call.
 // At the end of the stream Next returns io.EOF, or io.ErrUnexpectedEOF when the stream ended inside an
 // event (that partial event is dropped, as the SSE spec says). "[DONE]" is returned like any other
 // payload; see IsDone.
@@ -95,6 +99,11 @@ func (s *SSEReader) appendData(v []byte) {
 
 // readLine returns the next line without its terminator. The slice is valid until the next read.
 func (s *SSEReader) readLine() ([]byte, error) {
+	if s.more {
+		line, rest, found := bytes.Cut(s.rest, []byte{'\r'})
+		s.rest, s.more = rest, found
+		return line, nil
+	}
 	line, err := s.r.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		s.line = append(s.line[:0], line...)
@@ -114,6 +123,10 @@ func (s *SSEReader) readLine() ([]byte, error) {
 	line = line[:len(line)-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
+	}
+	if i := bytes.IndexByte(line, '\r'); i >= 0 {
+		s.rest, s.more = line[i+1:], true
+		line = line[:i]
 	}
 	return line, nil
 }

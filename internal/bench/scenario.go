@@ -60,6 +60,7 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 // Scenarios returns the scenarios by name.
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
+		"dp":       ScenarioDP,
 		"overhead": ScenarioOverhead,
 		"overload": ScenarioOverload,
 		"prefix":   ScenarioPrefix,
@@ -173,7 +174,7 @@ func (s *scenarioRun) record(label string, res *Result, extra map[string]any) er
 
 func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return fmt.Errorf("%w: scenario needs a name: overhead, overload, prefix, replicas, scale or all", errUsage)
+		return fmt.Errorf("%w: scenario needs a name: %s or all", errUsage, strings.Join(slices.Sorted(maps.Keys(Scenarios())), ", "))
 	}
 	name := args[0]
 	fs := flag.NewFlagSet("sluice-bench scenario", flag.ContinueOnError)
@@ -196,7 +197,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	names := []string{name}
 	if name == "all" {
-		names = []string{"overhead", "overload", "prefix", "replicas", "scale"}
+		names = slices.Sorted(maps.Keys(Scenarios()))
 	}
 	var errs []error
 	for _, n := range names {

@@ -21,6 +21,7 @@ Usage:
   sluice demo [flags]         run the gateway with 2 prefill + 2 decode simulated engines
   sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
   sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
+  sluice top [flags]          live view of a running gateway: slots per prefill worker, queues, waits, rejections
   sluice version              print the version
 `
 
@@ -40,6 +41,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = workersCmd(ctx, args[1:], stdout, stderr)
 	case "admission":
 		err = admissionCmd(ctx, args[1:], stdout, stderr)
+	case "top":
+		err = topCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "sluice", app.Version)
 	case "help", "-h", "--help", "-help":

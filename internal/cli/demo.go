@@ -79,10 +79,17 @@ Try:
 
 A burst that overflows the queue (watch for 429 pd_prefill_queue_full):
   for i in $(seq 40); do curl -s -o /dev/null -w '%%{http_code}\n' %s/v1/completions \
-    -H 'Content-Type: application/json' -d '{"model":"sim-model","prompt":"'$(printf 'x%%.0s' $(seq 4000))'","max_tokens":64}' & done; wait
+    -H 'Content-Type: application/json' -d '{"model":"sim-model","prompt":"'$i' '$(printf 'x%%.0s' $(seq 4000))'","max_tokens":64}' & done; wait
+
+Watch it live in another terminal:
+  sluice top --server %s
+
+Or with Prometheus and Grafana: scrape %s/metrics, load deploy/prometheus/sluice-rules.yaml and
+import deploy/grafana/sluice.json; docs/metrics.md has the queries (which prefill worker is saturated,
+how long requests wait for it).
 
 Press Ctrl-C to stop.
-`, *prefillN, *decodeN, *protocol, *limit, *queue, *timeout, base, base, base, base, base)
+`, *prefillN, *decodeN, *protocol, *limit, *queue, *timeout, base, base, base, base, base, base, base)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownGracePeriod)
 	defer cancel()

@@ -46,9 +46,10 @@ type Config struct {
 	// Namespace, Service and LeaseName locate the headless Service whose endpoints are the members and the
 	// Lease whose holder coordinates (Kubernetes mode).
 	Namespace, Service, LeaseName string
-	// Port is the admin listener's port of every replica (Kubernetes mode: members are endpoint addresses
-	// with this port).
-	Port int
+	// Port is the admin listener's port of every replica, and Scheme its scheme (http, or https when the
+	// listeners serve TLS): in Kubernetes mode the members are the endpoint addresses with these.
+	Port   int
+	Scheme string
 }
 
 func (c Config) normalized() (Config, error) {
@@ -63,6 +64,9 @@ func (c Config) normalized() (Config, error) {
 	}
 	if c.LeaseName == "" {
 		c.LeaseName = DefaultLeaseName
+	}
+	if c.Scheme == "" {
+		c.Scheme = "http"
 	}
 	var errs []error
 	bad := func(format string, a ...any) {

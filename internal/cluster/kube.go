@@ -139,13 +139,13 @@ func (k *kubeElection) syncMembers(store cache.Store) {
 			if len(ep.Addresses) == 0 {
 				continue
 			}
-			ids = append(ids, ReplicaURL(ep.Addresses[0], k.r.cfg.Port))
+			ids = append(ids, ReplicaURL(k.r.cfg.Scheme, ep.Addresses[0], k.r.cfg.Port))
 		}
 	}
 	k.r.peers.setMembers(ids)
 }
 
-// ReplicaURL is the replica id of the admin listener at host:port.
-func ReplicaURL(host string, port int) string {
-	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, strconv.Itoa(port))}).String()
+// ReplicaURL is the replica id of the admin listener at host:port (scheme http or https).
+func ReplicaURL(scheme, host string, port int) string {
+	return (&url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port))}).String()
 }

@@ -56,6 +56,10 @@ type Config struct {
 	Telemetry TelemetryConfig
 	Discovery DiscoveryConfig
 	Cluster   ClusterConfig
+	// TLS, Auth and Limits are the security settings (security.go).
+	TLS    TLSConfig
+	Auth   AuthConfig
+	Limits LimitsConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject
@@ -82,8 +86,9 @@ type ServerConfig struct {
 	// RequestTimeout bounds one client request end to end, streaming
 	// included (--request-timeout-secs, default 1800s; 0 = no limit).
 	RequestTimeout time.Duration
-	// MaxPayloadSize is the largest accepted request body in bytes
-	// (--max-payload-size, default 536870912 = 512MiB).
+	// MaxPayloadSize is the largest accepted request body in bytes, on every
+	// inference surface (--max-payload-size, default 33554432 = 32MiB; see
+	// defaultMaxPayloadSize for why).
 	MaxPayloadSize int64
 	// APIKey, when set, is required as a bearer token on the inference APIs
 	// (--api-key or env SLUICE_API_KEY, default none).
@@ -100,6 +105,12 @@ type WorkersConfig struct {
 	// Runtime is the protocol assumed for http(s) workers whose engine does
 	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang").
 	Runtime string
+	// DPSize is the data-parallel size of flag workers whose engine does not
+	// report one (--dp-size, default 0 = one rank).
+	DPSize int
+	// KVConnector is the KV connector of vLLM workers that do not show
+	// theirs: "nixl" or "mooncake" (--kv-connector, default "nixl").
+	KVConnector string
 	// ModelID is the model name to assume for flag-given workers when the
 	// engine does not report one (--model-id, default "" = ask the engine).
 	ModelID string
@@ -149,6 +160,9 @@ type PlacementConfig struct {
 	// VirtualNodes is the number of hash-ring points per worker for
 	// consistent_hashing (--virtual-nodes, default 150).
 	VirtualNodes int
+	// DPAware places requests on the data-parallel ranks of engines that
+	// have several, with rank hints on the legs (--dp-aware, default true).
+	DPAware bool
 }
 
 // AdmissionConfig holds per-worker prefill admission (PD mode only).
@@ -200,6 +214,10 @@ type BreakerConfig struct {
 	Timeout time.Duration
 	// Disabled turns the breaker off (--disable-circuit-breaker, default false).
 	Disabled bool
+	// HealthRecoveryDisabled keeps an open breaker open until Timeout even
+	// when active health probes succeed; by default a successful probe turns
+	// it half-open at once (--disable-cb-health-recovery, default false).
+	HealthRecoveryDisabled bool
 }
 
 // RetryConfig holds retries of failed upstream attempts.
@@ -238,6 +256,9 @@ type TelemetryConfig struct {
 	// TraceSampleRatio is the fraction of root traces sampled
 	// (--trace-sample-ratio, default 1.0).
 	TraceSampleRatio float64
+	// EngineLoadInterval is how often every engine is asked for its own load, exported as the
+	// sluice_worker_engine_* gauges (--engine-load-interval-secs, default 15; 0 = never).
+	EngineLoadInterval time.Duration
 }
 
 // Mode returns the routing mode.

@@ -41,13 +41,13 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{
 			Host: "0.0.0.0", Port: 30000, AdminPort: 0,
 			ShutdownGracePeriod: 180 * time.Second, RequestTimeout: 1800 * time.Second,
-			MaxPayloadSize: 536870912,
+			MaxPayloadSize: 32 << 20,
 		},
-		Workers: WorkersConfig{Runtime: "sglang"},
+		Workers: WorkersConfig{Runtime: "sglang", KVConnector: "nixl"},
 		Placement: PlacementConfig{
 			Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
-			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150,
+			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
 		},
 		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
 		Health: HealthConfig{
@@ -59,9 +59,15 @@ func TestDefault(t *testing.T) {
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
-		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
+		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, EngineLoadInterval: 15 * time.Second},
 		Discovery: DiscoveryConfig{Port: 80},
 		Cluster:   ClusterConfig{Mode: CoordinationOff, ExchangePeriod: 250 * time.Millisecond, Lease: 2 * time.Second, LeaseName: "sluice-admission"},
+		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
+		Limits: LimitsConfig{
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			BodyReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second,
+			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
+		},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {
@@ -128,6 +134,7 @@ func TestParseRejects(t *testing.T) {
 		{"zero eviction interval", []string{"--eviction-interval-secs", "0"}, "--eviction-interval-secs must be positive"},
 		{"zero virtual nodes", []string{"--virtual-nodes", "0"}, "--virtual-nodes must be at least 1"},
 		{"trace ratio above one", []string{"--trace-sample-ratio", "2"}, "--trace-sample-ratio must be between 0 and 1"},
+		{"negative engine load interval", []string{"--engine-load-interval-secs", "-1"}, "--engine-load-interval-secs must be >= 0"},
 		{"otlp bad endpoint", []string{"--otlp-traces-endpoint", "collector"}, `--otlp-traces-endpoint "collector": want host:port or a URL`},
 		{"otlp bad scheme", []string{"--otlp-traces-endpoint", "ftp://c:4317"}, `scheme "ftp" not supported`},
 		{"otlp bad port", []string{"--otlp-traces-endpoint", "c:99999"}, `port "99999" out of range`},
@@ -160,7 +167,7 @@ func TestParseRejects(t *testing.T) {
 		{"worker url no host", []string{"--worker-urls", "http://:8000"}, "missing host"},
 		{"worker url port range", []string{"--worker-urls", "http://h:70000"}, `port "70000" out of range`},
 		{"worker url query", []string{"--worker-urls", "http://h:1/?x=1"}, "no query or fragment"},
-		{"grpc url with path", []string{"--worker-urls", "grpc://h:1/v1"}, "a grpc:// URL has no path"},
+		{"grpc url with path", []string{"--worker-urls", "grpc://h:1/v1"}, "a grpc:// or grpcs:// URL has no path"},
 		{"prefill url bad", with("--prefill", "h:1"), `--prefill "h:1"`},
 		{"decode url bad", with("--decode", "http://"), `--decode "http://": missing host`},
 		{"duplicate worker", []string{"--worker-urls", "http://h:1,http://h:1/"}, `--worker-urls "http://h:1": worker given more than once`},
@@ -241,10 +248,10 @@ func TestValidateHandBuilt(t *testing.T) {
 		}, `protocol must be sglang, vllm or grpc, got "tgi"`},
 		{"grpc protocol on http url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: ProtocolGRPC}}
-		}, "protocol grpc goes with grpc:// URLs only"},
+		}, "protocol grpc goes with grpc:// and grpcs:// URLs only"},
 		{"http protocol on grpc url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "grpc://h:1", Role: RoleRegular, Protocol: ProtocolVLLM}}
-		}, `protocol grpc goes with grpc:// URLs only, got protocol "vllm"`},
+		}, `protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol "vllm"`},
 		{"bootstrap port on decode", func(c *Config) {
 			c.Workers.PDDisaggregation = true
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleDecode, BootstrapPort: 9, Protocol: ProtocolSGLang}}

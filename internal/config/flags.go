@@ -34,7 +34,8 @@ type flagSection struct {
 // isRepeatable reports whether a flag accumulates values (and so accepts a
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
-	return name == "worker-urls" || name == "prefill" || name == "decode" || name == "admission-peers" || isSelectorFlag(name)
+	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
+		name == "ca-cert-paths" || name == "cors-allowed-origins" || name == "admission-peers"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -66,13 +67,14 @@ func newFlagSet() *flagSet {
 
 	c.Server.ShutdownGracePeriod = 180e9
 	c.Server.RequestTimeout = 1800e9
-	c.Server.MaxPayloadSize = 512 << 20
+	c.Server.MaxPayloadSize = defaultMaxPayloadSize
 	c.Telemetry.LogLevel = slog.LevelInfo
 	c.Admission.QueueTimeout = 60e9
 	c.Placement.EvictionInterval = 120e9
 	c.Health.Interval = 60e9
 	c.Health.Timeout = 5e9
 	c.Breaker.Timeout = 60e9
+	c.Telemetry.EngineLoadInterval = 15e9
 	c.Retry.InitialBackoff = 50e6
 	c.Retry.MaxBackoff = 30e9
 	const sec, ms = 1e9, 1e6
@@ -84,9 +86,10 @@ func newFlagSet() *flagSet {
 	s.str(&c.Server.ConfigFile, "config", "FILE", "", "YAML file of settings keyed by flag name; the command line overrides it.")
 	s.dur(&c.Server.ShutdownGracePeriod, sec, "shutdown-grace-period-secs", "SECS", "Time in-flight requests get to finish after SIGTERM.")
 	s.dur(&c.Server.RequestTimeout, sec, "request-timeout-secs", "SECS", "Limit on one request end to end, streaming included; 0 = none.")
-	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
+	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body on every inference surface (REST, Connect, gRPC, gRPC-Web): bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
 	s.add(secretValue{&c.Server.APIKey}, "api-key", "KEY", "Bearer token required on the inference APIs (env SLUICE_API_KEY; prefer env or file: flags show in ps).")
 	s.add(secretValue{&c.Server.AdminAPIKey}, "admin-api-key", "KEY", "Bearer token required on the admin API (env SLUICE_ADMIN_API_KEY).")
+	s.registerSecurity()
 
 	s.section("Telemetry")
 	s.add(logLevelValue{&c.Telemetry.LogLevel}, "log-level", "LEVEL", "Log level: debug, info, warn or error.")
@@ -94,12 +97,15 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
+	s.dur(&c.Telemetry.EngineLoadInterval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics); 0 = never.")
 
 	s.section("Workers")
 	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
 	s.bool(&c.Workers.PDDisaggregation, "pd-disaggregation", "Prefill/decode disaggregated mode: route each request to a prefill and a decode worker.")
 	s.add(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
 	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
+	s.int(&c.Workers.DPSize, "dp-size", "N", 0, "Data-parallel ranks of workers given by flags whose engine does not report dp_size in its server info (SGLang does); 0 = one rank.")
+	s.str(&c.Workers.KVConnector, "kv-connector", "NAME", "nixl", "KV connector of vLLM workers that do not show theirs: nixl or mooncake. A vLLM prefill engine whose Mooncake bootstrap server answers /query is detected as mooncake.")
 	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
 
@@ -123,6 +129,7 @@ func newFlagSet() *flagSet {
 	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters.")
 	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", "cache_aware: how often trees are trimmed to --max-tree-size.")
 	s.int(&c.Placement.VirtualNodes, "virtual-nodes", "N", 150, "consistent_hashing: hash-ring points per worker.")
+	s.boolOn(&c.Placement.DPAware, "dp-aware", "Place requests on the data-parallel ranks of engines that have several (SGLang dp_size > 1, read from server info) and send the rank hints; --dp-aware=false lets each engine pick the rank (by bootstrap room).")
 
 	s.section("Prefill admission (PD mode)")
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
@@ -153,6 +160,7 @@ func newFlagSet() *flagSet {
 	s.int(&c.Breaker.SuccessThreshold, "cb-success-threshold", "N", 3, "Successes in half-open state that close it.")
 	s.dur(&c.Breaker.Timeout, sec, "cb-timeout-duration-secs", "SECS", "Time an open breaker waits before turning half-open.")
 	s.bool(&c.Breaker.Disabled, "disable-circuit-breaker", "Turn circuit breakers off.")
+	s.bool(&c.Breaker.HealthRecoveryDisabled, "disable-cb-health-recovery", "Keep an open breaker open until --cb-timeout-duration-secs even when active health probes pass (by default a passing probe turns it half-open at once).")
 
 	s.section("Retries")
 	s.int(&c.Retry.MaxRetries, "retry-max-retries", "N", 5, "Attempts in total, the first included.")
@@ -196,6 +204,12 @@ func (s *flagSet) float(p *float64, name, metavar string, def float64, usage str
 
 func (s *flagSet) bool(p *bool, name, usage string) {
 	s.fs.BoolVar(p, name, false, usage)
+	s.record(name, "")
+}
+
+// boolOn registers a boolean flag that defaults to true (turned off with --name=false).
+func (s *flagSet) boolOn(p *bool, name, usage string) {
+	s.fs.BoolVar(p, name, true, usage)
 	s.record(name, "")
 }
 
@@ -371,7 +385,7 @@ func (s *flagSet) finish() {
 // from the engine and falls back to --runtime only when the engine answers none of the probes.
 func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
 	proto := ""
-	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && strings.EqualFold(scheme, "grpc") {
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "grpc") || strings.EqualFold(scheme, "grpcs")) {
 		proto = ProtocolGRPC
 	}
 	// A trailing slash is dropped so "http://h:1/" and "http://h:1" are the

@@ -87,7 +87,9 @@ func (c *Config) LogValue() slog.Value {
 			slog.Int("failure_threshold", c.Breaker.FailureThreshold),
 			slog.Int("success_threshold", c.Breaker.SuccessThreshold),
 			slog.Duration("timeout", c.Breaker.Timeout),
+			slog.Bool("health_recovery_disabled", c.Breaker.HealthRecoveryDisabled),
 		),
+		c.securityLogValue(),
 		slog.Group("retry",
 			slog.Bool("disabled", c.Retry.Disabled),
 			slog.Int("max_retries", c.Retry.MaxRetries),
@@ -101,6 +103,7 @@ func (c *Config) LogValue() slog.Value {
 			slog.Bool("log_json", c.Telemetry.LogJSON),
 			slog.String("otlp_traces_endpoint", redactURL(c.Telemetry.OTLPTracesEndpoint)),
 			slog.Float64("trace_sample_ratio", c.Telemetry.TraceSampleRatio),
+			slog.Duration("engine_load_interval", c.Telemetry.EngineLoadInterval),
 		),
 	)
 }

@@ -55,6 +55,8 @@ func (c *Config) Validate() error {
 		bad("--max-payload-size must be positive, got %d", c.Server.MaxPayloadSize)
 	}
 
+	errs = append(errs, c.validateSecurity()...)
+
 	// Telemetry.
 	if _, ok := logLevelName(c.Telemetry.LogLevel); !ok {
 		bad("--log-level must be one of debug, info, warn, error, got %v", c.Telemetry.LogLevel)
@@ -67,8 +69,17 @@ func (c *Config) Validate() error {
 	if r := c.Telemetry.TraceSampleRatio; !(r >= 0 && r <= 1) {
 		bad("--trace-sample-ratio must be between 0 and 1, got %v", r)
 	}
+	if c.Telemetry.EngineLoadInterval < 0 {
+		bad("--engine-load-interval-secs must be >= 0, got %v", c.Telemetry.EngineLoadInterval.Seconds())
+	}
 
 	// Workers and mode.
+	if c.Workers.DPSize < 0 || c.Workers.DPSize > 1024 {
+		bad("--dp-size: want 0..1024, got %d", c.Workers.DPSize)
+	}
+	if kc := c.Workers.KVConnector; kc != "nixl" && kc != "mooncake" {
+		bad("--kv-connector: want nixl or mooncake, got %q", kc)
+	}
 	if rt := c.Workers.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM {
 		bad("--runtime must be sglang or vllm, got %q", rt)
 	}
@@ -179,12 +190,12 @@ func (c *Config) validateWorkers() []error {
 			bad("--%s %q: worker given more than once", flagName, redactURL(w.URL))
 		}
 		seen[w.URL] = true
-		isGRPC := strings.HasPrefix(strings.ToLower(w.URL), "grpc://")
+		isGRPC := strings.HasPrefix(strings.ToLower(w.URL), "grpc://") || strings.HasPrefix(strings.ToLower(w.URL), "grpcs://")
 		switch {
 		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
 			bad("--%s %q: protocol must be sglang, vllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
 		case isGRPC != (w.Protocol == ProtocolGRPC):
-			bad("--%s %q: protocol grpc goes with grpc:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)
+			bad("--%s %q: protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)
 		}
 		if w.BootstrapPort != 0 {
 			if w.Role != RolePrefill {
@@ -215,14 +226,14 @@ func checkWorkerURL(s string) error {
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
-	case "grpc":
+	case "grpc", "grpcs":
 		if u.Path != "" {
-			return errors.New("a grpc:// URL has no path")
+			return errors.New("a grpc:// or grpcs:// URL has no path")
 		}
 	case "":
-		return errors.New("missing scheme (want http://, https:// or grpc://)")
+		return errors.New("missing scheme (want http://, https://, grpc:// or grpcs://)")
 	default:
-		return fmt.Errorf("scheme %q not supported (want http, https or grpc)", u.Scheme)
+		return fmt.Errorf("scheme %q not supported (want http, https, grpc or grpcs)", u.Scheme)
 	}
 	if u.Hostname() == "" {
 		return errors.New("missing host")

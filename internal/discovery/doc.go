@@ -19,7 +19,9 @@
 //     requests), its in-flight requests are waited for up to its termination grace period, then it is
 //     removed.
 //   - A pod that matches both the prefill and the decode selector, or carries an invalid
-//     sglang.ai/bootstrap-port annotation, is refused with a warning (and retired if it was served).
+//     sglang.ai/bootstrap-port, sluice.dev/dp-size or sluice.dev/kv-connector annotation, is refused
+//     with a warning (and retired if it was served). The last two give what an engine cannot be asked:
+//     a data-parallel size it does not report, a vLLM decode's KV connector.
 //
 // Workers from flags and the admin API are never touched: discovery only changes workers it registered
 // itself ([worker.SourceKubernetes]); if a pod's URL is already registered by another source the pod is

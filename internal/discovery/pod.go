@@ -18,6 +18,14 @@ import (
 // BootstrapPortAnnotation carries a prefill pod's KV bootstrap port (SGLang), as in smg.
 const BootstrapPortAnnotation = "sglang.ai/bootstrap-port"
 
+// Pod annotations for what an engine cannot be asked: its data-parallel size (SGLang reports dp_size in
+// its server info; an annotation is for engines that do not) and a vLLM decode's KV connector (a
+// prefill's Mooncake bootstrap server is detected; a decode has none).
+const (
+	DPSizeAnnotation      = "sluice.dev/dp-size"
+	KVConnectorAnnotation = "sluice.dev/kv-connector"
+)
+
 // defaultGrace bounds the drain of a pod whose termination grace period is unknown (the Kubernetes
 // default grace period).
 const defaultGrace = 30 * time.Second
@@ -48,6 +56,8 @@ type podView struct {
 	role            worker.Role
 	url             string
 	bootstrapPort   int
+	dpSize          int
+	kvConnector     string
 	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
 	model string
 	grace time.Duration
@@ -154,6 +164,23 @@ func (c classifier) view(pod *corev1.Pod) podView {
 			v.bootstrapPort = n
 		}
 	}
+	if raw, ok := pod.Annotations[DPSizeAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || n < 1 || n > 1024 {
+			v.refusal = fmt.Errorf("%w: %s=%q is not a dp size (1..1024)", ErrBadAnnotation, DPSizeAnnotation, raw)
+			return v.gone("bad dp size annotation")
+		}
+		v.dpSize = n
+	}
+	if raw, ok := pod.Annotations[KVConnectorAnnotation]; ok {
+		switch kc := strings.TrimSpace(raw); kc {
+		case worker.KVConnectorNIXL, worker.KVConnectorMooncake:
+			v.kvConnector = kc
+		default:
+			v.refusal = fmt.Errorf("%w: %s=%q is not nixl or mooncake", ErrBadAnnotation, KVConnectorAnnotation, raw)
+			return v.gone("bad kv connector annotation")
+		}
+	}
 	v.model = c.modelOf(pod)
 
 	ready := false
@@ -203,7 +230,7 @@ func (c classifier) modelOf(pod *corev1.Pod) string {
 // left for the Completer.
 func (v podView) spec() worker.Spec {
 	s := worker.Spec{
-		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort,
+		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort, DPSize: v.dpSize, KVConnector: v.kvConnector,
 		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
 	}
 	if v.model != "" {

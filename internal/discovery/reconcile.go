@@ -46,7 +46,8 @@ func (d *Discovery) reconcile(ctx context.Context, key string) error {
 	}
 	old := cur.view
 	switch {
-	case cur.unready, old.uid != v.uid, old.url != v.url, old.role != v.role, old.model != v.model:
+	case cur.unready, old.uid != v.uid, old.url != v.url, old.role != v.role, old.model != v.model,
+		old.dpSize != v.dpSize, old.kvConnector != v.kvConnector:
 		return d.replace(ctx, key, cur, v)
 	case old.bootstrapPort != v.bootstrapPort:
 		err := d.d.Registry.Update(cur.id, func(s *worker.Spec) { s.BootstrapPort = v.bootstrapPort })

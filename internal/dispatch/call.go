@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 
@@ -31,12 +32,13 @@ const maxUpstreamErrorBody = 64 << 10
 const maxMergedBody = 64 << 20
 
 // call sends one leg and returns its response head. Statuses >= 400 come back as *UpstreamError (body
-// read and closed); transport failures as *TransportError. The leg's client span ends when the
-// returned body is closed.
-func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) (*http.Response, error) {
-	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("sluice.worker", w.URL()), attribute.String("sluice.leg", leg),
-			attribute.String("sluice.request_id", r.RequestID)))
+// read and closed); transport failures as *TransportError. extra headers (nil for none) are set on
+// the leg. The leg's client span ends when the returned body is closed.
+func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) (*http.Response, error) {
+	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(legAttributes(w, leg, path, r)...)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, bytes.NewReader(body))
 	if err != nil {
 		span.End()
@@ -56,6 +58,9 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	if w.Protocol() == worker.ProtocolGRPC {
 		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
 	}
+	for k, v := range extra {
+		req.Header[k] = v
+	}
 	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
 	resp, err := x.d.HTTP.Do(req)
@@ -66,6 +71,11 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 		if ctx.Err() == nil { // our own cancellation is not the worker's fault
 			w.Breaker().RecordFailure()
 			x.d.Metrics.ObserveUpstream(w.URL(), 0)
+			class := ClassTransport
+			if isTimeout(err) {
+				class = ClassTimeout
+			}
+			x.d.Metrics.IncWorkerError(w.URL(), class)
 		}
 		return nil, &TransportError{Worker: w.URL(), Err: err}
 	}
@@ -83,9 +93,29 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	return resp, nil
 }
 
+// legAttributes describes a leg with OpenTelemetry's HTTP client conventions (the worker's address
+// as server.*), plus which worker and leg it is.
+func legAttributes(w *worker.Worker, leg, path string, r *Request) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String("sluice.worker", w.URL()), attribute.String("sluice.leg", leg),
+		attribute.String("sluice.request_id", r.RequestID), attribute.String("http.request.method", http.MethodPost),
+		attribute.String("url.path", path), attribute.String("sluice.worker.protocol", string(w.Protocol())),
+	}
+	if rk := w.Rank(); rk >= 0 {
+		attrs = append(attrs, attribute.Int("sluice.dp_rank", rk))
+	}
+	if u, err := url.Parse(w.URL()); err == nil {
+		attrs = append(attrs, attribute.String("server.address", u.Hostname()))
+		if p, err := strconv.Atoi(u.Port()); err == nil {
+			attrs = append(attrs, attribute.Int("server.port", p))
+		}
+	}
+	return attrs
+}
+
 // readLeg calls a leg and reads its whole body (at most maxMergedBody).
-func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request) ([]byte, error) {
-	resp, err := x.call(ctx, w, leg, path, body, r)
+func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) ([]byte, error) {
+	resp, err := x.call(ctx, w, leg, path, body, r, extra)
 	if err != nil {
 		return nil, err
 	}

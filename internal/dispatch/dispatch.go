@@ -38,15 +38,41 @@ const (
 	defaultRequestAttempts = 5
 )
 
-// Metrics are the request-path instruments dispatch records.
+// Metrics are the request-path instruments dispatch records (docs/metrics.md names them).
 type Metrics interface {
+	// ObserveUpstream records a worker's answer status; 0 for a transport error.
 	ObserveUpstream(worker string, status int)
+	// IncWorkerError counts a leg's failure on worker that has no HTTP status: ClassTransport,
+	// ClassTimeout or ClassStream (failures with a status are classed from ObserveUpstream's).
+	IncWorkerError(worker, class string)
 	IncRetry()
 	AddWorkerActive(worker string, delta float64)
-	ObservePrefill(d time.Duration)
+	// ObservePrefill records a prefill leg that succeeded, by KV handoff label.
+	ObservePrefill(handoff string, d time.Duration, sc trace.SpanContext)
 	// IncKVTransferFallback counts a decode sent without KV transfer parameters, by handoff label.
 	IncKVTransferFallback(handoff string)
+	// IncSplit counts an n > 1 request split into samples single-sample requests.
+	IncSplit(handoff string, samples int)
+	// IncPrefillSkipped counts a PD request sent to a decode worker alone, and why.
+	IncPrefillSkipped(handoff, reason string)
+	// ObserveRequest records one finished request; s is not retained.
+	ObserveRequest(s *RequestStats)
 }
+
+// Error classes of Metrics.IncWorkerError.
+const (
+	ClassTransport = "transport" // the connection failed before an answer
+	ClassTimeout   = "timeout"   // no answer within a deadline
+	ClassStream    = "stream"    // a streamed answer broke off
+)
+
+// The IncPrefillSkipped reasons: requests a single-consumer KV handoff (vLLM's) cannot carry.
+const (
+	// ReasonNGreaterThanOne: each of the n samples would pull the one KV transfer.
+	ReasonNGreaterThanOne = "n_gt_1"
+	// ReasonBatch: a prompt batch would get the KV transfer of one prompt.
+	ReasonBatch = "batch"
+)
 
 // RetryConfig controls retries of failed attempts.
 type RetryConfig struct {
@@ -66,6 +92,9 @@ type Config struct {
 	// DropClientAuthorization keeps the client's Authorization header from reaching engines. Set it when
 	// the gateway checks its own API key: that header carries the gateway's key, not an engine's.
 	DropClientAuthorization bool
+	// IgnoreRanks places requests on engines only, never on their data-parallel ranks, and sends no
+	// rank hints (--dp-aware=false).
+	IgnoreRanks bool
 }
 
 // Deps are the dispatcher's collaborators.
@@ -86,9 +115,10 @@ type Deps struct {
 
 // Dispatcher runs requests. It is safe for concurrent use.
 type Dispatcher struct {
-	cfg Config
-	d   Deps
-	rmu sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
+	cfg      Config
+	d        Deps
+	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
+	mooncake mooncakePD
 }
 
 // New validates cfg and builds a dispatcher.
@@ -114,16 +144,22 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	if d.Metrics == nil {
 		d.Metrics = nopMetrics{}
 	}
-	return &Dispatcher{cfg: cfg, d: d}, nil
+	x := &Dispatcher{cfg: cfg, d: d}
+	x.mooncake.x = x
+	return x, nil
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) ObserveUpstream(string, int)     {}
-func (nopMetrics) IncRetry()                       {}
-func (nopMetrics) AddWorkerActive(string, float64) {}
-func (nopMetrics) ObservePrefill(time.Duration)    {}
-func (nopMetrics) IncKVTransferFallback(string)    {}
+func (nopMetrics) ObserveUpstream(string, int)                             {}
+func (nopMetrics) IncWorkerError(string, string)                           {}
+func (nopMetrics) IncRetry()                                               {}
+func (nopMetrics) AddWorkerActive(string, float64)                         {}
+func (nopMetrics) ObservePrefill(string, time.Duration, trace.SpanContext) {}
+func (nopMetrics) IncKVTransferFallback(string)                            {}
+func (nopMetrics) IncSplit(string, int)                                    {}
+func (nopMetrics) IncPrefillSkipped(string, string)                        {}
+func (nopMetrics) ObserveRequest(*RequestStats)                            {}
 
 func (x *Dispatcher) uint64() uint64 {
 	if x.d.Rand == nil {
@@ -166,16 +202,28 @@ func (x *Dispatcher) float64() float64 {
 // Models lists the models the registered workers serve, sorted.
 func (x *Dispatcher) Models() []string { return x.d.Registry.Snapshot().Models() }
 
-// Do runs one request. On success the caller must Close the response.
+// Do runs one request. On success the caller must Close the response. Every request is recorded
+// once (Metrics.ObserveRequest): a failed one here, an answered one when its response is closed.
 func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
+	start := time.Now()
+	resp, model, err := x.do(ctx, r, start)
+	if err != nil {
+		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: apierror.From(err).Status,
+			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx)})
+	}
+	return resp, err
+}
+
+func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Response, string, error) {
 	br, err := backend.ParseRequest(r.Route, r.Body)
 	if err != nil {
-		return nil, classifyRequestError(err)
+		return nil, "", classifyRequestError(err)
 	}
 	preq, err := placementRequest(br, r.Header)
 	if err != nil {
-		return nil, err
+		return nil, br.Model, err
 	}
+	preq.IgnoreRanks = x.cfg.IgnoreRanks
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = r.Header.Get(HeaderRequestID)
@@ -184,7 +232,19 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 		}
 		r = &rc
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sluice.request_id", r.RequestID))
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(requestAttributes(r, br)...)
+	}
+	// Token metrics need the usage, which a stream carries only when asked for: ask the engine, and
+	// Response.Frames drops the usage chunk again before the client sees it.
+	strip := false
+	if br.Stream && br.Route != backend.RouteGenerate && !br.IncludeUsage {
+		if body, ok := backend.WithStreamUsage(br.Body); ok {
+			bc := *br
+			bc.Body, br, strip = body, &bc, true
+		}
+	}
 
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {
@@ -193,32 +253,75 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, err := x.attempt(ctx, r, br, preq)
 		if err == nil {
-			resp.Body = &onClose{ReadCloser: resp.Body, fn: cancel}
+			m := x.newMeter(ctx, start, br, strip, resp)
+			resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
 			resp.RequestID = r.RequestID
 			resp.Header.Set(HeaderRequestID, r.RequestID)
-			return resp, nil
+			return resp, br.Model, nil
 		}
 		if ctx.Err() != nil {
 			cancel()
-			return nil, contextError(ctx, err)
+			return nil, br.Model, contextError(ctx, err)
 		}
 		if attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
 			cancel()
 			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
-			return nil, x.final(err)
+			return nil, br.Model, x.final(err)
 		}
 		x.d.Metrics.IncRetry()
 		wait := backend.Backoff(attempt, x.cfg.Retry.Backoff, x.float64)
 		x.d.Logger.Debug("retrying", "request_id", r.RequestID, "attempt", attempt+1, "backoff", wait, "err", err)
+		if span.IsRecording() {
+			// One trace shows every attempt: the failed attempt's leg spans, then this event.
+			span.AddEvent("sluice.retry", trace.WithAttributes(attribute.Int("sluice.attempt", attempt+1),
+				attribute.String("error.type", errorType(err)), attribute.Float64("sluice.retry.backoff", wait.Seconds())))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			cancel()
-			return nil, contextError(ctx, err)
+			return nil, br.Model, contextError(ctx, err)
 		case <-t.C:
 		}
 	}
+}
+
+// requestAttributes names the request on its span with OpenTelemetry's GenAI conventions.
+func requestAttributes(r *Request, br *backend.Request) []attribute.KeyValue {
+	op := "text_completion"
+	if br.Route == backend.RouteChat {
+		op = "chat"
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("sluice.request_id", r.RequestID),
+		attribute.String("gen_ai.operation.name", op),
+		attribute.Bool("sluice.stream", br.Stream),
+	}
+	if br.Model != "" {
+		attrs = append(attrs, attribute.String("gen_ai.request.model", br.Model))
+	}
+	if br.N > 1 {
+		attrs = append(attrs, attribute.Int("gen_ai.request.choice.count", br.N))
+	}
+	return attrs
+}
+
+// errorType is the low-cardinality error.type of a failed attempt: the worker's status, or the kind
+// of transport failure.
+func errorType(err error) string {
+	var ue *UpstreamError
+	if errors.As(err, &ue) {
+		return strconv.Itoa(ue.Status)
+	}
+	var te *TransportError
+	if errors.As(err, &te) {
+		if isTimeout(te.Err) {
+			return ClassTimeout
+		}
+		return ClassTransport
+	}
+	return "other"
 }
 
 var errRequestTimeout = errors.New("request timeout")

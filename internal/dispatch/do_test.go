@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
@@ -28,6 +30,9 @@ type fakeMetrics struct {
 	upstream []string // "worker status"
 	retries  int
 	active   map[string]float64
+	errors   []string // "worker class"
+	events   []string // splits, skipped prefills, prefill legs
+	requests []RequestStats
 }
 
 func (m *fakeMetrics) ObserveUpstream(w string, status int) {
@@ -51,7 +56,42 @@ func (m *fakeMetrics) AddWorkerActive(w string, delta float64) {
 	m.active[w] += delta
 }
 
-func (m *fakeMetrics) ObservePrefill(time.Duration) {}
+func (m *fakeMetrics) ObservePrefill(h string, _ time.Duration, _ trace.SpanContext) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = append(m.events, "prefill "+h)
+}
+
+func (m *fakeMetrics) IncWorkerError(w, class string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.errors = append(m.errors, w+" "+class)
+}
+
+func (m *fakeMetrics) IncSplit(h string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = append(m.events, fmt.Sprint("split ", h, " ", n))
+}
+
+func (m *fakeMetrics) IncPrefillSkipped(h, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = append(m.events, "skipped "+h+" "+reason)
+}
+
+func (m *fakeMetrics) ObserveRequest(s *RequestStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.requests = append(m.requests, *s)
+}
+
+// stats returns the requests recorded so far.
+func (m *fakeMetrics) stats() []RequestStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.requests)
+}
 
 func (m *fakeMetrics) IncKVTransferFallback(h string) {
 	m.mu.Lock()

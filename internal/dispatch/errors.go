@@ -84,11 +84,16 @@ func (e *TransportError) Unwrap() error { return e.Err }
 
 // APIError maps a transport failure to 502 (504 when the worker timed out).
 func (e *TransportError) APIError() *apierror.Error {
-	var ne net.Error
-	if errors.As(e.Err, &ne) && ne.Timeout() {
+	if isTimeout(e.Err) {
 		return apierror.New(http.StatusGatewayTimeout, apierror.CodeUpstream, "upstream worker timed out", e)
 	}
 	return apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "upstream worker unreachable or failed", e)
+}
+
+// isTimeout reports a network timeout (a net.Error that says so).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func truncate(b []byte, n int) string {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -66,17 +68,28 @@ var (
 	errRequestEnded = errors.New("request ended")
 )
 
-// exchange runs both legs with body. The prefill leg runs in a goroutine that releases hold and its
+// legBodies are what an exchange sends: the same body to both legs unless the workers need
+// per-leg fields (data-parallel rank hints), and extra headers for the prefill leg.
+type legBodies struct {
+	prefill, decode             []byte
+	prefillHeader, decodeHeader http.Header
+}
+
+// sameBody sends body to both legs.
+func sameBody(body []byte) legBodies { return legBodies{prefill: body, decode: body} }
+
+// exchange runs both legs. The prefill leg runs in a goroutine that releases hold and its
 // load guard as soon as the prefill is over. On success the decode answer is returned; closing it
 // cancels whatever still runs, waits for the prefill goroutine and releases the decode load. On
 // failure everything is released before exchange returns.
 func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Request, pw, dw *worker.Worker,
-	body []byte, hold holder, merge logprobMerge) (*Response, error) {
+	legs legBodies, hold holder, merge logprobMerge) (*Response, error) {
 	legCtx, cancelLegs := context.WithCancelCause(ctx)
 	pload := x.acquireLoad(pw)
 	dload := x.acquireLoad(dw)
 	var pout prefillOutcome
 	prefillDone := make(chan struct{})
+	timing := &pdTiming{handoff: pw.Handoff().String(), start: time.Now()}
 	go func() {
 		defer close(prefillDone)
 		reason := admission.ReleaseCompleted
@@ -84,10 +97,10 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 			x.releaseLoad(pw, pload)
 			hold.Release(reason)
 		}()
-		start := time.Now()
-		pout = x.prefillLeg(legCtx, r, br, pw, body, merge)
+		pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
 		if pout.err == nil {
-			x.d.Metrics.ObservePrefill(time.Since(start))
+			timing.prefill = time.Since(timing.start) // read after prefillDone closes
+			x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(legCtx))
 			return
 		}
 		reason = admission.ReleaseFailed
@@ -97,7 +110,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 		cancelLegs(&prefillFailed{pout.err}) // a failed prefill leaves decode waiting for KV that never comes
 	}()
 
-	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), body, r)
+	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), legs.decode, r, legs.decodeHeader)
 	if err != nil {
 		cancelLegs(errDecodeFailed)
 		<-prefillDone
@@ -105,6 +118,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 		return nil, legError(ctx, legCtx, err, pout.err)
 	}
 	out := x.response(resp, br, dw, pw)
+	out.pd = timing
 	finish := func() {
 		cancelLegs(errRequestEnded)
 		<-prefillDone
@@ -144,13 +158,13 @@ func legError(ctx, legCtx context.Context, derr, perr error) error {
 
 // prefillLeg sends the prefill leg and reads its answer to the end, keeping what the merge needs.
 func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Request, pw *worker.Worker,
-	body []byte, merge logprobMerge) prefillOutcome {
+	legs legBodies, merge logprobMerge) prefillOutcome {
 	path := br.Route.Path()
 	if merge == mergeUnary {
-		b, err := x.readLeg(ctx, pw, "prefill", path, body, r)
+		b, err := x.readLeg(ctx, pw, "prefill", path, legs.prefill, r, legs.prefillHeader)
 		return prefillOutcome{err: err, body: b}
 	}
-	resp, err := x.call(ctx, pw, "prefill", path, body, r)
+	resp, err := x.call(ctx, pw, "prefill", path, legs.prefill, r, legs.prefillHeader)
 	if err != nil {
 		return prefillOutcome{err: err}
 	}

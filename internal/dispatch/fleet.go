@@ -20,6 +20,9 @@ type Detector struct {
 	DefaultProtocol worker.Protocol
 	// DefaultModels apply when the engine does not list its models (--model-id); empty = any model.
 	DefaultModels []string
+	// DefaultKVConnector is the KV connector of vLLM workers whose connector is neither given nor
+	// detected (--kv-connector); empty means nixl.
+	DefaultKVConnector string
 	// Timeout bounds the engine calls; zero means 5 s.
 	Timeout time.Duration
 	Logger  *slog.Logger
@@ -46,6 +49,8 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 	det := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).Detect(ctx, spec.URL)
 	detected, _ := worker.ParseProtocol(det.Protocol)
 	switch {
+	case det.Source == backend.DetectedByURLScheme: // grpc:// and grpcs:// speak the worker protocol
+		spec.Protocol, spec.ProtocolSource = worker.ProtocolGRPC, worker.ProtocolFromURLScheme
 	case spec.Protocol != "":
 		spec.ProtocolSource = worker.ProtocolFromConfig
 		if detected != "" && detected != spec.Protocol {
@@ -68,6 +73,9 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 	if len(spec.Models) == 0 {
 		spec.Models = append([]string(nil), d.DefaultModels...)
 	}
+	if spec.Protocol == worker.ProtocolVLLM {
+		d.completeVLLM(ctx, &spec, logger)
+	}
 	if info := det.Info; info != nil && spec.Protocol == worker.ProtocolSGLang {
 		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
 			return spec, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
@@ -80,6 +88,36 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		}
 	}
 	return spec, nil
+}
+
+// completeVLLM decides a vLLM worker's KV connector. vLLM does not tell over HTTP, but a Mooncake
+// prefill engine runs a bootstrap server whose /query lists its engine id per data-parallel rank
+// (mooncake_connector_proxy.py): a prefill worker that answers it is Mooncake, and its dp size is
+// kept (the ids themselves change when the engine restarts: pd_mooncake.go reads them as it goes).
+// Anything else takes the given connector, else --kv-connector.
+func (d *Detector) completeVLLM(ctx context.Context, spec *worker.Spec, logger *slog.Logger) {
+	if spec.Role == worker.RolePrefill && (spec.KVConnector == "" || spec.KVConnector == worker.KVConnectorMooncake) {
+		addr := backend.MooncakeBootstrapAddr(spec.URL, spec.BootstrapPort)
+		ids, err := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).MooncakeEngineIDs(ctx, addr)
+		switch {
+		case err == nil:
+			spec.KVConnector = worker.KVConnectorMooncake
+			if spec.DPSize == 0 && len(ids) > 1 {
+				spec.DPSize = len(ids)
+			}
+			return
+		case spec.KVConnector == worker.KVConnectorMooncake:
+			logger.Warn("Mooncake prefill worker's bootstrap server did not answer /query yet",
+				"url", spec.URL, "bootstrap", addr, "err", err)
+			return
+		}
+	}
+	if spec.KVConnector == "" {
+		spec.KVConnector = d.DefaultKVConnector
+		if spec.KVConnector == "" {
+			spec.KVConnector = worker.KVConnectorNIXL
+		}
+	}
 }
 
 // checkRole compares a configured role with SGLang's disaggregation_mode ("prefill", "decode", or

@@ -18,6 +18,7 @@ import (
 //
 //   - pd_sglang.go: SGLang's bootstrap handoff (both legs at once; n > 1 split into single samples);
 //   - pd_vllm.go: vLLM's NIXL connector (prefill, then decode with kv_transfer_params);
+//   - pd_mooncake.go: vLLM's Mooncake connector (both legs at once, the decode told where the KV is);
 //   - pd_workerrpc.go: sluice.worker.v1 (both legs at once over gRPC).
 //
 // A new connector is one more pdAdapter and one more worker.Handoff.
@@ -47,27 +48,42 @@ func (x *Dispatcher) adapter(h worker.Handoff) pdAdapter {
 		return vllmNIXL{x}
 	case worker.HandoffWorkerRPC:
 		return workerRPCPD{x}
+	case worker.HandoffMooncake:
+		return &x.mooncake
 	}
 	return nil
 }
 
+var (
+	vllmHandoffs = worker.HandoffSet(0).Add(worker.HandoffNIXL).Add(worker.HandoffMooncake)
+	allHandoffs  = vllmHandoffs.Add(worker.HandoffBootstrap).Add(worker.HandoffWorkerRPC)
+)
+
 // routeHandoffs is the handoffs that can serve a route: SGLang's native /generate has no vLLM form.
 func routeHandoffs(route backend.Route) worker.HandoffSet {
-	all := worker.HandoffSet(0).Add(worker.HandoffBootstrap).Add(worker.HandoffNIXL).Add(worker.HandoffWorkerRPC)
 	if route == backend.RouteGenerate {
-		return all &^ worker.HandoffSet(0).Add(worker.HandoffNIXL)
+		return allHandoffs &^ vllmHandoffs
 	}
-	return all
+	return allHandoffs
 }
 
-var nixlOnly = worker.HandoffSet(0).Add(worker.HandoffNIXL)
+// oneConsumer reports a request that vLLM's handoffs cannot carry: their KV transfer has one consumer
+// (and NIXL's answer one kv_transfer_params object), so with n > 1 each decode sample would pull the
+// same blocks (the first to finish frees them under its siblings; the Rust gateway skips the transfer
+// for the same reason), and a batch of prompts would get the parameters of one of them. Such a request
+// runs on a decode worker alone, which computes the prompt itself.
+func oneConsumer(br *backend.Request) bool { return br.N > 1 || br.BatchSize > 1 }
 
-// nixlDecodeOnly reports a request vLLM's NIXL handoff cannot carry: its KV transfer has one consumer
-// and its answer one kv_transfer_params object, so with n > 1 each decode sample would pull the same
-// blocks (the first to finish frees them under its siblings; the Rust gateway skips the transfer for
-// the same reason), and a batch of prompts gets the parameters of one of them. Such a request runs on
-// a decode worker alone, which computes the prompt itself.
-func nixlDecodeOnly(br *backend.Request) bool { return br.N > 1 || br.BatchSize > 1 }
+// skipReason is the IncPrefillSkipped reason of a request oneConsumer refuses.
+func skipReason(br *backend.Request) string {
+	if br.N > 1 {
+		return ReasonNGreaterThanOne
+	}
+	return ReasonBatch
+}
+
+// onlySingleConsumer reports a set of handoffs that are all single-consumer.
+func onlySingleConsumer(set worker.HandoffSet) bool { return set != 0 && set&^vllmHandoffs == 0 }
 
 // pd runs one PD attempt.
 func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
@@ -77,16 +93,18 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 	if allowed == 0 && paired != 0 {
 		return nil, apierror.InvalidRequest("", br.Route.Path()+" is SGLang's native API; the PD workers here speak vLLM: use /v1/chat/completions or /v1/completions")
 	}
-	if nixlDecodeOnly(br) && snap.Handoffs(worker.RolePrefill) == nixlOnly {
-		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
+	if ph := snap.Handoffs(worker.RolePrefill); oneConsumer(br) && ph.Single() && onlySingleConsumer(ph) {
+		x.d.Metrics.IncPrefillSkipped(handoffOf(ph).String(), skipReason(br))
+		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
 	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
 	if err != nil {
 		return nil, err
 	}
-	if nixlDecodeOnly(br) && pw.Handoff() == worker.HandoffNIXL {
+	if oneConsumer(br) && pw.Handoff().SingleConsumer() {
 		slot.Release(admission.ReleaseCompleted)
-		return x.decodeOnly(ctx, r, br, preq, worker.HandoffNIXL)
+		x.d.Metrics.IncPrefillSkipped(pw.Handoff().String(), skipReason(br))
+		return x.decodeOnly(ctx, r, br, preq, pw.Handoff())
 	}
 	ad := x.adapter(pw.Handoff())
 	if ad == nil {
@@ -138,6 +156,16 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 
 // errNoCompatibleDecode: routable decode workers exist, but none speaks an allowed handoff.
 var errNoCompatibleDecode = errors.Join(placement.ErrUnavailable, placement.ErrNoCompatibleWorkers)
+
+// handoffOf returns the one handoff of a single-element set.
+func handoffOf(set worker.HandoffSet) worker.Handoff {
+	for h := worker.Handoff(0); h < 8; h++ {
+		if set.Has(h) {
+			return h
+		}
+	}
+	return worker.HandoffNone
+}
 
 // homogeneous reports whether every prefill and decode worker speaks the same single handoff and it
 // is allowed: then every pair is compatible and no filtering is needed (the common case).

@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
@@ -16,7 +20,9 @@ import (
 // gateway's pd_router.rs): a decode worker with the same handoff is picked, the client body gets
 // bootstrap_host/port/room — one room per prompt, lists for a prompt batch — and goes to both workers
 // at once (exchange.go); the client gets the decode's answer, with the prefill's input logprobs merged
-// in for /generate with return_logprob.
+// in for /generate with return_logprob. With data-parallel engines, placement picked a rank of each
+// worker: the prefill leg carries routed_dp_rank, the decode leg disagg_prefill_dp_rank (where the KV
+// is) and its own routed_dp_rank, and the rooms are aligned to the prefill rank.
 //
 // n > 1 cannot run as one SGLang PD request: the engine gives all n samples of a prompt its one room,
 // and they collide in the KV rendezvous (tokenizer_manager.py; unfixed upstream). So the request is
@@ -36,16 +42,15 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err
 	}
-	host, port := backend.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort()
 	merge := logprobMode(a.br)
 	if a.br.N <= 1 {
 		count, asList := backend.SGLangRooms(a.br)
-		body, err := backend.InjectBootstrap(a.br.Body, host, port, backend.NewRooms(x.uint64, count), asList)
+		legs, err := s.legs(a.br.Body, a.pw, dw, count, asList)
 		if err != nil {
 			a.slot.Release(admission.ReleaseFailed)
-			return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
+			return nil, err
 		}
-		return x.exchange(ctx, a.r, a.br, a.pw, dw, body, a.slot, merge)
+		return x.exchange(ctx, a.r, a.br, a.pw, dw, legs, a.slot, merge)
 	}
 
 	one, err := backend.SingleSampleBody(a.br.Route, a.br.Body)
@@ -53,14 +58,35 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("sampling_params", "cannot split the request into single samples: "+err.Error())
 	}
-	bodies := make([][]byte, a.br.N)
-	for k := range bodies {
-		if bodies[k], err = backend.InjectBootstrap(one, host, port, backend.NewRooms(x.uint64, 1), false); err != nil {
+	samples := make([]legBodies, a.br.N)
+	for k := range samples {
+		if samples[k], err = s.legs(one, a.pw, dw, 1, false); err != nil {
 			a.slot.Release(admission.ReleaseFailed)
-			return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
+			return nil, err
 		}
 	}
-	return x.runSamples(ctx, a, dw, bodies, merge)
+	return x.runSamples(ctx, a, dw, samples, merge)
+}
+
+// legs builds the two legs' bodies: bootstrap fields with fresh rooms (aligned to the prefill rank,
+// so an engine that ignores the hints still finds it by room % dp_size), then the rank hints.
+func (s sglangPD) legs(body []byte, pw, dw *worker.Worker, count int, asList bool) (legBodies, error) {
+	rooms := backend.NewRooms(s.x.uint64, count)
+	if rank := pw.Rank(); rank >= 0 {
+		dp := len(pw.Engine().Ranks())
+		for i := range rooms {
+			rooms[i] = backend.AlignRoom(rooms[i], dp, rank)
+		}
+	}
+	base, err := backend.InjectBootstrap(body, backend.BootstrapHost(pw.URL()), pw.BootstrapPort(), rooms, asList)
+	if err != nil {
+		return legBodies{}, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
+	}
+	pbody, dbody, err := backend.SGLangRankHints(base, pw.Rank(), dw.Rank())
+	if err != nil {
+		return legBodies{}, apierror.InvalidRequest("", "cannot add data-parallel rank hints: "+err.Error())
+	}
+	return legBodies{prefill: pbody, decode: dbody}, nil
 }
 
 var errBatchWithN = apierror.InvalidRequest("n",
@@ -68,13 +94,14 @@ var errBatchWithN = apierror.InvalidRequest("n",
 
 // runSamples runs one exchange per sample body at once, each holding a guard of the slot, and merges
 // their answers. A failure of any sample fails the request: the others are cancelled and closed.
-func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Worker, bodies [][]byte, merge logprobMerge) (*Response, error) {
-	n := len(bodies)
+func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Worker, samples []legBodies, merge logprobMerge) (*Response, error) {
+	n := len(samples)
 	guards := make([]*admission.Guard, n)
 	for k := range guards {
 		guards[k] = a.slot.Guard()
 	}
 	a.slot.Release(admission.ReleaseCompleted) // the guards hold the slot now
+	x.d.Metrics.IncSplit(a.pw.Handoff().String(), n)
 
 	sctx, cancel := context.WithCancel(ctx)
 	resps := make([]*Response, n)
@@ -84,10 +111,17 @@ func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Wo
 		rk := *a.r
 		rk.RequestID = a.r.RequestID + "-" + strconv.Itoa(k)
 		wg.Go(func() {
-			resps[k], errs[k] = x.exchange(sctx, &rk, a.br, a.pw, dw, bodies[k], guards[k], merge)
+			// One span per sample, its legs under it, so a trace shows the split.
+			kctx, span := x.d.Tracer.Start(sctx, "sluice.sample", trace.WithAttributes(
+				attribute.Int("sluice.sample.index", k), attribute.String("sluice.request_id", rk.RequestID)))
+			resps[k], errs[k] = x.exchange(kctx, &rk, a.br, a.pw, dw, samples[k], guards[k], merge)
 			if errs[k] != nil {
+				span.SetStatus(codes.Error, "sample failed")
+				span.End()
 				cancel() // one sample failed: the request has failed, stop the others
+				return
 			}
+			resps[k].Body = &onClose{ReadCloser: resps[k].Body, fn: func() { span.End() }}
 		})
 	}
 	wg.Wait()

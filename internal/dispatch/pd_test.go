@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,10 +251,13 @@ func TestSGLangSplitsNIntoSingleSamples(t *testing.T) {
 			t.Errorf("%s leg request id %q does not derive from %q", l.role, l.requestID, resp.RequestID)
 		}
 	}
-	if len(inflightSeen) != 3 {
-		t.Errorf("prefill saw %d legs", len(inflightSeen))
+	mu.Lock() // the handler appends under mu; a socket is no happens-before edge for the race detector
+	seen := slices.Clone(inflightSeen)
+	mu.Unlock()
+	if len(seen) != 3 {
+		t.Errorf("prefill saw %d legs", len(seen))
 	}
-	for _, n := range inflightSeen {
+	for _, n := range seen {
 		if n != 1 {
 			t.Errorf("admission slots held during the samples = %d, want 1 (one per client request)", n)
 		}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
@@ -35,8 +37,8 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
 	}
 	pload := x.acquireLoad(a.pw)
-	start := time.Now()
-	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r)
+	timing := &pdTiming{handoff: worker.HandoffNIXL.String(), start: time.Now()}
+	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r, nil)
 	x.releaseLoad(a.pw, pload)
 	if err != nil {
 		reason := admission.ReleaseFailed
@@ -47,7 +49,8 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, err
 	}
 	a.slot.Release(admission.ReleaseCompleted)
-	x.d.Metrics.ObservePrefill(time.Since(start))
+	timing.prefill = time.Since(timing.start)
+	x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(ctx))
 
 	params, err := backend.ExtractKVTransferParams(pout)
 	switch {
@@ -68,12 +71,13 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, err
 	}
 	dload := x.acquireLoad(dw)
-	resp, err := x.call(ctx, dw, "decode", a.br.Route.Path(), dbody, a.r) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.call(ctx, dw, "decode", a.br.Route.Path(), dbody, a.r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(dw, dload)
 		return nil, err
 	}
 	out := x.response(resp, a.br, dw, a.pw)
+	out.pd = timing
 	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(dw, dload) }}
 	return out, nil
 }

@@ -35,5 +35,5 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	if merge == mergeStream {
 		merge = mergeNone
 	}
-	return x.exchange(ctx, a.r, a.br, a.pw, dw, body, a.slot, merge)
+	return x.exchange(ctx, a.r, a.br, a.pw, dw, sameBody(body), a.slot, merge)
 }

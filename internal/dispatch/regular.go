@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -19,6 +20,16 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Reques
 	if err != nil {
 		return nil, err
 	}
+	if w.Rank() >= 0 && w.Protocol() == worker.ProtocolSGLang {
+		// A data-parallel engine: placement chose the rank (io_struct.py routed_dp_rank).
+		body, err := backend.RoutedRank(br.Body, w.Rank())
+		if err != nil {
+			return nil, apierror.InvalidRequest("", "cannot add the data-parallel rank hint: "+err.Error())
+		}
+		ranked := *br
+		ranked.Body = body
+		br = &ranked
+	}
 	return x.single(ctx, r, br, w, "regular")
 }
 
@@ -26,7 +37,7 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Reques
 // that need no prefill leg).
 func (x *Dispatcher) single(ctx context.Context, r *Request, br *backend.Request, w *worker.Worker, leg string) (*Response, error) {
 	load := x.acquireLoad(w)
-	resp, err := x.call(ctx, w, leg, br.Route.Path(), br.Body, r) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.call(ctx, w, leg, br.Route.Path(), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(w, load)
 		return nil, err

@@ -47,4 +47,7 @@ type Response struct {
 	// RequestID is the request's X-Request-Id: the client's, or one sluice generated. Both legs
 	// carried it, and Header holds it for the client.
 	RequestID string
+
+	pd    *pdTiming // the PD legs' timing, when the answer had a prefill leg
+	meter *meter    // observes the answer (set by Do)
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -26,21 +27,24 @@ import (
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
-// Metrics are the request metrics the surface records.
+// Metrics are the request metrics the surface records itself: only for requests refused before they
+// reach dispatch (unreadable or oversized bodies). Dispatch records every request it runs.
 type Metrics interface {
-	ObserveRequest(route, model string, status int, d time.Duration)
-	ObserveTTFT(route string, d time.Duration)
+	ObserveRequest(route, model string, status int, d time.Duration, sc trace.SpanContext)
 }
 
 // Options configure the surface.
 type Options struct {
 	Dispatcher *dispatch.Dispatcher
-	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 512 MiB.
+	// MaxPayloadSize bounds request bodies; larger ones get 413. Zero means 32 MiB.
 	MaxPayloadSize int64
 	Metrics        Metrics
 	Tracer         trace.Tracer
 	Propagator     propagation.TextMapPropagator
 	Logger         *slog.Logger
+	// SpanAttributes, when set, adds attributes from the request context to the request span (the
+	// authenticated caller's id).
+	SpanAttributes func(context.Context) []attribute.KeyValue
 }
 
 // Handler serves the OpenAI REST routes.
@@ -54,7 +58,7 @@ type Handler struct {
 // New builds the handler.
 func New(o Options) *Handler {
 	if o.MaxPayloadSize <= 0 {
-		o.MaxPayloadSize = 512 << 20
+		o.MaxPayloadSize = 32 << 20
 	}
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
@@ -89,7 +93,11 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 		start := time.Now()
 		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.route", name)))
+			trace.WithAttributes(attribute.String("http.route", name), attribute.String("http.request.method", r.Method),
+				attribute.String("url.path", r.URL.Path)))
+		if h.o.SpanAttributes != nil {
+			span.SetAttributes(h.o.SpanAttributes(ctx)...)
+		}
 		defer span.End()
 
 		rec := &recorder{h: h, route: name, start: start, span: span}
@@ -112,6 +120,12 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 			return
 		}
 		body := buf.Bytes()
+		if !utf8.Valid(body) {
+			// JSON text is UTF-8 (RFC 8259 §8.1); an engine would decode invalid bytes differently
+			// from the gateway's own scan, or fail on them later with a less clear error.
+			rec.fail(w, apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, "request body is not valid UTF-8", nil))
+			return
+		}
 
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
 		if err != nil {
@@ -125,15 +139,16 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 	})
 }
 
-// recorder records the request's metrics and span status once.
+// recorder records the request's span status, and its metrics when dispatch did not (the request
+// never reached it).
 type recorder struct {
-	h         *Handler
-	route     string
-	model     string
-	status    int
-	start     time.Time
-	span      trace.Span
-	firstByte bool
+	h          *Handler
+	route      string
+	model      string
+	status     int
+	start      time.Time
+	span       trace.Span
+	dispatched bool
 }
 
 func (r *recorder) fail(w http.ResponseWriter, e *apierror.Error) {
@@ -145,19 +160,10 @@ func (r *recorder) fail(w http.ResponseWriter, e *apierror.Error) {
 	e.WriteHTTP(w)
 }
 
-func (r *recorder) wroteFirstByte() {
-	if !r.firstByte {
-		r.firstByte = true
-		if r.h.o.Metrics != nil {
-			r.h.o.Metrics.ObserveTTFT(r.route, time.Since(r.start))
-		}
-	}
-}
-
 func (r *recorder) finish() {
 	r.span.SetAttributes(attribute.Int("http.response.status_code", r.status))
-	if r.h.o.Metrics != nil {
-		r.h.o.Metrics.ObserveRequest(r.route, r.model, r.status, time.Since(r.start))
+	if r.h.o.Metrics != nil && !r.dispatched {
+		r.h.o.Metrics.ObserveRequest(r.route, r.model, r.status, time.Since(r.start), r.span.SpanContext())
 	}
 }
 
@@ -183,23 +189,13 @@ func relay(ctx context.Context, w http.ResponseWriter, resp *dispatch.Response, 
 	if !resp.Stream {
 		bp := copyBufPool.Get().(*[]byte)
 		defer copyBufPool.Put(bp)
-		n, err := io.CopyBuffer(firstByteWriter{w, rec}, resp.Body, *bp)
+		n, err := io.CopyBuffer(w, resp.Body, *bp)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			logger.Debug("relay ended early", "err", err, "bytes", n)
 		}
 		return
 	}
-	relaySSE(ctx, w, resp.Body, rec, logger)
+	relaySSE(ctx, w, resp.Frames(), logger)
 }
 
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-type firstByteWriter struct {
-	w   http.ResponseWriter
-	rec *recorder
-}
-
-func (f firstByteWriter) Write(p []byte) (int, error) {
-	f.rec.wroteFirstByte()
-	return f.w.Write(p)
-}

@@ -9,33 +9,36 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
-// relaySSE relays an SSE body frame by frame, flushing after each. The engine's frames are forwarded as
-// they are (data payload unchanged). If the upstream ends without [DONE] because of an error, the client
-// gets an OpenAI-shaped error frame: the status line went out long ago.
-func relaySSE(ctx context.Context, w http.ResponseWriter, body io.Reader, rec *recorder, logger *slog.Logger) {
+// relaySSE relays an answer's events frame by frame, flushing after each. The engine's frames are
+// forwarded as they are (data payload unchanged; dispatch.Frames only drops the usage chunk the
+// gateway asked for). If the upstream ends without [DONE] because of an error, the client gets an
+// OpenAI-shaped error frame: the status line went out long ago.
+func relaySSE(ctx context.Context, w http.ResponseWriter, r *dispatch.Frames, logger *slog.Logger) {
 	rc := http.NewResponseController(w)
-	r := backend.NewSSEReader(body)
 	buf := make([]byte, 0, 1024)
 	for {
 		data, err := r.Next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
 			if ctx.Err() != nil {
 				logger.Debug("client went away mid-stream", "err", err)
 				return
 			}
-			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, "stream interrupted: "+err.Error(), err)
+			msg := "stream interrupted: " + err.Error()
+			if errors.Is(err, io.EOF) {
+				// The engine closed the stream without [DONE]: the client must not mistake a cut
+				// stream for a complete one.
+				msg = "stream ended before [DONE]"
+			}
+			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, msg, err)
 			buf = backend.AppendSSE(buf[:0], e.JSON())
 			_, _ = w.Write(buf)
 			_ = rc.Flush()
 			return
 		}
 		buf = backend.AppendSSE(buf[:0], data)
-		rec.wroteFirstByte()
 		if _, err := w.Write(buf); err != nil {
 			return // client gone; closing the body cancels the legs
 		}

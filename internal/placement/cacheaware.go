@@ -142,8 +142,8 @@ func (p *CacheAware) Evict() {
 }
 
 // Forget implements Forgetter.
-func (p *CacheAware) Forget(workerURL string) {
-	id, ok := p.ci.lookupID(workerURL)
+func (p *CacheAware) Forget(workerKey string) {
+	id, ok := p.ci.lookupID(workerKey)
 	if !ok {
 		return
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// candIndex interns worker URLs as small ids (stable for the life of the
+// candIndex interns worker keys (URLs, or URL@rank for rank views) as small ids (stable for the life of the
 // policy) and caches the ids of the last candidate slice it saw, so a policy
 // called again and again with the snapshot's precomputed slice pays n
 // pointer comparisons instead of n map lookups.
@@ -76,7 +76,7 @@ func (ci *candIndex) lookup(cands []*worker.Worker) *candSet {
 	s := &candSet{workers: append([]*worker.Worker(nil), cands...), ids: make([]int32, len(cands))}
 	ci.mu.Lock()
 	for i, w := range cands {
-		s.ids[i] = ci.idLocked(w.URL())
+		s.ids[i] = ci.idLocked(w.Key())
 	}
 	n := len(ci.ids)
 	ci.mu.Unlock()

@@ -129,9 +129,9 @@ func (c *ConsistentHash) addMembers(cs *candSet) *hashRing {
 			continue
 		}
 		members[id] = true
-		url := cs.workers[i].URL()
+		key := cs.workers[i].Key()
 		for v := range c.vnodes {
-			pts = append(pts, ringPoint{xxhash.Sum64String(url + "#" + strconv.Itoa(v)), id})
+			pts = append(pts, ringPoint{xxhash.Sum64String(key + "#" + strconv.Itoa(v)), id})
 		}
 	}
 	r := buildRing(pts, members)
@@ -140,8 +140,8 @@ func (c *ConsistentHash) addMembers(cs *candSet) *hashRing {
 }
 
 // Forget implements Forgetter: the worker's points leave the ring.
-func (c *ConsistentHash) Forget(workerURL string) {
-	id, ok := c.ci.lookupID(workerURL)
+func (c *ConsistentHash) Forget(workerKey string) {
+	id, ok := c.ci.lookupID(workerKey)
 	if !ok {
 		return
 	}

@@ -28,6 +28,9 @@ type Request struct {
 	// Handoffs, when not empty, keeps only candidates speaking one of these KV handoffs (a PD pair
 	// must be able to hand KV from prefill to decode); the others count as not routable.
 	Handoffs worker.HandoffSet
+	// IgnoreRanks picks among engines, never among the data-parallel ranks of one (--dp-aware=false):
+	// the engine then places the request itself.
+	IgnoreRanks bool
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and
@@ -39,9 +42,10 @@ type Policy interface {
 }
 
 // Forgetter is implemented by policies that keep per-worker state; Forget
-// drops everything known about the worker with that URL.
+// drops everything known about the worker with that key (Worker.Key: its
+// URL, or URL@rank for a rank view).
 type Forgetter interface {
-	Forget(workerURL string)
+	Forget(workerKey string)
 }
 
 // Evictor is implemented by policies whose state must be trimmed
@@ -230,12 +234,17 @@ func NewSet(cfg Config) (*Set, error) {
 
 func (s *Set) all() []Policy { return []Policy{s.Regular, s.Prefill, s.Decode} }
 
-// Forget drops per-worker state in every policy. Call it when a worker is
-// removed or replaced.
-func (s *Set) Forget(workerURL string) {
+// Forget drops per-worker state in every policy, for the worker and its rank
+// views. Call it when a worker is removed or replaced.
+func (s *Set) Forget(w *worker.Worker) {
 	for _, p := range s.all() {
-		if f, ok := p.(Forgetter); ok {
-			f.Forget(workerURL)
+		f, ok := p.(Forgetter)
+		if !ok {
+			continue
+		}
+		f.Forget(w.Key())
+		for _, r := range w.Ranks() {
+			f.Forget(r.Key())
 		}
 	}
 }

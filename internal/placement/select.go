@@ -105,7 +105,20 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		if hasCapacity != nil && !hasCapacity(w) {
 			return nil, errAtCapacity
 		}
+		if ranks := w.Ranks(); len(ranks) > 0 && !req.IgnoreRanks {
+			// The target names the engine; the policy picks its rank.
+			i := pol.Pick(ranks, req)
+			if i < 0 || i >= len(ranks) {
+				return nil, fmt.Errorf("%w: policy %s picked rank %d of %d", ErrUnavailable, pol.Name(), i, len(ranks))
+			}
+			return ranks[i], nil
+		}
 		return w, nil
+	}
+	if !req.IgnoreRanks {
+		// A data-parallel engine's ranks are candidates of their own (their own queue, KV cache and
+		// load); they share the engine's health, breaker and admission slots.
+		cands = snap.RankCandidates(role, req.Model)
 	}
 
 	// Filter lazily: until the first excluded worker, the snapshot's own

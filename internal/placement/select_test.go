@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -198,5 +199,67 @@ func TestSelectHandoffs(t *testing.T) {
 	}
 	if hs := reg.Snapshot().Handoffs(worker.RolePrefill); hs.Single() {
 		t.Errorf("snapshot handoffs %b: two handoffs registered, whatever their health", hs)
+	}
+}
+
+// A data-parallel engine's ranks are candidates: cache_aware keeps its prefix state per rank, so a
+// repeated prompt returns to the same rank, and a strict target names the engine while the policy
+// picks its rank. IgnoreRanks places on engines only.
+func TestSelectRanks(t *testing.T) {
+	now := time.Now()
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
+	e, err := reg.Add(worker.Spec{URL: "http://dp:1", Role: worker.RolePrefill, Protocol: worker.ProtocolSGLang, Models: []string{"m"}, DPSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := reg.Add(worker.Spec{URL: "http://one:1", Role: worker.RolePrefill, Protocol: worker.ProtocolSGLang, Models: []string{"m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := reg.Snapshot()
+	pol, err := New(PolicyCacheAware, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[*worker.Worker]bool{}
+	for i := range 5 {
+		w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Text: "prompt number " + strconv.Itoa(i) + " with a long common tail of words"}, pol, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Engine() != e && w != single {
+			t.Fatalf("picked %s, not a rank of the DP engine nor the single one", w.Key())
+		}
+		seen[w] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("new prompts spread over %d candidates, want ranks used as candidates", len(seen))
+	}
+	text := "a conversation that continues: turn one, turn two"
+	first, _ := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Text: text}, pol, nil, now)
+	for range 3 {
+		again, _ := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Text: text + ", turn three"}, pol, nil, now)
+		if again != first {
+			t.Fatalf("a continuing conversation moved from %s to %s: the prefix cache is per rank", first.Key(), again.Key())
+		}
+	}
+	w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: 0, Text: "x"}, pol, nil, now)
+	if err != nil || w.Engine() != e || w.Rank() < 0 {
+		t.Errorf("target 0 = %v, %v; want a rank of the DP engine", w, err)
+	}
+	for range 10 {
+		w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Text: "y", IgnoreRanks: true}, pol, nil, now)
+		if err != nil || w.Rank() != -1 {
+			t.Fatalf("IgnoreRanks picked %v, %v; want an engine", w, err)
+		}
+	}
+	var full *worker.Worker
+	capOK := func(w *worker.Worker) bool { return w.Engine() != full }
+	full = e
+	for range 5 {
+		w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Text: "z"}, pol, capOK, now)
+		if err != nil || w != single {
+			t.Fatalf("with the DP engine at capacity picked %v, %v; want the other engine", w, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,12 +40,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Admin serves sluice.admin.v1 over Connect/gRPC/gRPC-Web and REST under /admin/v1/.
 	Admin AdminService
-	// AdminAuth guards every admin route (RPC and REST); nil means open.
-	AdminAuth func(r *http.Request) error
+	// AdminAuth guards every admin route (RPC and REST); nil means open. It returns the request's
+	// context carrying the caller (for audit lines and spans), or the error to send.
+	AdminAuth func(r *http.Request) (context.Context, error)
 	// OpenAI serves sluice.openai.v1 over Connect/gRPC/gRPC-Web.
 	OpenAI openaiv1connect.OpenAIServiceHandler
-	// InferenceAuth guards the inference routes (typed RPC and REST); nil means open.
-	InferenceAuth func(r *http.Request) error
+	// InferenceAuth guards the inference routes (typed RPC and REST); nil means open. Same contract
+	// as AdminAuth.
+	InferenceAuth func(r *http.Request) (context.Context, error)
 	// REST serves the OpenAI REST surface (/v1/..., /generate).
 	REST http.Handler
 	// Metrics serves /metrics.
@@ -57,8 +60,19 @@ type Options struct {
 	SeparateAdmin bool
 	// Pprof serves net/http/pprof under /debug/pprof/ with the admin routes (and their auth).
 	Pprof bool
-	// Internal are Connect services served with the admin routes, behind the same auth: cluster
-	// admission's coordination service.
+
+	// CORSAllowedOrigins lets browsers on these origins ("*" = any, without credentials) call every
+	// route; empty = no CORS headers, preflights refused.
+	CORSAllowedOrigins []string
+	// BodyReadTimeout bounds reading a request body; WriteTimeout each write of a response (a client
+	// that stops reading is cut off). Zero = no bound.
+	BodyReadTimeout, WriteTimeout time.Duration
+	// AdminMaxBytes bounds admin request bodies (default DefaultAdminMaxBytes).
+	AdminMaxBytes int64
+	// HSTS adds Strict-Transport-Security to admin responses (set when the listeners serve TLS).
+	HSTS bool
+	// Internal are Connect services served with the admin routes, behind the same auth and limits:
+	// cluster admission's coordination service.
 	Internal []InternalService
 }
 
@@ -67,6 +81,9 @@ type InternalService struct {
 	Name, Path string
 	Handler    http.Handler
 }
+
+// DefaultAdminMaxBytes bounds admin request bodies: worker specs and settings are a few hundred bytes.
+const DefaultAdminMaxBytes = 1 << 20
 
 // Handlers are the assembled routes: Main for the public port, Admin for a separate admin port (nil
 // unless Options.SeparateAdmin).
@@ -79,6 +96,9 @@ type Handlers struct {
 func NewHandlers(o Options) (*Handlers, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AdminMaxBytes <= 0 {
+		o.AdminMaxBytes = DefaultAdminMaxBytes
 	}
 	main := http.NewServeMux()
 	services := []string{grpchealth.HealthV1ServiceName}
@@ -97,9 +117,13 @@ func NewHandlers(o Options) (*Handlers, error) {
 	if o.SeparateAdmin {
 		adminMux = http.NewServeMux()
 	}
+	adminRoute := func(h http.Handler) http.Handler {
+		return securityHeaders(limitAdminBody(h, o.AdminMaxBytes), o.HSTS)
+	}
 	if o.Admin != nil {
-		path, h := adminv1connect.NewAdminServiceHandler(o.Admin, o.HandlerOptions...)
-		adminMux.Handle(path, guardRPC(h, o.AdminAuth))
+		adminOpts := append(append([]connect.HandlerOption{}, o.HandlerOptions...), connect.WithReadMaxBytes(int(o.AdminMaxBytes)))
+		path, h := adminv1connect.NewAdminServiceHandler(o.Admin, adminOpts...)
+		adminMux.Handle(path, adminRoute(guardRPC(h, o.AdminAuth)))
 		gw := runtime.NewServeMux(
 			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -111,21 +135,21 @@ func NewHandlers(o Options) (*Handlers, error) {
 		if err := adminv1.RegisterAdminServiceHandlerServer(context.Background(), gw, o.Admin); err != nil {
 			return nil, fmt.Errorf("admin REST: %w", err)
 		}
-		adminMux.Handle("/admin/v1/", guard(gw, o.AdminAuth))
+		adminMux.Handle("/admin/v1/", adminRoute(guard(gw, o.AdminAuth)))
 		services = append(services, adminv1connect.AdminServiceName)
 	}
 
 	for _, is := range o.Internal {
-		adminMux.Handle(is.Path, guardRPC(is.Handler, o.AdminAuth))
+		adminMux.Handle(is.Path, adminRoute(guardRPC(is.Handler, o.AdminAuth)))
 		services = append(services, is.Name)
 	}
 
 	if o.Pprof {
-		adminMux.Handle("/debug/pprof/", guard(http.HandlerFunc(pprof.Index), o.AdminAuth))
-		adminMux.Handle("/debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline), o.AdminAuth))
-		adminMux.Handle("/debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile), o.AdminAuth))
-		adminMux.Handle("/debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol), o.AdminAuth))
-		adminMux.Handle("/debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace), o.AdminAuth))
+		adminMux.Handle("/debug/pprof/", adminRoute(guard(http.HandlerFunc(pprof.Index), o.AdminAuth)))
+		adminMux.Handle("/debug/pprof/cmdline", adminRoute(guard(http.HandlerFunc(pprof.Cmdline), o.AdminAuth)))
+		adminMux.Handle("/debug/pprof/profile", adminRoute(guard(http.HandlerFunc(pprof.Profile), o.AdminAuth)))
+		adminMux.Handle("/debug/pprof/symbol", adminRoute(guard(http.HandlerFunc(pprof.Symbol), o.AdminAuth)))
+		adminMux.Handle("/debug/pprof/trace", adminRoute(guard(http.HandlerFunc(pprof.Trace), o.AdminAuth)))
 	}
 
 	reflector := grpcreflect.NewStaticReflector(services...)
@@ -159,46 +183,55 @@ func NewHandlers(o Options) (*Handlers, error) {
 	main.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apierror.New(http.StatusNotFound, apierror.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), nil).WriteHTTP(w)
 	})
-	hs := &Handlers{Main: main}
+	outer := func(h http.Handler) http.Handler {
+		return newCORS(o.CORSAllowedOrigins).wrap(withDeadlines(h, o.BodyReadTimeout, o.WriteTimeout))
+	}
+	hs := &Handlers{Main: outer(main)}
 	if o.SeparateAdmin {
-		hs.Admin = adminMux
+		hs.Admin = outer(adminMux)
 	}
 	return hs, nil
 }
 
 // guard runs auth before a REST handler; failures get the OpenAI-shaped JSON body.
-func guard(h http.Handler, auth func(*http.Request) error) http.Handler {
+func guard(h http.Handler, auth func(*http.Request) (context.Context, error)) http.Handler {
 	if auth == nil {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := auth(r); err != nil {
+		ctx, err := auth(r)
+		if err != nil {
 			apierror.From(err).WriteHTTP(w)
 			return
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // guardRPC runs auth before a Connect handler; failures are answered in the RPC protocol the client
 // speaks (Connect, gRPC or gRPC-Web), with the machine code in the error details.
-func guardRPC(h http.Handler, auth func(*http.Request) error) http.Handler {
+func guardRPC(h http.Handler, auth func(*http.Request) (context.Context, error)) http.Handler {
 	if auth == nil {
 		return h
 	}
-	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := auth(r); err != nil {
-			e := apierror.From(err)
-			if ew.IsSupported(r) {
-				_ = ew.Write(w, r, e.Connect())
-				return
-			}
-			e.WriteHTTP(w)
+		ctx, err := auth(r)
+		if err != nil {
+			writeRPCError(w, r, apierror.From(err))
 			return
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// writeRPCError writes e in the protocol the client speaks (Connect, gRPC or gRPC-Web), or as REST
+// JSON when it speaks none.
+func writeRPCError(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
+	if ew := connect.NewErrorWriter(); ew.IsSupported(r) {
+		_ = ew.Write(w, r, e.Connect())
+		return
+	}
+	e.WriteHTTP(w)
 }
 
 func restErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
@@ -233,27 +266,69 @@ func (c *healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 }
 
-// Server is one listener serving HTTP/1.1 and h2c.
+// Server is one listener serving HTTP/1.1 and HTTP/2 (h2c in plaintext, h2 by ALPN over TLS).
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
 }
 
+// ListenOptions configure a listener. Zero limits take the defaults noted.
+type ListenOptions struct {
+	Logger *slog.Logger
+	// Name labels the listener in logs and connection metrics ("main", "admin").
+	Name string
+	// TLS, when set, serves HTTPS (see tlsconf.Server); otherwise plaintext HTTP/1.1 and h2c.
+	TLS *tls.Config
+	// ReadHeaderTimeout bounds the TLS handshake and reading request headers (default 10 s).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (default 120 s).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers, HTTP/1.1 and HTTP/2 (default 64 KiB).
+	MaxHeaderBytes int
+	// MaxConnections caps open connections; further ones are closed at once (0 = no cap).
+	MaxConnections int
+	// Conns, when set, counts connections.
+	Conns ConnMetrics
+}
+
 // Listen binds addr (host:port; port 0 picks a free one) for h.
-func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
+func Listen(addr string, h http.Handler, o ListenOptions) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	ln = newCappedListener(ln, o.MaxConnections, o.Name, o.Conns)
 	var p http.Protocols
 	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
+	if o.TLS != nil {
+		p.SetHTTP2(true)
+		ln = tls.NewListener(ln, o.TLS)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
 	srv := &http.Server{
 		Handler:           h,
 		Protocols:         &p,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+		TLSConfig:         o.TLS,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		// 250 concurrent streams per HTTP/2 connection (Go's default, stated): with MaxConnections it
+		// bounds the requests one listener holds.
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 250},
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
 	}
 	return &Server{srv: srv, ln: ln}, nil
 }

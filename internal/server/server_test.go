@@ -46,12 +46,12 @@ func (fakeAdmin) AddWorker(_ context.Context, req *adminv1.AddWorkerRequest) (*a
 const adminKey = "admin-secret"
 
 // bearer mirrors the gateway's auth check: the error is a classified 401.
-func bearer(key string) func(*http.Request) error {
-	return func(r *http.Request) error {
+func bearer(key string) func(*http.Request) (context.Context, error) {
+	return func(r *http.Request) (context.Context, error) {
 		if r.Header.Get("Authorization") != "Bearer "+key {
-			return apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized, "missing or invalid admin API key", nil)
+			return nil, apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized, "missing or invalid admin API key", nil)
 		}
-		return nil
+		return r.Context(), nil
 	}
 }
 

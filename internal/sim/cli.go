@@ -28,8 +28,9 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	mode := fs.String("mode", string(ModeRealistic), "performance model: realistic or instant")
 	fs.StringVar(&cfg.Host, "host", d.Host, "listen host")
 	fs.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free port)")
-	const bpHelp = "sglang --disaggregation-bootstrap-port: a prefill's bootstrap server port (0 picks a free port); " +
-		"a decode's port for requests whose bootstrap_port is null (0 means 8998, SGLang's default)"
+	const bpHelp = "sglang --disaggregation-bootstrap-port, or a vllm mooncake prefill's VLLM_MOONCAKE_BOOTSTRAP_PORT: a prefill's " +
+		"bootstrap server port (0 picks a free port); an sglang decode's port for requests whose bootstrap_port is null " +
+		"(0 means 8998, SGLang's default)"
 	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
 	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
 	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve sluice.worker.v1 (gRPC, Connect, gRPC-Web) on the same port (h2c)")
@@ -37,7 +38,12 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")
 	fs.IntVar(&cfg.ContextLength, "context-length", d.ContextLength, "model context length: longer prompts (with max_tokens) get the engine's 400")
-	fs.IntVar(&cfg.DPSize, "dp-size", d.DPSize, "sglang: data-parallel size reported in server info (DP ranks are not simulated)")
+	const dpHelp = "data-parallel ranks (sglang --dp-size with DP attention, vllm --data-parallel-size): each rank has its own " +
+		"scheduler, waiting queue, prefill executor, prefix cache and 1/N of the engine's capacities"
+	fs.IntVar(&cfg.DPSize, "dp-size", d.DPSize, dpHelp)
+	fs.IntVar(&cfg.DPSize, "data-parallel-size", d.DPSize, "same as --dp-size")
+	kvConnector := fs.String("kv-connector", "", "vllm: the KV connector, nixl (default: prefill first, then decode) or mooncake "+
+		"(legs in parallel, the decode pulls from the prefill's bootstrap server)")
 	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests")
 	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
 	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
@@ -48,7 +54,8 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
 	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
 	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(),
-		"sglang PD: how long a prefill waits for its decode to connect and a decode waits for the KV (SGLang's default is 300)")
+		"sglang PD: how long a prefill waits for its decode to connect and a decode waits for the KV (SGLang's default is 300); "+
+			"vllm mooncake: how long a decode's pull waits for the prefill's KV (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 in vLLM)")
 	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
 	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
 	// Faults.
@@ -60,9 +67,11 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.Faults.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
 	fs.BoolVar(&cfg.Faults.FailHealth, "fail-health", false, "fault: /health answers 503")
 	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
-	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false, "fault, vllm prefill: never return kv_transfer_params")
+	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false,
+		"fault, vllm prefill: never return kv_transfer_params (nixl) or keep no KV for the decode (mooncake)")
 	return func() error {
 		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
+		cfg.KVConnector = KVConnector(*kvConnector)
 		cfg.Models = models
 		cfg.ITLBase = time.Duration(*itlBase * float64(time.Millisecond))
 		cfg.ITLPerSeq = time.Duration(*itlPerSeq * float64(time.Millisecond))
@@ -78,8 +87,13 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 // usageHeader introduces --help: what the engines are and where their limits are written down.
 const usageHeader = `sluice-sim runs simulated SGLang (--protocol sglang) or vLLM (--protocol vllm) engines: their
 routes, error shapes and PD handshakes as read from the engines' sources, with a queueing and timing
-model. It does not model DP ranks, tensor parallelism, chat templates or vLLM connectors other than
-NIXL; the internal/sim package documentation lists what is and is not modelled.
+model. --dp-size N runs N data-parallel ranks per engine, each with its own queue, prefix cache and
+share of the capacity, honouring SGLang's routed_dp_rank / disagg_prefill_dp_rank and vLLM's
+X-data-parallel-rank (and falling back to bootstrap_room % N, round robin or least loaded as the
+engines do). vLLM engines run the NIXL connector or, with --kv-connector mooncake, the Mooncake
+connector. Not modelled: tensor/expert parallelism beyond the rank split, chat templates, vLLM
+connectors other than NIXL and Mooncake, SGLang's other load-balance methods; the internal/sim package
+documentation lists what is and is not modelled.
 
 `
 

@@ -58,6 +58,16 @@ func TestParseFlags(t *testing.T) {
 				c.ITLBase == 2500*time.Microsecond && c.BootstrapTimeout == 500*time.Millisecond && c.Faults.ErrorRate == 0.25 &&
 				c.GRPC && c.Mode == ModeInstant
 		}},
+		{name: "vllm defaults to nixl", args: []string{"--protocol", "vllm"}, want: func(c Config) bool {
+			return c.KVConnector == ConnectorNIXL && c.DPSize == 1
+		}},
+		{name: "vllm mooncake with data parallel", args: []string{"--protocol", "vllm", "--role", "prefill", "--kv-connector", "mooncake",
+			"--data-parallel-size", "4"}, want: func(c Config) bool {
+			return c.KVConnector == ConnectorMooncake && c.DPSize == 4 && c.hasBootstrapServer()
+		}},
+		{name: "sglang has no kv connector", args: []string{"--kv-connector", "mooncake"}, wantErr: true},
+		{name: "unknown kv connector", args: []string{"--protocol", "vllm", "--kv-connector", "p2p"}, wantErr: true},
+		{name: "dp size too large", args: []string{"--dp-size", "1000"}, wantErr: true},
 		{name: "bad role", args: []string{"--role", "router"}, wantErr: true},
 		{name: "bad error rate", args: []string{"--error-rate", "1.5"}, wantErr: true},
 		{name: "bad port", args: []string{"--port", "70000"}, wantErr: true},
@@ -163,5 +173,35 @@ func TestClusterNullBootstrapPort(t *testing.T) {
 	pr, dr := sendBoth(t, testClient(t), p.URL()+"/generate", body, d.URL()+"/generate", body)
 	if pr.status != 200 || dr.status != 200 {
 		t.Errorf("prefill %d %s, decode %d %s", pr.status, pr.body, dr.status, dr.body)
+	}
+}
+
+// TestMainClusterMooncakeDP: a vLLM Mooncake cluster with DP ranks from the command line prints the
+// prefill's bootstrap port, whose /query lists one engine per rank.
+func TestMainClusterMooncakeDP(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(ctx, []string{"cluster", "--protocol", "vllm", "--kv-connector", "mooncake", "--prefill", "1", "--decode", "1",
+			"--data-parallel-size", "2", "--mode", "instant", "--engine-id", "ignored-in-clusters"}, &stdout, &stderr)
+	}()
+	var lines []string
+	waitFor(t, "two engine lines", func() bool {
+		lines = strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		return len(lines) == 2
+	})
+	f := strings.Fields(lines[0])
+	if len(f) != 3 || f[0] != "prefill" {
+		t.Fatalf("prefill line %q", lines[0])
+	}
+	status, body := get(t, testClient(t), "http://127.0.0.1:"+f[2]+"/query")
+	q := decodeJSON[map[string]map[string]any](t, body)
+	if status != 200 || len(q) != 2 || !strings.HasSuffix(q["1"]["engine_id"].(string), "_dp1") {
+		t.Errorf("/query %d %s", status, body)
+	}
+	cancel()
+	if got := <-code; got != 0 {
+		t.Errorf("exit code %d, stderr %s", got, stderr.String())
 	}
 }

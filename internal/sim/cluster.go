@@ -97,7 +97,7 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 type Endpoint struct {
 	Role          Role
 	URL           string // http://host:port; the same port serves gRPC when Config.GRPC is set
-	BootstrapPort int    // SGLang prefill engines only, else 0
+	BootstrapPort int    // prefill engines with a bootstrap server (SGLang, vLLM Mooncake), else 0
 }
 
 // Endpoints lists the engines' addresses in start order.

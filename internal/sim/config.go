@@ -37,12 +37,28 @@ const (
 	ModeInstant Mode = "instant"
 )
 
+// KVConnector is the vLLM KV connector a vLLM-protocol engine runs (--kv-transfer-config kv_connector).
+type KVConnector string
+
+// KV connectors.
+const (
+	// ConnectorNIXL is vLLM's NixlConnector: the prefill runs first and returns kv_transfer_params that
+	// the decode is given (nixl_connector.py).
+	ConnectorNIXL KVConnector = "nixl"
+	// ConnectorMooncake is vLLM's MooncakeConnector: prefill and decode legs run in parallel, sharing a
+	// transfer_id, and the decode pulls the KV from the prefill's bootstrap server (mooncake_connector.py).
+	ConnectorMooncake KVConnector = "mooncake"
+)
+
 // Defaults shared with the real engines.
 const (
 	// DefaultContextLength is a common served context length (Qwen2.5 models ship with 32768).
 	DefaultContextLength = 32768
-	// DefaultBootstrapPort is SGLang's --disaggregation-bootstrap-port default (server_args.py).
+	// DefaultBootstrapPort is SGLang's --disaggregation-bootstrap-port default (server_args.py), and
+	// vLLM's VLLM_MOONCAKE_BOOTSTRAP_PORT default (vllm/envs.py) too.
 	DefaultBootstrapPort = 8998
+	// MaxDPSize bounds Config.DPSize (a simulator limit: real deployments run up to a few dozen ranks).
+	MaxDPSize = 256
 )
 
 // Config configures one simulated engine. The zero value of a field means its default (see DefaultConfig);
@@ -54,9 +70,10 @@ type Config struct {
 
 	Host string // listen host, default 127.0.0.1
 	Port int    // listen port; 0 picks a free port
-	// BootstrapPort is SGLang's --disaggregation-bootstrap-port. A prefill engine runs its bootstrap
-	// server there (0 picks a free port). A decode engine uses it for a request whose bootstrap_port is
-	// null or absent, as SGLang's scheduler does (scheduler.py handle_generate_request falls back to
+	// BootstrapPort is SGLang's --disaggregation-bootstrap-port, or a vLLM Mooncake prefill's
+	// VLLM_MOONCAKE_BOOTSTRAP_PORT. A prefill engine runs its bootstrap server there (0 picks a free
+	// port). An SGLang decode engine uses it for a request whose bootstrap_port is null or absent, as
+	// SGLang's scheduler does (scheduler.py handle_generate_request falls back to
 	// server_args.disaggregation_bootstrap_port); 0 means SGLang's default 8998.
 	BootstrapPort int
 	GRPC          bool // also serve sluice.worker.v1 (Connect, gRPC, gRPC-Web) on Port, h2c
@@ -67,9 +84,13 @@ type Config struct {
 	// ContextLength is the model's context length (SGLang --context-length, vLLM --max-model-len),
 	// default 32768. Prompts (with max_tokens) beyond it are refused with 400 as each engine does.
 	ContextLength int
-	// DPSize is the data-parallel size reported in SGLang server info (dp_size), default 1. The
-	// simulator still runs one scheduler: DP ranks are not modelled.
+	// DPSize is the number of data-parallel ranks (SGLang --dp-size with --enable-dp-attention, vLLM
+	// --data-parallel-size), default 1. Each rank has its own scheduler, waiting queue, prefill
+	// executor, prefix cache and KV pool; the engine's capacities below are split evenly over them (see
+	// the package doc).
 	DPSize int
+	// KVConnector is a vLLM engine's KV connector: nixl (default) or mooncake. SGLang engines have none.
+	KVConnector KVConnector
 
 	MaxRunningRequests  int           // default 256
 	PrefillTokensPerSec float64       // default 8000
@@ -83,7 +104,9 @@ type Config struct {
 
 	// BootstrapTimeout bounds both bootstrap waits: a prefill's wait for its decode to connect
 	// (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT) and a decode's wait for its room's KV
-	// (SGLANG_DISAGGREGATION_WAITING_TIMEOUT). Default 30s; SGLang's own default for both is 300s.
+	// (SGLANG_DISAGGREGATION_WAITING_TIMEOUT); for a vLLM Mooncake prefill, how long a decode's pull
+	// waits for the KV (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT). Default 30s; SGLang's own default is
+	// 300s, vLLM's 480s.
 	BootstrapTimeout time.Duration
 	RoomTTL          time.Duration // unclaimed published rooms/KV records expire, default 2 x BootstrapTimeout
 	MaxRooms         int           // bound on unclaimed rooms/KV records kept, default 65536
@@ -121,6 +144,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.DPSize == 0 {
 		c.DPSize = 1
+	}
+	if c.KVConnector == "" && c.Protocol == ProtocolVLLM {
+		c.KVConnector = ConnectorNIXL
 	}
 	if c.BootstrapPort == 0 && c.Role == RoleDecode && c.Protocol == ProtocolSGLang {
 		c.BootstrapPort = DefaultBootstrapPort
@@ -209,8 +235,14 @@ func (c *Config) Validate() error {
 	if c.ContextLength < 0 {
 		bad("context length %d < 1", c.ContextLength)
 	}
-	if c.DPSize < 0 {
-		bad("dp size %d < 1", c.DPSize)
+	if c.DPSize < 0 || c.DPSize > MaxDPSize {
+		bad("dp size %d not in [1, %d]", c.DPSize, MaxDPSize)
+	}
+	switch {
+	case c.Protocol == ProtocolVLLM && c.KVConnector != ConnectorNIXL && c.KVConnector != ConnectorMooncake:
+		bad("kv connector %q: want nixl or mooncake", c.KVConnector)
+	case c.Protocol == ProtocolSGLang && c.KVConnector != "":
+		bad("kv connector %q: only vLLM engines have a KV connector (SGLang's transfer backend is not simulated)", c.KVConnector)
 	}
 	if c.MaxRunningRequests < 0 {
 		bad("max running requests %d < 1", c.MaxRunningRequests)
@@ -245,7 +277,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// hasBootstrapServer reports whether the engine runs an SGLang bootstrap server.
+// hasBootstrapServer reports whether the engine runs a bootstrap server: an SGLang prefill's
+// (disaggregation/common/conn.py CommonKVBootstrapServer) or a vLLM Mooncake prefill's
+// (mooncake_utils.py MooncakeBootstrapServer).
 func (c *Config) hasBootstrapServer() bool {
-	return c.Role == RolePrefill && c.Protocol == ProtocolSGLang
+	return c.Role == RolePrefill && (c.Protocol == ProtocolSGLang || c.mooncake())
+}
+
+// mooncake reports whether the engine is a vLLM engine with the Mooncake connector.
+func (c *Config) mooncake() bool {
+	return c.Protocol == ProtocolVLLM && c.KVConnector == ConnectorMooncake
 }

@@ -20,14 +20,16 @@ type Engine struct {
 	logger *slog.Logger
 	id     string
 
-	sched   *scheduler
-	cache   *prefixCache
-	rooms   *rendezvous  // SGLang bootstrap rooms (prefill + sglang only)
-	claims  roomClaims   // SGLang rooms held by this engine's in-flight samples
-	kvStore *recordStore // vLLM KV records by first block id
-	client  *http.Client
-	metrics *engineMetrics
-	stats   counters
+	ranks    []*dpRank    // the data-parallel ranks (rank.go)
+	kvStore  *recordStore // vLLM NIXL KV records by first block id
+	decoding atomic.Int64 // sequences in the (engine-wide) decode batch
+	client   *http.Client
+	metrics  *engineMetrics
+	stats    counters
+
+	roundRobin   atomic.Uint64  // SGLang round_robin rank dispatch
+	prefillInfos prefillInfos   // SGLang decode: what prefills' bootstrap servers told it
+	mcAgents     mooncakeAgents // vLLM Mooncake decode: engine ids learnt from bootstrap servers
 
 	faults atomic.Pointer[Faults]
 	randMu sync.Mutex
@@ -64,13 +66,9 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	e := &Engine{
 		cfg:     cfg,
 		logger:  logger,
-		sched:   newScheduler(cfg.MaxRunningRequests, cfg.KVCapacityTokens),
-		cache:   newPrefixCache(cfg.BlockSize, cfg.PrefixCacheTokens),
+		ranks:   newRanks(&cfg),
 		kvStore: newRecordStore(cfg.RoomTTL, cfg.MaxRooms),
 		rand:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
-	}
-	if cfg.hasBootstrapServer() {
-		e.rooms = newRendezvous(cfg.RoomTTL, cfg.MaxRooms)
 	}
 	e.client = &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
@@ -93,6 +91,16 @@ func (e *Engine) Config() Config { return e.cfg }
 // ID is the engine id reported in kv_transfer_params and /get_server_info.
 func (e *Engine) ID() string { return e.id }
 
+// RankEngineIDs are the KV connector engine ids of the engine's DP ranks, in rank order: the engine id,
+// suffixed "_dp<rank>" when there are several ranks, as vLLM names its DP engines. Valid after Start.
+func (e *Engine) RankEngineIDs() []string {
+	ids := make([]string, len(e.ranks))
+	for i, r := range e.ranks {
+		ids[i] = r.engineID
+	}
+	return ids
+}
+
 // Start listens on the configured ports (0 picks a free port) and serves until Close or Shutdown. ctx
 // bounds only the start itself.
 func (e *Engine) Start(ctx context.Context) error {
@@ -114,15 +122,20 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.id == "" {
 		e.id = "sim-" + string(e.cfg.Role) + "-" + strconv.Itoa(e.port)
 	}
-	if e.rooms != nil {
+	e.setRankEngineIDs()
+	if e.cfg.hasBootstrapServer() {
 		bln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.cfg.BootstrapPort)))
 		if err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("sim: listen bootstrap: %w", err)
 		}
 		e.bootPort = bln.Addr().(*net.TCPAddr).Port
+		handler := e.bootstrapHandler()
+		if e.cfg.mooncake() {
+			handler = e.mooncakeBootstrapHandler()
+		}
 		e.bootSrv = &http.Server{
-			Handler:           e.trackHandler(e.bootstrapHandler()),
+			Handler:           e.trackHandler(handler),
 			BaseContext:       func(net.Listener) context.Context { return e.baseCtx },
 			ReadHeaderTimeout: 10 * time.Second,
 		}
@@ -147,7 +160,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.serveLocked(e.srv, ln)
 	}
 	e.logger.Info("sim engine started", "role", e.cfg.Role, "protocol", e.cfg.Protocol, "mode", e.cfg.Mode,
-		"url", e.urlLocked(), "bootstrap_port", e.bootPort, "grpc", e.cfg.GRPC)
+		"url", e.urlLocked(), "bootstrap_port", e.bootPort, "dp_size", e.cfg.DPSize, "kv_connector", e.cfg.KVConnector, "grpc", e.cfg.GRPC)
 	return nil
 }
 
@@ -179,7 +192,8 @@ func (e *Engine) Port() int {
 	return e.port
 }
 
-// BootstrapPort is the SGLang bootstrap server's port of a prefill engine, 0 if it has none.
+// BootstrapPort is the bootstrap server's port of a prefill engine (SGLang, or vLLM with the Mooncake
+// connector), 0 if it has none.
 func (e *Engine) BootstrapPort() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()

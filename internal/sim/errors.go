@@ -36,6 +36,9 @@ type engineError struct {
 	// schema marks a request-schema error (FastAPI's RequestValidationError, both engines): SGLang
 	// answers those with its legacy ErrorResponse even on /generate.
 	schema bool
+	// httpException marks an SGLang HTTPException raised while converting an OpenAI request
+	// (serving_base.py handle_request: the type is str(status_code)).
+	httpException bool
 }
 
 func (e *engineError) Error() string { return e.msg }
@@ -149,6 +152,8 @@ func sglangErrorType(ee *engineError) string {
 	switch {
 	case ee.schema:
 		return "Bad Request"
+	case ee.httpException:
+		return strconv.Itoa(ee.status)
 	case errors.Is(ee, errEngineCrash):
 		return "InternalServerError"
 	case ee.status == http.StatusBadRequest:

@@ -27,8 +27,9 @@ type Faults struct {
 	// RefuseConnections closes the listener (new dials fail, idle keep-alive connections are closed);
 	// setting it back to false listens again on the same port.
 	RefuseConnections bool `json:"refuse_connections"`
-	// OmitKVTransferParams makes a vLLM prefill leave kv_transfer_params out of its response even when
-	// the length cap ended it, like a connector that returns none: the decode must then recompute.
+	// OmitKVTransferParams makes a vLLM prefill keep nothing for its decode even when the length cap
+	// ended it: with NIXL, kv_transfer_params is null (the decode must then recompute); with Mooncake,
+	// no KV is kept under the transfer_id (the decode's pull times out).
 	OmitKVTransferParams bool `json:"omit_kv_transfer_params"`
 	// Roles, when not empty, limits every fault to engines of these roles.
 	Roles []Role `json:"roles,omitempty"`

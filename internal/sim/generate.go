@@ -23,6 +23,9 @@ type handshake struct {
 	port      int
 	room      uint64
 
+	// prefillRank is SGLang's disagg_prefill_dp_rank: the prefill DP rank holding the KV (decode side).
+	prefillRank *int
+
 	kv *kvParams // vLLM style: produce (DoRemoteDecode) or consume (DoRemotePrefill)
 }
 
@@ -36,6 +39,10 @@ type kvParams struct {
 	RemotePort      *int     `json:"remote_port"`
 	RemoteRequestID string   `json:"remote_request_id,omitempty"`
 	TPSize          *int     `json:"tp_size,omitempty"`
+	// Mooncake (examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py): both legs carry
+	// the same transfer_id; the decode also gets the prefill's bootstrap address.
+	TransferID          string  `json:"transfer_id,omitempty"`
+	RemoteBootstrapAddr *string `json:"remote_bootstrap_addr,omitempty"`
 }
 
 // prompt is a tokenized prompt.
@@ -58,7 +65,10 @@ type sampleSpec struct {
 	phase       phase
 	hs          handshake
 	rid         string // the engine's request id of this sample, for messages
-	// collides: another sample on this engine holds the sample's bootstrap room, so its handshake
+	rank        int    // the DP rank the sample runs on
+	// rankConflict: an SGLang prefill routed off its room's rank without disagg_prefill_dp_rank (assignRanks).
+	rankConflict bool
+	// collides: another sample on this rank holds the sample's bootstrap room, so its handshake
 	// never completes (set by claimRooms).
 	collides bool
 }
@@ -81,6 +91,12 @@ type emitFunc func(choice int, delta string) error
 // runSample runs one sample through the model: handshake, admission, prefill, decode.
 func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpec, emit emitFunc) (sampleResult, error) {
 	res := sampleResult{promptTokens: len(sp.prompt.ids)}
+	r := e.ranks[sp.rank]
+	r.requests.Add(1)
+	if sp.rankConflict {
+		e.stats.rankConflicts.Add(1)
+		return res, e.rankConflictError(sp)
+	}
 	if sp.hs.bootstrap {
 		if sp.collides {
 			return res, e.collide(ctx, sp)
@@ -120,18 +136,18 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		maxTokens = min(maxTokens, e.cfg.InstantOutputTokens)
 	} else {
 		need := int64(len(sp.prompt.ids) + maxTokens)
-		if err := e.sched.admit(ctx, need); err != nil {
+		if err := r.sched.admit(ctx, need); err != nil {
 			if errors.Is(err, errTooLong) {
-				// SGLang: PrefillBootstrapQueue._check_if_req_exceed_kv_capacity (400); vLLM would refuse at
-				// startup a context longer than its KV cache.
+				// SGLang: PrefillBootstrapQueue._check_if_req_exceed_kv_capacity (400), against the rank's
+				// pool; vLLM would refuse at startup a context longer than its KV cache.
 				return res, requestError("", "Request %s exceeds the maximum number of tokens: %d > %d",
-					sp.rid, len(sp.prompt.ids)+maxTokens, e.cfg.KVCapacityTokens)
+					sp.rid, len(sp.prompt.ids)+maxTokens, r.sched.kvCap)
 			}
 			return res, err
 		}
-		defer e.sched.release(need)
+		defer r.sched.release(need)
 		if !transferred {
-			cached, err := e.prefill(ctx, rf, sp.prompt)
+			cached, err := e.prefill(ctx, rf, r, sp.prompt)
 			if err != nil {
 				return res, err
 			}
@@ -140,6 +156,8 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	}
 	e.stats.promptTokens.Add(int64(len(sp.prompt.ids)))
 	e.stats.cachedTokens.Add(int64(res.cachedTokens))
+	r.promptTokens.Add(int64(len(sp.prompt.ids)))
+	r.cachedTokens.Add(int64(res.cachedTokens))
 	e.metrics.cachedTokens.Add(float64(res.cachedTokens))
 	e.metrics.promptTokens.Add(float64(len(sp.prompt.ids)))
 
@@ -147,22 +165,23 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		e.publishRoom(sp, res.cachedTokens)
 	}
 
-	r := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy)}
+	out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy)}
 	var text strings.Builder
 	realistic := e.cfg.Mode == ModeRealistic
 	if realistic && maxTokens > 1 {
-		e.sched.startDecoding()
-		defer e.sched.stopDecoding()
+		e.decoding.Add(1)
+		defer e.decoding.Add(-1)
 	}
 	res.finish = "length"
 	for i := 0; i < maxTokens; i++ {
 		if i > 0 && realistic {
-			itl := e.cfg.ITLBase + time.Duration(e.sched.batchSize())*e.cfg.ITLPerSeq
+			// DP-attention ranks run each decode step together: the whole engine's batch sets the pace.
+			itl := e.cfg.ITLBase + time.Duration(e.decoding.Load())*e.cfg.ITLPerSeq
 			if err := sleepCtx(ctx, scale(itl, rf.slowness)); err != nil {
 				return res, err
 			}
 		}
-		w, _ := r.word()
+		w, _ := out.word()
 		prev := text.Len()
 		text.WriteString(w)
 		delta := w
@@ -193,7 +212,11 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	}
 	res.text = text.String()
 	if sp.phase == phasePrefill && sp.hs.kv != nil && sp.hs.kv.DoRemoteDecode {
-		res.kvOut = e.offerKV(sp, &res, rf)
+		if e.cfg.mooncake() {
+			e.keepMooncake(sp, &res, rf)
+		} else {
+			res.kvOut = e.offerKV(sp, &res, rf)
+		}
 	}
 	return res, nil
 }
@@ -213,24 +236,24 @@ func findStop(text string, prev int, stops []string) (int, string) {
 	return best, which
 }
 
-// prefill runs the prompt through the single prefill executor and returns the cached token count.
-func (e *Engine) prefill(ctx context.Context, rf *requestFaults, p *prompt) (int, error) {
-	keys := e.cache.blockKeys(make([]uint64, 0, len(p.ids)/e.cfg.BlockSize+1), p.ids)
-	if err := e.sched.acquirePrefill(ctx); err != nil {
+// prefill runs the prompt through its rank's single prefill executor and returns the cached token count.
+func (e *Engine) prefill(ctx context.Context, rf *requestFaults, r *dpRank, p *prompt) (int, error) {
+	keys := r.cache.blockKeys(make([]uint64, 0, len(p.ids)/e.cfg.BlockSize+1), p.ids)
+	if err := r.sched.acquirePrefill(ctx); err != nil {
 		return 0, err
 	}
-	defer e.sched.releasePrefill()
-	cached := e.cache.match(keys)
+	defer r.sched.releasePrefill()
+	cached := r.cache.match(keys)
 	if cached >= len(p.ids) {
 		cached = len(p.ids) - 1 // at least one token is always computed
 	}
 	cached = max(cached, 0)
 	uncached := len(p.ids) - cached
-	d := time.Duration(float64(uncached) / e.cfg.PrefillTokensPerSec * float64(time.Second))
+	d := time.Duration(float64(uncached) / r.prefillRate * float64(time.Second))
 	if err := sleepCtx(ctx, scale(d, rf.slowness)); err != nil {
 		return 0, err
 	}
-	e.cache.insert(keys)
+	r.cache.insert(keys)
 	return cached, nil
 }
 

@@ -115,7 +115,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, api api
 		// Hang or latency ended by the client or by Close: drop the connection, never answer.
 		panic(http.ErrAbortHandler)
 	}
-	job, err := e.parseJob(api, body)
+	job, err := e.parseJob(api, body, r.Header)
 	if err != nil {
 		e.countFailure()
 		e.failBeforeRun(w, job, api, err)
@@ -151,19 +151,23 @@ func (e *Engine) failBeforeRun(w http.ResponseWriter, job *genJob, api apiKind, 
 }
 
 // claimRooms holds the SGLang bootstrap rooms of a job's samples, in order, before they start: the
-// first sample on a room owns it and every later one (another sample of the same prompt, or another
-// request) collides. The returned function releases them.
+// first sample on a room of a rank owns it (each DP rank has its own KV manager) and every later one
+// (another sample of the same prompt, or another request) collides. The returned function releases them.
 func (e *Engine) claimRooms(samples []sampleSpec) (release func()) {
-	var held []uint64
+	type held struct {
+		rank int
+		room uint64
+	}
+	var all []held
 	for i := range samples {
 		if sp := &samples[i]; sp.hs.bootstrap {
-			sp.collides = !e.claims.claim(sp.hs.room)
-			held = append(held, sp.hs.room)
+			sp.collides = !e.ranks[sp.rank].claims.claim(sp.hs.room)
+			all = append(all, held{sp.rank, sp.hs.room})
 		}
 	}
 	return func() {
-		for _, r := range held {
-			e.claims.release(r)
+		for _, h := range all {
+			e.ranks[h.rank].claims.release(h.room)
 		}
 	}
 }

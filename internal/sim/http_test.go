@@ -322,17 +322,21 @@ func TestSGLangServerInfo(t *testing.T) {
 		mode     string
 		bootPort int
 		dpSize   int
+		lb       string
 	}{
-		{e: p, mode: "prefill", bootPort: p.BootstrapPort(), dpSize: 4},
-		{e: d, mode: "decode", bootPort: 9100, dpSize: 1},
-		{e: r, mode: "null", bootPort: DefaultBootstrapPort, dpSize: 1},
+		{e: p, mode: "prefill", bootPort: p.BootstrapPort(), dpSize: 4, lb: "follow_bootstrap_room"},
+		{e: d, mode: "decode", bootPort: 9100, dpSize: 1, lb: "round_robin"},
+		{e: r, mode: "null", bootPort: DefaultBootstrapPort, dpSize: 1, lb: "round_robin"},
 	}
 	for _, tt := range tests {
 		for _, path := range []string{"/get_server_info", "/server_info"} {
 			status, body := get(t, c, tt.e.URL()+path)
 			info := decodeJSON[map[string]any](t, body)
 			if status != 200 || info["disaggregation_mode"] != tt.mode || info["disaggregation_bootstrap_port"] != float64(tt.bootPort) ||
-				info["dp_size"] != float64(tt.dpSize) || info["tp_size"] != float64(1) || info["model_path"] != "sim-model" ||
+				info["dp_size"] != float64(tt.dpSize) || info["tp_size"] != float64(tt.dpSize) || info["model_path"] != "sim-model" ||
+				info["enable_dp_attention"] != (tt.dpSize > 1) || info["load_balance_method"] != tt.lb ||
+				info["max_total_num_tokens"] != float64(tt.e.Config().KVCapacityTokens/int64(tt.dpSize)) ||
+				len(info["internal_states"].([]any)) != tt.dpSize ||
 				info["context_length"] != float64(tt.e.Config().ContextLength) || info["version"] == nil {
 				t.Errorf("%s %s: %d %s", tt.mode, path, status, body)
 			}

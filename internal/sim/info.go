@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -63,6 +64,7 @@ func (e *Engine) handleHealthGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sp := sampleSpec{prompt: newPrompt(appendTokens(nil, "health check")), maxTokens: 1, rid: "HEALTH_CHECK"}
+	sp.rank = e.chooseRank(&sp)
 	rf := requestFaults{slowness: e.faults.Load().SlownessFactor}
 	if _, err := e.runSample(r.Context(), &rf, &sp, func(int, string) error { return nil }); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -91,11 +93,27 @@ func (e *Engine) reportedBootstrapPort() int {
 	return DefaultBootstrapPort
 }
 
+// loadBalanceMethod is SGLang's resolved --load-balance-method: "auto" becomes follow_bootstrap_room on a
+// PD prefill and round_robin otherwise (server_args.py _handle_load_balance_method).
+func (e *Engine) loadBalanceMethod() string {
+	if e.cfg.Role == RolePrefill {
+		return "follow_bootstrap_room"
+	}
+	return "round_robin"
+}
+
 // handleServerInfo serves GET /get_server_info and /server_info: the engine's server args plus its
 // scheduler info, internal states and version (http_server.py get_server_info). The keys are a
 // realistic subset of SGLang's ServerArgs; values the simulator does not model keep SGLang's defaults.
+// With DP attention the simulated ranks are one attention-TP rank each (tp_size = dp_size), and the
+// scheduler info (max_total_num_tokens, max_req_input_len) is rank 0's, as the DP controller reports it.
 func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 	model := e.cfg.Models[0]
+	rankKV := e.ranks[0].sched.kvCap
+	internal := make([]map[string]any, len(e.ranks))
+	for i := range internal {
+		internal[i] = map[string]any{"last_gen_throughput": 0.0}
+	}
 	info := map[string]any{
 		"model_path":                      model,
 		"tokenizer_path":                  model,
@@ -104,14 +122,14 @@ func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		"host":                            e.cfg.Host,
 		"port":                            e.Port(),
 		"context_length":                  e.cfg.ContextLength,
-		"tp_size":                         1,
+		"tp_size":                         e.cfg.DPSize,
 		"dp_size":                         e.cfg.DPSize,
 		"pp_size":                         1,
 		"ep_size":                         1,
-		"enable_dp_attention":             false,
-		"load_balance_method":             "round_robin",
+		"enable_dp_attention":             e.cfg.DPSize > 1,
+		"load_balance_method":             e.loadBalanceMethod(),
 		"max_running_requests":            e.cfg.MaxRunningRequests,
-		"max_total_tokens":                e.cfg.KVCapacityTokens,
+		"max_total_tokens":                rankKV,
 		"chunked_prefill_size":            8192,
 		"max_prefill_tokens":              16384,
 		"schedule_policy":                 "fcfs",
@@ -125,9 +143,9 @@ func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		"disaggregation_transfer_backend": "mooncake",
 		"disaggregation_ib_device":        nil,
 		// scheduler_info
-		"max_total_num_tokens": e.cfg.KVCapacityTokens,
-		"max_req_input_len":    min(int64(e.cfg.ContextLength), e.cfg.KVCapacityTokens) - 1,
-		"internal_states":      []map[string]any{{"last_gen_throughput": 0.0}},
+		"max_total_num_tokens": rankKV,
+		"max_req_input_len":    min(int64(e.cfg.ContextLength), rankKV) - 1,
+		"internal_states":      internal,
 		"version":              engineVersion,
 	}
 	writeJSON(w, http.StatusOK, info)
@@ -144,52 +162,86 @@ func (e *Engine) handleModelInfo(w http.ResponseWriter, _ *http.Request) {
 	})
 }
 
-// handleLoads serves SGLang's GET /v1/loads: one entry per DP rank (the simulator has one) with the
-// core load fields of GetLoadsReqOutput (python/sglang/srt/entrypoints/v1_loads.py, io_struct.py).
-func (e *Engine) handleLoads(w http.ResponseWriter, _ *http.Request) {
-	s := e.sched.snapshot()
+// handleLoads serves SGLang's GET /v1/loads: one entry per DP rank with the core load fields of
+// GetLoadsReqOutput (python/sglang/srt/entrypoints/v1_loads.py, io_struct.py). ?dp_rank=N keeps that
+// rank only (an unknown rank gives an empty list, tokenizer_manager get_loads); num_accelerators is per
+// DP rank. cache_hit_rate is the rank's prefix cache hit tokens / prompt tokens since start or reset.
+func (e *Engine) handleLoads(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	usage := float64(s.kvUsed) / float64(max(s.kvCap, 1))
-	load := map[string]any{
-		"dp_rank":              0,
-		"timestamp":            float64(now.UnixNano()) / 1e9,
-		"num_running_reqs":     s.running,
-		"num_waiting_reqs":     s.waiting,
-		"num_used_tokens":      s.kvUsed,
-		"num_total_tokens":     s.kvUsed,
-		"max_total_num_tokens": s.kvCap,
-		"token_usage":          usage,
-		"gen_throughput":       0.0,
-		"cache_hit_rate":       0.0,
-		"utilization":          usage,
-		"max_running_requests": e.cfg.MaxRunningRequests,
-		"disaggregation":       map[string]any{"mode": e.disaggregationMode()},
-		"queues":               map[string]any{"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": 0},
+	loads := make([]any, 0, len(e.ranks))
+	only := -1
+	if s := r.URL.Query().Get("dp_rank"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			// FastAPI's validation of an int query parameter.
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []map[string]any{{
+				"type": "int_parsing", "loc": []string{"query", "dp_rank"},
+				"msg": "Input should be a valid integer, unable to parse string as an integer", "input": s,
+			}}})
+			return
+		}
+		only = v
+		if v < 0 || v >= len(e.ranks) {
+			only = len(e.ranks) // none
+		}
+	}
+	for _, rk := range e.ranks {
+		if only >= 0 && rk.index != only {
+			continue
+		}
+		s := rk.sched.snapshot()
+		usage := float64(s.kvUsed) / float64(max(s.kvCap, 1))
+		hitRate := 0.0
+		if p := rk.promptTokens.Load(); p > 0 {
+			hitRate = float64(rk.cachedTokens.Load()) / float64(p)
+		}
+		loads = append(loads, map[string]any{
+			"dp_rank":              rk.index,
+			"timestamp":            float64(now.UnixNano()) / 1e9,
+			"num_running_reqs":     s.running,
+			"num_waiting_reqs":     s.waiting,
+			"num_used_tokens":      s.kvUsed,
+			"num_total_tokens":     s.kvUsed,
+			"max_total_num_tokens": s.kvCap,
+			"token_usage":          usage,
+			"gen_throughput":       0.0,
+			"cache_hit_rate":       hitRate,
+			"utilization":          usage,
+			"max_running_requests": rk.sched.maxRunning,
+			"disaggregation":       map[string]any{"mode": e.disaggregationMode()},
+			"queues":               map[string]any{"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": 0},
+		})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"timestamp":        now.UTC().Format(time.RFC3339Nano),
 		"version":          engineVersion,
 		"accelerator":      nil,
 		"num_accelerators": 1,
-		"loads":            []any{load},
+		"loads":            loads,
 	})
 }
 
 // handleGetLoad serves SGLang's older GET /get_load: a list of GetLoadReqOutput, one per DP rank, where
 // num_reqs counts running and waiting requests (scheduler get_load).
 func (e *Engine) handleGetLoad(w http.ResponseWriter, _ *http.Request) {
-	s := e.sched.snapshot()
-	writeJSON(w, http.StatusOK, []map[string]any{{
-		"dp_rank":          0,
-		"num_reqs":         s.running + s.waiting,
-		"num_waiting_reqs": s.waiting,
-		"num_tokens":       s.kvUsed,
-	}})
+	out := make([]map[string]any, len(e.ranks))
+	for i, rk := range e.ranks {
+		s := rk.sched.snapshot()
+		out[i] = map[string]any{
+			"dp_rank":          rk.index,
+			"num_reqs":         s.running + s.waiting,
+			"num_waiting_reqs": s.waiting,
+			"num_tokens":       s.kvUsed,
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleFlush serves SGLang's /flush_cache (GET and POST).
 func (e *Engine) handleFlush(w http.ResponseWriter, _ *http.Request) {
-	e.cache.flush()
+	for _, r := range e.ranks {
+		r.cache.flush()
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n")
 }

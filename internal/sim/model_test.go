@@ -148,7 +148,7 @@ func TestRepeatedPrefixIsCached(t *testing.T) {
 			t.Errorf("stats: cache hits %d / prompt %d, want 1600 / 3360", st.PrefixCacheHitTokens, st.PromptTokens)
 		}
 		// After a flush the prefix is cold again.
-		e.cache.flush()
+		e.ranks[0].cache.flush()
 		third := runTimed(t.Context(), e, sampleSpec{prompt: newPrompt(shared), maxTokens: 1})
 		if got, want := third.tokens[0], 200*time.Millisecond; got != want {
 			t.Errorf("TTFT after flush = %v, want %v", got, want)

@@ -10,7 +10,8 @@ import (
 	"strconv"
 )
 
-// Disaggregation handshakes (SGLang bootstrap rendezvous: rendezvous.go) and vLLM KV transfer.
+// Disaggregation handshakes (SGLang bootstrap rendezvous: rendezvous.go; vLLM Mooncake: mooncake.go)
+// and vLLM NIXL KV transfer.
 
 // receiveKV gets the KV of a decode-phase sample from its prefill engine. ok is false when the sample
 // carries no handshake and must recompute its prompt.
@@ -20,6 +21,8 @@ func (e *Engine) receiveKV(ctx context.Context, sp *sampleSpec) (kvRecord, bool,
 	switch {
 	case sp.hs.bootstrap:
 		rec, err = e.waitRoom(ctx, sp)
+	case sp.hs.kv != nil && sp.hs.kv.DoRemotePrefill && e.cfg.mooncake():
+		rec, err = e.pullMooncake(ctx, sp)
 	case sp.hs.kv != nil && sp.hs.kv.DoRemotePrefill:
 		rec, err = e.pullKV(ctx, sp.hs.kv)
 	default:
@@ -88,10 +91,11 @@ func (e *Engine) pullKV(ctx context.Context, p *kvParams) (kvRecord, error) {
 	return rec, nil
 }
 
-// publishRoom makes an SGLang prefill sample's KV available to the decode waiting on its room.
+// publishRoom makes an SGLang prefill sample's KV available to the decode waiting on its room on the
+// sample's rank.
 func (e *Engine) publishRoom(sp *sampleSpec, cached int) {
-	if e.rooms != nil {
-		e.rooms.publish(sp.hs.room, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: cached, EngineID: e.id})
+	if rooms := e.ranks[sp.rank].rooms; rooms != nil {
+		rooms.publish(sp.hs.room, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: cached, EngineID: e.id})
 	}
 }
 
@@ -105,7 +109,8 @@ func (e *Engine) offerKV(sp *sampleSpec, res *sampleResult, rf *requestFaults) *
 		e.stats.kvParamsOmitted.Add(1)
 		return nil
 	}
-	rec := kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: e.id}
+	id := e.ranks[sp.rank].engineID
+	rec := kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: id}
 	n := uint32(max(1, (len(sp.prompt.ids)+e.cfg.BlockSize-1)/e.cfg.BlockSize))
 	first := e.nextBlock.Add(n) - n + 1
 	ids := make([]uint32, n)
@@ -113,15 +118,16 @@ func (e *Engine) offerKV(sp *sampleSpec, res *sampleResult, rf *requestFaults) *
 		ids[i] = first + uint32(i)
 	}
 	e.kvStore.publish(uint64(first), rec)
-	host, port, id, tp := e.cfg.Host, e.Port(), e.id, 1
-	// The params of request_finished (tp_size included; remote_request_id is the simulator's).
+	host, port, tp := e.cfg.Host, e.Port(), 1
+	// The params of request_finished (tp_size included; remote_request_id is the simulator's). A DP rank
+	// is its own engine: remote_engine_id names the rank.
 	return &kvParams{
 		DoRemotePrefill: true,
 		RemoteEngineID:  &id,
 		RemoteBlockIDs:  ids,
 		RemoteHost:      &host,
 		RemotePort:      &port,
-		RemoteRequestID: e.id + "-" + strconv.FormatUint(uint64(first), 10),
+		RemoteRequestID: id + "-" + strconv.FormatUint(uint64(first), 10),
 		TPSize:          &tp,
 	}
 }
@@ -133,7 +139,7 @@ func (e *Engine) handleKVPull(w http.ResponseWriter, r *http.Request) {
 		writeSimError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
 		return
 	}
-	if pr.RemoteEngineID != "" && pr.RemoteEngineID != e.id {
+	if _, ok := e.rankByEngineID(pr.RemoteEngineID); pr.RemoteEngineID != "" && !ok {
 		writeSimError(w, http.StatusNotFound, "remote_engine_id "+pr.RemoteEngineID+" is not this engine ("+e.id+")")
 		return
 	}
@@ -141,7 +147,10 @@ func (e *Engine) handleKVPull(w http.ResponseWriter, r *http.Request) {
 		writeSimError(w, http.StatusBadRequest, "remote_block_ids missing")
 		return
 	}
-	rec, ok := e.kvStore.take(uint64(pr.RemoteBlockIDs[0]))
+	// The blocks must be the named rank's: another rank's blocks are another engine's memory.
+	rec, ok := e.kvStore.takeIf(uint64(pr.RemoteBlockIDs[0]), func(rec kvRecord) bool {
+		return pr.RemoteEngineID == "" || rec.EngineID == pr.RemoteEngineID
+	})
 	if !ok {
 		writeSimError(w, http.StatusNotFound, "no KV for these blocks (never computed, already pulled or expired)")
 		return

@@ -263,7 +263,7 @@ func TestRecordStoreExpiry(t *testing.T) {
 		s.publish(1, kvRecord{PromptTokens: 1})
 		time.Sleep(2 * time.Minute) // simulated time: the record outlives its TTL
 		s.publish(2, kvRecord{PromptTokens: 2})
-		if _, ok := s.take(1); ok {
+		if _, ok := s.takeIf(1, func(kvRecord) bool { return true }); ok {
 			t.Error("record 1 outlived its TTL")
 		}
 		for k := uint64(3); k <= 6; k++ {
@@ -272,10 +272,10 @@ func TestRecordStoreExpiry(t *testing.T) {
 		if got := s.size(); got != 3 {
 			t.Errorf("size %d, want the cap 3", got)
 		}
-		if rec, ok := s.take(6); !ok || rec != (kvRecord{}) {
+		if rec, ok := s.takeIf(6, func(kvRecord) bool { return true }); !ok || rec != (kvRecord{}) {
 			t.Errorf("take(6) = %+v, %v", rec, ok)
 		}
-		if _, ok := s.take(6); ok {
+		if _, ok := s.takeIf(6, func(kvRecord) bool { return true }); ok {
 			t.Error("a record was taken twice")
 		}
 	})

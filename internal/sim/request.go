@@ -42,6 +42,9 @@ type apiRequest struct {
 	BootstrapPort       json.RawMessage `json:"bootstrap_port"`
 	BootstrapRoom       json.RawMessage `json:"bootstrap_room"`
 	KVTransferParams    *kvParams       `json:"kv_transfer_params"`
+	RoutedDPRank        *int            `json:"routed_dp_rank"`
+	DataParallelRank    *int            `json:"data_parallel_rank"` // deprecated alias of routed_dp_rank
+	DisaggPrefillDPRank *int            `json:"disagg_prefill_dp_rank"`
 	RID                 json.RawMessage `json:"rid"`
 	ReturnLogprob       json.RawMessage `json:"return_logprob"`
 }
@@ -101,7 +104,7 @@ const maxN = 128
 
 // parseJob turns a request body into a job for this engine. A non-nil job comes back with a request
 // error once the body parsed as JSON, so that the caller knows whether the client asked to stream.
-func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
+func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, error) {
 	var req apiRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, schemaError("malformed JSON body: %v", err)
@@ -204,6 +207,11 @@ func (e *Engine) parseJob(api apiKind, body []byte) (*genJob, error) {
 	if err := e.assignHandshakes(job, &req, len(prompts)); err != nil {
 		return job, err
 	}
+	hint, err := e.resolveRankHint(api, &req, hdr)
+	if err != nil {
+		return job, err
+	}
+	e.assignRanks(job.samples, hint)
 	return job, nil
 }
 

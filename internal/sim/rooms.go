@@ -64,13 +64,13 @@ func (s *recordStore) dropLocked(el *list.Element) {
 	delete(s.entries, el.Value.(*storedRecord).key)
 }
 
-// take removes and returns a published record without waiting.
-func (s *recordStore) take(key uint64) (kvRecord, bool) {
+// takeIf removes and returns a published record, without waiting, if ok accepts it.
+func (s *recordStore) takeIf(key uint64, ok func(kvRecord) bool) (kvRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(time.Now())
-	el, ok := s.entries[key]
-	if !ok {
+	el, found := s.entries[key]
+	if !found || !ok(el.Value.(*storedRecord).rec) {
 		return kvRecord{}, false
 	}
 	s.dropLocked(el)

@@ -174,6 +174,7 @@ func (s rpcServer) Prefill(ctx context.Context, req *workerv1.PrefillRequest) (*
 		sp.hs.kv.DoRemoteDecode = true
 	}
 	samples := []sampleSpec{*sp}
+	e.assignRanks(samples, rankHint{}) // sluice.worker.v1 carries no rank: the engine's own choice
 	release := e.claimRooms(samples)
 	defer release()
 	emit, leave := e.trackPrefill(samples, func(int, string) error { return nil })
@@ -220,6 +221,7 @@ func (s rpcServer) Decode(ctx context.Context, req *workerv1.DecodeRequest, stre
 		sp.hs.kv.DoRemotePrefill = true
 	}
 	samples := []sampleSpec{*sp}
+	e.assignRanks(samples, rankHint{}) // sluice.worker.v1 carries no rank: the engine's own choice
 	release := e.claimRooms(samples)
 	defer release()
 	sent := 0
@@ -253,9 +255,9 @@ func (s rpcServer) Decode(ctx context.Context, req *workerv1.DecodeRequest, stre
 	})
 }
 
-// GetLoad reports running and waiting requests and KV usage.
+// GetLoad reports running and waiting requests and KV usage, summed over the DP ranks.
 func (s rpcServer) GetLoad(context.Context, *workerv1.GetLoadRequest) (*workerv1.GetLoadResponse, error) {
-	snap := s.e.sched.snapshot()
+	snap := s.e.totalSnapshot()
 	return &workerv1.GetLoadResponse{
 		RunningRequests:  uint32(snap.running),
 		WaitingRequests:  uint32(snap.waiting),

@@ -10,9 +10,8 @@ import (
 // errTooLong: the request needs more KV than the engine has; it could never run.
 var errTooLong = errors.New("request needs more KV cache than the engine's capacity")
 
-// scheduler is the engine's continuous-batching admission: at most maxRunning running requests holding at
-// most kvCap tokens of KV, and a FIFO waiting queue. It also counts the decoding sequences (the decode
-// batch size) and owns the single prefill executor.
+// scheduler is one DP rank's continuous-batching admission: at most maxRunning running requests holding
+// at most kvCap tokens of KV, and a FIFO waiting queue. It also owns the rank's single prefill executor.
 type scheduler struct {
 	mu         sync.Mutex
 	maxRunning int
@@ -21,7 +20,6 @@ type scheduler struct {
 	kvUsed     int64
 	waiting    list.List // of *admitWaiter
 	maxWaiting int
-	decoding   int
 
 	prefillBusy    bool
 	prefillWaiting list.List // of chan struct{}
@@ -153,28 +151,9 @@ func (s *scheduler) handOffPrefillLocked() {
 	close(e.Value.(chan struct{}))
 }
 
-// startDecoding / stopDecoding count the sequences in the decode batch.
-func (s *scheduler) startDecoding() {
-	s.mu.Lock()
-	s.decoding++
-	s.mu.Unlock()
-}
-
-func (s *scheduler) stopDecoding() {
-	s.mu.Lock()
-	s.decoding--
-	s.mu.Unlock()
-}
-
-func (s *scheduler) batchSize() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.decoding
-}
-
 type schedSnapshot struct {
-	running, waiting, maxWaiting, decoding, prefillQueue int
-	kvUsed, kvCap                                        int64
+	running, waiting, maxWaiting, prefillQueue int
+	kvUsed, kvCap                              int64
 }
 
 func (s *scheduler) snapshot() schedSnapshot {
@@ -185,7 +164,7 @@ func (s *scheduler) snapshot() schedSnapshot {
 		pq++
 	}
 	return schedSnapshot{
-		running: s.running, waiting: s.waiting.Len(), maxWaiting: s.maxWaiting, decoding: s.decoding,
+		running: s.running, waiting: s.waiting.Len(), maxWaiting: s.maxWaiting,
 		prefillQueue: pq, kvUsed: s.kvUsed, kvCap: s.kvCap,
 	}
 }

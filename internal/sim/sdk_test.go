@@ -2,8 +2,11 @@ package sim
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -168,5 +171,129 @@ func TestOpenAISDKEngineErrors(t *testing.T) {
 				t.Errorf("models: %+v, %v", page, err)
 			}
 		})
+	}
+}
+
+// TestOpenAISDKDataParallel: the official client reaches a chosen DP rank with the body field SGLang
+// reads (routed_dp_rank) or the header, and the per-rank prefix cache shows in usage.
+func TestOpenAISDKDataParallel(t *testing.T) {
+	e := startEngine(t, Config{DPSize: 4, Seed: 3, PrefillTokensPerSec: 1e7, ITLBase: time.Microsecond, ITLPerSeq: time.Nanosecond})
+	client := sdkClient(t, e)
+	ctx := t.Context()
+	params := openai.ChatCompletionNewParams{
+		Model: "sim-model", MaxTokens: openai.Int(3),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(words(120, "sys")), openai.UserMessage("hello")},
+	}
+	chat := func(opts ...option.RequestOption) *openai.ChatCompletion {
+		t.Helper()
+		resp, err := client.Chat.Completions.New(ctx, params, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	first := chat(option.WithJSONSet("routed_dp_rank", 2))
+	second := chat(option.WithJSONSet("routed_dp_rank", 2))
+	other := chat(option.WithHeader("X-Data-Parallel-Rank", "1"))
+	if first.Usage.PromptTokensDetails.CachedTokens != 0 || second.Usage.PromptTokensDetails.CachedTokens == 0 ||
+		other.Usage.PromptTokensDetails.CachedTokens != 0 {
+		t.Errorf("cached tokens %d, %d, %d: want a miss, a hit on the same rank, a miss on another",
+			first.Usage.PromptTokensDetails.CachedTokens, second.Usage.PromptTokensDetails.CachedTokens, other.Usage.PromptTokensDetails.CachedTokens)
+	}
+	if got := rankRequests(e); got[0] != 0 || got[1] != 1 || got[2] != 2 || got[3] != 0 {
+		t.Errorf("ranks ran %v, want [0 1 2 0]", got)
+	}
+	if first.Choices[0].Message.Content != other.Choices[0].Message.Content {
+		t.Errorf("the rank changed the output: %q vs %q", first.Choices[0].Message.Content, other.Choices[0].Message.Content)
+	}
+	_, err := client.Chat.Completions.New(ctx, params, option.WithJSONSet("routed_dp_rank", 4))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(string(apiErr.DumpResponse(true)), "routed_dp_rank=4 out of range [0, 4)") {
+		t.Errorf("rank 4: %v, want SGLang's 400", err)
+	}
+}
+
+// TestOpenAISDKMooncake drives a vLLM Mooncake pair as the reference proxy does, with the official
+// client on both legs: the prefill (max_tokens 1, not streamed, X-data-parallel-rank) in parallel with
+// the decode, which gets the prefill's bootstrap address and the rank's engine id.
+func TestOpenAISDKMooncake(t *testing.T) {
+	base := Config{Mode: ModeInstant, Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Seed: 8, BootstrapTimeout: 500 * time.Millisecond}
+	pcfg, dcfg := base, base
+	pcfg.Role, pcfg.DPSize = RolePrefill, 2
+	dcfg.Role = RoleDecode
+	p, d := startEngine(t, pcfg), startEngine(t, dcfg)
+	reg := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Seed: 8})
+	pc, dc := sdkClient(t, p), sdkClient(t, d)
+	ctx := t.Context()
+	bootstrapAddr := "http://127.0.0.1:" + strconv.Itoa(p.BootstrapPort())
+	params := openai.ChatCompletionNewParams{
+		Model: "sim-model", MaxTokens: openai.Int(6),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("mooncake through the sdk")},
+	}
+	rc := sdkClient(t, reg)
+	want, err := rc.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefillLeg := func(id string, rank int) error {
+		pp := params
+		pp.MaxTokens = openai.Int(1)
+		_, err := pc.Chat.Completions.New(ctx, pp,
+			option.WithJSONSet("kv_transfer_params", map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": id}),
+			option.WithHeader("X-Request-Id", id), option.WithHeader("X-data-parallel-rank", strconv.Itoa(rank)))
+		return err
+	}
+	decodeParams := func(id string, rank int) option.RequestOption {
+		return option.WithJSONSet("kv_transfer_params", map[string]any{
+			"do_remote_decode": false, "do_remote_prefill": true, "remote_bootstrap_addr": bootstrapAddr,
+			"remote_engine_id": p.RankEngineIDs()[rank], "transfer_id": id,
+		})
+	}
+	for i, stream := range []bool{false, true} {
+		id := "xfer-sdk-" + strconv.Itoa(i)
+		var wg sync.WaitGroup
+		var perr error
+		wg.Go(func() { perr = prefillLeg(id, 1) })
+		var content string
+		if stream {
+			s := dc.Chat.Completions.NewStreaming(ctx, params, decodeParams(id, 1))
+			var acc openai.ChatCompletionAccumulator
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			if err := s.Err(); err != nil {
+				t.Fatalf("streaming decode: %v", err)
+			}
+			s.Close()
+			content = acc.Choices[0].Message.Content
+		} else {
+			resp, err := dc.Chat.Completions.New(ctx, params, decodeParams(id, 1))
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			content = resp.Choices[0].Message.Content
+		}
+		wg.Wait()
+		if perr != nil {
+			t.Fatalf("prefill leg: %v", perr)
+		}
+		if content != want.Choices[0].Message.Content {
+			t.Errorf("stream %v: decode content %q, want %q", stream, content, want.Choices[0].Message.Content)
+		}
+	}
+	if st := d.Stats(); st.MooncakeTransfers != 2 || st.RecomputedPrompts != 0 {
+		t.Errorf("decode stats: transfers %d, recomputed %d", st.MooncakeTransfers, st.RecomputedPrompts)
+	}
+	if got := rankRequests(p); got[0] != 0 || got[1] != 2 {
+		t.Errorf("prefill ranks %v, want [0 2]", got)
+	}
+	// The wrong rank's engine id: the pull times out and the SDK sees vLLM's 500.
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = prefillLeg("xfer-sdk-wrong", 1) })
+	_, err = dc.Chat.Completions.New(ctx, params, decodeParams("xfer-sdk-wrong", 0))
+	wg.Wait()
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 500 || apiErr.Message != "Internal server error" || apiErr.Type != "InternalServerError" {
+		t.Errorf("wrong engine id: %v, want vLLM's 500", err)
 	}
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -28,6 +29,20 @@ type counters struct {
 	kvParamsOmitted     atomic.Int64
 	prefillInFlight     atomic.Int64
 	prefillPeak         atomic.Int64
+	rankConflicts       atomic.Int64
+	prefillRankMisses   atomic.Int64
+	// vLLM Mooncake, decode side.
+	mooncakePulls     atomic.Int64
+	mooncakePulling   atomic.Int64
+	mooncakeTransfers atomic.Int64
+	mooncakeTimeouts  atomic.Int64
+	mooncakeFailures  atomic.Int64
+	// vLLM Mooncake, prefill side.
+	mooncakeKept         atomic.Int64
+	mooncakeNotKept      atomic.Int64
+	mooncakeWaits        atomic.Int64
+	mooncakeSent         atomic.Int64
+	mooncakePullTimeouts atomic.Int64
 
 	mu              sync.Mutex
 	perPath         map[string]int64
@@ -36,47 +51,89 @@ type counters struct {
 
 // Stats is a snapshot of what an engine has seen (GET /sim/stats).
 type Stats struct {
-	RequestsSeen         int64            `json:"requests_seen"`           // generation requests (HTTP and RPC)
-	InFlight             int64            `json:"in_flight"`               // generation requests being served
-	Running              int              `json:"running"`                 // admitted: holding a slot and KV
-	Queued               int              `json:"queued"`                  // in the engine's waiting queue
-	Decoding             int              `json:"decoding"`                // the decode batch size
-	PrefillQueue         int              `json:"prefill_queue"`           // prefilling or waiting for the prefill executor
-	Completed            int64            `json:"completed"`               // generation requests answered successfully
-	Failed               int64            `json:"failed"`                  // generation requests ended with an error or a fault
-	BootstrapWaits       int64            `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
-	BootstrapWaiting     int64            `json:"bootstrap_waiting"`       // decode: rendezvous in progress
-	BootstrapTimeouts    int64            `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
-	BootstrapMismatches  int64            `json:"bootstrap_mismatches"`    // KV of a different prompt (both styles)
-	HandshakeWaits       int64            `json:"handshake_waits"`         // SGLang prefill: waits for the decode to connect
-	HandshakeWaiting     int64            `json:"handshake_waiting"`       // SGLang prefill: waits in progress
-	HandshakeTimeouts    int64            `json:"handshake_timeouts"`      // SGLang prefill: decodes that never connected
-	RoomCollisions       int64            `json:"room_collisions"`         // SGLang: samples on a room already in use (n > 1 shares rooms)
-	KVParamsOmitted      int64            `json:"kv_params_omitted"`       // vLLM prefill: responses without kv_transfer_params
-	PrefillInFlight      int64            `json:"prefill_in_flight"`       // requests before their first token (decode legs excluded)
-	PrefillPeak          int64            `json:"prefill_peak_concurrent"` // largest PrefillInFlight since start/reset
-	PrefixCacheHitTokens int64            `json:"prefix_cache_hit_tokens"` // prompt tokens served from the prefix cache (decode: as reported by the prefill)
-	PromptTokens         int64            `json:"prompt_tokens"`           // prompt tokens seen
-	RecomputedPrompts    int64            `json:"recomputed_prompts"`      // decodes without KV transfer
-	MaxQueueDepth        int              `json:"max_queue_depth"`         // largest waiting queue since start/reset
-	KVUsedTokens         int64            `json:"kv_used_tokens"`
-	KVCapacityTokens     int64            `json:"kv_capacity_tokens"`
-	PrefixCacheUsed      int64            `json:"prefix_cache_used_tokens"` // tokens held by the prefix cache
-	PublishedRooms       int              `json:"published_rooms"`          // KV records published and not yet claimed
-	LastTraceparent      string           `json:"last_traceparent"`         // of the last request that carried one
-	PerPath              map[string]int64 `json:"per_path"`                 // every request by route or RPC procedure
+	RequestsSeen         int64 `json:"requests_seen"`           // generation requests (HTTP and RPC)
+	InFlight             int64 `json:"in_flight"`               // generation requests being served
+	Running              int   `json:"running"`                 // admitted: holding a slot and KV (all ranks)
+	Queued               int   `json:"queued"`                  // in the engine's waiting queues (all ranks)
+	Decoding             int   `json:"decoding"`                // the decode batch size (engine-wide)
+	PrefillQueue         int   `json:"prefill_queue"`           // prefilling or waiting for a prefill executor
+	Completed            int64 `json:"completed"`               // generation requests answered successfully
+	Failed               int64 `json:"failed"`                  // generation requests ended with an error or a fault
+	BootstrapWaits       int64 `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
+	BootstrapWaiting     int64 `json:"bootstrap_waiting"`       // decode: rendezvous in progress
+	BootstrapTimeouts    int64 `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
+	BootstrapMismatches  int64 `json:"bootstrap_mismatches"`    // KV of a different prompt (both styles)
+	HandshakeWaits       int64 `json:"handshake_waits"`         // SGLang prefill: waits for the decode to connect
+	HandshakeWaiting     int64 `json:"handshake_waiting"`       // SGLang prefill: waits in progress
+	HandshakeTimeouts    int64 `json:"handshake_timeouts"`      // SGLang prefill: decodes that never connected
+	RoomCollisions       int64 `json:"room_collisions"`         // SGLang: samples on a room already in use (n > 1 shares rooms)
+	RankConflicts        int64 `json:"rank_conflicts"`          // SGLang prefill: routed off bootstrap_room % dp_size without disagg_prefill_dp_rank
+	PrefillRankMisses    int64 `json:"prefill_rank_misses"`     // SGLang decode: prefill rank not on the prefill's bootstrap server
+	KVParamsOmitted      int64 `json:"kv_params_omitted"`       // vLLM NIXL prefill: responses without kv_transfer_params
+	MooncakePulls        int64 `json:"mooncake_pulls"`          // vLLM Mooncake decode: KV loads started
+	MooncakePulling      int64 `json:"mooncake_pulling"`        // vLLM Mooncake decode: KV loads in progress
+	MooncakeTransfers    int64 `json:"mooncake_transfers"`      // vLLM Mooncake decode: KV received
+	MooncakeTimeouts     int64 `json:"mooncake_timeouts"`       // vLLM Mooncake decode: the prefill's KV never became ready
+	MooncakeFailures     int64 `json:"mooncake_failures"`       // vLLM Mooncake decode: unknown engine id, bootstrap server unreachable
+	MooncakeKept         int64 `json:"mooncake_kept"`           // vLLM Mooncake prefill: KV kept for a decode
+	MooncakeNotKept      int64 `json:"mooncake_not_kept"`       // vLLM Mooncake prefill: finished without the length cap (or no transfer_id)
+	MooncakeWaits        int64 `json:"mooncake_waits"`          // vLLM Mooncake prefill: pulls that came before the KV was ready
+	MooncakeSent         int64 `json:"mooncake_sent"`           // vLLM Mooncake prefill: KV handed to a decode
+	MooncakePullTimeouts int64 `json:"mooncake_pull_timeouts"`  // vLLM Mooncake prefill: pulls answered "Timeout waiting for P side ready."
+	PrefillInFlight      int64 `json:"prefill_in_flight"`       // requests before their first token (decode legs excluded)
+	PrefillPeak          int64 `json:"prefill_peak_concurrent"` // largest PrefillInFlight since start/reset
+	PrefixCacheHitTokens int64 `json:"prefix_cache_hit_tokens"` // prompt tokens served from the prefix cache (decode: as reported by the prefill)
+	PromptTokens         int64 `json:"prompt_tokens"`           // prompt tokens seen
+	RecomputedPrompts    int64 `json:"recomputed_prompts"`      // decodes without KV transfer
+	MaxQueueDepth        int   `json:"max_queue_depth"`         // largest waiting queue of any rank since start/reset
+	KVUsedTokens         int64 `json:"kv_used_tokens"`
+	KVCapacityTokens     int64 `json:"kv_capacity_tokens"`
+	PrefixCacheUsed      int64 `json:"prefix_cache_used_tokens"` // tokens held by the prefix caches
+	PublishedRooms       int   `json:"published_rooms"`          // KV records published and not yet claimed
+	// Ranks breaks the load and cache counters down by DP rank (one entry when dp_size is 1).
+	Ranks           []RankStats      `json:"ranks"`
+	LastTraceparent string           `json:"last_traceparent"` // of the last request that carried one
+	PerPath         map[string]int64 `json:"per_path"`         // every request by route or RPC procedure
+}
+
+// RankStats is one DP rank's share of Stats. PrefixCacheHitTokens / PromptTokens is the rank's prefix
+// cache hit rate since start/reset.
+type RankStats struct {
+	DPRank               int    `json:"dp_rank"`
+	EngineID             string `json:"engine_id"` // the rank's KV connector engine id
+	Requests             int64  `json:"requests"`  // samples run on this rank
+	Running              int    `json:"running"`
+	Queued               int    `json:"queued"`
+	PrefillQueue         int    `json:"prefill_queue"`
+	MaxQueueDepth        int    `json:"max_queue_depth"`
+	PrefixCacheHitTokens int64  `json:"prefix_cache_hit_tokens"`
+	PromptTokens         int64  `json:"prompt_tokens"`
+	KVUsedTokens         int64  `json:"kv_used_tokens"`
+	KVCapacityTokens     int64  `json:"kv_capacity_tokens"`
+	PrefixCacheUsed      int64  `json:"prefix_cache_used_tokens"`
+}
+
+// totalSnapshot sums the ranks' scheduler state (maxWaiting is the largest rank's).
+func (e *Engine) totalSnapshot() schedSnapshot {
+	var t schedSnapshot
+	for _, r := range e.ranks {
+		s := r.sched.snapshot()
+		t.running += s.running
+		t.waiting += s.waiting
+		t.prefillQueue += s.prefillQueue
+		t.kvUsed += s.kvUsed
+		t.kvCap += s.kvCap
+		t.maxWaiting = max(t.maxWaiting, s.maxWaiting)
+	}
+	return t
 }
 
 // Stats returns a snapshot of the engine's counters and model state.
 func (e *Engine) Stats() Stats {
-	s := e.sched.snapshot()
 	st := Stats{
 		RequestsSeen:         e.stats.seen.Load(),
 		InFlight:             e.stats.inFlight.Load(),
-		Running:              s.running,
-		Queued:               s.waiting,
-		Decoding:             s.decoding,
-		PrefillQueue:         s.prefillQueue,
+		Decoding:             int(e.decoding.Load()),
 		Completed:            e.stats.completed.Load(),
 		Failed:               e.stats.failed.Load(),
 		BootstrapWaits:       e.stats.bootstrapWaits.Load(),
@@ -87,21 +144,50 @@ func (e *Engine) Stats() Stats {
 		HandshakeWaiting:     e.stats.handshakeWaiting.Load(),
 		HandshakeTimeouts:    e.stats.handshakeTimeouts.Load(),
 		RoomCollisions:       e.stats.roomCollisions.Load(),
+		RankConflicts:        e.stats.rankConflicts.Load(),
+		PrefillRankMisses:    e.stats.prefillRankMisses.Load(),
 		KVParamsOmitted:      e.stats.kvParamsOmitted.Load(),
+		MooncakePulls:        e.stats.mooncakePulls.Load(),
+		MooncakePulling:      e.stats.mooncakePulling.Load(),
+		MooncakeTransfers:    e.stats.mooncakeTransfers.Load(),
+		MooncakeTimeouts:     e.stats.mooncakeTimeouts.Load(),
+		MooncakeFailures:     e.stats.mooncakeFailures.Load(),
+		MooncakeKept:         e.stats.mooncakeKept.Load(),
+		MooncakeNotKept:      e.stats.mooncakeNotKept.Load(),
+		MooncakeWaits:        e.stats.mooncakeWaits.Load(),
+		MooncakeSent:         e.stats.mooncakeSent.Load(),
+		MooncakePullTimeouts: e.stats.mooncakePullTimeouts.Load(),
 		PrefillInFlight:      e.stats.prefillInFlight.Load(),
 		PrefillPeak:          e.stats.prefillPeak.Load(),
 		PrefixCacheHitTokens: e.stats.cachedTokens.Load(),
 		PromptTokens:         e.stats.promptTokens.Load(),
 		RecomputedPrompts:    e.stats.recomputed.Load(),
-		MaxQueueDepth:        s.maxWaiting,
-		KVUsedTokens:         s.kvUsed,
-		KVCapacityTokens:     s.kvCap,
-		PrefixCacheUsed:      e.cache.usedTokens(),
+		PublishedRooms:       e.kvStore.size(),
+		Ranks:                make([]RankStats, len(e.ranks)),
 	}
-	if e.rooms != nil {
-		st.PublishedRooms = e.rooms.size()
+	for i, r := range e.ranks {
+		s := r.sched.snapshot()
+		used := r.cache.usedTokens()
+		st.Ranks[i] = RankStats{
+			DPRank: r.index, EngineID: r.engineID, Requests: r.requests.Load(),
+			Running: s.running, Queued: s.waiting, PrefillQueue: s.prefillQueue, MaxQueueDepth: s.maxWaiting,
+			PrefixCacheHitTokens: r.cachedTokens.Load(), PromptTokens: r.promptTokens.Load(),
+			KVUsedTokens: s.kvUsed, KVCapacityTokens: s.kvCap, PrefixCacheUsed: used,
+		}
+		st.Running += s.running
+		st.Queued += s.waiting
+		st.PrefillQueue += s.prefillQueue
+		st.MaxQueueDepth = max(st.MaxQueueDepth, s.maxWaiting)
+		st.KVUsedTokens += s.kvUsed
+		st.KVCapacityTokens += s.kvCap
+		st.PrefixCacheUsed += used
+		if r.rooms != nil {
+			st.PublishedRooms += r.rooms.size()
+		}
+		if r.xfers != nil {
+			st.PublishedRooms += r.xfers.size()
+		}
 	}
-	st.PublishedRooms += e.kvStore.size()
 	e.stats.mu.Lock()
 	st.LastTraceparent = e.stats.lastTraceparent
 	st.PerPath = maps.Clone(e.stats.perPath)
@@ -114,11 +200,19 @@ func (e *Engine) ResetStats() {
 	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.bootstrapWaits,
 		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
 		&e.stats.recomputed, &e.stats.roomCollisions, &e.stats.handshakeWaits, &e.stats.handshakeTimeouts,
-		&e.stats.kvParamsOmitted} {
+		&e.stats.kvParamsOmitted, &e.stats.rankConflicts, &e.stats.prefillRankMisses,
+		&e.stats.mooncakePulls, &e.stats.mooncakeTransfers, &e.stats.mooncakeTimeouts, &e.stats.mooncakeFailures,
+		&e.stats.mooncakeKept, &e.stats.mooncakeNotKept, &e.stats.mooncakeWaits, &e.stats.mooncakeSent,
+		&e.stats.mooncakePullTimeouts} {
 		c.Store(0)
 	}
 	e.stats.prefillPeak.Store(e.stats.prefillInFlight.Load())
-	e.sched.resetMaxWaiting()
+	for _, r := range e.ranks {
+		r.sched.resetMaxWaiting()
+		r.requests.Store(0)
+		r.promptTokens.Store(0)
+		r.cachedTokens.Store(0)
+	}
 	e.stats.mu.Lock()
 	clear(e.stats.perPath)
 	e.stats.lastTraceparent = ""
@@ -189,27 +283,39 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	}
 	reg.MustRegister(m.requests, m.failed, m.promptTokens, m.cachedTokens, m.generatedTokens, m.bootstrapTimeouts, m.recomputed)
 
-	gaugeWith := func(labels prometheus.Labels, name, help string, f func(s schedSnapshot) float64) {
+	gaugeWith := func(labels prometheus.Labels, name, help string, snap func() schedSnapshot, f func(s schedSnapshot) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return f(e.sched.snapshot()) }))
+			func() float64 { return f(snap()) }))
 	}
-	gauge := func(name, help string, f func(s schedSnapshot) float64) { gaugeWith(model, name, help, f) }
+	gauge := func(name, help string, f func(s schedSnapshot) float64) {
+		gaugeWith(model, name, help, e.totalSnapshot, f)
+	}
 	running := func(s schedSnapshot) float64 { return float64(s.running) }
 	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
 	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
-	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine.
-	if e.cfg.Protocol == ProtocolVLLM {
-		// vllm/v1/metrics/loggers.py PrometheusStatLogger: labelnames model_name and engine (the engine
-		// core index, "0" without data parallelism).
-		vl := prometheus.Labels{"model_name": e.cfg.Models[0], "engine": "0"}
-		gaugeWith(vl, "vllm:num_requests_running", "Number of requests in model execution batches.", running)
-		gaugeWith(vl, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-		gaugeWith(vl, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
-	} else {
-		gauge("sglang:num_running_reqs", "The number of running requests.", running)
-		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting)
-		gauge("sglang:token_usage", "The token usage.", usage)
-		gauge("sglang:num_used_tokens", "The number of used tokens.", func(s schedSnapshot) float64 { return float64(s.kvUsed) })
+	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine: one
+	// series per DP rank.
+	for _, r := range e.ranks {
+		snap := r.sched.snapshot
+		if e.cfg.Protocol == ProtocolVLLM {
+			// vllm/v1/metrics/loggers.py PrometheusStatLogger: labelnames model_name and engine (the engine
+			// core index: the DP rank).
+			vl := prometheus.Labels{"model_name": e.cfg.Models[0], "engine": strconv.Itoa(r.index)}
+			gaugeWith(vl, "vllm:num_requests_running", "Number of requests in model execution batches.", snap, running)
+			gaugeWith(vl, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", snap, waiting)
+			gaugeWith(vl, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", snap, usage)
+			continue
+		}
+		// SGLang's scheduler metrics carry a dp_rank label when the engine runs DP ranks
+		// (scheduler_metrics_mixin.py init_metrics: labels["dp_rank"] = dp_rank).
+		sl := model
+		if len(e.ranks) > 1 {
+			sl = prometheus.Labels{"model_name": e.cfg.Models[0], "dp_rank": strconv.Itoa(r.index)}
+		}
+		gaugeWith(sl, "sglang:num_running_reqs", "The number of running requests.", snap, running)
+		gaugeWith(sl, "sglang:num_queue_reqs", "The number of requests in the waiting queue.", snap, waiting)
+		gaugeWith(sl, "sglang:token_usage", "The token usage.", snap, usage)
+		gaugeWith(sl, "sglang:num_used_tokens", "The number of used tokens.", snap, func(s schedSnapshot) float64 { return float64(s.kvUsed) })
 	}
 	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", running)
 	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", waiting)

@@ -1,6 +1,10 @@
 package telemetry
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // BreakerSample is one worker's circuit breaker state at scrape time.
 type BreakerSample struct {
@@ -30,5 +34,125 @@ func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.sample() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.State), s.Worker)
+	}
+}
+
+// RankSample is the load on one data-parallel rank of a worker.
+type RankSample struct {
+	Worker string
+	Rank   int
+	Load   int64
+}
+
+// RegisterRankCollector exports, at scrape time, the backend requests in flight on each data-parallel
+// rank of the workers that have several (sluice_worker_rank_active_requests{worker,rank}). Ranks are
+// few per engine (its dp_size), so the series stay bounded.
+func RegisterRankCollector(reg prometheus.Registerer, sample func() []RankSample) {
+	reg.MustRegister(&rankCollector{
+		desc: prometheus.NewDesc("sluice_worker_rank_active_requests",
+			"Backend requests in flight per data-parallel rank of a worker.", []string{"worker", "rank"}, nil),
+		sample: sample,
+	})
+}
+
+type rankCollector struct {
+	desc   *prometheus.Desc
+	sample func() []RankSample
+}
+
+func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.sample() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Load), s.Worker, strconv.Itoa(s.Rank))
+	}
+}
+
+// WorkerSample is one registered worker at scrape time.
+type WorkerSample struct {
+	Worker   string // URL, the worker label everywhere
+	ID       string
+	Role     string // regular, prefill or decode
+	Protocol string
+	Health   string // pending, ready, not_ready or draining
+}
+
+// AdmissionSample is prefill admission's configuration at scrape time.
+type AdmissionSample struct {
+	Enabled bool
+	// Limit is the slot limit of every prefill worker (issue-driven per-worker limits and cluster shares
+	// will make it differ per worker: the metric is per worker already).
+	Limit        int
+	QueueSize    int
+	QueueTimeout float64 // seconds
+}
+
+// State is what the state collector reads at scrape time.
+type State struct {
+	// Roles are the worker roles of the gateway's mode (prefill and decode, or regular): sluice_workers
+	// exports every role x health pair of them, zeros included, so "no ready prefill worker" is a
+	// value (0), not a missing series.
+	Roles     []string
+	Workers   []WorkerSample
+	Admission AdmissionSample
+}
+
+// healthStates is the closed set of worker health label values.
+var healthStates = []string{"pending", "ready", "not_ready", "draining"}
+
+type stateCollector struct {
+	info, workers, limit, queueSize, queueTimeout, gateway *prometheus.Desc
+	version, mode                                          string
+	sample                                                 func() State
+}
+
+// RegisterStateCollector exports, from sample read at scrape time: sluice_gateway_info{version,mode},
+// sluice_worker_info{worker,id,role,protocol}, sluice_workers{role,health}, and with admission on
+// sluice_pd_prefill_admission_limit{worker} (per prefill worker), sluice_pd_prefill_admission_queue_limit
+// and sluice_pd_prefill_admission_queue_timeout_seconds. Read at scrape time, they can never disagree
+// with the registry or the live admission settings.
+func RegisterStateCollector(reg prometheus.Registerer, version, mode string, sample func() State) {
+	reg.MustRegister(&stateCollector{
+		gateway: prometheus.NewDesc("sluice_gateway_info", "Always 1: the gateway's version and routing mode (pd or regular).",
+			[]string{"version", "mode"}, nil),
+		info: prometheus.NewDesc("sluice_worker_info", "Always 1 per registered worker: its id, role and protocol (join on worker).",
+			[]string{"worker", "id", "role", "protocol"}, nil),
+		workers: prometheus.NewDesc("sluice_workers", "Registered workers per role and health state.",
+			[]string{"role", "health"}, nil),
+		limit: prometheus.NewDesc("sluice_pd_prefill_admission_limit",
+			"Prefill admission slot limit per prefill worker (only while admission is on).", []string{"worker"}, nil),
+		queueSize: prometheus.NewDesc("sluice_pd_prefill_admission_queue_limit",
+			"Bound on requests waiting for a prefill slot, all queues together (only while admission is on).", nil, nil),
+		queueTimeout: prometheus.NewDesc("sluice_pd_prefill_admission_queue_timeout_seconds",
+			"Longest wait for a prefill slot (only while admission is on).", nil, nil),
+		version: version, mode: mode, sample: sample,
+	})
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.gateway, c.info, c.workers, c.limit, c.queueSize, c.queueTimeout} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.sample()
+	ch <- prometheus.MustNewConstMetric(c.gateway, prometheus.GaugeValue, 1, c.version, c.mode)
+	counts := map[[2]string]int{}
+	for _, w := range s.Workers {
+		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, w.Worker, w.ID, w.Role, w.Protocol)
+		counts[[2]string{w.Role, w.Health}]++
+		if s.Admission.Enabled && w.Role == "prefill" {
+			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(s.Admission.Limit), w.Worker)
+		}
+	}
+	for _, role := range s.Roles {
+		for _, h := range healthStates {
+			ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(counts[[2]string{role, h}]), role, h)
+		}
+	}
+	if s.Admission.Enabled {
+		ch <- prometheus.MustNewConstMetric(c.queueSize, prometheus.GaugeValue, float64(s.Admission.QueueSize))
+		ch <- prometheus.MustNewConstMetric(c.queueTimeout, prometheus.GaugeValue, s.Admission.QueueTimeout)
 	}
 }

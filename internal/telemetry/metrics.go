@@ -1,84 +1,194 @@
 package telemetry
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Metrics holds the gateway's instruments, registered on one registry. Its methods are safe for
-// concurrent use. Per-worker series are deleted by DeleteWorker when a worker is removed.
+// concurrent use. Per-worker series are deleted by DeleteWorker when a worker is removed. The names,
+// labels and meaning of every instrument are documented in docs/metrics.md; keep the two in step.
+//
+// Labels stay low-cardinality: workers are labelled by URL, models only with the ids the registered
+// workers serve (ModelLabel), routes by path, and every other label has a small closed set of values.
 type Metrics struct {
-	requests          *prometheus.CounterVec
-	requestDuration   *prometheus.HistogramVec
-	ttft              *prometheus.HistogramVec
-	prefillDuration   prometheus.Histogram
-	upstream          *prometheus.CounterVec
-	retries           prometheus.Counter
-	workerActive      *prometheus.GaugeVec
-	workerHealth      *prometheus.GaugeVec
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	ttft            *prometheus.HistogramVec
+	itl             *prometheus.HistogramVec
+	tokens          *prometheus.CounterVec
+	retries         prometheus.Counter
+
+	prefillDuration *prometheus.HistogramVec
+	decodeTTFT      *prometheus.HistogramVec
+	kvWait          *prometheus.HistogramVec
+	splits          *prometheus.CounterVec
+	splitSamples    *prometheus.CounterVec
+	prefillSkipped  *prometheus.CounterVec
+	kvFallbacks     *prometheus.CounterVec
+
+	upstream           *prometheus.CounterVec
+	workerErrors       *prometheus.CounterVec
+	workerActive       *prometheus.GaugeVec
+	workerHealth       *prometheus.GaugeVec
+	healthTransitions  *prometheus.CounterVec
+	breakerTransitions *prometheus.CounterVec
+	workerTTFT         *prometheus.HistogramVec
+	workerITL          *prometheus.HistogramVec
+	engineRunning      *prometheus.GaugeVec
+	engineWaiting      *prometheus.GaugeVec
+	engineKVUsage      *prometheus.GaugeVec
+	engineLoadErrors   *prometheus.CounterVec
+
 	admissionInflight *prometheus.GaugeVec
-	admissionQueued   prometheus.Gauge
-	admissionWait     prometheus.Histogram
+	admissionQueued   *prometheus.GaugeVec
+	admissionWait     *prometheus.HistogramVec
 	admissionRejects  *prometheus.CounterVec
-	kvFallbacks       *prometheus.CounterVec
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
 }
 
-// latencyBuckets spans 1 ms to ~5 min: admission waits and TTFT of LLM requests live in that range.
+// latencyBuckets spans 1 ms to 5 min: admission waits, TTFT and whole LLM requests live in that range.
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// tokenLatencyBuckets spans 0.5 ms to 2.5 s: the time per output token of one stream.
+var tokenLatencyBuckets = []float64{.0005, .001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1, 2.5}
+
+// Token types of sluice_tokens_total, as OpenTelemetry's gen_ai.token.type names them.
+const (
+	TokenInput  = "input"
+	TokenOutput = "output"
+)
+
+// Error classes of sluice_worker_errors_total: a small closed set (ErrorClass returns one of them).
+const (
+	ClassClientError = "client_error" // 4xx other than 408 and 429: the request was wrong for the engine
+	ClassRateLimited = "rate_limited" // 429: the engine is busy
+	ClassServerError = "server_error" // 5xx other than 504
+	ClassTimeout     = "timeout"      // 408, 504, or no answer within a deadline
+	ClassTransport   = "transport"    // the connection failed before an answer
+	ClassStream      = "stream"       // a streamed answer broke off or carried an error event
+)
+
+// ErrorClass maps an engine's HTTP status to its error class; "" for statuses below 400.
+func ErrorClass(status int) string {
+	switch {
+	case status < 400:
+		return ""
+	case status == 408 || status == 504:
+		return ClassTimeout
+	case status == 429:
+		return ClassRateLimited
+	case status < 500:
+		return ClassClientError
+	}
+	return ClassServerError
+}
+
+// OtherModel is the model label of requests for a model no registered worker names (workers that
+// serve any model accept any string: those strings must not become label values).
+const OtherModel = "other"
+
+// ModelLabel is the label value for model: model itself when known (a sorted list of the models the
+// registered workers name), else OtherModel. An empty model (SGLang /generate without one) stays "".
+func ModelLabel(known []string, model string) string {
+	if model == "" {
+		return ""
+	}
+	if _, ok := slices.BinarySearch(known, model); ok {
+		return model
+	}
+	return OtherModel
+}
 
 // NewMetrics creates the instruments and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	hist := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	}
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_total", Help: "Client requests by route, model and HTTP status.",
-		}, []string{"route", "model", "status"}),
-		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_request_duration_seconds", Help: "Client request duration, until the last byte.", Buckets: latencyBuckets,
-		}, []string{"route"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_time_to_first_token_seconds", Help: "Time from request arrival to the first byte of the response body.", Buckets: latencyBuckets,
-		}, []string{"route"}),
-		prefillDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_pd_prefill_duration_seconds", Help: "Duration of the prefill leg of PD requests.", Buckets: latencyBuckets,
-		}),
-		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_upstream_responses_total", Help: "Responses from workers by worker and status (\"error\" for transport errors).",
-		}, []string{"worker", "status"}),
+		requests: counter("sluice_requests_total", "Client requests by route, model and HTTP status.", "route", "model", "status"),
+		requestDuration: hist("sluice_request_duration_seconds",
+			"Client request duration, from arrival until the last byte of the answer.", latencyBuckets, "route", "model"),
+		ttft: hist("sluice_time_to_first_token_seconds",
+			"Streamed requests: time from arrival to the first event of the answer.", latencyBuckets, "route", "model"),
+		itl: hist("sluice_inter_token_latency_seconds",
+			"Streamed requests: mean time between output tokens of one stream, after the first.", tokenLatencyBuckets, "route", "model"),
+		tokens: counter("sluice_tokens_total",
+			"Tokens of answered requests by type (input = prompt, output = completion), from the engines' usage.", "route", "model", "type"),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_retries_total", Help: "Request attempts retried after a retryable failure.",
 		}),
-		workerActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_worker_active_requests", Help: "Backend requests in flight per worker.",
-		}, []string{"worker"}),
-		workerHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_worker_healthy", Help: "1 when the worker is healthy (routable health state), else 0.",
-		}, []string{"worker"}),
-		admissionInflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_pd_prefill_admission_inflight", Help: "Prefill admission slots held per prefill worker.",
-		}, []string{"worker"}),
-		admissionQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_pd_prefill_admission_queued", Help: "Requests waiting for a prefill admission slot.",
-		}),
-		admissionWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_pd_prefill_admission_wait_seconds", Help: "Time requests waited in the prefill admission queue.", Buckets: latencyBuckets,
-		}),
-		admissionRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_pd_prefill_admission_rejections_total", Help: "Requests rejected by prefill admission, by reason.",
-		}, []string{"reason"}),
-		kvFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_pd_kv_transfer_fallbacks_total",
-			Help: "PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.",
-		}, []string{"handoff"}),
+
+		prefillDuration: hist("sluice_pd_prefill_duration_seconds",
+			"PD requests: duration of the prefill leg, by KV handoff.", latencyBuckets, "handoff"),
+		decodeTTFT: hist("sluice_pd_decode_time_to_first_token_seconds",
+			"Streamed PD requests: time from the first leg sent to the decode's first event, by KV handoff.", latencyBuckets, "handoff"),
+		kvWait: hist("sluice_pd_kv_transfer_wait_seconds",
+			"Streamed PD requests: decode time to first token minus prefill duration (KV transfer and the decode's first step), by KV handoff.",
+			latencyBuckets, "handoff"),
+		splits: counter("sluice_pd_split_requests_total",
+			"PD requests with n > 1 split into single-sample requests under one admission slot, by KV handoff.", "handoff"),
+		splitSamples: counter("sluice_pd_split_samples_total",
+			"Single-sample requests sent for split n > 1 PD requests, by KV handoff.", "handoff"),
+		prefillSkipped: counter("sluice_pd_prefill_skipped_total",
+			"PD requests sent to a decode worker alone (it computes the prompt), by KV handoff and reason.", "handoff", "reason"),
+		kvFallbacks: counter("sluice_pd_kv_transfer_fallbacks_total",
+			"PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.", "handoff"),
+
+		upstream: counter("sluice_upstream_responses_total",
+			"Responses from workers by worker and status (\"error\" for transport errors).", "worker", "status"),
+		workerErrors: counter("sluice_worker_errors_total",
+			"Failed legs per worker by class: client_error, rate_limited, server_error, timeout, transport, stream.", "worker", "class"),
+		workerActive: gauge("sluice_worker_active_requests", "Backend requests in flight per worker.", "worker"),
+		workerHealth: gauge("sluice_worker_healthy", "1 when the worker is healthy (routable health state), else 0.", "worker"),
+		healthTransitions: counter("sluice_worker_health_transitions_total",
+			"Health state changes per worker (pending, ready, not_ready, draining).", "worker", "from", "to"),
+		breakerTransitions: counter("sluice_worker_breaker_transitions_total",
+			"Circuit breaker state changes per worker (closed, open, half_open), by reason.", "worker", "from", "to", "reason"),
+		workerTTFT: hist("sluice_worker_time_to_first_token_seconds",
+			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", latencyBuckets, "worker"),
+		workerITL: hist("sluice_worker_inter_token_latency_seconds",
+			"Streamed requests: mean time between output tokens, by the worker that generated.", tokenLatencyBuckets, "worker"),
+		engineRunning: gauge("sluice_worker_engine_running_requests",
+			"Requests the engine reports running, polled every --engine-load-interval-secs.", "worker"),
+		engineWaiting: gauge("sluice_worker_engine_waiting_requests",
+			"Requests the engine reports waiting in its own queue, polled every --engine-load-interval-secs.", "worker"),
+		engineKVUsage: gauge("sluice_worker_engine_kv_cache_usage_ratio",
+			"Fraction of the engine's KV cache in use (0..1) as it reports it, polled every --engine-load-interval-secs.", "worker"),
+		engineLoadErrors: counter("sluice_worker_engine_load_errors_total",
+			"Engine load polls that failed; the worker's engine gauges are dropped until a poll succeeds.", "worker"),
+
+		admissionInflight: gauge("sluice_pd_prefill_admission_inflight", "Prefill admission slots held per prefill worker.", "worker"),
+		admissionQueued: gauge("sluice_pd_prefill_admission_queued",
+			"Requests waiting for a prefill admission slot, per queue (model); sum them for the total bounded by the queue size.", "queue"),
+		admissionWait: hist("sluice_pd_prefill_admission_wait_seconds",
+			"Time requests waited for a prefill admission slot, per queue (model) and the worker that granted it (\"\" when none did).",
+			latencyBuckets, "queue", "worker"),
+		admissionRejects: counter("sluice_pd_prefill_admission_rejections_total",
+			"Requests rejected by prefill admission, per queue (model) and reason.", "queue", "reason"),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.prefillDuration, m.upstream, m.retries,
-		m.workerActive, m.workerHealth,
-		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects, m.kvFallbacks)
+	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
+		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks,
+		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
+		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
+		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
+	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
+	// ReasonNGreaterThanOne) is exported at 0 from the start: "none yet" is an answer, not no data.
+	m.kvFallbacks.WithLabelValues("vllm_nixl")
+	m.prefillSkipped.WithLabelValues("vllm_nixl", "n_gt_1")
 	return m
 }
 
@@ -91,27 +201,70 @@ func (m *Metrics) status(code int) string {
 	return s
 }
 
-// ObserveRequest records one finished client request.
-func (m *Metrics) ObserveRequest(route, model string, status int, d time.Duration) {
-	m.requests.WithLabelValues(route, model, m.status(status)).Inc()
-	m.requestDuration.WithLabelValues(route).Observe(d.Seconds())
+// observe records v on o, with the trace id as an exemplar when sc is a sampled trace: the exemplar
+// links a slow bucket to its trace (exposed in the OpenMetrics format, which Prometheus asks for).
+func observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
+	if sc.IsValid() && sc.IsSampled() {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
-// ObserveTTFT records the time to the first response byte of a request.
-func (m *Metrics) ObserveTTFT(route string, d time.Duration) {
-	m.ttft.WithLabelValues(route).Observe(d.Seconds())
+// ObserveRequest records one finished client request: its count and duration.
+func (m *Metrics) ObserveRequest(route, model string, status int, d time.Duration, sc trace.SpanContext) {
+	m.requests.WithLabelValues(route, model, m.status(status)).Inc()
+	observe(m.requestDuration.WithLabelValues(route, model), d.Seconds(), sc)
+}
+
+// ObserveStream records what a streamed answer showed: its time to first token, its mean
+// inter-token latency (itl 0 = not measured: fewer than two tokens) and the worker that generated.
+func (m *Metrics) ObserveStream(route, model, worker string, ttft, itl time.Duration, sc trace.SpanContext) {
+	observe(m.ttft.WithLabelValues(route, model), ttft.Seconds(), sc)
+	if worker != "" {
+		observe(m.workerTTFT.WithLabelValues(worker), ttft.Seconds(), sc)
+	}
+	if itl > 0 {
+		observe(m.itl.WithLabelValues(route, model), itl.Seconds(), sc)
+		if worker != "" {
+			observe(m.workerITL.WithLabelValues(worker), itl.Seconds(), sc)
+		}
+	}
+}
+
+// AddTokens counts a request's tokens as its usage reported them.
+func (m *Metrics) AddTokens(route, model string, input, output int64) {
+	if input > 0 {
+		m.tokens.WithLabelValues(route, model, TokenInput).Add(float64(input))
+	}
+	if output > 0 {
+		m.tokens.WithLabelValues(route, model, TokenOutput).Add(float64(output))
+	}
 }
 
 // ObservePrefill records the duration of a PD prefill leg.
-func (m *Metrics) ObservePrefill(d time.Duration) { m.prefillDuration.Observe(d.Seconds()) }
+func (m *Metrics) ObservePrefill(handoff string, d time.Duration, sc trace.SpanContext) {
+	observe(m.prefillDuration.WithLabelValues(handoff), d.Seconds(), sc)
+}
 
-// ObserveUpstream records a worker's response status; status 0 means a transport error.
-func (m *Metrics) ObserveUpstream(worker string, status int) {
-	s := "error"
-	if status > 0 {
-		s = m.status(status)
-	}
-	m.upstream.WithLabelValues(worker, s).Inc()
+// ObserveDecodeFirstToken records a streamed PD request's decode time to first token and the KV wait
+// derived from it.
+func (m *Metrics) ObserveDecodeFirstToken(handoff string, decodeTTFT, kvWait time.Duration, sc trace.SpanContext) {
+	observe(m.decodeTTFT.WithLabelValues(handoff), decodeTTFT.Seconds(), sc)
+	observe(m.kvWait.WithLabelValues(handoff), kvWait.Seconds(), sc)
+}
+
+// IncSplit counts an n > 1 request split into samples single-sample requests.
+func (m *Metrics) IncSplit(handoff string, samples int) {
+	m.splits.WithLabelValues(handoff).Inc()
+	m.splitSamples.WithLabelValues(handoff).Add(float64(samples))
+}
+
+// IncPrefillSkipped counts a PD request sent to a decode worker alone.
+func (m *Metrics) IncPrefillSkipped(handoff, reason string) {
+	m.prefillSkipped.WithLabelValues(handoff, reason).Inc()
 }
 
 // IncKVTransferFallback counts a decode sent without KV transfer parameters (it recomputes the prompt).
@@ -119,6 +272,25 @@ func (m *Metrics) IncKVTransferFallback(handoff string) { m.kvFallbacks.WithLabe
 
 // IncRetry counts one retried attempt.
 func (m *Metrics) IncRetry() { m.retries.Inc() }
+
+// ObserveUpstream records a worker's response status; status 0 means a transport error. Statuses from
+// 400 up are also counted as errors by class (transport errors: IncWorkerError).
+func (m *Metrics) ObserveUpstream(worker string, status int) {
+	s := "error"
+	if status > 0 {
+		s = m.status(status)
+	}
+	m.upstream.WithLabelValues(worker, s).Inc()
+	if c := ErrorClass(status); c != "" {
+		m.workerErrors.WithLabelValues(worker, c).Inc()
+	}
+}
+
+// IncWorkerError counts a failure of a leg on worker that has no HTTP status (class ClassTransport,
+// ClassTimeout or ClassStream).
+func (m *Metrics) IncWorkerError(worker, class string) {
+	m.workerErrors.WithLabelValues(worker, class).Inc()
+}
 
 // AddWorkerActive moves a worker's in-flight backend request gauge by delta.
 func (m *Metrics) AddWorkerActive(worker string, delta float64) {
@@ -134,24 +306,66 @@ func (m *Metrics) SetWorkerHealth(worker string, healthy bool) {
 	m.workerHealth.WithLabelValues(worker).Set(v)
 }
 
+// IncHealthTransition counts a worker's health change.
+func (m *Metrics) IncHealthTransition(worker, from, to string) {
+	m.healthTransitions.WithLabelValues(worker, from, to).Inc()
+}
+
+// IncBreakerTransition counts a worker's circuit breaker state change and its reason
+// (worker.Reason*: consecutive_failures, half_open_failure, open_timeout, health_probe,
+// half_open_successes).
+func (m *Metrics) IncBreakerTransition(worker, from, to, reason string) {
+	m.breakerTransitions.WithLabelValues(worker, from, to, reason).Inc()
+}
+
+// SetEngineLoad records the load a worker's engine reported.
+func (m *Metrics) SetEngineLoad(worker string, running, waiting int, kvUsage float64) {
+	m.engineRunning.WithLabelValues(worker).Set(float64(running))
+	m.engineWaiting.WithLabelValues(worker).Set(float64(waiting))
+	m.engineKVUsage.WithLabelValues(worker).Set(kvUsage)
+}
+
+// EngineLoadFailed counts a failed load poll and drops the worker's engine gauges, so a stale value
+// never passes for a current one.
+func (m *Metrics) EngineLoadFailed(worker string) {
+	m.engineLoadErrors.WithLabelValues(worker).Inc()
+	m.engineRunning.DeleteLabelValues(worker)
+	m.engineWaiting.DeleteLabelValues(worker)
+	m.engineKVUsage.DeleteLabelValues(worker)
+}
+
 // SetInflight sets the admission slots held on worker.
 func (m *Metrics) SetInflight(worker string, n int) {
 	m.admissionInflight.WithLabelValues(worker).Set(float64(n))
 }
 
-// SetQueued sets the number of requests waiting for admission.
-func (m *Metrics) SetQueued(n int) { m.admissionQueued.Set(float64(n)) }
+// AddQueued moves the number of requests waiting in queue by delta.
+func (m *Metrics) AddQueued(queue string, delta int) {
+	m.admissionQueued.WithLabelValues(queue).Add(float64(delta))
+}
 
-// ObserveWait records one admission wait.
-func (m *Metrics) ObserveWait(d time.Duration) { m.admissionWait.Observe(d.Seconds()) }
+// ObserveWait records one admission wait in queue, ended by a grant on worker ("" when none).
+func (m *Metrics) ObserveWait(queue, worker string, d time.Duration) {
+	m.admissionWait.WithLabelValues(queue, worker).Observe(d.Seconds())
+}
 
-// IncRejectionReason counts one admission rejection.
-func (m *Metrics) IncRejectionReason(reason string) { m.admissionRejects.WithLabelValues(reason).Inc() }
+// IncRejection counts one admission rejection in queue.
+func (m *Metrics) IncRejection(queue, reason string) {
+	m.admissionRejects.WithLabelValues(queue, reason).Inc()
+}
 
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
-	m.admissionInflight.DeleteLabelValues(worker)
-	m.workerActive.DeleteLabelValues(worker)
-	m.workerHealth.DeleteLabelValues(worker)
-	m.upstream.DeletePartialMatch(prometheus.Labels{"worker": worker})
+	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.workerActive, m.workerHealth,
+		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
+		g.DeleteLabelValues(worker)
+	}
+	byWorker := prometheus.Labels{"worker": worker}
+	for _, c := range []*prometheus.CounterVec{m.upstream, m.workerErrors, m.healthTransitions,
+		m.breakerTransitions, m.engineLoadErrors} {
+		c.DeletePartialMatch(byWorker)
+	}
+	for _, h := range []*prometheus.HistogramVec{m.workerTTFT, m.workerITL, m.admissionWait} {
+		h.DeletePartialMatch(byWorker)
+	}
 }

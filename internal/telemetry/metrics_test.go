@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/telemetry"
 )
@@ -30,11 +31,11 @@ func familyNames(t *testing.T, reg *prometheus.Registry) []string {
 func TestNewMetricsRegisters(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	telemetry.NewMetrics(reg)
-	// Unlabelled instruments are exported at once; vectors appear with their first series.
+	// Unlabelled instruments are exported at once, and the one KV handoff that can fall back;
+	// other vectors appear with their first series.
 	want := []string{
-		"sluice_pd_prefill_admission_queued",
-		"sluice_pd_prefill_admission_wait_seconds",
-		"sluice_pd_prefill_duration_seconds",
+		"sluice_pd_kv_transfer_fallbacks_total",
+		"sluice_pd_prefill_skipped_total",
 		"sluice_retries_total",
 	}
 	if diff := cmp.Diff(want, familyNames(t, reg)); diff != "" {
@@ -60,15 +61,26 @@ func TestNewMetricsTwiceOnOneRegistryPanics(t *testing.T) {
 func TestMetricsRecord(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
-	m.ObserveRequest("chat", "m", 200, 30*time.Millisecond)
-	m.ObserveRequest("chat", "m", 200, 40*time.Millisecond)
-	m.ObserveRequest("chat", "m", 429, time.Millisecond)
+	var none trace.SpanContext
+	m.ObserveRequest("chat", "m", 200, 30*time.Millisecond, none)
+	m.ObserveRequest("chat", "m", 200, 40*time.Millisecond, none)
+	m.ObserveRequest("chat", "m", 429, time.Millisecond, none)
 	m.ObserveUpstream("http://a", 200)
 	m.ObserveUpstream("http://a", 0)
 	m.ObserveUpstream("http://a", 0)
+	m.ObserveUpstream("http://a", 503)
+	m.ObserveUpstream("http://a", 429)
+	m.ObserveUpstream("http://a", 504)
+	m.IncWorkerError("http://a", telemetry.ClassTransport)
 	m.IncRetry()
-	m.IncRejectionReason("queue_full")
-	m.SetQueued(3)
+	m.IncRejection("m", "queue_full")
+	m.AddQueued("m", 1)
+	m.AddQueued("m", 1)
+	m.AddQueued("m", 1)
+	m.AddQueued("n", 1)
+	m.AddQueued("n", -1)
+	m.AddTokens("chat", "m", 12, 0)
+	m.AddTokens("chat", "m", 3, 5)
 
 	const want = `
 # HELP sluice_requests_total Client requests by route, model and HTTP status.
@@ -78,24 +90,42 @@ sluice_requests_total{model="m",route="chat",status="429"} 1
 # HELP sluice_upstream_responses_total Responses from workers by worker and status ("error" for transport errors).
 # TYPE sluice_upstream_responses_total counter
 sluice_upstream_responses_total{status="200",worker="http://a"} 1
+sluice_upstream_responses_total{status="429",worker="http://a"} 1
+sluice_upstream_responses_total{status="503",worker="http://a"} 1
+sluice_upstream_responses_total{status="504",worker="http://a"} 1
 sluice_upstream_responses_total{status="error",worker="http://a"} 2
+# HELP sluice_worker_errors_total Failed legs per worker by class: client_error, rate_limited, server_error, timeout, transport, stream.
+# TYPE sluice_worker_errors_total counter
+sluice_worker_errors_total{class="rate_limited",worker="http://a"} 1
+sluice_worker_errors_total{class="server_error",worker="http://a"} 1
+sluice_worker_errors_total{class="timeout",worker="http://a"} 1
+sluice_worker_errors_total{class="transport",worker="http://a"} 1
+# HELP sluice_tokens_total Tokens of answered requests by type (input = prompt, output = completion), from the engines' usage.
+# TYPE sluice_tokens_total counter
+sluice_tokens_total{model="m",route="chat",type="input"} 15
+sluice_tokens_total{model="m",route="chat",type="output"} 5
 # HELP sluice_retries_total Request attempts retried after a retryable failure.
 # TYPE sluice_retries_total counter
 sluice_retries_total 1
-# HELP sluice_pd_prefill_admission_rejections_total Requests rejected by prefill admission, by reason.
+# HELP sluice_pd_prefill_admission_rejections_total Requests rejected by prefill admission, per queue (model) and reason.
 # TYPE sluice_pd_prefill_admission_rejections_total counter
-sluice_pd_prefill_admission_rejections_total{reason="queue_full"} 1
-# HELP sluice_pd_prefill_admission_queued Requests waiting for a prefill admission slot.
+sluice_pd_prefill_admission_rejections_total{queue="m",reason="queue_full"} 1
+# HELP sluice_pd_prefill_admission_queued Requests waiting for a prefill admission slot, per queue (model); sum them for the total bounded by the queue size.
 # TYPE sluice_pd_prefill_admission_queued gauge
-sluice_pd_prefill_admission_queued 3
+sluice_pd_prefill_admission_queued{queue="m"} 3
+sluice_pd_prefill_admission_queued{queue="n"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"sluice_requests_total", "sluice_upstream_responses_total", "sluice_retries_total",
-		"sluice_pd_prefill_admission_rejections_total", "sluice_pd_prefill_admission_queued"); err != nil {
+		"sluice_requests_total", "sluice_upstream_responses_total", "sluice_worker_errors_total", "sluice_tokens_total",
+		"sluice_retries_total", "sluice_pd_prefill_admission_rejections_total", "sluice_pd_prefill_admission_queued"); err != nil {
 		t.Error(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "sluice_request_duration_seconds"); err != nil || n != 1 {
-		t.Errorf("request duration series = %d (%v), want 1 (route chat)", n, err)
+		t.Errorf("request duration series = %d (%v), want 1 (route chat, model m)", n, err)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", problems, err)
 	}
 }
 
@@ -120,6 +150,7 @@ func workerSeries(t *testing.T, reg *prometheus.Registry, w string) map[string]i
 func TestDeleteWorker(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
+	var none trace.SpanContext
 	for _, w := range []string{"http://a:8000", "http://b:8000"} {
 		m.SetInflight(w, 2)
 		m.AddWorkerActive(w, 3)
@@ -127,12 +158,28 @@ func TestDeleteWorker(t *testing.T) {
 		m.ObserveUpstream(w, 200)
 		m.ObserveUpstream(w, 503)
 		m.ObserveUpstream(w, 0)
+		m.IncWorkerError(w, telemetry.ClassTransport)
+		m.IncHealthTransition(w, "pending", "ready")
+		m.IncBreakerTransition(w, "closed", "open", "consecutive_failures")
+		m.ObserveStream("chat", "m", w, time.Second, 10*time.Millisecond, none)
+		m.SetEngineLoad(w, 1, 2, 0.5)
+		m.EngineLoadFailed("x" + w) // another worker's failure
+		m.ObserveWait("m", w, time.Second)
 	}
 	perWorker := map[string]int{
-		"sluice_pd_prefill_admission_inflight": 1,
-		"sluice_worker_active_requests":        1,
-		"sluice_worker_healthy":                1,
-		"sluice_upstream_responses_total":      3,
+		"sluice_pd_prefill_admission_inflight":      1,
+		"sluice_worker_active_requests":             1,
+		"sluice_worker_healthy":                     1,
+		"sluice_upstream_responses_total":           3,
+		"sluice_worker_errors_total":                2, // server_error, transport
+		"sluice_worker_health_transitions_total":    1,
+		"sluice_worker_breaker_transitions_total":   1,
+		"sluice_worker_time_to_first_token_seconds": 1,
+		"sluice_worker_inter_token_latency_seconds": 1,
+		"sluice_worker_engine_running_requests":     1,
+		"sluice_worker_engine_waiting_requests":     1,
+		"sluice_worker_engine_kv_cache_usage_ratio": 1,
+		"sluice_pd_prefill_admission_wait_seconds":  1,
 	}
 	if diff := cmp.Diff(perWorker, workerSeries(t, reg, "http://a:8000")); diff != "" {
 		t.Fatalf("series of a before delete (-want +got):\n%s", diff)

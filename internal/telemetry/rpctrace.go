@@ -16,13 +16,20 @@ import (
 type RPCTracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
+	// Attributes, when set, adds attributes taken from the request context (the caller's id).
+	Attributes func(context.Context) []attribute.KeyValue
 }
 
 func (t RPCTracing) start(ctx context.Context, spec connect.Spec, h interface{ Get(string) string }) (context.Context, trace.Span) {
+	var extra []attribute.KeyValue
+	if t.Attributes != nil {
+		extra = t.Attributes(ctx)
+	}
 	ctx = t.Propagator.Extract(ctx, headerCarrier{h})
 	// OpenTelemetry names RPC spans "package.Service/Method", without the leading slash.
 	return t.Tracer.Start(ctx, strings.TrimPrefix(spec.Procedure, "/"), trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.method", spec.Procedure)))
+		trace.WithAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.method", spec.Procedure)),
+		trace.WithAttributes(extra...))
 }
 
 func end(span trace.Span, err error) {

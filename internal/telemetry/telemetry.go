@@ -29,9 +29,11 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// MetricsHandler serves the registry in the Prometheus exposition format.
+// MetricsHandler serves the registry in the Prometheus text format, or in the OpenMetrics format when
+// the scraper's Accept header asks for it (Prometheus does): only OpenMetrics carries the exemplars
+// (trace ids) of the latency histograms.
 func MetricsHandler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: false})
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})
 }
 
 // Propagator is the W3C trace-context propagator used on every hop.

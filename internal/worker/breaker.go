@@ -85,14 +85,29 @@ func IsFailureStatus(code int) bool {
 	return false
 }
 
+// Transition reasons passed to a breaker's observer.
+const (
+	ReasonFailures        = "consecutive_failures" // closed -> open
+	ReasonHalfOpenFailure = "half_open_failure"    // half_open -> open
+	ReasonTimeout         = "open_timeout"         // open -> half_open, Timeout passed
+	ReasonHealthProbe     = "health_probe"         // open -> half_open, an active health probe passed
+	ReasonHalfOpenSuccess = "half_open_successes"  // half_open -> closed
+)
+
+// BreakerObserver is told of every state change of a breaker, after the change, outside its lock. It
+// must not block.
+type BreakerObserver func(from, to BreakerState, reason string)
+
 // Breaker is one worker's circuit breaker. Closed: requests flow and
 // consecutive failures are counted. Open: requests are refused until Timeout
-// has passed since opening; the first Allow or State call after that turns
+// has passed since opening, or until an active health probe passes
+// (ProbeSucceeded); the first Allow or State call after the timeout turns
 // the breaker HalfOpen (lazily: no goroutine, no event). HalfOpen: requests
 // flow; SuccessThreshold successes close it, any failure reopens it.
 type Breaker struct {
-	cfg   BreakerConfig
-	clock func() time.Time
+	cfg      BreakerConfig
+	clock    func() time.Time
+	observer BreakerObserver // set before the breaker is shared; nil = none
 
 	// state is read without the lock on the hot path.
 	state atomic.Int32
@@ -131,12 +146,45 @@ func (b *Breaker) State(now time.Time) BreakerState {
 		return s
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	changed := false
 	if BreakerState(b.state.Load()) == BreakerOpen && !now.Before(b.openedAt.Add(b.cfg.Timeout)) {
 		b.successes = 0
 		b.state.Store(int32(BreakerHalfOpen))
+		changed = true
 	}
-	return BreakerState(b.state.Load())
+	st := BreakerState(b.state.Load())
+	b.mu.Unlock()
+	if changed {
+		b.notify(BreakerOpen, BreakerHalfOpen, ReasonTimeout)
+	}
+	return st
+}
+
+// ProbeSucceeded turns an open breaker half-open at once: an active health probe just saw the worker
+// serve, so there is no reason to wait out the rest of Timeout (Envoy un-ejects a host on an active
+// health-check success the same way). Half-open traffic then decides: SuccessThreshold successes close
+// the breaker, one failure reopens it. It reports whether the breaker changed state.
+func (b *Breaker) ProbeSucceeded() bool {
+	if b.cfg.Disabled || BreakerState(b.state.Load()) != BreakerOpen {
+		return false
+	}
+	b.mu.Lock()
+	changed := BreakerState(b.state.Load()) == BreakerOpen
+	if changed {
+		b.successes = 0
+		b.state.Store(int32(BreakerHalfOpen))
+	}
+	b.mu.Unlock()
+	if changed {
+		b.notify(BreakerOpen, BreakerHalfOpen, ReasonHealthProbe)
+	}
+	return changed
+}
+
+func (b *Breaker) notify(from, to BreakerState, reason string) {
+	if b.observer != nil {
+		b.observer(from, to, reason)
+	}
 }
 
 // RecordSuccess records a successful (or non-failure) outcome.
@@ -149,7 +197,7 @@ func (b *Breaker) RecordSuccess() {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	closed := false
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
 		b.failures.Store(0)
@@ -159,10 +207,15 @@ func (b *Breaker) RecordSuccess() {
 			b.failures.Store(0)
 			b.successes = 0
 			b.state.Store(int32(BreakerClosed))
+			closed = true
 		}
 	case BreakerOpen:
 		// A request admitted before the breaker opened finished well; the
 		// breaker still waits out its timeout.
+	}
+	b.mu.Unlock()
+	if closed {
+		b.notify(BreakerHalfOpen, BreakerClosed, ReasonHalfOpenSuccess)
 	}
 }
 
@@ -173,17 +226,23 @@ func (b *Breaker) RecordFailure() {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch BreakerState(b.state.Load()) {
+	from, reason := BreakerState(b.state.Load()), ""
+	switch from {
 	case BreakerClosed:
 		n := b.failures.Add(1)
 		if int(n) >= b.cfg.FailureThreshold {
 			b.open()
+			reason = ReasonFailures
 		}
 	case BreakerHalfOpen:
 		b.open()
+		reason = ReasonHalfOpenFailure
 	case BreakerOpen:
 		// Already open; the timeout runs from the first opening.
+	}
+	b.mu.Unlock()
+	if reason != "" {
+		b.notify(from, BreakerOpen, reason)
 	}
 }
 

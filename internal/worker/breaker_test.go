@@ -200,3 +200,50 @@ func TestBreakerConcurrent(t *testing.T) {
 		t.Fatalf("invalid state %v", s)
 	}
 }
+
+// TestBreakerTransitionHook: every state change of a registered worker's breaker reaches the hook
+// once, named by the worker's URL, in order; a breaker that does not change state calls nothing.
+func TestBreakerTransitionHook(t *testing.T) {
+	clk := newManualClock()
+	var mu sync.Mutex
+	var got []string
+	r := NewRegistry(RegistryOptions{Clock: clk.Now,
+		Breaker: BreakerConfig{FailureThreshold: 2, SuccessThreshold: 1, Timeout: 5 * time.Second},
+		OnBreakerTransition: func(w *Worker, from, to BreakerState, reason string) {
+			mu.Lock()
+			got = append(got, w.URL()+" "+from.String()+"->"+to.String()+" "+reason)
+			mu.Unlock()
+		},
+	})
+	w, err := r.Add(Spec{URL: "http://a:1", Role: RoleDecode, Protocol: ProtocolSGLang})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := w.Breaker()
+	b.RecordFailure()
+	b.RecordFailure() // closed -> open
+	b.RecordFailure() // already open: no transition
+	clk.Advance(5 * time.Second)
+	b.State(clk.Now()) // open -> half_open, lazily
+	b.State(clk.Now())
+	b.RecordFailure() // half_open -> open
+	clk.Advance(5 * time.Second)
+	b.Allow(clk.Now()) // open -> half_open
+	b.RecordSuccess()  // half_open -> closed
+	b.RecordSuccess()
+	want := []string{
+		"http://a:1 closed->open " + ReasonFailures, "http://a:1 open->half_open " + ReasonTimeout,
+		"http://a:1 half_open->open " + ReasonHalfOpenFailure, "http://a:1 open->half_open " + ReasonTimeout,
+		"http://a:1 half_open->closed " + ReasonHalfOpenSuccess,
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("transitions %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("transition %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}

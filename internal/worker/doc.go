@@ -16,7 +16,11 @@
 // a torn spec). The [Breaker] reads its state with one atomic load on the
 // fast path and takes a small mutex only to count failures or change state.
 // Open turns into HalfOpen lazily, inside [Breaker.Allow] or [Breaker.State],
-// without a goroutine and without an event.
+// without a goroutine and without an event, once its timeout has passed; or
+// at once when an active health probe of the Ready worker passes
+// ([Breaker.ProbeSucceeded], called by the [HealthChecker], which then emits
+// EventBreakerRecovered). Every transition is reported to the registry's
+// OnBreakerTransition observer, outside the breaker's lock.
 //
 // Writers (Add, Remove, Replace, Update, Drain, SetHealth) are serialised by
 // the registry. After a change is published, subscribers registered with

@@ -79,6 +79,11 @@ type HealthConfig struct {
 	// Disabled turns probing off: Run only waits for its context, and
 	// CheckNow marks a Pending worker Ready without probing.
 	Disabled bool
+	// KeepBreakerOpen leaves an open circuit breaker open until its timeout
+	// even when probes pass. By default (false) a passing probe of a Ready
+	// worker turns its open breaker half-open (Breaker.ProbeSucceeded), so a
+	// restarted engine gets traffic as soon as it is seen serving.
+	KeepBreakerOpen bool
 }
 
 // DefaultHealthConfig returns the default health check configuration.
@@ -255,11 +260,14 @@ func (c *HealthChecker) apply(w *Worker, probeErr error) {
 	if probeErr != nil {
 		c.logger.Debug("health probe failed", "url", w.URL(), "err", probeErr)
 	}
-	if next == cur || cur == HealthDraining || w.Removed() {
-		return
+	if next != cur && cur != HealthDraining && !w.Removed() {
+		if err := c.reg.SetHealth(w.ID(), next); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDraining) {
+			c.logger.Warn("set worker health", "url", w.URL(), "err", err)
+		}
 	}
-	if err := c.reg.SetHealth(w.ID(), next); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrDraining) {
-		c.logger.Warn("set worker health", "url", w.URL(), "err", err)
+	if probeErr == nil && !c.cfg.KeepBreakerOpen && w.Health() == HealthReady && w.Breaker().ProbeSucceeded() {
+		// The breaker changed outside the registry: wake whoever waits for a routable worker.
+		c.reg.notifyBreakerRecovered(w)
 	}
 }
 

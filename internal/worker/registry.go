@@ -34,6 +34,9 @@ const (
 	EventReplaced
 	EventHealthChanged
 	EventUpdated
+	// EventBreakerRecovered: a passing health probe turned the worker's
+	// open breaker half-open, so it is routable again.
+	EventBreakerRecovered
 )
 
 func (k EventKind) String() string {
@@ -48,12 +51,16 @@ func (k EventKind) String() string {
 		return "health_changed"
 	case EventUpdated:
 		return "updated"
+	case EventBreakerRecovered:
+		return "breaker_recovered"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Event describes one registry change. Breaker transitions are not events:
-// Open -> HalfOpen happens lazily on read.
+// Event describes one registry change. Breaker transitions are not events
+// (Open -> HalfOpen after the timeout happens lazily on read), except the
+// one a passing health probe causes (EventBreakerRecovered): waiters for a
+// routable worker should not wait for their next poll.
 type Event struct {
 	Kind EventKind
 	// Worker is the worker concerned; for EventReplaced, the new one.
@@ -77,6 +84,9 @@ type RegistryOptions struct {
 	// StartReady makes new workers Ready at once instead of Pending. Set it
 	// when health checks are disabled.
 	StartReady bool
+	// OnBreakerTransition, when set, is told of every circuit breaker state
+	// change, with the worker. It must not block.
+	OnBreakerTransition func(w *Worker, from, to BreakerState, reason string)
 }
 
 // Registry is the set of known workers. See the package doc for its
@@ -86,6 +96,7 @@ type Registry struct {
 	logger     *slog.Logger
 	breakerCfg BreakerConfig
 	startReady bool
+	onBreaker  func(w *Worker, from, to BreakerState, reason string)
 
 	snap atomic.Pointer[Snapshot]
 
@@ -128,6 +139,7 @@ func NewRegistry(opts RegistryOptions) *Registry {
 		logger:     opts.Logger,
 		breakerCfg: bc,
 		startReady: opts.StartReady,
+		onBreaker:  opts.OnBreakerTransition,
 		byID:       make(map[string]*Worker),
 	}
 	r.snap.Store(buildSnapshot(0, nil))
@@ -216,7 +228,7 @@ func (r *Registry) Add(spec Spec) (*Worker, error) {
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
 	r.nextID++
-	w := newWorker("w"+strconv.FormatUint(r.nextID, 10), spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := r.newWorker("w"+strconv.FormatUint(r.nextID, 10), spec)
 	r.byID[w.id] = w
 	r.publishLocked()
 	r.mu.Unlock()
@@ -225,6 +237,27 @@ func (r *Registry) Add(spec Spec) (*Worker, error) {
 	h := w.Health()
 	r.emit(Event{Kind: EventAdded, Worker: w, Old: h, New: h})
 	return w, nil
+}
+
+// notifyBreakerRecovered emits EventBreakerRecovered for w.
+func (r *Registry) notifyBreakerRecovered(w *Worker) {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	if w.Removed() {
+		return
+	}
+	h := w.Health()
+	r.emit(Event{Kind: EventBreakerRecovered, Worker: w, Old: h, New: h})
+}
+
+// newWorker builds a worker with a fresh breaker wired to the transition observer.
+func (r *Registry) newWorker(id string, spec Spec) *Worker {
+	br := NewBreaker(r.breakerCfg, r.clock)
+	w := newWorker(id, spec, r.initialHealth(), br)
+	if r.onBreaker != nil {
+		br.observer = func(from, to BreakerState, reason string) { r.onBreaker(w, from, to, reason) }
+	}
+	return w
 }
 
 // Remove unregisters a worker at once, whatever its load. Use Drain and
@@ -240,7 +273,7 @@ func (r *Registry) Remove(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	delete(r.byID, id)
-	w.removed.Store(true)
+	w.s.removed.Store(true)
 	r.publishLocked()
 	r.mu.Unlock()
 
@@ -272,9 +305,9 @@ func (r *Registry) Replace(id string, spec Spec) (*Worker, error) {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, spec.URL)
 	}
-	w := newWorker(id, spec, r.initialHealth(), NewBreaker(r.breakerCfg, r.clock))
+	w := r.newWorker(id, spec)
 	r.byID[id] = w
-	old.removed.Store(true)
+	old.s.removed.Store(true)
 	r.publishLocked()
 	r.mu.Unlock()
 
@@ -297,11 +330,11 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	cur := w.spec.Load()
+	cur := w.s.spec.Load()
 	next := cur.Clone()
 	fn(&next)
 	if next.URL != cur.URL || next.Role != cur.Role || next.Protocol != cur.Protocol ||
-		!slices.Equal(next.Models, cur.Models) || next.DPSize != cur.DPSize {
+		!slices.Equal(next.Models, cur.Models) || next.DPSize != cur.DPSize || next.KVConnector != cur.KVConnector {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: update may change only labels, API key and bootstrap port; use replace", ErrInvalidSpec)
 	}
@@ -309,7 +342,7 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
-	w.spec.Store(&next)
+	w.s.spec.Store(&next)
 	r.mu.Unlock()
 
 	h := w.Health()
@@ -341,7 +374,7 @@ func (r *Registry) SetHealth(id string, h Health) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrDraining, id)
 	}
-	w.health.Store(int32(h))
+	w.s.health.Store(int32(h))
 	r.mu.Unlock()
 
 	r.logger.Info("worker health changed", "id", id, "url", w.url, "from", old, "to", h)
@@ -379,6 +412,11 @@ type Snapshot struct {
 	models  []string
 	// handoffs[r]: the KV handoffs spoken by workers of role r.
 	handoffs [numRoles]HandoffSet
+	// rankModel[r][m] (and rankAny[r]): like byModel and anyModel with every data-parallel engine
+	// replaced by its rank views; nil when no worker of role r has ranks.
+	rankModel [numRoles]map[string][]*Worker
+	rankAny   [numRoles][]*Worker
+	rankRole  [numRoles][]*Worker
 }
 
 func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
@@ -421,8 +459,38 @@ func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
 				s.byModel[ri][m] = list
 			}
 		}
+		if anyRanks(s.byRole[ri]) {
+			s.rankRole[ri] = expandRanks(s.byRole[ri])
+			s.rankAny[ri] = expandRanks(s.anyModel[ri])
+			s.rankModel[ri] = make(map[string][]*Worker, len(s.byModel[ri]))
+			for m, list := range s.byModel[ri] {
+				s.rankModel[ri][m] = expandRanks(list)
+			}
+		}
 	}
 	return s
+}
+
+func anyRanks(ws []*Worker) bool {
+	for _, w := range ws {
+		if len(w.ranks) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// expandRanks replaces each data-parallel engine by its rank views.
+func expandRanks(ws []*Worker) []*Worker {
+	var out []*Worker
+	for _, w := range ws {
+		if len(w.ranks) > 0 {
+			out = append(out, w.ranks...)
+		} else {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Version increases with every published change.
@@ -453,6 +521,23 @@ func (s *Snapshot) ByRole(role Role) []*Worker {
 		return nil
 	}
 	return s.byRole[ri]
+}
+
+// RankCandidates is Candidates with every data-parallel engine replaced by its rank views (in rank
+// order): the candidates of placement, which picks a (worker, rank). Without data-parallel workers it
+// is Candidates. Precomputed: calling it does not allocate.
+func (s *Snapshot) RankCandidates(role Role, model string) []*Worker {
+	ri := role.index()
+	if ri < 0 || s.rankModel[ri] == nil {
+		return s.Candidates(role, model)
+	}
+	if model == "" {
+		return s.rankRole[ri]
+	}
+	if list, ok := s.rankModel[ri][model]; ok {
+		return list
+	}
+	return s.rankAny[ri]
 }
 
 // Handoffs returns the set of KV handoffs spoken by the workers of role, whatever their health or

@@ -68,6 +68,9 @@ const (
 	HandoffNIXL
 	// HandoffWorkerRPC is sluice.worker.v1's: bootstrap-style handshake fields over gRPC.
 	HandoffWorkerRPC
+	// HandoffMooncake is vLLM's Mooncake connector: both legs at once, the decode told the prefill's
+	// bootstrap address, engine id and a transfer id.
+	HandoffMooncake
 	numHandoffs
 )
 
@@ -80,9 +83,29 @@ func (h Handoff) String() string {
 		return "vllm_nixl"
 	case HandoffWorkerRPC:
 		return "worker_rpc"
+	case HandoffMooncake:
+		return "vllm_mooncake"
 	}
 	return "none"
 }
+
+// Handoff returns the KV handoff a worker with this spec speaks.
+func (s Spec) Handoff() Handoff {
+	if s.Protocol == ProtocolVLLM && s.KVConnector == KVConnectorMooncake {
+		return HandoffMooncake
+	}
+	return s.Protocol.Handoff()
+}
+
+// The KV connectors of vLLM workers (Spec.KVConnector).
+const (
+	KVConnectorNIXL     = "nixl"
+	KVConnectorMooncake = "mooncake"
+)
+
+// SingleConsumer reports a handoff whose KV transfer serves one decode request: n > 1 samples or a
+// prompt batch cannot share it (vLLM's connectors).
+func (h Handoff) SingleConsumer() bool { return h == HandoffNIXL || h == HandoffMooncake }
 
 // Handoff returns the KV handoff a worker of this protocol speaks.
 func (p Protocol) Handoff() Handoff {
@@ -139,6 +162,9 @@ type Spec struct {
 	DPSize int
 	// ProtocolSource says how Protocol was decided (see the ProtocolFrom constants); informational.
 	ProtocolSource string
+	// KVConnector is a vLLM worker's KV connector: KVConnectorNIXL (the default) or
+	// KVConnectorMooncake. Empty for other protocols.
+	KVConnector string
 	// Source says who registered the worker: SourceFlag, SourceAdmin or
 	// SourceKubernetes (empty is treated as unknown). A worker whose source
 	// is SourceKubernetes belongs to discovery: see [Spec.Managed].
@@ -194,7 +220,7 @@ func (s Spec) Validate() error {
 	if _, err := ParseProtocol(string(s.Protocol)); err != nil {
 		return err
 	}
-	if (u.Scheme == "grpc") != (s.Protocol == ProtocolGRPC) {
+	if isGRPCScheme(u.Scheme) != (s.Protocol == ProtocolGRPC) {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
 	}
 	if s.BootstrapPort < 0 || s.BootstrapPort > 65535 {
@@ -202,6 +228,15 @@ func (s Spec) Validate() error {
 	}
 	if s.BootstrapPort != 0 && s.Role != RolePrefill {
 		return fmt.Errorf("bootstrap port set on a %s worker; only prefill workers have one", s.Role)
+	}
+	switch s.KVConnector {
+	case "":
+	case KVConnectorNIXL, KVConnectorMooncake:
+		if s.Protocol != ProtocolVLLM {
+			return fmt.Errorf("kv connector %q set on a %s worker; only vllm workers have one", s.KVConnector, s.Protocol)
+		}
+	default:
+		return fmt.Errorf("unknown kv connector %q (want nixl or mooncake)", s.KVConnector)
 	}
 	if s.DPSize < 0 || s.DPSize > maxDPSize {
 		return fmt.Errorf("dp size %d out of range 0..%d", s.DPSize, maxDPSize)
@@ -232,9 +267,12 @@ func (s Spec) Normalized() (Spec, error) {
 	}
 	if s.Protocol == "" {
 		s.Protocol = ProtocolSGLang
-		if u.Scheme == "grpc" {
+		if isGRPCScheme(u.Scheme) {
 			s.Protocol = ProtocolGRPC
 		}
+	}
+	if s.Protocol == ProtocolVLLM && s.KVConnector == "" {
+		s.KVConnector = KVConnectorNIXL
 	}
 	if len(s.Models) > 0 {
 		slices.Sort(s.Models)
@@ -248,6 +286,10 @@ func (s Spec) Normalized() (Spec, error) {
 	return s, nil
 }
 
+// isGRPCScheme reports whether a (lower-case) scheme speaks the worker gRPC protocol: grpc:// in
+// plaintext (h2c), grpcs:// over TLS.
+func isGRPCScheme(scheme string) bool { return scheme == "grpc" || scheme == "grpcs" }
+
 // parseWorkerURL parses and normalises a worker URL.
 func parseWorkerURL(raw string) (*url.URL, error) {
 	if raw == "" {
@@ -259,9 +301,9 @@ func parseWorkerURL(raw string) (*url.URL, error) {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	switch u.Scheme {
-	case "http", "https", "grpc":
+	case "http", "https", "grpc", "grpcs":
 	default:
-		return nil, fmt.Errorf("worker URL %q: scheme must be http, https or grpc", raw)
+		return nil, fmt.Errorf("worker URL %q: scheme must be http, https, grpc or grpcs", raw)
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return nil, fmt.Errorf("worker URL %q has no host", raw)

@@ -46,7 +46,7 @@ func TestSpecNormalized(t *testing.T) {
 		{
 			name: "prefill with bootstrap port and path",
 			in:   Spec{URL: "https://h/engine/", Role: RolePrefill, Protocol: ProtocolVLLM, BootstrapPort: 8998},
-			want: Spec{URL: "https://h/engine", Role: RolePrefill, Protocol: ProtocolVLLM, BootstrapPort: 8998},
+			want: Spec{URL: "https://h/engine", Role: RolePrefill, Protocol: ProtocolVLLM, BootstrapPort: 8998, KVConnector: KVConnectorNIXL},
 		},
 		{name: "empty url", in: Spec{}, wantErr: "empty worker URL"},
 		{name: "bad scheme", in: Spec{URL: "ftp://h:1"}, wantErr: "scheme"},

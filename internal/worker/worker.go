@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,41 +42,86 @@ func (h Health) String() string {
 // Worker is one inference worker. Only a Registry creates Workers. The URL,
 // role, protocol and models of a Worker never change (Registry.Replace makes
 // a new Worker); labels, API key and bootstrap port may be updated.
+//
+// An engine running data-parallel attention (Spec.DPSize > 1) hosts several
+// ranks, each with its own queue and KV cache. Its Worker then has one rank
+// view per rank ([Worker.Ranks]): a Worker of its own for placement, with its
+// own key and load counter, sharing the engine's health, breaker and spec. A
+// rank view's URL is the engine's; its load also counts on the engine.
 type Worker struct {
 	id       string
 	url      string
+	key      string // url, or url@rank for a rank view
 	role     Role
 	protocol Protocol
 	handoff  Handoff
 	models   []string // sorted; empty = any model
+	rank     int      // -1 unless a rank view
+	parent   *Worker  // the engine of a rank view; nil otherwise
+	ranks    []*Worker
 
-	spec    atomic.Pointer[Spec] // copy-on-write; never mutated in place
-	health  atomic.Int32
-	removed atomic.Bool
-	load    atomic.Int64
-	breaker *Breaker
+	s    *shared
+	load atomic.Int64 // in flight against this worker (a rank view: this rank)
 
-	// Idle notification for WaitIdle; only touched when someone waits.
+	// Idle notification for WaitIdle (engines only); only touched when someone waits.
 	idleWaiters atomic.Int32
 	idleMu      sync.Mutex
 	idleCh      chan struct{} // closed and replaced when load reaches 0
+}
+
+// shared is the state an engine's Worker and its rank views have in common.
+type shared struct {
+	spec    atomic.Pointer[Spec] // copy-on-write; never mutated in place
+	health  atomic.Int32
+	removed atomic.Bool
+	breaker *Breaker
 }
 
 func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
 	w := &Worker{
 		id:       id,
 		url:      spec.URL,
+		key:      spec.URL,
 		role:     spec.Role,
 		protocol: spec.Protocol,
-		handoff:  spec.Protocol.Handoff(),
+		handoff:  spec.Handoff(),
 		models:   slices.Clone(spec.Models),
-		breaker:  br,
+		rank:     -1,
+		s:        &shared{breaker: br},
 		idleCh:   make(chan struct{}),
 	}
-	w.spec.Store(&spec)
-	w.health.Store(int32(health))
+	w.s.spec.Store(&spec)
+	w.s.health.Store(int32(health))
+	if spec.DPSize > 1 {
+		w.ranks = make([]*Worker, spec.DPSize)
+		for r := range w.ranks {
+			w.ranks[r] = &Worker{
+				id: id, url: w.url, key: w.url + "@" + strconv.Itoa(r), role: w.role, protocol: w.protocol,
+				handoff: w.handoff, models: w.models, rank: r, parent: w, s: w.s,
+			}
+		}
+	}
 	return w
 }
+
+// Key names the worker in placement state: its URL, or URL@rank for a rank view (the Rust gateway's
+// notation for DP-aware workers).
+func (w *Worker) Key() string { return w.key }
+
+// Rank returns a rank view's data-parallel rank, or -1 for an engine.
+func (w *Worker) Rank() int { return w.rank }
+
+// Engine returns the engine a rank view belongs to, or w itself.
+func (w *Worker) Engine() *Worker {
+	if w.parent != nil {
+		return w.parent
+	}
+	return w
+}
+
+// Ranks returns the rank views of a data-parallel engine, in rank order; nil when it has one rank.
+// The slice is shared: do not modify it.
+func (w *Worker) Ranks() []*Worker { return w.ranks }
 
 // ID returns the worker's id, stable for its lifetime (kept across Replace).
 func (w *Worker) ID() string { return w.id }
@@ -93,14 +139,14 @@ func (w *Worker) Protocol() Protocol { return w.protocol }
 func (w *Worker) Handoff() Handoff { return w.handoff }
 
 // Spec returns a deep copy of the current spec.
-func (w *Worker) Spec() Spec { return w.spec.Load().Clone() }
+func (w *Worker) Spec() Spec { return w.s.spec.Load().Clone() }
 
 // BootstrapPort returns the current bootstrap port (0 = none) without copying
 // the spec.
-func (w *Worker) BootstrapPort() int { return w.spec.Load().BootstrapPort }
+func (w *Worker) BootstrapPort() int { return w.s.spec.Load().BootstrapPort }
 
 // APIKey returns the current API key without copying the spec.
-func (w *Worker) APIKey() string { return w.spec.Load().APIKey }
+func (w *Worker) APIKey() string { return w.s.spec.Load().APIKey }
 
 // Models returns a copy of the served model ids; empty means any model.
 func (w *Worker) Models() []string { return slices.Clone(w.models) }
@@ -116,27 +162,31 @@ func (w *Worker) ServesModel(m string) bool {
 }
 
 // Health returns the current health.
-func (w *Worker) Health() Health { return Health(w.health.Load()) }
+func (w *Worker) Health() Health { return Health(w.s.health.Load()) }
 
 // Removed reports whether the worker was removed or replaced.
-func (w *Worker) Removed() bool { return w.removed.Load() }
+func (w *Worker) Removed() bool { return w.s.removed.Load() }
 
 // Breaker returns the worker's circuit breaker.
-func (w *Worker) Breaker() *Breaker { return w.breaker }
+func (w *Worker) Breaker() *Breaker { return w.s.breaker }
 
 // Routable reports whether requests may be sent to the worker at now: it is
 // Ready, still registered, and its breaker allows.
 func (w *Worker) Routable(now time.Time) bool {
-	return Health(w.health.Load()) == HealthReady && !w.removed.Load() && w.breaker.Allow(now)
+	return Health(w.s.health.Load()) == HealthReady && !w.s.removed.Load() && w.s.breaker.Allow(now)
 }
 
 // Load returns the number of in-flight requests counted against the worker.
 func (w *Worker) Load() int64 { return w.load.Load() }
 
-// AcquireLoad counts one more in-flight request against the worker. The
-// caller must Release the guard when the request ends.
+// AcquireLoad counts one more in-flight request against the worker (a rank
+// view: against the rank and its engine). The caller must Release the guard
+// when the request ends.
 func (w *Worker) AcquireLoad() *LoadGuard {
 	w.load.Add(1)
+	if w.parent != nil {
+		w.parent.load.Add(1)
+	}
 	return &LoadGuard{w: w}
 }
 
@@ -160,8 +210,13 @@ func (g *LoadGuard) Release() {
 	if g == nil || !g.done.CompareAndSwap(false, true) {
 		return
 	}
-	if g.w.load.Add(-1) == 0 && g.w.idleWaiters.Load() > 0 {
-		g.w.signalIdle()
+	e := g.w
+	if e.parent != nil {
+		e.load.Add(-1)
+		e = e.parent
+	}
+	if e.load.Add(-1) == 0 && e.idleWaiters.Load() > 0 {
+		e.signalIdle()
 	}
 }
 

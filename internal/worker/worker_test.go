@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -173,4 +174,74 @@ func TestWaitIdleCancel(t *testing.T) {
 			t.Fatal("WaitIdle on unknown id succeeded")
 		}
 	})
+}
+
+// A data-parallel engine's rank views share its health, breaker and spec, and their loads count on the
+// engine too (WaitIdle waits for all ranks).
+func TestRankViews(t *testing.T) {
+	reg := NewRegistry(RegistryOptions{})
+	w, err := reg.Add(Spec{URL: "http://e:1", Role: RolePrefill, Protocol: ProtocolSGLang, DPSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := w.Ranks()
+	if len(ranks) != 3 {
+		t.Fatalf("%d rank views, want 3", len(ranks))
+	}
+	for i, r := range ranks {
+		if r.Rank() != i || r.Key() != "http://e:1@"+strconv.Itoa(i) || r.URL() != w.URL() || r.Engine() != w || r.ID() != w.ID() {
+			t.Errorf("rank %d: rank %d key %q url %q", i, r.Rank(), r.Key(), r.URL())
+		}
+	}
+	if w.Rank() != -1 || w.Key() != w.URL() || w.Engine() != w {
+		t.Errorf("engine: rank %d key %q", w.Rank(), w.Key())
+	}
+	now := time.Now()
+	if ranks[1].Routable(now) {
+		t.Error("a rank of a pending engine is routable")
+	}
+	if err := reg.SetHealth(w.ID(), HealthReady); err != nil {
+		t.Fatal(err)
+	}
+	if !ranks[1].Routable(now) || ranks[1].Health() != HealthReady {
+		t.Error("a rank does not share its engine's health")
+	}
+	if err := reg.Update(w.ID(), func(s *Spec) { s.APIKey = "k" }); err != nil {
+		t.Fatal(err)
+	}
+	if ranks[2].APIKey() != "k" {
+		t.Error("a rank does not share its engine's spec")
+	}
+	g := ranks[1].AcquireLoad()
+	if ranks[1].Load() != 1 || ranks[0].Load() != 0 || w.Load() != 1 {
+		t.Errorf("loads after one rank-1 request: ranks %d/%d, engine %d", ranks[0].Load(), ranks[1].Load(), w.Load())
+	}
+	idle := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { idle <- reg.WaitIdle(ctx, w.ID()) }()
+	g.Release()
+	g.Release()
+	if err := <-idle; err != nil {
+		t.Fatalf("WaitIdle: %v", err)
+	}
+	if ranks[1].Load() != 0 || w.Load() != 0 {
+		t.Errorf("loads after release: rank %d engine %d", ranks[1].Load(), w.Load())
+	}
+	snap := reg.Snapshot()
+	if got := snap.RankCandidates(RolePrefill, ""); len(got) != 3 || got[0] != ranks[0] {
+		t.Errorf("RankCandidates = %d workers", len(got))
+	}
+	if got := snap.Candidates(RolePrefill, ""); len(got) != 1 || got[0] != w {
+		t.Errorf("Candidates = %d workers, want the engine", len(got))
+	}
+	if err := reg.Update(w.ID(), func(s *Spec) { s.DPSize = 4 }); err == nil {
+		t.Error("changing the dp size in place was accepted; it needs Replace")
+	}
+	if err := reg.Remove(w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if !ranks[0].Removed() {
+		t.Error("a rank of a removed engine is not removed")
+	}
 }

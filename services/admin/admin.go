@@ -106,7 +106,22 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Source:            string(spec.Source),
 		Namespace:         spec.Namespace,
 		Pod:               spec.Pod,
+		Ranks:             rankLoads(w),
+		KvConnector:       spec.KVConnector,
 	}
+}
+
+// rankLoads is the load sluice puts on each data-parallel rank of an engine (nil without ranks).
+func rankLoads(w *worker.Worker) []*adminv1.RankLoad {
+	ranks := w.Ranks()
+	if len(ranks) == 0 {
+		return nil
+	}
+	out := make([]*adminv1.RankLoad, len(ranks))
+	for i, r := range ranks {
+		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: r.Load()}
+	}
+	return out
 }
 
 // refuseManaged stops the admin API from removing or draining a worker that service discovery owns:
@@ -180,6 +195,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
+		KVConnector: ws.GetKvConnector(),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -189,8 +205,11 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		spec.Protocol = p
 	}
 	check := spec
-	if check.Protocol == "" {
-		check.Protocol = worker.ProtocolSGLang // detected below; validate the rest now
+	if check.Protocol == "" { // detected below; validate the rest now
+		check.Protocol = worker.ProtocolSGLang
+		if check.KVConnector != "" {
+			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector
+		}
 	}
 	if err := check.Validate(); err != nil {
 		return nil, invalid("url", "%v", err)
@@ -474,6 +493,10 @@ func (s *Service) GetLoads(ctx context.Context, _ *adminv1.GetLoadsRequest) (*ad
 			l.Error = err.Error()
 		} else {
 			l.RunningRequests, l.WaitingRequests, l.KvUsage = int32(load.Running), int32(load.Waiting), load.KVUsage
+			for _, r := range load.Ranks {
+				l.Ranks = append(l.Ranks, &adminv1.EngineRankLoad{Rank: uint32(r.Rank),
+					RunningRequests: int32(r.Running), WaitingRequests: int32(r.Waiting), KvUsage: r.KVUsage})
+			}
 		}
 		return l
 	})

@@ -119,7 +119,7 @@ func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.
 		return err
 	}
 	defer resp.Body.Close()
-	r := backend.NewSSEReader(resp.Body)
+	r := resp.Frames()
 	for {
 		data, err := r.Next()
 		if errors.Is(err, io.EOF) {

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"reflect"
@@ -44,6 +43,8 @@ const (
 	srcToyProxy  = "vllm-project/vllm tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
 	srcNIXL      = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (request_finished)"
 	srcSMGvLLM   = "smg-project/smg model_gateway/src/routers/grpc/common/stages/request_execution.rs (n > 1 skips the KV relay)"
+	srcMooncake  = "vllm-project/vllm examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py"
+	srcDPRanks   = "sgl-project/sglang python/sglang/srt/managers/io_struct.py (routed_dp_rank, disagg_prefill_dp_rank); smg-project/smg model_gateway/src/routers/http/pd_router.rs (rank hints per leg, rooms aligned to the rank)"
 )
 
 // row is one conformance case. Expected bodies are JSON templates: {{HOST}} and {{BPORT}} are the
@@ -59,11 +60,14 @@ type row struct {
 	// engine behaviour
 	nullPort bool // the SGLang prefill reports no bootstrap port
 	omitKV   bool // the vLLM prefill returns no kv_transfer_params
+	dpSize   int  // the SGLang engines report this dp_size (data-parallel attention ranks)
+	mooncake bool // the vLLM prefill runs a Mooncake bootstrap server
 	// expectations
 	status  int
 	prefill []string
 	decode  []string
 	check   func(t *testing.T, body []byte)
+	legs    func(t *testing.T, prefill, decode []recordedLeg)
 }
 
 const (
@@ -71,6 +75,10 @@ const (
 	prefillK = `"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`
 	chatMsgs = `"model":"m","messages":[{"role":"user","content":"hi"}]`
 )
+
+// usageAsked is what the gateway adds to a streamed chat or completions request whose client did not
+// ask for usage: it counts tokens from the engine's usage chunk, which it drops before the client sees it.
+const usageAsked = `"stream_options":{"include_usage":true}`
 
 func withBoot(obj, room string) string {
 	return strings.TrimSuffix(obj, "}") + strings.ReplaceAll(boot, "$room:a", "$room:"+room)
@@ -94,11 +102,12 @@ var rows = []row{
 		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1}`, "a"), withBoot(`{`+chatMsgs+`,"n":1}`, "b")},
 		check:   choices(2)},
+	// The client did not ask for usage: the gateway asks (usageAsked) and drops the usage chunk.
 	{name: "sglang chat n=3 stream split", source: srcTokMgr, protocol: "sglang", route: "/v1/chat/completions",
 		body:    `{` + chatMsgs + `,"n":3,"stream":true}`,
 		status:  200,
-		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
-		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true}`, "c")},
+		prefill: []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
+		decode:  []string{withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "a"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "b"), withBoot(`{`+chatMsgs+`,"n":1,"stream":true,`+usageAsked+`}`, "c")},
 		check:   streamIndexes(3)},
 	{name: "sglang completions", source: srcMiniLB, protocol: "sglang", route: "/v1/completions",
 		body:    `{"model":"m","prompt":"once upon","max_tokens":4}`,
@@ -155,6 +164,22 @@ var rows = []row{
 		prefill: []string{withBoot(`{"model":"m","prompt":"p"}`, "a")},
 		decode:  []string{withBoot(`{"model":"m","prompt":"p"}`, "a")}},
 
+	// Data-parallel attention: placement picks a rank of each engine; the legs carry the hints.
+	{name: "sglang dp ranks: hints per leg, room aligned to the prefill rank", source: srcDPRanks, protocol: "sglang", route: "/v1/chat/completions",
+		dpSize:  4,
+		body:    `{` + chatMsgs + `}`,
+		status:  200,
+		prefill: []string{strings.TrimSuffix(withBoot(`{`+chatMsgs+`}`, "a"), "}") + `,"routed_dp_rank":"$rank:p"}`},
+		decode:  []string{strings.TrimSuffix(withBoot(`{`+chatMsgs+`}`, "a"), "}") + `,"disagg_prefill_dp_rank":"$rank:p","routed_dp_rank":"$rank:d"}`},
+		legs:    roomsAlignedTo(4)},
+	{name: "sglang dp ranks with a prompt batch: every room aligned", source: srcDPRanks, protocol: "sglang", route: "/generate",
+		dpSize:  2,
+		body:    `{"text":["a","b"]}`,
+		status:  200,
+		prefill: []string{`{"text":["a","b"],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"],"routed_dp_rank":"$rank:p"}`},
+		decode:  []string{`{"text":["a","b"],"bootstrap_host":["{{HOST}}","{{HOST}}"],"bootstrap_port":[{{BPORT}},{{BPORT}}],"bootstrap_room":["$room:a","$room:b"],"disagg_prefill_dp_rank":"$rank:p","routed_dp_rank":"$rank:d"}`},
+		legs:    roomsAlignedTo(2)},
+
 	// vLLM NIXL: prefill first with the proxy's rewrites, then decode with the returned params.
 	{name: "vllm chat", source: srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
 		body:    `{` + chatMsgs + `,"max_tokens":64}`,
@@ -170,7 +195,7 @@ var rows = []row{
 		body:    `{"model":"m","prompt":"p","max_tokens":9,"stream":true}`,
 		status:  200,
 		prefill: []string{`{"model":"m","prompt":"p","max_tokens":1,"stream":false,` + prefillK + `}`},
-		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,"kv_transfer_params":{{KV}}}`}},
+		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,` + usageAsked + `,"kv_transfer_params":{{KV}}}`}},
 	{name: "vllm prefill without kv_transfer_params: decode recomputes", source: srcNIXL + "; " + srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
 		omitKV:  true,
 		body:    `{` + chatMsgs + `,"max_tokens":64}`,
@@ -185,6 +210,23 @@ var rows = []row{
 		body:   `{"model":"m","prompt":["a","b"],"max_tokens":3}`,
 		status: 200,
 		decode: []string{`{"model":"m","prompt":["a","b"],"max_tokens":3}`}},
+	// vLLM Mooncake: both legs at once, one transfer id, the decode told where the KV is.
+	{name: "vllm mooncake chat", source: srcMooncake, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
+		body:    `{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true}}`,
+		status:  200,
+		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"}}`},
+		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
+		legs:    mooncakeLegs},
+	{name: "vllm mooncake completions with max_completion_tokens", source: srcMooncake, protocol: "vllm", route: "/v1/completions", mooncake: true,
+		body:    `{"model":"m","prompt":"p","max_completion_tokens":9,"min_tokens":2}`,
+		status:  200,
+		prefill: []string{`{"model":"m","prompt":"p","max_completion_tokens":1,"min_tokens":2,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"},"stream":false,"max_tokens":1}`},
+		decode:  []string{`{"model":"m","prompt":"p","max_completion_tokens":9,"min_tokens":2,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
+		legs:    mooncakeLegs},
+	{name: "vllm mooncake n=2 goes to decode alone", source: srcMooncake + "; " + srcSMGvLLM, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
+		body:   `{` + chatMsgs + `,"n":2}`,
+		status: 200,
+		decode: []string{`{` + chatMsgs + `,"n":2}`}},
 	{name: "vllm has no /generate", source: srcToyProxy, protocol: "vllm", route: "/generate",
 		body: `{"text":"x"}`, status: 400},
 }
@@ -210,15 +252,27 @@ func TestIPv6BootstrapHost(t *testing.T) {
 
 func runRow(t *testing.T, tc row, listen, host string) {
 	rv := &rooms{}
-	const bport = 8998
-	p := startEngine(t, &recordingEngine{kind: tc.protocol, role: "prefill", bootstrapPort: bport, omitKV: tc.omitKV, rooms: rv}, listen)
+	bport := 8998
+	if tc.mooncake {
+		bport = startBootstrap(t)
+	}
+	p := startEngine(t, &recordingEngine{kind: tc.protocol, role: "prefill", bootstrapPort: bport, omitKV: tc.omitKV, dpSize: tc.dpSize, mooncake: tc.mooncake, rooms: rv}, listen)
 	if tc.nullPort {
 		p.bootstrapPort = 0
 	}
-	d := startEngine(t, &recordingEngine{kind: tc.protocol, role: "decode", rooms: rv}, listen)
+	d := startEngine(t, &recordingEngine{kind: tc.protocol, role: "decode", dpSize: tc.dpSize, rooms: rv}, listen)
 	// No protocol, no port, no model given: everything is detected from the engines.
-	gw := testenv.StartGateway(t, app.Options{}, "--pd-disaggregation", "--prefill", p.srv.URL, "--decode", d.srv.URL,
-		"--prefill-max-inflight-requests-per-worker", "4", "--disable-retries")
+	prefillArgs := []string{"--prefill", p.srv.URL}
+	if tc.mooncake {
+		// The Mooncake bootstrap port is given, as to the reference proxy; the connector is detected
+		// from it, the decode's from --kv-connector.
+		prefillArgs = append(prefillArgs, strconv.Itoa(bport))
+	}
+	args := append([]string{"--pd-disaggregation", "--decode", d.srv.URL, "--prefill-max-inflight-requests-per-worker", "4", "--disable-retries"}, prefillArgs...)
+	if tc.mooncake {
+		args = append(args, "--kv-connector", "mooncake")
+	}
+	gw := testenv.StartGateway(t, app.Options{}, args...)
 
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+tc.route, strings.NewReader(tc.body))
 	req.Header.Set("Content-Type", "application/json")
@@ -241,12 +295,18 @@ func runRow(t *testing.T, tc row, listen, host string) {
 		port = "null"
 	}
 	subst := strings.NewReplacer("{{HOST}}", host, "{{BPORT}}", port, "{{KV}}", kvParams)
-	bind := map[string]float64{}
+	bind := map[string]uint64{}
 	pl, dl := p.recorded(), d.recorded()
 	matchLegs(t, "prefill", pl, tc.prefill, subst, bind)
 	matchLegs(t, "decode", dl, tc.decode, subst, bind)
-	seen := map[float64]string{}
+	if tc.legs != nil {
+		tc.legs(t, pl, dl)
+	}
+	seen := map[uint64]string{}
 	for name, v := range bind {
+		if !strings.HasPrefix(name, "$room:") {
+			continue
+		}
 		if other, dup := seen[v]; dup {
 			t.Errorf("rooms %s and %s are the same room %v", name, other, v)
 		}
@@ -275,7 +335,7 @@ func runRow(t *testing.T, tc row, listen, host string) {
 
 // matchLegs finds an order of the expected bodies that matches the recorded legs with consistent
 // room bindings (split samples arrive in any order).
-func matchLegs(t *testing.T, role string, legs []recordedLeg, want []string, subst *strings.Replacer, bind map[string]float64) {
+func matchLegs(t *testing.T, role string, legs []recordedLeg, want []string, subst *strings.Replacer, bind map[string]uint64) {
 	t.Helper()
 	if len(legs) != len(want) {
 		var got []string
@@ -287,13 +347,15 @@ func matchLegs(t *testing.T, role string, legs []recordedLeg, want []string, sub
 	}
 	wants := make([]any, len(want))
 	for i, w := range want {
-		if err := json.Unmarshal([]byte(subst.Replace(w)), &wants[i]); err != nil {
+		dec := json.NewDecoder(strings.NewReader(subst.Replace(w)))
+		dec.UseNumber()
+		if err := dec.Decode(&wants[i]); err != nil {
 			t.Fatalf("bad template %s: %v", w, err)
 		}
 	}
 	used := make([]bool, len(wants))
-	var try func(i int, b map[string]float64) map[string]float64
-	try = func(i int, b map[string]float64) map[string]float64 {
+	var try func(i int, b map[string]uint64) map[string]uint64
+	try = func(i int, b map[string]uint64) map[string]uint64 {
 		if i == len(legs) {
 			return b
 		}
@@ -328,18 +390,49 @@ func matchLegs(t *testing.T, role string, legs []recordedLeg, want []string, sub
 	}
 }
 
-func copyBind(b map[string]float64) map[string]float64 {
-	c := make(map[string]float64, len(b))
+func copyBind(b map[string]uint64) map[string]uint64 {
+	c := make(map[string]uint64, len(b))
 	for k, v := range b {
 		c[k] = v
 	}
 	return c
 }
 
-func match(want, got any, bind map[string]float64) bool {
-	if s, ok := want.(string); ok && strings.HasPrefix(s, "$room:") {
-		v, ok := got.(float64)
-		if !ok || v < 0 || v >= math.Pow(2, 63) || v != math.Trunc(v) {
+// mooncakeLegs checks what the templates cannot: the transfer id is "xfer-<the legs' request id>" on
+// both legs, the decode names an engine id the bootstrap server listed, and the prefill's rank header
+// matches that engine id.
+func mooncakeLegs(t *testing.T, prefill, decode []recordedLeg) {
+	p, d := prefill[0], decode[0]
+	pk, _ := p.Body["kv_transfer_params"].(map[string]any)
+	dk, _ := d.Body["kv_transfer_params"].(map[string]any)
+	if want := "xfer-" + p.Header.Get("X-Request-Id"); pk["transfer_id"] != want || dk["transfer_id"] != want {
+		t.Errorf("transfer ids %v and %v, want %s on both legs", pk["transfer_id"], dk["transfer_id"], want)
+	}
+	rank, err := strconv.Atoi(p.Header.Get("X-data-parallel-rank"))
+	if err != nil || rank < 0 || rank >= len(mooncakeEngineIDs) {
+		t.Fatalf("prefill X-data-parallel-rank %q", p.Header.Get("X-data-parallel-rank"))
+	}
+	if dk["remote_engine_id"] != mooncakeEngineIDs[rank] {
+		t.Errorf("decode remote_engine_id %v, want %s (rank %d)", dk["remote_engine_id"], mooncakeEngineIDs[rank], rank)
+	}
+}
+
+func match(want, got any, bind map[string]uint64) bool {
+	if s, ok := want.(string); ok && (s == "$xfer" || s == "$engine") {
+		_, ok := got.(string)
+		return ok // checked by mooncakeLegs
+	}
+	if s, ok := want.(string); ok && (strings.HasPrefix(s, "$rank:") || strings.HasPrefix(s, "$room:")) {
+		n, ok := got.(json.Number)
+		if !ok {
+			return false
+		}
+		v, err := strconv.ParseUint(string(n), 10, 64)
+		limit := uint64(1) << 63
+		if strings.HasPrefix(s, "$rank:") {
+			limit = 1024
+		}
+		if err != nil || v >= limit {
 			return false
 		}
 		if prev, ok := bind[s]; ok {
@@ -374,6 +467,28 @@ func match(want, got any, bind map[string]float64) bool {
 		return true
 	}
 	return reflect.DeepEqual(want, got)
+}
+
+// roomsAlignedTo checks that every room is congruent to the prefill rank modulo dp, so an engine that
+// ignores the hints (it falls back to room % dp_size) lands on the same rank.
+func roomsAlignedTo(dp int) func(*testing.T, []recordedLeg, []recordedLeg) {
+	return func(t *testing.T, prefill, _ []recordedLeg) {
+		for _, l := range prefill {
+			rank, err := strconv.ParseUint(fmt.Sprint(l.Body["routed_dp_rank"]), 10, 64)
+			if err != nil {
+				t.Fatalf("prefill leg without a rank: %v", l.Body["routed_dp_rank"])
+			}
+			for _, r := range roomsOf(l.Body["bootstrap_room"]) {
+				room, err := strconv.ParseUint(r, 10, 64)
+				if err != nil {
+					t.Fatalf("room %q: %v", r, err)
+				}
+				if room%uint64(dp) != rank {
+					t.Errorf("room %d %% %d != prefill rank %d", room, dp, rank)
+				}
+			}
+		}
+	}
 }
 
 func choices(n int) func(*testing.T, []byte) {

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,7 +23,9 @@ import (
 type recordingEngine struct {
 	kind, role    string // "sglang" | "vllm"; "prefill" | "decode"
 	bootstrapPort int    // SGLang prefill: disaggregation_bootstrap_port in server info (0 = null)
+	dpSize        int    // SGLang: dp_size in server info (0 means 1)
 	omitKV        bool   // vLLM prefill: return no kv_transfer_params, like a stop on the first token
+	mooncake      bool   // vLLM prefill: run a Mooncake bootstrap server (GET /query) on bootstrapPort
 	rooms         *rooms
 	srv           *httptest.Server
 
@@ -38,6 +41,24 @@ type recordedLeg struct {
 
 // kvParams is what the recording vLLM prefill returns, and so what the decode must receive.
 const kvParams = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[1,2,3],"remote_engine_id":"rec-engine","remote_request_id":"r-1","remote_host":"10.9.8.7","remote_port":5600,"tp_size":1}`
+
+// mooncakeEngineIDs are what the recording Mooncake prefill's bootstrap server lists, by rank.
+var mooncakeEngineIDs = []string{"engine-rank-0", "engine-rank-1"}
+
+// startBootstrap runs a Mooncake bootstrap server: GET /query lists the engine id of each data-parallel
+// rank (mooncake_connector_proxy.py get_prefiller_info). It returns its port.
+func startBootstrap(t *testing.T) int {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/query" {
+			http.NotFound(w, r)
+			return
+		}
+		writeJSON(w, 200, `{"0":{"engine_id":"`+mooncakeEngineIDs[0]+`"},"1":{"engine_id":"`+mooncakeEngineIDs[1]+`"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().(*net.TCPAddr).Port
+}
 
 func startEngine(t *testing.T, e *recordingEngine, listen string) *recordingEngine {
 	t.Helper()
@@ -71,7 +92,7 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 		if e.bootstrapPort > 0 {
 			port = fmt.Sprint(e.bootstrapPort)
 		}
-		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":1,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+`}`)
+		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":`+fmt.Sprint(max(e.dpSize, 1))+`,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+`}`)
 	case r.Method == http.MethodGet && e.kind == "vllm" && r.URL.Path == "/version":
 		writeJSON(w, 200, `{"version":"0.11.0"}`)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions" || r.URL.Path == "/generate"):
@@ -84,7 +105,9 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
-	if err := json.Unmarshal(raw, &body); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // rooms are 63-bit integers: a float64 would round them
+	if err := dec.Decode(&body); err != nil {
 		writeJSON(w, 400, `{"error":{"message":"bad json"}}`)
 		return
 	}
@@ -102,10 +125,24 @@ func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if e.kind == "vllm" {
+		// Mooncake: the decode fetches the KV the prefill keeps under the transfer id, so it waits for
+		// that prefill (as the connector's decode does).
+		if kv, ok := body["kv_transfer_params"].(map[string]any); ok {
+			if id, ok := kv["transfer_id"].(string); ok {
+				if e.role == "prefill" {
+					e.rooms.arrive(id)
+				} else if !e.rooms.wait(r, id) {
+					writeJSON(w, 500, `{"error":{"message":"KV of the transfer did not arrive"}}`)
+					return
+				}
+			}
+		}
+	}
 	finish := "stop"
 	extra := ""
-	if e.kind == "vllm" && e.role == "prefill" {
-		if mt, _ := body["max_tokens"].(float64); mt == 1 && !e.omitKV {
+	if e.kind == "vllm" && e.role == "prefill" && !e.mooncake {
+		if mt, _ := body["max_tokens"].(json.Number); mt == "1" && !e.omitKV {
 			finish, extra = "length", `,"kv_transfer_params":`+kvParams
 		}
 	}

@@ -301,7 +301,7 @@ func TestAdminScenarios(t *testing.T) {
 			}
 			waitFor(t, "head admitted, visible in metrics", 5*time.Second, func() bool {
 				return scrape(t, gw.URL, "sluice_pd_prefill_admission_inflight")["worker="+p0.URL()] == 2 &&
-					scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")[""] == 0
+					scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")["queue=sim-model"] == 0
 			})
 			cancelHung()
 			for _, r := range []<-chan result{r1, r2} {

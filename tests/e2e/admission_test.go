@@ -115,7 +115,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	ctxC, cancelC := context.WithCancel(context.Background())
 	cch := goPost(ctxC, chat, short)
 	waitFor(t, "C queued", 10*time.Second, func() bool { return gw.Admission.Status().QueuedTotal == 2 })
-	if got := scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")[""]; got != 2 {
+	if got := scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")["queue=sim-model"]; got != 2 {
 		t.Errorf("queued gauge = %v, want 2", got)
 	}
 
@@ -156,7 +156,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		t.Fatalf("timeout code %q, want pd_prefill_queue_timeout", e.Error.Code)
 	}
 	rej := scrape(t, gw.URL, "sluice_pd_prefill_admission_rejections_total")
-	if rej["reason=queue_full"] != 1 || rej["reason=queue_timeout"] != 1 {
+	if rej["queue=sim-model,reason=queue_full"] != 1 || rej["queue=sim-model,reason=queue_timeout"] != 1 {
 		t.Errorf("rejections = %v, want one queue_full and one queue_timeout", rej)
 	}
 
@@ -207,6 +207,6 @@ func TestAdmissionEndToEnd(t *testing.T) {
 				return false
 			}
 		}
-		return scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")[""] == 0
+		return scrape(t, gw.URL, "sluice_pd_prefill_admission_queued")["queue=sim-model"] == 0
 	})
 }

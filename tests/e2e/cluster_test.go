@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluicegw/sluice/internal/app"
-	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
@@ -140,12 +139,7 @@ func startGatewayOn(t *testing.T, port int, o app.Options, args ...string) *gate
 }
 
 // kill stops a gateway at once: client connections and listeners closed, coordination stopped.
-func kill(gw *gateway) {
-	gw.killed.Store(true)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = gw.Shutdown(ctx)
-}
+func kill(gw *gateway) { gw.Kill() }
 
 // load is a closed-loop client population on one gateway: each client sends a fresh prompt (no prefix
 // cache hits) as soon as its previous request finished.
@@ -156,7 +150,7 @@ type load struct {
 
 var promptSeq atomic.Int64
 
-func startLoad(ctx context.Context, t *testing.T, url string, clients int) *load {
+func startClusterLoad(ctx context.Context, t *testing.T, url string, clients int) *load {
 	l := &load{}
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -216,7 +210,7 @@ func prefillCluster(t *testing.T) *sim.Cluster {
 func skewed(t *testing.T, rs *replicas, c *sim.Cluster, d time.Duration) ([]*load, []int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ls := []*load{startLoad(ctx, t, rs.gws[0].URL, 16), startLoad(ctx, t, rs.gws[1].URL, 2), startLoad(ctx, t, rs.gws[2].URL, 2)}
+	ls := []*load{startClusterLoad(ctx, t, rs.gws[0].URL, 16), startClusterLoad(ctx, t, rs.gws[1].URL, 2), startClusterLoad(ctx, t, rs.gws[2].URL, 2)}
 	time.Sleep(d) // the measured load (load, not synchronisation)
 	p := peaks(c)
 	cancel()
@@ -282,7 +276,7 @@ func agreed(rs *replicas) string {
 		if gw == nil {
 			continue
 		}
-		st := gw.clusterStatus()
+		st := gw.ClusterStatus()
 		if st.Coordinator == "" || st.LeaseAge < 0 || st.Fallback || (coord != "" && st.Coordinator != coord) {
 			return ""
 		}
@@ -290,8 +284,6 @@ func agreed(rs *replicas) string {
 	}
 	return coord
 }
-
-func (g *gateway) clusterStatus() cluster.Status { return g.ClusterStatus() }
 
 func postJSON(t *testing.T, url, body string) (*http.Response, []byte) {
 	t.Helper()
@@ -311,7 +303,7 @@ func sharesSum(rs *replicas, c *sim.Cluster) []int {
 		sum := 0
 		for _, gw := range rs.gws {
 			if gw != nil {
-				sum += gw.clusterStatus().Workers[e.URL()].Share
+				sum += gw.ClusterStatus().Workers[e.URL()].Share
 			}
 		}
 		out = append(out, sum)
@@ -330,7 +322,7 @@ func reclaimed(rs *replicas, c *sim.Cluster, dead string) bool {
 		if gw == nil {
 			continue
 		}
-		st := gw.clusterStatus()
+		st := gw.ClusterStatus()
 		if st.IsCoordinator && (st.RaisesBlocked || slices.Contains(st.Members, dead)) {
 			return false
 		}
@@ -353,7 +345,7 @@ func TestClusterAdmissionKills(t *testing.T) {
 	defer cancel()
 	var ls []*load
 	for _, gw := range rs.gws {
-		ls = append(ls, startLoad(ctx, t, gw.URL, 6))
+		ls = append(ls, startClusterLoad(ctx, t, gw.URL, 6))
 	}
 	time.Sleep(time.Second) // let the load run before measuring (load, not synchronisation)
 	resetPeaks(c)
@@ -426,11 +418,11 @@ func TestClusterAdmissionPartition(t *testing.T) {
 			defer cancel()
 			var ls []*load
 			for _, gw := range rs.gws {
-				ls = append(ls, startLoad(ctx, t, gw.URL, 6))
+				ls = append(ls, startClusterLoad(ctx, t, gw.URL, 6))
 			}
 			// Its fallback never exceeds its last share: cut it off once it has one on every worker.
 			waitFor(t, "the victim has a share", 10*time.Second, func() bool {
-				st := rs.gws[victim].clusterStatus()
+				st := rs.gws[victim].ClusterStatus()
 				for _, e := range c.ByRole(sim.RolePrefill) {
 					if st.Workers[e.URL()].Share == 0 {
 						return false
@@ -441,7 +433,7 @@ func TestClusterAdmissionPartition(t *testing.T) {
 			resetPeaks(c)
 			rs.net.set(rs.ids[victim], true, twoWay)
 			waitFor(t, "the partitioned replica on its own", 10*time.Second, func() bool {
-				st := rs.gws[victim].clusterStatus()
+				st := rs.gws[victim].ClusterStatus()
 				return st.Fallback || st.IsCoordinator
 			})
 			before := ls[victim].ok.Load()
@@ -520,7 +512,7 @@ func TestClusterAdmissionKubernetes(t *testing.T) {
 	defer cancel()
 	var loads []*load
 	for _, gw := range rs.gws {
-		loads = append(loads, startLoad(ctx, t, gw.URL, 4))
+		loads = append(loads, startClusterLoad(ctx, t, gw.URL, 4))
 	}
 	resetPeaks(c)
 	old := agreed(rs)

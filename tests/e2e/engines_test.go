@@ -320,3 +320,130 @@ func metricSum(t *testing.T, base, name string) float64 {
 	}
 	return sum
 }
+
+// An SGLang data-parallel-attention PD deployment gets rank-aware placement and hints with no flag
+// beyond the worker URLs: the simulator sees no rank conflict, every decode finds its KV, and a
+// conversation stays on the rank that holds its prefix.
+func TestDataParallelRanksThroughSimulator(t *testing.T) {
+	// Realistic engines: the instant mode keeps no prefix cache.
+	prefill := sim.Config{Mode: sim.ModeRealistic, DPSize: 4}
+	decode := sim.Config{Mode: sim.ModeRealistic, DPSize: 2}
+	pc := startCluster(t, sim.ClusterConfig{Prefill: 2, Protocol: sim.ProtocolSGLang, Engine: prefill})
+	dc := startCluster(t, sim.ClusterConfig{Decode: 1, Protocol: sim.ProtocolSGLang, Engine: decode})
+	var args []string
+	for _, e := range pc.Engines {
+		args = append(args, "--prefill", e.URL()) // the bootstrap port and dp_size come from server info
+	}
+	args = append(args, "--decode", dc.Engines[0].URL())
+	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "8"}, args...)...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	for _, w := range gw.Registry.Snapshot().All() {
+		want := 4
+		if w.Role() == "decode" {
+			want = 2
+		}
+		if len(w.Ranks()) != want {
+			t.Fatalf("worker %s has %d rank views, want %d (dp_size from server info)", w.URL(), len(w.Ranks()), want)
+		}
+	}
+	client := sdk(gw.URL)
+	ctx := context.Background()
+	for i := range 12 {
+		msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("conversation %d: tell me a long story about rivers and mountains", i))}
+		if _, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(3), N: openai.Int(int64(1 + i%2))}); err != nil {
+			t.Fatalf("chat %d: %v", i, err)
+		}
+	}
+	s := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream please")}, MaxTokens: openai.Int(4)})
+	for s.Next() {
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	used := 0
+	for _, e := range pc.Engines {
+		st := e.Stats()
+		if st.RankConflicts != 0 || st.HandshakeTimeouts != 0 {
+			t.Errorf("prefill %s: %d rank conflicts, %d handshake timeouts", e.URL(), st.RankConflicts, st.HandshakeTimeouts)
+		}
+		for _, r := range st.Ranks {
+			if r.Requests > 0 {
+				used++
+			}
+		}
+	}
+	if used < 4 {
+		t.Errorf("only %d of 8 prefill ranks served requests: ranks are not placement candidates", used)
+	}
+	if st := dc.Engines[0].Stats(); st.BootstrapTimeouts+st.BootstrapMismatches+st.PrefillRankMisses != 0 {
+		t.Errorf("decode: %d bootstrap timeouts, %d mismatches, %d prefill rank misses", st.BootstrapTimeouts, st.BootstrapMismatches, st.PrefillRankMisses)
+	}
+
+	// A conversation that goes on is placed on the rank that holds its prefix.
+	before := map[string]int64{}
+	for _, e := range pc.Engines {
+		for _, r := range e.Stats().Ranks {
+			before[fmt.Sprint(e.URL(), r.DPRank)] = r.PrefixCacheHitTokens
+		}
+	}
+	history := "a conversation that goes on and on about the sea, the ships, the harbours and the tides"
+	for turn := range 8 {
+		history += fmt.Sprintf(" turn %d", turn)
+		if _, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel,
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(history)}, MaxTokens: openai.Int(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gained := 0
+	for _, e := range pc.Engines {
+		for _, r := range e.Stats().Ranks {
+			if r.PrefixCacheHitTokens > before[fmt.Sprint(e.URL(), r.DPRank)] {
+				gained++
+			}
+		}
+	}
+	if gained != 1 {
+		t.Errorf("prefix cache hits grew on %d ranks over an 8-turn conversation, want exactly 1", gained)
+	}
+	var sum int64
+	for _, v := range scrape(t, gw.URL, "sluice_worker_rank_active_requests") {
+		sum += int64(v)
+	}
+	if sum != 0 {
+		t.Errorf("rank loads after the requests = %d, want 0", sum)
+	}
+}
+
+// A vLLM Mooncake PD pair serves chat, streaming and not; the prefill's connector is detected from
+// its bootstrap server, the decode's comes from --kv-connector.
+func TestMooncakeThroughSimulator(t *testing.T) {
+	eng := sim.Config{Mode: sim.ModeInstant, KVConnector: sim.ConnectorMooncake}
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: eng})
+	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--kv-connector", "mooncake"}, pdArgs(c)...)...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	for _, w := range gw.Registry.Snapshot().All() {
+		if w.Spec().KVConnector != "mooncake" {
+			t.Fatalf("worker %s connector %q", w.URL(), w.Spec().KVConnector)
+		}
+	}
+	client := sdk(gw.URL)
+	ctx := context.Background()
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello mooncake")}
+	r, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(5)})
+	if err != nil || len(r.Choices) != 1 || r.Choices[0].Message.Content == "" {
+		t.Fatalf("chat: %v", err)
+	}
+	s := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(5)})
+	var acc openai.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	if err := s.Err(); err != nil || len(acc.Choices) != 1 || acc.Choices[0].Message.Content == "" {
+		t.Fatalf("stream: %v", err)
+	}
+	d := c.ByRole(sim.RoleDecode)[0].Stats()
+	if d.MooncakeTransfers != 2 || d.RecomputedPrompts != 0 || d.MooncakeTimeouts+d.MooncakeFailures != 0 {
+		t.Errorf("decode: %d transfers, %d recomputed, %d timeouts, %d failures; want 2 transfers", d.MooncakeTransfers, d.RecomputedPrompts, d.MooncakeTimeouts, d.MooncakeFailures)
+	}
+}

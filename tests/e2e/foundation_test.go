@@ -145,7 +145,7 @@ func TestOnePortServesEveryProtocol(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse: %v", err)
 		}
-		for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "sluice_pd_prefill_admission_queued"} {
+		for _, want := range []string{"go_goroutines", "process_cpu_seconds_total", "sluice_gateway_info", "sluice_workers"} {
 			if _, ok := families[want]; !ok {
 				t.Errorf("missing metric family %s", want)
 			}

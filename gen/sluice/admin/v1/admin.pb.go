@@ -42,7 +42,10 @@ type WorkerSpec struct {
 	// API key sent to the engine. Write-only: never returned.
 	ApiKey string `protobuf:"bytes,7,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// Data-parallel ranks of the engine (SGLang dp_size); read from the engine's server info when 0.
-	DpSize        uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	DpSize uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	// KV connector of a vLLM worker: "nixl" or "mooncake"; detected (a Mooncake prefill's bootstrap
+	// server answers /query) or --kv-connector when empty.
+	KvConnector   string `protobuf:"bytes,9,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +136,13 @@ func (x *WorkerSpec) GetDpSize() uint32 {
 	return 0
 }
 
+func (x *WorkerSpec) GetKvConnector() string {
+	if x != nil {
+		return x.KvConnector
+	}
+	return ""
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -166,6 +176,10 @@ type Worker struct {
 	ProtocolSource string `protobuf:"bytes,13,opt,name=protocol_source,json=protocolSource,proto3" json:"protocol_source,omitempty"`
 	// Data-parallel ranks of the engine; 0 when unknown (one rank).
 	DpSize uint32 `protobuf:"varint,14,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	// Per data-parallel rank (engines with dp_size > 1): the backend requests in flight on each rank.
+	Ranks []*RankLoad `protobuf:"bytes,15,rep,name=ranks,proto3" json:"ranks,omitempty"`
+	// KV connector of a vLLM worker: "nixl" or "mooncake"; empty for other protocols.
+	KvConnector string `protobuf:"bytes,16,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
 	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
 	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
 	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
@@ -305,6 +319,20 @@ func (x *Worker) GetDpSize() uint32 {
 	return 0
 }
 
+func (x *Worker) GetRanks() []*RankLoad {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+func (x *Worker) GetKvConnector() string {
+	if x != nil {
+		return x.KvConnector
+	}
+	return ""
+}
+
 func (x *Worker) GetSource() string {
 	if x != nil {
 		return x.Source
@@ -326,6 +354,61 @@ func (x *Worker) GetPod() string {
 	return ""
 }
 
+// RankLoad is the load sluice puts on one data-parallel rank of an engine.
+type RankLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rank, 0-based.
+	Rank uint32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// Backend requests in flight on the rank.
+	Load          int64 `protobuf:"varint,2,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankLoad) Reset() {
+	*x = RankLoad{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankLoad) ProtoMessage() {}
+
+func (x *RankLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankLoad.ProtoReflect.Descriptor instead.
+func (*RankLoad) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RankLoad) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankLoad) GetLoad() int64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
 // ListWorkersRequest filters the worker list; empty fields match everything.
 type ListWorkersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -341,7 +424,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +436,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +449,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListWorkersRequest) GetRole() string {
@@ -401,7 +484,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +496,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +509,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -447,7 +530,7 @@ type AddWorkerRequest struct {
 
 func (x *AddWorkerRequest) Reset() {
 	*x = AddWorkerRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +542,7 @@ func (x *AddWorkerRequest) String() string {
 func (*AddWorkerRequest) ProtoMessage() {}
 
 func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +555,7 @@ func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerRequest.ProtoReflect.Descriptor instead.
 func (*AddWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddWorkerRequest) GetWorker() *WorkerSpec {
@@ -493,7 +576,7 @@ type AddWorkerResponse struct {
 
 func (x *AddWorkerResponse) Reset() {
 	*x = AddWorkerResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +588,7 @@ func (x *AddWorkerResponse) String() string {
 func (*AddWorkerResponse) ProtoMessage() {}
 
 func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +601,7 @@ func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerResponse.ProtoReflect.Descriptor instead.
 func (*AddWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddWorkerResponse) GetWorker() *Worker {
@@ -539,7 +622,7 @@ type GetWorkerResponse struct {
 
 func (x *GetWorkerResponse) Reset() {
 	*x = GetWorkerResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +634,7 @@ func (x *GetWorkerResponse) String() string {
 func (*GetWorkerResponse) ProtoMessage() {}
 
 func (x *GetWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +647,7 @@ func (x *GetWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkerResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetWorkerResponse) GetWorker() *Worker {
@@ -585,7 +668,7 @@ type UpdateWorkerResponse struct {
 
 func (x *UpdateWorkerResponse) Reset() {
 	*x = UpdateWorkerResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +680,7 @@ func (x *UpdateWorkerResponse) String() string {
 func (*UpdateWorkerResponse) ProtoMessage() {}
 
 func (x *UpdateWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +693,7 @@ func (x *UpdateWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkerResponse.ProtoReflect.Descriptor instead.
 func (*UpdateWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateWorkerResponse) GetWorker() *Worker {
@@ -631,7 +714,7 @@ type DrainWorkerResponse struct {
 
 func (x *DrainWorkerResponse) Reset() {
 	*x = DrainWorkerResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +726,7 @@ func (x *DrainWorkerResponse) String() string {
 func (*DrainWorkerResponse) ProtoMessage() {}
 
 func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +739,7 @@ func (x *DrainWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DrainWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DrainWorkerResponse) GetWorker() *Worker {
@@ -677,7 +760,7 @@ type GetAdmissionResponse struct {
 
 func (x *GetAdmissionResponse) Reset() {
 	*x = GetAdmissionResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +772,7 @@ func (x *GetAdmissionResponse) String() string {
 func (*GetAdmissionResponse) ProtoMessage() {}
 
 func (x *GetAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +785,7 @@ func (x *GetAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*GetAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetAdmissionResponse) GetStatus() *AdmissionStatus {
@@ -723,7 +806,7 @@ type UpdateAdmissionResponse struct {
 
 func (x *UpdateAdmissionResponse) Reset() {
 	*x = UpdateAdmissionResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +818,7 @@ func (x *UpdateAdmissionResponse) String() string {
 func (*UpdateAdmissionResponse) ProtoMessage() {}
 
 func (x *UpdateAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +831,7 @@ func (x *UpdateAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateAdmissionResponse) GetStatus() *AdmissionStatus {
@@ -769,7 +852,7 @@ type GetWorkerRequest struct {
 
 func (x *GetWorkerRequest) Reset() {
 	*x = GetWorkerRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +864,7 @@ func (x *GetWorkerRequest) String() string {
 func (*GetWorkerRequest) ProtoMessage() {}
 
 func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +877,7 @@ func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkerRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetWorkerRequest) GetId() string {
@@ -821,7 +904,7 @@ type UpdateWorkerRequest struct {
 
 func (x *UpdateWorkerRequest) Reset() {
 	*x = UpdateWorkerRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +916,7 @@ func (x *UpdateWorkerRequest) String() string {
 func (*UpdateWorkerRequest) ProtoMessage() {}
 
 func (x *UpdateWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +929,7 @@ func (x *UpdateWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWorkerRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateWorkerRequest) GetId() string {
@@ -890,7 +973,7 @@ type DrainWorkerRequest struct {
 
 func (x *DrainWorkerRequest) Reset() {
 	*x = DrainWorkerRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +985,7 @@ func (x *DrainWorkerRequest) String() string {
 func (*DrainWorkerRequest) ProtoMessage() {}
 
 func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +998,7 @@ func (x *DrainWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DrainWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DrainWorkerRequest) GetId() string {
@@ -943,7 +1026,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1038,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1051,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveWorkerRequest) GetId() string {
@@ -989,7 +1072,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1084,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1097,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RemoveWorkerResponse) GetWorker() *Worker {
@@ -1033,7 +1116,7 @@ type GetAdmissionRequest struct {
 
 func (x *GetAdmissionRequest) Reset() {
 	*x = GetAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1128,7 @@ func (x *GetAdmissionRequest) String() string {
 func (*GetAdmissionRequest) ProtoMessage() {}
 
 func (x *GetAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1141,7 @@ func (x *GetAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*GetAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 // AdmissionSettings are the tunable settings of prefill admission.
@@ -1076,7 +1159,7 @@ type AdmissionSettings struct {
 
 func (x *AdmissionSettings) Reset() {
 	*x = AdmissionSettings{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1171,7 @@ func (x *AdmissionSettings) String() string {
 func (*AdmissionSettings) ProtoMessage() {}
 
 func (x *AdmissionSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1184,7 @@ func (x *AdmissionSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionSettings.ProtoReflect.Descriptor instead.
 func (*AdmissionSettings) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AdmissionSettings) GetMaxInflightPerWorker() int32 {
@@ -1143,7 +1226,7 @@ type WorkerAdmission struct {
 
 func (x *WorkerAdmission) Reset() {
 	*x = WorkerAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1238,7 @@ func (x *WorkerAdmission) String() string {
 func (*WorkerAdmission) ProtoMessage() {}
 
 func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1251,7 @@ func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerAdmission.ProtoReflect.Descriptor instead.
 func (*WorkerAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerAdmission) GetUrl() string {
@@ -1212,7 +1295,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1307,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1320,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueState) GetModel() string {
@@ -1283,7 +1366,7 @@ type AdmissionStatus struct {
 
 func (x *AdmissionStatus) Reset() {
 	*x = AdmissionStatus{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1378,7 @@ func (x *AdmissionStatus) String() string {
 func (*AdmissionStatus) ProtoMessage() {}
 
 func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1391,7 @@ func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionStatus.ProtoReflect.Descriptor instead.
 func (*AdmissionStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AdmissionStatus) GetEnabled() bool {
@@ -1415,7 +1498,7 @@ type ClusterAdmission struct {
 
 func (x *ClusterAdmission) Reset() {
 	*x = ClusterAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1510,7 @@ func (x *ClusterAdmission) String() string {
 func (*ClusterAdmission) ProtoMessage() {}
 
 func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1523,7 @@ func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterAdmission.ProtoReflect.Descriptor instead.
 func (*ClusterAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterAdmission) GetMode() string {
@@ -1545,7 +1628,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1640,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1653,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterMember) GetReplica() string {
@@ -1620,7 +1703,7 @@ type ClusterWorkerShare struct {
 
 func (x *ClusterWorkerShare) Reset() {
 	*x = ClusterWorkerShare{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1715,7 @@ func (x *ClusterWorkerShare) String() string {
 func (*ClusterWorkerShare) ProtoMessage() {}
 
 func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1728,7 @@ func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterWorkerShare.ProtoReflect.Descriptor instead.
 func (*ClusterWorkerShare) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterWorkerShare) GetWorker() string {
@@ -1698,7 +1781,7 @@ type UpdateAdmissionRequest struct {
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1793,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1806,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1756,7 +1839,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1851,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1864,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1798,14 +1881,16 @@ type WorkerLoad struct {
 	// KV cache usage, 0..1.
 	KvUsage float64 `protobuf:"fixed64,5,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
 	// Error fetching the load, empty on success.
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// Per data-parallel rank, when the engine reports ranks (SGLang's /v1/loads and /get_load).
+	Ranks         []*EngineRankLoad `protobuf:"bytes,7,rep,name=ranks,proto3" json:"ranks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1902,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1915,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -1875,6 +1960,86 @@ func (x *WorkerLoad) GetError() string {
 	return ""
 }
 
+func (x *WorkerLoad) GetRanks() []*EngineRankLoad {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+// EngineRankLoad is one data-parallel rank's load as the engine reports it.
+type EngineRankLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rank, 0-based.
+	Rank uint32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// Requests running on the rank.
+	RunningRequests int32 `protobuf:"varint,2,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	// Requests waiting on the rank.
+	WaitingRequests int32 `protobuf:"varint,3,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	// KV cache usage of the rank, 0..1.
+	KvUsage       float64 `protobuf:"fixed64,4,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineRankLoad) Reset() {
+	*x = EngineRankLoad{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineRankLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineRankLoad) ProtoMessage() {}
+
+func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineRankLoad.ProtoReflect.Descriptor instead.
+func (*EngineRankLoad) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *EngineRankLoad) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *EngineRankLoad) GetRunningRequests() int32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *EngineRankLoad) GetWaitingRequests() int32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *EngineRankLoad) GetKvUsage() float64 {
+	if x != nil {
+		return x.KvUsage
+	}
+	return 0
+}
+
 // GetLoadsResponse is every worker's load.
 type GetLoadsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1886,7 +2051,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2063,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2076,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -1930,7 +2095,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2107,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2120,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -1975,7 +2140,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2152,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2165,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FlushResult) GetId() string {
@@ -2042,7 +2207,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2219,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2232,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -2081,7 +2246,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbb\x02\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xde\x02\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -2091,10 +2256,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0ebootstrap_port\x18\x05 \x01(\rR\rbootstrapPort\x12?\n" +
 	"\x06labels\x18\x06 \x03(\v2'.sluice.admin.v1.WorkerSpec.LabelsEntryR\x06labels\x12\x17\n" +
 	"\aapi_key\x18\a \x01(\tR\x06apiKey\x12\x17\n" +
-	"\adp_size\x18\b \x01(\rR\x06dpSize\x1a9\n" +
+	"\adp_size\x18\b \x01(\rR\x06dpSize\x12!\n" +
+	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x05\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -2110,13 +2276,18 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x12admission_inflight\x18\v \x01(\x03R\x11admissionInflight\x12\x1e\n" +
 	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12'\n" +
 	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
-	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12\x16\n" +
+	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12/\n" +
+	"\x05ranks\x18\x0f \x03(\v2\x19.sluice.admin.v1.RankLoadR\x05ranks\x12!\n" +
+	"\fkv_connector\x18\x10 \x01(\tR\vkvConnector\x12\x16\n" +
 	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
+	"\bRankLoad\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x12\n" +
+	"\x04load\x18\x02 \x01(\x03R\x04load\"V\n" +
 	"\x12ListWorkersRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -2221,7 +2392,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeoutB\x1a\n" +
 	"\x18_max_inflight_per_workerB\r\n" +
 	"\v_queue_size\"\x11\n" +
-	"\x0fGetLoadsRequest\"\xb5\x01\n" +
+	"\x0fGetLoadsRequest\"\xec\x01\n" +
 	"\n" +
 	"WorkerLoad\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -2229,7 +2400,13 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x10running_requests\x18\x03 \x01(\x05R\x0frunningRequests\x12)\n" +
 	"\x10waiting_requests\x18\x04 \x01(\x05R\x0fwaitingRequests\x12\x19\n" +
 	"\bkv_usage\x18\x05 \x01(\x01R\akvUsage\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"E\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x125\n" +
+	"\x05ranks\x18\a \x03(\v2\x1f.sluice.admin.v1.EngineRankLoadR\x05ranks\"\x95\x01\n" +
+	"\x0eEngineRankLoad\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12)\n" +
+	"\x10running_requests\x18\x02 \x01(\x05R\x0frunningRequests\x12)\n" +
+	"\x10waiting_requests\x18\x03 \x01(\x05R\x0fwaitingRequests\x12\x19\n" +
+	"\bkv_usage\x18\x04 \x01(\x01R\akvUsage\"E\n" +
 	"\x10GetLoadsResponse\x121\n" +
 	"\x05loads\x18\x01 \x03(\v2\x1b.sluice.admin.v1.WorkerLoadR\x05loads\"\x13\n" +
 	"\x11FlushCacheRequest\"U\n" +
@@ -2267,96 +2444,100 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
-	(*ListWorkersRequest)(nil),      // 2: sluice.admin.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),     // 3: sluice.admin.v1.ListWorkersResponse
-	(*AddWorkerRequest)(nil),        // 4: sluice.admin.v1.AddWorkerRequest
-	(*AddWorkerResponse)(nil),       // 5: sluice.admin.v1.AddWorkerResponse
-	(*GetWorkerResponse)(nil),       // 6: sluice.admin.v1.GetWorkerResponse
-	(*UpdateWorkerResponse)(nil),    // 7: sluice.admin.v1.UpdateWorkerResponse
-	(*DrainWorkerResponse)(nil),     // 8: sluice.admin.v1.DrainWorkerResponse
-	(*GetAdmissionResponse)(nil),    // 9: sluice.admin.v1.GetAdmissionResponse
-	(*UpdateAdmissionResponse)(nil), // 10: sluice.admin.v1.UpdateAdmissionResponse
-	(*GetWorkerRequest)(nil),        // 11: sluice.admin.v1.GetWorkerRequest
-	(*UpdateWorkerRequest)(nil),     // 12: sluice.admin.v1.UpdateWorkerRequest
-	(*DrainWorkerRequest)(nil),      // 13: sluice.admin.v1.DrainWorkerRequest
-	(*RemoveWorkerRequest)(nil),     // 14: sluice.admin.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),    // 15: sluice.admin.v1.RemoveWorkerResponse
-	(*GetAdmissionRequest)(nil),     // 16: sluice.admin.v1.GetAdmissionRequest
-	(*AdmissionSettings)(nil),       // 17: sluice.admin.v1.AdmissionSettings
-	(*WorkerAdmission)(nil),         // 18: sluice.admin.v1.WorkerAdmission
-	(*QueueState)(nil),              // 19: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 20: sluice.admin.v1.AdmissionStatus
-	(*ClusterAdmission)(nil),        // 21: sluice.admin.v1.ClusterAdmission
-	(*ClusterMember)(nil),           // 22: sluice.admin.v1.ClusterMember
-	(*ClusterWorkerShare)(nil),      // 23: sluice.admin.v1.ClusterWorkerShare
-	(*UpdateAdmissionRequest)(nil),  // 24: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 25: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 26: sluice.admin.v1.WorkerLoad
-	(*GetLoadsResponse)(nil),        // 27: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 28: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 29: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 30: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 31: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 32: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 33: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 34: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 35: google.protobuf.Duration
+	(*RankLoad)(nil),                // 2: sluice.admin.v1.RankLoad
+	(*ListWorkersRequest)(nil),      // 3: sluice.admin.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),     // 4: sluice.admin.v1.ListWorkersResponse
+	(*AddWorkerRequest)(nil),        // 5: sluice.admin.v1.AddWorkerRequest
+	(*AddWorkerResponse)(nil),       // 6: sluice.admin.v1.AddWorkerResponse
+	(*GetWorkerResponse)(nil),       // 7: sluice.admin.v1.GetWorkerResponse
+	(*UpdateWorkerResponse)(nil),    // 8: sluice.admin.v1.UpdateWorkerResponse
+	(*DrainWorkerResponse)(nil),     // 9: sluice.admin.v1.DrainWorkerResponse
+	(*GetAdmissionResponse)(nil),    // 10: sluice.admin.v1.GetAdmissionResponse
+	(*UpdateAdmissionResponse)(nil), // 11: sluice.admin.v1.UpdateAdmissionResponse
+	(*GetWorkerRequest)(nil),        // 12: sluice.admin.v1.GetWorkerRequest
+	(*UpdateWorkerRequest)(nil),     // 13: sluice.admin.v1.UpdateWorkerRequest
+	(*DrainWorkerRequest)(nil),      // 14: sluice.admin.v1.DrainWorkerRequest
+	(*RemoveWorkerRequest)(nil),     // 15: sluice.admin.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),    // 16: sluice.admin.v1.RemoveWorkerResponse
+	(*GetAdmissionRequest)(nil),     // 17: sluice.admin.v1.GetAdmissionRequest
+	(*AdmissionSettings)(nil),       // 18: sluice.admin.v1.AdmissionSettings
+	(*WorkerAdmission)(nil),         // 19: sluice.admin.v1.WorkerAdmission
+	(*QueueState)(nil),              // 20: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),         // 21: sluice.admin.v1.AdmissionStatus
+	(*ClusterAdmission)(nil),        // 22: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),           // 23: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),      // 24: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),  // 25: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 26: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 27: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),          // 28: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),        // 29: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 30: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 31: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 32: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 33: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 34: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 35: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 36: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 37: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	31, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	32, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
-	1,  // 2: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
-	0,  // 3: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
-	1,  // 4: sluice.admin.v1.AddWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	1,  // 5: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	1,  // 6: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	1,  // 7: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	20, // 8: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	20, // 9: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	33, // 10: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	1,  // 11: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	35, // 12: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
-	17, // 13: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
-	19, // 14: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
-	18, // 15: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	34, // 16: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	21, // 17: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
-	35, // 18: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
-	22, // 19: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	35, // 20: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
-	23, // 21: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	35, // 22: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	26, // 23: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	29, // 24: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	2,  // 25: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	11, // 26: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	4,  // 27: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	12, // 28: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	13, // 29: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	14, // 30: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	16, // 31: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	24, // 32: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	25, // 33: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	28, // 34: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	3,  // 35: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	6,  // 36: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	5,  // 37: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	7,  // 38: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	8,  // 39: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	15, // 40: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	9,  // 41: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	10, // 42: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	27, // 43: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	30, // 44: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	33, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	34, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
+	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
+	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
+	1,  // 5: sluice.admin.v1.AddWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
+	1,  // 6: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
+	1,  // 7: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
+	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
+	21, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	21, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	35, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
+	37, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	18, // 14: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
+	20, // 15: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
+	19, // 16: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
+	36, // 17: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	22, // 18: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
+	37, // 19: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	23, // 20: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
+	37, // 21: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	24, // 22: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
+	37, // 23: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	28, // 24: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
+	27, // 25: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	31, // 26: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	3,  // 27: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 28: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 29: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 30: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 31: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 32: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 33: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	25, // 34: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	26, // 35: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	30, // 36: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	4,  // 37: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 38: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 39: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 40: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 41: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 42: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 43: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 44: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	29, // 45: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	32, // 46: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	37, // [37:47] is the sub-list for method output_type
+	27, // [27:37] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -2364,15 +2545,15 @@ func file_sluice_admin_v1_admin_proto_init() {
 	if File_sluice_admin_v1_admin_proto != nil {
 		return
 	}
-	file_sluice_admin_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[24].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -74,6 +74,14 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: uint32 dp_size = 8;
    */
   dpSize: number;
+
+  /**
+   * KV connector of a vLLM worker: "nixl" or "mooncake"; detected (a Mooncake prefill's bootstrap
+   * server answers /query) or --kv-connector when empty.
+   *
+   * @generated from field: string kv_connector = 9;
+   */
+  kvConnector: string;
 };
 
 /**
@@ -189,6 +197,20 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
   dpSize: number;
 
   /**
+   * Per data-parallel rank (engines with dp_size > 1): the backend requests in flight on each rank.
+   *
+   * @generated from field: repeated sluice.admin.v1.RankLoad ranks = 15;
+   */
+  ranks: RankLoad[];
+
+  /**
+   * KV connector of a vLLM worker: "nixl" or "mooncake"; empty for other protocols.
+   *
+   * @generated from field: string kv_connector = 16;
+   */
+  kvConnector: string;
+
+  /**
    * Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
    * service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
    *
@@ -216,6 +238,33 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
  * Use `create(WorkerSchema)` to create a new message.
  */
 export declare const WorkerSchema: GenMessage<Worker>;
+
+/**
+ * RankLoad is the load sluice puts on one data-parallel rank of an engine.
+ *
+ * @generated from message sluice.admin.v1.RankLoad
+ */
+export declare type RankLoad = Message<"sluice.admin.v1.RankLoad"> & {
+  /**
+   * The rank, 0-based.
+   *
+   * @generated from field: uint32 rank = 1;
+   */
+  rank: number;
+
+  /**
+   * Backend requests in flight on the rank.
+   *
+   * @generated from field: int64 load = 2;
+   */
+  load: bigint;
+};
+
+/**
+ * Describes the message sluice.admin.v1.RankLoad.
+ * Use `create(RankLoadSchema)` to create a new message.
+ */
+export declare const RankLoadSchema: GenMessage<RankLoad>;
 
 /**
  * ListWorkersRequest filters the worker list; empty fields match everything.
@@ -1022,6 +1071,13 @@ export declare type WorkerLoad = Message<"sluice.admin.v1.WorkerLoad"> & {
    * @generated from field: string error = 6;
    */
   error: string;
+
+  /**
+   * Per data-parallel rank, when the engine reports ranks (SGLang's /v1/loads and /get_load).
+   *
+   * @generated from field: repeated sluice.admin.v1.EngineRankLoad ranks = 7;
+   */
+  ranks: EngineRankLoad[];
 };
 
 /**
@@ -1029,6 +1085,47 @@ export declare type WorkerLoad = Message<"sluice.admin.v1.WorkerLoad"> & {
  * Use `create(WorkerLoadSchema)` to create a new message.
  */
 export declare const WorkerLoadSchema: GenMessage<WorkerLoad>;
+
+/**
+ * EngineRankLoad is one data-parallel rank's load as the engine reports it.
+ *
+ * @generated from message sluice.admin.v1.EngineRankLoad
+ */
+export declare type EngineRankLoad = Message<"sluice.admin.v1.EngineRankLoad"> & {
+  /**
+   * The rank, 0-based.
+   *
+   * @generated from field: uint32 rank = 1;
+   */
+  rank: number;
+
+  /**
+   * Requests running on the rank.
+   *
+   * @generated from field: int32 running_requests = 2;
+   */
+  runningRequests: number;
+
+  /**
+   * Requests waiting on the rank.
+   *
+   * @generated from field: int32 waiting_requests = 3;
+   */
+  waitingRequests: number;
+
+  /**
+   * KV cache usage of the rank, 0..1.
+   *
+   * @generated from field: double kv_usage = 4;
+   */
+  kvUsage: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.EngineRankLoad.
+ * Use `create(EngineRankLoadSchema)` to create a new message.
+ */
+export declare const EngineRankLoadSchema: GenMessage<EngineRankLoad>;
 
 /**
  * GetLoadsResponse is every worker's load.

@@ -11,7 +11,7 @@ import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
  * Describes the file sluice/admin/v1/admin.proto.
  */
 export const file_sluice_admin_v1_admin = /*@__PURE__*/
-  fileDesc("ChtzbHVpY2UvYWRtaW4vdjEvYWRtaW4ucHJvdG8SD3NsdWljZS5hZG1pbi52MSLrAQoKV29ya2VyU3BlYxILCgN1cmwYASABKAkSDAoEcm9sZRgCIAEoCRIQCghwcm90b2NvbBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBSABKA0SNwoGbGFiZWxzGAYgAygLMicuc2x1aWNlLmFkbWluLnYxLldvcmtlclNwZWMuTGFiZWxzRW50cnkSDwoHYXBpX2tleRgHIAEoCRIPCgdkcF9zaXplGAggASgNGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijwMKBldvcmtlchIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSDAoEcm9sZRgDIAEoCRIQCghwcm90b2NvbBgEIAEoCRIOCgZtb2RlbHMYBSADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBiABKA0SMwoGbGFiZWxzGAcgAygLMiMuc2x1aWNlLmFkbWluLnYxLldvcmtlci5MYWJlbHNFbnRyeRIOCgZoZWFsdGgYCCABKAkSFwoPY2lyY3VpdF9icmVha2VyGAkgASgJEgwKBGxvYWQYCiABKAMSGgoSYWRtaXNzaW9uX2luZmxpZ2h0GAsgASgDEhMKC2hhc19hcGlfa2V5GAwgASgIEhcKD3Byb3RvY29sX3NvdXJjZRgNIAEoCRIPCgdkcF9zaXplGA4gASgNEg4KBnNvdXJjZRgUIAEoCRIRCgluYW1lc3BhY2UYFSABKAkSCwoDcG9kGBYgASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQQoSTGlzdFdvcmtlcnNSZXF1ZXN0EgwKBHJvbGUYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGaGVhbHRoGAMgASgJIj8KE0xpc3RXb3JrZXJzUmVzcG9uc2USKAoHd29ya2VycxgBIAMoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoQQWRkV29ya2VyUmVxdWVzdBIrCgZ3b3JrZXIYASABKAsyGy5zbHVpY2UuYWRtaW4udjEuV29ya2VyU3BlYyI8ChFBZGRXb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIjwKEUdldFdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoUVXBkYXRlV29ya2VyUmVzcG9uc2USJwoGd29ya2VyGAEgASgLMhcuc2x1aWNlLmFkbWluLnYxLldvcmtlciI+ChNEcmFpbldvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiSAoUR2V0QWRtaXNzaW9uUmVzcG9uc2USMAoGc3RhdHVzGAEgASgLMiAuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblN0YXR1cyJLChdVcGRhdGVBZG1pc3Npb25SZXNwb25zZRIwCgZzdGF0dXMYASABKAsyIC5zbHVpY2UuYWRtaW4udjEuQWRtaXNzaW9uU3RhdHVzIh4KEEdldFdvcmtlclJlcXVlc3QSCgoCaWQYASABKAki2gEKE1VwZGF0ZVdvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSQAoGbGFiZWxzGAIgAygLMjAuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlcXVlc3QuTGFiZWxzRW50cnkSFgoOcmVwbGFjZV9sYWJlbHMYAyABKAgSGwoOYm9vdHN0cmFwX3BvcnQYBCABKA1IAIgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19ib290c3RyYXBfcG9ydCI6ChJEcmFpbldvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSGAoQcmVtb3ZlX3doZW5faWRsZRgCIAEoCCIhChNSZW1vdmVXb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj8KFFJlbW92ZVdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiFQoTR2V0QWRtaXNzaW9uUmVxdWVzdCJ6ChFBZG1pc3Npb25TZXR0aW5ncxIfChdtYXhfaW5mbGlnaHRfcGVyX3dvcmtlchgBIAEoBRISCgpxdWV1ZV9zaXplGAIgASgFEjAKDXF1ZXVlX3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iXwoPV29ya2VyQWRtaXNzaW9uEgsKA3VybBgBIAEoCRIQCghpbmZsaWdodBgCIAEoBRIVCg1jbHVzdGVyX3NoYXJlGB4gASgFEhYKDmNsdXN0ZXJfZGVtYW5kGB8gASgFIisKClF1ZXVlU3RhdGUSDQoFbW9kZWwYASABKAkSDgoGcXVldWVkGAIgASgFIsMDCg9BZG1pc3Npb25TdGF0dXMSDwoHZW5hYmxlZBgBIAEoCBI0CghzZXR0aW5ncxgCIAEoCzIiLnNsdWljZS5hZG1pbi52MS5BZG1pc3Npb25TZXR0aW5ncxIOCgZxdWV1ZWQYAyABKAUSKwoGcXVldWVzGAQgAygLMhsuc2x1aWNlLmFkbWluLnYxLlF1ZXVlU3RhdGUSMQoHd29ya2VycxgFIAMoCzIgLnNsdWljZS5hZG1pbi52MS5Xb3JrZXJBZG1pc3Npb24SGAoQd2FpdF9wNTBfc2Vjb25kcxgGIAEoARIYChB3YWl0X3A5MF9zZWNvbmRzGAcgASgBEhgKEHdhaXRfcDk5X3NlY29uZHMYCCABKAESRAoKcmVqZWN0aW9ucxgJIAMoCzIwLnNsdWljZS5hZG1pbi52MS5BZG1pc3Npb25TdGF0dXMuUmVqZWN0aW9uc0VudHJ5EjIKB2NsdXN0ZXIYHiABKAsyIS5zbHVpY2UuYWRtaW4udjEuQ2x1c3RlckFkbWlzc2lvbhoxCg9SZWplY3Rpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASKwAgoQQ2x1c3RlckFkbWlzc2lvbhIMCgRtb2RlGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSEwoLY29vcmRpbmF0b3IYAyABKAkSFgoOaXNfY29vcmRpbmF0b3IYBCABKAgSDAoEdGVybRgFIAEoCRIQCghmYWxsYmFjaxgGIAEoCBIsCglsZWFzZV9hZ2UYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLZmxlZXRfbGltaXQYCCABKAUSDwoHbWVtYmVycxgJIAMoCRIwCghyZXBsaWNhcxgKIAMoCzIeLnNsdWljZS5hZG1pbi52MS5DbHVzdGVyTWVtYmVyEhYKDnJhaXNlc19ibG9ja2VkGAsgASgIEhIKCnJlYmFsYW5jZXMYDCABKAMilwEKDUNsdXN0ZXJNZW1iZXISDwoHcmVwbGljYRgBIAEoCRINCgVzdGF0ZRgCIAEoCRIwCg1zaW5jZV9jb250YWN0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKB3dvcmtlcnMYBCADKAsyIy5zbHVpY2UuYWRtaW4udjEuQ2x1c3RlcldvcmtlclNoYXJlImkKEkNsdXN0ZXJXb3JrZXJTaGFyZRIOCgZ3b3JrZXIYASABKAkSDwoHZ3JhbnRlZBgCIAEoBRIQCghyZXNlcnZlZBgDIAEoBRIOCgZkZW1hbmQYBCABKAUSEAoIaW5mbGlnaHQYBSABKAUitAEKFlVwZGF0ZUFkbWlzc2lvblJlcXVlc3QSJAoXbWF4X2luZmxpZ2h0X3Blcl93b3JrZXIYASABKAVIAIgBARIXCgpxdWV1ZV9zaXplGAIgASgFSAGIAQESMAoNcXVldWVfdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIaChhfbWF4X2luZmxpZ2h0X3Blcl93b3JrZXJCDQoLX3F1ZXVlX3NpemUiEQoPR2V0TG9hZHNSZXF1ZXN0InoKCldvcmtlckxvYWQSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEhgKEHJ1bm5pbmdfcmVxdWVzdHMYAyABKAUSGAoQd2FpdGluZ19yZXF1ZXN0cxgEIAEoBRIQCghrdl91c2FnZRgFIAEoARINCgVlcnJvchgGIAEoCSI+ChBHZXRMb2Fkc1Jlc3BvbnNlEioKBWxvYWRzGAEgAygLMhsuc2x1aWNlLmFkbWluLnYxLldvcmtlckxvYWQiEwoRRmx1c2hDYWNoZVJlcXVlc3QiQQoLRmx1c2hSZXN1bHQSCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEgoKAm9rGAMgASgIEg0KBWVycm9yGAQgASgJIkMKEkZsdXNoQ2FjaGVSZXNwb25zZRItCgdyZXN1bHRzGAEgAygLMhwuc2x1aWNlLmFkbWluLnYxLkZsdXNoUmVzdWx0Mo8HCgxBZG1pblNlcnZpY2USWAoLTGlzdFdvcmtlcnMSIy5zbHVpY2UuYWRtaW4udjEuTGlzdFdvcmtlcnNSZXF1ZXN0GiQuc2x1aWNlLmFkbWluLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USUgoJR2V0V29ya2VyEiEuc2x1aWNlLmFkbWluLnYxLkdldFdvcmtlclJlcXVlc3QaIi5zbHVpY2UuYWRtaW4udjEuR2V0V29ya2VyUmVzcG9uc2USUgoJQWRkV29ya2VyEiEuc2x1aWNlLmFkbWluLnYxLkFkZFdvcmtlclJlcXVlc3QaIi5zbHVpY2UuYWRtaW4udjEuQWRkV29ya2VyUmVzcG9uc2USWwoMVXBkYXRlV29ya2VyEiQuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlcXVlc3QaJS5zbHVpY2UuYWRtaW4udjEuVXBkYXRlV29ya2VyUmVzcG9uc2USWAoLRHJhaW5Xb3JrZXISIy5zbHVpY2UuYWRtaW4udjEuRHJhaW5Xb3JrZXJSZXF1ZXN0GiQuc2x1aWNlLmFkbWluLnYxLkRyYWluV29ya2VyUmVzcG9uc2USWwoMUmVtb3ZlV29ya2VyEiQuc2x1aWNlLmFkbWluLnYxLlJlbW92ZVdvcmtlclJlcXVlc3QaJS5zbHVpY2UuYWRtaW4udjEuUmVtb3ZlV29ya2VyUmVzcG9uc2USWwoMR2V0QWRtaXNzaW9uEiQuc2x1aWNlLmFkbWluLnYxLkdldEFkbWlzc2lvblJlcXVlc3QaJS5zbHVpY2UuYWRtaW4udjEuR2V0QWRtaXNzaW9uUmVzcG9uc2USZAoPVXBkYXRlQWRtaXNzaW9uEicuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZUFkbWlzc2lvblJlcXVlc3QaKC5zbHVpY2UuYWRtaW4udjEuVXBkYXRlQWRtaXNzaW9uUmVzcG9uc2USTwoIR2V0TG9hZHMSIC5zbHVpY2UuYWRtaW4udjEuR2V0TG9hZHNSZXF1ZXN0GiEuc2x1aWNlLmFkbWluLnYxLkdldExvYWRzUmVzcG9uc2USVQoKRmx1c2hDYWNoZRIiLnNsdWljZS5hZG1pbi52MS5GbHVzaENhY2hlUmVxdWVzdBojLnNsdWljZS5hZG1pbi52MS5GbHVzaENhY2hlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration]);
+  fileDesc("ChtzbHVpY2UvYWRtaW4vdjEvYWRtaW4ucHJvdG8SD3NsdWljZS5hZG1pbi52MSKBAgoKV29ya2VyU3BlYxILCgN1cmwYASABKAkSDAoEcm9sZRgCIAEoCRIQCghwcm90b2NvbBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSFgoOYm9vdHN0cmFwX3BvcnQYBSABKA0SNwoGbGFiZWxzGAYgAygLMicuc2x1aWNlLmFkbWluLnYxLldvcmtlclNwZWMuTGFiZWxzRW50cnkSDwoHYXBpX2tleRgHIAEoCRIPCgdkcF9zaXplGAggASgNEhQKDGt2X2Nvbm5lY3RvchgJIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIs8DCgZXb3JrZXISCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEgwKBHJvbGUYAyABKAkSEAoIcHJvdG9jb2wYBCABKAkSDgoGbW9kZWxzGAUgAygJEhYKDmJvb3RzdHJhcF9wb3J0GAYgASgNEjMKBmxhYmVscxgHIAMoCzIjLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIuTGFiZWxzRW50cnkSDgoGaGVhbHRoGAggASgJEhcKD2NpcmN1aXRfYnJlYWtlchgJIAEoCRIMCgRsb2FkGAogASgDEhoKEmFkbWlzc2lvbl9pbmZsaWdodBgLIAEoAxITCgtoYXNfYXBpX2tleRgMIAEoCBIXCg9wcm90b2NvbF9zb3VyY2UYDSABKAkSDwoHZHBfc2l6ZRgOIAEoDRIoCgVyYW5rcxgPIAMoCzIZLnNsdWljZS5hZG1pbi52MS5SYW5rTG9hZBIUCgxrdl9jb25uZWN0b3IYECABKAkSDgoGc291cmNlGBQgASgJEhEKCW5hbWVzcGFjZRgVIAEoCRILCgNwb2QYFiABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASImCghSYW5rTG9hZBIMCgRyYW5rGAEgASgNEgwKBGxvYWQYAiABKAMiQQoSTGlzdFdvcmtlcnNSZXF1ZXN0EgwKBHJvbGUYASABKAkSDQoFbW9kZWwYAiABKAkSDgoGaGVhbHRoGAMgASgJIj8KE0xpc3RXb3JrZXJzUmVzcG9uc2USKAoHd29ya2VycxgBIAMoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoQQWRkV29ya2VyUmVxdWVzdBIrCgZ3b3JrZXIYASABKAsyGy5zbHVpY2UuYWRtaW4udjEuV29ya2VyU3BlYyI8ChFBZGRXb3JrZXJSZXNwb25zZRInCgZ3b3JrZXIYASABKAsyFy5zbHVpY2UuYWRtaW4udjEuV29ya2VyIjwKEUdldFdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiPwoUVXBkYXRlV29ya2VyUmVzcG9uc2USJwoGd29ya2VyGAEgASgLMhcuc2x1aWNlLmFkbWluLnYxLldvcmtlciI+ChNEcmFpbldvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiSAoUR2V0QWRtaXNzaW9uUmVzcG9uc2USMAoGc3RhdHVzGAEgASgLMiAuc2x1aWNlLmFkbWluLnYxLkFkbWlzc2lvblN0YXR1cyJLChdVcGRhdGVBZG1pc3Npb25SZXNwb25zZRIwCgZzdGF0dXMYASABKAsyIC5zbHVpY2UuYWRtaW4udjEuQWRtaXNzaW9uU3RhdHVzIh4KEEdldFdvcmtlclJlcXVlc3QSCgoCaWQYASABKAki2gEKE1VwZGF0ZVdvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSQAoGbGFiZWxzGAIgAygLMjAuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlcXVlc3QuTGFiZWxzRW50cnkSFgoOcmVwbGFjZV9sYWJlbHMYAyABKAgSGwoOYm9vdHN0cmFwX3BvcnQYBCABKA1IAIgBARotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19ib290c3RyYXBfcG9ydCI6ChJEcmFpbldvcmtlclJlcXVlc3QSCgoCaWQYASABKAkSGAoQcmVtb3ZlX3doZW5faWRsZRgCIAEoCCIhChNSZW1vdmVXb3JrZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj8KFFJlbW92ZVdvcmtlclJlc3BvbnNlEicKBndvcmtlchgBIAEoCzIXLnNsdWljZS5hZG1pbi52MS5Xb3JrZXIiFQoTR2V0QWRtaXNzaW9uUmVxdWVzdCJ6ChFBZG1pc3Npb25TZXR0aW5ncxIfChdtYXhfaW5mbGlnaHRfcGVyX3dvcmtlchgBIAEoBRISCgpxdWV1ZV9zaXplGAIgASgFEjAKDXF1ZXVlX3RpbWVvdXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iXwoPV29ya2VyQWRtaXNzaW9uEgsKA3VybBgBIAEoCRIQCghpbmZsaWdodBgCIAEoBRIVCg1jbHVzdGVyX3NoYXJlGB4gASgFEhYKDmNsdXN0ZXJfZGVtYW5kGB8gASgFIisKClF1ZXVlU3RhdGUSDQoFbW9kZWwYASABKAkSDgoGcXVldWVkGAIgASgFIsMDCg9BZG1pc3Npb25TdGF0dXMSDwoHZW5hYmxlZBgBIAEoCBI0CghzZXR0aW5ncxgCIAEoCzIiLnNsdWljZS5hZG1pbi52MS5BZG1pc3Npb25TZXR0aW5ncxIOCgZxdWV1ZWQYAyABKAUSKwoGcXVldWVzGAQgAygLMhsuc2x1aWNlLmFkbWluLnYxLlF1ZXVlU3RhdGUSMQoHd29ya2VycxgFIAMoCzIgLnNsdWljZS5hZG1pbi52MS5Xb3JrZXJBZG1pc3Npb24SGAoQd2FpdF9wNTBfc2Vjb25kcxgGIAEoARIYChB3YWl0X3A5MF9zZWNvbmRzGAcgASgBEhgKEHdhaXRfcDk5X3NlY29uZHMYCCABKAESRAoKcmVqZWN0aW9ucxgJIAMoCzIwLnNsdWljZS5hZG1pbi52MS5BZG1pc3Npb25TdGF0dXMuUmVqZWN0aW9uc0VudHJ5EjIKB2NsdXN0ZXIYHiABKAsyIS5zbHVpY2UuYWRtaW4udjEuQ2x1c3RlckFkbWlzc2lvbhoxCg9SZWplY3Rpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASKwAgoQQ2x1c3RlckFkbWlzc2lvbhIMCgRtb2RlGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSEwoLY29vcmRpbmF0b3IYAyABKAkSFgoOaXNfY29vcmRpbmF0b3IYBCABKAgSDAoEdGVybRgFIAEoCRIQCghmYWxsYmFjaxgGIAEoCBIsCglsZWFzZV9hZ2UYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLZmxlZXRfbGltaXQYCCABKAUSDwoHbWVtYmVycxgJIAMoCRIwCghyZXBsaWNhcxgKIAMoCzIeLnNsdWljZS5hZG1pbi52MS5DbHVzdGVyTWVtYmVyEhYKDnJhaXNlc19ibG9ja2VkGAsgASgIEhIKCnJlYmFsYW5jZXMYDCABKAMilwEKDUNsdXN0ZXJNZW1iZXISDwoHcmVwbGljYRgBIAEoCRINCgVzdGF0ZRgCIAEoCRIwCg1zaW5jZV9jb250YWN0GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKB3dvcmtlcnMYBCADKAsyIy5zbHVpY2UuYWRtaW4udjEuQ2x1c3RlcldvcmtlclNoYXJlImkKEkNsdXN0ZXJXb3JrZXJTaGFyZRIOCgZ3b3JrZXIYASABKAkSDwoHZ3JhbnRlZBgCIAEoBRIQCghyZXNlcnZlZBgDIAEoBRIOCgZkZW1hbmQYBCABKAUSEAoIaW5mbGlnaHQYBSABKAUitAEKFlVwZGF0ZUFkbWlzc2lvblJlcXVlc3QSJAoXbWF4X2luZmxpZ2h0X3Blcl93b3JrZXIYASABKAVIAIgBARIXCgpxdWV1ZV9zaXplGAIgASgFSAGIAQESMAoNcXVldWVfdGltZW91dBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIaChhfbWF4X2luZmxpZ2h0X3Blcl93b3JrZXJCDQoLX3F1ZXVlX3NpemUiEQoPR2V0TG9hZHNSZXF1ZXN0IqoBCgpXb3JrZXJMb2FkEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYChBydW5uaW5nX3JlcXVlc3RzGAMgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYBCABKAUSEAoIa3ZfdXNhZ2UYBSABKAESDQoFZXJyb3IYBiABKAkSLgoFcmFua3MYByADKAsyHy5zbHVpY2UuYWRtaW4udjEuRW5naW5lUmFua0xvYWQiZAoORW5naW5lUmFua0xvYWQSDAoEcmFuaxgBIAEoDRIYChBydW5uaW5nX3JlcXVlc3RzGAIgASgFEhgKEHdhaXRpbmdfcmVxdWVzdHMYAyABKAUSEAoIa3ZfdXNhZ2UYBCABKAEiPgoQR2V0TG9hZHNSZXNwb25zZRIqCgVsb2FkcxgBIAMoCzIbLnNsdWljZS5hZG1pbi52MS5Xb3JrZXJMb2FkIhMKEUZsdXNoQ2FjaGVSZXF1ZXN0IkEKC0ZsdXNoUmVzdWx0EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIKCgJvaxgDIAEoCBINCgVlcnJvchgEIAEoCSJDChJGbHVzaENhY2hlUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLnNsdWljZS5hZG1pbi52MS5GbHVzaFJlc3VsdDKPBwoMQWRtaW5TZXJ2aWNlElgKC0xpc3RXb3JrZXJzEiMuc2x1aWNlLmFkbWluLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBokLnNsdWljZS5hZG1pbi52MS5MaXN0V29ya2Vyc1Jlc3BvbnNlElIKCUdldFdvcmtlchIhLnNsdWljZS5hZG1pbi52MS5HZXRXb3JrZXJSZXF1ZXN0GiIuc2x1aWNlLmFkbWluLnYxLkdldFdvcmtlclJlc3BvbnNlElIKCUFkZFdvcmtlchIhLnNsdWljZS5hZG1pbi52MS5BZGRXb3JrZXJSZXF1ZXN0GiIuc2x1aWNlLmFkbWluLnYxLkFkZFdvcmtlclJlc3BvbnNlElsKDFVwZGF0ZVdvcmtlchIkLnNsdWljZS5hZG1pbi52MS5VcGRhdGVXb3JrZXJSZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLlVwZGF0ZVdvcmtlclJlc3BvbnNlElgKC0RyYWluV29ya2VyEiMuc2x1aWNlLmFkbWluLnYxLkRyYWluV29ya2VyUmVxdWVzdBokLnNsdWljZS5hZG1pbi52MS5EcmFpbldvcmtlclJlc3BvbnNlElsKDFJlbW92ZVdvcmtlchIkLnNsdWljZS5hZG1pbi52MS5SZW1vdmVXb3JrZXJSZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLlJlbW92ZVdvcmtlclJlc3BvbnNlElsKDEdldEFkbWlzc2lvbhIkLnNsdWljZS5hZG1pbi52MS5HZXRBZG1pc3Npb25SZXF1ZXN0GiUuc2x1aWNlLmFkbWluLnYxLkdldEFkbWlzc2lvblJlc3BvbnNlEmQKD1VwZGF0ZUFkbWlzc2lvbhInLnNsdWljZS5hZG1pbi52MS5VcGRhdGVBZG1pc3Npb25SZXF1ZXN0Giguc2x1aWNlLmFkbWluLnYxLlVwZGF0ZUFkbWlzc2lvblJlc3BvbnNlEk8KCEdldExvYWRzEiAuc2x1aWNlLmFkbWluLnYxLkdldExvYWRzUmVxdWVzdBohLnNsdWljZS5hZG1pbi52MS5HZXRMb2Fkc1Jlc3BvbnNlElUKCkZsdXNoQ2FjaGUSIi5zbHVpY2UuYWRtaW4udjEuRmx1c2hDYWNoZVJlcXVlc3QaIy5zbHVpY2UuYWRtaW4udjEuRmx1c2hDYWNoZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration]);
 
 /**
  * Describes the message sluice.admin.v1.WorkerSpec.
@@ -28,207 +28,221 @@ export const WorkerSchema = /*@__PURE__*/
   messageDesc(file_sluice_admin_v1_admin, 1);
 
 /**
+ * Describes the message sluice.admin.v1.RankLoad.
+ * Use `create(RankLoadSchema)` to create a new message.
+ */
+export const RankLoadSchema = /*@__PURE__*/
+  messageDesc(file_sluice_admin_v1_admin, 2);
+
+/**
  * Describes the message sluice.admin.v1.ListWorkersRequest.
  * Use `create(ListWorkersRequestSchema)` to create a new message.
  */
 export const ListWorkersRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 2);
+  messageDesc(file_sluice_admin_v1_admin, 3);
 
 /**
  * Describes the message sluice.admin.v1.ListWorkersResponse.
  * Use `create(ListWorkersResponseSchema)` to create a new message.
  */
 export const ListWorkersResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 3);
+  messageDesc(file_sluice_admin_v1_admin, 4);
 
 /**
  * Describes the message sluice.admin.v1.AddWorkerRequest.
  * Use `create(AddWorkerRequestSchema)` to create a new message.
  */
 export const AddWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 4);
+  messageDesc(file_sluice_admin_v1_admin, 5);
 
 /**
  * Describes the message sluice.admin.v1.AddWorkerResponse.
  * Use `create(AddWorkerResponseSchema)` to create a new message.
  */
 export const AddWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 5);
+  messageDesc(file_sluice_admin_v1_admin, 6);
 
 /**
  * Describes the message sluice.admin.v1.GetWorkerResponse.
  * Use `create(GetWorkerResponseSchema)` to create a new message.
  */
 export const GetWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 6);
+  messageDesc(file_sluice_admin_v1_admin, 7);
 
 /**
  * Describes the message sluice.admin.v1.UpdateWorkerResponse.
  * Use `create(UpdateWorkerResponseSchema)` to create a new message.
  */
 export const UpdateWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 7);
+  messageDesc(file_sluice_admin_v1_admin, 8);
 
 /**
  * Describes the message sluice.admin.v1.DrainWorkerResponse.
  * Use `create(DrainWorkerResponseSchema)` to create a new message.
  */
 export const DrainWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 8);
+  messageDesc(file_sluice_admin_v1_admin, 9);
 
 /**
  * Describes the message sluice.admin.v1.GetAdmissionResponse.
  * Use `create(GetAdmissionResponseSchema)` to create a new message.
  */
 export const GetAdmissionResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 9);
+  messageDesc(file_sluice_admin_v1_admin, 10);
 
 /**
  * Describes the message sluice.admin.v1.UpdateAdmissionResponse.
  * Use `create(UpdateAdmissionResponseSchema)` to create a new message.
  */
 export const UpdateAdmissionResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 10);
+  messageDesc(file_sluice_admin_v1_admin, 11);
 
 /**
  * Describes the message sluice.admin.v1.GetWorkerRequest.
  * Use `create(GetWorkerRequestSchema)` to create a new message.
  */
 export const GetWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 11);
+  messageDesc(file_sluice_admin_v1_admin, 12);
 
 /**
  * Describes the message sluice.admin.v1.UpdateWorkerRequest.
  * Use `create(UpdateWorkerRequestSchema)` to create a new message.
  */
 export const UpdateWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 12);
+  messageDesc(file_sluice_admin_v1_admin, 13);
 
 /**
  * Describes the message sluice.admin.v1.DrainWorkerRequest.
  * Use `create(DrainWorkerRequestSchema)` to create a new message.
  */
 export const DrainWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 13);
+  messageDesc(file_sluice_admin_v1_admin, 14);
 
 /**
  * Describes the message sluice.admin.v1.RemoveWorkerRequest.
  * Use `create(RemoveWorkerRequestSchema)` to create a new message.
  */
 export const RemoveWorkerRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 14);
+  messageDesc(file_sluice_admin_v1_admin, 15);
 
 /**
  * Describes the message sluice.admin.v1.RemoveWorkerResponse.
  * Use `create(RemoveWorkerResponseSchema)` to create a new message.
  */
 export const RemoveWorkerResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 15);
+  messageDesc(file_sluice_admin_v1_admin, 16);
 
 /**
  * Describes the message sluice.admin.v1.GetAdmissionRequest.
  * Use `create(GetAdmissionRequestSchema)` to create a new message.
  */
 export const GetAdmissionRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 16);
+  messageDesc(file_sluice_admin_v1_admin, 17);
 
 /**
  * Describes the message sluice.admin.v1.AdmissionSettings.
  * Use `create(AdmissionSettingsSchema)` to create a new message.
  */
 export const AdmissionSettingsSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 17);
+  messageDesc(file_sluice_admin_v1_admin, 18);
 
 /**
  * Describes the message sluice.admin.v1.WorkerAdmission.
  * Use `create(WorkerAdmissionSchema)` to create a new message.
  */
 export const WorkerAdmissionSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 18);
+  messageDesc(file_sluice_admin_v1_admin, 19);
 
 /**
  * Describes the message sluice.admin.v1.QueueState.
  * Use `create(QueueStateSchema)` to create a new message.
  */
 export const QueueStateSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 19);
+  messageDesc(file_sluice_admin_v1_admin, 20);
 
 /**
  * Describes the message sluice.admin.v1.AdmissionStatus.
  * Use `create(AdmissionStatusSchema)` to create a new message.
  */
 export const AdmissionStatusSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 20);
+  messageDesc(file_sluice_admin_v1_admin, 21);
 
 /**
  * Describes the message sluice.admin.v1.ClusterAdmission.
  * Use `create(ClusterAdmissionSchema)` to create a new message.
  */
 export const ClusterAdmissionSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 21);
+  messageDesc(file_sluice_admin_v1_admin, 22);
 
 /**
  * Describes the message sluice.admin.v1.ClusterMember.
  * Use `create(ClusterMemberSchema)` to create a new message.
  */
 export const ClusterMemberSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 22);
+  messageDesc(file_sluice_admin_v1_admin, 23);
 
 /**
  * Describes the message sluice.admin.v1.ClusterWorkerShare.
  * Use `create(ClusterWorkerShareSchema)` to create a new message.
  */
 export const ClusterWorkerShareSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 23);
+  messageDesc(file_sluice_admin_v1_admin, 24);
 
 /**
  * Describes the message sluice.admin.v1.UpdateAdmissionRequest.
  * Use `create(UpdateAdmissionRequestSchema)` to create a new message.
  */
 export const UpdateAdmissionRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 24);
+  messageDesc(file_sluice_admin_v1_admin, 25);
 
 /**
  * Describes the message sluice.admin.v1.GetLoadsRequest.
  * Use `create(GetLoadsRequestSchema)` to create a new message.
  */
 export const GetLoadsRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 25);
+  messageDesc(file_sluice_admin_v1_admin, 26);
 
 /**
  * Describes the message sluice.admin.v1.WorkerLoad.
  * Use `create(WorkerLoadSchema)` to create a new message.
  */
 export const WorkerLoadSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 26);
+  messageDesc(file_sluice_admin_v1_admin, 27);
+
+/**
+ * Describes the message sluice.admin.v1.EngineRankLoad.
+ * Use `create(EngineRankLoadSchema)` to create a new message.
+ */
+export const EngineRankLoadSchema = /*@__PURE__*/
+  messageDesc(file_sluice_admin_v1_admin, 28);
 
 /**
  * Describes the message sluice.admin.v1.GetLoadsResponse.
  * Use `create(GetLoadsResponseSchema)` to create a new message.
  */
 export const GetLoadsResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 27);
+  messageDesc(file_sluice_admin_v1_admin, 29);
 
 /**
  * Describes the message sluice.admin.v1.FlushCacheRequest.
  * Use `create(FlushCacheRequestSchema)` to create a new message.
  */
 export const FlushCacheRequestSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 28);
+  messageDesc(file_sluice_admin_v1_admin, 30);
 
 /**
  * Describes the message sluice.admin.v1.FlushResult.
  * Use `create(FlushResultSchema)` to create a new message.
  */
 export const FlushResultSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 29);
+  messageDesc(file_sluice_admin_v1_admin, 31);
 
 /**
  * Describes the message sluice.admin.v1.FlushCacheResponse.
  * Use `create(FlushCacheResponseSchema)` to create a new message.
  */
 export const FlushCacheResponseSchema = /*@__PURE__*/
-  messageDesc(file_sluice_admin_v1_admin, 30);
+  messageDesc(file_sluice_admin_v1_admin, 32);
 
 /**
  * AdminService manages the gateway's workers and its prefill admission.

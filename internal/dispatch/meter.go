@@ -1,0 +1,265 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicegw/sluice/internal/backend"
+)
+
+// What the gateway measures of one answered request, for metrics and the request span: its time to
+// first token and mean inter-token latency when streamed, its token usage, and for PD the legs'
+// timing. The surfaces read a streamed answer through Response.Frames, which observes each event as
+// it passes (one counter, one end-of-payload check per frame: see BenchmarkFrames) and drops the
+// usage chunk the gateway asked the engine for when the client did not (Do adds
+// stream_options.include_usage); a non-streamed answer is kept (up to maxUsageBody) to read its
+// usage. Everything is recorded once, when the response is closed.
+
+// RequestStats is what one finished client request showed. Metrics.ObserveRequest gets it once per
+// request that reached dispatch, answered or not.
+type RequestStats struct {
+	// Route is the route's path (the REST path for typed RPCs too); Model the request's model as the
+	// client named it (the metrics adapter bounds the label values).
+	Route, Model string
+	// Status is the HTTP status the client got (499 when it went away before an answer).
+	Status   int
+	Duration time.Duration
+	// Trace is the request span's context: exemplars link latencies to the trace.
+	Trace trace.SpanContext
+	// Worker is the worker that generated the answer (decode or regular); "" when none answered.
+	Worker string
+	// Streamed answers: TTFT is the time from arrival to the first event (0 when none came); ITL
+	// the mean time between output tokens after the first (0 when fewer than two were counted).
+	Stream    bool
+	TTFT, ITL time.Duration
+	// HasUsage: the engines reported token usage.
+	HasUsage bool
+	Usage    backend.Usage
+	// PD: Handoff names the pair's KV handoff when the request had a prefill leg ("" otherwise).
+	// PrefillDuration is that leg's duration; DecodeTTFT (streamed only) is the time from the first
+	// leg sent to the decode's first event.
+	Handoff         string
+	PrefillDuration time.Duration
+	DecodeTTFT      time.Duration
+}
+
+// KVWait is the decode's wait for the KV cache: its time to first token minus the prefill's duration
+// (KV transfer plus the decode's first step); 0 when unknown.
+func (s *RequestStats) KVWait() time.Duration {
+	if s.DecodeTTFT <= 0 || s.Handoff == "" {
+		return 0
+	}
+	return max(s.DecodeTTFT-s.PrefillDuration, 0)
+}
+
+// maxUsageBody bounds the copy of a non-streamed answer kept to read its usage.
+const maxUsageBody = 1 << 20
+
+// pdTiming is the timing of a PD attempt's legs. start is set before the legs go out; prefill is
+// written by the goroutine that ran the prefill leg before it signals its end (exchange.go), and read
+// only after the response was closed, which waits for that signal.
+type pdTiming struct {
+	handoff string
+	start   time.Time
+	prefill time.Duration
+}
+
+// meter observes one answered request; it is used by the relay's goroutine only, and finish runs
+// once, after the response body was closed.
+type meter struct {
+	x      *Dispatcher
+	ctx    context.Context
+	start  time.Time
+	status int
+	route  backend.Route
+	model  string
+	stream bool
+	strip  bool // Do asked the engine for usage: the usage chunk is the gateway's, not the client's
+	// streams is the number of generated sequences (prompts x n): ITL is per sequence.
+	streams int
+	worker  string
+	pd      *pdTiming
+
+	first, end time.Time
+	frames     int64
+	usage      backend.Usage
+	hasUsage   bool
+	genUsage   []backend.Usage // /generate streams: the latest counts per index
+	streamErr  error
+	// streamCut: the stream failed while the request's own context was done (the client left, the
+	// request timed out): not the worker's failure.
+	streamCut bool
+	body      []byte // non-streamed: the answer, up to maxUsageBody
+}
+
+// Frames is the events of a streamed answer, for the surfaces to relay one by one.
+type Frames struct {
+	rd *backend.SSEReader
+	m  *meter
+}
+
+// Frames returns a reader of the events of a streamed answer (Stream is true). Relay what Next
+// returns, in order: it is the engine's events, less the usage chunk the client did not ask for.
+func (r *Response) Frames() *Frames {
+	return &Frames{rd: backend.NewSSEReader(r.Body), m: r.meter}
+}
+
+// Next returns the next event's payload, valid until the following call; io.EOF at the end.
+func (f *Frames) Next() ([]byte, error) {
+	for {
+		data, err := f.rd.Next()
+		m := f.m
+		if m == nil {
+			return data, err
+		}
+		if err != nil {
+			m.streamEnded(err)
+			return nil, err
+		}
+		if m.first.IsZero() {
+			m.first = time.Now()
+		}
+		if backend.IsDone(data) {
+			m.end = time.Now()
+			return data, nil
+		}
+		if m.route == backend.RouteGenerate {
+			m.generateFrame(data)
+			m.frames++
+			return data, nil
+		}
+		fu := backend.ScanFrameUsage(data)
+		switch {
+		case fu.Has:
+			m.usage, m.hasUsage = fu.Usage, true
+			if fu.UsageOnly && m.strip {
+				continue // the gateway's own usage chunk: the client did not ask for it
+			}
+		case fu.NullEnd > 0 && m.strip:
+			// OpenAI-style engines mark every chunk "usage":null once usage is asked for; vLLM and
+			// SGLang do not. The client did not ask: it gets the chunk as it would have been.
+			data = backend.CutUsageNull(data, fu)
+		}
+		m.frames++
+		return data, nil
+	}
+}
+
+// generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).
+func (m *meter) generateFrame(data []byte) {
+	i, u, ok := backend.GenerateFrameUsage(data)
+	if !ok {
+		return
+	}
+	if i >= len(m.genUsage) {
+		m.genUsage = append(m.genUsage, make([]backend.Usage, i+1-len(m.genUsage))...)
+	}
+	m.genUsage[i] = u
+}
+
+// streamEnded notes the end of the stream: io.EOF, or a failure.
+func (m *meter) streamEnded(err error) {
+	if m.end.IsZero() {
+		m.end = time.Now()
+	}
+	if !errors.Is(err, io.EOF) && m.streamErr == nil {
+		m.streamErr, m.streamCut = err, m.ctx.Err() != nil
+	}
+}
+
+// unaryBody keeps a copy of a non-streamed answer as it is read.
+type unaryBody struct {
+	io.ReadCloser
+	m *meter
+}
+
+func (u *unaryBody) Read(p []byte) (int, error) {
+	n, err := u.ReadCloser.Read(p)
+	if m := u.m; n > 0 && len(m.body)+n <= maxUsageBody {
+		m.body = append(m.body, p[:n]...)
+	}
+	return n, err
+}
+
+// newMeter starts observing resp; it wraps a non-streamed body to read its usage.
+func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.Request, strip bool, resp *Response) *meter {
+	m := &meter{x: x, ctx: ctx, start: start, status: resp.Status, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
+		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
+	resp.meter = m
+	if !resp.Stream {
+		resp.Body = &unaryBody{ReadCloser: resp.Body, m: m}
+	}
+	return m
+}
+
+// finish records the request; it runs once, after the response body (and so every leg) was closed.
+func (m *meter) finish() {
+	now := time.Now()
+	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
+		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream}
+	switch {
+	case m.stream && m.route == backend.RouteGenerate:
+		for _, u := range m.genUsage {
+			s.Usage.Prompt += u.Prompt
+			s.Usage.Completion += u.Completion
+		}
+		s.HasUsage = len(m.genUsage) > 0
+	case m.stream:
+		s.Usage, s.HasUsage = m.usage, m.hasUsage
+	case len(m.body) > 0:
+		s.Usage, s.HasUsage = backend.UnaryUsage(m.route, m.body)
+	}
+	if m.stream && !m.first.IsZero() {
+		s.TTFT = m.first.Sub(m.start)
+		s.ITL = m.interTokenLatency()
+	}
+	if m.pd != nil {
+		s.Handoff, s.PrefillDuration = m.pd.handoff, m.pd.prefill
+		if m.stream && !m.first.IsZero() {
+			s.DecodeTTFT = m.first.Sub(m.pd.start)
+		}
+	}
+	if m.streamErr != nil && !m.streamCut && m.worker != "" {
+		m.x.d.Metrics.IncWorkerError(m.worker, ClassStream)
+	}
+	m.x.d.Metrics.ObserveRequest(&s)
+	if span := trace.SpanFromContext(m.ctx); span.IsRecording() {
+		attrs := []attribute.KeyValue{attribute.Int("http.response.status_code", s.Status)}
+		if s.HasUsage {
+			attrs = append(attrs, attribute.Int64("gen_ai.usage.input_tokens", s.Usage.Prompt),
+				attribute.Int64("gen_ai.usage.output_tokens", s.Usage.Completion))
+		}
+		if s.TTFT > 0 {
+			attrs = append(attrs, attribute.Float64("sluice.time_to_first_token", s.TTFT.Seconds()))
+		}
+		span.SetAttributes(attrs...)
+	}
+}
+
+// interTokenLatency is the mean time between output tokens of one sequence, after its first: from
+// the first event to the end of the stream, over the tokens per sequence less one. Tokens come from
+// the usage when the engine reported it, else one per event (an engine may put several in one).
+func (m *meter) interTokenLatency() time.Duration {
+	if m.end.IsZero() || !m.end.After(m.first) {
+		return 0
+	}
+	tokens := m.frames
+	if m.hasUsage {
+		tokens = m.usage.Completion
+	} else if len(m.genUsage) > 0 {
+		tokens = 0
+		for _, u := range m.genUsage {
+			tokens += u.Completion
+		}
+	}
+	perSeq := tokens / int64(max(m.streams, 1))
+	if perSeq < 2 {
+		return 0
+	}
+	return m.end.Sub(m.first) / time.Duration(perSeq-1)
+}
