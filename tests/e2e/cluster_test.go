@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
@@ -185,6 +188,21 @@ func startClusterLoad(ctx context.Context, t *testing.T, url string, clients int
 	return l
 }
 
+// waitIdle waits until the prefill engines have finished what a cancelled load left them: a cancelled
+// request frees its gateway slot at once, while its engine may still be prefilling it.
+func waitIdle(t *testing.T, c *sim.Cluster) {
+	t.Helper()
+	waitFor(t, "prefill engines idle", 10*time.Second, func() bool {
+		for _, e := range c.ByRole(sim.RolePrefill) {
+			if e.Stats().PrefillInFlight != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// resetPeaks starts a measurement window.
 func resetPeaks(c *sim.Cluster) {
 	for _, e := range c.ByRole(sim.RolePrefill) {
 		e.ResetStats()
@@ -239,6 +257,7 @@ func TestClusterAdmissionBound(t *testing.T) {
 
 	rs := startReplicas(t, c, 3, clusterLimit, true)
 	waitFor(t, "a coordinator every replica follows", 10*time.Second, func() bool { return agreed(rs) != "" })
+	waitIdle(t, c)
 	resetPeaks(c)
 	ls, got := skewed(t, rs, c, 3*time.Second)
 	for i, p := range got {
@@ -508,13 +527,14 @@ func TestClusterAdmissionKubernetes(t *testing.T) {
 		}
 	}
 
+	waitIdle(t, c) // the skewed load was cancelled
+	resetPeaks(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var loads []*load
 	for _, gw := range rs.gws {
 		loads = append(loads, startClusterLoad(ctx, t, gw.URL, 4))
 	}
-	resetPeaks(c)
 	old := agreed(rs)
 	for i, id := range rs.ids {
 		if id == old {
@@ -577,4 +597,22 @@ func endpointSliceOf(ns, svc string, ips ...string) *discoveryv1.EndpointSlice {
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}})
 	}
 	return es
+}
+
+// TestClusterAdmissionNeedsTheAdminKey: replicas authenticate to each other with --admin-api-key, so a
+// replica whose admin API is guarded only by a keys file is refused at startup with a clear error.
+func TestClusterAdmissionNeedsTheAdminKey(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("ops sk-0718293a4b5c6d7e admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]string{"--host", "127.0.0.1", "--port", "0", "--pd-disaggregation",
+		"--prefill-max-inflight-requests-per-worker", "2", "--admission-peers", "http://127.0.0.1:1", "--api-keys-file", keys}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = app.New(context.Background(), cfg, app.Options{Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "cluster admission needs --admin-api-key") {
+		t.Fatalf("app.New = %v, want the admin key error", err)
+	}
 }
