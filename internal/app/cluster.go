@@ -70,7 +70,12 @@ func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http
 	}
 	if hc == nil {
 		// Peers behind TLS are verified like the workers (--ca-cert-paths), with the same client certificate.
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+		// The config is cloned: a transport enabling HTTP/2 writes to its own.
+		var tc *tls.Config
+		if clientTLS != nil {
+			tc = clientTLS.Clone()
+		}
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
 	}
 	if a.serverTLS != nil {
 		ccfg.Scheme = "https"
