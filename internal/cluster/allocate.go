@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"hash/fnv"
 	"slices"
 	"time"
 )
@@ -9,6 +10,9 @@ import (
 // claim is one replica's claim on one worker's budget in an allocation round.
 type claim struct {
 	id string
+	// tie breaks the last ties: a hash of the worker and the replica, so that replicas left without a unit
+	// on one worker are not always the same on every worker.
+	tie uint64
 	// demand is the slots the replica could use now: its slots held plus the requests it has waiting that
 	// this worker could serve.
 	demand int
@@ -102,12 +106,21 @@ func rotating(a, b claim) int {
 		}
 		return 1
 	}
-	return cmp.Or(a.lastHeld.Compare(b.lastHeld), cmp.Compare(b.held, a.held), cmp.Compare(a.id, b.id))
+	return cmp.Or(a.lastHeld.Compare(b.lastHeld), cmp.Compare(b.held, a.held), cmp.Compare(a.tie, b.tie), cmp.Compare(a.id, b.id))
 }
 
 // sticky orders the larger holder first, then the one without a unit for longest, then the id.
 func sticky(a, b claim) int {
-	return cmp.Or(cmp.Compare(b.held, a.held), a.lastHeld.Compare(b.lastHeld), cmp.Compare(a.id, b.id))
+	return cmp.Or(cmp.Compare(b.held, a.held), a.lastHeld.Compare(b.lastHeld), cmp.Compare(a.tie, b.tie), cmp.Compare(a.id, b.id))
+}
+
+// tieBreak is claim.tie for a replica on a worker.
+func tieBreak(worker, id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(worker))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
 }
 
 // fallbackShare is a replica's share of limit in an even split over members (in their order): the floor

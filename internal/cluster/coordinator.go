@@ -335,7 +335,7 @@ func (c *coordinator) planLocked(now time.Time) {
 				delete(m.holdSince, w)
 			}
 			sticky := held > 0 && now.Sub(m.holdSince[w]) < c.lease
-			cs[i] = claim{id: m.id, demand: m.rep.workers[w].demand, held: held, sticky: sticky, lastHeld: m.lastHeld[w]}
+			cs[i] = claim{id: m.id, tie: tieBreak(w, m.id), demand: m.rep.workers[w].demand, held: held, sticky: sticky, lastHeld: m.lastHeld[w]}
 		}
 		shares := fairShares(limit-fixed, cs)
 		for i, m := range following {

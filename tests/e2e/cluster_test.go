@@ -34,8 +34,8 @@ import (
 
 const (
 	clusterLimit  = 2
-	clusterPeriod = 50 * time.Millisecond
-	clusterLease  = 500 * time.Millisecond
+	clusterPeriod = 100 * time.Millisecond
+	clusterLease  = time.Second
 )
 
 // freePorts reserves n distinct free loopback ports (held together, then released for the gateways).
@@ -143,6 +143,19 @@ func startGatewayOn(t *testing.T, port int, o app.Options, args ...string) *gate
 
 // kill stops a gateway at once: client connections and listeners closed, coordination stopped.
 func kill(gw *gateway) { gw.Kill() }
+
+// crash is kill made to look like a crashed process: it stops calling its peers and admits nothing more,
+// then its ports close and refuse them. An in-process kill differs from a dead process in two ways that
+// the engines would see: the closing gateway still reports once more (its cancelled requests having freed
+// their slots while the engines may still be prefilling them), and, as it cancels its requests, a slot a
+// cancelled request frees can be granted to a waiter whose prefill reaches the engine before the cancelled
+// one has left it (for ~10 ms; a dead process admits nothing).
+func (rs *replicas) crash(i int) {
+	rs.net.set(rs.ids[i], true, false)
+	rs.gws[i].Admission.SetWorkerCaps(nil, 0)
+	kill(rs.gws[i])
+	rs.gws[i] = nil
+}
 
 // load is a closed-loop client population on one gateway: each client sends a fresh prompt (no prefix
 // cache hits) as soon as its previous request finished.
@@ -267,7 +280,9 @@ func TestClusterAdmissionBound(t *testing.T) {
 	}
 	for i, l := range ls {
 		if l.ok.Load() == 0 || l.failed.Load() != 0 {
-			t.Errorf("gateway %d: %d served, %d rejected, %d failed; want served and no failures", i, l.ok.Load(), l.rejected.Load(), l.failed.Load())
+			st := rs.gws[i].ClusterStatus()
+			t.Errorf("gateway %d: %d served, %d rejected, %d failed; want served and no failures (exchanges %v, last error %q)",
+				i, l.ok.Load(), l.rejected.Load(), l.failed.Load(), st.Exchanges, st.LastError)
 		}
 	}
 	t.Logf("engine peaks: %v with coordination, %v without; served per gateway %d/%d/%d", got, ctrl, ls[0].ok.Load(), ls[1].ok.Load(), ls[2].ok.Load())
@@ -354,8 +369,8 @@ func reclaimed(rs *replicas, c *sim.Cluster, dead string) bool {
 	return true
 }
 
-// TestClusterAdmissionKills: under load, the coordinator is killed: another replica takes over and the
-// bound holds; then a follower is killed: its share returns to the survivors.
+// TestClusterAdmissionKills: under load, the coordinator crashes: another replica takes over and the bound
+// holds; then a follower crashes: its share returns to the survivors.
 func TestClusterAdmissionKills(t *testing.T) {
 	c := prefillCluster(t)
 	rs := startReplicas(t, c, 3, clusterLimit, true)
@@ -368,7 +383,6 @@ func TestClusterAdmissionKills(t *testing.T) {
 	}
 	time.Sleep(time.Second) // let the load run before measuring (load, not synchronisation)
 	resetPeaks(c)
-
 	old := agreed(rs)
 	var victim int
 	for i, id := range rs.ids {
@@ -377,8 +391,7 @@ func TestClusterAdmissionKills(t *testing.T) {
 		}
 	}
 	killed := time.Now()
-	kill(rs.gws[victim])
-	rs.gws[victim] = nil
+	rs.crash(victim)
 	waitFor(t, "a new coordinator", 10*time.Second, func() bool { c := agreed(rs); return c != "" && c != old })
 	elected := time.Since(killed)
 	waitFor(t, "the dead coordinator's share back with the survivors", 10*time.Second, func() bool { return reclaimed(rs, c, old) })
@@ -391,8 +404,7 @@ func TestClusterAdmissionKills(t *testing.T) {
 	for i, gw := range rs.gws {
 		if gw != nil && rs.ids[i] != agreed(rs) {
 			killed, gone = time.Now(), rs.ids[i]
-			kill(gw)
-			rs.gws[i] = nil
+			rs.crash(i)
 			break
 		}
 	}
@@ -496,7 +508,7 @@ func TestClusterAdmissionKubernetes(t *testing.T) {
 			"--prefill-policy", "round_robin", "--prefill-max-inflight-requests-per-worker", strconv.Itoa(clusterLimit),
 			"--prefill-queue-size", "1000", "--prefill-queue-timeout-secs", "30",
 			"--admission-coordination", "kubernetes", "--admission-service", "sluice-headless", "--admission-namespace", "inference",
-			"--admission-exchange-period-secs", "0.1", "--admission-lease-secs", "1"}, pdArgs(c)...)
+			"--admission-exchange-period-secs", "0.25", "--admission-lease-secs", "2"}, pdArgs(c)...)
 		gw := startGateway(t, app.Options{KubeClient: client, ClusterHTTP: rs.net.client(t, id)}, args...)
 		rs.gws = append(rs.gws, gw)
 	}
@@ -538,8 +550,7 @@ func TestClusterAdmissionKubernetes(t *testing.T) {
 	old := agreed(rs)
 	for i, id := range rs.ids {
 		if id == old {
-			kill(rs.gws[i])
-			rs.gws[i] = nil
+			rs.crash(i) // its shutdown still releases the Lease (the fake API server is not cut off)
 		}
 	}
 	waitFor(t, "a new coordinator holding the Lease", 15*time.Second, func() bool { c := agreed(rs); return c != "" && c != old && holder() == c })
