@@ -29,8 +29,8 @@ import (
 // registry, admission controller and cluster state, talking to each other over loopback sockets) in front
 // of shared simulated SGLang engines, with real HTTP clients. The engines' own count of concurrent
 // prefills (/sim/stats prefill_peak_concurrent) is the judge. A "kill" is App.Shutdown with an expired
-// context: listeners and client connections close at once and coordination stops (unlike SIGKILL it
-// announces that it leaves; sluice-bench scenario replicas kills real processes).
+// context: listeners and client connections close at once and coordination stops; a "crash" (replicas.crash)
+// also makes it look dead to its peers first, as a killed process would.
 
 const (
 	clusterLimit  = 2
