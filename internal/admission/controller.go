@@ -125,6 +125,7 @@ type Controller struct {
 	cancelled  uint64 // waiters whose context ended in the queue
 	waits      waitRing
 	releases   rateEstimator
+	caps       capState // cluster admission's per-worker shares (caps.go)
 }
 
 type workerState struct {
@@ -162,6 +163,7 @@ type waiter struct {
 	state      waiterState
 	promoted   bool // became head; its goroutine runs the poll timer (until it is displaced)
 	needSelect bool // Wake asked the head to re-select
+	capped     bool // a cap (not the limit) refused it a worker at least once
 	slot       *Slot
 	err        error
 }
@@ -224,14 +226,18 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		return c.acquireOff(ctx, req)
 	}
 	if c.tracer == nil {
-		slot, _, err := c.acquire(ctx, req)
+		slot, _, err := c.acquire(ctx, req, nil)
 		return slot, err
 	}
 	_, span := c.tracer.Start(ctx, spanWait, trace.WithAttributes(attribute.String(attrQueue, req.Queue)))
-	slot, info, err := c.acquire(ctx, req)
+	var limited bool
+	slot, info, err := c.acquire(ctx, req, &limited)
 	span.SetAttributes(
 		attribute.String(attrOutcome, OutcomeOf(err).String()),
 		attribute.Int(attrQueuePosition, info.pos))
+	if limited {
+		span.SetAttributes(shareLimitedAttr())
+	}
 	if info.band != "" {
 		span.SetAttributes(attribute.String(attrBand, info.band))
 	}
@@ -275,8 +281,9 @@ type acquireInfo struct {
 	tokens bool
 }
 
-// acquire is the admission-on path.
-func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info acquireInfo, err error) {
+// acquire is the admission-on path. When shareLimited is not nil it is set
+// if a cap (cluster admission's share) held the request back.
+func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (slot *Slot, info acquireInfo, err error) {
 	// Like x/sync/semaphore: fail rather than admit a request already gone.
 	if ctx.Err() != nil {
 		return nil, info, cancelled(ctx)
@@ -293,6 +300,7 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info
 	}
 	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
 	q := c.queues[req.Queue]
+	c.caps.hit = false
 	if q == nil || c.outranksHeadLocked(q, band) {
 		// Fast path: nobody waits for this pool, or every waiter ranks
 		// below this request (a higher priority band).
@@ -323,6 +331,7 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info
 			return nil, info, err
 		}
 	}
+	capped := c.caps.hit // read now: a displacement below lets other heads select
 	// Order: availability first (above), then the queue bound, then the
 	// predicted wait.
 	var victim *waiter
@@ -349,9 +358,13 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, info
 	}
 	w, pos := c.enqueueLocked(req)
 	info.pos = pos
+	w.capped = capped // the fast path found no worker because of a cap
 	c.mu.Unlock()
 
 	slot, err = c.wait(ctx, w, timeout)
+	if shareLimited != nil {
+		*shareLimited = w.capped // w left the queue under the lock before wait returned
+	}
 	return slot, info, err
 }
 
@@ -489,6 +502,9 @@ func (c *Controller) hasCapacityLocked(worker string) bool {
 		n, tokens = ws.inflight, ws.tokens
 	}
 	if limit := c.limitLocked(ws); limit > 0 && n >= limit {
+		return false
+	}
+	if !c.capAllowsLocked(worker, n) {
 		return false
 	}
 	if budget := c.settings.MaxInflightTokensPerWorker; budget > 0 {
@@ -672,10 +688,12 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	}
 	c.bindLocked(w.tokens, w.cached)
 	defer c.unbindLocked()
+	c.caps.hit = false
 	worker, err := callSelect(w.sel, hasCap)
 	if err == nil && enabled && !c.hasCapacityLocked(worker) {
 		err = ErrNoCapacity
 	}
+	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
 		w.slot = c.grantLocked(worker)

@@ -97,4 +97,14 @@
 // span and each granted slot a "sluice.admission.slot" span, both children of
 // the context's span. The wait span carries the band (with bands) and the
 // estimated tokens (with a token budget).
+//
+// # Caps (cluster admission)
+//
+// [Controller.SetWorkerCaps] adds a per-worker bound on top of
+// MaxInflightPerWorker: the share of a fleet-wide limit that cluster
+// admission (internal/cluster) grants this replica. It is read under the same
+// lock as the limit, so enforcing it costs nothing on the request path; a cap
+// below the slots held revokes nothing, and setting caps lets the heads
+// select. A wait span whose request a cap held back carries
+// sluice.admission.share_limited=true.
 package admission

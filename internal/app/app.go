@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
@@ -47,6 +48,9 @@ type Options struct {
 	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
 	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
 	KubeClient kubernetes.Interface
+	// ClusterHTTP carries cluster admission's exchanges and pings to the other replicas; nil uses a
+	// default client. Tests inject transports that partition replicas.
+	ClusterHTTP *http.Client
 }
 
 // App is one running gateway.
@@ -65,6 +69,7 @@ type App struct {
 	loadSink    *engineLoadSink
 	detector    *dispatch.Detector
 	pods        *discovery.Discovery // nil unless --service-discovery
+	cluster     *cluster.Replica     // nil unless --admission-coordination
 	tp          *telemetry.TracerProvider
 	handlers    *server.Handlers
 	smg         smgState // smg.go
@@ -179,6 +184,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil {
+		return nil, err
+	}
 	attempts := cfg.Retry.MaxRetries
 	if cfg.Retry.Disabled {
 		attempts = 1
@@ -234,7 +242,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
-		HTTP: httpClient, Logger: logger,
+		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(),
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)
@@ -256,6 +264,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
 		SeparateAdmin: cfg.Server.AdminPort != 0,
+		Internal:      a.clusterService(),
 		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
@@ -370,6 +379,10 @@ func (a *App) Start(ctx context.Context) error {
 		_ = a.Shutdown(context.Background())
 		return err
 	}
+	if err := a.startCluster(ctx, bg); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
+	}
 	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
 		"tls", a.serverTLS != nil)
 	return nil
@@ -445,6 +458,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 func (a *App) shutdown(ctx context.Context) error {
 	var errs []error
+	if a.cluster != nil {
+		a.cluster.Leave() // hand coordination over now; keep reporting while requests drain
+	}
 	for _, s := range []*server.Server{a.main, a.admin} {
 		if s != nil {
 			if err := s.Shutdown(ctx); err != nil {

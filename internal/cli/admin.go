@@ -350,6 +350,22 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 	if s.GetEarlyRejection() {
 		fmt.Fprintf(w, "early rejection: on (release rate %.2f/s)\n", st.GetReleaseRate())
 	}
+	cl := st.GetCluster()
+	if cl != nil {
+		role := "follows " + cl.GetCoordinator()
+		if cl.GetIsCoordinator() {
+			role = "coordinates"
+		}
+		lease := "never granted"
+		if cl.GetLeaseAge() != nil {
+			lease = fmt.Sprintf("last grant %.2fs ago", cl.GetLeaseAge().AsDuration().Seconds())
+		}
+		if cl.GetFallback() {
+			lease += ", lease ended: FALLBACK (even split)"
+		}
+		fmt.Fprintf(w, "cluster:        %s, replica %s %s, fleet limit %d over %d members, %s\n",
+			cl.GetMode(), cl.GetReplica(), role, cl.GetFleetLimit(), len(cl.GetMembers()), lease)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(st.GetBands()) > 0 {
 		fmt.Fprintf(tw, "BAND\tMIN PRIORITY\tQUEUED\t(aging %s)\n", s.GetPriorityAging().AsDuration())
@@ -358,9 +374,23 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 		}
 	}
 	if len(st.GetWorkers()) > 0 {
-		fmt.Fprintln(tw, "WORKER\tSLOTS\tTOKENS\tLIMIT")
-		for _, x := range st.GetWorkers() {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit())
+		switch {
+		case cl != nil:
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tTOKENS\tLIMIT\tSHARE\tDEMAND")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit(),
+					x.GetClusterShare(), x.GetClusterDemand())
+			}
+		default:
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tTOKENS\tLIMIT")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit())
+			}
+		}
+	}
+	for _, m := range cl.GetReplicas() {
+		for _, x := range m.GetWorkers() {
+			fmt.Fprintf(tw, "REPLICA %s (%s)\t%s\tgranted %d\treserved %d\tdemand %d\n", m.GetReplica(), m.GetState(), x.GetWorker(), x.GetGranted(), x.GetReserved(), x.GetDemand())
 		}
 	}
 	if len(st.GetRejections()) > 0 {

@@ -57,6 +57,7 @@ type Config struct {
 	Retry     RetryConfig
 	Telemetry TelemetryConfig
 	Discovery DiscoveryConfig
+	Cluster   ClusterConfig
 	// TLS, Auth and Limits are the security settings (security.go).
 	TLS    TLSConfig
 	Auth   AuthConfig

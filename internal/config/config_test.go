@@ -63,6 +63,7 @@ func TestDefault(t *testing.T) {
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
 		Discovery: DiscoveryConfig{Port: 80},
+		Cluster:   ClusterConfig{Mode: CoordinationOff, ExchangePeriod: 250 * time.Millisecond, Lease: 2 * time.Second, LeaseName: "sluice-admission"},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
 		Limits: LimitsConfig{
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,

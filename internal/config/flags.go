@@ -37,7 +37,8 @@ type flagSection struct {
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
-		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name)
+		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name) ||
+		name == "admission-peers"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -148,6 +149,17 @@ func newFlagSet() *flagSet {
 	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
 	s.dur(&c.Load.Interval, sec, "load-monitor-interval-secs", "SECS", "Another name of --engine-load-interval-secs.")
 	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
+
+	s.section("Cluster admission (one limit for all gateway replicas)")
+	c.Cluster.ExchangePeriod = 250 * ms
+	c.Cluster.Lease = 2 * sec
+	s.str(&c.Cluster.Mode, "admission-coordination", "MODE", "", "off, static (--admission-peers) or kubernetes (headless Service + Lease): the per-worker limit becomes the fleet's, each replica enforcing a leased, demand-weighted share. Empty = static when --admission-peers is given, else off.")
+	s.add(urlListValue{&c.Cluster.Peers}, "admission-peers", "URLS", "Base URL of every replica's admin listener (http://host:port), this one included; repeatable or comma-separated. A replica finds itself by its own listen address; the lowest live one coordinates.")
+	s.dur(&c.Cluster.ExchangePeriod, sec, "admission-exchange-period-secs", "SECS", "How often each replica reports its demand and receives its shares.")
+	s.dur(&c.Cluster.Lease, sec, "admission-lease-secs", "SECS", "How long a share holds without a new exchange (then: an even split, never above the last share); at least twice the exchange period. Kubernetes: also the Lease duration (whole seconds).")
+	s.str(&c.Cluster.Service, "admission-service", "NAME", "", "Kubernetes mode: the gateway's headless Service, whose endpoints are the replicas.")
+	s.str(&c.Cluster.Namespace, "admission-namespace", "NS", "", "Kubernetes mode: namespace of the Service and the Lease; empty = the pod's own ($POD_NAMESPACE or the service account's).")
+	s.str(&c.Cluster.LeaseName, "admission-lease-name", "NAME", "sluice-admission", "Kubernetes mode: the coordination.k8s.io Lease whose holder coordinates.")
 
 	s.section("Health checks")
 	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", "Time between probes of one worker.")
@@ -391,6 +403,7 @@ func (s *flagSet) finish() {
 	c.explicit = map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
 	s.finishSMG()
+	c.resolveClusterMode()
 }
 
 // worker builds a flag worker. An http(s) worker's protocol is left empty: the gateway detects it

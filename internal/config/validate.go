@@ -83,6 +83,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateWorkers()...)
 	errs = append(errs, c.validateDiscovery()...)
+	errs = append(errs, c.validateCluster()...)
 
 	// Placement.
 	for _, p := range []struct{ name, value string }{

@@ -78,6 +78,15 @@ type Options struct {
 	Concurrency *concurrency.Limiter
 	// Routes are more REST routes (the Rust gateway's, routes.go), each with its guard.
 	Routes []Route
+	// Internal are Connect services served with the admin routes, behind the same auth and limits:
+	// cluster admission's coordination service.
+	Internal []InternalService
+}
+
+// InternalService is a Connect service for the admin listener.
+type InternalService struct {
+	Name, Path string
+	Handler    http.Handler
 }
 
 // DefaultAdminMaxBytes bounds admin request bodies: worker specs and settings are a few hundred bytes.
@@ -140,6 +149,11 @@ func NewHandlers(o Options) (*Handlers, error) {
 		}
 		adminMux.Handle("/admin/v1/", adminRoute(guard(gw, o.AdminAuth)))
 		services = append(services, adminv1connect.AdminServiceName)
+	}
+
+	for _, is := range o.Internal {
+		adminMux.Handle(is.Path, adminRoute(guardRPC(is.Handler, o.AdminAuth)))
+		services = append(services, is.Name)
 	}
 
 	if o.Pprof {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -36,6 +37,8 @@ type Deps struct {
 	Logger *slog.Logger
 	// FanoutTimeout bounds each worker call of GetLoads and FlushCache; default 5 s.
 	FanoutTimeout time.Duration
+	// Cluster reports cluster admission (shares of the fleet's limit); nil when coordination is off.
+	Cluster func() *cluster.Status
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).
@@ -392,12 +395,57 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 	for _, m := range slices.Sorted(maps.Keys(st.Queued)) {
 		out.Queues = append(out.Queues, &adminv1.QueueState{Model: m, Queued: int32(st.Queued[m])})
 	}
-	for _, u := range slices.Sorted(maps.Keys(st.Inflight)) {
-		out.Workers = append(out.Workers, &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u]),
-			InflightTokens: st.InflightTokens[u], Limit: int32(st.Limits[u])})
+	var cs *cluster.Status
+	if s.d.Cluster != nil {
+		cs = s.d.Cluster()
+	}
+	urls := maps.Clone(st.Inflight)
+	if cs != nil {
+		for u := range cs.Workers {
+			urls[u] += 0
+		}
+	}
+	for _, u := range slices.Sorted(maps.Keys(urls)) {
+		wa := &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u]),
+			InflightTokens: st.InflightTokens[u], Limit: int32(st.Limits[u]), ClusterShare: -1}
+		if cs != nil {
+			wa.ClusterShare = int32(cs.Other)
+			if ws, ok := cs.Workers[u]; ok {
+				wa.ClusterShare, wa.ClusterDemand = int32(ws.Share), int32(ws.Demand)
+			}
+		}
+		out.Workers = append(out.Workers, wa)
 	}
 	for k, v := range st.Rejections {
 		out.Rejections[k] = int64(v)
+	}
+	if cs != nil {
+		out.Cluster = clusterToProto(cs)
+	}
+	return out
+}
+
+// clusterToProto renders cluster admission's status.
+func clusterToProto(cs *cluster.Status) *adminv1.ClusterAdmission {
+	out := &adminv1.ClusterAdmission{
+		Mode: cs.Mode, Replica: cs.Replica, Coordinator: cs.Coordinator, IsCoordinator: cs.IsCoordinator, Term: cs.Term,
+		Fallback: cs.Fallback, FleetLimit: int32(cs.FleetLimit), Members: cs.Members, RaisesBlocked: cs.RaisesBlocked,
+		Rebalances: cs.Rebalances,
+	}
+	if cs.LeaseAge >= 0 {
+		out.LeaseAge = durationpb.New(cs.LeaseAge)
+	}
+	for _, m := range cs.Replicas {
+		cm := &adminv1.ClusterMember{Replica: m.Replica, State: m.State}
+		if m.SinceContact >= 0 {
+			cm.SinceContact = durationpb.New(m.SinceContact)
+		}
+		for _, w := range slices.Sorted(maps.Keys(m.Workers)) {
+			mw := m.Workers[w]
+			cm.Workers = append(cm.Workers, &adminv1.ClusterWorkerShare{Worker: w, Granted: int32(mw.Granted),
+				Reserved: int32(mw.Reserved), Demand: int32(mw.Demand), Inflight: int32(mw.Inflight)})
+		}
+		out.Replicas = append(out.Replicas, cm)
 	}
 	return out
 }

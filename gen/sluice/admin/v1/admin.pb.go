@@ -1421,7 +1421,12 @@ type WorkerAdmission struct {
 	// Estimated prompt tokens of the slots held.
 	InflightTokens int64 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
 	// Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
-	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
+	// grants); -1 without cluster admission.
+	ClusterShare int32 `protobuf:"varint,30,opt,name=cluster_share,json=clusterShare,proto3" json:"cluster_share,omitempty"`
+	// With cluster admission: this replica's demand on the worker (slots held plus waiting requests it could serve).
+	ClusterDemand int32 `protobuf:"varint,31,opt,name=cluster_demand,json=clusterDemand,proto3" json:"cluster_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1480,6 +1485,20 @@ func (x *WorkerAdmission) GetInflightTokens() int64 {
 func (x *WorkerAdmission) GetLimit() int32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterShare() int32 {
+	if x != nil {
+		return x.ClusterShare
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterDemand() int32 {
+	if x != nil {
+		return x.ClusterDemand
 	}
 	return 0
 }
@@ -1628,7 +1647,9 @@ type AdmissionStatus struct {
 	// Waiting requests per priority band (with two or more bands).
 	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`
 	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
-	ReleaseRate   float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
+	ReleaseRate float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
+	// Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
+	Cluster       *ClusterAdmission `protobuf:"bytes,30,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1740,6 +1761,315 @@ func (x *AdmissionStatus) GetReleaseRate() float64 {
 	return 0
 }
 
+func (x *AdmissionStatus) GetCluster() *ClusterAdmission {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// ClusterAdmission is this replica's view of the fleet's shared admission limit.
+type ClusterAdmission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How members and coordinator are found: "static" (--admission-peers) or "kubernetes".
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// This replica's id (the base URL of its admin listener).
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// The coordinator this replica follows (its own id when it coordinates; empty when it knows none).
+	Coordinator string `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// Whether this replica is the coordinator.
+	IsCoordinator bool `protobuf:"varint,4,opt,name=is_coordinator,json=isCoordinator,proto3" json:"is_coordinator,omitempty"`
+	// Term of the grant this replica enforces.
+	Term string `protobuf:"bytes,5,opt,name=term,proto3" json:"term,omitempty"`
+	// Whether the lease has ended and this replica enforces the fallback (an even split, never above its last
+	// share).
+	Fallback bool `protobuf:"varint,6,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// Time since this replica last received a grant; unset when it never did.
+	LeaseAge *durationpb.Duration `protobuf:"bytes,7,opt,name=lease_age,json=leaseAge,proto3" json:"lease_age,omitempty"`
+	// The fleet's limit per worker (the smallest positive limit of the members).
+	FleetLimit int32 `protobuf:"varint,8,opt,name=fleet_limit,json=fleetLimit,proto3" json:"fleet_limit,omitempty"`
+	// The members of the last grant.
+	Members []string `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	// Coordinator only: every member with what it reported and was granted.
+	Replicas []*ClusterMember `protobuf:"bytes,10,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Coordinator only: whether raising shares is held back because a live member has not reported in this term.
+	RaisesBlocked bool `protobuf:"varint,11,opt,name=raises_blocked,json=raisesBlocked,proto3" json:"raises_blocked,omitempty"`
+	// Coordinator only: allocation rounds that changed a share, this term.
+	Rebalances    int64 `protobuf:"varint,12,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterAdmission) Reset() {
+	*x = ClusterAdmission{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterAdmission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterAdmission) ProtoMessage() {}
+
+func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterAdmission.ProtoReflect.Descriptor instead.
+func (*ClusterAdmission) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ClusterAdmission) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetIsCoordinator() bool {
+	if x != nil {
+		return x.IsCoordinator
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetLeaseAge() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseAge
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetFleetLimit() int32 {
+	if x != nil {
+		return x.FleetLimit
+	}
+	return 0
+}
+
+func (x *ClusterAdmission) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetReplicas() []*ClusterMember {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetRaisesBlocked() bool {
+	if x != nil {
+		return x.RaisesBlocked
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetRebalances() int64 {
+	if x != nil {
+		return x.Rebalances
+	}
+	return 0
+}
+
+// ClusterMember is one replica as the coordinator sees it.
+type ClusterMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replica id.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// "following" (reports within its lease), "silent" (reported this term, not lately), "unknown" (alive, never
+	// reported this term) or "dead" (silent and refusing connections, or gone from the membership source).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Time since the coordinator last heard from it.
+	SinceContact *durationpb.Duration `protobuf:"bytes,3,opt,name=since_contact,json=sinceContact,proto3" json:"since_contact,omitempty"`
+	// Per worker: share granted, slots reserved for it, its demand and slots held.
+	Workers       []*ClusterWorkerShare `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMember) Reset() {
+	*x = ClusterMember{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMember) ProtoMessage() {}
+
+func (x *ClusterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
+func (*ClusterMember) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ClusterMember) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetSinceContact() *durationpb.Duration {
+	if x != nil {
+		return x.SinceContact
+	}
+	return nil
+}
+
+func (x *ClusterMember) GetWorkers() []*ClusterWorkerShare {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// ClusterWorkerShare is one member's state on one worker.
+type ClusterWorkerShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Worker key.
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Share last granted.
+	Granted int32 `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Slots the coordinator counts as possibly held by the member (at least its share and its slots in flight).
+	Reserved int32 `protobuf:"varint,3,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Demand it reported.
+	Demand int32 `protobuf:"varint,4,opt,name=demand,proto3" json:"demand,omitempty"`
+	// Slots it reported held.
+	Inflight      int32 `protobuf:"varint,5,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterWorkerShare) Reset() {
+	*x = ClusterWorkerShare{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterWorkerShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterWorkerShare) ProtoMessage() {}
+
+func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterWorkerShare.ProtoReflect.Descriptor instead.
+func (*ClusterWorkerShare) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ClusterWorkerShare) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ClusterWorkerShare) GetGranted() int32 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetReserved() int32 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetDemand() int32 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetInflight() int32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
 // UpdateAdmissionRequest changes admission settings; unset fields keep their value.
 type UpdateAdmissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1766,7 +2096,7 @@ type UpdateAdmissionRequest struct {
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +2108,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2121,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1859,7 +2189,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2201,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2214,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1910,7 +2240,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2252,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2265,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -2004,7 +2334,7 @@ type EngineRankLoad struct {
 
 func (x *EngineRankLoad) Reset() {
 	*x = EngineRankLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2346,7 @@ func (x *EngineRankLoad) String() string {
 func (*EngineRankLoad) ProtoMessage() {}
 
 func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2359,7 @@ func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineRankLoad.ProtoReflect.Descriptor instead.
 func (*EngineRankLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EngineRankLoad) GetRank() uint32 {
@@ -2071,7 +2401,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2413,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2426,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -2115,7 +2445,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2457,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2470,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -2160,7 +2490,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2502,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2515,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FlushResult) GetId() string {
@@ -2227,7 +2557,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2569,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2582,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -2364,12 +2694,14 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x05bands\x18\x01 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\x05bands\"3\n" +
 	"\rAdaptiveLimit\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
-	"\x03max\x18\x02 \x01(\x05R\x03max\"~\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"\xca\x01\n" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
 	"\binflight\x18\x02 \x01(\x05R\binflight\x12'\n" +
 	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"Z\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12#\n" +
+	"\rcluster_share\x18\x1e \x01(\x05R\fclusterShare\x12%\n" +
+	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\"Z\n" +
 	"\tBandState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\x12\x16\n" +
@@ -2377,7 +2709,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\xd8\x04\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x95\x05\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -2392,10 +2724,39 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"rejections\x120\n" +
 	"\x05bands\x18\n" +
 	" \x03(\v2\x1a.sluice.admin.v1.BandStateR\x05bands\x12!\n" +
-	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x1a=\n" +
+	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x12;\n" +
+	"\acluster\x18\x1e \x01(\v2!.sluice.admin.v1.ClusterAdmissionR\acluster\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe4\x04\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x10ClusterAdmission\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
+	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12%\n" +
+	"\x0eis_coordinator\x18\x04 \x01(\bR\risCoordinator\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\tR\x04term\x12\x1a\n" +
+	"\bfallback\x18\x06 \x01(\bR\bfallback\x126\n" +
+	"\tlease_age\x18\a \x01(\v2\x19.google.protobuf.DurationR\bleaseAge\x12\x1f\n" +
+	"\vfleet_limit\x18\b \x01(\x05R\n" +
+	"fleetLimit\x12\x18\n" +
+	"\amembers\x18\t \x03(\tR\amembers\x12:\n" +
+	"\breplicas\x18\n" +
+	" \x03(\v2\x1e.sluice.admin.v1.ClusterMemberR\breplicas\x12%\n" +
+	"\x0eraises_blocked\x18\v \x01(\bR\rraisesBlocked\x12\x1e\n" +
+	"\n" +
+	"rebalances\x18\f \x01(\x03R\n" +
+	"rebalances\"\xbe\x01\n" +
+	"\rClusterMember\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12>\n" +
+	"\rsince_contact\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fsinceContact\x12=\n" +
+	"\aworkers\x18\x04 \x03(\v2#.sluice.admin.v1.ClusterWorkerShareR\aworkers\"\x96\x01\n" +
+	"\x12ClusterWorkerShare\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x05R\agranted\x12\x1a\n" +
+	"\breserved\x18\x03 \x01(\x05R\breserved\x12\x16\n" +
+	"\x06demand\x18\x04 \x01(\x05R\x06demand\x12\x1a\n" +
+	"\binflight\x18\x05 \x01(\x05R\binflight\"\xe4\x04\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
@@ -2462,7 +2823,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -2490,23 +2851,26 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*BandState)(nil),               // 23: sluice.admin.v1.BandState
 	(*QueueState)(nil),              // 24: sluice.admin.v1.QueueState
 	(*AdmissionStatus)(nil),         // 25: sluice.admin.v1.AdmissionStatus
-	(*UpdateAdmissionRequest)(nil),  // 26: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 27: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 28: sluice.admin.v1.WorkerLoad
-	(*EngineRankLoad)(nil),          // 29: sluice.admin.v1.EngineRankLoad
-	(*GetLoadsResponse)(nil),        // 30: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 31: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 32: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 33: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 34: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 35: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 36: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 37: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 38: google.protobuf.Duration
+	(*ClusterAdmission)(nil),        // 26: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),           // 27: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),      // 28: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),  // 29: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 30: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 31: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),          // 32: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),        // 33: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 34: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 35: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 36: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 37: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 38: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 39: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 40: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	34, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	35, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	37, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	38, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -2516,50 +2880,55 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	25, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	25, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	36, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	39, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	38, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	41, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	38, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	41, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	24, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	37, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	40, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
 	23, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
-	38, // 23: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	20, // 24: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	38, // 25: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
-	21, // 26: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
-	29, // 27: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
-	28, // 28: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	32, // 29: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	3,  // 30: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 31: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 32: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 33: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 34: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 35: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 36: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	26, // 37: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	27, // 38: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	31, // 39: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	4,  // 40: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 41: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 42: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 43: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 44: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 45: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 46: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 47: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	30, // 48: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	33, // 49: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	26, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
+	41, // 24: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	27, // 25: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
+	41, // 26: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	28, // 27: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
+	41, // 28: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	20, // 29: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
+	41, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	21, // 31: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	32, // 32: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
+	31, // 33: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	35, // 34: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	3,  // 35: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 36: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 37: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 38: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 39: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 40: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 41: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	29, // 42: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	30, // 43: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	34, // 44: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	4,  // 45: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 46: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 47: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 48: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 49: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 50: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 51: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 52: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	33, // 53: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	36, // 54: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -2568,14 +2937,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -780,6 +780,21 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
    * @generated from field: int32 limit = 4;
    */
   limit: number;
+
+  /**
+   * With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
+   * grants); -1 without cluster admission.
+   *
+   * @generated from field: int32 cluster_share = 30;
+   */
+  clusterShare: number;
+
+  /**
+   * With cluster admission: this replica's demand on the worker (slots held plus waiting requests it could serve).
+   *
+   * @generated from field: int32 cluster_demand = 31;
+   */
+  clusterDemand: number;
 };
 
 /**
@@ -932,6 +947,13 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
    * @generated from field: double release_rate = 11;
    */
   releaseRate: number;
+
+  /**
+   * Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
+   *
+   * @generated from field: sluice.admin.v1.ClusterAdmission cluster = 30;
+   */
+  cluster?: ClusterAdmission | undefined;
 };
 
 /**
@@ -939,6 +961,194 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
  * Use `create(AdmissionStatusSchema)` to create a new message.
  */
 export declare const AdmissionStatusSchema: GenMessage<AdmissionStatus>;
+
+/**
+ * ClusterAdmission is this replica's view of the fleet's shared admission limit.
+ *
+ * @generated from message sluice.admin.v1.ClusterAdmission
+ */
+export declare type ClusterAdmission = Message<"sluice.admin.v1.ClusterAdmission"> & {
+  /**
+   * How members and coordinator are found: "static" (--admission-peers) or "kubernetes".
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * This replica's id (the base URL of its admin listener).
+   *
+   * @generated from field: string replica = 2;
+   */
+  replica: string;
+
+  /**
+   * The coordinator this replica follows (its own id when it coordinates; empty when it knows none).
+   *
+   * @generated from field: string coordinator = 3;
+   */
+  coordinator: string;
+
+  /**
+   * Whether this replica is the coordinator.
+   *
+   * @generated from field: bool is_coordinator = 4;
+   */
+  isCoordinator: boolean;
+
+  /**
+   * Term of the grant this replica enforces.
+   *
+   * @generated from field: string term = 5;
+   */
+  term: string;
+
+  /**
+   * Whether the lease has ended and this replica enforces the fallback (an even split, never above its last
+   * share).
+   *
+   * @generated from field: bool fallback = 6;
+   */
+  fallback: boolean;
+
+  /**
+   * Time since this replica last received a grant; unset when it never did.
+   *
+   * @generated from field: google.protobuf.Duration lease_age = 7;
+   */
+  leaseAge?: Duration | undefined;
+
+  /**
+   * The fleet's limit per worker (the smallest positive limit of the members).
+   *
+   * @generated from field: int32 fleet_limit = 8;
+   */
+  fleetLimit: number;
+
+  /**
+   * The members of the last grant.
+   *
+   * @generated from field: repeated string members = 9;
+   */
+  members: string[];
+
+  /**
+   * Coordinator only: every member with what it reported and was granted.
+   *
+   * @generated from field: repeated sluice.admin.v1.ClusterMember replicas = 10;
+   */
+  replicas: ClusterMember[];
+
+  /**
+   * Coordinator only: whether raising shares is held back because a live member has not reported in this term.
+   *
+   * @generated from field: bool raises_blocked = 11;
+   */
+  raisesBlocked: boolean;
+
+  /**
+   * Coordinator only: allocation rounds that changed a share, this term.
+   *
+   * @generated from field: int64 rebalances = 12;
+   */
+  rebalances: bigint;
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterAdmission.
+ * Use `create(ClusterAdmissionSchema)` to create a new message.
+ */
+export declare const ClusterAdmissionSchema: GenMessage<ClusterAdmission>;
+
+/**
+ * ClusterMember is one replica as the coordinator sees it.
+ *
+ * @generated from message sluice.admin.v1.ClusterMember
+ */
+export declare type ClusterMember = Message<"sluice.admin.v1.ClusterMember"> & {
+  /**
+   * Replica id.
+   *
+   * @generated from field: string replica = 1;
+   */
+  replica: string;
+
+  /**
+   * "following" (reports within its lease), "silent" (reported this term, not lately), "unknown" (alive, never
+   * reported this term) or "dead" (silent and refusing connections, or gone from the membership source).
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * Time since the coordinator last heard from it.
+   *
+   * @generated from field: google.protobuf.Duration since_contact = 3;
+   */
+  sinceContact?: Duration | undefined;
+
+  /**
+   * Per worker: share granted, slots reserved for it, its demand and slots held.
+   *
+   * @generated from field: repeated sluice.admin.v1.ClusterWorkerShare workers = 4;
+   */
+  workers: ClusterWorkerShare[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterMember.
+ * Use `create(ClusterMemberSchema)` to create a new message.
+ */
+export declare const ClusterMemberSchema: GenMessage<ClusterMember>;
+
+/**
+ * ClusterWorkerShare is one member's state on one worker.
+ *
+ * @generated from message sluice.admin.v1.ClusterWorkerShare
+ */
+export declare type ClusterWorkerShare = Message<"sluice.admin.v1.ClusterWorkerShare"> & {
+  /**
+   * Worker key.
+   *
+   * @generated from field: string worker = 1;
+   */
+  worker: string;
+
+  /**
+   * Share last granted.
+   *
+   * @generated from field: int32 granted = 2;
+   */
+  granted: number;
+
+  /**
+   * Slots the coordinator counts as possibly held by the member (at least its share and its slots in flight).
+   *
+   * @generated from field: int32 reserved = 3;
+   */
+  reserved: number;
+
+  /**
+   * Demand it reported.
+   *
+   * @generated from field: int32 demand = 4;
+   */
+  demand: number;
+
+  /**
+   * Slots it reported held.
+   *
+   * @generated from field: int32 inflight = 5;
+   */
+  inflight: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterWorkerShare.
+ * Use `create(ClusterWorkerShareSchema)` to create a new message.
+ */
+export declare const ClusterWorkerShareSchema: GenMessage<ClusterWorkerShare>;
 
 /**
  * UpdateAdmissionRequest changes admission settings; unset fields keep their value.
