@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/tests/testenv"
+
 	"connectrpc.com/connect"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -420,7 +422,7 @@ func TestOpenAISurfacePDMode(t *testing.T) {
 func TestSMGRoutes(t *testing.T) {
 	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	vl := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
-	probePort := freePort(t)
+	probePort := testenv.FreePort(t)
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL(), "--drain-settle-secs", "0.2",
 		"--prometheus-port", "0", "--health-check-port", strconv.Itoa(probePort))
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
