@@ -26,6 +26,8 @@ const (
 	attrQueue         = "sluice.admission.queue"
 	attrSlotWorker    = "sluice.worker"
 	attrReleaseReason = "sluice.admission.release_reason"
+	attrBand          = "sluice.admission.band"
+	attrTokens        = "sluice.admission.tokens"
 )
 
 // Request is one client request asking for a prefill slot.
@@ -47,6 +49,24 @@ type Request struct {
 	// possibly concurrently with other Selects, and hasCapacity always
 	// reports true.
 	Select func(hasCapacity func(worker string) bool) (worker string, err error)
+
+	// Tokens is the request's estimated prompt tokens (how the gateway
+	// estimates them is the caller's business; see dispatch). It is charged
+	// against Settings.MaxInflightTokensPerWorker while the slot is held;
+	// <= 0 counts as 1.
+	Tokens int64
+	// CachedTokens, when not nil and a token budget is set, returns how many
+	// of Tokens the worker is expected to hold in its prefix cache: the
+	// charge on that worker is Tokens minus that, at least 1. It runs under
+	// the controller's lock, like Select, and must not block.
+	CachedTokens func(worker string) int64
+	// Priority orders waiters through Settings.Bands: higher bands first.
+	// Ignored with fewer than two bands.
+	Priority int
+	// MaxWait is the client's own bound on its wait (a deadline header), or
+	// 0. It is used only with Settings.EarlyRejection, where it bounds both
+	// the predicted and the actual wait.
+	MaxWait time.Duration
 }
 
 // Deps are the controller's injected dependencies; the zero value works.
@@ -71,9 +91,19 @@ type Deps struct {
 type Controller struct {
 	tracer  trace.Tracer // nil: no spans
 	metrics Metrics
+	fm      FeatureMetrics // metrics, when it implements FeatureMetrics
 	poll    time.Duration
 	now     func() time.Time
 	hasCap  func(string) bool // c.hasCapacityLocked, bound once
+
+	// The cost inputs of the request whose Select (or grant) runs now, read
+	// by hasCapacityLocked and grantLocked; set by bindLocked. curCost
+	// memoizes the charge per worker from its first capacity check: a
+	// stateful policy (cache_aware) records the prompt for the worker it
+	// picks, after which the hook would see the whole prompt as cached.
+	curTokens int64
+	curCached func(string) int64
+	curCost   map[string]int64
 
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
@@ -87,19 +117,24 @@ type Controller struct {
 	scratch  []*queue          // dispatch's rotated copy of active, reused
 	rot      int
 	queued   int // waiters over all queues
+	seq      uint64
+	// bandQueued counts waiters by arrival band, over all queues.
+	bandQueued [MaxBands]int
 
 	rejections [numOutcomes]uint64
 	cancelled  uint64 // waiters whose context ended in the queue
 	waits      waitRing
 	releases   rateEstimator
+	caps       capState // cluster admission's per-worker shares (caps.go)
 }
 
-type workerState struct{ inflight int }
-
-type queue struct {
-	key     string
-	waiters list.List // of *waiter, arrival order
-	blocked bool      // dispatch scratch: head found no capacity this round
+type workerState struct {
+	inflight int
+	tokens   int64    // estimated prompt tokens of the slots held
+	lim      *limiter // with Settings.Adaptive on; created at the first grant
+	// lastRelease is the time of the last release, for the engine's service
+	// time (adaptive limits only).
+	lastRelease time.Time
 }
 
 type waiterState uint8
@@ -114,16 +149,21 @@ const (
 // waiting goroutine owns it and alone decides its end, except that a grant
 // or a final error is delivered by closing ready.
 type waiter struct {
-	q     *queue
-	elem  *list.Element
-	sel   func(func(string) bool) (string, error)
-	ready chan struct{} // closed on grant or final error
-	poke  chan struct{} // cap 1: "you are head" / "re-select"
-	enq   time.Time
+	q      *queue
+	elem   *list.Element
+	sel    func(func(string) bool) (string, error)
+	ready  chan struct{} // closed on grant or final error
+	poke   chan struct{} // cap 1: "you are head" / "re-select"
+	enq    time.Time
+	band   int    // arrival band
+	seq    uint64 // arrival order over all bands
+	tokens int64
+	cached func(string) int64
 
 	state      waiterState
-	promoted   bool // became head; its goroutine runs the poll timer
+	promoted   bool // became head; its goroutine runs the poll timer (until it is displaced)
 	needSelect bool // Wake asked the head to re-select
+	capped     bool // a cap (not the limit) refused it a worker at least once
 	slot       *Slot
 	err        error
 }
@@ -141,7 +181,7 @@ func New(s Settings, deps Deps) (*Controller, error) {
 		metrics:  deps.Metrics,
 		poll:     deps.PollInterval,
 		now:      deps.Now,
-		settings: s,
+		settings: s.Clone(),
 		workers:  make(map[string]*workerState),
 		queues:   make(map[string]*queue),
 	}
@@ -150,6 +190,10 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	if c.metrics == nil {
 		c.metrics = noopMetrics{}
+	}
+	c.fm = noopFeatureMetrics{}
+	if fm, ok := c.metrics.(FeatureMetrics); ok {
+		c.fm = fm
 	}
 	if c.poll == 0 {
 		c.poll = DefaultPollInterval
@@ -167,7 +211,7 @@ func New(s Settings, deps Deps) (*Controller, error) {
 func (c *Controller) Settings() Settings {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.settings
+	return c.settings.Clone()
 }
 
 // Acquire admits one client request: it returns a slot on the worker Select
@@ -182,14 +226,24 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		return c.acquireOff(ctx, req)
 	}
 	if c.tracer == nil {
-		slot, _, err := c.acquire(ctx, req)
+		slot, _, err := c.acquire(ctx, req, nil)
 		return slot, err
 	}
 	_, span := c.tracer.Start(ctx, spanWait, trace.WithAttributes(attribute.String(attrQueue, req.Queue)))
-	slot, pos, err := c.acquire(ctx, req)
+	var limited bool
+	slot, info, err := c.acquire(ctx, req, &limited)
 	span.SetAttributes(
 		attribute.String(attrOutcome, OutcomeOf(err).String()),
-		attribute.Int(attrQueuePosition, pos))
+		attribute.Int(attrQueuePosition, info.pos))
+	if limited {
+		span.SetAttributes(shareLimitedAttr())
+	}
+	if info.band != "" {
+		span.SetAttributes(attribute.String(attrBand, info.band))
+	}
+	if info.tokens {
+		span.SetAttributes(attribute.Int64(attrTokens, max(req.Tokens, 1)))
+	}
 	if slot != nil {
 		span.SetAttributes(attribute.String(attrWorker, slot.worker))
 		_, slot.span = c.tracer.Start(ctx, spanSlot, trace.WithAttributes(attribute.String(attrSlotWorker, slot.worker)))
@@ -218,35 +272,54 @@ func (c *Controller) acquireOff(ctx context.Context, req Request) (*Slot, error)
 	}
 }
 
-// acquire is the admission-on path. pos is the queue position at entry
-// (1 = head), 0 when the request did not queue.
-func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, pos int, err error) {
+// acquireInfo is what the wait span reports: the queue position at entry
+// (1 = head; 0 when the request did not queue), the band's name (with bands
+// configured) and whether a token budget applied.
+type acquireInfo struct {
+	pos    int
+	band   string
+	tokens bool
+}
+
+// acquire is the admission-on path. When shareLimited is not nil it is set
+// if a cap (cluster admission's share) held the request back.
+func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (slot *Slot, info acquireInfo, err error) {
 	// Like x/sync/semaphore: fail rather than admit a request already gone.
 	if ctx.Err() != nil {
-		return nil, 0, cancelled(ctx)
+		return nil, info, cancelled(ctx)
 	}
 	c.mu.Lock()
 	if !c.settings.Enabled() { // Update turned admission off meanwhile
 		c.mu.Unlock()
 		slot, err := c.acquireOff(ctx, req)
-		return slot, 0, err
+		return slot, info, err
 	}
+	band := c.settings.BandOf(req.Priority)
+	if c.settings.numBands() > 1 {
+		info.band = c.settings.BandName(band)
+	}
+	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
 	q := c.queues[req.Queue]
-	if q == nil {
-		// Fast path: nobody waits for this pool.
+	c.caps.hit = false
+	if q == nil || c.outranksHeadLocked(q, band) {
+		// Fast path: nobody waits for this pool, or every waiter ranks
+		// below this request (a higher priority band).
+		c.bindLocked(req.Tokens, req.CachedTokens)
 		worker, err := callSelect(req.Select, c.hasCap)
 		if err == nil && !c.hasCapacityLocked(worker) {
 			err = ErrNoCapacity // the callback ignored hasCapacity
 		}
 		if err == nil {
 			slot := c.grantLocked(worker)
-			c.observeWaitLocked(req.Queue, worker, 0)
+			c.unbindLocked()
+			c.observeWaitLocked(req.Queue, worker, 0, band)
 			c.mu.Unlock()
-			return slot, 0, nil
+			return slot, info, nil
 		}
+		c.unbindLocked()
 		if !errors.Is(err, ErrNoCapacity) {
 			c.mu.Unlock()
-			return nil, 0, err
+			return nil, info, err
 		}
 	} else {
 		// Waiters exist: the newcomer goes behind them, but a request whose
@@ -255,21 +328,99 @@ func (c *Controller) acquire(ctx context.Context, req Request) (slot *Slot, pos 
 		// into choosing a worker.
 		if _, err := callSelect(req.Select, neverCapacity); err != nil && !errors.Is(err, ErrNoCapacity) {
 			c.mu.Unlock()
-			return nil, 0, err
+			return nil, info, err
 		}
 	}
-	// Order: availability first (above), then the queue bound.
+	capped := c.caps.hit // read now: a displacement below lets other heads select
+	// Order: availability first (above), then the queue bound, then the
+	// predicted wait.
+	var victim *waiter
 	if c.queued >= c.settings.QueueSize {
-		c.rejectLocked(req.Queue, QueueFull)
-		c.mu.Unlock()
-		return nil, 0, errQueueFull
+		if victim = c.victimLocked(band); victim == nil {
+			c.rejectLocked(req.Queue, QueueFull)
+			c.mu.Unlock()
+			return nil, info, errQueueFull
+		}
+	}
+	timeout := c.settings.QueueTimeout
+	if c.settings.EarlyRejection {
+		if req.MaxWait > 0 {
+			timeout = min(timeout, req.MaxWait)
+		}
+		if c.predictedWaitLocked(c.positionLocked(q, band)) > timeout {
+			c.rejectLocked(req.Queue, PredictedTimeout)
+			c.mu.Unlock()
+			return nil, info, errPredicted
+		}
+	}
+	if victim != nil {
+		c.displaceLocked(victim)
 	}
 	w, pos := c.enqueueLocked(req)
-	timeout := c.settings.QueueTimeout
+	info.pos = pos
+	w.capped = capped // the fast path found no worker because of a cap
 	c.mu.Unlock()
 
 	slot, err = c.wait(ctx, w, timeout)
-	return slot, pos, err
+	if shareLimited != nil {
+		*shareLimited = w.capped // w left the queue under the lock before wait returned
+	}
+	return slot, info, err
+}
+
+// victimLocked returns the waiter a newcomer of band may displace from a
+// full queue: with priority bands, the lowest-ranked waiter of all queues
+// (lowest effective band, then latest arrival), if it ranks below the
+// newcomer. The bound stays global and no band ever gives way to a lower
+// one. nil when there is none.
+func (c *Controller) victimLocked(band int) *waiter {
+	n := c.settings.numBands()
+	if n == 1 || c.settings.QueueSize == 0 || c.queued > c.settings.QueueSize {
+		return nil // no bands; never waiting; or over a lowered bound: shrink, do not swap
+	}
+	now := c.now()
+	var victim *waiter
+	vb := 0
+	for _, q := range c.active {
+		for b := range q.bands {
+			e := q.bands[b].Back() // the latest of a list has aged least
+			if e == nil {
+				continue
+			}
+			w := e.Value.(*waiter)
+			eb := c.effBandLocked(w, now)
+			if victim == nil || eb < vb || (eb == vb && w.seq > victim.seq) {
+				victim, vb = w, eb
+			}
+		}
+	}
+	if victim == nil || vb >= min(band, n-1) {
+		return nil
+	}
+	return victim
+}
+
+// displaceLocked ends victim's wait with ErrDisplaced.
+func (c *Controller) displaceLocked(victim *waiter) {
+	q := victim.q
+	victim.err, victim.state = errDisplaced, failed
+	c.observeWaitLocked(q.key, "", c.now().Sub(victim.enq), victim.band)
+	c.rejectLocked(q.key, Displaced)
+	if c.removeLocked(victim) {
+		c.dispatchQueueLocked(q) // its queue has a new head
+	}
+	close(victim.ready)
+}
+
+// predictedWaitLocked estimates the wait of a request at position pos: the
+// time for pos slots to be released at the measured release rate. 0 while
+// the rate is unknown (no prediction, no early rejection).
+func (c *Controller) predictedWaitLocked(pos int) time.Duration {
+	rate, ok := c.releases.rate(c.now())
+	if !ok || rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(pos) / rate * float64(time.Second))
 }
 
 // callSelect runs the callback; a panic becomes that request's error rather
@@ -287,16 +438,86 @@ func callSelect(sel func(func(string) bool) (string, error), hasCap func(string)
 	return worker, err
 }
 
-func (c *Controller) hasCapacityLocked(worker string) bool {
-	n := 0
-	if ws := c.workers[worker]; ws != nil {
-		n = ws.inflight
-	}
-	return n < c.settings.MaxInflightPerWorker
+// bindLocked makes the request's cost inputs current for hasCapacityLocked
+// and grantLocked; unbindLocked drops them (the hook must not be retained).
+func (c *Controller) bindLocked(tokens int64, cached func(string) int64) {
+	c.curTokens, c.curCached = tokens, cached
 }
 
-// grantLocked reserves a slot on worker: counted while admission is on,
-// uncounted otherwise.
+func (c *Controller) unbindLocked() {
+	c.curTokens, c.curCached = 0, nil
+	clear(c.curCost)
+}
+
+// costLocked is the current request's charge on worker: its estimated
+// tokens, less the prefix the worker is expected to hold when a token budget
+// is set, at least 1. The discounted charge is fixed at the first check of
+// each worker within one binding.
+func (c *Controller) costLocked(worker string) int64 {
+	t := max(c.curTokens, 1)
+	if c.curCached == nil || c.settings.MaxInflightTokensPerWorker <= 0 {
+		return t
+	}
+	if n, ok := c.curCost[worker]; ok {
+		return n
+	}
+	t = max(t-cachedTokens(c.curCached, worker), 1)
+	if c.curCost == nil {
+		c.curCost = make(map[string]int64)
+	}
+	c.curCost[worker] = t
+	return t
+}
+
+// cachedTokens calls the hook; a panic counts as nothing cached, since it
+// may run outside callSelect's recovery with the lock held.
+func cachedTokens(f func(string) int64, worker string) (n int64) {
+	defer func() {
+		if recover() != nil {
+			n = 0
+		}
+	}()
+	return max(f(worker), 0)
+}
+
+// limitLocked returns the request limit of a worker (<= 0: none): its
+// adaptive limit, or the configured one.
+func (c *Controller) limitLocked(ws *workerState) int {
+	if !c.settings.Adaptive.On() {
+		return c.settings.MaxInflightPerWorker
+	}
+	if ws != nil && ws.lim != nil {
+		return ws.lim.limit
+	}
+	return c.settings.initialLimit()
+}
+
+// hasCapacityLocked reports whether the current request fits on worker: under
+// its request limit and, with a token budget, under the budget, or alone on
+// an idle worker (a request larger than the budget is never starved).
+func (c *Controller) hasCapacityLocked(worker string) bool {
+	ws := c.workers[worker]
+	n, tokens := 0, int64(0)
+	if ws != nil {
+		n, tokens = ws.inflight, ws.tokens
+	}
+	if limit := c.limitLocked(ws); limit > 0 && n >= limit {
+		return false
+	}
+	if !c.capAllowsLocked(worker, n) {
+		return false
+	}
+	if budget := c.settings.MaxInflightTokensPerWorker; budget > 0 {
+		// The charge is computed (and fixed) even for an idle worker.
+		if cost := c.costLocked(worker); n > 0 && tokens+cost > budget {
+			return false
+		}
+	}
+	return true
+}
+
+// grantLocked reserves a slot on worker for the current request: counted
+// while admission is on, uncounted otherwise.
 func (c *Controller) grantLocked(worker string) *Slot {
 	if !c.settings.Enabled() {
 		return newSlot(c, worker, nil)
@@ -306,15 +527,28 @@ func (c *Controller) grantLocked(worker string) *Slot {
 		ws = &workerState{}
 		c.workers[worker] = ws
 	}
+	cost := c.costLocked(worker)
 	ws.inflight++
+	ws.tokens += cost
 	c.metrics.SetInflight(worker, ws.inflight)
-	return newSlot(c, worker, ws)
+	c.fm.SetInflightTokens(worker, ws.tokens)
+	s := newSlot(c, worker, ws)
+	s.cost = cost
+	if c.settings.Adaptive.On() {
+		if ws.lim == nil {
+			ws.lim = &limiter{limit: c.settings.initialLimit()}
+			c.fm.SetLimit(worker, ws.lim.limit)
+		}
+		ws.lim.noteGrant(ws.inflight)
+		s.granted = c.now()
+	}
+	return s
 }
 
 // releaseSlot frees a counted slot and lets the heads select.
-func (c *Controller) releaseSlot(s *Slot) {
+func (c *Controller) releaseSlot(s *Slot, reason ReleaseReason) {
 	c.mu.Lock()
-	if c.giveBackLocked(s) {
+	if c.giveBackLocked(s, reason) {
 		c.releases.observe(c.now())
 	}
 	if c.queued > 0 {
@@ -324,13 +558,31 @@ func (c *Controller) releaseSlot(s *Slot) {
 }
 
 // giveBackLocked decrements s's worker unless the worker was removed (or
-// removed and re-added) since the grant.
-func (c *Controller) giveBackLocked(s *Slot) bool {
+// removed and re-added) since the grant. A completed prefill feeds the
+// worker's adaptive limit.
+func (c *Controller) giveBackLocked(s *Slot, reason ReleaseReason) bool {
 	if s.ws == nil || c.workers[s.worker] != s.ws {
 		return false
 	}
-	s.ws.inflight--
-	c.metrics.SetInflight(s.worker, s.ws.inflight)
+	ws := s.ws
+	ws.inflight--
+	ws.tokens -= s.cost
+	c.metrics.SetInflight(s.worker, ws.inflight)
+	c.fm.SetInflightTokens(s.worker, ws.tokens)
+	if ws.lim != nil && c.settings.Adaptive.On() && !s.granted.IsZero() {
+		now := c.now()
+		// In a FIFO engine this prefill started when the previous one ended,
+		// or when it arrived if the engine was idle then.
+		start := s.granted
+		if ws.lastRelease.After(start) {
+			start = ws.lastRelease
+		}
+		ws.lastRelease = now
+		if reason == ReleaseCompleted && ws.lim.observe(sample{hold: now.Sub(s.granted), service: now.Sub(start), tokens: s.cost},
+			c.settings.Adaptive.Min, c.settings.Adaptive.Max) {
+			c.fm.SetLimit(s.worker, ws.lim.limit)
+		}
+	}
 	return true
 }
 
@@ -339,32 +591,48 @@ func (c *Controller) rejectLocked(queue string, o Outcome) {
 	c.metrics.IncRejection(queue, o)
 }
 
-func (c *Controller) observeWaitLocked(queue, worker string, d time.Duration) {
+func (c *Controller) observeWaitLocked(queue, worker string, d time.Duration, band int) {
 	c.waits.add(d)
 	c.metrics.ObserveWait(queue, worker, d)
+	if n := c.settings.numBands(); n > 1 {
+		c.fm.ObserveBandWait(c.settings.BandName(min(band, n-1)), d)
+	}
 }
 
+// enqueueLocked queues req and returns its waiter and its position (1 =
+// head).
 func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	q := c.queues[req.Queue]
+	band := c.settings.BandOf(req.Priority)
+	pos := c.positionLocked(q, band)
 	if q == nil {
 		q = &queue{key: req.Queue}
 		c.queues[req.Queue] = q
 		c.active = append(c.active, q)
 	}
+	c.seq++
 	w := &waiter{
-		q:     q,
-		sel:   req.Select,
-		ready: make(chan struct{}),
-		poke:  make(chan struct{}, 1),
-		enq:   c.now(),
+		q:      q,
+		sel:    req.Select,
+		ready:  make(chan struct{}),
+		poke:   make(chan struct{}, 1),
+		enq:    c.now(),
+		band:   band,
+		seq:    c.seq,
+		tokens: req.Tokens,
+		cached: req.CachedTokens,
 	}
-	w.elem = q.waiters.PushBack(w)
-	if q.waiters.Len() == 1 {
+	w.elem = q.bands[band].PushBack(w)
+	q.n++
+	if pos == 1 {
+		// The new head; a displaced one (a lower band) stops polling at its
+		// next tick.
 		c.promoteLocked(w)
 	}
 	c.queued++
 	c.metrics.AddQueued(q.key, 1)
-	return w, q.waiters.Len()
+	c.bandCountLocked(band, 1)
+	return w, pos
 }
 
 // promoteLocked tells a new head to start its poll timer.
@@ -387,18 +655,21 @@ func pokeLocked(w *waiter) {
 // head. Empty queues are dropped so model keys do not accumulate.
 func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 	q := w.q
-	wasHead = q.waiters.Front() == w.elem
-	q.waiters.Remove(w.elem)
+	wasHead = c.headLocked(q) == w
+	q.bands[w.band].Remove(w.elem)
 	w.elem = nil
+	w.cached = nil
+	q.n--
 	c.queued--
 	c.metrics.AddQueued(q.key, -1)
-	if q.waiters.Len() == 0 {
+	c.bandCountLocked(w.band, -1)
+	if q.n == 0 {
 		delete(c.queues, q.key)
 		if i := slices.Index(c.active, q); i >= 0 {
 			c.active = slices.Delete(c.active, i, i+1)
 		}
 	} else if wasHead {
-		c.promoteLocked(q.waiters.Front().Value.(*waiter))
+		c.promoteLocked(c.headLocked(q))
 	}
 	return wasHead
 }
@@ -406,20 +677,23 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 // tryHeadLocked lets q's head select once. It reports whether the head left
 // the queue (granted or failed), i.e. whether the next head should try.
 func (c *Controller) tryHeadLocked(q *queue) bool {
-	e := q.waiters.Front()
-	if e == nil {
+	w := c.headLocked(q)
+	if w == nil {
 		return false
 	}
-	w := e.Value.(*waiter)
 	enabled := c.settings.Enabled()
 	hasCap := c.hasCap
 	if !enabled {
 		hasCap = alwaysCapacity
 	}
+	c.bindLocked(w.tokens, w.cached)
+	defer c.unbindLocked()
+	c.caps.hit = false
 	worker, err := callSelect(w.sel, hasCap)
 	if err == nil && enabled && !c.hasCapacityLocked(worker) {
 		err = ErrNoCapacity
 	}
+	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
 		w.slot = c.grantLocked(worker)
@@ -440,7 +714,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	if w.slot != nil {
 		granted = w.slot.worker
 	}
-	c.observeWaitLocked(w.q.key, granted, c.now().Sub(w.enq))
+	c.observeWaitLocked(w.q.key, granted, c.now().Sub(w.enq), w.band)
 	c.removeLocked(w)
 	close(w.ready)
 	return true
@@ -520,11 +794,23 @@ func (c *Controller) wait(ctx context.Context, w *waiter, timeout time.Duration)
 			}
 		case <-pollC:
 			c.mu.Lock()
+			head := true
 			if w.state == waiting {
 				c.dispatchQueueLocked(w.q)
+				if h := c.headLocked(w.q); w.state == waiting && h != w {
+					// Displaced (a higher band arrived, or aging lifted an
+					// older waiter): the head polls, not this waiter.
+					head = false
+					w.promoted = false
+					c.promoteLocked(h)
+				}
 			}
 			c.mu.Unlock()
-			poll.Reset(c.poll)
+			if head {
+				poll.Reset(c.poll)
+			} else {
+				poll, pollC = nil, nil
+			}
 		}
 	}
 }
@@ -543,7 +829,7 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		s := w.slot
 		w.slot = nil
 		c.cancelled++
-		c.giveBackLocked(s)
+		c.giveBackLocked(s, ReleaseCancelled)
 		if c.queued > 0 {
 			c.dispatchAllLocked()
 		}
@@ -553,7 +839,7 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 	}
 	q := w.q
 	wasHead := c.removeLocked(w)
-	c.observeWaitLocked(q.key, "", c.now().Sub(w.enq))
+	c.observeWaitLocked(q.key, "", c.now().Sub(w.enq), w.band)
 	if wasHead {
 		c.dispatchQueueLocked(q)
 	}
@@ -573,8 +859,7 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 func (c *Controller) Wake() {
 	c.mu.Lock()
 	for _, q := range c.active {
-		if e := q.waiters.Front(); e != nil {
-			w := e.Value.(*waiter)
+		if w := c.headLocked(q); w != nil {
 			w.needSelect = true
 			pokeLocked(w)
 		}
@@ -599,17 +884,42 @@ func (c *Controller) RemoveWorker(worker string) {
 // the queue is over the bound; a new timeout applies to new waiters;
 // turning admission off admits every waiter (uncounted) and stops counting.
 // Slots granted while admission was off stay uncounted if it is turned on
-// again.
+// again. Turning adaptation off drops every worker's adaptive limit (the
+// configured limit applies); a new range clamps them. Waiters keep the band
+// index they arrived with (beyond a reduced set of bands, the top band).
 func (c *Controller) Update(s Settings) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.settings = s
+	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
+	for w, ws := range c.workers {
+		switch {
+		case ws.lim == nil:
+		case !s.Adaptive.On():
+			ws.lim = nil
+		default:
+			if l := min(max(ws.lim.limit, s.Adaptive.Min), s.Adaptive.Max); l != ws.lim.limit {
+				ws.lim.limit = l
+				c.fm.SetLimit(w, l)
+			}
+		}
+	}
+	if c.settings.numBands() > 1 {
+		for i := range c.settings.numBands() {
+			c.reportBandLocked(i)
+		}
+	}
 	if c.queued > 0 {
 		c.dispatchAllLocked()
+		// The ranking may have changed: make sure each head polls.
+		for _, q := range c.active {
+			if h := c.headLocked(q); h != nil {
+				c.promoteLocked(h)
+			}
+		}
 	}
 	return nil
 }

@@ -9,6 +9,26 @@
 // worker key, [ErrNoCapacity] (wait), or a final error (no healthy worker,
 // model not served: returned at once, never queued).
 //
+// Beyond the source contract, each behind its own setting and off in the
+// zero value (so that [DefaultSettings] and settings naming only the limit,
+// queue size and timeout behave exactly as the contract says):
+//
+//   - a token budget per worker (MaxInflightTokensPerWorker): the estimated
+//     prompt tokens of the slots held on a worker stay within it, except
+//     that a request larger than the budget is admitted on an idle worker,
+//     alone, so it is never starved; the head waits for room and nobody
+//     overtakes it;
+//   - priority bands with aging (Bands, Aging): higher bands are served
+//     first, FIFO within a band, and aging bounds how long a low band can be
+//     overtaken (queue.go); queue size and timeout stay global, and a full
+//     queue makes room for a newcomer by displacing its lowest-ranked
+//     waiter, if that ranks below the newcomer ([ErrDisplaced]);
+//   - early rejection (EarlyRejection): a request whose predicted wait (its
+//     queue position over the measured slot-release rate) exceeds its
+//     timeout is rejected at once ([ErrPredictedTimeout]);
+//   - adaptive limits (Adaptive): each worker's request limit moves inside a
+//     range from the measured prefill time per token (adaptive.go).
+//
 // # Concurrency Model
 //
 // One mutex guards everything mutable: the settings, the per-worker in-flight
@@ -26,13 +46,16 @@
 // raced in before a cancellation is given back (cancellation wins, no slot
 // leaks); one that raced in before a timeout is kept.
 //
-// Only the head of a queue selects. Heads select when a slot is released
+// Only the head of a queue selects (with priority bands, the best-ranked
+// waiter: see queue.go). Heads select when a slot is released
 // (in the releaser's goroutine, every queue in rotating order), when
 // settings change (in Update's goroutine), on [Controller.Wake] (which only
 // signals the heads; they select in their own goroutines, so Wake never calls
 // Select) and on the head's own poll timer, because circuit breakers turn
 // half-open lazily without an event. Only the head runs a poll timer; it
-// lives in the head's waiting goroutine. The controller owns no goroutines.
+// lives in the head's waiting goroutine, and a head displaced by a higher
+// band or by aging stops it at its next tick and hands polling to the new
+// head. The controller owns no goroutines.
 //
 // A [Slot] is freed exactly once: each holder ([Slot] itself and every
 // [Guard]) releases at most once (an atomic flag), an atomic holder count
@@ -51,9 +74,15 @@
 //     runs once as an availability probe with no capacity anywhere; a final
 //     error is returned at once (a request for a model without workers gets
 //     503/404, not 429). Otherwise step 4.
+//     With priority bands, a newcomer ranked above the head (a higher band)
+//     selects at once like step 2 and, if it finds no capacity, becomes the
+//     head.
 //  4. If the waiters of all queues already reach QueueSize (including
-//     QueueSize 0) the request is rejected with ErrQueueFull; it is enqueued
-//     otherwise.
+//     QueueSize 0) the request is rejected with ErrQueueFull, unless, with
+//     priority bands, a waiter ranked below it can be displaced. With early
+//     rejection, a request whose predicted wait exceeds its timeout is
+//     rejected with ErrPredictedTimeout. It is enqueued otherwise (after
+//     the displaced waiter, if any, has left with ErrDisplaced).
 //  5. While queued, the request is tied to no worker. As head it selects on
 //     every wake; it is granted, or fails with its final error (the next
 //     waiter then becomes head and tries at once), or leaves on timeout
@@ -61,9 +90,21 @@
 //  6. The caller holds the slot while prefill runs, adds a [Guard] per
 //     sub-request, and releases each (deferred) when prefill ends. The last
 //     release frees the slot, records the release rate behind
-//     [Controller.RetryAfter] and lets the heads select.
+//     [Controller.RetryAfter] (and early rejection), feeds the worker's
+//     adaptive limit, and lets the heads select.
 //
 // With a tracer, each admission-on Acquire records a "sluice.admission.wait"
 // span and each granted slot a "sluice.admission.slot" span, both children of
-// the context's span.
+// the context's span. The wait span carries the band (with bands) and the
+// estimated tokens (with a token budget).
+//
+// # Caps (cluster admission)
+//
+// [Controller.SetWorkerCaps] adds a per-worker bound on top of
+// MaxInflightPerWorker: the share of a fleet-wide limit that cluster
+// admission (internal/cluster) grants this replica. It is read under the same
+// lock as the limit, so enforcing it costs nothing on the request path; a cap
+// below the slots held revokes nothing, and setting caps lets the heads
+// select. A wait span whose request a cap held back carries
+// sluice.admission.share_limited=true.
 package admission

@@ -31,6 +31,17 @@ var (
 	// ErrQueueTimeout: the request waited QueueTimeout without getting a
 	// slot. Code pd_prefill_queue_timeout.
 	ErrQueueTimeout = errors.New("prefill queue timeout")
+	// ErrPredictedTimeout: with early rejection, the request's predicted
+	// wait exceeded its timeout, so it was rejected on arrival. It is
+	// returned wrapped in ErrQueueTimeout too (same code,
+	// pd_prefill_queue_timeout: the timeout was certain), but counted under
+	// its own outcome.
+	ErrPredictedTimeout = errors.New("predicted prefill queue wait exceeds the timeout")
+	// ErrDisplaced: with priority bands, the request waited in a full queue
+	// and a request of a higher band took its place. It is returned wrapped
+	// in ErrQueueFull too (code pd_prefill_queue_full), but counted under
+	// its own outcome.
+	ErrDisplaced = errors.New("displaced from the full prefill queue by a higher-priority request")
 )
 
 // Preallocated so rejecting under overload costs no allocation. They are
@@ -38,6 +49,8 @@ var (
 var (
 	errQueueFull    = fmt.Errorf("%w: %w", ErrRejected, ErrQueueFull)
 	errQueueTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrQueueTimeout)
+	errPredicted    = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueTimeout, ErrPredictedTimeout)
+	errDisplaced    = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueFull, ErrDisplaced)
 	errNilSelect    = errors.New("admission: Request.Select is nil")
 	errEmptyWorker  = errors.New("admission: Select returned neither a worker nor an error")
 )
@@ -68,10 +81,16 @@ const (
 	// Unavailable: the Select callback returned a final error (no healthy
 	// worker: 503; model not served: 404). Never queued.
 	Unavailable
+	// PredictedTimeout: rejected on arrival because the predicted wait
+	// exceeded the timeout (early rejection; 429 pd_prefill_queue_timeout).
+	PredictedTimeout
+	// Displaced: a waiter of a lower band gave its place in the full queue
+	// to a higher-band newcomer (429 pd_prefill_queue_full).
+	Displaced
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable"}
+var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -86,8 +105,12 @@ func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
 		return Admitted
+	case errors.Is(err, ErrDisplaced):
+		return Displaced
 	case errors.Is(err, ErrQueueFull):
 		return QueueFull
+	case errors.Is(err, ErrPredictedTimeout):
+		return PredictedTimeout
 	case errors.Is(err, ErrQueueTimeout):
 		return QueueTimeout
 	case errors.Is(err, ErrCancelled), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

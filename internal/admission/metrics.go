@@ -25,7 +25,8 @@ type Metrics interface {
 	// worker is the worker whose slot ended the wait, "" when none did
 	// (timeout, cancellation, failure).
 	ObserveWait(queue, worker string, d time.Duration)
-	// IncRejection counts gateway refusals: QueueFull and QueueTimeout.
+	// IncRejection counts gateway refusals: QueueFull and QueueTimeout, and
+	// PredictedTimeout and Displaced when those features are on.
 	// Client cancellations are not rejections and are not counted here
 	// (Status reports them).
 	IncRejection(queue string, reason Outcome)
@@ -38,3 +39,28 @@ func (noopMetrics) DeleteWorker(string)                       {}
 func (noopMetrics) AddQueued(string, int)                     {}
 func (noopMetrics) ObserveWait(string, string, time.Duration) {}
 func (noopMetrics) IncRejection(string, Outcome)              {}
+
+// FeatureMetrics is implemented by Metrics that also record the measurements
+// of the features beyond the source contract; the controller calls them, with
+// its lock held, only when a [Metrics] value implements this interface.
+type FeatureMetrics interface {
+	// SetInflightTokens reports the estimated prompt tokens held on worker
+	// after every change (admission on).
+	SetInflightTokens(worker string, n int64)
+	// SetLimit reports worker's current request limit when it adapts
+	// (Settings.Adaptive on): at the worker's first grant and every change.
+	SetLimit(worker string, n int)
+	// SetBandQueued reports the waiters of one priority band (by its name)
+	// after every change, with two or more bands configured.
+	SetBandQueued(band string, n int)
+	// ObserveBandWait records a wait, as Metrics.ObserveWait does, labelled
+	// with the request's band, with two or more bands configured.
+	ObserveBandWait(band string, d time.Duration)
+}
+
+type noopFeatureMetrics struct{}
+
+func (noopFeatureMetrics) SetInflightTokens(string, int64)       {}
+func (noopFeatureMetrics) SetLimit(string, int)                  {}
+func (noopFeatureMetrics) SetBandQueued(string, int)             {}
+func (noopFeatureMetrics) ObserveBandWait(string, time.Duration) {}

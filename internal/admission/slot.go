@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -50,6 +51,10 @@ type Slot struct {
 	// decrements if ws is still the registered counter for worker, so slots
 	// outliving RemoveWorker release harmlessly.
 	ws *workerState
+	// cost is the tokens charged on ws; granted the grant time (adaptive
+	// limits only). Both are fixed at the grant.
+	cost    int64
+	granted time.Time
 
 	holders atomic.Int32
 	// reason keeps the first abnormal release reason (+1; 0 = none yet), so
@@ -119,7 +124,7 @@ func (g *Guard) Release(reason ReleaseReason) {
 		reason = ReleaseReason(r - 1)
 	}
 	if s.ws != nil {
-		s.c.releaseSlot(s)
+		s.c.releaseSlot(s, reason)
 	}
 	if s.span != nil {
 		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))

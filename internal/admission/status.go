@@ -15,8 +15,17 @@ type Status struct {
 	QueuedTotal int
 	// Inflight is the number of slots held per known worker.
 	Inflight map[string]int
+	// InflightTokens is the estimated prompt tokens held per known worker.
+	InflightTokens map[string]int64
+	// Limits is each known worker's current request limit: its adaptive
+	// limit with Settings.Adaptive on, else the configured one (<= 0: none).
+	Limits map[string]int
+	// QueuedByBand is the number of waiters per band name (with two or more
+	// bands; their arrival band).
+	QueuedByBand map[string]int
 	// Rejections counts gateway refusals by Outcome label (queue_full,
-	// queue_timeout) since start.
+	// queue_timeout; predicted_timeout with early rejection, displaced with
+	// priority bands) since start.
 	Rejections map[string]uint64
 	// Cancelled counts waiters whose context ended while queued.
 	Cancelled uint64
@@ -24,6 +33,9 @@ type Status struct {
 	Wait WaitStats
 	// RetryAfter is the current RetryAfter estimate.
 	RetryAfter time.Duration
+	// ReleaseRate is the measured slot-release rate (per second) behind
+	// RetryAfter and early rejection; 0 while unknown.
+	ReleaseRate float64
 }
 
 // WaitStats are percentiles over the last waitRingSize observed waits.
@@ -37,23 +49,42 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := Status{
-		Settings:    c.settings,
-		Queued:      make(map[string]int, len(c.queues)),
-		QueuedTotal: c.queued,
-		Inflight:    make(map[string]int, len(c.workers)),
-		Rejections:  make(map[string]uint64, 2),
-		Cancelled:   c.cancelled,
-		Wait:        c.waits.stats(),
-		RetryAfter:  c.retryAfterLocked(),
+		Settings:       c.settings.Clone(),
+		Queued:         make(map[string]int, len(c.queues)),
+		QueuedTotal:    c.queued,
+		Inflight:       make(map[string]int, len(c.workers)),
+		InflightTokens: make(map[string]int64, len(c.workers)),
+		Limits:         make(map[string]int, len(c.workers)),
+		QueuedByBand:   map[string]int{},
+		Rejections:     make(map[string]uint64, 3),
+		Cancelled:      c.cancelled,
+		Wait:           c.waits.stats(),
+		RetryAfter:     c.retryAfterLocked(),
+	}
+	if rate, ok := c.releases.rate(c.now()); ok {
+		st.ReleaseRate = rate
 	}
 	for k, q := range c.queues {
-		st.Queued[k] = q.waiters.Len()
+		st.Queued[k] = q.n
 	}
 	for k, ws := range c.workers {
 		st.Inflight[k] = ws.inflight
+		st.InflightTokens[k] = ws.tokens
+		st.Limits[k] = c.limitLocked(ws)
+	}
+	if n := c.settings.numBands(); n > 1 {
+		for b, k := range c.bandQueued {
+			st.QueuedByBand[c.settings.BandName(min(b, n-1))] += k
+		}
 	}
 	for _, o := range []Outcome{QueueFull, QueueTimeout} {
 		st.Rejections[o.String()] = c.rejections[o]
+	}
+	if c.settings.EarlyRejection || c.rejections[PredictedTimeout] > 0 {
+		st.Rejections[PredictedTimeout.String()] = c.rejections[PredictedTimeout]
+	}
+	if c.settings.numBands() > 1 || c.rejections[Displaced] > 0 {
+		st.Rejections[Displaced.String()] = c.rejections[Displaced]
 	}
 	return st
 }

@@ -22,8 +22,12 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, admission.ErrDisplaced):
+		return New(http.StatusTooManyRequests, CodeQueueFull, "a higher-priority request took this request's place in the full prefill admission queue, retry later", err)
 	case errors.Is(err, admission.ErrQueueFull):
 		return New(http.StatusTooManyRequests, CodeQueueFull, "prefill admission queue is full, retry later", err)
+	case errors.Is(err, admission.ErrPredictedTimeout):
+		return New(http.StatusTooManyRequests, CodeQueueTimeout, "the predicted wait for a prefill admission slot exceeds the timeout, retry later", err)
 	case errors.Is(err, admission.ErrQueueTimeout):
 		return New(http.StatusTooManyRequests, CodeQueueTimeout, "timed out waiting for a prefill admission slot, retry later", err)
 	case errors.Is(err, placement.ErrModelNotFound):

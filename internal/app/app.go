@@ -24,10 +24,10 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
 	"github.com/sluicegw/sluice/internal/dispatch"
-	"github.com/sluicegw/sluice/internal/engineload"
 	"github.com/sluicegw/sluice/internal/httpapi"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
@@ -48,6 +48,9 @@ type Options struct {
 	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
 	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
 	KubeClient kubernetes.Interface
+	// ClusterHTTP carries cluster admission's exchanges and pings to the other replicas; nil uses a
+	// default client. Tests inject transports that partition replicas.
+	ClusterHTTP *http.Client
 }
 
 // App is one running gateway.
@@ -61,12 +64,15 @@ type App struct {
 	Metrics    *telemetry.Metrics
 	Prom       *prometheus.Registry
 	checker    *worker.HealthChecker
-	loads      *engineload.Poller
-	loadSink   *engineLoadSink
-	detector   *dispatch.Detector
-	pods       *discovery.Discovery // nil unless --service-discovery
-	tp         *telemetry.TracerProvider
-	handlers   *server.Handlers
+	// LoadMonitor polls the engines' own load reports (nil when --engine-load-interval-secs is 0).
+	LoadMonitor *worker.LoadMonitor
+	loadSink    *engineLoadSink
+	detector    *dispatch.Detector
+	pods        *discovery.Discovery // nil unless --service-discovery
+	cluster     *cluster.Replica     // nil unless --admission-coordination
+	tp          *telemetry.TracerProvider
+	handlers    *server.Handlers
+	smg         smgState // smg.go
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
@@ -96,7 +102,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}
 	a := &App{cfg: cfg, logger: logger}
 	a.Prom = telemetry.NewRegistry()
-	a.Metrics = telemetry.NewMetrics(a.Prom)
+	a.Metrics = telemetry.NewMetricsWithBuckets(a.Prom, cfg.SMG.DurationBuckets)
 	a.tp = o.TracerProvider
 	if a.tp == nil {
 		tp, err := telemetry.NewTracerProvider(ctx, cfg.Telemetry.OTLPTracesEndpoint, cfg.Telemetry.TraceSampleRatio, Version)
@@ -126,7 +132,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		},
 		StartReady: cfg.Health.Disabled,
 	})
-	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS})
+	httpClient := backend.NewHTTPClient(backend.HTTPClientOptions{TLSClientConfig: upstreamTLS, IdleConnTimeout: upstreamIdleTimeout(cfg)})
 	a.upstream = httpClient
 	endpoint := cfg.Health.Endpoint
 	var probe worker.Prober = worker.ProberFunc(func(ctx context.Context, w *worker.Worker) error {
@@ -162,16 +168,23 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		MaxTreeSize:         cfg.Placement.MaxTreeSize,
 		EvictionInterval:    cfg.Placement.EvictionInterval,
 		VirtualNodes:        cfg.Placement.VirtualNodes,
+		StickyIdle:          cfg.SMG.StickyIdle,
+		AssignmentMode:      cfg.SMG.AssignmentMode,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.Admission, err = admission.New(admission.Settings{
-		MaxInflightPerWorker: cfg.Admission.MaxInflightPerWorker,
-		QueueSize:            cfg.Admission.QueueSize,
-		QueueTimeout:         cfg.Admission.QueueTimeout,
-	}, admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
+	a.Admission, err = admission.New(admissionSettings(cfg.Admission),
+		admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
 	if err != nil {
+		return nil, err
+	}
+	a.loadSink = &engineLoadSink{m: a.Metrics}
+	a.LoadMonitor, err = newLoadMonitor(cfg, a.Registry, &backend.Upstream{Client: httpClient}, a.Admission, a.loadSink, logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil {
 		return nil, err
 	}
 	attempts := cfg.Retry.MaxRetries
@@ -183,6 +196,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		RequestTimeout:          cfg.Server.RequestTimeout,
 		DropClientAuthorization: a.auth.InferenceProtected(),
 		IgnoreRanks:             !cfg.Placement.DPAware,
+		RequestIDHeaders:        cfg.SMG.RequestIDHeaders,
+		RoutingKeyHeaders:       cfg.SMG.RoutingKeyHeaders,
+		CharsPerToken:           cfg.Admission.CharsPerToken,
+		CheckOverload:           cfg.Load.OverloadWaitingRequests >= 0,
+		OverloadWaitingRequests: cfg.Load.OverloadWaitingRequests,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -221,13 +239,16 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		return out
 	})
 	telemetry.RegisterStateCollector(a.Prom, Version, string(cfg.Mode()), a.stateSample)
-	a.loadSink = &engineLoadSink{m: a.Metrics}
-	a.loads = &engineload.Poller{Registry: a.Registry, HTTP: httpClient, Interval: cfg.Telemetry.EngineLoadInterval, Sink: a.loadSink}
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
-		HTTP: httpClient, Logger: logger,
+		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(),
 	})
+	audited := adminsvc.NewAudited(a.adminSvc, logger)
+	smgRoutes, err := a.setupSMG(cfg, audited)
+	if err != nil {
+		return nil, err
+	}
 	openai := openaisvc.New(a.Dispatcher)
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
@@ -235,7 +256,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,
-		Admin:         adminsvc.NewAudited(a.adminSvc, logger),
+		Admin:         audited,
 		AdminAuth:     a.auth.Admin,
 		OpenAI:        openai,
 		InferenceAuth: a.auth.Inference,
@@ -243,6 +264,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
 		SeparateAdmin: cfg.Server.AdminPort != 0,
+		Internal:      a.clusterService(),
 		Pprof:         cfg.Telemetry.Pprof,
 		HandlerOptions: []connect.HandlerOption{
 			connect.WithReadMaxBytes(int(min(cfg.Server.MaxPayloadSize, 1<<31-1))),
@@ -252,6 +274,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		BodyReadTimeout:    cfg.Limits.BodyReadTimeout,
 		WriteTimeout:       cfg.Limits.WriteTimeout,
 		HSTS:               cfg.TLS.Enabled(),
+		Concurrency:        a.smg.limiter,
+		Routes:             smgRoutes,
 	})
 	if err != nil {
 		return nil, err
@@ -326,7 +350,9 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.wg.Go(func() { a.checker.Run(bg) })
 	a.wg.Go(func() { a.Policies.Run(bg) })
-	a.wg.Go(func() { a.loads.Run(bg) })
+	if a.LoadMonitor != nil {
+		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
+	}
 	if a.pods != nil {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })
@@ -348,6 +374,14 @@ func (a *App) Start(ctx context.Context) error {
 			return fmt.Errorf("listen admin: %w", err)
 		}
 		a.serve(a.admin)
+	}
+	if err := a.startSMGListeners(); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
+	}
+	if err := a.startCluster(ctx, bg); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
 	}
 	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
 		"tls", a.serverTLS != nil)
@@ -424,6 +458,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 func (a *App) shutdown(ctx context.Context) error {
 	var errs []error
+	if a.cluster != nil {
+		a.cluster.Leave() // hand coordination over now; keep reporting while requests drain
+	}
 	for _, s := range []*server.Server{a.main, a.admin} {
 		if s != nil {
 			if err := s.Shutdown(ctx); err != nil {
@@ -431,6 +468,7 @@ func (a *App) shutdown(ctx context.Context) error {
 			}
 		}
 	}
+	errs = append(errs, a.shutdownSMG(ctx)...)
 	a.stopBackground()
 	a.adminSvc.Close()
 	a.upstream.CloseIdleConnections() // their read loops would otherwise linger until the idle timeout

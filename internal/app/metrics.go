@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/telemetry"
@@ -68,19 +67,16 @@ type engineLoadSink struct {
 	m  *telemetry.Metrics
 }
 
-func (s *engineLoadSink) Loaded(w *worker.Worker, l backend.Load) {
+// result records one poll's outcome (worker.LoadMonitorConfig.OnResult).
+func (s *engineLoadSink) result(w *worker.Worker, l worker.EngineLoad, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !w.Removed() {
-		s.m.SetEngineLoad(w.URL(), l.Running, l.Waiting, l.KVUsage)
-	}
-}
-
-func (s *engineLoadSink) Failed(w *worker.Worker, _ error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !w.Removed() {
+	switch {
+	case w.Removed():
+	case err != nil:
 		s.m.EngineLoadFailed(w.URL())
+	default:
+		s.m.SetEngineLoad(w.URL(), l.Running, l.Waiting, l.KVUsage)
 	}
 }
 
@@ -102,9 +98,10 @@ func (a *App) stateSample() telemetry.State {
 		st.Workers = append(st.Workers, telemetry.WorkerSample{Worker: w.URL(), ID: w.ID(), Role: string(w.Role()),
 			Protocol: string(w.Protocol()), Health: w.Health().String()})
 	}
-	if s := a.Admission.Settings(); s.Enabled() {
-		st.Admission = telemetry.AdmissionSample{Enabled: true, Limit: s.MaxInflightPerWorker, QueueSize: s.QueueSize,
-			QueueTimeout: s.QueueTimeout.Seconds()}
+	if as := a.Admission.Status(); as.Settings.Enabled() {
+		s := as.Settings
+		st.Admission = telemetry.AdmissionSample{Enabled: true, Limit: s.StartLimit(), Limits: as.Limits,
+			QueueSize: s.QueueSize, QueueTimeout: s.QueueTimeout.Seconds()}
 	}
 	return st
 }

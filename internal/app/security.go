@@ -59,9 +59,6 @@ func (a *App) setupAuth(upstreamTLS *tls.Config) error {
 		return err
 	}
 	a.auth = au
-	if au.InferenceProtected() && !au.AdminProtected() {
-		a.logger.Warn("the admin API is unauthenticated while the inference API needs a key; set --admin-api-key")
-	}
 	return nil
 }
 

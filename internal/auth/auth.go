@@ -115,7 +115,10 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	a := &Authenticator{cfg: cfg}
 	if cfg.APIKey != "" {
-		a.static = []Key{NewKey("api-key", cfg.APIKey, false)}
+		// With no admin-capable source, --api-key guards the admin API too (the Rust gateway's rule for
+		// its control plane): a gateway that asks for a key never leaves its admin API open.
+		alone := cfg.AdminAPIKey == "" && cfg.KeysFile == "" && cfg.JWT == nil
+		a.static = []Key{NewKey("api-key", cfg.APIKey, alone)}
 	}
 	if cfg.AdminAPIKey != "" {
 		a.adminKey = []Key{NewKey("admin-key", cfg.AdminAPIKey, true)}
@@ -131,9 +134,8 @@ func New(cfg Config) (*Authenticator, error) {
 		a.jwt = newJWTVerifier(*cfg.JWT, cfg.Now, cfg.Logger)
 	}
 	a.inference = a.static != nil || a.file != nil || a.jwt != nil
-	// The admin API is guarded as soon as any admin-capable source is configured. With only --api-key
-	// it stays as it always was (open unless --admin-api-key is set).
-	a.admin = a.adminKey != nil || a.file != nil || a.jwt != nil
+	// The admin API is guarded as soon as any credential is configured.
+	a.admin = a.inference || a.adminKey != nil
 	return a, nil
 }
 
@@ -162,7 +164,7 @@ func (a *Authenticator) identify(ctx context.Context, token string, admin bool) 
 		}
 	}
 	if k, ok := Lookup(a.static, token); ok {
-		return &Principal{ID: k.ID, Method: MethodAPIKey}, nil
+		return &Principal{ID: k.ID, Method: MethodAPIKey, Admin: k.Admin}, nil
 	}
 	if a.file != nil {
 		if k, ok := Lookup(a.file.current(), token); ok {

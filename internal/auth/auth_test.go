@@ -223,12 +223,26 @@ func TestStaticKeysAndRoles(t *testing.T) {
 		t.Errorf("Basic scheme: %d, want 401", code)
 	}
 
-	open, err := auth.New(auth.Config{APIKey: "sk-static"})
+	// --api-key alone guards the admin API too; once an admin credential exists it grants inference only.
+	alone, err := auth.New(auth.Config{APIKey: "sk-static"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if open.AdminProtected() || !open.InferenceProtected() {
-		t.Errorf("--api-key alone: admin protected %v, inference protected %v; want false, true", open.AdminProtected(), open.InferenceProtected())
+	if !alone.AdminProtected() || !alone.InferenceProtected() {
+		t.Errorf("--api-key alone: admin protected %v, inference protected %v; want both", alone.AdminProtected(), alone.InferenceProtected())
+	}
+	if code, _ := status(alone.Admin(request(""))); code != 401 {
+		t.Errorf("--api-key alone, admin call without a key: %d, want 401", code)
+	}
+	if code, id := status(alone.Admin(request("sk-static"))); code != 200 || id != "api-key" {
+		t.Errorf("--api-key alone, admin call with it: %d %q, want 200 api-key", code, id)
+	}
+	both, err := auth.New(auth.Config{APIKey: "sk-static", AdminAPIKey: "sk-admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := status(both.Admin(request("sk-static"))); code != 403 {
+		t.Errorf("--api-key with --admin-api-key, admin call with the inference key: %d, want 403", code)
 	}
 }
 

@@ -76,7 +76,7 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
-		TLSClientConfig:       o.TLSClientConfig,
+		TLSClientConfig:       cloneTLS(o.TLSClientConfig),
 		// 8 KiB per direction: each pooled connection keeps its buffers, and 32 KiB ones made up most of
 		// the gateway's ~75 KiB per registered worker (28 KiB with 8 KiB) with no measurable throughput gain.
 		WriteBufferSize: 8 << 10,
@@ -136,12 +136,21 @@ func NewH2CClient(opts HTTPClientOptions) *http.Client {
 		MaxIdleConns:       o.MaxIdleConns,
 		IdleConnTimeout:    o.IdleConnTimeout,
 		DisableCompression: true,
-		TLSClientConfig:    o.TLSClientConfig,
+		TLSClientConfig:    cloneTLS(o.TLSClientConfig),
 	}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	tr.Protocols.SetHTTP2(true)
 	return &http.Client{Transport: tr}
+}
+
+// cloneTLS gives each transport its own copy: a transport setting up HTTP/2 writes to its config
+// (NextProtos) while another may be dialing with it. The reloading callbacks are kept.
+func cloneTLS(c *tls.Config) *tls.Config {
+	if c == nil {
+		return nil
+	}
+	return c.Clone()
 }
 
 // Upstream sends requests to engines.

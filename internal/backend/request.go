@@ -26,7 +26,7 @@ func (r Route) Path() string {
 	case RouteGenerate:
 		return "/generate"
 	}
-	return ""
+	return auxPath(r) // aux.go; "" for an invalid route
 }
 
 // String returns a short label, usable as a low-cardinality metric label.
@@ -38,6 +38,9 @@ func (r Route) String() string {
 		return "completions"
 	case RouteGenerate:
 		return "generate"
+	}
+	if r.IsAux() {
+		return auxString(r)
 	}
 	return "unknown"
 }
@@ -52,7 +55,7 @@ func RouteFromPath(path string) (Route, bool) {
 	case "/generate":
 		return RouteGenerate, true
 	}
-	return 0, false
+	return auxFromPath(path)
 }
 
 // MaxN is the largest accepted n (samples per prompt), as in OpenAI's API.
@@ -104,6 +107,17 @@ type Request struct {
 	// ReturnLogprob is /generate's return_logprob (true when any element of a list is true). SGLang PD
 	// then needs the prefill response too: its input_token_logprobs are merged into decode's.
 	ReturnLogprob bool
+	// PromptChars is the length in bytes of all the prompt text of the request, every prompt of a batch
+	// included: chat message contents, completions prompt strings, /generate text. Admission turns it
+	// into estimated tokens.
+	PromptChars int
+	// PromptTokenIDs is the number of token ids given as prompts (completions token arrays, /generate
+	// input_ids), every prompt of a batch included: an exact token count.
+	PromptTokenIDs int
+	// Priority is the body's "priority" (SGLang's request scheduling priority; higher first), when
+	// HasPriority. The body keeps it: engines that schedule by priority see it too.
+	Priority    int
+	HasPriority bool
 }
 
 // Prompts returns the number of prompts (max(BatchSize, 1)).
@@ -115,6 +129,9 @@ func (r *Request) Prompts() int { return max(r.BatchSize, 1) }
 func ParseRequest(route Route, body []byte) (*Request, error) {
 	if route.Path() == "" {
 		return nil, fmt.Errorf("backend: ParseRequest: invalid route %d", route)
+	}
+	if route.IsAux() {
+		return parseAux(route, body)
 	}
 	req := &Request{Route: route, Body: body, N: 1}
 	it := newObjIter(body, 0)
@@ -208,6 +225,8 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 			if route == RouteGenerate {
 				req.ReturnLogprob = anyTrue(body, m)
 			}
+		case "priority":
+			err = parsePriority(req, raw)
 		}
 		if err != nil {
 			return nil, err
@@ -243,6 +262,19 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		}
 	}
 	return req, nil
+}
+
+func parsePriority(req *Request, raw []byte) *RequestError {
+	if isNull(raw) {
+		req.Priority, req.HasPriority = 0, false
+		return nil
+	}
+	v, ok := parseInt(raw)
+	if !ok || v < -1<<31 || v > 1<<31-1 {
+		return invalid("priority", "priority must be a 32-bit integer")
+	}
+	req.Priority, req.HasPriority = int(v), true
+	return nil
 }
 
 func parseStream(req *Request, raw []byte) *RequestError {
@@ -369,6 +401,7 @@ func parseMessages(req *Request, body []byte, start int) (end int, rerr *Request
 		return 0, invalid("messages", "messages must not be empty"), nil
 	}
 	req.Text = string(text)
+	req.PromptChars = len(text)
 	return i + 1, nil, nil
 }
 
@@ -411,6 +444,7 @@ func parsePrompt(req *Request, body []byte, m member, param string) *RequestErro
 		return nil
 	case '"':
 		req.Text, _ = unquote(raw)
+		req.PromptChars = len(req.Text)
 		return nil
 	case '[':
 	default:
@@ -429,10 +463,13 @@ func parsePrompt(req *Request, body []byte, m member, param string) *RequestErro
 			if n == 0 {
 				req.Text, _ = unquote(body[s:e])
 			}
+			req.PromptChars += e - s - 2 // the raw string's length: escapes count a little extra
 			batched = true
 		case '[':
+			req.PromptTokenIDs += countElems(body, s)
 			batched = true
 		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			req.PromptTokenIDs++
 		default:
 			return invalid(param, "%s[%d] must be a string, a token id or an array of token ids", param, n)
 		}
@@ -455,6 +492,7 @@ func parseGenerateText(req *Request, body []byte, m member) *RequestError {
 		return nil
 	case '"':
 		req.Text, _ = unquote(raw)
+		req.PromptChars = len(req.Text)
 		return nil
 	case '[':
 	default:
@@ -473,6 +511,7 @@ func parseGenerateText(req *Request, body []byte, m member) *RequestError {
 		if n == 0 {
 			req.Text, _ = unquote(body[s:e])
 		}
+		req.PromptChars += e - s - 2
 		n++
 	}
 	if n == 0 {
@@ -501,6 +540,9 @@ func parseInputIDs(req *Request, body []byte, m member) *RequestError {
 		}
 		if body[s] == '[' {
 			batched = true
+			req.PromptTokenIDs += countElems(body, s)
+		} else {
+			req.PromptTokenIDs++
 		}
 		n++
 	}
@@ -511,4 +553,16 @@ func parseInputIDs(req *Request, body []byte, m member) *RequestError {
 		req.BatchSize = n
 	}
 	return nil
+}
+
+// countElems counts the elements of the (already validated) array at body[start].
+func countElems(body []byte, start int) int {
+	arr := newArrIter(body, start)
+	n := 0
+	for {
+		if _, _, ok := arr.next(); !ok {
+			return n
+		}
+		n++
+	}
 }

@@ -115,9 +115,9 @@ func readUsage(obj []byte) (Usage, bool) {
 			break
 		}
 		switch {
-		case m.keyIs(obj, "prompt_tokens"):
+		case m.keyIs(obj, "prompt_tokens"), m.keyIs(obj, "input_tokens"): // input_*: Responses, Messages
 			u.Prompt, ok = parseInt(m.value(obj))
-		case m.keyIs(obj, "completion_tokens"):
+		case m.keyIs(obj, "completion_tokens"), m.keyIs(obj, "output_tokens"):
 			u.Completion, ok = parseInt(m.value(obj))
 		default:
 			continue

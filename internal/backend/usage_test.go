@@ -81,6 +81,9 @@ func TestUnaryUsage(t *testing.T) {
 		{"generate batch", RouteGenerate, `[{"meta_info":{"prompt_tokens":4,"completion_tokens":2}},{"meta_info":{"prompt_tokens":5,"completion_tokens":3}}]`, Usage{9, 5}, true},
 		{"generate without meta", RouteGenerate, `{"text":"hi"}`, Usage{}, false},
 		{"not json", RouteChat, `oops`, Usage{}, false},
+		{"embeddings", RouteEmbeddings, `{"data":[],"usage":{"prompt_tokens":3,"total_tokens":3}}`, Usage{3, 0}, true},
+		{"responses", RouteResponses, `{"output":[],"usage":{"input_tokens":6,"output_tokens":4,"total_tokens":10}}`, Usage{6, 4}, true},
+		{"messages", RouteMessages, `{"content":[],"usage":{"input_tokens":6,"output_tokens":4}}`, Usage{6, 4}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,6 +51,8 @@ type Record struct {
 	ITLMS        []float64 `json:"itl_ms,omitempty"`
 	OutputTokens int       `json:"output_tokens"`
 	Worker       string    `json:"worker,omitempty"`
+	// Class is the request's class (classes workload).
+	Class string `json:"class,omitempty"`
 	// stream bookkeeping, not serialised
 	done bool
 }
@@ -92,8 +94,9 @@ func newRequester(hc *http.Client, baseURL, endpoint, apiKey string, stream bool
 		bufs: sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}}
 }
 
-// do sends body and fills rec (Status, Code, Error, TTFT, ITL, E2E, OutputTokens, Worker).
-func (q *requester) do(ctx context.Context, body []byte, rec *Record) {
+// do sends body with the extra headers and fills rec (Status, Code, Error, TTFT, ITL, E2E,
+// OutputTokens, Worker).
+func (q *requester) do(ctx context.Context, body []byte, header map[string]string, rec *Record) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.url, bytes.NewReader(body))
 	if err != nil {
@@ -101,6 +104,9 @@ func (q *requester) do(ctx context.Context, body []byte, rec *Record) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	if q.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+q.apiKey)
 	}

@@ -60,7 +60,7 @@ func TestReadSSETimings(t *testing.T) {
 		}
 		q := newRequester(&http.Client{Transport: streamingRT(frames)}, "http://sim", EndpointChat, "", true)
 		var rec Record
-		q.do(context.Background(), []byte(`{}`), &rec)
+		q.do(context.Background(), []byte(`{}`), nil, &rec)
 		want := Record{Status: 200, TTFTMS: 50, E2EMS: 110, ITLMS: []float64{10, 20, 0}, OutputTokens: 4, Worker: "http://w1", done: true}
 		if diff := cmp.Diff(want, rec, cmp.AllowUnexported(Record{})); diff != "" {
 			t.Fatalf("record (-want +got):\n%s", diff)
@@ -87,7 +87,7 @@ func TestReadSSEOutcomes(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				q := newRequester(&http.Client{Transport: streamingRT(tt.frames)}, "http://sim", EndpointChat, "", true)
 				var rec Record
-				q.do(context.Background(), []byte(`{}`), &rec)
+				q.do(context.Background(), []byte(`{}`), nil, &rec)
 				if rec.Code != tt.wantCode || rec.OutputTokens != tt.wantTokens || len(rec.ITLMS) != tt.wantITLs {
 					t.Fatalf("code %q tokens %d itls %d, want %q %d %d", rec.Code, rec.OutputTokens, len(rec.ITLMS), tt.wantCode, tt.wantTokens, tt.wantITLs)
 				}
@@ -188,7 +188,7 @@ func TestRequesterHTTP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			q := newRequester(hc, srv.URL+"/", EndpointChat, "k", tt.stream)
 			var rec Record
-			q.do(context.Background(), []byte(tt.body), &rec)
+			q.do(context.Background(), []byte(tt.body), nil, &rec)
 			if rec.Status != tt.wantStatus || rec.Code != tt.wantCode || rec.OutputTokens != tt.wantTokens || len(rec.ITLMS) != tt.wantITLs || rec.Worker != "http://w9" {
 				t.Fatalf("got status %d code %q tokens %d itls %d worker %q (error %q)", rec.Status, rec.Code, rec.OutputTokens, len(rec.ITLMS), rec.Worker, rec.Error)
 			}
@@ -200,7 +200,7 @@ func TestRequesterHTTP(t *testing.T) {
 		dead.Close()
 		q := newRequester(hc, url, EndpointChat, "", false)
 		var rec Record
-		q.do(context.Background(), []byte(`{}`), &rec)
+		q.do(context.Background(), []byte(`{}`), nil, &rec)
 		if rec.Code != CodeConnRefused || rec.OK() {
 			t.Fatalf("code %q (error %q), want %q", rec.Code, rec.Error, CodeConnRefused)
 		}

@@ -45,7 +45,9 @@
 // nginx, through sluice regular mode and through sluice PD mode, with the gateway and nginx as separate
 // processes so their CPU can be read from /proc; overload drives a realistic 2+2 PD cluster at twice its
 // prefill capacity with admission off and on; prefix compares routing policies on the shared-prefix
-// workload; scale registers hundreds of instant engines and measures routing and the admission queue.
+// workload; replicas compares three gateway replicas with per-replica limits, a manual split of the limit
+// and cluster admission under 80/10/10 skew, against one gateway; scale registers hundreds of instant
+// engines and measures routing and the admission queue.
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

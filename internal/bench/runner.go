@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ type Config struct {
 	Seed      int64          `json:"seed"`
 	SLOTTFT   time.Duration  `json:"slo_ttft_ns,omitempty"`
 	Timeout   time.Duration  `json:"timeout_ns,omitempty"` // per request, end to end
+	// Header is sent with every request (a class's own headers win).
+	Header map[string]string `json:"header,omitempty"`
 }
 
 // Validate checks the run's parameters and fills defaults.
@@ -277,14 +280,21 @@ func (r *run) closedLoop(ctx context.Context) {
 // one sends request i, scheduled at at, and keeps its record when measured.
 func (r *run) one(ctx context.Context, i int64, at time.Time, measured bool) {
 	bp := r.bodyPool.Get().(*[]byte)
-	body := AppendBody((*bp)[:0], r.cfg.Endpoint, r.cfg.Model, r.gen.Prompt(i), r.cfg.Stream, r.cfg.IgnoreEOS)
+	p := r.gen.Prompt(i)
+	body := AppendBody((*bp)[:0], r.cfg.Endpoint, r.cfg.Model, p, r.cfg.Stream, r.cfg.IgnoreEOS)
 	body = appendMembers(body, r.extra)
-	rec := Record{Index: i}
+	rec := Record{Index: i, Class: p.Class}
+	header := r.cfg.Header
+	if len(p.Header) > 0 {
+		header = make(map[string]string, len(r.cfg.Header)+len(p.Header))
+		maps.Copy(header, r.cfg.Header)
+		maps.Copy(header, p.Header)
+	}
 	sendAt := time.Now()
 	rec.LagMS = ms(sendAt.Sub(at))
 	rec.StartMS = ms(sendAt.Sub(r.mstart))
 	r.sent.Add(1)
-	r.q.do(ctx, body, &rec)
+	r.q.do(ctx, body, header, &rec)
 	end := time.Now()
 	*bp = body[:0]
 	r.bodyPool.Put(bp)

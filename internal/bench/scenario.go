@@ -69,11 +69,16 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 // Scenarios returns the scenarios by name.
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
-		"dp":       ScenarioDP,
-		"overhead": ScenarioOverhead,
-		"overload": ScenarioOverload,
-		"prefix":   ScenarioPrefix,
-		"scale":    ScenarioScale,
+		"adaptive":        ScenarioAdaptive,
+		"dp":              ScenarioDP,
+		"early-rejection": ScenarioEarlyRejection,
+		"overhead":        ScenarioOverhead,
+		"overload":        ScenarioOverload,
+		"prefix":          ScenarioPrefix,
+		"priority":        ScenarioPriority,
+		"replicas":        ScenarioReplicas,
+		"scale":           ScenarioScale,
+		"tokens":          ScenarioTokens,
 	}
 }
 
@@ -174,13 +179,18 @@ func (s *scenarioRun) load(ctx context.Context, label string, cfg Config, observ
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", label, err)
 	}
+	return res, s.record(label, res, extra)
+}
+
+// record writes a load's result file and adds it to the scenario's runs; not safe for concurrent use.
+func (s *scenarioRun) record(label string, res *Result, extra map[string]any) error {
 	res.Extra = extra
 	file := filepath.Join(s.o.OutDir, s.res.Name+"-"+label+".json")
 	if err := WriteResult(file, res); err != nil {
-		return res, err
+		return err
 	}
 	s.res.Runs = append(s.res.Runs, RunRef{Label: label, File: file, Summary: res.Summary, Extra: extra})
-	return res, nil
+	return nil
 }
 
 func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -14,7 +14,7 @@ func TestScenarioSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulators and gateways")
 	}
-	for _, name := range []string{"dp", "overhead", "overload", "prefix", "scale"} {
+	for _, name := range []string{"dp", "overhead", "overload", "prefix", "replicas", "scale"} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			res, err := RunScenario(context.Background(), name, ScenarioOptions{OutDir: dir, Short: true, InProcess: true, NoNginx: true})

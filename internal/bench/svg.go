@@ -127,3 +127,34 @@ func tickLabel(v float64) string {
 	}
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
 }
+
+// WriteCDFSVG writes one panel of empirical CDFs (values in ms, log scale), one series per label.
+func WriteCDFSVG(w io.Writer, title string, labels []string, series [][]float64) error {
+	p := cdfPanel{title: title}
+	for _, s := range series {
+		s = slices.Clone(s)
+		slices.Sort(s)
+		p.series = append(p.series, s)
+	}
+	const pw, ph, margin = 720.0, 340.0, 60.0
+	legendH := 22.0 * float64(len(labels))
+	width, height := pw+2*margin, ph+2*margin+legendH+20
+	var b strings.Builder
+	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	writePanel(&b, p, margin, margin, pw, ph)
+	ly := margin + ph + 45
+	for i, l := range labels {
+		y := ly + 22*float64(i)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="%s" stroke-width="3"/>`+"\n", margin, y, margin+30, y, palette[i%len(palette)])
+		n := 0
+		if i < len(p.series) {
+			n = len(p.series[i])
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" dominant-baseline="middle">%s (n=%d)</text>`+"\n", margin+40, y, html.EscapeString(l), n)
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

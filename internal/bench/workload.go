@@ -13,6 +13,8 @@ const (
 	WorkloadFixed  = "fixed"
 	WorkloadDist   = "dist"
 	WorkloadPrefix = "prefix"
+	// WorkloadClasses mixes request classes (prompt length, output length, headers) by share.
+	WorkloadClasses = "classes"
 )
 
 // Length distributions of the dist workload.
@@ -37,6 +39,18 @@ type WorkloadConfig struct {
 	PrefixTokens  int `json:"prefix_tokens,omitempty"`
 	Turns         int `json:"turns,omitempty"`
 	Conversations int `json:"conversations,omitempty"`
+
+	Classes []ClassConfig `json:"classes,omitempty"`
+}
+
+// ClassConfig is one class of the classes workload: a request is of this class with probability Share
+// (shares are normalised), has a user message of PromptTokens, asks for MaxTokens, and carries Header.
+type ClassConfig struct {
+	Name         string            `json:"name"`
+	Share        float64           `json:"share"`
+	PromptTokens int               `json:"prompt_tokens"`
+	MaxTokens    int               `json:"max_tokens"`
+	Header       map[string]string `json:"header,omitempty"`
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of a run.
@@ -45,10 +59,21 @@ var ErrInvalidConfig = errors.New("bench: invalid config")
 func (w *WorkloadConfig) validate() error {
 	var errs []error
 	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
-	if w.PromptTokens < 1 || w.MaxTokens < 1 {
+	if w.Kind != WorkloadClasses && (w.PromptTokens < 1 || w.MaxTokens < 1) {
 		bad("prompt and max tokens must be >= 1")
 	}
 	switch w.Kind {
+	case WorkloadClasses:
+		total := 0.0
+		for _, c := range w.Classes {
+			if c.Name == "" || !(c.Share > 0) || c.PromptTokens < 1 || c.MaxTokens < 1 {
+				bad("class %q: needs a name, a positive share, prompt and max tokens >= 1", c.Name)
+			}
+			total += c.Share
+		}
+		if len(w.Classes) == 0 || !(total > 0) {
+			bad("classes workload needs at least one class")
+		}
 	case WorkloadFixed:
 	case WorkloadDist:
 		if w.Dist != DistUniform && w.Dist != DistLognormal {
@@ -65,7 +90,7 @@ func (w *WorkloadConfig) validate() error {
 			bad("prefix workload needs prefixes, prefix tokens, turns and conversations >= 1")
 		}
 	default:
-		bad("workload %q: want fixed, dist or prefix", w.Kind)
+		bad("workload %q: want fixed, dist, prefix or classes", w.Kind)
 	}
 	return errors.Join(errs...)
 }
@@ -80,6 +105,10 @@ type Message struct {
 type Prompt struct {
 	Messages  []Message
 	MaxTokens int
+	// Class is the request's class (classes workload), recorded with its result.
+	Class string
+	// Header is sent with the request (classes workload).
+	Header map[string]string
 }
 
 // Generator turns a request index into its prompt; Prompt is a pure function of (seed, index), so it
@@ -142,6 +171,10 @@ func (g *Generator) Prompt(i int64) Prompt {
 		pt := drawLength(r, g.cfg.Dist, g.cfg.PromptTokensMin, g.cfg.PromptTokensMax)
 		mt := drawLength(r, g.cfg.Dist, g.cfg.MaxTokensMin, g.cfg.MaxTokensMax)
 		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), pt)}}, MaxTokens: mt}
+	case WorkloadClasses:
+		c := g.ClassOf(i)
+		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), c.PromptTokens)}}, MaxTokens: c.MaxTokens,
+			Class: c.Name, Header: c.Header}
 	case WorkloadPrefix:
 		conv, turn, prefix := g.ConversationOf(i)
 		msgs := make([]Message, 0, 2+2*turn)
@@ -156,6 +189,22 @@ func (g *Generator) Prompt(i int64) Prompt {
 	default:
 		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), g.cfg.PromptTokens)}}, MaxTokens: g.cfg.MaxTokens}
 	}
+}
+
+// ClassOf returns request i's class (classes workload): drawn by share from (seed, i).
+func (g *Generator) ClassOf(i int64) ClassConfig {
+	total := 0.0
+	for _, c := range g.cfg.Classes {
+		total += c.Share
+	}
+	u := float64(mixSeed(g.seed, 0xc1a55, uint64(i))>>11) / (1 << 53) * total
+	for _, c := range g.cfg.Classes {
+		if u < c.Share {
+			return c
+		}
+		u -= c.Share
+	}
+	return g.cfg.Classes[len(g.cfg.Classes)-1]
 }
 
 // drawLength draws a length in [lo, hi] (see the package doc for the lognormal parameters).

@@ -21,6 +21,7 @@ import (
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
+	"github.com/sluicegw/sluice/internal/config"
 )
 
 // EnvAdminAPIKey is read when --admin-api-key is not given.
@@ -225,6 +226,8 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 const admissionUsage = `usage: sluice admission get
        sluice admission set [--limit N] [--queue-size N] [--queue-timeout DURATION]
+                            [--token-limit N] [--bands NAME:MIN,...] [--aging DURATION]
+                            [--early-rejection=true|false] [--adaptive MIN:MAX|off]
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -238,11 +241,19 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var af adminFlags
 	af.register(fs)
 	var limit, queue int
-	var timeout time.Duration
+	var timeout, aging time.Duration
+	var tokenLimit int64
+	var bands, adaptive string
+	var early bool
 	if sub == "set" {
-		fs.IntVar(&limit, "limit", 0, "max in-flight prefill requests per worker (<= 0 turns admission off)")
+		fs.IntVar(&limit, "limit", 0, "max in-flight prefill requests per worker (<= 0 turns admission off); a fixed limit turns adaptation off")
 		fs.IntVar(&queue, "queue-size", 0, "max waiting requests")
 		fs.DurationVar(&timeout, "queue-timeout", 0, "max wait for a slot, e.g. 30s")
+		fs.Int64Var(&tokenLimit, "token-limit", 0, "max estimated prompt tokens in prefill per worker (<= 0 removes the bound)")
+		fs.StringVar(&bands, "bands", "", "priority bands NAME:MIN,... lowest first (\"\" turns priorities off)")
+		fs.DurationVar(&aging, "aging", 0, "a waiting request rises one band per this much wait, e.g. 10s")
+		fs.BoolVar(&early, "early-rejection", false, "reject at once requests whose predicted wait exceeds their timeout")
+		fs.StringVar(&adaptive, "adaptive", "", "adaptive per-worker limit range MIN:MAX, or off")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -273,8 +284,45 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if set["queue-timeout"] {
 			req.QueueTimeout = durationpb.New(timeout)
 		}
-		if len(set) == 0 || (!set["limit"] && !set["queue-size"] && !set["queue-timeout"]) {
-			return errors.New("admission set needs at least one of --limit, --queue-size, --queue-timeout")
+		if set["token-limit"] {
+			req.MaxInflightTokensPerWorker = &tokenLimit
+		}
+		if set["bands"] {
+			parsed, err := config.ParsePriorityBands(bands)
+			if err != nil {
+				return fmt.Errorf("--bands: %w", err)
+			}
+			req.PriorityBands = &adminv1.PriorityBandList{}
+			for _, b := range parsed {
+				req.PriorityBands.Bands = append(req.PriorityBands.Bands, &adminv1.PriorityBand{Name: b.Name, MinPriority: int32(b.MinPriority)})
+			}
+		}
+		if set["aging"] {
+			req.PriorityAging = durationpb.New(aging)
+		}
+		if set["early-rejection"] {
+			req.EarlyRejection = &early
+		}
+		if set["adaptive"] {
+			req.AdaptiveLimit = &adminv1.AdaptiveLimit{}
+			if adaptive != "off" && adaptive != "" {
+				lo, hi, ok := strings.Cut(adaptive, ":")
+				mn, err1 := strconv.Atoi(lo)
+				mx, err2 := strconv.Atoi(hi)
+				if !ok || err1 != nil || err2 != nil {
+					return fmt.Errorf("--adaptive %q: want MIN:MAX or off", adaptive)
+				}
+				req.AdaptiveLimit.Min, req.AdaptiveLimit.Max = int32(mn), int32(mx)
+			}
+		}
+		changes := 0
+		for _, f := range []string{"limit", "queue-size", "queue-timeout", "token-limit", "bands", "aging", "early-rejection", "adaptive"} {
+			if set[f] {
+				changes++
+			}
+		}
+		if changes == 0 {
+			return errors.New("admission set needs at least one of --limit, --queue-size, --queue-timeout, --token-limit, --bands, --aging, --early-rejection, --adaptive")
 		}
 		resp, err := c.UpdateAdmission(ctx, req)
 		if err != nil {
@@ -293,11 +341,56 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 	fmt.Fprintf(w, "enabled:        %t\nlimit/worker:   %d\nqueue size:     %d\nqueue timeout:  %s\nqueued:         %d\nwait p50/p90/p99: %.3fs / %.3fs / %.3fs\n",
 		st.GetEnabled(), s.GetMaxInflightPerWorker(), s.GetQueueSize(), s.GetQueueTimeout().AsDuration(), st.GetQueued(),
 		st.GetWaitP50Seconds(), st.GetWaitP90Seconds(), st.GetWaitP99Seconds())
+	if t := s.GetMaxInflightTokensPerWorker(); t > 0 {
+		fmt.Fprintf(w, "tokens/worker:  %d\n", t)
+	}
+	if a := s.GetAdaptiveLimit(); a != nil {
+		fmt.Fprintf(w, "adaptive limit: %d:%d\n", a.GetMin(), a.GetMax())
+	}
+	if s.GetEarlyRejection() {
+		fmt.Fprintf(w, "early rejection: on (release rate %.2f/s)\n", st.GetReleaseRate())
+	}
+	cl := st.GetCluster()
+	if cl != nil {
+		role := "follows " + cl.GetCoordinator()
+		if cl.GetIsCoordinator() {
+			role = "coordinates"
+		}
+		lease := "never granted"
+		if cl.GetLeaseAge() != nil {
+			lease = fmt.Sprintf("last grant %.2fs ago", cl.GetLeaseAge().AsDuration().Seconds())
+		}
+		if cl.GetFallback() {
+			lease += ", lease ended: FALLBACK (even split)"
+		}
+		fmt.Fprintf(w, "cluster:        %s, replica %s %s, fleet limit %d over %d members, %s\n",
+			cl.GetMode(), cl.GetReplica(), role, cl.GetFleetLimit(), len(cl.GetMembers()), lease)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(st.GetBands()) > 0 {
+		fmt.Fprintf(tw, "BAND\tMIN PRIORITY\tQUEUED\t(aging %s)\n", s.GetPriorityAging().AsDuration())
+		for _, b := range st.GetBands() {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t\n", b.GetName(), b.GetMinPriority(), b.GetQueued())
+		}
+	}
 	if len(st.GetWorkers()) > 0 {
-		fmt.Fprintln(tw, "WORKER\tSLOTS")
-		for _, x := range st.GetWorkers() {
-			fmt.Fprintf(tw, "%s\t%d\n", x.GetUrl(), x.GetInflight())
+		switch {
+		case cl != nil:
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tTOKENS\tLIMIT\tSHARE\tDEMAND")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit(),
+					x.GetClusterShare(), x.GetClusterDemand())
+			}
+		default:
+			fmt.Fprintln(tw, "WORKER\tSLOTS\tTOKENS\tLIMIT")
+			for _, x := range st.GetWorkers() {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit())
+			}
+		}
+	}
+	for _, m := range cl.GetReplicas() {
+		for _, x := range m.GetWorkers() {
+			fmt.Fprintf(tw, "REPLICA %s (%s)\t%s\tgranted %d\treserved %d\tdemand %d\n", m.GetReplica(), m.GetState(), x.GetWorker(), x.GetGranted(), x.GetReserved(), x.GetDemand())
 		}
 	}
 	if len(st.GetRejections()) > 0 {
@@ -334,5 +427,5 @@ func reorder(args []string) []string {
 
 func isBoolFlag(a string) bool {
 	name := strings.TrimLeft(a, "-")
-	return name == "remove"
+	return name == "remove" || name == "early-rejection"
 }

@@ -9,15 +9,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"strings"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/logfile"
 )
 
 const usage = `sluice — LLM inference gateway for prefill/decode disaggregated serving
 
 Usage:
-  sluice serve [flags]        run the gateway (sluice serve --help lists every flag and default)
+  sluice serve [flags]        run the gateway (sluice serve --help lists every flag and default);
+                              also as "sluice launch [flags]" or "sluice [flags]", like the Rust gateway
   sluice demo [flags]         run the gateway with 2 prefill + 2 decode simulated engines
   sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
   sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
@@ -33,7 +37,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
-	case "serve":
+	case "serve", "launch", "start": // launch and start as the Rust gateway (smg launch) names it
 		err = serve(ctx, args[1:], stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
@@ -43,11 +47,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = admissionCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		err = topCmd(ctx, args[1:], stdout, stderr)
-	case "version", "--version", "-version":
+	case "version", "--version", "-version", "-V", "--version-verbose":
 		fmt.Fprintln(stdout, "sluice", app.Version)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 	default:
+		if strings.HasPrefix(args[0], "-") {
+			// `smg --worker-urls ...` runs the gateway without a subcommand; so does sluice.
+			err = serve(ctx, args, stderr)
+			break
+		}
 		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
@@ -75,8 +84,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := NewLogger(stderr, cfg.Telemetry)
+	out := stderr
+	if dir := cfg.SMG.LogDir; dir != "" {
+		lf, err := logfile.Open(dir, "sluice", nil)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		out = io.MultiWriter(stderr, lf)
+	}
+	logger := NewLogger(out, cfg.Telemetry)
 	app.TuneGC()
+	if n := cfg.SMG.RuntimeWorkerThreads; n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	logger.Info("starting sluice", "version", app.Version, "config", cfg)
+	if len(cfg.SMG.Inert) > 0 {
+		logger.Info("Rust gateway (SMG) flags accepted; sluice already behaves as they ask (sluice serve --help says why)", "flags", cfg.SMG.Inert)
+	}
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
 }

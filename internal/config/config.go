@@ -36,11 +36,12 @@ const (
 	PolicyPowerOfTwo        = "power_of_two"
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
+	PolicyLeastLoad         = "least_load"
 )
 
 // PolicyNames returns the valid policy names, in a fresh slice.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
 }
 
 // Config is the gateway's whole startup configuration. Build it with [Parse]
@@ -50,15 +51,19 @@ type Config struct {
 	Workers   WorkersConfig
 	Placement PlacementConfig
 	Admission AdmissionConfig
+	Load      LoadConfig
 	Health    HealthConfig
 	Breaker   BreakerConfig
 	Retry     RetryConfig
 	Telemetry TelemetryConfig
 	Discovery DiscoveryConfig
+	Cluster   ClusterConfig
 	// TLS, Auth and Limits are the security settings (security.go).
 	TLS    TLSConfig
 	Auth   AuthConfig
 	Limits LimitsConfig
+	// SMG holds the settings that came with parity with the Rust gateway (smg.go).
+	SMG SMGConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject
@@ -175,10 +180,84 @@ type AdmissionConfig struct {
 	// QueueTimeout bounds one request's wait for a slot
 	// (--prefill-queue-timeout-secs, default 60s).
 	QueueTimeout time.Duration
+	// MaxInflightTokensPerWorker bounds the estimated prompt tokens in
+	// prefill per prefill worker, alone or with the request limit
+	// (--prefill-max-inflight-tokens-per-worker, default -1; <= 0 = off).
+	MaxInflightTokensPerWorker int64
+	// CharsPerToken turns prompt text into estimated tokens
+	// (--prefill-token-estimate-chars-per-token, default 4).
+	CharsPerToken float64
+	// PriorityBands are the priority bands, lowest first
+	// (--prefill-priority-bands NAME:MIN,..., default none = one band).
+	PriorityBands []PriorityBand
+	// PriorityAging raises a waiting request by one band per this much wait
+	// (--prefill-priority-aging-secs, default 10s).
+	PriorityAging time.Duration
+	// EarlyRejection rejects at once a request whose predicted wait exceeds
+	// its timeout (--prefill-early-rejection, default false).
+	EarlyRejection bool
+	// AdaptiveMin and AdaptiveMax are the range of the adaptive per-worker
+	// limit (--prefill-adaptive-limit MIN:MAX, default none = fixed limit).
+	AdaptiveMin, AdaptiveMax int
 }
 
-// Enabled reports whether prefill admission is on.
-func (a AdmissionConfig) Enabled() bool { return a.MaxInflightPerWorker > 0 }
+// PriorityBand is one band of --prefill-priority-bands: requests whose
+// priority is at least MinPriority (and below the next band's).
+type PriorityBand struct {
+	Name        string
+	MinPriority int
+}
+
+// Enabled reports whether prefill admission is on: a request limit, a token
+// budget or an adaptive limit is set.
+func (a AdmissionConfig) Enabled() bool {
+	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0
+}
+
+// LoadConfig holds the polling of engines' own load reports.
+type LoadConfig struct {
+	// Interval is how often each worker's engine is asked for its load
+	// (--engine-load-interval-secs, default 15 s, 1 s when least_load or the
+	// overload threshold needs fresh loads; 0 = never). The readings feed the
+	// sluice_worker_engine_* metrics, least_load and the overload check. See
+	// [Config.LoadMonitorInterval].
+	Interval time.Duration
+	// OverloadWaitingRequests treats a prefill worker whose engine reports
+	// more than this many waiting requests as at capacity for admission
+	// (--worker-overload-waiting-requests, default -1 = off).
+	OverloadWaitingRequests int
+}
+
+// Default engine-load intervals: for metrics alone, and when a decision
+// (least_load, the overload check) reads the loads and none was given.
+const (
+	DefaultEngineLoadInterval = 15 * time.Second
+	DecisionLoadInterval      = time.Second
+)
+
+// LoadMonitorInterval is the effective interval of the engine-load poller;
+// 0 means it does not run.
+func (c *Config) LoadMonitorInterval() time.Duration {
+	if !c.loadIntervalGiven() && c.loadsDecide() {
+		return DecisionLoadInterval
+	}
+	return c.Load.Interval
+}
+
+// loadIntervalGiven reports whether the interval was set, under either name.
+func (c *Config) loadIntervalGiven() bool {
+	return c.explicit["engine-load-interval-secs"] || c.explicit["load-monitor-interval-secs"]
+}
+
+// loadsDecide reports whether placement or admission reads engine loads.
+func (c *Config) loadsDecide() bool {
+	return c.Load.OverloadWaitingRequests >= 0 || c.usesPolicy(PolicyLeastLoad)
+}
+
+func (c *Config) usesPolicy(name string) bool {
+	p := c.Placement
+	return p.Policy == name || p.PrefillPolicy == name || p.DecodePolicy == name
+}
 
 // HealthConfig holds active worker health checking.
 type HealthConfig struct {
@@ -255,9 +334,6 @@ type TelemetryConfig struct {
 	// TraceSampleRatio is the fraction of root traces sampled
 	// (--trace-sample-ratio, default 1.0).
 	TraceSampleRatio float64
-	// EngineLoadInterval is how often every engine is asked for its own load, exported as the
-	// sluice_worker_engine_* gauges (--engine-load-interval-secs, default 15; 0 = never).
-	EngineLoadInterval time.Duration
 }
 
 // Mode returns the routing mode.

@@ -49,7 +49,9 @@ func TestDefault(t *testing.T) {
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
 			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
 		},
-		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
+		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
+			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
+		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
 			SuccessThreshold: 2, FailureThreshold: 3, Endpoint: "/health",
@@ -59,13 +61,22 @@ func TestDefault(t *testing.T) {
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
-		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, EngineLoadInterval: 15 * time.Second},
+		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
 		Discovery: DiscoveryConfig{Port: 80},
+		Cluster:   ClusterConfig{Mode: CoordinationOff, ExchangePeriod: 250 * time.Millisecond, Lease: 2 * time.Second, LeaseName: "sluice-admission"},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
 		Limits: LimitsConfig{
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			BodyReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second,
 			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
+		},
+		SMG: SMGConfig{
+			Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
+			MetricsHost: "0.0.0.0", MetricsPort: -1,
+			RequestIDHeaders:  []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
+			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
+			DrainSettle:       5 * time.Second, UpstreamIdleTimeout: 90 * time.Second,
+			StickyIdle: 4 * time.Hour, AssignmentMode: "random", CBWindow: 120 * time.Second,
 		},
 	}
 	def := Default()
@@ -107,7 +118,7 @@ func TestParseRejects(t *testing.T) {
 		{"zero queue timeout", with("--prefill-max-inflight-requests-per-worker", "4", "--prefill-queue-timeout-secs", "0"), "--prefill-queue-timeout-secs must be positive"},
 		{"negative queue timeout", with("--prefill-max-inflight-requests-per-worker", "4", "--prefill-queue-timeout-secs", "-0.5"), "--prefill-queue-timeout-secs must be positive"},
 		// Policies.
-		{"unknown policy", []string{"--policy", "least_load"}, `--policy "least_load" is not a policy; valid: random, round_robin, power_of_two, cache_aware, consistent_hashing`},
+		{"unknown policy", []string{"--policy", "fastest"}, `--policy "fastest" is not a policy; valid: random, round_robin, power_of_two, cache_aware, consistent_hashing, least_load, manual`},
 		{"unknown prefill policy", with("--prefill-policy", "fastest"), `--prefill-policy "fastest" is not a policy`},
 		{"unknown decode policy", with("--decode-policy", "Random"), `--decode-policy "Random" is not a policy`},
 		{"unknown pd policy when --policy is also bad", with("--policy", "x", "--prefill-policy", "y"), `--prefill-policy "y" is not a policy`},
@@ -178,7 +189,7 @@ func TestParseRejects(t *testing.T) {
 		// Command line shape.
 		{"bool flag with separate value", []string{"--pd-disaggregation", "true"}, `unexpected argument "true": boolean flags take their value as --name=true`},
 		{"positional argument", []string{"extra"}, `unexpected argument "extra"`},
-		{"unknown flag", []string{"--polcy", "random"}, "flag provided but not defined: -polcy"},
+		{"unknown flag", []string{"--polcy", "random"}, "unknown flag --polcy: neither a sluice flag nor a Rust gateway (SMG) flag"},
 		{"missing config file", []string{"--config", "/nonexistent/sluice.yaml"}, "config file: open /nonexistent/sluice.yaml"},
 	}
 	for _, tt := range tests {

@@ -77,7 +77,6 @@ func TestParseDiscoveryRejects(t *testing.T) {
 		{"bad label key", with(sd, "--selector", "-app=x"), `label key "-app"`},
 		{"bad label value", with(sd, "--selector", "app=a b"), `label value "a b"`},
 		{"conflicting values", with(sd, "--selector", "app=a", "--selector", "app=b"), `label "app" given twice`},
-		{"space-separated pairs", with(sd, "--selector", "a=b", "c=d"), "repeat it (--selector a=b --selector c=d)"},
 		{"port zero", with(sd, "--selector", "a=b", "--service-discovery-port", "0"), "--service-discovery-port must be between 1 and 65535"},
 		{"bad namespace", with(sd, "--selector", "a=b", "--service-discovery-namespace", "Not_A_Namespace"), `--service-discovery-namespace "Not_A_Namespace"`},
 		{"bad model source", with(sd, "--selector", "a=b", "--model-id-from", "env:MODEL"), "want namespace, label:KEY or annotation:KEY"},

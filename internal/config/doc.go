@@ -32,6 +32,14 @@
 //     selectors are rejected rather than misread. --selector in PD mode, role
 //     selectors in regular mode, equal prefill and decode selectors, and any
 //     discovery flag without --service-discovery are errors.
+//   - The Rust gateway's (SMG's) command lines parse unchanged (smg.go): each of its flags is a sluice
+//     flag, an alias, accepted with nothing to do, or refused with one line naming it, why and what to
+//     use instead; flags taking several values after one name (--worker-urls a b) work as in SMG; and
+//     a flag neither sluice nor SMG has is an error naming it. docs/migrating-from-smg.md has the table.
+//   - Cluster admission (--admission-coordination) makes the admission limit the fleet's; it needs a
+//     positive --prefill-max-inflight-requests-per-worker. --admission-peers alone means static mode;
+//     Kubernetes-only flags in static mode, peers in Kubernetes mode, and any cluster flag with
+//     coordination off are errors; the lease must be at least twice the exchange period.
 //
 // The package is a leaf: it imports no other sluice package, so worker roles
 // and protocols are plain strings (see the Role* and Protocol* constants).

@@ -24,6 +24,8 @@ type flagSet struct {
 	workerURLs []string
 	prefill    []prefillEntry
 	decode     []string
+
+	smg smgParseState // smg.go
 }
 
 type flagSection struct {
@@ -35,7 +37,8 @@ type flagSection struct {
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
-		name == "ca-cert-paths" || name == "cors-allowed-origins"
+		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name) ||
+		name == "admission-peers"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -70,11 +73,12 @@ func newFlagSet() *flagSet {
 	c.Server.MaxPayloadSize = defaultMaxPayloadSize
 	c.Telemetry.LogLevel = slog.LevelInfo
 	c.Admission.QueueTimeout = 60e9
+	c.Admission.PriorityAging = 10e9
 	c.Placement.EvictionInterval = 120e9
 	c.Health.Interval = 60e9
 	c.Health.Timeout = 5e9
 	c.Breaker.Timeout = 60e9
-	c.Telemetry.EngineLoadInterval = 15e9
+	c.Load.Interval = DefaultEngineLoadInterval
 	c.Retry.InitialBackoff = 50e6
 	c.Retry.MaxBackoff = 30e9
 	const sec, ms = 1e9, 1e6
@@ -97,7 +101,6 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
-	s.dur(&c.Telemetry.EngineLoadInterval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics); 0 = never.")
 
 	s.section("Workers")
 	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
@@ -135,6 +138,28 @@ func newFlagSet() *flagSet {
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
 	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
 	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
+	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", -1, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; <= 0 = off.")
+	s.float(&c.Admission.CharsPerToken, "prefill-token-estimate-chars-per-token", "F", 4, "Token estimate: characters of prompt text per token (token-id prompts count exactly). Needs a token budget.")
+	s.add(bandsValue{&c.Admission.PriorityBands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
+	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
+	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
+	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
+
+	s.section("Engine load")
+	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
+	s.dur(&c.Load.Interval, sec, "load-monitor-interval-secs", "SECS", "Another name of --engine-load-interval-secs.")
+	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
+
+	s.section("Cluster admission (one limit for all gateway replicas)")
+	c.Cluster.ExchangePeriod = 250 * ms
+	c.Cluster.Lease = 2 * sec
+	s.str(&c.Cluster.Mode, "admission-coordination", "MODE", "", "off, static (--admission-peers) or kubernetes (headless Service + Lease): the per-worker limit becomes the fleet's, each replica enforcing a leased, demand-weighted share. Empty = static when --admission-peers is given, else off.")
+	s.add(urlListValue{&c.Cluster.Peers}, "admission-peers", "URLS", "Base URL of every replica's admin listener (http://host:port), this one included; repeatable or comma-separated. A replica finds itself by its own listen address; the lowest live one coordinates.")
+	s.dur(&c.Cluster.ExchangePeriod, sec, "admission-exchange-period-secs", "SECS", "How often each replica reports its demand and receives its shares.")
+	s.dur(&c.Cluster.Lease, sec, "admission-lease-secs", "SECS", "How long a share holds without a new exchange (then: an even split, never above the last share); at least twice the exchange period. Kubernetes: also the Lease duration (whole seconds).")
+	s.str(&c.Cluster.Service, "admission-service", "NAME", "", "Kubernetes mode: the gateway's headless Service, whose endpoints are the replicas.")
+	s.str(&c.Cluster.Namespace, "admission-namespace", "NS", "", "Kubernetes mode: namespace of the Service and the Lease; empty = the pod's own ($POD_NAMESPACE or the service account's).")
+	s.str(&c.Cluster.LeaseName, "admission-lease-name", "NAME", "sluice-admission", "Kubernetes mode: the coordination.k8s.io Lease whose holder coordinates.")
 
 	s.section("Health checks")
 	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", "Time between probes of one worker.")
@@ -158,6 +183,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Retry.BackoffMultiplier, "retry-backoff-multiplier", "X", 1.5, "Backoff growth per attempt, >= 1.")
 	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
 	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
+	s.registerSMG()
 	return s
 }
 
@@ -183,6 +209,11 @@ func (s *flagSet) str(p *string, name, metavar, def, usage string) {
 
 func (s *flagSet) int(p *int, name, metavar string, def int, usage string) {
 	s.fs.IntVar(p, name, def, usage)
+	s.record(name, metavar)
+}
+
+func (s *flagSet) int64(p *int64, name, metavar string, def int64, usage string) {
+	s.fs.Int64Var(p, name, def, usage)
 	s.record(name, metavar)
 }
 
@@ -246,6 +277,10 @@ func Parse(args []string, stderr io.Writer) (*Config, error) {
 
 func parse(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) (*Config, error) {
 	s := newFlagSet()
+	args, err := s.smgArgs(args)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.fs.Parse(s.joinPrefillPorts(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			s.printUsage(stderr)
@@ -367,6 +402,8 @@ func (s *flagSet) finish() {
 	}
 	c.explicit = map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
+	s.finishSMG()
+	c.resolveClusterMode()
 }
 
 // worker builds a flag worker. An http(s) worker's protocol is left empty: the gateway detects it
@@ -397,6 +434,9 @@ func FlagNames() []string {
 	s := newFlagSet()
 	var out []string
 	for _, sec := range s.sections {
+		if sec.title == compatSection || sec.title == refusedSection { // SMG aliases, accepted and refused flags
+			continue
+		}
 		out = append(out, sec.names...)
 	}
 	return out

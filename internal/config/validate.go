@@ -56,6 +56,7 @@ func (c *Config) Validate() error {
 	}
 
 	errs = append(errs, c.validateSecurity()...)
+	errs = append(errs, c.validateSMG()...)
 
 	// Telemetry.
 	if _, ok := logLevelName(c.Telemetry.LogLevel); !ok {
@@ -68,9 +69,6 @@ func (c *Config) Validate() error {
 	}
 	if r := c.Telemetry.TraceSampleRatio; !(r >= 0 && r <= 1) {
 		bad("--trace-sample-ratio must be between 0 and 1, got %v", r)
-	}
-	if c.Telemetry.EngineLoadInterval < 0 {
-		bad("--engine-load-interval-secs must be >= 0, got %v", c.Telemetry.EngineLoadInterval.Seconds())
 	}
 
 	// Workers and mode.
@@ -85,6 +83,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.validateWorkers()...)
 	errs = append(errs, c.validateDiscovery()...)
+	errs = append(errs, c.validateCluster()...)
 
 	// Placement.
 	for _, p := range []struct{ name, value string }{
@@ -97,7 +96,9 @@ func (c *Config) Validate() error {
 		if p.name != "policy" && (p.value == "" || p.value == c.Placement.Policy) {
 			continue
 		}
-		if !slices.Contains(PolicyNames(), p.value) {
+		if msg := smgPolicyError(p.name, p.value); msg != "" {
+			bad("%s", msg)
+		} else if !slices.Contains(PolicyNames(), p.value) {
 			bad("--%s %q is not a policy; valid: %s", p.name, p.value, strings.Join(PolicyNames(), ", "))
 		}
 	}
@@ -114,18 +115,68 @@ func (c *Config) Validate() error {
 
 	// Admission.
 	d := Default().Admission
-	if c.Admission.Enabled() {
+	a := c.Admission
+	if a.Enabled() {
 		if c.Mode() != ModePD {
 			bad("--prefill-max-inflight-requests-per-worker needs --pd-disaggregation: admission bounds prefill workers, which exist only in PD mode")
 		}
 	} else {
-		if c.explicit["prefill-queue-size"] || c.Admission.QueueSize != d.QueueSize {
+		if c.explicit["prefill-queue-size"] || a.QueueSize != d.QueueSize {
 			bad("--prefill-queue-size is set but admission is off; it needs a positive --prefill-max-inflight-requests-per-worker")
 		}
-		if c.explicit["prefill-queue-timeout-secs"] || c.Admission.QueueTimeout != d.QueueTimeout {
+		if c.explicit["prefill-queue-timeout-secs"] || a.QueueTimeout != d.QueueTimeout {
 			bad("--prefill-queue-timeout-secs is set but admission is off; it needs a positive --prefill-max-inflight-requests-per-worker")
 		}
+		if len(a.PriorityBands) > 0 {
+			bad("--prefill-priority-bands is set but admission is off; it needs a positive --prefill-max-inflight-requests-per-worker or --prefill-max-inflight-tokens-per-worker")
+		}
+		if c.explicit["prefill-priority-aging-secs"] || a.PriorityAging != d.PriorityAging {
+			bad("--prefill-priority-aging-secs is set but admission is off")
+		}
+		if a.EarlyRejection {
+			bad("--prefill-early-rejection is set but admission is off")
+		}
+		if c.Load.OverloadWaitingRequests >= 0 {
+			bad("--worker-overload-waiting-requests is set but admission is off: an overloaded engine counts as at capacity for admission")
+		}
 	}
+	if a.MaxInflightTokensPerWorker <= 0 && (c.explicit["prefill-token-estimate-chars-per-token"] || a.CharsPerToken != d.CharsPerToken) {
+		bad("--prefill-token-estimate-chars-per-token is set but there is no token budget; it needs --prefill-max-inflight-tokens-per-worker")
+	}
+	if f := a.CharsPerToken; !(f > 0 && f <= 64) {
+		bad("--prefill-token-estimate-chars-per-token must be in (0, 64], got %v", f)
+	}
+	if len(a.PriorityBands) > 8 {
+		bad("--prefill-priority-bands: at most 8 bands, got %d", len(a.PriorityBands))
+	}
+	seenBand := map[string]bool{}
+	for i, b := range a.PriorityBands {
+		if !validBandName(b.Name) {
+			bad("--prefill-priority-bands: band name %q must be 1-32 characters of a-z, 0-9, _ or -", b.Name)
+		}
+		if seenBand[b.Name] {
+			bad("--prefill-priority-bands: band %q given twice", b.Name)
+		}
+		seenBand[b.Name] = true
+		if i > 0 && b.MinPriority <= a.PriorityBands[i-1].MinPriority {
+			bad("--prefill-priority-bands: band %q starts at %d, not above the previous band's %d (list bands lowest first)",
+				b.Name, b.MinPriority, a.PriorityBands[i-1].MinPriority)
+		}
+	}
+	if a.PriorityAging <= 0 {
+		bad("--prefill-priority-aging-secs must be positive, got %v (aging keeps low bands from starving)", a.PriorityAging)
+	}
+	if (a.AdaptiveMin != 0 || a.AdaptiveMax != 0) && (a.AdaptiveMin < 1 || a.AdaptiveMax < a.AdaptiveMin) {
+		bad("--prefill-adaptive-limit %d:%d must have 1 <= MIN <= MAX", a.AdaptiveMin, a.AdaptiveMax)
+	}
+
+	// Engine load.
+	if c.Load.Interval < 0 {
+		bad("--engine-load-interval-secs must be >= 0, got %v", c.Load.Interval.Seconds())
+	} else if c.Load.Interval == 0 && c.loadIntervalGiven() && c.loadsDecide() {
+		bad("--engine-load-interval-secs 0 turns engine load polling off, but least_load or --worker-overload-waiting-requests reads the loads")
+	}
+	atLeast("worker-overload-waiting-requests", c.Load.OverloadWaitingRequests, -1)
 	atLeast("prefill-queue-size", c.Admission.QueueSize, 0)
 	if c.Admission.QueueTimeout <= 0 {
 		bad("--prefill-queue-timeout-secs must be positive, got %v (use --prefill-queue-size 0 to never wait)", c.Admission.QueueTimeout)
@@ -214,6 +265,19 @@ func (c *Config) validateWorkers() []error {
 		bad("--prefill/--decode need --pd-disaggregation")
 	}
 	return errs
+}
+
+// validBandName: band names are metric labels and span attributes.
+func validBandName(n string) bool {
+	if n == "" || len(n) > 32 {
+		return false
+	}
+	for _, r := range n {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkWorkerURL accepts http, https and grpc URLs with a host, an optional

@@ -302,3 +302,72 @@ func redactURL(s string) string {
 	}
 	return u.Redacted()
 }
+
+// bandsValue is --prefill-priority-bands: NAME:MIN pairs separated by commas,
+// lowest band first; empty clears the bands.
+type bandsValue struct{ p *[]PriorityBand }
+
+func (v bandsValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	parts := make([]string, len(*v.p))
+	for i, b := range *v.p {
+		parts[i] = b.Name + ":" + strconv.Itoa(b.MinPriority)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v bandsValue) Set(s string) error {
+	bands, err := ParsePriorityBands(s)
+	if err != nil {
+		return err
+	}
+	*v.p = bands
+	return nil
+}
+
+// ParsePriorityBands parses NAME:MIN,NAME:MIN,... (lowest band first; empty
+// means no bands). Order and names are checked by Validate.
+func ParsePriorityBands(s string) ([]PriorityBand, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var out []PriorityBand
+	for _, part := range strings.Split(s, ",") {
+		name, minStr, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n, err := strconv.Atoi(strings.TrimSpace(minStr))
+		if !ok || err != nil || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("band %q: want NAME:MIN_PRIORITY, e.g. high:10", part)
+		}
+		out = append(out, PriorityBand{Name: strings.TrimSpace(name), MinPriority: n})
+	}
+	return out, nil
+}
+
+// rangeValue is --prefill-adaptive-limit: MIN:MAX; empty clears it.
+type rangeValue struct{ lo, hi *int }
+
+func (v rangeValue) String() string {
+	if v.lo == nil || (*v.lo == 0 && *v.hi == 0) {
+		return ""
+	}
+	return strconv.Itoa(*v.lo) + ":" + strconv.Itoa(*v.hi)
+}
+
+func (v rangeValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		*v.lo, *v.hi = 0, 0
+		return nil
+	}
+	a, b, ok := strings.Cut(s, ":")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(a))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil {
+		return errors.New("want MIN:MAX, e.g. 2:32")
+	}
+	*v.lo, *v.hi = lo, hi
+	return nil
+}

@@ -98,6 +98,18 @@ type Config struct {
 	// PrefillGrace is how long a finished request waits for a parallel prefill leg still running to
 	// end by itself before cancelling it (which costs its upstream connection); 0 means 50ms.
 	PrefillGrace time.Duration
+	// RequestIDHeaders are read in order for a request's id (the first present wins); empty means
+	// X-Request-Id alone.
+	RequestIDHeaders []string
+	// RoutingKeyHeaders are read in order for the routing key; empty means X-Sluice-Routing-Key, then
+	// X-SMG-Routing-Key.
+	RoutingKeyHeaders []string
+	// CharsPerToken turns prompt text into admission's token estimate; 0 means DefaultCharsPerToken.
+	CharsPerToken float64
+	// CheckOverload makes a prefill worker whose engine last reported more than OverloadWaitingRequests
+	// waiting requests count as at capacity for admission (worker.LoadMonitor supplies the reports).
+	CheckOverload           bool
+	OverloadWaitingRequests int
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -137,6 +149,12 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	}
 	if cfg.PrefillGrace <= 0 {
 		cfg.PrefillGrace = defaultPrefillGrace
+	}
+	if len(cfg.RequestIDHeaders) == 0 {
+		cfg.RequestIDHeaders = []string{HeaderRequestID}
+	}
+	if len(cfg.RoutingKeyHeaders) == 0 {
+		cfg.RoutingKeyHeaders = []string{HeaderRoutingKey, HeaderSMGRoutingKey}
 	}
 	if d.HTTP == nil {
 		d.HTTP = backend.NewHTTPClient(backend.HTTPClientOptions{})
@@ -228,14 +246,17 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	if err != nil {
 		return nil, "", classifyRequestError(err)
 	}
-	preq, err := placementRequest(br, r.Header)
+	preq, err := placementRequest(br, r.Header, x.cfg.RoutingKeyHeaders)
 	if err != nil {
 		return nil, br.Model, err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
+	if _, _, _, err := admissionHeaders(r.Header); err != nil {
+		return nil, br.Model, err
+	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
-		rc.RequestID = r.Header.Get(HeaderRequestID)
+		rc.RequestID = firstHeader(r.Header, x.cfg.RequestIDHeaders)
 		if rc.RequestID == "" {
 			rc.RequestID = x.newRequestID()
 		}
@@ -354,6 +375,9 @@ func contextError(ctx context.Context, last error) error {
 }
 
 func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+	if br.Route.IsAux() {
+		return x.aux(ctx, r, br, preq)
+	}
 	if !x.cfg.PD {
 		return x.regular(ctx, r, br, preq)
 	}
@@ -361,12 +385,9 @@ func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Reques
 }
 
 // placementRequest extracts routing inputs; a malformed target-worker header is the client's error.
-func placementRequest(br *backend.Request, h http.Header) (*placement.Request, error) {
+func placementRequest(br *backend.Request, h http.Header, routingKeyHeaders []string) (*placement.Request, error) {
 	p := &placement.Request{Model: br.Model, Text: br.Text, TargetWorker: -1}
-	p.RoutingKey = h.Get(HeaderRoutingKey)
-	if p.RoutingKey == "" {
-		p.RoutingKey = h.Get(HeaderSMGRoutingKey)
-	}
+	p.RoutingKey = firstHeader(h, routingKeyHeaders)
 	name, tw := HeaderTargetWorker, h.Get(HeaderTargetWorker)
 	if tw == "" {
 		name, tw = HeaderSMGTargetWorker, h.Get(HeaderSMGTargetWorker)
@@ -379,4 +400,14 @@ func placementRequest(br *backend.Request, h http.Header) (*placement.Request, e
 		p.TargetWorker = n
 	}
 	return p, nil
+}
+
+// firstHeader returns the value of the first of names present in h.
+func firstHeader(h http.Header, names []string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -105,7 +105,7 @@ func TestPlacementRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := placementRequest(br, tt.header)
+			got, err := placementRequest(br, tt.header, []string{HeaderRoutingKey, HeaderSMGRoutingKey})
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("placementRequest() error = %v", err)

@@ -6,7 +6,8 @@
 // One flow per file: regular.go (one worker), pd.go (how every PD request starts: admission on a
 // prefill worker whose KV handoff a decode worker speaks, then the handoff's adapter), pd_sglang.go
 // (SGLang's bootstrap handoff, n > 1 split into single samples), pd_vllm.go (vLLM's NIXL connector),
-// pd_workerrpc.go (sluice.worker.v1), exchange.go (the parallel two-leg exchange of the bootstrap
+// pd_workerrpc.go (sluice.worker.v1), aux.go (the routes served by one worker in either mode:
+// embeddings, rerank, score, classify, tokenize, responses, messages), exchange.go (the parallel two-leg exchange of the bootstrap
 // handoffs), samples.go (merging split samples), call.go (one leg on the wire), fleet.go (what a new
 // worker's engine says about itself).
 //

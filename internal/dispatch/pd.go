@@ -97,7 +97,7 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		x.d.Metrics.IncPrefillSkipped(handoffOf(ph).String(), skipReason(br))
 		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
-	slot, pw, err := x.admitPrefill(ctx, preq, allowed)
+	slot, pw, err := x.admitPrefill(ctx, preq, allowed, x.admissionRequest(r, br, preq))
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +118,12 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 // admission lock (so a stateful policy never picks a worker that then has no slot for it). Only
 // prefill workers with a handoff in allowed that a routable decode worker also speaks are candidates;
 // the decode side is re-read at every try of a waiting head, since decode workers come and go too.
-func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet) (*admission.Slot, *worker.Worker, error) {
+// ar carries the request's admission inputs (admit.go); an engine reporting too many waiting requests
+// counts as at capacity.
+func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) (*admission.Slot, *worker.Worker, error) {
 	var chosen *worker.Worker
 	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
-		Queue: preq.Model,
+		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
 		Select: func(hasCapacity func(string) bool) (string, error) {
 			snap := x.d.Registry.Snapshot()
 			now := time.Now()
@@ -137,7 +139,7 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 				}
 			}
 			w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
-				func(w *worker.Worker) bool { return hasCapacity(w.URL()) }, now)
+				func(w *worker.Worker) bool { return hasCapacity(w.URL()) && !x.overloaded(w) }, now)
 			if err != nil {
 				if errors.Is(err, placement.ErrAtCapacity) {
 					return "", admission.ErrNoCapacity

@@ -37,7 +37,7 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Reques
 // that need no prefill leg).
 func (x *Dispatcher) single(ctx context.Context, r *Request, br *backend.Request, w *worker.Worker, leg string) (*Response, error) {
 	load := x.acquireLoad(w)
-	resp, err := x.call(ctx, w, leg, br.Route.Path(), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.call(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(w, load)
 		return nil, err

@@ -74,6 +74,7 @@ func New(o Options) *Handler {
 	h.mux.Handle("POST /v1/completions", h.inference(dispatch.RouteCompletions, "/v1/completions"))
 	h.mux.Handle("POST /generate", h.inference(dispatch.RouteGenerate, "/generate"))
 	h.mux.HandleFunc("GET /v1/models", h.models)
+	h.registerAux() // aux.go: embeddings, rerank, score, classify, tokenize, responses, messages
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		st, msg := http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path
 		switch r.URL.Path {
@@ -128,6 +129,7 @@ func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 		}
 
 		resp, err := h.o.Dispatcher.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: r.Header})
+		rec.dispatched = true // dispatch records the request, answered or not
 		if err != nil {
 			rec.fail(w, apierror.From(err))
 			return

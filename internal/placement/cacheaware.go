@@ -169,6 +169,32 @@ func (p *CacheAware) Run(ctx context.Context) {
 	runEvery(ctx, p.cfg.EvictionInterval, p.Evict)
 }
 
+// CachedPrefixLen returns how many leading bytes of text the tree expects
+// workerURL to hold in its prefix cache for model: the prefix of text it
+// sent there before, as far as eviction has kept it. Admission uses it to
+// discount a request's estimated prefill tokens on that worker. It takes the
+// model tree's lock for one walk down the text (no insert) and never blocks
+// on I/O.
+func (p *CacheAware) CachedPrefixLen(model, text, workerURL string) int {
+	if text == "" {
+		return 0
+	}
+	id, ok := p.ci.lookupID(workerURL)
+	if !ok {
+		return 0
+	}
+	p.mu.RLock()
+	lt := p.trees[model]
+	p.mu.RUnlock()
+	if lt == nil {
+		return 0
+	}
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	matched, _ := lt.t.match(text, func(t int32) bool { return t == id })
+	return matched
+}
+
 // TreeSize returns the bytes of text held for workerURL in model's tree.
 func (p *CacheAware) TreeSize(model, workerURL string) int {
 	id, ok := p.ci.lookupID(workerURL)

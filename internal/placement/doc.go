@@ -1,5 +1,6 @@
 // Package placement chooses workers for a request: load-balancing policies
-// (random, round_robin, power_of_two, cache_aware, consistent_hashing) and
+// (random, round_robin, power_of_two, cache_aware, consistent_hashing,
+// least_load, manual) and
 // the selection functions that filter a registry snapshot down to routable
 // candidates before running a policy. Nothing here blocks.
 //
@@ -8,11 +9,14 @@
 // Policies are safe for concurrent use and never block on I/O or on other
 // requests: round_robin uses an atomic counter, power_of_two and random an
 // injected concurrency-safe random source, consistent_hashing an immutable
-// ring swapped atomically when its membership changes. cache_aware keeps one
+// ring swapped atomically when its membership changes, least_load the
+// engine loads the worker package's load monitor stores atomically on each
+// worker. cache_aware keeps one
 // approximate radix tree per model, each guarded by its own mutex held only
 // for one match+insert (microseconds); eviction ([CacheAware.Evict]) takes the
 // same mutex, tree by tree, and is driven by its owner ([CacheAware.Run] or
-// [Set.Run]) on an interval.
+// [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
+// pick; [Manual.Evict] (keys idle too long) takes the same mutex.
 //
 // The selection functions ([SelectPrefill], [SelectDecode], [SelectRegular])
 // read worker state through atomics (health, breaker, load) and pass the

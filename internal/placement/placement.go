@@ -61,11 +61,15 @@ const (
 	PolicyPowerOfTwo        = "power_of_two"
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
+	PolicyManual            = "manual" // manual.go: SMG's header-pinned routing
+	// PolicyLeastLoad reads the engines' own load reports; it needs the load
+	// monitor (worker.LoadMonitor) running.
+	PolicyLeastLoad = "least_load"
 )
 
 // PolicyNames lists the valid policy names.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
 }
 
 // DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
@@ -104,6 +108,13 @@ type Config struct {
 	// Rand returns uniformly random 64-bit values and must be safe for
 	// concurrent use; nil means math/rand/v2's Uint64.
 	Rand func() uint64
+	// StickyIdle is how long manual remembers an unused routing key (4h, SMG's --max-idle-secs).
+	StickyIdle time.Duration
+	// AssignmentMode is how manual places a new routing key: AssignRandom (default),
+	// AssignMinLoad, AssignMinGroup or AssignDelegate.
+	AssignmentMode string
+	// Now is manual's clock for key idleness; nil means time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the default configuration (the Rust gateway's
@@ -177,6 +188,22 @@ func (c Config) normalized() (Config, error) {
 	if c.Rand == nil {
 		c.Rand = rand.Uint64
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch {
+	case c.StickyIdle < 0:
+		errs = append(errs, fmt.Errorf("sticky idle %v must be > 0", c.StickyIdle))
+	case c.StickyIdle == 0:
+		c.StickyIdle = 4 * time.Hour
+	}
+	switch c.AssignmentMode {
+	case "":
+		c.AssignmentMode = AssignRandom
+	case AssignRandom, AssignMinLoad, AssignMinGroup, AssignDelegate:
+	default:
+		errs = append(errs, fmt.Errorf("assignment mode %q must be random, min_load, min_group or delegate", c.AssignmentMode))
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -201,6 +228,10 @@ func New(name string, cfg Config) (Policy, error) {
 		return newCacheAware(cfg), nil
 	case PolicyConsistentHashing:
 		return newConsistentHash(cfg.VirtualNodes), nil
+	case PolicyManual:
+		return newManual(cfg), nil
+	case PolicyLeastLoad:
+		return LeastLoad{}, nil
 	}
 	return nil, unknownPolicy(name)
 }
@@ -233,6 +264,17 @@ func NewSet(cfg Config) (*Set, error) {
 }
 
 func (s *Set) all() []Policy { return []Policy{s.Regular, s.Prefill, s.Decode} }
+
+// Uses reports whether any of the three policies is the named one (e.g.
+// least_load, which needs the load monitor).
+func (s *Set) Uses(name string) bool {
+	for _, p := range s.all() {
+		if p.Name() == name {
+			return true
+		}
+	}
+	return false
+}
 
 // Forget drops per-worker state in every policy, for the worker and its rank
 // views. Call it when a worker is removed or replaced.

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
 	"github.com/sluicegw/sluice/gen/sluice/openai/v1/openaiv1connect"
 	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/concurrency"
 )
 
 // AdminService is the admin implementation: the Connect handler interface and the go-grpc server
@@ -71,6 +72,21 @@ type Options struct {
 	AdminMaxBytes int64
 	// HSTS adds Strict-Transport-Security to admin responses (set when the listeners serve TLS).
 	HSTS bool
+
+	// Concurrency, when set, bounds the inference routes (REST and typed RPC) gateway-wide
+	// (concurrency.go).
+	Concurrency *concurrency.Limiter
+	// Routes are more REST routes (the Rust gateway's, routes.go), each with its guard.
+	Routes []Route
+	// Internal are Connect services served with the admin routes, behind the same auth and limits:
+	// cluster admission's coordination service.
+	Internal []InternalService
+}
+
+// InternalService is a Connect service for the admin listener.
+type InternalService struct {
+	Name, Path string
+	Handler    http.Handler
 }
 
 // DefaultAdminMaxBytes bounds admin request bodies: worker specs and settings are a few hundred bytes.
@@ -81,6 +97,9 @@ const DefaultAdminMaxBytes = 1 << 20
 type Handlers struct {
 	Main  http.Handler
 	Admin http.Handler
+	// Probe serves /liveness, /readiness and /health alone, for a listener of its own
+	// (--health-check-port); Metrics serves /metrics alone (--prometheus-port).
+	Probe, Metrics http.Handler
 }
 
 // NewHandlers builds the routes.
@@ -96,12 +115,14 @@ func NewHandlers(o Options) (*Handlers, error) {
 
 	if o.OpenAI != nil {
 		path, h := openaiv1connect.NewOpenAIServiceHandler(o.OpenAI, o.HandlerOptions...)
-		main.Handle(path, guardRPC(h, o.InferenceAuth))
+		main.Handle(path, guardRPC(limited(h, o.Concurrency, true), o.InferenceAuth))
 		services = append(services, openaiv1connect.OpenAIServiceName)
 	}
 	if o.REST != nil {
-		main.Handle("/v1/", guard(o.REST, o.InferenceAuth))
-		main.Handle("/generate", guard(o.REST, o.InferenceAuth))
+		rest := guard(limited(o.REST, o.Concurrency, false), o.InferenceAuth)
+		main.Handle("/v1/", rest)
+		main.Handle("/generate", rest)
+		main.Handle("/rerank", rest) // SMG's native rerank path
 	}
 
 	adminMux := main
@@ -130,6 +151,11 @@ func NewHandlers(o Options) (*Handlers, error) {
 		services = append(services, adminv1connect.AdminServiceName)
 	}
 
+	for _, is := range o.Internal {
+		adminMux.Handle(is.Path, adminRoute(guardRPC(is.Handler, o.AdminAuth)))
+		services = append(services, is.Name)
+	}
+
 	if o.Pprof {
 		adminMux.Handle("/debug/pprof/", adminRoute(guard(http.HandlerFunc(pprof.Index), o.AdminAuth)))
 		adminMux.Handle("/debug/pprof/cmdline", adminRoute(guard(http.HandlerFunc(pprof.Cmdline), o.AdminAuth)))
@@ -147,14 +173,35 @@ func NewHandlers(o Options) (*Handlers, error) {
 	}
 	main.Handle(grpchealth.NewHandler(&healthChecker{ready: o.Ready}))
 
-	main.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+	mountProbes(main, o.Ready)
+	mountRoutes(main, adminMux, adminRoute, o.Routes)
+	outer := func(h http.Handler) http.Handler {
+		return newCORS(o.CORSAllowedOrigins).wrap(withDeadlines(h, o.BodyReadTimeout, o.WriteTimeout))
+	}
+	if o.Metrics != nil {
+		main.Handle("GET /metrics", o.Metrics)
+	}
+	main.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apierror.New(http.StatusNotFound, apierror.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), nil).WriteHTTP(w)
+	})
+	hs := &Handlers{Main: outer(main), Probe: probeHandler(o.Ready), Metrics: metricsHandler(o.Metrics)}
+	if o.SeparateAdmin {
+		hs.Admin = outer(adminMux)
+	}
+	return hs, nil
+}
+
+// mountProbes serves /health, /liveness and /readiness on mux.
+func mountProbes(mux *http.ServeMux, ready func() error) {
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	main.HandleFunc("GET /readiness", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /liveness", liveness)
+	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		if o.Ready != nil {
-			if err := o.Ready(); err != nil {
+		if ready != nil {
+			if err := ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				b, _ := json.Marshal(map[string]string{"status": "not_ready", "reason": err.Error()})
 				_, _ = w.Write(append(b, '\n'))
@@ -163,20 +210,6 @@ func NewHandlers(o Options) (*Handlers, error) {
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
-	if o.Metrics != nil {
-		main.Handle("GET /metrics", o.Metrics)
-	}
-	main.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		apierror.New(http.StatusNotFound, apierror.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), nil).WriteHTTP(w)
-	})
-	outer := func(h http.Handler) http.Handler {
-		return newCORS(o.CORSAllowedOrigins).wrap(withDeadlines(h, o.BodyReadTimeout, o.WriteTimeout))
-	}
-	hs := &Handlers{Main: outer(main)}
-	if o.SeparateAdmin {
-		hs.Admin = outer(adminMux)
-	}
-	return hs, nil
 }
 
 // guard runs auth before a REST handler; failures get the OpenAI-shaped JSON body.

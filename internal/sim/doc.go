@@ -153,7 +153,10 @@
 //
 // # HTTP API
 //
-// Both styles: POST /v1/chat/completions, /v1/completions; GET /v1/models (owned_by "sglang" or
+// Both styles: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and
+// /v1/messages (conversation.go); the other pooling and tokenization routes where each engine has
+// them (pooling.go: SGLang /v1/rerank, /v1/score, /v1/classify, /v1/tokenize, /v1/detokenize; vLLM
+// /rerank, /score, /classify, /tokenize, /detokenize); GET /v1/models (owned_by "sglang" or
 // "vllm", max_model_len the context length), /health, /metrics. SGLang only: POST /generate; GET
 // /health_generate, /get_server_info and /server_info (server args: disaggregation_mode
 // prefill/decode/"null", disaggregation_bootstrap_port, dp_size, model_path, tp_size, ...),

@@ -42,6 +42,8 @@ func (e *Engine) routes() http.Handler {
 	handle("GET /v1/models", e.handleModels)
 	handle("GET /health", e.handleHealth)
 	handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{e.metrics.reg}, promhttp.HandlerOpts{}).ServeHTTP)
+	e.poolingRoutes(handle)      // pooling.go: embeddings, rerank, score, classify, tokenize
+	e.conversationRoutes(handle) // conversation.go: OpenAI Responses, Anthropic Messages
 	switch e.cfg.Protocol {
 	case ProtocolVLLM:
 		// vllm/entrypoints/openai/api_server.py: /version; no native /generate, server-info, load or

@@ -198,8 +198,8 @@ func (e *Engine) handleLoads(w http.ResponseWriter, r *http.Request) {
 		loads = append(loads, map[string]any{
 			"dp_rank":              rk.index,
 			"timestamp":            float64(now.UnixNano()) / 1e9,
-			"num_running_reqs":     s.running,
-			"num_waiting_reqs":     s.waiting,
+			"num_running_reqs":     s.reportedRunning(),
+			"num_waiting_reqs":     s.reportedWaiting(),
 			"num_used_tokens":      s.kvUsed,
 			"num_total_tokens":     s.kvUsed,
 			"max_total_num_tokens": s.kvCap,
@@ -209,7 +209,7 @@ func (e *Engine) handleLoads(w http.ResponseWriter, r *http.Request) {
 			"utilization":          usage,
 			"max_running_requests": rk.sched.maxRunning,
 			"disaggregation":       map[string]any{"mode": e.disaggregationMode()},
-			"queues":               map[string]any{"waiting": s.waiting, "grammar": 0, "paused": 0, "retracted": 0},
+			"queues":               map[string]any{"waiting": s.reportedWaiting(), "grammar": 0, "paused": 0, "retracted": 0},
 		})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -230,7 +230,7 @@ func (e *Engine) handleGetLoad(w http.ResponseWriter, _ *http.Request) {
 		out[i] = map[string]any{
 			"dp_rank":          rk.index,
 			"num_reqs":         s.running + s.waiting,
-			"num_waiting_reqs": s.waiting,
+			"num_waiting_reqs": s.reportedWaiting(),
 			"num_tokens":       s.kvUsed,
 		}
 	}

@@ -259,8 +259,8 @@ func (s rpcServer) Decode(ctx context.Context, req *workerv1.DecodeRequest, stre
 func (s rpcServer) GetLoad(context.Context, *workerv1.GetLoadRequest) (*workerv1.GetLoadResponse, error) {
 	snap := s.e.totalSnapshot()
 	return &workerv1.GetLoadResponse{
-		RunningRequests:  uint32(snap.running),
-		WaitingRequests:  uint32(snap.waiting),
+		RunningRequests:  uint32(snap.reportedRunning()),
+		WaitingRequests:  uint32(snap.reportedWaiting()),
 		KvUsage:          float64(snap.kvUsed) / float64(max(snap.kvCap, 1)),
 		KvUsedTokens:     uint64(snap.kvUsed),
 		KvCapacityTokens: uint64(snap.kvCap),

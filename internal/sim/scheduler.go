@@ -153,8 +153,18 @@ func (s *scheduler) handOffPrefillLocked() {
 
 type schedSnapshot struct {
 	running, waiting, maxWaiting, prefillQueue int
-	kvUsed, kvCap                              int64
+	// prefillWaiting counts the admitted requests queued for the prefill executor, not yet started.
+	prefillWaiting int
+	kvUsed, kvCap  int64
 }
+
+// reportedRunning and reportedWaiting are the load as the engines report it (SGLang's get_load and
+// /v1/loads, vLLM's gauges, the worker protocol's GetLoad): a request admitted here but still queued for
+// the prefill executor has not started computing, so it counts as waiting, as SGLang counts its
+// waiting queue (scheduler.py get_load: len(self.waiting_queue), plus the bootstrap queue on a prefill
+// server) rather than as running.
+func (s schedSnapshot) reportedRunning() int { return s.running - s.prefillWaiting }
+func (s schedSnapshot) reportedWaiting() int { return s.waiting + s.prefillWaiting }
 
 func (s *scheduler) snapshot() schedSnapshot {
 	s.mu.Lock()
@@ -165,7 +175,7 @@ func (s *scheduler) snapshot() schedSnapshot {
 	}
 	return schedSnapshot{
 		running: s.running, waiting: s.waiting.Len(), maxWaiting: s.maxWaiting,
-		prefillQueue: pq, kvUsed: s.kvUsed, kvCap: s.kvCap,
+		prefillQueue: pq, prefillWaiting: s.prefillWaiting.Len(), kvUsed: s.kvUsed, kvCap: s.kvCap,
 	}
 }
 

@@ -121,6 +121,7 @@ func (e *Engine) totalSnapshot() schedSnapshot {
 		t.running += s.running
 		t.waiting += s.waiting
 		t.prefillQueue += s.prefillQueue
+		t.prefillWaiting += s.prefillWaiting
 		t.kvUsed += s.kvUsed
 		t.kvCap += s.kvCap
 		t.maxWaiting = max(t.maxWaiting, s.maxWaiting)
@@ -290,8 +291,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	gauge := func(name, help string, f func(s schedSnapshot) float64) {
 		gaugeWith(model, name, help, e.totalSnapshot, f)
 	}
-	running := func(s schedSnapshot) float64 { return float64(s.running) }
-	waiting := func(s schedSnapshot) float64 { return float64(s.waiting) }
+	running := func(s schedSnapshot) float64 { return float64(s.reportedRunning()) }
+	waiting := func(s schedSnapshot) float64 { return float64(s.reportedWaiting()) }
 	usage := func(s schedSnapshot) float64 { return float64(s.kvUsed) / float64(max(s.kvCap, 1)) }
 	// Engine-native names, so a gateway scraping /metrics sees what it would see on the real engine: one
 	// series per DP rank.
@@ -317,8 +318,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		gaugeWith(sl, "sglang:token_usage", "The token usage.", snap, usage)
 		gaugeWith(sl, "sglang:num_used_tokens", "The number of used tokens.", snap, func(s schedSnapshot) float64 { return float64(s.kvUsed) })
 	}
-	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", running)
-	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", waiting)
+	gauge("sluice_sim_running_requests", "Requests admitted (holding KV).", func(s schedSnapshot) float64 { return float64(s.running) })
+	gauge("sluice_sim_waiting_requests", "Requests in the engine's waiting queue.", func(s schedSnapshot) float64 { return float64(s.waiting) })
 	gauge("sluice_sim_kv_usage", "Fraction of the KV budget reserved by running requests.", usage)
 	return m
 }

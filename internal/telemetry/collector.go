@@ -80,9 +80,10 @@ type WorkerSample struct {
 // AdmissionSample is prefill admission's configuration at scrape time.
 type AdmissionSample struct {
 	Enabled bool
-	// Limit is the slot limit of every prefill worker (issue-driven per-worker limits and cluster shares
-	// will make it differ per worker: the metric is per worker already).
+	// Limit is the slot limit of a prefill worker admission has not seen yet; Limits holds the current
+	// limit of each worker it has (adaptive limits and cluster shares differ per worker).
 	Limit        int
+	Limits       map[string]int
 	QueueSize    int
 	QueueTimeout float64 // seconds
 }
@@ -120,7 +121,7 @@ func RegisterStateCollector(reg prometheus.Registerer, version, mode string, sam
 		workers: prometheus.NewDesc("sluice_workers", "Registered workers per role and health state.",
 			[]string{"role", "health"}, nil),
 		limit: prometheus.NewDesc("sluice_pd_prefill_admission_limit",
-			"Prefill admission slot limit per prefill worker (only while admission is on).", []string{"worker"}, nil),
+			"Prefill admission slot limit per prefill worker, adaptive or fixed (only while admission is on).", []string{"worker"}, nil),
 		queueSize: prometheus.NewDesc("sluice_pd_prefill_admission_queue_limit",
 			"Bound on requests waiting for a prefill slot, all queues together (only while admission is on).", nil, nil),
 		queueTimeout: prometheus.NewDesc("sluice_pd_prefill_admission_queue_timeout_seconds",
@@ -143,7 +144,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, w.Worker, w.ID, w.Role, w.Protocol)
 		counts[[2]string{w.Role, w.Health}]++
 		if s.Admission.Enabled && w.Role == "prefill" {
-			ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(s.Admission.Limit), w.Worker)
+			limit, ok := s.Admission.Limits[w.Worker]
+			if !ok {
+				limit = s.Admission.Limit
+			}
+			if limit > 0 { // a token budget alone: no request limit to show
+				ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit), w.Worker)
+			}
 		}
 	}
 	for _, role := range s.Roles {

@@ -49,6 +49,9 @@ type Metrics struct {
 	admissionQueued   *prometheus.GaugeVec
 	admissionWait     *prometheus.HistogramVec
 	admissionRejects  *prometheus.CounterVec
+	admissionTokens   *prometheus.GaugeVec
+	bandQueued        *prometheus.GaugeVec
+	bandWait          *prometheus.HistogramVec
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
@@ -108,7 +111,15 @@ func ModelLabel(known []string, model string) string {
 }
 
 // NewMetrics creates the instruments and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) *Metrics { return NewMetricsWithBuckets(reg, nil) }
+
+// NewMetricsWithBuckets is NewMetrics with other buckets for the request-duration, prefill-duration
+// and time-to-first-token histograms (SMG's --prometheus-duration-buckets, which it applies to its
+// *duration_seconds and TTFT histograms); nil keeps latencyBuckets.
+func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64) *Metrics {
+	if len(durationBuckets) == 0 {
+		durationBuckets = latencyBuckets
+	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
@@ -121,9 +132,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: counter("sluice_requests_total", "Client requests by route, model and HTTP status.", "route", "model", "status"),
 		requestDuration: hist("sluice_request_duration_seconds",
-			"Client request duration, from arrival until the last byte of the answer.", latencyBuckets, "route", "model"),
+			"Client request duration, from arrival until the last byte of the answer.", durationBuckets, "route", "model"),
 		ttft: hist("sluice_time_to_first_token_seconds",
-			"Streamed requests: time from arrival to the first event of the answer.", latencyBuckets, "route", "model"),
+			"Streamed requests: time from arrival to the first event of the answer.", durationBuckets, "route", "model"),
 		itl: hist("sluice_inter_token_latency_seconds",
 			"Streamed requests: mean time between output tokens of one stream, after the first.", tokenLatencyBuckets, "route", "model"),
 		tokens: counter("sluice_tokens_total",
@@ -133,9 +144,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 
 		prefillDuration: hist("sluice_pd_prefill_duration_seconds",
-			"PD requests: duration of the prefill leg, by KV handoff.", latencyBuckets, "handoff"),
+			"PD requests: duration of the prefill leg, by KV handoff.", durationBuckets, "handoff"),
 		decodeTTFT: hist("sluice_pd_decode_time_to_first_token_seconds",
-			"Streamed PD requests: time from the first leg sent to the decode's first event, by KV handoff.", latencyBuckets, "handoff"),
+			"Streamed PD requests: time from the first leg sent to the decode's first event, by KV handoff.", durationBuckets, "handoff"),
 		kvWait: hist("sluice_pd_kv_transfer_wait_seconds",
 			"Streamed PD requests: decode time to first token minus prefill duration (KV transfer and the decode's first step), by KV handoff.",
 			latencyBuckets, "handoff"),
@@ -159,7 +170,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		breakerTransitions: counter("sluice_worker_breaker_transitions_total",
 			"Circuit breaker state changes per worker (closed, open, half_open), by reason.", "worker", "from", "to", "reason"),
 		workerTTFT: hist("sluice_worker_time_to_first_token_seconds",
-			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", latencyBuckets, "worker"),
+			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", durationBuckets, "worker"),
 		workerITL: hist("sluice_worker_inter_token_latency_seconds",
 			"Streamed requests: mean time between output tokens, by the worker that generated.", tokenLatencyBuckets, "worker"),
 		engineRunning: gauge("sluice_worker_engine_running_requests",
@@ -179,12 +190,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			latencyBuckets, "queue", "worker"),
 		admissionRejects: counter("sluice_pd_prefill_admission_rejections_total",
 			"Requests rejected by prefill admission, per queue (model) and reason.", "queue", "reason"),
+		admissionTokens: gauge("sluice_pd_prefill_admission_inflight_tokens",
+			"Estimated prompt tokens of the prefill admission slots held per prefill worker.", "worker"),
+		bandQueued: gauge("sluice_pd_prefill_admission_band_queued",
+			"Requests waiting for a prefill admission slot, per priority band.", "band"),
+		bandWait: hist("sluice_pd_prefill_admission_band_wait_seconds",
+			"Time requests waited in the prefill admission queue, per priority band.", latencyBuckets, "band"),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
 		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks,
 		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
-		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects)
+		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
+		m.admissionTokens, m.bandQueued, m.bandWait)
 	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
 	// ReasonNGreaterThanOne) is exported at 0 from the start: "none yet" is an answer, not no data.
 	m.kvFallbacks.WithLabelValues("vllm_nixl")
@@ -354,9 +372,24 @@ func (m *Metrics) IncRejection(queue, reason string) {
 	m.admissionRejects.WithLabelValues(queue, reason).Inc()
 }
 
+// SetInflightTokens sets the estimated prompt tokens of the admission slots held on worker.
+func (m *Metrics) SetInflightTokens(worker string, n int64) {
+	m.admissionTokens.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetBandQueued sets the requests waiting for admission in one priority band.
+func (m *Metrics) SetBandQueued(band string, n int) {
+	m.bandQueued.WithLabelValues(band).Set(float64(n))
+}
+
+// ObserveBandWait records one admission wait of a request of band.
+func (m *Metrics) ObserveBandWait(band string, d time.Duration) {
+	m.bandWait.WithLabelValues(band).Observe(d.Seconds())
+}
+
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
-	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.workerActive, m.workerHealth,
+	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerActive, m.workerHealth,
 		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
 		g.DeleteLabelValues(worker)
 	}

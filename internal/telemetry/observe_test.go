@@ -121,16 +121,18 @@ func TestStateCollector(t *testing.T) {
 			{Worker: "http://p1", ID: "w2", Role: "prefill", Protocol: "sglang", Health: "not_ready"},
 			{Worker: "http://d0", ID: "w3", Role: "decode", Protocol: "sglang", Health: "ready"},
 		},
-		Admission: telemetry.AdmissionSample{Enabled: true, Limit: 4, QueueSize: 100, QueueTimeout: 60},
+		// p0's limit adapted to 7; p1 has not been seen by admission: the starting limit.
+		Admission: telemetry.AdmissionSample{Enabled: true, Limit: 4, Limits: map[string]int{"http://p0": 7},
+			QueueSize: 100, QueueTimeout: 60},
 	}
 	telemetry.RegisterStateCollector(reg, "1.2.3", "pd", func() telemetry.State { return state })
 	const want = `
 # HELP sluice_gateway_info Always 1: the gateway's version and routing mode (pd or regular).
 # TYPE sluice_gateway_info gauge
 sluice_gateway_info{mode="pd",version="1.2.3"} 1
-# HELP sluice_pd_prefill_admission_limit Prefill admission slot limit per prefill worker (only while admission is on).
+# HELP sluice_pd_prefill_admission_limit Prefill admission slot limit per prefill worker, adaptive or fixed (only while admission is on).
 # TYPE sluice_pd_prefill_admission_limit gauge
-sluice_pd_prefill_admission_limit{worker="http://p0"} 4
+sluice_pd_prefill_admission_limit{worker="http://p0"} 7
 sluice_pd_prefill_admission_limit{worker="http://p1"} 4
 # HELP sluice_pd_prefill_admission_queue_limit Bound on requests waiting for a prefill slot, all queues together (only while admission is on).
 # TYPE sluice_pd_prefill_admission_queue_limit gauge
@@ -152,6 +154,11 @@ sluice_workers{health="ready",role="prefill"} 1
 	}
 	if n, _ := testutil.GatherAndCount(reg, "sluice_worker_info"); n != 3 {
 		t.Errorf("worker info series = %d, want 3", n)
+	}
+	// A token budget alone: admission is on but no request limit applies.
+	state.Admission = telemetry.AdmissionSample{Enabled: true, QueueSize: 100, QueueTimeout: 60}
+	if n, _ := testutil.GatherAndCount(reg, "sluice_pd_prefill_admission_limit"); n != 0 {
+		t.Errorf("%d limit series without a request limit, want 0", n)
 	}
 	// Admission off: no limits; no prefill worker ready: an explicit 0.
 	state.Admission = telemetry.AdmissionSample{}

@@ -1,7 +1,8 @@
 // Package worker keeps the gateway's view of its inference workers: the
-// registry and its immutable snapshots, each worker's health, circuit breaker
-// and in-flight load counter, the health checker, and the event stream that
-// admission and placement subscribe to.
+// registry and its immutable snapshots, each worker's health, circuit breaker,
+// in-flight load counter and engine-reported load, the health checker, the
+// load monitor, and the event stream that admission and placement subscribe
+// to.
 //
 // # Concurrency Model
 //
@@ -11,7 +12,8 @@
 // Snapshot are shared and must not be modified.
 //
 // Per-worker hot state is atomic: the load counter ([Worker.AcquireLoad] and
-// [LoadGuard.Release]), the health value, and the spec pointer (labels and
+// [LoadGuard.Release]), the engine's last reported load (a pointer swapped by
+// the [LoadMonitor]), the health value, and the spec pointer (labels and
 // bootstrap port are updated by swapping in a new copy, so a reader never sees
 // a torn spec). The [Breaker] reads its state with one atomic load on the
 // fast path and takes a small mutex only to count failures or change state.
@@ -39,5 +41,7 @@
 //
 // The [HealthChecker] owns its goroutines: [HealthChecker.Run] starts at most
 // HealthConfig.Concurrency probes at a time and returns only after all of
-// them have finished, once its context is done.
+// them have finished, once its context is done. The [LoadMonitor] does the
+// same with its load fetches ([LoadMonitor.Run]); it is the only writer of
+// [Worker.EngineLoad].
 package worker

@@ -62,6 +62,9 @@ type Worker struct {
 
 	s    *shared
 	load atomic.Int64 // in flight against this worker (a rank view: this rank)
+	// engineLoad is the engine's last reported load (LoadMonitor); nil when unknown. Set on
+	// engines only: a rank view reads its engine's.
+	engineLoad atomic.Pointer[EngineLoad]
 
 	// Idle notification for WaitIdle (engines only); only touched when someone waits.
 	idleWaiters atomic.Int32

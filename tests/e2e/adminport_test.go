@@ -1,27 +1,18 @@
 package e2e
 
 import (
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
 
+	"github.com/sluicegw/sluice/tests/testenv"
+
 	"github.com/sluicegw/sluice/internal/app"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestSeparateAdminPort: with --admin-port the admin surface lives only on its own listener.
 func TestSeparateAdminPort(t *testing.T) {
-	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--admin-port", strconv.Itoa(freePort(t)))
+	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--admin-port", strconv.Itoa(testenv.FreePort(t)))
 	if gw.AdminAddr() == gw.Addr() {
 		t.Fatalf("admin shares the main address %s", gw.Addr())
 	}

@@ -333,8 +333,15 @@ func TestBadInputEverySurface(t *testing.T) {
 		})
 	}
 
-	// Nothing is held afterwards: no admission slot, no queued request, no in-flight worker load.
-	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, gw.URL)
+	// Nothing is held afterwards: no admission slot, no queued request, no in-flight worker load. With
+	// --api-key alone, that key guards the admin API too.
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, gw.URL,
+		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+				req.Header().Set("Authorization", "Bearer "+badInputKey)
+				return next(ctx, req)
+			}
+		})))
 	waitFor(t, "admission idle", 10*time.Second, func() bool {
 		st, err := admin.GetAdmission(context.Background(), &adminv1.GetAdmissionRequest{})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -309,6 +310,54 @@ func TestHelmChart(t *testing.T) {
 		c := checkPod(t, find[*appsv1.Deployment](t, objs, "Deployment"))
 		if len(c.Ports) != 2 || c.Ports[0].ContainerPort != 8080 || c.Ports[1].ContainerPort != 9090 {
 			t.Errorf("container ports = %+v", c.Ports)
+		}
+	})
+
+	t.Run("cluster admission", func(t *testing.T) {
+		objs := render(t, "--set", "config.pd-disaggregation=true", "--set", "config.prefill-max-inflight-requests-per-worker=4",
+			"--set", "config.admission-coordination=kubernetes", "--set", "config.admin-port=9090", "--set", "replicaCount=3")
+		role := find[*rbacv1.Role](t, objs, "Role")
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		}
+		if role.Namespace != "inference" || !reflect.DeepEqual(role.Rules, want) {
+			t.Errorf("admission role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
+		}
+		rb := find[*rbacv1.RoleBinding](t, objs, "RoleBinding")
+		if rb.RoleRef.Name != role.Name || rb.Subjects[0].Name != find[*corev1.ServiceAccount](t, objs, "ServiceAccount").Name {
+			t.Errorf("admission role binding = %+v", rb)
+		}
+		d := find[*appsv1.Deployment](t, objs, "Deployment")
+		c := checkPod(t, d)
+		env := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		if env["POD_IP"] != "status.podIP" || env["POD_NAMESPACE"] != "metadata.namespace" {
+			t.Errorf("downward API env = %v", env)
+		}
+		if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+			t.Error("the API token is not mounted although cluster admission needs it")
+		}
+		_, cfg := renderedConfig(t, objs)
+		if cc := cfg.Cluster; cc.Mode != config.CoordinationKubernetes || cc.Service != "sluice-headless" || cc.Namespace != "inference" {
+			t.Errorf("rendered cluster config: %+v", cc)
+		}
+		var headless *corev1.Service
+		for _, o := range objs {
+			if s, ok := o.obj.(*corev1.Service); ok && s.Spec.ClusterIP == corev1.ClusterIPNone {
+				headless = s
+			}
+		}
+		if headless == nil || headless.Name != "sluice-headless" || len(headless.Spec.Ports) != 2 {
+			t.Errorf("headless service = %+v", headless)
+		}
+		if _, err := runHelm(t, "template", "sluice", chartDir, "--set", "config.admission-coordination=kubernetes", "--set", "headlessService.enabled=false"); err == nil ||
+			!strings.Contains(err.Error(), "set headlessService.enabled") {
+			t.Errorf("cluster admission without the headless Service: %v", err)
 		}
 	})
 

@@ -207,7 +207,7 @@ func TestErrorCases(t *testing.T) {
 		{"no api key", chat, shortChat, "", 401, "invalid_api_key"},
 		{"wrong api key", chat, shortChat, "nope", 401, "invalid_api_key"},
 		{"unknown model", chat, `{"model":"nobody-serves-this","messages":[{"role":"user","content":"x"}]}`, "secret", 404, "model_not_found"},
-		{"unknown route", gw.URL + "/v1/embeddings", `{}`, "secret", 404, "not_found"},
+		{"unknown route", gw.URL + "/v1/images/generations", `{}`, "secret", 404, "not_found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

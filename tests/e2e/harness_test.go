@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicegw/sluice/internal/app"
-	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/tests/testenv"
 )
 
 // TestMain fails the suite if any goroutine outlives the tests. The clients' idle keep-alive connections
@@ -35,47 +35,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("SLUICE_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func testLogger(*testing.T) *slog.Logger { return testenv.Logger() }
 
 // gateway is a running in-process gateway.
-type gateway struct {
-	*app.App
-	URL string
-}
+type gateway = testenv.Gateway
 
 // startGateway parses args as `sluice serve` flags (with --host 127.0.0.1 --port 0 prepended) and starts
 // the gateway; it is shut down when the test ends.
 func startGateway(t *testing.T, o app.Options, args ...string) *gateway {
 	t.Helper()
-	all := append([]string{"--host", "127.0.0.1", "--port", "0", "--shutdown-grace-period-secs", "5"}, args...)
-	cfg, err := config.Parse(all, io.Discard)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	if o.Logger == nil {
-		o.Logger = testLogger(t)
-	}
-	ctx := context.Background()
-	a, err := app.New(ctx, cfg, o)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(ctx); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Shutdown(sctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return &gateway{App: a, URL: "http://" + a.Addr()}
+	return testenv.StartGateway(t, o, args...)
 }
 
 // startCluster starts simulated engines, closed when the test ends.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/sluicegw/sluice/tests/testenv"
+
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
 	"github.com/sluicegw/sluice/internal/app"
@@ -18,7 +20,7 @@ func TestLoadsAndFlushReportEachWorker(t *testing.T) {
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL()+","+c.Engines[1].URL())
 	ctx := context.Background()
 	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, gw.URL)
-	dead := "http://127.0.0.1:" + itoa(freePort(t))
+	dead := "http://127.0.0.1:" + itoa(testenv.FreePort(t))
 	if _, err := admin.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: dead, Role: "regular", Protocol: "sglang", Models: []string{simModel}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,18 @@ type Gateway struct {
 	*app.App
 	// URL is the main listener's base URL (http://127.0.0.1:port).
 	URL string
+
+	killed atomic.Bool
+}
+
+// Kill stops the gateway at once, as close to a crash as a process can do to itself: listeners and client
+// connections are closed without waiting (Shutdown with an expired context). Its shutdown error is then
+// expected, and the test's cleanup does not report it.
+func (g *Gateway) Kill() {
+	g.killed.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = g.Shutdown(ctx)
 }
 
 // Logger discards, unless SLUICE_TEST_LOG is set: then it logs at debug level to stderr.
@@ -49,12 +62,13 @@ func StartGateway(t testing.TB, o app.Options, args ...string) *Gateway {
 	if err := a.Start(ctx); err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	g := &Gateway{App: a, URL: "http://" + a.Addr()}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := a.Shutdown(sctx); err != nil {
+		if err := a.Shutdown(sctx); err != nil && !g.killed.Load() {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &Gateway{App: a, URL: "http://" + a.Addr()}
+	return g
 }

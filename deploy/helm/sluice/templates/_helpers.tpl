@@ -50,6 +50,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if index .Values.config "service-discovery" }}true{{ end -}}
 {{- end -}}
 
+{{- define "sluice.clusterAdmission" -}}
+{{- if eq (toString (index .Values.config "admission-coordination")) "kubernetes" }}true{{ end -}}
+{{- end -}}
+
+{{- define "sluice.admissionNamespace" -}}
+{{- default .Release.Namespace (index .Values.config "admission-namespace") -}}
+{{- end -}}
+
+{{/* The API token is mounted only when discovery or cluster admission talks to the API server. */}}
+{{- define "sluice.kubeAPI" -}}
+{{- if or (include "sluice.discovery" .) (include "sluice.clusterAdmission" .) }}true{{ end -}}
+{{- end -}}
+
+{{/* config.yaml: the config values, with cluster admission's Service and namespace filled in. */}}
+{{- define "sluice.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- if include "sluice.clusterAdmission" . -}}
+{{- if not (index $cfg "admission-service") -}}
+{{- $_ := set $cfg "admission-service" (printf "%s-headless" (include "sluice.fullname" .)) -}}
+{{- end -}}
+{{- $_ := set $cfg "admission-namespace" (include "sluice.admissionNamespace" .) -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
 {{- define "sluice.secretName" -}}
 {{- default (printf "%s-auth" (include "sluice.fullname" .)) .Values.auth.existingSecret -}}
 {{- end -}}
@@ -69,5 +94,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if and (eq (include "sluice.port" .) "0") -}}
 {{- fail "config.port must be set (the Service and probes target it)" -}}
+{{- end -}}
+{{- if and (include "sluice.clusterAdmission" .) (not .Values.headlessService.enabled) -}}
+{{- fail "config.admission-coordination kubernetes takes its members from the headless Service: set headlessService.enabled" -}}
 {{- end -}}
 {{- end -}}

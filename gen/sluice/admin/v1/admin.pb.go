@@ -1152,7 +1152,18 @@ type AdmissionSettings struct {
 	// Maximum number of waiting requests (all models together); 0 rejects at once when full.
 	QueueSize int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3" json:"queue_size,omitempty"`
 	// Longest time one request may wait for a slot.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
+	// <= 0 means none. A request larger than the bound runs alone on an idle worker.
+	MaxInflightTokensPerWorker int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3" json:"max_inflight_tokens_per_worker,omitempty"`
+	// Priority bands, lowest first; fewer than two means priorities are ignored.
+	PriorityBands []*PriorityBand `protobuf:"bytes,5,rep,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// A waiting request rises one band per this much wait (used with two or more bands).
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Whether a request whose predicted wait exceeds its timeout is rejected at once.
+	EarlyRejection bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3" json:"early_rejection,omitempty"`
+	// Range of the adaptive per-worker request limit; absent when the limit is fixed.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1208,20 +1219,221 @@ func (x *AdmissionSettings) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *AdmissionSettings) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil {
+		return x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *AdmissionSettings) GetPriorityBands() []*PriorityBand {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *AdmissionSettings) GetEarlyRejection() bool {
+	if x != nil {
+		return x.EarlyRejection
+	}
+	return false
+}
+
+func (x *AdmissionSettings) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
+// PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
+// next band's).
+type PriorityBand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name, a metric label: 1-32 characters of a-z, 0-9, _ or -.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority   int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBand) Reset() {
+	*x = PriorityBand{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBand) ProtoMessage() {}
+
+func (x *PriorityBand) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBand.ProtoReflect.Descriptor instead.
+func (*PriorityBand) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PriorityBand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PriorityBand) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+// PriorityBandList is a full set of priority bands, lowest first.
+type PriorityBandList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bands; empty turns priorities off.
+	Bands         []*PriorityBand `protobuf:"bytes,1,rep,name=bands,proto3" json:"bands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityBandList) Reset() {
+	*x = PriorityBandList{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityBandList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityBandList) ProtoMessage() {}
+
+func (x *PriorityBandList) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityBandList.ProtoReflect.Descriptor instead.
+func (*PriorityBandList) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PriorityBandList) GetBands() []*PriorityBand {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+// AdaptiveLimit is the range in which each prefill worker's request limit adapts.
+type AdaptiveLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Smallest limit, >= 1.
+	Min int32 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	// Largest limit, >= min.
+	Max           int32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdaptiveLimit) Reset() {
+	*x = AdaptiveLimit{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdaptiveLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdaptiveLimit) ProtoMessage() {}
+
+func (x *AdaptiveLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdaptiveLimit.ProtoReflect.Descriptor instead.
+func (*AdaptiveLimit) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AdaptiveLimit) GetMin() int32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *AdaptiveLimit) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 // WorkerAdmission is one prefill worker's admission state.
 type WorkerAdmission struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Worker URL.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// Slots held.
-	Inflight      int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// Estimated prompt tokens of the slots held.
+	InflightTokens int64 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
+	// Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
+	// grants); -1 without cluster admission.
+	ClusterShare int32 `protobuf:"varint,30,opt,name=cluster_share,json=clusterShare,proto3" json:"cluster_share,omitempty"`
+	// With cluster admission: this replica's demand on the worker (slots held plus waiting requests it could serve).
+	ClusterDemand int32 `protobuf:"varint,31,opt,name=cluster_demand,json=clusterDemand,proto3" json:"cluster_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerAdmission) Reset() {
 	*x = WorkerAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1445,7 @@ func (x *WorkerAdmission) String() string {
 func (*WorkerAdmission) ProtoMessage() {}
 
 func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1458,7 @@ func (x *WorkerAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerAdmission.ProtoReflect.Descriptor instead.
 func (*WorkerAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerAdmission) GetUrl() string {
@@ -1259,6 +1471,98 @@ func (x *WorkerAdmission) GetUrl() string {
 func (x *WorkerAdmission) GetInflight() int32 {
 	if x != nil {
 		return x.Inflight
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetInflightTokens() int64 {
+	if x != nil {
+		return x.InflightTokens
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterShare() int32 {
+	if x != nil {
+		return x.ClusterShare
+	}
+	return 0
+}
+
+func (x *WorkerAdmission) GetClusterDemand() int32 {
+	if x != nil {
+		return x.ClusterDemand
+	}
+	return 0
+}
+
+// BandState is one priority band's waiting requests.
+type BandState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Band name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lowest priority of the band.
+	MinPriority int32 `protobuf:"varint,2,opt,name=min_priority,json=minPriority,proto3" json:"min_priority,omitempty"`
+	// Requests of this band waiting, all models.
+	Queued        int32 `protobuf:"varint,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BandState) Reset() {
+	*x = BandState{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BandState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BandState) ProtoMessage() {}
+
+func (x *BandState) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BandState.ProtoReflect.Descriptor instead.
+func (*BandState) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BandState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BandState) GetMinPriority() int32 {
+	if x != nil {
+		return x.MinPriority
+	}
+	return 0
+}
+
+func (x *BandState) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
 	}
 	return 0
 }
@@ -1276,7 +1580,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1592,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1605,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueState) GetModel() string {
@@ -1337,15 +1641,22 @@ type AdmissionStatus struct {
 	WaitP90Seconds float64 `protobuf:"fixed64,7,opt,name=wait_p90_seconds,json=waitP90Seconds,proto3" json:"wait_p90_seconds,omitempty"`
 	// 99th percentile of recent waits, seconds.
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
-	// Rejections since start, by reason ("queue_full", "queue_timeout", ...).
-	Rejections    map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+	// rejection, "displaced" with priority bands).
+	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Waiting requests per priority band (with two or more bands).
+	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`
+	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
+	ReleaseRate float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
+	// Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
+	Cluster       *ClusterAdmission `protobuf:"bytes,30,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmissionStatus) Reset() {
 	*x = AdmissionStatus{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1668,7 @@ func (x *AdmissionStatus) String() string {
 func (*AdmissionStatus) ProtoMessage() {}
 
 func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1681,7 @@ func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionStatus.ProtoReflect.Descriptor instead.
 func (*AdmissionStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AdmissionStatus) GetEnabled() bool {
@@ -1436,6 +1747,329 @@ func (x *AdmissionStatus) GetRejections() map[string]int64 {
 	return nil
 }
 
+func (x *AdmissionStatus) GetBands() []*BandState {
+	if x != nil {
+		return x.Bands
+	}
+	return nil
+}
+
+func (x *AdmissionStatus) GetReleaseRate() float64 {
+	if x != nil {
+		return x.ReleaseRate
+	}
+	return 0
+}
+
+func (x *AdmissionStatus) GetCluster() *ClusterAdmission {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// ClusterAdmission is this replica's view of the fleet's shared admission limit.
+type ClusterAdmission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How members and coordinator are found: "static" (--admission-peers) or "kubernetes".
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// This replica's id (the base URL of its admin listener).
+	Replica string `protobuf:"bytes,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	// The coordinator this replica follows (its own id when it coordinates; empty when it knows none).
+	Coordinator string `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// Whether this replica is the coordinator.
+	IsCoordinator bool `protobuf:"varint,4,opt,name=is_coordinator,json=isCoordinator,proto3" json:"is_coordinator,omitempty"`
+	// Term of the grant this replica enforces.
+	Term string `protobuf:"bytes,5,opt,name=term,proto3" json:"term,omitempty"`
+	// Whether the lease has ended and this replica enforces the fallback (an even split, never above its last
+	// share).
+	Fallback bool `protobuf:"varint,6,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// Time since this replica last received a grant; unset when it never did.
+	LeaseAge *durationpb.Duration `protobuf:"bytes,7,opt,name=lease_age,json=leaseAge,proto3" json:"lease_age,omitempty"`
+	// The fleet's limit per worker (the smallest positive limit of the members).
+	FleetLimit int32 `protobuf:"varint,8,opt,name=fleet_limit,json=fleetLimit,proto3" json:"fleet_limit,omitempty"`
+	// The members of the last grant.
+	Members []string `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	// Coordinator only: every member with what it reported and was granted.
+	Replicas []*ClusterMember `protobuf:"bytes,10,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Coordinator only: whether raising shares is held back because a live member has not reported in this term.
+	RaisesBlocked bool `protobuf:"varint,11,opt,name=raises_blocked,json=raisesBlocked,proto3" json:"raises_blocked,omitempty"`
+	// Coordinator only: allocation rounds that changed a share, this term.
+	Rebalances    int64 `protobuf:"varint,12,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterAdmission) Reset() {
+	*x = ClusterAdmission{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterAdmission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterAdmission) ProtoMessage() {}
+
+func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterAdmission.ProtoReflect.Descriptor instead.
+func (*ClusterAdmission) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ClusterAdmission) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetIsCoordinator() bool {
+	if x != nil {
+		return x.IsCoordinator
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ClusterAdmission) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetLeaseAge() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseAge
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetFleetLimit() int32 {
+	if x != nil {
+		return x.FleetLimit
+	}
+	return 0
+}
+
+func (x *ClusterAdmission) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetReplicas() []*ClusterMember {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterAdmission) GetRaisesBlocked() bool {
+	if x != nil {
+		return x.RaisesBlocked
+	}
+	return false
+}
+
+func (x *ClusterAdmission) GetRebalances() int64 {
+	if x != nil {
+		return x.Rebalances
+	}
+	return 0
+}
+
+// ClusterMember is one replica as the coordinator sees it.
+type ClusterMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replica id.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// "following" (reports within its lease), "silent" (reported this term, not lately), "unknown" (alive, never
+	// reported this term) or "dead" (silent and refusing connections, or gone from the membership source).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Time since the coordinator last heard from it.
+	SinceContact *durationpb.Duration `protobuf:"bytes,3,opt,name=since_contact,json=sinceContact,proto3" json:"since_contact,omitempty"`
+	// Per worker: share granted, slots reserved for it, its demand and slots held.
+	Workers       []*ClusterWorkerShare `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMember) Reset() {
+	*x = ClusterMember{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMember) ProtoMessage() {}
+
+func (x *ClusterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
+func (*ClusterMember) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ClusterMember) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetSinceContact() *durationpb.Duration {
+	if x != nil {
+		return x.SinceContact
+	}
+	return nil
+}
+
+func (x *ClusterMember) GetWorkers() []*ClusterWorkerShare {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// ClusterWorkerShare is one member's state on one worker.
+type ClusterWorkerShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Worker key.
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Share last granted.
+	Granted int32 `protobuf:"varint,2,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Slots the coordinator counts as possibly held by the member (at least its share and its slots in flight).
+	Reserved int32 `protobuf:"varint,3,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Demand it reported.
+	Demand int32 `protobuf:"varint,4,opt,name=demand,proto3" json:"demand,omitempty"`
+	// Slots it reported held.
+	Inflight      int32 `protobuf:"varint,5,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterWorkerShare) Reset() {
+	*x = ClusterWorkerShare{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterWorkerShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterWorkerShare) ProtoMessage() {}
+
+func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterWorkerShare.ProtoReflect.Descriptor instead.
+func (*ClusterWorkerShare) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ClusterWorkerShare) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ClusterWorkerShare) GetGranted() int32 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetReserved() int32 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetDemand() int32 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *ClusterWorkerShare) GetInflight() int32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
 // UpdateAdmissionRequest changes admission settings; unset fields keep their value.
 type UpdateAdmissionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1444,14 +2078,25 @@ type UpdateAdmissionRequest struct {
 	// New queue size.
 	QueueSize *int32 `protobuf:"varint,2,opt,name=queue_size,json=queueSize,proto3,oneof" json:"queue_size,omitempty"`
 	// New queue timeout.
-	QueueTimeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
+	// New token bound per worker; <= 0 removes it.
+	MaxInflightTokensPerWorker *int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3,oneof" json:"max_inflight_tokens_per_worker,omitempty"`
+	// New priority bands, replacing all of them (an empty list turns priorities off).
+	PriorityBands *PriorityBandList `protobuf:"bytes,5,opt,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
+	// New priority aging.
+	PriorityAging *durationpb.Duration `protobuf:"bytes,6,opt,name=priority_aging,json=priorityAging,proto3" json:"priority_aging,omitempty"`
+	// Turn early rejection on or off.
+	EarlyRejection *bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3,oneof" json:"early_rejection,omitempty"`
+	// New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
+	// field also turns adaptation off: it sets a fixed limit.
+	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +2108,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +2121,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -1500,6 +2145,41 @@ func (x *UpdateAdmissionRequest) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *UpdateAdmissionRequest) GetMaxInflightTokensPerWorker() int64 {
+	if x != nil && x.MaxInflightTokensPerWorker != nil {
+		return *x.MaxInflightTokensPerWorker
+	}
+	return 0
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityBands() *PriorityBandList {
+	if x != nil {
+		return x.PriorityBands
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetPriorityAging() *durationpb.Duration {
+	if x != nil {
+		return x.PriorityAging
+	}
+	return nil
+}
+
+func (x *UpdateAdmissionRequest) GetEarlyRejection() bool {
+	if x != nil && x.EarlyRejection != nil {
+		return *x.EarlyRejection
+	}
+	return false
+}
+
+func (x *UpdateAdmissionRequest) GetAdaptiveLimit() *AdaptiveLimit {
+	if x != nil {
+		return x.AdaptiveLimit
+	}
+	return nil
+}
+
 // GetLoadsRequest asks for the workers' loads.
 type GetLoadsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1509,7 +2189,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +2201,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +2214,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -1560,7 +2240,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +2252,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +2265,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -1654,7 +2334,7 @@ type EngineRankLoad struct {
 
 func (x *EngineRankLoad) Reset() {
 	*x = EngineRankLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +2346,7 @@ func (x *EngineRankLoad) String() string {
 func (*EngineRankLoad) ProtoMessage() {}
 
 func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +2359,7 @@ func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineRankLoad.ProtoReflect.Descriptor instead.
 func (*EngineRankLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EngineRankLoad) GetRank() uint32 {
@@ -1721,7 +2401,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2413,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2426,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -1765,7 +2445,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2457,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2470,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -1810,7 +2490,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2502,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2515,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FlushResult) GetId() string {
@@ -1877,7 +2557,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2569,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2582,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -1996,19 +2676,40 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveWorkerResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.sluice.admin.v1.WorkerR\x06worker\"\x15\n" +
-	"\x13GetAdmissionRequest\"\xa9\x01\n" +
+	"\x13GetAdmissionRequest\"\xe5\x03\n" +
 	"\x11AdmissionSettings\x125\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05R\x14maxInflightPerWorker\x12\x1d\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05R\tqueueSize\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\"?\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12B\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03R\x1amaxInflightTokensPerWorker\x12D\n" +
+	"\x0epriority_bands\x18\x05 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12'\n" +
+	"\x0fearly_rejection\x18\a \x01(\bR\x0eearlyRejection\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\"E\n" +
+	"\fPriorityBand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\"G\n" +
+	"\x10PriorityBandList\x123\n" +
+	"\x05bands\x18\x01 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\x05bands\"3\n" +
+	"\rAdaptiveLimit\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\x05R\x03max\"\xca\x01\n" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\binflight\x18\x02 \x01(\x05R\binflight\":\n" +
+	"\binflight\x18\x02 \x01(\x05R\binflight\x12'\n" +
+	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12#\n" +
+	"\rcluster_share\x18\x1e \x01(\x05R\fclusterShare\x12%\n" +
+	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\"Z\n" +
+	"\tBandState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\x12\x16\n" +
+	"\x06queued\x18\x03 \x01(\x05R\x06queued\":\n" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x83\x04\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x95\x05\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -2020,17 +2721,56 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x10wait_p99_seconds\x18\b \x01(\x01R\x0ewaitP99Seconds\x12P\n" +
 	"\n" +
 	"rejections\x18\t \x03(\v20.sluice.admin.v1.AdmissionStatus.RejectionsEntryR\n" +
-	"rejections\x1a=\n" +
+	"rejections\x120\n" +
+	"\x05bands\x18\n" +
+	" \x03(\v2\x1a.sluice.admin.v1.BandStateR\x05bands\x12!\n" +
+	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x12;\n" +
+	"\acluster\x18\x1e \x01(\v2!.sluice.admin.v1.ClusterAdmissionR\acluster\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x10ClusterAdmission\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
+	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12%\n" +
+	"\x0eis_coordinator\x18\x04 \x01(\bR\risCoordinator\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\tR\x04term\x12\x1a\n" +
+	"\bfallback\x18\x06 \x01(\bR\bfallback\x126\n" +
+	"\tlease_age\x18\a \x01(\v2\x19.google.protobuf.DurationR\bleaseAge\x12\x1f\n" +
+	"\vfleet_limit\x18\b \x01(\x05R\n" +
+	"fleetLimit\x12\x18\n" +
+	"\amembers\x18\t \x03(\tR\amembers\x12:\n" +
+	"\breplicas\x18\n" +
+	" \x03(\v2\x1e.sluice.admin.v1.ClusterMemberR\breplicas\x12%\n" +
+	"\x0eraises_blocked\x18\v \x01(\bR\rraisesBlocked\x12\x1e\n" +
+	"\n" +
+	"rebalances\x18\f \x01(\x03R\n" +
+	"rebalances\"\xbe\x01\n" +
+	"\rClusterMember\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12>\n" +
+	"\rsince_contact\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fsinceContact\x12=\n" +
+	"\aworkers\x18\x04 \x03(\v2#.sluice.admin.v1.ClusterWorkerShareR\aworkers\"\x96\x01\n" +
+	"\x12ClusterWorkerShare\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x18\n" +
+	"\agranted\x18\x02 \x01(\x05R\agranted\x12\x1a\n" +
+	"\breserved\x18\x03 \x01(\x05R\breserved\x12\x16\n" +
+	"\x06demand\x18\x04 \x01(\x05R\x06demand\x12\x1a\n" +
+	"\binflight\x18\x05 \x01(\x05R\binflight\"\xe4\x04\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05H\x01R\tqueueSize\x88\x01\x01\x12>\n" +
-	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeoutB\x1a\n" +
+	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12G\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03H\x02R\x1amaxInflightTokensPerWorker\x88\x01\x01\x12H\n" +
+	"\x0epriority_bands\x18\x05 \x01(\v2!.sluice.admin.v1.PriorityBandListR\rpriorityBands\x12@\n" +
+	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12,\n" +
+	"\x0fearly_rejection\x18\a \x01(\bH\x03R\x0eearlyRejection\x88\x01\x01\x12E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimitB\x1a\n" +
 	"\x18_max_inflight_per_workerB\r\n" +
-	"\v_queue_size\"\x11\n" +
+	"\v_queue_sizeB!\n" +
+	"\x1f_max_inflight_tokens_per_workerB\x12\n" +
+	"\x10_early_rejection\"\x11\n" +
 	"\x0fGetLoadsRequest\"\xec\x01\n" +
 	"\n" +
 	"WorkerLoad\x12\x0e\n" +
@@ -2083,7 +2823,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -2104,26 +2844,33 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*RemoveWorkerResponse)(nil),    // 16: sluice.admin.v1.RemoveWorkerResponse
 	(*GetAdmissionRequest)(nil),     // 17: sluice.admin.v1.GetAdmissionRequest
 	(*AdmissionSettings)(nil),       // 18: sluice.admin.v1.AdmissionSettings
-	(*WorkerAdmission)(nil),         // 19: sluice.admin.v1.WorkerAdmission
-	(*QueueState)(nil),              // 20: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 21: sluice.admin.v1.AdmissionStatus
-	(*UpdateAdmissionRequest)(nil),  // 22: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 23: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 24: sluice.admin.v1.WorkerLoad
-	(*EngineRankLoad)(nil),          // 25: sluice.admin.v1.EngineRankLoad
-	(*GetLoadsResponse)(nil),        // 26: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 27: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 28: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 29: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 30: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 31: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 32: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 33: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 34: google.protobuf.Duration
+	(*PriorityBand)(nil),            // 19: sluice.admin.v1.PriorityBand
+	(*PriorityBandList)(nil),        // 20: sluice.admin.v1.PriorityBandList
+	(*AdaptiveLimit)(nil),           // 21: sluice.admin.v1.AdaptiveLimit
+	(*WorkerAdmission)(nil),         // 22: sluice.admin.v1.WorkerAdmission
+	(*BandState)(nil),               // 23: sluice.admin.v1.BandState
+	(*QueueState)(nil),              // 24: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),         // 25: sluice.admin.v1.AdmissionStatus
+	(*ClusterAdmission)(nil),        // 26: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),           // 27: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),      // 28: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),  // 29: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 30: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 31: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),          // 32: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),        // 33: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 34: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 35: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 36: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 37: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 38: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 39: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 40: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	30, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	31, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	37, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	38, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -2131,44 +2878,57 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 6: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 7: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	21, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	21, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	32, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	25, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	25, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	39, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	34, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
-	18, // 14: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
-	20, // 15: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
-	19, // 16: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	33, // 17: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	34, // 18: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	25, // 19: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
-	24, // 20: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	28, // 21: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	3,  // 22: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 23: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 24: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 25: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 26: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 27: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 28: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	22, // 29: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	23, // 30: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	27, // 31: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	4,  // 32: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 33: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 34: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 35: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 36: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 37: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 38: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 39: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	26, // 40: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	29, // 41: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	41, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
+	41, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
+	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
+	24, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
+	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
+	40, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	23, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
+	26, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
+	41, // 24: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	27, // 25: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
+	41, // 26: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	28, // 27: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
+	41, // 28: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	20, // 29: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
+	41, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	21, // 31: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	32, // 32: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
+	31, // 33: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	35, // 34: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	3,  // 35: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 36: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 37: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 38: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 39: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 40: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 41: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	29, // 42: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	30, // 43: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	34, // 44: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	4,  // 45: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 46: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 47: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 48: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 49: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 50: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 51: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 52: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	33, // 53: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	36, // 54: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -2177,14 +2937,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[22].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1402,6 +1402,281 @@ func (x *ListModelsResponse) GetData() []*Model {
 	return nil
 }
 
+// CreateEmbeddingRequest is the body of POST /v1/embeddings. The embeddings come back as floats: the
+// request is sent with "encoding_format": "float" whatever extra_body says.
+type CreateEmbeddingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model to use.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Input: a string, an array of strings, an array of token ids or an array of token id arrays.
+	Input *structpb.Value `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// Number of dimensions of the output, for models that can shorten it.
+	Dimensions *int32 `protobuf:"varint,3,opt,name=dimensions,proto3,oneof" json:"dimensions,omitempty"`
+	// End-user identifier.
+	User *string `protobuf:"bytes,4,opt,name=user,proto3,oneof" json:"user,omitempty"`
+	// Engine-specific parameters, merged into the request body as top-level fields.
+	ExtraBody     *structpb.Struct `protobuf:"bytes,100,opt,name=extra_body,json=extraBody,proto3" json:"extra_body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateEmbeddingRequest) Reset() {
+	*x = CreateEmbeddingRequest{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEmbeddingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEmbeddingRequest) ProtoMessage() {}
+
+func (x *CreateEmbeddingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEmbeddingRequest.ProtoReflect.Descriptor instead.
+func (*CreateEmbeddingRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateEmbeddingRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CreateEmbeddingRequest) GetInput() *structpb.Value {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *CreateEmbeddingRequest) GetDimensions() int32 {
+	if x != nil && x.Dimensions != nil {
+		return *x.Dimensions
+	}
+	return 0
+}
+
+func (x *CreateEmbeddingRequest) GetUser() string {
+	if x != nil && x.User != nil {
+		return *x.User
+	}
+	return ""
+}
+
+func (x *CreateEmbeddingRequest) GetExtraBody() *structpb.Struct {
+	if x != nil {
+		return x.ExtraBody
+	}
+	return nil
+}
+
+// Embedding is the embedding of one input.
+type Embedding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Always "embedding".
+	Object string `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// Index of the input.
+	Index int32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// The vector.
+	Embedding     []float64 `protobuf:"fixed64,3,rep,packed,name=embedding,proto3" json:"embedding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Embedding) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *Embedding) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Embedding) GetEmbedding() []float64 {
+	if x != nil {
+		return x.Embedding
+	}
+	return nil
+}
+
+// EmbeddingUsage counts the tokens of an embeddings request.
+type EmbeddingUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens in the input.
+	PromptTokens int32 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Same as prompt_tokens.
+	TotalTokens   int32 `protobuf:"varint,2,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbeddingUsage) Reset() {
+	*x = EmbeddingUsage{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbeddingUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbeddingUsage) ProtoMessage() {}
+
+func (x *EmbeddingUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbeddingUsage.ProtoReflect.Descriptor instead.
+func (*EmbeddingUsage) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EmbeddingUsage) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *EmbeddingUsage) GetTotalTokens() int32 {
+	if x != nil {
+		return x.TotalTokens
+	}
+	return 0
+}
+
+// CreateEmbeddingResponse is the answer of POST /v1/embeddings.
+type CreateEmbeddingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Always "list".
+	Object string `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	// One embedding per input, in input order.
+	Data []*Embedding `protobuf:"bytes,2,rep,name=data,proto3" json:"data,omitempty"`
+	// Model that produced them.
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// Token usage.
+	Usage         *EmbeddingUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateEmbeddingResponse) Reset() {
+	*x = CreateEmbeddingResponse{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateEmbeddingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateEmbeddingResponse) ProtoMessage() {}
+
+func (x *CreateEmbeddingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateEmbeddingResponse.ProtoReflect.Descriptor instead.
+func (*CreateEmbeddingResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CreateEmbeddingResponse) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *CreateEmbeddingResponse) GetData() []*Embedding {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *CreateEmbeddingResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CreateEmbeddingResponse) GetUsage() *EmbeddingUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 var File_sluice_openai_v1_openai_proto protoreflect.FileDescriptor
 
 const file_sluice_openai_v1_openai_proto_rawDesc = "" +
@@ -1555,14 +1830,38 @@ const file_sluice_openai_v1_openai_proto_rawDesc = "" +
 	"\bowned_by\x18\x04 \x01(\tR\aownedBy\"Y\n" +
 	"\x12ListModelsResponse\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12+\n" +
-	"\x04data\x18\x02 \x03(\v2\x17.sluice.openai.v1.ModelR\x04data2\xfd\x03\n" +
+	"\x04data\x18\x02 \x03(\v2\x17.sluice.openai.v1.ModelR\x04data\"\xea\x01\n" +
+	"\x16CreateEmbeddingRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12,\n" +
+	"\x05input\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12#\n" +
+	"\n" +
+	"dimensions\x18\x03 \x01(\x05H\x00R\n" +
+	"dimensions\x88\x01\x01\x12\x17\n" +
+	"\x04user\x18\x04 \x01(\tH\x01R\x04user\x88\x01\x01\x126\n" +
+	"\n" +
+	"extra_body\x18d \x01(\v2\x17.google.protobuf.StructR\textraBodyB\r\n" +
+	"\v_dimensionsB\a\n" +
+	"\x05_user\"W\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x1c\n" +
+	"\tembedding\x18\x03 \x03(\x01R\tembedding\"X\n" +
+	"\x0eEmbeddingUsage\x12#\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12!\n" +
+	"\ftotal_tokens\x18\x02 \x01(\x05R\vtotalTokens\"\xb0\x01\n" +
+	"\x17CreateEmbeddingResponse\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12/\n" +
+	"\x04data\x18\x02 \x03(\v2\x1b.sluice.openai.v1.EmbeddingR\x04data\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x126\n" +
+	"\x05usage\x18\x04 \x01(\v2 .sluice.openai.v1.EmbeddingUsageR\x05usage2\xe5\x04\n" +
 	"\rOpenAIService\x12g\n" +
 	"\x14CreateChatCompletion\x12-.sluice.openai.v1.CreateChatCompletionRequest\x1a .sluice.openai.v1.ChatCompletion\x12n\n" +
 	"\x14StreamChatCompletion\x12-.sluice.openai.v1.CreateChatCompletionRequest\x1a%.sluice.openai.v1.ChatCompletionChunk0\x01\x12[\n" +
 	"\x10CreateCompletion\x12).sluice.openai.v1.CreateCompletionRequest\x1a\x1c.sluice.openai.v1.Completion\x12]\n" +
 	"\x10StreamCompletion\x12).sluice.openai.v1.CreateCompletionRequest\x1a\x1c.sluice.openai.v1.Completion0\x01\x12W\n" +
 	"\n" +
-	"ListModels\x12#.sluice.openai.v1.ListModelsRequest\x1a$.sluice.openai.v1.ListModelsResponseB\xbf\x01\n" +
+	"ListModels\x12#.sluice.openai.v1.ListModelsRequest\x1a$.sluice.openai.v1.ListModelsResponse\x12f\n" +
+	"\x0fCreateEmbedding\x12(.sluice.openai.v1.CreateEmbeddingRequest\x1a).sluice.openai.v1.CreateEmbeddingResponseB\xbf\x01\n" +
 	"\x14com.sluice.openai.v1B\vOpenaiProtoP\x01Z8github.com/sluicegw/sluice/gen/sluice/openai/v1;openaiv1\xa2\x02\x03SOX\xaa\x02\x10Sluice.Openai.V1\xca\x02\x10Sluice\\Openai\\V1\xe2\x02\x1cSluice\\Openai\\V1\\GPBMetadata\xea\x02\x12Sluice::Openai::V1b\x06proto3"
 
 var (
@@ -1577,7 +1876,7 @@ func file_sluice_openai_v1_openai_proto_rawDescGZIP() []byte {
 	return file_sluice_openai_v1_openai_proto_rawDescData
 }
 
-var file_sluice_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_sluice_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_sluice_openai_v1_openai_proto_goTypes = []any{
 	(*ChatMessage)(nil),                 // 0: sluice.openai.v1.ChatMessage
 	(*StreamOptions)(nil),               // 1: sluice.openai.v1.StreamOptions
@@ -1594,54 +1893,64 @@ var file_sluice_openai_v1_openai_proto_goTypes = []any{
 	(*ListModelsRequest)(nil),           // 12: sluice.openai.v1.ListModelsRequest
 	(*Model)(nil),                       // 13: sluice.openai.v1.Model
 	(*ListModelsResponse)(nil),          // 14: sluice.openai.v1.ListModelsResponse
-	nil,                                 // 15: sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	(*structpb.Value)(nil),              // 16: google.protobuf.Value
-	(*structpb.Struct)(nil),             // 17: google.protobuf.Struct
+	(*CreateEmbeddingRequest)(nil),      // 15: sluice.openai.v1.CreateEmbeddingRequest
+	(*Embedding)(nil),                   // 16: sluice.openai.v1.Embedding
+	(*EmbeddingUsage)(nil),              // 17: sluice.openai.v1.EmbeddingUsage
+	(*CreateEmbeddingResponse)(nil),     // 18: sluice.openai.v1.CreateEmbeddingResponse
+	nil,                                 // 19: sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	(*structpb.Value)(nil),              // 20: google.protobuf.Value
+	(*structpb.Struct)(nil),             // 21: google.protobuf.Struct
 }
 var file_sluice_openai_v1_openai_proto_depIdxs = []int32{
-	16, // 0: sluice.openai.v1.ChatMessage.content:type_name -> google.protobuf.Value
-	17, // 1: sluice.openai.v1.ChatMessage.tool_calls:type_name -> google.protobuf.Struct
+	20, // 0: sluice.openai.v1.ChatMessage.content:type_name -> google.protobuf.Value
+	21, // 1: sluice.openai.v1.ChatMessage.tool_calls:type_name -> google.protobuf.Struct
 	0,  // 2: sluice.openai.v1.CreateChatCompletionRequest.messages:type_name -> sluice.openai.v1.ChatMessage
 	1,  // 3: sluice.openai.v1.CreateChatCompletionRequest.stream_options:type_name -> sluice.openai.v1.StreamOptions
-	16, // 4: sluice.openai.v1.CreateChatCompletionRequest.stop:type_name -> google.protobuf.Value
-	17, // 5: sluice.openai.v1.CreateChatCompletionRequest.tools:type_name -> google.protobuf.Struct
-	16, // 6: sluice.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> google.protobuf.Value
-	17, // 7: sluice.openai.v1.CreateChatCompletionRequest.response_format:type_name -> google.protobuf.Struct
-	15, // 8: sluice.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	17, // 9: sluice.openai.v1.CreateChatCompletionRequest.extra_body:type_name -> google.protobuf.Struct
-	17, // 10: sluice.openai.v1.Usage.prompt_tokens_details:type_name -> google.protobuf.Struct
+	20, // 4: sluice.openai.v1.CreateChatCompletionRequest.stop:type_name -> google.protobuf.Value
+	21, // 5: sluice.openai.v1.CreateChatCompletionRequest.tools:type_name -> google.protobuf.Struct
+	20, // 6: sluice.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> google.protobuf.Value
+	21, // 7: sluice.openai.v1.CreateChatCompletionRequest.response_format:type_name -> google.protobuf.Struct
+	19, // 8: sluice.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	21, // 9: sluice.openai.v1.CreateChatCompletionRequest.extra_body:type_name -> google.protobuf.Struct
+	21, // 10: sluice.openai.v1.Usage.prompt_tokens_details:type_name -> google.protobuf.Struct
 	0,  // 11: sluice.openai.v1.ChatChoice.message:type_name -> sluice.openai.v1.ChatMessage
-	16, // 12: sluice.openai.v1.ChatChoice.logprobs:type_name -> google.protobuf.Value
+	20, // 12: sluice.openai.v1.ChatChoice.logprobs:type_name -> google.protobuf.Value
 	4,  // 13: sluice.openai.v1.ChatCompletion.choices:type_name -> sluice.openai.v1.ChatChoice
 	3,  // 14: sluice.openai.v1.ChatCompletion.usage:type_name -> sluice.openai.v1.Usage
-	17, // 15: sluice.openai.v1.ChatDelta.tool_calls:type_name -> google.protobuf.Struct
+	21, // 15: sluice.openai.v1.ChatDelta.tool_calls:type_name -> google.protobuf.Struct
 	6,  // 16: sluice.openai.v1.ChatChunkChoice.delta:type_name -> sluice.openai.v1.ChatDelta
-	16, // 17: sluice.openai.v1.ChatChunkChoice.logprobs:type_name -> google.protobuf.Value
+	20, // 17: sluice.openai.v1.ChatChunkChoice.logprobs:type_name -> google.protobuf.Value
 	7,  // 18: sluice.openai.v1.ChatCompletionChunk.choices:type_name -> sluice.openai.v1.ChatChunkChoice
 	3,  // 19: sluice.openai.v1.ChatCompletionChunk.usage:type_name -> sluice.openai.v1.Usage
-	16, // 20: sluice.openai.v1.CreateCompletionRequest.prompt:type_name -> google.protobuf.Value
+	20, // 20: sluice.openai.v1.CreateCompletionRequest.prompt:type_name -> google.protobuf.Value
 	1,  // 21: sluice.openai.v1.CreateCompletionRequest.stream_options:type_name -> sluice.openai.v1.StreamOptions
-	16, // 22: sluice.openai.v1.CreateCompletionRequest.stop:type_name -> google.protobuf.Value
-	17, // 23: sluice.openai.v1.CreateCompletionRequest.extra_body:type_name -> google.protobuf.Struct
-	16, // 24: sluice.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Value
+	20, // 22: sluice.openai.v1.CreateCompletionRequest.stop:type_name -> google.protobuf.Value
+	21, // 23: sluice.openai.v1.CreateCompletionRequest.extra_body:type_name -> google.protobuf.Struct
+	20, // 24: sluice.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Value
 	10, // 25: sluice.openai.v1.Completion.choices:type_name -> sluice.openai.v1.CompletionChoice
 	3,  // 26: sluice.openai.v1.Completion.usage:type_name -> sluice.openai.v1.Usage
 	13, // 27: sluice.openai.v1.ListModelsResponse.data:type_name -> sluice.openai.v1.Model
-	2,  // 28: sluice.openai.v1.OpenAIService.CreateChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
-	2,  // 29: sluice.openai.v1.OpenAIService.StreamChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
-	9,  // 30: sluice.openai.v1.OpenAIService.CreateCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
-	9,  // 31: sluice.openai.v1.OpenAIService.StreamCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
-	12, // 32: sluice.openai.v1.OpenAIService.ListModels:input_type -> sluice.openai.v1.ListModelsRequest
-	5,  // 33: sluice.openai.v1.OpenAIService.CreateChatCompletion:output_type -> sluice.openai.v1.ChatCompletion
-	8,  // 34: sluice.openai.v1.OpenAIService.StreamChatCompletion:output_type -> sluice.openai.v1.ChatCompletionChunk
-	11, // 35: sluice.openai.v1.OpenAIService.CreateCompletion:output_type -> sluice.openai.v1.Completion
-	11, // 36: sluice.openai.v1.OpenAIService.StreamCompletion:output_type -> sluice.openai.v1.Completion
-	14, // 37: sluice.openai.v1.OpenAIService.ListModels:output_type -> sluice.openai.v1.ListModelsResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	20, // 28: sluice.openai.v1.CreateEmbeddingRequest.input:type_name -> google.protobuf.Value
+	21, // 29: sluice.openai.v1.CreateEmbeddingRequest.extra_body:type_name -> google.protobuf.Struct
+	16, // 30: sluice.openai.v1.CreateEmbeddingResponse.data:type_name -> sluice.openai.v1.Embedding
+	17, // 31: sluice.openai.v1.CreateEmbeddingResponse.usage:type_name -> sluice.openai.v1.EmbeddingUsage
+	2,  // 32: sluice.openai.v1.OpenAIService.CreateChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
+	2,  // 33: sluice.openai.v1.OpenAIService.StreamChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
+	9,  // 34: sluice.openai.v1.OpenAIService.CreateCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
+	9,  // 35: sluice.openai.v1.OpenAIService.StreamCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
+	12, // 36: sluice.openai.v1.OpenAIService.ListModels:input_type -> sluice.openai.v1.ListModelsRequest
+	15, // 37: sluice.openai.v1.OpenAIService.CreateEmbedding:input_type -> sluice.openai.v1.CreateEmbeddingRequest
+	5,  // 38: sluice.openai.v1.OpenAIService.CreateChatCompletion:output_type -> sluice.openai.v1.ChatCompletion
+	8,  // 39: sluice.openai.v1.OpenAIService.StreamChatCompletion:output_type -> sluice.openai.v1.ChatCompletionChunk
+	11, // 40: sluice.openai.v1.OpenAIService.CreateCompletion:output_type -> sluice.openai.v1.Completion
+	11, // 41: sluice.openai.v1.OpenAIService.StreamCompletion:output_type -> sluice.openai.v1.Completion
+	14, // 42: sluice.openai.v1.OpenAIService.ListModels:output_type -> sluice.openai.v1.ListModelsResponse
+	18, // 43: sluice.openai.v1.OpenAIService.CreateEmbedding:output_type -> sluice.openai.v1.CreateEmbeddingResponse
+	38, // [38:44] is the sub-list for method output_type
+	32, // [32:38] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_sluice_openai_v1_openai_proto_init() }
@@ -1654,13 +1963,14 @@ func file_sluice_openai_v1_openai_proto_init() {
 	file_sluice_openai_v1_openai_proto_msgTypes[6].OneofWrappers = []any{}
 	file_sluice_openai_v1_openai_proto_msgTypes[7].OneofWrappers = []any{}
 	file_sluice_openai_v1_openai_proto_msgTypes[9].OneofWrappers = []any{}
+	file_sluice_openai_v1_openai_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_openai_v1_openai_proto_rawDesc), len(file_sluice_openai_v1_openai_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

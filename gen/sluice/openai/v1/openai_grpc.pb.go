@@ -29,13 +29,14 @@ const (
 	OpenAIService_CreateCompletion_FullMethodName     = "/sluice.openai.v1.OpenAIService/CreateCompletion"
 	OpenAIService_StreamCompletion_FullMethodName     = "/sluice.openai.v1.OpenAIService/StreamCompletion"
 	OpenAIService_ListModels_FullMethodName           = "/sluice.openai.v1.OpenAIService/ListModels"
+	OpenAIService_CreateEmbedding_FullMethodName      = "/sluice.openai.v1.OpenAIService/CreateEmbedding"
 )
 
 // OpenAIServiceClient is the client API for OpenAIService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// OpenAIService serves chat completions, completions and the model list.
+// OpenAIService serves chat completions, completions, embeddings and the model list.
 type OpenAIServiceClient interface {
 	// CreateChatCompletion returns a whole chat completion.
 	CreateChatCompletion(ctx context.Context, in *CreateChatCompletionRequest, opts ...grpc.CallOption) (*ChatCompletion, error)
@@ -47,6 +48,8 @@ type OpenAIServiceClient interface {
 	StreamCompletion(ctx context.Context, in *CreateCompletionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Completion], error)
 	// ListModels lists the models that the gateway's workers serve.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
+	CreateEmbedding(ctx context.Context, in *CreateEmbeddingRequest, opts ...grpc.CallOption) (*CreateEmbeddingResponse, error)
 }
 
 type openAIServiceClient struct {
@@ -125,11 +128,21 @@ func (c *openAIServiceClient) ListModels(ctx context.Context, in *ListModelsRequ
 	return out, nil
 }
 
+func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, in *CreateEmbeddingRequest, opts ...grpc.CallOption) (*CreateEmbeddingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateEmbeddingResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_CreateEmbedding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OpenAIServiceServer is the server API for OpenAIService service.
 // All implementations must embed UnimplementedOpenAIServiceServer
 // for forward compatibility.
 //
-// OpenAIService serves chat completions, completions and the model list.
+// OpenAIService serves chat completions, completions, embeddings and the model list.
 type OpenAIServiceServer interface {
 	// CreateChatCompletion returns a whole chat completion.
 	CreateChatCompletion(context.Context, *CreateChatCompletionRequest) (*ChatCompletion, error)
@@ -141,6 +154,8 @@ type OpenAIServiceServer interface {
 	StreamCompletion(*CreateCompletionRequest, grpc.ServerStreamingServer[Completion]) error
 	// ListModels lists the models that the gateway's workers serve.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
+	CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error)
 	mustEmbedUnimplementedOpenAIServiceServer()
 }
 
@@ -165,6 +180,9 @@ func (UnimplementedOpenAIServiceServer) StreamCompletion(*CreateCompletionReques
 }
 func (UnimplementedOpenAIServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedOpenAIServiceServer) CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateEmbedding not implemented")
 }
 func (UnimplementedOpenAIServiceServer) mustEmbedUnimplementedOpenAIServiceServer() {}
 func (UnimplementedOpenAIServiceServer) testEmbeddedByValue()                       {}
@@ -263,6 +281,24 @@ func _OpenAIService_ListModels_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpenAIService_CreateEmbedding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateEmbeddingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).CreateEmbedding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_CreateEmbedding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).CreateEmbedding(ctx, req.(*CreateEmbeddingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OpenAIService_ServiceDesc is the grpc.ServiceDesc for OpenAIService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -281,6 +317,10 @@ var OpenAIService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _OpenAIService_ListModels_Handler,
+		},
+		{
+			MethodName: "CreateEmbedding",
+			Handler:    _OpenAIService_CreateEmbedding_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

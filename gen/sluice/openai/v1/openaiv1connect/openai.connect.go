@@ -52,6 +52,9 @@ const (
 	// OpenAIServiceListModelsProcedure is the fully-qualified name of the OpenAIService's ListModels
 	// RPC.
 	OpenAIServiceListModelsProcedure = "/sluice.openai.v1.OpenAIService/ListModels"
+	// OpenAIServiceCreateEmbeddingProcedure is the fully-qualified name of the OpenAIService's
+	// CreateEmbedding RPC.
+	OpenAIServiceCreateEmbeddingProcedure = "/sluice.openai.v1.OpenAIService/CreateEmbedding"
 )
 
 // OpenAIServiceClient is a client for the sluice.openai.v1.OpenAIService service.
@@ -66,6 +69,8 @@ type OpenAIServiceClient interface {
 	StreamCompletion(context.Context, *v1.CreateCompletionRequest) (*connect.ServerStreamForClient[v1.Completion], error)
 	// ListModels lists the models that the gateway's workers serve.
 	ListModels(context.Context, *v1.ListModelsRequest) (*v1.ListModelsResponse, error)
+	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
+	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
 }
 
 // NewOpenAIServiceClient constructs a client for the sluice.openai.v1.OpenAIService service. By
@@ -109,6 +114,12 @@ func NewOpenAIServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(openAIServiceMethods.ByName("ListModels")),
 			connect.WithClientOptions(opts...),
 		),
+		createEmbedding: connect.NewClient[v1.CreateEmbeddingRequest, v1.CreateEmbeddingResponse](
+			httpClient,
+			baseURL+OpenAIServiceCreateEmbeddingProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -119,6 +130,7 @@ type openAIServiceClient struct {
 	createCompletion     *connect.Client[v1.CreateCompletionRequest, v1.Completion]
 	streamCompletion     *connect.Client[v1.CreateCompletionRequest, v1.Completion]
 	listModels           *connect.Client[v1.ListModelsRequest, v1.ListModelsResponse]
+	createEmbedding      *connect.Client[v1.CreateEmbeddingRequest, v1.CreateEmbeddingResponse]
 }
 
 // CreateChatCompletion calls sluice.openai.v1.OpenAIService.CreateChatCompletion.
@@ -158,6 +170,15 @@ func (c *openAIServiceClient) ListModels(ctx context.Context, req *v1.ListModels
 	return nil, err
 }
 
+// CreateEmbedding calls sluice.openai.v1.OpenAIService.CreateEmbedding.
+func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, req *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error) {
+	response, err := c.createEmbedding.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // OpenAIServiceHandler is an implementation of the sluice.openai.v1.OpenAIService service.
 type OpenAIServiceHandler interface {
 	// CreateChatCompletion returns a whole chat completion.
@@ -170,6 +191,8 @@ type OpenAIServiceHandler interface {
 	StreamCompletion(context.Context, *v1.CreateCompletionRequest, *connect.ServerStream[v1.Completion]) error
 	// ListModels lists the models that the gateway's workers serve.
 	ListModels(context.Context, *v1.ListModelsRequest) (*v1.ListModelsResponse, error)
+	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
+	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
 }
 
 // NewOpenAIServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -209,6 +232,12 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(openAIServiceMethods.ByName("ListModels")),
 		connect.WithHandlerOptions(opts...),
 	)
+	openAIServiceCreateEmbeddingHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceCreateEmbeddingProcedure,
+		svc.CreateEmbedding,
+		connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.openai.v1.OpenAIService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OpenAIServiceCreateChatCompletionProcedure:
@@ -221,6 +250,8 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 			openAIServiceStreamCompletionHandler.ServeHTTP(w, r)
 		case OpenAIServiceListModelsProcedure:
 			openAIServiceListModelsHandler.ServeHTTP(w, r)
+		case OpenAIServiceCreateEmbeddingProcedure:
+			openAIServiceCreateEmbeddingHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -248,4 +279,8 @@ func (UnimplementedOpenAIServiceHandler) StreamCompletion(context.Context, *v1.C
 
 func (UnimplementedOpenAIServiceHandler) ListModels(context.Context, *v1.ListModelsRequest) (*v1.ListModelsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.openai.v1.OpenAIService.ListModels is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.openai.v1.OpenAIService.CreateEmbedding is not implemented"))
 }

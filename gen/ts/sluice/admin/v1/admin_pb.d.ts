@@ -628,6 +628,42 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
    * @generated from field: google.protobuf.Duration queue_timeout = 3;
    */
   queueTimeout?: Duration | undefined;
+
+  /**
+   * Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
+   * <= 0 means none. A request larger than the bound runs alone on an idle worker.
+   *
+   * @generated from field: int64 max_inflight_tokens_per_worker = 4;
+   */
+  maxInflightTokensPerWorker: bigint;
+
+  /**
+   * Priority bands, lowest first; fewer than two means priorities are ignored.
+   *
+   * @generated from field: repeated sluice.admin.v1.PriorityBand priority_bands = 5;
+   */
+  priorityBands: PriorityBand[];
+
+  /**
+   * A waiting request rises one band per this much wait (used with two or more bands).
+   *
+   * @generated from field: google.protobuf.Duration priority_aging = 6;
+   */
+  priorityAging?: Duration | undefined;
+
+  /**
+   * Whether a request whose predicted wait exceeds its timeout is rejected at once.
+   *
+   * @generated from field: bool early_rejection = 7;
+   */
+  earlyRejection: boolean;
+
+  /**
+   * Range of the adaptive per-worker request limit; absent when the limit is fixed.
+   *
+   * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
+   */
+  adaptiveLimit?: AdaptiveLimit | undefined;
 };
 
 /**
@@ -635,6 +671,81 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
  * Use `create(AdmissionSettingsSchema)` to create a new message.
  */
 export declare const AdmissionSettingsSchema: GenMessage<AdmissionSettings>;
+
+/**
+ * PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
+ * next band's).
+ *
+ * @generated from message sluice.admin.v1.PriorityBand
+ */
+export declare type PriorityBand = Message<"sluice.admin.v1.PriorityBand"> & {
+  /**
+   * Band name, a metric label: 1-32 characters of a-z, 0-9, _ or -.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Lowest priority of the band.
+   *
+   * @generated from field: int32 min_priority = 2;
+   */
+  minPriority: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.PriorityBand.
+ * Use `create(PriorityBandSchema)` to create a new message.
+ */
+export declare const PriorityBandSchema: GenMessage<PriorityBand>;
+
+/**
+ * PriorityBandList is a full set of priority bands, lowest first.
+ *
+ * @generated from message sluice.admin.v1.PriorityBandList
+ */
+export declare type PriorityBandList = Message<"sluice.admin.v1.PriorityBandList"> & {
+  /**
+   * The bands; empty turns priorities off.
+   *
+   * @generated from field: repeated sluice.admin.v1.PriorityBand bands = 1;
+   */
+  bands: PriorityBand[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.PriorityBandList.
+ * Use `create(PriorityBandListSchema)` to create a new message.
+ */
+export declare const PriorityBandListSchema: GenMessage<PriorityBandList>;
+
+/**
+ * AdaptiveLimit is the range in which each prefill worker's request limit adapts.
+ *
+ * @generated from message sluice.admin.v1.AdaptiveLimit
+ */
+export declare type AdaptiveLimit = Message<"sluice.admin.v1.AdaptiveLimit"> & {
+  /**
+   * Smallest limit, >= 1.
+   *
+   * @generated from field: int32 min = 1;
+   */
+  min: number;
+
+  /**
+   * Largest limit, >= min.
+   *
+   * @generated from field: int32 max = 2;
+   */
+  max: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.AdaptiveLimit.
+ * Use `create(AdaptiveLimitSchema)` to create a new message.
+ */
+export declare const AdaptiveLimitSchema: GenMessage<AdaptiveLimit>;
 
 /**
  * WorkerAdmission is one prefill worker's admission state.
@@ -655,6 +766,35 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
    * @generated from field: int32 inflight = 2;
    */
   inflight: number;
+
+  /**
+   * Estimated prompt tokens of the slots held.
+   *
+   * @generated from field: int64 inflight_tokens = 3;
+   */
+  inflightTokens: bigint;
+
+  /**
+   * Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
+   *
+   * @generated from field: int32 limit = 4;
+   */
+  limit: number;
+
+  /**
+   * With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
+   * grants); -1 without cluster admission.
+   *
+   * @generated from field: int32 cluster_share = 30;
+   */
+  clusterShare: number;
+
+  /**
+   * With cluster admission: this replica's demand on the worker (slots held plus waiting requests it could serve).
+   *
+   * @generated from field: int32 cluster_demand = 31;
+   */
+  clusterDemand: number;
 };
 
 /**
@@ -662,6 +802,40 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
  * Use `create(WorkerAdmissionSchema)` to create a new message.
  */
 export declare const WorkerAdmissionSchema: GenMessage<WorkerAdmission>;
+
+/**
+ * BandState is one priority band's waiting requests.
+ *
+ * @generated from message sluice.admin.v1.BandState
+ */
+export declare type BandState = Message<"sluice.admin.v1.BandState"> & {
+  /**
+   * Band name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Lowest priority of the band.
+   *
+   * @generated from field: int32 min_priority = 2;
+   */
+  minPriority: number;
+
+  /**
+   * Requests of this band waiting, all models.
+   *
+   * @generated from field: int32 queued = 3;
+   */
+  queued: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.BandState.
+ * Use `create(BandStateSchema)` to create a new message.
+ */
+export declare const BandStateSchema: GenMessage<BandState>;
 
 /**
  * QueueState is one model's admission queue.
@@ -753,11 +927,33 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
   waitP99Seconds: number;
 
   /**
-   * Rejections since start, by reason ("queue_full", "queue_timeout", ...).
+   * Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
+   * rejection, "displaced" with priority bands).
    *
    * @generated from field: map<string, int64> rejections = 9;
    */
   rejections: { [key: string]: bigint };
+
+  /**
+   * Waiting requests per priority band (with two or more bands).
+   *
+   * @generated from field: repeated sluice.admin.v1.BandState bands = 10;
+   */
+  bands: BandState[];
+
+  /**
+   * Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
+   *
+   * @generated from field: double release_rate = 11;
+   */
+  releaseRate: number;
+
+  /**
+   * Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
+   *
+   * @generated from field: sluice.admin.v1.ClusterAdmission cluster = 30;
+   */
+  cluster?: ClusterAdmission | undefined;
 };
 
 /**
@@ -765,6 +961,194 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
  * Use `create(AdmissionStatusSchema)` to create a new message.
  */
 export declare const AdmissionStatusSchema: GenMessage<AdmissionStatus>;
+
+/**
+ * ClusterAdmission is this replica's view of the fleet's shared admission limit.
+ *
+ * @generated from message sluice.admin.v1.ClusterAdmission
+ */
+export declare type ClusterAdmission = Message<"sluice.admin.v1.ClusterAdmission"> & {
+  /**
+   * How members and coordinator are found: "static" (--admission-peers) or "kubernetes".
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * This replica's id (the base URL of its admin listener).
+   *
+   * @generated from field: string replica = 2;
+   */
+  replica: string;
+
+  /**
+   * The coordinator this replica follows (its own id when it coordinates; empty when it knows none).
+   *
+   * @generated from field: string coordinator = 3;
+   */
+  coordinator: string;
+
+  /**
+   * Whether this replica is the coordinator.
+   *
+   * @generated from field: bool is_coordinator = 4;
+   */
+  isCoordinator: boolean;
+
+  /**
+   * Term of the grant this replica enforces.
+   *
+   * @generated from field: string term = 5;
+   */
+  term: string;
+
+  /**
+   * Whether the lease has ended and this replica enforces the fallback (an even split, never above its last
+   * share).
+   *
+   * @generated from field: bool fallback = 6;
+   */
+  fallback: boolean;
+
+  /**
+   * Time since this replica last received a grant; unset when it never did.
+   *
+   * @generated from field: google.protobuf.Duration lease_age = 7;
+   */
+  leaseAge?: Duration | undefined;
+
+  /**
+   * The fleet's limit per worker (the smallest positive limit of the members).
+   *
+   * @generated from field: int32 fleet_limit = 8;
+   */
+  fleetLimit: number;
+
+  /**
+   * The members of the last grant.
+   *
+   * @generated from field: repeated string members = 9;
+   */
+  members: string[];
+
+  /**
+   * Coordinator only: every member with what it reported and was granted.
+   *
+   * @generated from field: repeated sluice.admin.v1.ClusterMember replicas = 10;
+   */
+  replicas: ClusterMember[];
+
+  /**
+   * Coordinator only: whether raising shares is held back because a live member has not reported in this term.
+   *
+   * @generated from field: bool raises_blocked = 11;
+   */
+  raisesBlocked: boolean;
+
+  /**
+   * Coordinator only: allocation rounds that changed a share, this term.
+   *
+   * @generated from field: int64 rebalances = 12;
+   */
+  rebalances: bigint;
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterAdmission.
+ * Use `create(ClusterAdmissionSchema)` to create a new message.
+ */
+export declare const ClusterAdmissionSchema: GenMessage<ClusterAdmission>;
+
+/**
+ * ClusterMember is one replica as the coordinator sees it.
+ *
+ * @generated from message sluice.admin.v1.ClusterMember
+ */
+export declare type ClusterMember = Message<"sluice.admin.v1.ClusterMember"> & {
+  /**
+   * Replica id.
+   *
+   * @generated from field: string replica = 1;
+   */
+  replica: string;
+
+  /**
+   * "following" (reports within its lease), "silent" (reported this term, not lately), "unknown" (alive, never
+   * reported this term) or "dead" (silent and refusing connections, or gone from the membership source).
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * Time since the coordinator last heard from it.
+   *
+   * @generated from field: google.protobuf.Duration since_contact = 3;
+   */
+  sinceContact?: Duration | undefined;
+
+  /**
+   * Per worker: share granted, slots reserved for it, its demand and slots held.
+   *
+   * @generated from field: repeated sluice.admin.v1.ClusterWorkerShare workers = 4;
+   */
+  workers: ClusterWorkerShare[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterMember.
+ * Use `create(ClusterMemberSchema)` to create a new message.
+ */
+export declare const ClusterMemberSchema: GenMessage<ClusterMember>;
+
+/**
+ * ClusterWorkerShare is one member's state on one worker.
+ *
+ * @generated from message sluice.admin.v1.ClusterWorkerShare
+ */
+export declare type ClusterWorkerShare = Message<"sluice.admin.v1.ClusterWorkerShare"> & {
+  /**
+   * Worker key.
+   *
+   * @generated from field: string worker = 1;
+   */
+  worker: string;
+
+  /**
+   * Share last granted.
+   *
+   * @generated from field: int32 granted = 2;
+   */
+  granted: number;
+
+  /**
+   * Slots the coordinator counts as possibly held by the member (at least its share and its slots in flight).
+   *
+   * @generated from field: int32 reserved = 3;
+   */
+  reserved: number;
+
+  /**
+   * Demand it reported.
+   *
+   * @generated from field: int32 demand = 4;
+   */
+  demand: number;
+
+  /**
+   * Slots it reported held.
+   *
+   * @generated from field: int32 inflight = 5;
+   */
+  inflight: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.ClusterWorkerShare.
+ * Use `create(ClusterWorkerShareSchema)` to create a new message.
+ */
+export declare const ClusterWorkerShareSchema: GenMessage<ClusterWorkerShare>;
 
 /**
  * UpdateAdmissionRequest changes admission settings; unset fields keep their value.
@@ -792,6 +1176,42 @@ export declare type UpdateAdmissionRequest = Message<"sluice.admin.v1.UpdateAdmi
    * @generated from field: google.protobuf.Duration queue_timeout = 3;
    */
   queueTimeout?: Duration | undefined;
+
+  /**
+   * New token bound per worker; <= 0 removes it.
+   *
+   * @generated from field: optional int64 max_inflight_tokens_per_worker = 4;
+   */
+  maxInflightTokensPerWorker?: bigint | undefined;
+
+  /**
+   * New priority bands, replacing all of them (an empty list turns priorities off).
+   *
+   * @generated from field: sluice.admin.v1.PriorityBandList priority_bands = 5;
+   */
+  priorityBands?: PriorityBandList | undefined;
+
+  /**
+   * New priority aging.
+   *
+   * @generated from field: google.protobuf.Duration priority_aging = 6;
+   */
+  priorityAging?: Duration | undefined;
+
+  /**
+   * Turn early rejection on or off.
+   *
+   * @generated from field: optional bool early_rejection = 7;
+   */
+  earlyRejection?: boolean | undefined;
+
+  /**
+   * New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
+   * field also turns adaptation off: it sets a fixed limit.
+   *
+   * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
+   */
+  adaptiveLimit?: AdaptiveLimit | undefined;
 };
 
 /**

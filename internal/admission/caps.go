@@ -1,0 +1,89 @@
+package admission
+
+import (
+	"maps"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// attrShareLimited marks a wait span whose request was, at least once while it waited, refused a worker
+// by a cap (cluster admission's share) although the worker was below MaxInflightPerWorker.
+const attrShareLimited = "sluice.admission.share_limited"
+
+// capState is an extra per-worker bound set from outside the controller: cluster admission's share of a
+// fleet-wide limit. The effective limit of a worker is min(MaxInflightPerWorker, its cap). Guarded by
+// Controller.mu.
+type capState struct {
+	on       bool
+	byWorker map[string]int
+	other    int // cap of workers not in byWorker
+	// hit is scratch for the caller of Select: set when hasCapacity refused a worker because of its cap
+	// alone. Reset before each Select that may mark a waiter.
+	hit bool
+}
+
+// SetWorkerCaps bounds the slots of each worker by caps[worker], and of every other worker by other, on top
+// of MaxInflightPerWorker: a worker admits a new request only while its slots held are below both. A cap
+// below the slots held revokes nothing; it stops new grants until enough slots are released. Every queue's
+// head selects again at once, so a raised cap is used without waiting for a release. The map is copied.
+func (c *Controller) SetWorkerCaps(caps map[string]int, other int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.caps.on = true
+	c.caps.byWorker = maps.Clone(caps)
+	c.caps.other = other
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+}
+
+// ClearWorkerCaps removes every cap set by SetWorkerCaps; heads select again.
+func (c *Controller) ClearWorkerCaps() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.caps = capState{}
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+}
+
+// capAllowsLocked reports whether worker, holding inflight slots, is below its cap.
+func (c *Controller) capAllowsLocked(worker string, inflight int) bool {
+	if !c.caps.on {
+		return true
+	}
+	limit, ok := c.caps.byWorker[worker]
+	if !ok {
+		limit = c.caps.other
+	}
+	if inflight < limit {
+		return true
+	}
+	c.caps.hit = true
+	return false
+}
+
+// shareLimitedAttr is the wait span's attribute for a request a cap held back.
+func shareLimitedAttr() attribute.KeyValue { return attribute.Bool(attrShareLimited, true) }
+
+// Usage is one consistent snapshot of what cluster admission reports: the configured limit, the slots held
+// per worker and the requests waiting per queue key.
+type Usage struct {
+	Limit    int
+	Inflight map[string]int
+	Queued   map[string]int
+}
+
+// Usage returns the current usage. Unlike Status it computes no statistics, so it is cheap to call often.
+func (c *Controller) Usage() Usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := Usage{Limit: c.settings.MaxInflightPerWorker, Inflight: make(map[string]int, len(c.workers)), Queued: make(map[string]int, len(c.queues))}
+	for k, ws := range c.workers {
+		u.Inflight[k] = ws.inflight
+	}
+	for k, q := range c.queues {
+		u.Queued[k] = q.n
+	}
+	return u
+}

@@ -1,0 +1,74 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// admissionSettings are the admission settings the configuration asks for.
+func admissionSettings(c config.AdmissionConfig) admission.Settings {
+	s := admission.Settings{
+		MaxInflightPerWorker:       c.MaxInflightPerWorker,
+		QueueSize:                  c.QueueSize,
+		QueueTimeout:               c.QueueTimeout,
+		MaxInflightTokensPerWorker: c.MaxInflightTokensPerWorker,
+		EarlyRejection:             c.EarlyRejection,
+		Adaptive:                   admission.AdaptiveLimit{Min: c.AdaptiveMin, Max: c.AdaptiveMax},
+		Aging:                      c.PriorityAging, // kept without bands too: bands may be set live
+	}
+	if len(c.PriorityBands) > 1 {
+		for _, b := range c.PriorityBands {
+			s.Bands = append(s.Bands, admission.Band{Name: b.Name, MinPriority: b.MinPriority})
+		}
+	}
+	return s
+}
+
+// newLoadMonitor builds the one poller of the engines' own load reports, or nil when
+// --engine-load-interval-secs is 0: every worker's engine is asked the way its protocol offers it
+// (backend.Upstream.FetchLoad), with the worker's API key. The readings serve three readers: the
+// worker (least_load placement and the overload check read them there), the engine-load metrics
+// (sink), and admission, whose heads re-select after each round when an overload threshold is set,
+// so a worker whose engine drained is used at once.
+func newLoadMonitor(cfg *config.Config, reg *worker.Registry, up *backend.Upstream, adm *admission.Controller,
+	sink *engineLoadSink, logger *slog.Logger) (*worker.LoadMonitor, error) {
+	interval := cfg.LoadMonitorInterval()
+	if interval <= 0 {
+		return nil, nil
+	}
+	fetch := worker.LoadFetcherFunc(func(ctx context.Context, w *worker.Worker) (worker.EngineLoad, error) {
+		u := *up
+		u.APIKey = w.APIKey()
+		l, err := u.FetchLoad(ctx, w.URL(), string(w.Protocol()))
+		if err != nil {
+			return worker.EngineLoad{}, err
+		}
+		return worker.EngineLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}, nil
+	})
+	mc := worker.LoadMonitorConfig{Interval: interval, Timeout: min(interval, 5*time.Second), OnResult: sink.result}
+	if cfg.Load.OverloadWaitingRequests >= 0 {
+		mc.OnRound = adm.Wake
+	}
+	return worker.NewLoadMonitor(reg, fetch, mc, logger)
+}
+
+// FeatureMetrics of the admission adapter.
+
+func (a admissionMetrics) SetInflightTokens(w string, n int64) { a.m.SetInflightTokens(w, n) }
+
+// SetLimit is not pushed: the state collector reads every worker's limit at scrape time
+// (stateSample), so sluice_pd_prefill_admission_limit has one source, fixed or adaptive.
+func (a admissionMetrics) SetLimit(string, int) {}
+
+func (a admissionMetrics) SetBandQueued(b string, n int) { a.m.SetBandQueued(b, n) }
+func (a admissionMetrics) ObserveBandWait(b string, d time.Duration) {
+	a.m.ObserveBandWait(b, d)
+}
+
+var _ admission.FeatureMetrics = admissionMetrics{}

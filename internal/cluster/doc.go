@@ -1,0 +1,96 @@
+// Package cluster makes prefill admission one limit for a whole fleet of gateway replicas: the limit N of
+// a prefill worker is the fleet's, and each replica enforces a leased share of it locally, through
+// admission's per-worker caps (no network hop on the request path).
+//
+// # Members, coordinator, exchanges
+//
+// A replica's id is the base URL of its admin listener. The members are the --admission-peers list
+// (static mode) or the endpoints of the gateway's headless Service (Kubernetes mode, from an EndpointSlice
+// informer). The coordinator is the lowest live member (static: the smallest id among the members heard
+// from within a lease, by reports or pings in either direction, and not refusing connections since, nor
+// leaving) or the holder of a coordination.k8s.io Lease (client-go leader election, identity = replica id,
+// released on shutdown).
+//
+// Every period each replica reports to the coordinator (sluice.cluster.v1.AdmissionCoordinationService/
+// Exchange, on the admin listener, behind the admin API key; the coordinator reports to itself without the
+// network): per worker the slots it holds, its demand (slots held plus the requests it has waiting that the
+// worker could serve) and the cap it enforces, naming the grant (term, version) that cap came from. The
+// answer is a grant: a share per worker, leased for Lease from the moment the report was sent, and the
+// members it was computed over. A replica enforces its share as a cap next to the local limit; before its
+// first grant it admits nothing.
+//
+// # Shares
+//
+// Each allocation round (at most one per period, plus one when a member starts reporting) splits each
+// worker's budget max-min fair over the demand of the members that report (water-filling), then spreads
+// what is left evenly as headroom. When the budget is smaller than the number of members with demand (the
+// floor of the even split is 0), members take turns of a lease: a unit stays with its holder for a lease,
+// then goes to the member that has gone longest without one; the others get 0 and wait, so the floor costs
+// no overshoot, and no member with demand starves. See fairShares.
+//
+// # The invariant, and why the sum of shares never exceeds N
+//
+// The coordinator keeps, per member and worker, a reservation: the most slots the member may hold. For a
+// member that reported in the current term it is the maximum of the slots it held and the cap it enforced
+// at its last report, and of every grant issued since that it may have received (grants it has not yet
+// acknowledged). A replica changes its cap only when a grant arrives or its lease ends, and its slots held
+// only grow below its cap, so the reservation bounds it until the member reports again. Lowering a share
+// revokes nothing: the reservation stays at the slots held until they drain below the new share.
+//
+// A share above a member's reservation is a raise. The coordinator raises only from the budget nobody may
+// be holding: N minus the reservations of all members (members that do not report are counted as below).
+// So the reservations sum to at most N whenever anything is raised, and every replica's slots stay within
+// its reservation: the fleet never holds more than N slots on a worker.
+//
+// Elections can disagree (a Lease can be held twice under clock skew; static election is each replica's
+// own view; a partition can split the fleet, or leave a replica reachable from two coordinators that cannot
+// reach each other). So a coordinator trusts only what it learned in its own term, and counts every member
+// that does not report to it at no less than that member's even split of N (see Failures): whatever
+// coordinator a member follows, and whatever it is granted there, the coordinators that can raise never
+// hand out, between them, more than the members' even splits, which sum to N. A coordinator raises
+// nothing while a member it can reach has not reported to it in this term (it may follow a coordinator
+// that can reach us, and of two coordinators that reach each other neither raises, until one steps down);
+// it only renews or lowers shares.
+//
+// # Failures
+//
+//   - A replica that stops hearing from its coordinator keeps its share until the lease ends, then falls
+//     back to an even split of N over the members of its last grant (floor, one more for the first
+//     N mod m), never above its last granted share. The fallback only ever lowers what it may hold.
+//   - The coordinator counts a member that stopped reporting at the larger of its reservation and its
+//     even split (the reservation shrinks as the member's Ping answers show its slots drain), and a member
+//     it cannot reach and never heard from in this term at its even split, once two leases of the term
+//     have passed (by then any larger share an earlier coordinator leased it has ended).
+//   - A member silent for a lease that refuses connections (nothing listens: the process is gone), or that
+//     the membership source no longer lists (its pod is gone), is dead: its reservation is released. A
+//     killed replica's share returns to the others one lease after they last heard from it.
+//   - A coordinator that dies is replaced at the next election (static: peers stop counting it live when it
+//     refuses connections; Kubernetes: its Lease expires, or is released on shutdown). The new one renews
+//     what members report and raises once every reachable member has reported and the dead one is known
+//     dead, about one lease later.
+//
+// The bound holds exactly, under any partition, kill and restart, as long as every prefill ends within a
+// lease of its admission (the property test drives random faults under that condition), with two
+// exceptions that no lease scheme can tell from a crash. (1) A replica taken for dead while it still
+// serves (its connections actively refused by a firewall, or its pod deleted while its node is cut off):
+// its reservation is released, so the fleet may exceed N by up to its fallback share (its even split) for
+// as long as it serves unheard, plus what it held above that until those prefills end. (2) A prefill that
+// outlives a lease, admitted under a share larger than its replica's even split, when that replica is then
+// heard by no coordinator while one counts it at its even split and raises the others: the fleet may
+// exceed N by at most that excess, until the prefill ends. A lease longer than the longest prefill closes (2).
+//
+// A fleet whose limits differ uses the smallest positive one. Demand is what Local reports (the gateway
+// spreads its waiting requests evenly over the workers that serve their model, rounded up).
+//
+// # Concurrency Model
+//
+// [Replica.Run] owns every goroutine the package starts and returns only after all of them ended: the
+// exchange loop (in Run's goroutine), the ping loop (which starts one goroutine per peer per round and
+// waits for them), and in Kubernetes mode the EndpointSlice informer (stopped with factory.Shutdown) and
+// the leader elector (its callbacks only set fields under a mutex). Only the exchange loop changes what
+// the replica enforces (replicaState, under Replica.mu) and calls Local.SetCaps; it never holds Replica.mu
+// while calling Local or the network. The coordinator's books are guarded by their own mutex and touched
+// by the exchange loop (self-reports, term start and stop), the Exchange handler and ping answers; the
+// peer table has its own mutex and is never held while taking another lock. Handlers check that Run has
+// published its state (an atomic flag) before touching it.
+package cluster

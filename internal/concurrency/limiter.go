@@ -1,0 +1,306 @@
+package concurrency
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Rejections. Both wrap ErrRejected.
+var (
+	// ErrRejected is the class of every refusal of the limiter.
+	ErrRejected = errors.New("gateway concurrency limit")
+	// ErrQueueFull: no token, and QueueSize requests already wait (or QueueSize is 0).
+	ErrQueueFull = fmt.Errorf("%w: queue full", ErrRejected)
+	// ErrQueueTimeout: the request waited QueueTimeout without getting a token.
+	ErrQueueTimeout = fmt.Errorf("%w: queue timeout", ErrRejected)
+)
+
+// Config is the limiter's behaviour.
+type Config struct {
+	// Capacity is the number of tokens; requests in flight at once without refill. Must be >= 1.
+	Capacity int
+	// QueueSize bounds the waiting requests; 0 rejects at once when no token is left.
+	QueueSize int
+	// QueueTimeout bounds one request's wait. Must be positive.
+	QueueTimeout time.Duration
+	// RefillPerSecond adds tokens over time besides the ones requests give back (0 = none).
+	RefillPerSecond float64
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("capacity must be at least 1, got %d", c.Capacity))
+	}
+	if c.QueueSize < 0 {
+		errs = append(errs, fmt.Errorf("queue size must not be negative, got %d", c.QueueSize))
+	}
+	if c.QueueTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("queue timeout must be positive, got %v", c.QueueTimeout))
+	}
+	if !(c.RefillPerSecond >= 0) || math.IsInf(c.RefillPerSecond, 0) {
+		errs = append(errs, fmt.Errorf("refill rate must be a non-negative number, got %v", c.RefillPerSecond))
+	}
+	return errors.Join(errs...)
+}
+
+// Metrics receives the limiter's state changes. Calls happen under the limiter's mutex, in order.
+type Metrics interface {
+	SetInflight(n int)
+	SetQueued(n int)
+	ObserveWait(d time.Duration)
+	// IncRejection counts a refusal: "queue_full" or "queue_timeout".
+	IncRejection(reason string)
+}
+
+// Deps are the limiter's collaborators.
+type Deps struct {
+	Metrics Metrics
+	// Now is the clock of the refill (time.Now when nil). Waits use timers, which testing/synctest
+	// drives.
+	Now func() time.Time
+}
+
+// Limiter is the gateway-wide token bucket. It is safe for concurrent use.
+type Limiter struct {
+	cfg     Config
+	metrics Metrics
+	now     func() time.Time
+
+	mu       sync.Mutex
+	tokens   float64   // available, 0..Capacity
+	last     time.Time // last refill
+	inflight int       // permits held
+	waiters  list.List // of *waiter, FIFO
+}
+
+type waiter struct {
+	ready   chan struct{} // closed on grant
+	nudge   chan struct{} // capacity 1: "you are the head now" (re-arm the refill timer)
+	granted bool          // set under mu with the close of ready
+}
+
+// New builds a limiter with a full bucket.
+func New(cfg Config, d Deps) (*Limiter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("concurrency: %w", err)
+	}
+	if d.Metrics == nil {
+		d.Metrics = nopMetrics{}
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	l := &Limiter{cfg: cfg, metrics: d.Metrics, now: d.Now, tokens: float64(cfg.Capacity)}
+	l.last = l.now()
+	l.metrics.SetInflight(0)
+	l.metrics.SetQueued(0)
+	return l, nil
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) SetInflight(int)            {}
+func (nopMetrics) SetQueued(int)              {}
+func (nopMetrics) ObserveWait(time.Duration)  {}
+func (nopMetrics) IncRejection(reason string) {}
+
+// Permit is one request's token. Release gives it back; it is safe to call more than once.
+type Permit struct {
+	l        *Limiter
+	released atomic.Bool
+}
+
+// Release gives the token back (once) and grants waiters.
+func (p *Permit) Release() {
+	if p == nil || !p.released.CompareAndSwap(false, true) {
+		return
+	}
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight--
+	l.tokens = min(l.tokens+1, float64(l.cfg.Capacity))
+	l.grantLocked()
+	l.metrics.SetInflight(l.inflight)
+}
+
+// Acquire takes a token, waiting in the queue when none is left. It returns ErrQueueFull,
+// ErrQueueTimeout, or the context's error when ctx ends first.
+func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
+	// Cancellation beats a grant: a request already gone takes nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.waiters.Len() > 0 {
+		l.grantLocked() // tokens refilled since the last look go to the waiters first
+	} else {
+		l.refillLocked()
+	}
+	if l.waiters.Len() == 0 && l.tokens >= 1 {
+		l.tokens--
+		p := l.grantedLocked()
+		l.mu.Unlock()
+		return p, nil
+	}
+	if l.waiters.Len() >= l.cfg.QueueSize {
+		l.metrics.IncRejection("queue_full")
+		l.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	w := &waiter{ready: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	elem := l.waiters.PushBack(w)
+	l.metrics.SetQueued(l.waiters.Len())
+	start := l.now()
+	refill := l.refillTimerLocked(elem)
+	l.mu.Unlock()
+
+	timeout := time.NewTimer(l.cfg.QueueTimeout)
+	defer timeout.Stop()
+	defer func() {
+		if refill != nil {
+			refill.Stop()
+		}
+	}()
+	for {
+		var refillC <-chan time.Time
+		if refill != nil {
+			refillC = refill.C
+		}
+		select {
+		case <-w.ready:
+			l.mu.Lock()
+			l.metrics.ObserveWait(l.now().Sub(start))
+			p := l.grantedLocked()
+			l.mu.Unlock()
+			return p, nil
+		case <-w.nudge:
+		case <-refillC:
+			refill = nil
+			l.mu.Lock()
+			l.grantLocked()
+			l.mu.Unlock()
+		case <-ctx.Done():
+			l.mu.Lock()
+			if w.granted { // the grant raced in: give it back, cancellation wins
+				l.tokens = min(l.tokens+1, float64(l.cfg.Capacity))
+				l.grantLocked()
+			} else {
+				l.removeLocked(elem)
+			}
+			l.mu.Unlock()
+			return nil, ctx.Err()
+		case <-timeout.C:
+			l.mu.Lock()
+			if w.granted { // granted just in time: keep it
+				l.metrics.ObserveWait(l.now().Sub(start))
+				p := l.grantedLocked()
+				l.mu.Unlock()
+				return p, nil
+			}
+			l.removeLocked(elem)
+			l.metrics.IncRejection("queue_timeout")
+			l.mu.Unlock()
+			return nil, ErrQueueTimeout
+		}
+		// Woken to re-check (nudged as the new head, or the refill timer fired without a grant).
+		l.mu.Lock()
+		if !w.granted {
+			if refill != nil {
+				refill.Stop()
+			}
+			refill = l.refillTimerLocked(elem)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// grantedLocked counts a token taken and returns its permit.
+func (l *Limiter) grantedLocked() *Permit {
+	l.inflight++
+	l.metrics.SetInflight(l.inflight)
+	return &Permit{l: l}
+}
+
+// refillLocked adds the tokens accrued since the last refill.
+func (l *Limiter) refillLocked() {
+	now := l.now()
+	if l.cfg.RefillPerSecond > 0 {
+		if d := now.Sub(l.last); d > 0 {
+			l.tokens = min(l.tokens+d.Seconds()*l.cfg.RefillPerSecond, float64(l.cfg.Capacity))
+		}
+	}
+	l.last = now
+}
+
+// grantLocked hands tokens to waiters, oldest first, and nudges a new head.
+func (l *Limiter) grantLocked() {
+	l.refillLocked()
+	granted := false
+	for e := l.waiters.Front(); e != nil && l.tokens >= 1; e = l.waiters.Front() {
+		w := e.Value.(*waiter)
+		l.waiters.Remove(e)
+		l.tokens--
+		w.granted = true
+		close(w.ready)
+		granted = true
+	}
+	if granted {
+		l.metrics.SetQueued(l.waiters.Len())
+		l.nudgeHeadLocked()
+	}
+}
+
+// removeLocked takes a waiter that gave up out of the queue; a new head is nudged.
+func (l *Limiter) removeLocked(e *list.Element) {
+	wasHead := l.waiters.Front() == e
+	l.waiters.Remove(e)
+	l.metrics.SetQueued(l.waiters.Len())
+	if wasHead {
+		l.nudgeHeadLocked()
+	}
+}
+
+func (l *Limiter) nudgeHeadLocked() {
+	if l.cfg.RefillPerSecond <= 0 {
+		return // only refill needs the head awake; returns grant from the releaser's goroutine
+	}
+	if f := l.waiters.Front(); f != nil {
+		select {
+		case f.Value.(*waiter).nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// refillTimerLocked returns a timer for when the head's token will have accrued, or nil when e is
+// not the head or nothing refills.
+func (l *Limiter) refillTimerLocked(e *list.Element) *time.Timer {
+	if l.cfg.RefillPerSecond <= 0 || l.waiters.Front() != e {
+		return nil
+	}
+	need := (1 - l.tokens) / l.cfg.RefillPerSecond
+	d := time.Duration(math.Ceil(need * float64(time.Second)))
+	return time.NewTimer(max(d, time.Millisecond))
+}
+
+// Status is the limiter's state.
+type Status struct {
+	Capacity, Inflight, Queued int
+	Tokens                     float64
+}
+
+// Status returns the current state.
+func (l *Limiter) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refillLocked()
+	return Status{Capacity: l.cfg.Capacity, Inflight: l.inflight, Queued: l.waiters.Len(), Tokens: l.tokens}
+}

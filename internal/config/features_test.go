@@ -1,0 +1,127 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseAdmissionFeatures(t *testing.T) {
+	pd := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	c, err := parseNoEnv(append(pd,
+		"--prefill-max-inflight-tokens-per-worker", "16384",
+		"--prefill-token-estimate-chars-per-token", "3.5",
+		"--prefill-priority-bands", "low:-10, default:0,high:10",
+		"--prefill-priority-aging-secs", "2.5",
+		"--prefill-early-rejection",
+		"--prefill-adaptive-limit", "2:32",
+		"--worker-overload-waiting-requests", "8",
+		"--prefill-policy", "least_load")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.Admission
+	if !a.Enabled() || a.MaxInflightPerWorker != -1 {
+		t.Errorf("a token budget alone turns admission on: %+v", a)
+	}
+	want := AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: time.Minute,
+		MaxInflightTokensPerWorker: 16384, CharsPerToken: 3.5,
+		PriorityBands: []PriorityBand{{"low", -10}, {"default", 0}, {"high", 10}}, PriorityAging: 2500 * time.Millisecond,
+		EarlyRejection: true, AdaptiveMin: 2, AdaptiveMax: 32}
+	if diff := cmp.Diff(want, a); diff != "" {
+		t.Errorf("admission (-want +got):\n%s", diff)
+	}
+	if c.Load.OverloadWaitingRequests != 8 || c.LoadMonitorInterval() != time.Second {
+		t.Errorf("load: %+v, interval %v, want 8 and the 1 s default", c.Load, c.LoadMonitorInterval())
+	}
+	// The adaptive limit alone turns admission on too.
+	c, err = parseNoEnv(append(pd, "--prefill-adaptive-limit", "1:8")...)
+	if err != nil || !c.Admission.Enabled() {
+		t.Fatalf("adaptive alone: %v, enabled %v", err, c != nil && c.Admission.Enabled())
+	}
+	// The monitor interval: explicit, needed, or off.
+	for _, tt := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 15 * time.Second},
+		{[]string{"--engine-load-interval-secs", "0"}, 0},
+		{[]string{"--engine-load-interval-secs", "0.5"}, 500 * time.Millisecond},
+		{[]string{"--decode-policy", "least_load", "--load-monitor-interval-secs", "2"}, 2 * time.Second}, // the issue's name
+		{[]string{"--decode-policy", "least_load"}, time.Second},
+		{[]string{"--policy", "least_load", "--engine-load-interval-secs", "3"}, 3 * time.Second},
+	} {
+		c, err := parseNoEnv(append(pd, tt.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.LoadMonitorInterval(); got != tt.want {
+			t.Errorf("%v: interval %v, want %v", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestParseRejectsAdmissionFeatures(t *testing.T) {
+	pd := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	on := slices.Concat(pd, []string{"--prefill-max-inflight-requests-per-worker", "4"})
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"token budget in regular mode", []string{"--prefill-max-inflight-tokens-per-worker", "100"}, "needs --pd-disaggregation"},
+		{"bands without admission", slices.Concat(pd, []string{"--prefill-priority-bands", "low:0,high:1"}), "--prefill-priority-bands is set but admission is off"},
+		{"aging without admission", slices.Concat(pd, []string{"--prefill-priority-aging-secs", "3"}), "--prefill-priority-aging-secs is set but admission is off"},
+		{"early rejection without admission", slices.Concat(pd, []string{"--prefill-early-rejection"}), "--prefill-early-rejection is set but admission is off"},
+		{"overload without admission", slices.Concat(pd, []string{"--worker-overload-waiting-requests", "2"}), "--worker-overload-waiting-requests is set but admission is off"},
+		{"chars per token without budget", slices.Concat(on, []string{"--prefill-token-estimate-chars-per-token", "3"}), "needs --prefill-max-inflight-tokens-per-worker"},
+		{"zero chars per token", slices.Concat(on, []string{"--prefill-max-inflight-tokens-per-worker", "9", "--prefill-token-estimate-chars-per-token", "0"}), "must be in (0, 64]"},
+		{"band syntax", slices.Concat(on, []string{"--prefill-priority-bands", "low"}), "want NAME:MIN_PRIORITY"},
+		{"band order", slices.Concat(on, []string{"--prefill-priority-bands", "high:10,low:0"}), "not above the previous band's"},
+		{"band name", slices.Concat(on, []string{"--prefill-priority-bands", "Low:0,high:1"}), `band name "Low"`},
+		{"band twice", slices.Concat(on, []string{"--prefill-priority-bands", "a:0,a:1"}), `band "a" given twice`},
+		{"zero aging", slices.Concat(on, []string{"--prefill-priority-bands", "a:0,b:1", "--prefill-priority-aging-secs", "0"}), "aging-secs must be positive"},
+		{"adaptive syntax", slices.Concat(on, []string{"--prefill-adaptive-limit", "8"}), "want MIN:MAX"},
+		{"adaptive inverted", slices.Concat(on, []string{"--prefill-adaptive-limit", "8:2"}), "must have 1 <= MIN <= MAX"},
+		{"adaptive zero", slices.Concat(on, []string{"--prefill-adaptive-limit", "0:2"}), "must have 1 <= MIN <= MAX"},
+		{"overload below -1", slices.Concat(on, []string{"--worker-overload-waiting-requests", "-2"}), "must be at least -1"},
+		{"negative load interval", slices.Concat(pd, []string{"--engine-load-interval-secs", "-1"}), "--engine-load-interval-secs must be >= 0"},
+		{"least_load without loads", slices.Concat(pd, []string{"--policy", "least_load", "--engine-load-interval-secs", "0"}), "reads the loads"},
+		{"overload without loads", slices.Concat(on, []string{"--worker-overload-waiting-requests", "3", "--load-monitor-interval-secs", "0"}), "reads the loads"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseNoEnv(tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parse(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAdmissionFeaturesInFileAndSummary(t *testing.T) {
+	path := writeFile(t, `
+pd-disaggregation: true
+prefill: ["http://p:1"]
+decode: ["http://d:1"]
+prefill-max-inflight-tokens-per-worker: 4096
+prefill-priority-bands: "low:-1,high:1"
+prefill-adaptive-limit: "2:16"
+`)
+	c, err := parseNoEnv("--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Admission.PriorityBands) != 2 || c.Admission.AdaptiveMax != 16 || c.Admission.MaxInflightTokensPerWorker != 4096 {
+		t.Fatalf("from file: %+v", c.Admission)
+	}
+	got := c.LogValue().String()
+	for _, want := range []string{"priority_bands=low:-1,high:1", "adaptive_limit=2:16", "max_inflight_tokens_per_worker=4096"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q: %s", want, got)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package dispatch
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// What admission learns about a request beyond its model and placement: its estimated prompt
+// tokens, its priority and its client's deadline.
+//
+// The token estimate is the token ids given as prompts (counted exactly) plus the prompt text's length
+// divided by Config.CharsPerToken (4 by default, about right for BPE tokenizers on English), over every
+// prompt of a batch; the chat template's few tokens are not counted, and n > 1 counts the prompt once
+// (the engine's prefix cache serves the other samples). When the prefill policy is cache_aware, the
+// charge on a worker is reduced by the prefix its radix tree expects that worker to hold
+// (CacheAware.CachedPrefixLen, in characters, divided the same way): admission asks for it per worker
+// while it checks capacity, under its lock, like the policy itself.
+//
+// The priority is the X-Sluice-Priority header, else the body's "priority" (SGLang's field, higher
+// first; vLLM orders its own field the other way, so vLLM clients should use the header), else 0. The
+// deadline is X-Sluice-Deadline-Ms: the milliseconds the client will wait for admission, which early
+// rejection compares with the predicted wait.
+const (
+	HeaderPriority   = "X-Sluice-Priority"
+	HeaderDeadlineMS = "X-Sluice-Deadline-Ms"
+	// DefaultCharsPerToken is the token estimate's default characters per token.
+	DefaultCharsPerToken = 4.0
+)
+
+// admissionHeaders validates and reads the admission headers.
+func admissionHeaders(h http.Header) (priority int, hasPriority bool, maxWait time.Duration, err error) {
+	if v := h.Get(HeaderPriority); v != "" {
+		p, perr := strconv.ParseInt(v, 10, 32)
+		if perr != nil {
+			return 0, false, 0, apierror.InvalidRequest(HeaderPriority, HeaderPriority+" must be an integer, got "+strconv.Quote(v))
+		}
+		priority, hasPriority = int(p), true
+	}
+	if v := h.Get(HeaderDeadlineMS); v != "" {
+		ms, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+			return 0, false, 0, apierror.InvalidRequest(HeaderDeadlineMS, HeaderDeadlineMS+" must be a positive number of milliseconds, got "+strconv.Quote(v))
+		}
+		maxWait = time.Duration(ms) * time.Millisecond
+	}
+	return priority, hasPriority, maxWait, nil
+}
+
+// admissionRequest fills the admission inputs of a request (admitPrefill adds the queue and the
+// selection). Its headers were validated by Do.
+func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *placement.Request) admission.Request {
+	prio, hasPrio, maxWait, _ := admissionHeaders(r.Header)
+	if !hasPrio && br.HasPriority {
+		prio = br.Priority
+	}
+	cpt := x.charsPerToken()
+	ar := admission.Request{
+		Tokens:   int64(br.PromptTokenIDs) + int64(math.Ceil(float64(br.PromptChars)/cpt)),
+		Priority: prio,
+		MaxWait:  maxWait,
+	}
+	if ca, ok := x.d.Policies.Prefill.(interface {
+		CachedPrefixLen(model, text, workerURL string) int
+	}); ok && preq.Text != "" {
+		model, text := preq.Model, preq.Text
+		ar.CachedTokens = func(url string) int64 { return int64(float64(ca.CachedPrefixLen(model, text, url)) / cpt) }
+	}
+	return ar
+}
+
+func (x *Dispatcher) charsPerToken() float64 {
+	if x.cfg.CharsPerToken > 0 {
+		return x.cfg.CharsPerToken
+	}
+	return DefaultCharsPerToken
+}
+
+// overloaded reports whether a prefill worker's engine reports more waiting requests than allowed.
+func (x *Dispatcher) overloaded(w *worker.Worker) bool {
+	return x.cfg.CheckOverload && w.Overloaded(x.cfg.OverloadWaitingRequests)
+}
