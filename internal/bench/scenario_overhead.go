@@ -391,7 +391,10 @@ func startBaselineProcess(bin string, args []string, o ScenarioOptions) (*child,
 	u, ok := strings.CutPrefix(strings.TrimSpace(l.s), "listening ")
 	if l.err != nil || !ok {
 		_ = c.stop()
-		return nil, "", fmt.Errorf("sluice-baseline %s: %v %q", args[0], l.err, l.s)
+		if l.err == nil {
+			l.err = errors.New("no address line")
+		}
+		return nil, "", fmt.Errorf("sluice-baseline %s: %w %q", args[0], l.err, l.s)
 	}
 	return c, u, nil
 }

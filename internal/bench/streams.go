@@ -160,7 +160,7 @@ func openStream(ctx context.Context, addr string, req, buf []byte) (net.Conn, er
 		got += n
 		if err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: %v: %q", errNoFrame, err, buf[:min(got, 200)])
+			return nil, fmt.Errorf("%w: %w: %q", errNoFrame, err, buf[:min(got, 200)])
 		}
 	}
 	if !bytes.HasPrefix(buf[:got], []byte("HTTP/1.1 200")) {

@@ -76,7 +76,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		go func() { errc <- Serve(pctx, *pprofAddr, mux, nil) }()
 		defer func() {
 			cancel()
-			<-errc
+			if err := <-errc; err != nil {
+				fmt.Fprintln(stderr, "sluice-baseline: pprof:", err)
+			}
 		}()
 	}
 	if err := Serve(ctx, *listen, h, func(addr string) { fmt.Fprintf(stdout, "listening http://%s\n", addr) }); err != nil {
@@ -120,6 +122,8 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready func(addr str
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = srv.Close() // held streams do not end by themselves
 	}
-	<-errc
+	if serr := <-errc; err == nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = serr
+	}
 	return err
 }
