@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,10 @@ type h1Conn struct {
 	c      net.Conn
 	br     *bufio.Reader
 	idleAt time.Time
+	// idleTimer closes the connection when it has stayed in the pool for the idle timeout: without it,
+	// connections to an engine that is gone (a pod deleted, a worker removed) would stay open until
+	// the process ends.
+	idleTimer *time.Timer
 }
 
 var (
@@ -264,6 +269,7 @@ func (t *h1Transport) getConn(ctx context.Context, key string) (*h1Conn, bool, e
 		pc := l[len(l)-1]
 		l[len(l)-1] = nil
 		t.idle[key] = l[:len(l)-1]
+		pc.idleTimer.Stop() // may have fired already: expire then finds pc gone from the pool
 		t.mu.Unlock()
 		if now.Sub(pc.idleAt) > t.idleTimeout || !connAlive(pc.c) {
 			pc.close()
@@ -292,9 +298,32 @@ func (t *h1Transport) putIdle(pc *h1Conn) {
 		l = l[:len(l)-1]
 	}
 	t.idle[pc.key] = l
+	if pc.idleTimer == nil {
+		pc.idleTimer = time.AfterFunc(t.idleTimeout, func() { t.expire(pc) })
+	} else {
+		pc.idleTimer.Reset(t.idleTimeout)
+	}
 	t.mu.Unlock()
 	if drop != nil {
 		drop.close()
+	}
+}
+
+// expire closes pc if it is still pooled (its timer may fire after a request took it: then it is the
+// request's and stays open).
+func (t *h1Transport) expire(pc *h1Conn) {
+	t.mu.Lock()
+	l := t.idle[pc.key]
+	i := slices.Index(l, pc)
+	if i >= 0 {
+		t.idle[pc.key] = slices.Delete(l, i, i+1)
+		if len(t.idle[pc.key]) == 0 {
+			delete(t.idle, pc.key)
+		}
+	}
+	t.mu.Unlock()
+	if i >= 0 {
+		pc.close()
 	}
 }
 
@@ -311,7 +340,12 @@ func (t *h1Transport) CloseIdleConnections() {
 	}
 }
 
-func (pc *h1Conn) close() { _ = pc.c.Close() }
+func (pc *h1Conn) close() {
+	if pc.idleTimer != nil {
+		pc.idleTimer.Stop()
+	}
+	_ = pc.c.Close()
+}
 
 // readResponse reads the answer's head (skipping 1xx answers) and sets up its body.
 func (pc *h1Conn) readResponse(req *http.Request, stop func() bool) (*http.Response, error) {
@@ -335,6 +369,11 @@ func (pc *h1Conn) readResponse(req *http.Request, stop func() bool) (*http.Respo
 	}
 	if t.responseHeaderTimeout > 0 {
 		_ = pc.c.SetReadDeadline(time.Time{})
+		if req.Context().Err() != nil {
+			// The request ended while its head was read: clearing the deadline may have undone the
+			// past deadline its cancellation set, and the body's reads would then not be interrupted.
+			_ = pc.c.SetDeadline(aLongTimeAgo)
+		}
 	}
 	resp.Request = req
 	reusable := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols

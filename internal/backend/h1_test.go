@@ -456,3 +456,40 @@ func FuzzH1Response(f *testing.F) {
 		}
 	})
 }
+
+// TestH1IdleConnectionExpires: a pooled connection that no request takes is closed once it has been
+// idle for the idle timeout, with no later request to notice it (an engine that went away leaves no
+// open connection behind); one taken by a request before then stays open for it.
+func TestH1IdleConnectionExpires(t *testing.T) {
+	closed := make(chan struct{})
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, _, err := readRawRequest(br); err != nil {
+				close(closed) // the gateway closed its pooled connection
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	o := HTTPClientOptions{IdleConnTimeout: 50 * time.Millisecond}.withDefaults()
+	tr := newH1Transport(o)
+	defer tr.CloseIdleConnections()
+	for range 3 { // reused from the pool each time: the timer is stopped and set again
+		resp, err := h1Post(t.Context(), t, tr, url, "{}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+			t.Fatalf("body %q", b)
+		}
+		resp.Body.Close()
+	}
+	within(t, closed, "the idle connection to be closed")
+	tr.mu.Lock()
+	n := len(tr.idle)
+	tr.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d hosts still pooled after expiry", n)
+	}
+}
