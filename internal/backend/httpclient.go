@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -81,7 +82,7 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 		WriteBufferSize: 8 << 10,
 		ReadBufferSize:  8 << 10,
 	}
-	ut := &upstreamTransport{http: tr}
+	ut := &upstreamTransport{http: tr, h1: newH1Transport(o)}
 	if !o.DisableGRPC {
 		ut.grpc = o.GRPC
 		if ut.grpc == nil {
@@ -95,22 +96,29 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 	}
 }
 
-// upstreamTransport sends grpc:// and grpcs:// requests to the worker-protocol transport and
-// everything else to the HTTP/1.1 transport.
+// upstreamTransport sends http:// requests to the lean HTTP/1.1 transport (h1.go), grpc:// and
+// grpcs:// requests to the worker-protocol transport, and everything else (https://) to net/http's.
 type upstreamTransport struct {
 	http *http.Transport
+	h1   *h1Transport
 	grpc http.RoundTripper
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.grpc != nil && (req.URL.Scheme == "grpc" || req.URL.Scheme == "grpcs") {
-		return t.grpc.RoundTrip(req)
+	switch req.URL.Scheme {
+	case "http":
+		return t.h1.RoundTrip(req)
+	case "grpc", "grpcs":
+		if t.grpc != nil {
+			return t.grpc.RoundTrip(req)
+		}
 	}
 	return t.http.RoundTrip(req)
 }
 
-// CloseIdleConnections closes the idle connections of both transports.
+// CloseIdleConnections closes the idle connections of every transport.
 func (t *upstreamTransport) CloseIdleConnections() {
+	t.h1.CloseIdleConnections()
 	t.http.CloseIdleConnections()
 	if c, ok := t.grpc.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
@@ -216,4 +224,79 @@ func forwardable(k string, extra []string) bool {
 		}
 	}
 	return false
+}
+
+// NewPostRequest builds a POST of a JSON body to baseURL+path, as http.NewRequestWithContext would,
+// with fewer allocations on the per-leg path: the URL is split rather than parsed when it is a plain
+// scheme://host[/prefix], and the body is read from body itself (also available through GetBody).
+func NewPostRequest(ctx context.Context, baseURL, path string, body []byte) (*http.Request, error) {
+	u := splitURL(baseURL, path)
+	if u == nil {
+		return http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.URL, req.Host = u, u.Host
+	req.Body = &bytesBody{b: body}
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return &bytesBody{b: body}, nil }
+	return req, nil
+}
+
+// splitURL builds baseURL+path for a base of the form scheme://host[:port][/prefix] without parsing;
+// nil for anything else (user info, query, fragment, escapes).
+func splitURL(baseURL, path string) *url.URL {
+	scheme, rest, ok := strings.Cut(baseURL, "://")
+	if !ok || scheme == "" || strings.ContainsAny(rest, "@?#%") || strings.ContainsAny(path, "?#%") {
+		return nil
+	}
+	host, prefix := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		host, prefix = rest[:i], strings.TrimSuffix(rest[i:], "/")
+	}
+	if host == "" {
+		return nil
+	}
+	if prefix != "" {
+		path = prefix + path
+	}
+	return &url.URL{Scheme: scheme, Host: host, Path: path}
+}
+
+// bytesBody is a request body read from a byte slice.
+type bytesBody struct {
+	b   []byte
+	off int
+}
+
+func (r *bytesBody) Read(p []byte) (int, error) {
+	if r.off >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (*bytesBody) Close() error { return nil }
+
+// RoundTrip sends req through c's transport directly, without http.Client's per-request work
+// (header copies for redirects, timers): the gateway's client follows no redirects and sets no
+// timeout, so the result is what c.Do returns, errors wrapped the same way. Any other client goes
+// through Do.
+func RoundTrip(c *http.Client, req *http.Request) (*http.Response, error) {
+	if c.Transport == nil || c.Timeout != 0 || c.Jar != nil {
+		return c.Do(req)
+	}
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		method := req.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		return nil, &url.Error{Op: method[:1] + strings.ToLower(method[1:]), URL: req.URL.Redacted(), Err: err}
+	}
+	return resp, nil
 }

@@ -2,12 +2,19 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/tlsconf/tlstest"
 )
 
 func TestForwardHeaders(t *testing.T) {
@@ -130,5 +137,126 @@ func TestNewHTTPClientNoRedirects(t *testing.T) {
 	tr := c.Transport.(*upstreamTransport).http
 	if tr.MaxIdleConnsPerHost < 1024 || tr.ForceAttemptHTTP2 || tr.Proxy != nil {
 		t.Errorf("transport not tuned: %+v", tr)
+	}
+}
+
+// TestNewPostRequest: the split URL is the one url.Parse gives for base+path, with the body, its
+// length and GetBody as http.NewRequest sets them.
+func TestNewPostRequest(t *testing.T) {
+	for _, base := range []string{"http://127.0.0.1:8000", "http://h:1/", "http://h:1/prefix", "https://engine.example",
+		"http://u:p@h:1", "http://h:1/a?x=1", "grpc://h:2"} {
+		req, err := NewPostRequest(t.Context(), base, "/v1/chat/completions", []byte(`{"a":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", nil)
+		if strings.HasSuffix(base, "/") {
+			want, _ = http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/v1/chat/completions", nil)
+		}
+		if req.URL.String() != want.URL.String() || req.Host != want.Host || req.Method != http.MethodPost {
+			t.Errorf("%s: URL %s host %s, want %s host %s", base, req.URL, req.Host, want.URL, want.Host)
+		}
+		b, _ := io.ReadAll(req.Body)
+		rb, _ := req.GetBody()
+		b2, _ := io.ReadAll(rb)
+		if string(b) != `{"a":1}` || string(b2) != `{"a":1}` || req.ContentLength != 7 {
+			t.Errorf("%s: body %q, GetBody %q, length %d", base, b, b2, req.ContentLength)
+		}
+	}
+}
+
+// TestRoundTripErrorsAsClientDo: the direct round trip fails with the same error http.Client.Do
+// gives.
+func TestRoundTripErrorsAsClientDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := NewHTTPClient(HTTPClientOptions{})
+	mk := func() *http.Request {
+		req, _ := NewPostRequest(t.Context(), "http://"+addr, "/v1/completions", []byte("{}"))
+		return req
+	}
+	_, viaDo := c.Do(mk())
+	_, direct := RoundTrip(c, mk())
+	var ue *url.Error
+	if viaDo == nil || direct == nil || !errors.As(direct, &ue) || direct.Error() != viaDo.Error() {
+		t.Errorf("RoundTrip error %v, Do error %v", direct, viaDo)
+	}
+}
+
+// TestUpstreamTransportByScheme: http:// engines go through h1Transport; https:// engines through
+// net/http's Transport with the configured TLS (here a private CA and a client certificate the
+// engine requires), never through h1Transport, which speaks no TLS; the caller's config is not
+// written to.
+func TestUpstreamTransportByScheme(t *testing.T) {
+	ca := tlstest.NewCA(t, "engine CA")
+	srvLeaf, cliLeaf := ca.Issue(t, "engine"), ca.Issue(t, "gateway")
+	pair := func(l *tlstest.Leaf) tls.Certificate {
+		c, err := tls.X509KeyPair(l.CertPEM, l.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, r.URL.Scheme+"ok")
+	})
+	tlsSrv := httptest.NewUnstartedServer(handler)
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{pair(srvLeaf)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()}
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	plain := httptest.NewServer(handler)
+	defer plain.Close()
+
+	cfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair(cliLeaf)}}
+	c := NewHTTPClient(HTTPClientOptions{TLSClientConfig: cfg})
+	ut := c.Transport.(*upstreamTransport)
+	defer ut.CloseIdleConnections()
+	h1Idle := func() int {
+		ut.h1.mu.Lock()
+		defer ut.h1.mu.Unlock()
+		n := 0
+		for _, l := range ut.h1.idle {
+			n += len(l)
+		}
+		return n
+	}
+	post := func(c *http.Client, base string) (string, error) {
+		req, err := NewPostRequest(t.Context(), base, "/v1/chat/completions", []byte("{}"))
+		if err != nil {
+			return "", err
+		}
+		resp, err := RoundTrip(c, req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	if got, err := post(c, tlsSrv.URL); err != nil || got != "ok" {
+		t.Fatalf("https engine with a client certificate: %q, %v", got, err)
+	}
+	if n := h1Idle(); n != 0 {
+		t.Errorf("h1Transport holds %d connections after an https request, want 0", n)
+	}
+	if got, err := post(c, plain.URL); err != nil || got != "ok" {
+		t.Fatalf("http engine: %q, %v", got, err)
+	}
+	if n := h1Idle(); n != 1 {
+		t.Errorf("h1Transport holds %d connections after an http request, want 1", n)
+	}
+	if len(cfg.NextProtos) != 0 {
+		t.Errorf("the caller's TLS config was written to: NextProtos %v", cfg.NextProtos)
+	}
+	// Without the client certificate the engine refuses the handshake.
+	noCert := NewHTTPClient(HTTPClientOptions{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}})
+	defer noCert.CloseIdleConnections()
+	if _, err := post(noCert, tlsSrv.URL); err == nil {
+		t.Error("https engine that requires a client certificate answered a gateway without one")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/benchcpu"
 )
 
 // chunkReader returns its input in pieces of the given sizes (cycling), to split frames across reads.
@@ -168,6 +170,7 @@ func BenchmarkSSEReader(b *testing.B) {
 	var out []byte
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
+	defer benchcpu.Start(b)()
 	for b.Loop() {
 		p, err := sr.Next()
 		if err != nil {

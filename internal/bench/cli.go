@@ -75,6 +75,7 @@ func ParseRunFlags(args []string, output io.Writer) (cfg Config, out string, qui
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before the measured window, excluded from results")
 	fs.BoolVar(&cfg.Stream, "stream", false, "stream responses (SSE) and measure TTFT and inter-token latency")
 	fs.BoolVar(&cfg.IgnoreEOS, "ignore-eos", false, "send ignore_eos=true so engines generate max_tokens tokens")
+	fs.StringVar(&cfg.ExtraBody, "extra-body", "", `JSON object whose members are added to every request body, e.g. '{"top_k":5}'`)
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the arrival schedule and the prompt text")
 	fs.DurationVar(&cfg.SLOTTFT, "slo-ttft", 0, "TTFT objective for goodput (0: every success counts)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "per-request timeout, end to end")

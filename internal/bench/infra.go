@@ -134,7 +134,15 @@ type child struct {
 }
 
 func startChild(bin string, args []string, stderr io.Writer) (*child, error) {
+	return startChildEnv(bin, args, nil, stderr)
+}
+
+// startChildEnv is startChild with env added to this process's environment.
+func startChildEnv(bin string, args, env []string, stderr io.Writer) (*child, error) {
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -257,11 +265,11 @@ func findNginx(install bool, log io.Writer) (string, error) {
 	if os.Geteuid() != 0 {
 		return "", errors.New("nginx not found and not root: cannot install it")
 	}
-	cmd := exec.Command("apt-get", "install", "-y", "nginx")
+	cmd := exec.Command("apt-get", "install", "-y", "nginx-light")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("apt-get install nginx: %w", err)
+		return "", fmt.Errorf("apt-get install nginx-light: %w", err)
 	}
 	return exec.LookPath("/usr/sbin/nginx")
 }

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,23 +15,26 @@ import (
 
 // Config is one load-generator run.
 type Config struct {
-	Label       string         `json:"label,omitempty"`
-	URL         string         `json:"url"`
-	Endpoint    string         `json:"endpoint"`
-	Model       string         `json:"model,omitempty"`
-	APIKey      string         `json:"-"`
-	Rate        float64        `json:"rate,omitempty"`        // open loop: Poisson arrivals per second
-	Concurrency int            `json:"concurrency,omitempty"` // closed loop: concurrent clients
-	MaxInflight int            `json:"max_inflight,omitempty"`
-	Duration    time.Duration  `json:"duration_ns,omitempty"` // measured window; 0 = until Requests
-	Requests    int64          `json:"requests,omitempty"`    // measured requests; 0 = until Duration
-	Warmup      time.Duration  `json:"warmup_ns,omitempty"`
-	Stream      bool           `json:"stream"`
-	IgnoreEOS   bool           `json:"ignore_eos,omitempty"`
-	Workload    WorkloadConfig `json:"workload"`
-	Seed        int64          `json:"seed"`
-	SLOTTFT     time.Duration  `json:"slo_ttft_ns,omitempty"`
-	Timeout     time.Duration  `json:"timeout_ns,omitempty"` // per request, end to end
+	Label       string        `json:"label,omitempty"`
+	URL         string        `json:"url"`
+	Endpoint    string        `json:"endpoint"`
+	Model       string        `json:"model,omitempty"`
+	APIKey      string        `json:"-"`
+	Rate        float64       `json:"rate,omitempty"`        // open loop: Poisson arrivals per second
+	Concurrency int           `json:"concurrency,omitempty"` // closed loop: concurrent clients
+	MaxInflight int           `json:"max_inflight,omitempty"`
+	Duration    time.Duration `json:"duration_ns,omitempty"` // measured window; 0 = until Requests
+	Requests    int64         `json:"requests,omitempty"`    // measured requests; 0 = until Duration
+	Warmup      time.Duration `json:"warmup_ns,omitempty"`
+	Stream      bool          `json:"stream"`
+	IgnoreEOS   bool          `json:"ignore_eos,omitempty"`
+	// ExtraBody is a JSON object whose members are added to every request body (engine parameters
+	// the workload does not set).
+	ExtraBody string         `json:"extra_body,omitempty"`
+	Workload  WorkloadConfig `json:"workload"`
+	Seed      int64          `json:"seed"`
+	SLOTTFT   time.Duration  `json:"slo_ttft_ns,omitempty"`
+	Timeout   time.Duration  `json:"timeout_ns,omitempty"` // per request, end to end
 	// Header is sent with every request (a class's own headers win).
 	Header map[string]string `json:"header,omitempty"`
 }
@@ -60,6 +65,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Duration == 0 && c.Requests == 0 {
 		problems = append(problems, "give a duration or a number of requests")
+	}
+	if c.ExtraBody != "" && (!json.Valid([]byte(c.ExtraBody)) || !strings.HasPrefix(strings.TrimSpace(c.ExtraBody), "{")) {
+		problems = append(problems, "extra body must be a JSON object")
 	}
 	if err := c.Workload.validate(); err != nil {
 		problems = append(problems, err.Error())
@@ -107,6 +115,26 @@ type run struct {
 	mdropped int
 	lastEnd  time.Time
 	bodyPool sync.Pool
+	extra    string // the members of cfg.ExtraBody, without the braces
+}
+
+// objectMembers returns the members of a JSON object, without its braces and surrounding space.
+func objectMembers(obj string) string {
+	obj = strings.TrimSpace(obj)
+	if len(obj) < 2 {
+		return ""
+	}
+	return strings.TrimSpace(obj[1 : len(obj)-1])
+}
+
+// appendMembers adds JSON object members (without braces) to the object in body.
+func appendMembers(body []byte, members string) []byte {
+	if members == "" || len(body) == 0 {
+		return body
+	}
+	body = append(body[:len(body)-1], ',')
+	body = append(body, members...)
+	return append(body, '}')
 }
 
 // Run executes the run described by cfg until its duration or request count is reached (whichever
@@ -131,7 +159,7 @@ func Run(ctx context.Context, cfg Config, o Options) (*Result, error) {
 	}
 	hc2 := *hc
 	hc2.Timeout = cfg.Timeout
-	r := &run{cfg: cfg, gen: gen, q: newRequester(&hc2, cfg.URL, cfg.Endpoint, cfg.APIKey, cfg.Stream)}
+	r := &run{cfg: cfg, gen: gen, q: newRequester(&hc2, cfg.URL, cfg.Endpoint, cfg.APIKey, cfg.Stream), extra: objectMembers(cfg.ExtraBody)}
 	r.bodyPool.New = func() any { b := make([]byte, 0, 1024); return &b }
 	r.start = time.Now()
 	r.mstart = r.start.Add(cfg.Warmup)
@@ -254,6 +282,7 @@ func (r *run) one(ctx context.Context, i int64, at time.Time, measured bool) {
 	bp := r.bodyPool.Get().(*[]byte)
 	p := r.gen.Prompt(i)
 	body := AppendBody((*bp)[:0], r.cfg.Endpoint, r.cfg.Model, p, r.cfg.Stream, r.cfg.IgnoreEOS)
+	body = appendMembers(body, r.extra)
 	rec := Record{Index: i, Class: p.Class}
 	header := r.cfg.Header
 	if len(p.Header) > 0 {

@@ -27,6 +27,8 @@ type ScenarioOptions struct {
 	InstallNginx bool   // overhead: apt-get install nginx when missing (root only)
 	SluiceBin    string // overhead: the gateway binary (default: built from the module)
 	SimBin       string // overhead: the simulator binary (default: built from the module)
+	BaselineBin  string // overhead: the baseline servers' binary (default: built from the module)
+	Rounds       int    // overhead: interleaved rounds (default 3; 1 when short)
 	// Progress receives the load generator's per-second lines; nil prints none.
 	Progress io.Writer
 	// Log receives scenario notes as they happen (and child process stderr); nil discards.
@@ -50,8 +52,15 @@ type ScenarioResult struct {
 	StartedAt    time.Time      `json:"started_at"`
 	Runs         []RunRef       `json:"runs"`
 	Table        [][]string     `json:"table"`
+	Sections     []Section      `json:"sections,omitempty"`
 	Notes        []string       `json:"notes,omitempty"`
 	Measurements map[string]any `json:"measurements,omitempty"`
+}
+
+// Section is a further table of a scenario's result, with its title.
+type Section struct {
+	Title string     `json:"title"`
+	Table [][]string `json:"table"`
 }
 
 // Scenario is one benchmark scenario.
@@ -117,6 +126,10 @@ func (r *ScenarioResult) Markdown() string {
 	if len(r.Table) > 0 {
 		b.WriteString(MarkdownTable(r.Table))
 	}
+	for _, sec := range r.Sections {
+		fmt.Fprintf(&b, "\n%s\n\n", sec.Title)
+		b.WriteString(MarkdownTable(sec.Table))
+	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {
@@ -146,6 +159,10 @@ func newScenarioRun(name string, o ScenarioOptions) *scenarioRun {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &scenarioRun{o: o, res: &ScenarioResult{Name: name, Short: o.Short, StartedAt: time.Now(), Measurements: map[string]any{}}}
+}
+
+func (s *scenarioRun) section(title string, table [][]string) {
+	s.res.Sections = append(s.res.Sections, Section{Title: title, Table: table})
 }
 
 func (s *scenarioRun) note(format string, args ...any) {
@@ -191,6 +208,8 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&o.InstallNginx, "install-nginx", false, "overhead: apt-get install nginx if missing (root only)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "overhead: sluice gateway binary (default: go build ./cmd/sluice)")
 	fs.StringVar(&o.SimBin, "sim-bin", "", "overhead: sluice-sim binary (default: go build ./cmd/sluice-sim)")
+	fs.StringVar(&o.BaselineBin, "baseline-bin", "", "overhead: sluice-baseline binary (default: go build ./cmd/sluice-baseline)")
+	fs.IntVar(&o.Rounds, "rounds", 0, "overhead: interleaved rounds (default 3, 1 with --short)")
 	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

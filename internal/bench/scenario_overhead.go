@@ -4,226 +4,342 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/bench/baseline"
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
-// overheadTarget is one way of reaching the instant simulator.
+// The overhead scenario: what sluice costs per request and per relayed frame against what the
+// alternatives cost on the same upstream under the same load, in interleaved rounds so that the
+// machine's other work spreads over every target alike.
+//
+// Upstreams: the frame server (baseline.Frames, an instant engine that streams its tokens back to
+// back or spaced like tokens) for single-leg proxies, and an instant SGLang prefill + decode pair
+// (sluice-sim) for the PD ones. Targets: the frame server called directly, nginx proxy_pass,
+// httputil.ReverseProxy, sluice in regular mode, the bare two-leg PD proxy and sluice in PD mode.
+// Per-frame CPU comes from two stream lengths at the same arrival rate: (CPU per request at n2
+// frames - at n1 frames) / (n2 - n1).
+
+// overheadTarget is one way of reaching an upstream.
 type overheadTarget struct {
 	name  string
 	url   string
-	pids  func() []int // processes whose CPU is the proxy's cost; nil = not measured
+	pd    bool         // reaches the PD pair (else the frame server)
+	pids  func() []int // processes whose CPU and memory are the proxy's; nil = not measured
 	close func() error
 }
 
-// ScenarioOverhead measures what the gateway adds to requests: the same load sent directly to an
-// instant simulator, through nginx, through sluice in regular mode and through sluice in PD mode.
+// overheadLoad is one load every applicable target gets.
+type overheadLoad struct {
+	name   string
+	rate   float64 // open loop
+	conc   int     // closed loop
+	stream bool
+	frames int // output tokens: stream frames, or the JSON answer's length
+	gapUS  int // stream frames spaced this far apart (0: back to back)
+	// regular and pd say which targets get the load: those in front of the frame server, those in
+	// front of the PD pair.
+	regular, pd bool
+}
+
+// overheadParams are the scenario's sizes (full or short).
+type overheadParams struct {
+	dur, warm          time.Duration
+	rounds             int
+	rate               float64 // JSON, open loop
+	pdRate             float64 // PD JSON, open loop: the machine cannot run 2,000 PD req/s beside its engines
+	conc               int     // JSON, closed loop
+	spacedRate, b2bRat float64
+	n1, n2             int
+	gapUS              int
+	streams            int // memory: concurrent open streams
+}
+
+// Target names.
+const (
+	tDirect = "direct"
+	tNginx  = "nginx"
+	tRP     = "reverseproxy"
+	tSluice = "sluice"
+	tBarePD = "bare-pd"
+	tPD     = "sluice-pd"
+)
+
+// ScenarioOverhead measures what the gateway adds to requests and to streamed frames, against nginx,
+// the standard library's reverse proxy and a bare two-leg PD proxy, and the gateway memory each open
+// stream holds.
 func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("overhead", o)
-	dur, warm, rate, conc := 15*time.Second, 2*time.Second, 2000.0, 64
+	p := overheadParams{dur: 10 * time.Second, warm: 2 * time.Second, rounds: 3, rate: 2000, pdRate: 1000, conc: 64,
+		spacedRate: 200, b2bRat: 1000, n1: 1, n2: 51, gapUS: 2000, streams: 10000}
+	if o.Rounds > 0 {
+		p.rounds = o.Rounds
+	}
 	if o.Short {
-		dur, warm, rate, conc = time.Second, 200*time.Millisecond, 300, 16
+		p = overheadParams{dur: 400 * time.Millisecond, warm: 100 * time.Millisecond, rounds: 1, rate: 300, pdRate: 200, conc: 16,
+			spacedRate: 50, b2bRat: 200, n1: 1, n2: 9, gapUS: 2000, streams: 100}
 	}
-	s.res.Measurements["rate"] = rate
-	s.res.Measurements["concurrency"] = conc
+	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
+		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
+		s.res.Measurements[k] = v
+	}
 
-	// The engines: one regular (direct, nginx, sluice regular), 2 prefill + 1 decode (sluice PD).
-	var regularURL string
-	var prefill [][2]string // url, bootstrap port
-	var decodeURL string
-	var closeSim func() error
-	var sluiceBin string
+	targets, cleanup, err := startOverheadTargets(ctx, s, p)
+	defer cleanup()
+	if err != nil {
+		return s.res, err
+	}
+
+	loads := []overheadLoad{
+		{name: "json-open", rate: p.rate, frames: 8, regular: true},
+		{name: "pd-json-open", rate: p.pdRate, frames: 8, pd: true},
+		{name: "json-closed", conc: p.conc, frames: 8, regular: true, pd: true},
+		{name: "spaced-" + strconv.Itoa(p.n1), rate: p.spacedRate, stream: true, frames: p.n1, gapUS: p.gapUS, regular: true},
+		{name: "spaced-" + strconv.Itoa(p.n2), rate: p.spacedRate, stream: true, frames: p.n2, gapUS: p.gapUS, regular: true},
+		{name: "b2b-" + strconv.Itoa(p.n1), rate: p.b2bRat, stream: true, frames: p.n1, regular: true, pd: true},
+		{name: "b2b-" + strconv.Itoa(p.n2), rate: p.b2bRat, stream: true, frames: p.n2, regular: true, pd: true},
+	}
+	// cells[load][target] holds one cell per round.
+	cells := map[string]map[string][]overheadCell{}
+	for round := range p.rounds {
+		for _, l := range loads {
+			// Rotate the order every round so no target always runs first (or right after another).
+			order := slices.Clone(targets)
+			if len(order) > 0 {
+				k := (round + len(l.name)) % len(order)
+				order = append(order[k:], order[:k]...)
+			}
+			for _, t := range order {
+				if (t.pd && !l.pd) || (!t.pd && !l.regular) {
+					continue
+				}
+				c, err := runOverheadCell(ctx, s, p, round, l, t)
+				if err != nil {
+					return s.res, err
+				}
+				if cells[l.name] == nil {
+					cells[l.name] = map[string][]overheadCell{}
+				}
+				cells[l.name][t.name] = append(cells[l.name][t.name], c)
+			}
+		}
+	}
+	mem := map[string]streamMemory{}
+	for _, t := range targets {
+		if t.pd || t.name == tDirect {
+			continue
+		}
+		m, err := measureStreamMemory(ctx, t, p.streams, o)
+		if err != nil {
+			s.note("%s: memory per stream: %v", t.name, err)
+			continue
+		}
+		mem[t.name] = m
+	}
+	s.overheadTables(p, loads, targets, cells, mem)
+	return s.res, nil
+}
+
+// overheadCell is one load on one target in one round.
+type overheadCell struct {
+	res    *Result
+	cpuReq float64 // proxy CPU µs per request; <0 = not measured
+}
+
+func runOverheadCell(ctx context.Context, s *scenarioRun, p overheadParams, round int, l overheadLoad, t *overheadTarget) (overheadCell, error) {
+	cfg := Config{URL: t.url, Model: "sim-model", Rate: l.rate, Concurrency: l.conc, Duration: p.dur, Warmup: p.warm,
+		Stream: l.stream, Seed: int64(round + 1), Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: l.frames}}
+	if !t.pd && l.stream {
+		cfg.ExtraBody = `{"bench_gap_us":` + strconv.Itoa(l.gapUS) + `}`
+	}
+	cpu0 := -1.0
+	if t.pids != nil {
+		cpu0 = cpuOf(t.pids())
+	}
+	label := fmt.Sprintf("r%d-%s-%s", round+1, l.name, t.name)
+	res, err := s.load(ctx, label, cfg, nil, nil)
+	if err != nil {
+		return overheadCell{}, err
+	}
+	c := overheadCell{res: res, cpuReq: -1}
+	if t.pids != nil && res.TotalSent > 0 {
+		c.cpuReq = (cpuOf(t.pids()) - cpu0) / float64(res.TotalSent) * 1e6
+		s.res.Runs[len(s.res.Runs)-1].Extra = map[string]any{"cpu_us_per_request": round3(c.cpuReq)}
+	}
+	if bad := res.Summary.Failed + res.Summary.Dropped; bad > 0 {
+		s.note("%s: %d of %d requests failed or were dropped", label, bad, res.Summary.Requests)
+	}
+	return c, nil
+}
+
+// startOverheadTargets starts the upstreams and every target; cleanup stops them all and is never nil.
+func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams) ([]*overheadTarget, func(), error) {
+	o := s.o
+	var stops []func() error
+	cleanup := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			_ = stops[i]()
+		}
+	}
+	fail := func(err error) ([]*overheadTarget, func(), error) { return nil, cleanup, err }
+
+	var bins overheadBins
+	if !o.InProcess {
+		var rm func()
+		var err error
+		bins, rm, err = overheadBinaries(ctx, o)
+		stops = append(stops, func() error { rm(); return nil })
+		if err != nil {
+			return fail(err)
+		}
+	}
+	// Tracing on, sampled, exported to a sink, as a production gateway would run.
+	sink, err := startTraceSink()
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, func() error {
+		s.note("trace sink received %d spans", sink.spans.Load())
+		sink.stop()
+		return nil
+	})
+
+	// The engines: the frame server, and an instant SGLang prefill + decode pair.
+	var framesURL, prefillURL, decodeURL string
+	var bootstrapPort int
+	simArgs := sim.ClusterConfig{Prefill: 1, Decode: 1, Mode: sim.ModeInstant, Logger: o.Logger}
+	simArgs.Engine.InstantOutputTokens = p.n2
 	if o.InProcess {
-		c, err := sim.StartCluster(ctx, sim.ClusterConfig{Prefill: 2, Decode: 1, Regular: 1, Mode: sim.ModeInstant, Logger: o.Logger})
+		u, stop, err := serveInProcess(ctx, &baseline.Frames{})
 		if err != nil {
-			return s.res, err
+			return fail(err)
 		}
-		closeSim = c.Close
-		for _, e := range c.ByRole(sim.RolePrefill) {
-			prefill = append(prefill, [2]string{e.URL(), strconv.Itoa(e.BootstrapPort())})
+		stops = append(stops, stop)
+		framesURL = u
+		c, err := sim.StartCluster(ctx, simArgs)
+		if err != nil {
+			return fail(err)
 		}
-		decodeURL = c.ByRole(sim.RoleDecode)[0].URL()
-		regularURL = c.ByRole(sim.RoleRegular)[0].URL()
-		s.note("in-process: gateway, simulators and load generator share one process; CPU per request not measured")
+		stops = append(stops, c.Close)
+		pe := c.ByRole(sim.RolePrefill)[0]
+		prefillURL, bootstrapPort, decodeURL = pe.URL(), pe.BootstrapPort(), c.ByRole(sim.RoleDecode)[0].URL()
+		s.note("in-process: targets, engines and load generator share one process; CPU and memory not measured")
 	} else {
-		bins, cleanup, err := overheadBinaries(ctx, o)
-		defer cleanup()
+		c, u, err := startBaselineProcess(bins.baseline, []string{"frames"}, o)
 		if err != nil {
-			return s.res, err
+			return fail(err)
 		}
-		sluiceBin = bins[0]
-		sp, err := startSimProcess(bins[1], []string{"--prefill", "2", "--decode", "1", "--regular", "1", "--mode", "instant"}, 4, o.Log)
+		stops = append(stops, c.stop)
+		framesURL = u
+		sp, err := startSimProcess(bins.sim, []string{"--prefill", "1", "--decode", "1", "--mode", "instant",
+			"--instant-output-tokens", strconv.Itoa(p.n2)}, 2, o.Log)
 		if err != nil {
-			return s.res, err
+			return fail(err)
 		}
-		closeSim = sp.proc.stop
-		for _, e := range sp.byRole("prefill") {
-			prefill = append(prefill, [2]string{e.url, strconv.Itoa(e.bootstrapPort)})
+		stops = append(stops, sp.proc.stop)
+		pe := sp.byRole("prefill")[0]
+		prefillURL, bootstrapPort, decodeURL = pe.url, pe.bootstrapPort, sp.byRole("decode")[0].url
+		s.note("targets, engines and the load generator run as separate processes; CPU from /proc/<pid>/stat utime+stime")
+	}
+
+	targets := []*overheadTarget{{name: tDirect, url: framesURL, close: func() error { return nil }}}
+	add := func(t *overheadTarget) {
+		targets = append(targets, t)
+		stops = append(stops, t.close)
+	}
+	if o.NoNginx {
+		s.note("nginx skipped (--no-nginx)")
+	} else if bin, err := findNginx(o.InstallNginx, o.Log); err != nil {
+		s.note("nginx baseline skipped: %v", err)
+	} else if n, err := startNginx(ctx, bin, strings.TrimPrefix(framesURL, "http://"), 2, o.Log); err != nil {
+		s.note("nginx baseline skipped: %v", err)
+	} else {
+		add(&overheadTarget{name: tNginx, url: n.url, pids: n.pids, close: n.close})
+	}
+
+	// The Go baselines run with the gateway's GC setting, so the comparison is of code, not of GOGC.
+	baselineTarget := func(name string, pd bool, args []string, h func() (http.Handler, error)) error {
+		if o.InProcess {
+			hh, err := h()
+			if err != nil {
+				return err
+			}
+			u, stop, err := serveInProcess(ctx, hh)
+			if err != nil {
+				return err
+			}
+			add(&overheadTarget{name: name, url: u, pd: pd, close: stop})
+			return nil
 		}
-		decodeURL = sp.byRole("decode")[0].url
-		regularURL = sp.byRole("regular")[0].url
-		s.note("gateway, nginx and simulators run as separate processes; CPU from /proc/<pid>/stat utime+stime")
+		c, u, err := startBaselineProcess(bins.baseline, args, o)
+		if err != nil {
+			return err
+		}
+		add(&overheadTarget{name: name, url: u, pd: pd, pids: func() []int { return []int{c.pid()} }, close: c.stop})
+		return nil
 	}
-	defer func() { _ = closeSim() }()
-
-	common := []string{"--disable-health-check", "--policy", "round_robin"}
-	pdFlags := append([]string{"--pd-disaggregation"}, common...)
-	for _, p := range prefill {
-		pdFlags = append(pdFlags, "--prefill", p[0], p[1])
+	if err := baselineTarget(tRP, false, []string{"reverseproxy", "--upstream", framesURL}, func() (http.Handler, error) {
+		u, err := url.Parse(framesURL)
+		return baseline.NewReverseProxy(u), err
+	}); err != nil {
+		return fail(err)
 	}
-	pdFlags = append(pdFlags, "--decode", decodeURL)
-
-	startGW := func(flags []string) (*overheadTarget, error) {
+	gw := func(name string, pd bool, flags []string) error {
+		flags = append(flags, "--disable-health-check", "--policy", "cache_aware", "--max-connections", "0",
+			"--otlp-traces-endpoint", sink.addr, "--trace-sample-ratio", "0.01")
 		var g *gateway
 		var err error
 		if o.InProcess {
 			g, err = startGatewayInProcess(ctx, flags, o.Logger)
 		} else {
-			g, err = startGatewayProcess(ctx, sluiceBin, flags, o.Log)
+			g, err = startGatewayProcess(ctx, bins.sluice, flags, o.Log)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		t := &overheadTarget{url: g.url, close: g.close}
+		t := &overheadTarget{name: name, url: g.url, pd: pd, close: g.close}
 		if g.proc != nil {
 			t.pids = func() []int { return []int{g.proc.pid()} }
 		}
-		return t, nil
+		add(t)
+		return nil
 	}
-	targets := []func() (*overheadTarget, error){
-		func() (*overheadTarget, error) {
-			return &overheadTarget{name: "direct", url: regularURL, close: func() error { return nil }}, nil
-		},
-		func() (*overheadTarget, error) {
-			if o.NoNginx {
-				return nil, errSkip("nginx skipped (--no-nginx)")
-			}
-			bin, err := findNginx(o.InstallNginx, o.Log)
-			if err != nil {
-				return nil, errSkip("nginx baseline skipped: " + err.Error())
-			}
-			n, err := startNginx(ctx, bin, strings.TrimPrefix(regularURL, "http://"), 2, o.Log)
-			if err != nil {
-				return nil, errSkip("nginx baseline skipped: " + err.Error())
-			}
-			return &overheadTarget{name: "nginx", url: n.url, pids: n.pids, close: n.close}, nil
-		},
-		func() (*overheadTarget, error) {
-			t, err := startGW(append([]string{"--worker-urls", regularURL}, common...))
-			if t != nil {
-				t.name = "sluice-regular"
-			}
-			return t, err
-		},
-		func() (*overheadTarget, error) {
-			t, err := startGW(pdFlags)
-			if t != nil {
-				t.name = "sluice-pd"
-			}
-			return t, err
-		},
+	if err := gw(tSluice, false, []string{"--worker-urls", framesURL}); err != nil {
+		return fail(err)
 	}
-	type load struct {
-		name   string
-		rate   float64
-		conc   int
-		stream bool
+	bp := strconv.Itoa(bootstrapPort)
+	if err := baselineTarget(tBarePD, true, []string{"pd", "--prefill", prefillURL, "--bootstrap-port", bp, "--decode", decodeURL},
+		func() (http.Handler, error) {
+			pu, err1 := url.Parse(prefillURL)
+			du, err2 := url.Parse(decodeURL)
+			return baseline.NewPDProxy(pu, du, bootstrapPort), errors.Join(err1, err2)
+		}); err != nil {
+		return fail(err)
 	}
-	loads := []load{{"open", rate, 0, false}, {"open-stream", rate, 0, true}, {"closed", 0, conc, false}}
-	type cell struct {
-		res    *Result
-		cpu1k  float64 // CPU seconds per 1,000 requests; <0 = not measured
-		target string
+	if err := gw(tPD, true, []string{"--pd-disaggregation", "--prefill", prefillURL, bp, "--decode", decodeURL,
+		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024"}); err != nil {
+		return fail(err)
 	}
-	results := map[string]map[string]cell{} // load -> target -> cell
-	var order []string
-	for _, mk := range targets {
-		t, err := mk()
-		var skip errSkip
-		if errors.As(err, &skip) {
-			s.note("%s", string(skip))
-			continue
-		}
-		if err != nil {
-			return s.res, err
-		}
-		order = append(order, t.name)
-		for _, l := range loads {
-			cfg := Config{URL: t.url, Model: "sim-model", Rate: l.rate, Concurrency: l.conc, Duration: dur, Warmup: warm,
-				Stream: l.stream, Seed: 1, Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: 8}}
-			cpu0 := -1.0
-			if t.pids != nil {
-				cpu0 = cpuOf(t.pids())
-			}
-			res, err := s.load(ctx, t.name+"-"+l.name, cfg, nil, nil)
-			if err != nil {
-				_ = t.close()
-				return s.res, err
-			}
-			c := cell{res: res, cpu1k: -1, target: t.name}
-			if t.pids != nil && res.TotalSent > 0 {
-				c.cpu1k = (cpuOf(t.pids()) - cpu0) / float64(res.TotalSent) * 1000
-				s.res.Runs[len(s.res.Runs)-1].Extra = map[string]any{"cpu_sec_per_1k_requests": c.cpu1k}
-			}
-			if results[l.name] == nil {
-				results[l.name] = map[string]cell{}
-			}
-			results[l.name][t.name] = c
-		}
-		if err := t.close(); err != nil {
-			s.note("%s: close: %v", t.name, err)
-		}
-	}
-
-	s.res.Table = [][]string{{"load", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "throughput vs direct", "proxy CPU s / 1k req", "errors"}}
-	for _, l := range loads {
-		base, hasBase := results[l.name]["direct"]
-		for _, name := range order {
-			c, ok := results[l.name][name]
-			if !ok {
-				continue
-			}
-			lat := c.res.Summary.E2E
-			if l.stream {
-				lat = c.res.Summary.TTFT
-			}
-			row := []string{l.name, name, fmt.Sprintf("%.0f", c.res.Summary.RequestsPerSec), fms(lat.P50), fms(lat.P99), "-", "-", "-", "-",
-				strconv.Itoa(c.res.Summary.Failed + c.res.Summary.Dropped)}
-			if hasBase && name != "direct" {
-				bl := base.res.Summary.E2E
-				if l.stream {
-					bl = base.res.Summary.TTFT
-				}
-				row[5], row[6] = fms(lat.P50-bl.P50), fms(lat.P99-bl.P99)
-				if l.conc > 0 && base.res.Summary.RequestsPerSec > 0 {
-					row[7] = fmt.Sprintf("%.2f", c.res.Summary.RequestsPerSec/base.res.Summary.RequestsPerSec)
-				}
-			}
-			if c.cpu1k >= 0 {
-				row[8] = fmt.Sprintf("%.3f", c.cpu1k)
-			}
-			s.res.Table = append(s.res.Table, row)
-		}
-	}
-	s.note("latency is end-to-end for non-streaming loads and TTFT for streaming; added = target - direct")
-	s.note("load generator, simulator and proxy share the machine (%d CPUs): closed-loop throughput is the whole machine's", numCPU())
-	return s.res, nil
+	return targets, cleanup, nil
 }
 
-// errSkip marks an optional part of a scenario that could not run.
-type errSkip string
+// overheadBins are the programs the scenario runs as separate processes.
+type overheadBins struct{ sluice, sim, baseline string }
 
-func (e errSkip) Error() string { return string(e) }
-
-// overheadBinaries returns the gateway and simulator binaries, building missing ones from the module.
-// cleanup removes what was built; it is never nil.
-func overheadBinaries(ctx context.Context, o ScenarioOptions) (bins [2]string, cleanup func(), err error) {
-	bins, cleanup = [2]string{o.SluiceBin, o.SimBin}, func() {}
-	if bins[0] != "" && bins[1] != "" {
+// overheadBinaries returns the gateway, simulator and baseline binaries, building missing ones from
+// the module. cleanup removes what was built; it is never nil.
+func overheadBinaries(ctx context.Context, o ScenarioOptions) (overheadBins, func(), error) {
+	bins := overheadBins{sluice: o.SluiceBin, sim: o.SimBin, baseline: o.BaselineBin}
+	cleanup := func() {}
+	if bins.sluice != "" && bins.sim != "" && bins.baseline != "" {
 		return bins, cleanup, nil
 	}
 	root, err := moduleRoot()
@@ -235,14 +351,68 @@ func overheadBinaries(ctx context.Context, o ScenarioOptions) (bins [2]string, c
 		return bins, cleanup, err
 	}
 	cleanup = func() { os.RemoveAll(dir) }
-	for i, name := range []string{"sluice", "sluice-sim"} {
-		if bins[i] != "" {
+	for _, b := range []struct {
+		name string
+		path *string
+	}{{"sluice", &bins.sluice}, {"sluice-sim", &bins.sim}, {"sluice-baseline", &bins.baseline}} {
+		if *b.path != "" {
 			continue
 		}
-		fmt.Fprintf(o.Log, "overhead: building ./cmd/%s\n", name)
-		if bins[i], err = buildBinary(ctx, root, name, dir, o.Log); err != nil {
+		fmt.Fprintf(o.Log, "overhead: building ./cmd/%s\n", b.name)
+		if *b.path, err = buildBinary(ctx, root, b.name, dir, o.Log); err != nil {
 			return bins, cleanup, err
 		}
 	}
 	return bins, cleanup, nil
 }
+
+// startBaselineProcess runs `sluice-baseline args...` with the gateway's GOGC and returns it and the
+// URL it printed.
+func startBaselineProcess(bin string, args []string, o ScenarioOptions) (*child, string, error) {
+	c, err := startChildEnv(bin, args, []string{"GOGC=" + strconv.Itoa(gatewayGOGC)}, o.Log)
+	if err != nil {
+		return nil, "", err
+	}
+	type line struct {
+		s   string
+		err error
+	}
+	got := make(chan line, 1)
+	go func() {
+		s, err := c.stdout.ReadString('\n')
+		got <- line{s, err}
+	}()
+	var l line
+	select {
+	case l = <-got:
+	case <-time.After(20 * time.Second):
+		l.err = errors.New("no address within 20s")
+	}
+	u, ok := strings.CutPrefix(strings.TrimSpace(l.s), "listening ")
+	if l.err != nil || !ok {
+		_ = c.stop()
+		if l.err == nil {
+			l.err = errors.New("no address line")
+		}
+		return nil, "", fmt.Errorf("sluice-baseline %s: %w %q", args[0], l.err, l.s)
+	}
+	return c, u, nil
+}
+
+// serveInProcess serves h on a free loopback port until stop.
+func serveInProcess(ctx context.Context, h http.Handler) (string, func() error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- baseline.Serve(ctx, "127.0.0.1:0", h, func(a string) { addr <- a }) }()
+	select {
+	case a := <-addr:
+		return "http://" + a, func() error { cancel(); return <-done }, nil
+	case err := <-done:
+		cancel()
+		return "", nil, err
+	}
+}
+
+// gatewayGOGC is the GC target the gateway runs with; the Go baselines get it too.
+const gatewayGOGC = app.DefaultGCPercent

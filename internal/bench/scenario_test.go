@@ -14,7 +14,8 @@ func TestScenarioSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulators and gateways")
 	}
-	for _, name := range []string{"dp", "overhead", "overload", "prefix", "replicas", "scale"} {
+	// overhead's short form runs in tests/overhead (TestOverheadScenarioShort).
+	for _, name := range []string{"dp", "overload", "prefix", "replicas", "scale"} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			res, err := RunScenario(context.Background(), name, ScenarioOptions{OutDir: dir, Short: true, InProcess: true, NoNginx: true})

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -35,11 +34,11 @@ const maxMergedBody = 64 << 20
 // read and closed); transport failures as *TransportError. extra headers (nil for none) are set on
 // the leg. The leg's client span ends when the returned body is closed.
 func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) (*http.Response, error) {
-	ctx, span := x.d.Tracer.Start(ctx, "sluice.leg."+leg, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := x.d.Tracer.Start(ctx, legSpanName(leg), trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(legAttributes(w, leg, path, r)...)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, bytes.NewReader(body))
+	req, err := backend.NewPostRequest(ctx, w.URL(), path, body)
 	if err != nil {
 		span.End()
 		return nil, err
@@ -51,9 +50,9 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	if k := w.APIKey(); k != "" {
 		req.Header.Set("Authorization", "Bearer "+k)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header["Content-Type"] = jsonContentType
 	if r.RequestID != "" {
-		req.Header.Set(HeaderRequestID, r.RequestID)
+		req.Header[HeaderRequestID] = []string{r.RequestID}
 	}
 	if w.Protocol() == worker.ProtocolGRPC {
 		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
@@ -63,7 +62,7 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	}
 	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
-	resp, err := x.d.HTTP.Do(req)
+	resp, err := backend.RoundTrip(x.d.HTTP, req)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "transport error")
@@ -91,6 +90,23 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	}
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
 	return resp, nil
+}
+
+// jsonContentType is every leg's Content-Type; header values are only read downstream, so one slice
+// serves all.
+var jsonContentType = []string{"application/json"}
+
+// legSpanName names a leg's client span without building the string per request.
+func legSpanName(leg string) string {
+	switch leg {
+	case "prefill":
+		return "sluice.leg.prefill"
+	case "decode":
+		return "sluice.leg.decode"
+	case "regular":
+		return "sluice.leg.regular"
+	}
+	return "sluice.leg." + leg
 }
 
 // legAttributes describes a leg with OpenTelemetry's HTTP client conventions (the worker's address

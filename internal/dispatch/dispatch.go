@@ -95,6 +95,9 @@ type Config struct {
 	// IgnoreRanks places requests on engines only, never on their data-parallel ranks, and sends no
 	// rank hints (--dp-aware=false).
 	IgnoreRanks bool
+	// PrefillGrace is how long a finished request waits for a parallel prefill leg still running to
+	// end by itself before cancelling it (which costs its upstream connection); 0 means 50ms.
+	PrefillGrace time.Duration
 	// RequestIDHeaders are read in order for a request's id (the first present wins); empty means
 	// X-Request-Id alone.
 	RequestIDHeaders []string
@@ -108,6 +111,9 @@ type Config struct {
 	CheckOverload           bool
 	OverloadWaitingRequests int
 }
+
+// defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
+const defaultPrefillGrace = 50 * time.Millisecond
 
 // Deps are the dispatcher's collaborators.
 type Deps struct {
@@ -140,6 +146,9 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	}
 	if cfg.Retry.MaxAttempts <= 0 {
 		cfg.Retry.MaxAttempts = 1
+	}
+	if cfg.PrefillGrace <= 0 {
+		cfg.PrefillGrace = defaultPrefillGrace
 	}
 	if len(cfg.RequestIDHeaders) == 0 {
 		cfg.RequestIDHeaders = []string{HeaderRequestID}

@@ -16,7 +16,9 @@
 // Do runs in the caller's goroutine. A parallel exchange (SGLang, worker protocol) starts exactly one
 // goroutine for its prefill leg; the request owns it: Response.Close (or the exchange's own error
 // path) cancels the legs' context and waits for that goroutine before returning, so no goroutine
-// outlives its request. The prefill goroutine releases its hold on the admission slot and the
+// outlives its request. Close first gives a prefill still running a moment to end by itself
+// (Config.PrefillGrace, 50ms by default, never past the request's context): the decode's answer means
+// the prefill's work is done, and a cancelled leg would lose its upstream connection. The prefill goroutine releases its hold on the admission slot and the
 // prefill load guard itself, as soon as the prefill body has been read, has failed or was cancelled —
 // a long decode never holds prefill capacity. The decode load guard is released by Response.Close.
 //

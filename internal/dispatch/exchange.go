@@ -120,6 +120,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 	out := x.response(resp, br, dw, pw)
 	out.pd = timing
 	finish := func() {
+		x.awaitPrefill(ctx, prefillDone)
 		cancelLegs(errRequestEnded)
 		<-prefillDone
 		x.releaseLoad(dw, dload)
@@ -132,6 +133,29 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Reque
 	}
 	out.Body = &onClose{ReadCloser: &legBody{ReadCloser: resp.Body, ctx: legCtx}, fn: finish}
 	return out, nil
+}
+
+// awaitPrefill gives a prefill leg that is still running when its decode has been relayed a moment to
+// end by itself (at most Config.PrefillGrace, and not past the request's end). The prefill has done
+// its part by then, the KV went to the decode, and its own answer is normally on its way (an instant
+// engine often answers the decode first); cancelling it now would close its connection, and the next
+// request would pay for a new one.
+func (x *Dispatcher) awaitPrefill(ctx context.Context, prefillDone <-chan struct{}) {
+	select {
+	case <-prefillDone:
+		return
+	default:
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	t := time.NewTimer(x.cfg.PrefillGrace)
+	defer t.Stop()
+	select {
+	case <-prefillDone:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // legError picks the error that explains a failed exchange: the prefill's when it says the request
@@ -219,6 +243,7 @@ func mergeUnaryLogprobs(out *Response, resp *http.Response, prefillDone <-chan s
 	}
 	out.Body = io.NopCloser(bytes.NewReader(merged))
 	out.Header.Del("Content-Length")
+	out.length = int64(len(merged))
 	return out, nil
 }
 

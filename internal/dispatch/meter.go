@@ -109,45 +109,72 @@ func (r *Response) Frames() *Frames {
 	return &Frames{rd: backend.NewSSEReader(r.Body), m: r.meter}
 }
 
-// Next returns the next event's payload, valid until the following call; io.EOF at the end.
+// Next returns the next event's payload, valid until the following call of Next or NextBuffered;
+// io.EOF at the end.
 func (f *Frames) Next() ([]byte, error) {
 	for {
 		data, err := f.rd.Next()
-		m := f.m
-		if m == nil {
-			return data, err
-		}
 		if err != nil {
-			m.streamEnded(err)
+			if f.m != nil {
+				f.m.streamEnded(err)
+			}
 			return nil, err
 		}
-		if m.first.IsZero() {
-			m.first = time.Now()
+		if out, keep := f.observe(data); keep {
+			return out, nil
 		}
-		if backend.IsDone(data) {
-			m.end = time.Now()
-			return data, nil
-		}
-		if m.route == backend.RouteGenerate {
-			m.generateFrame(data)
-			m.frames++
-			return data, nil
-		}
-		fu := backend.ScanFrameUsage(data)
-		switch {
-		case fu.Has:
-			m.usage, m.hasUsage = fu.Usage, true
-			if fu.UsageOnly && m.strip {
-				continue // the gateway's own usage chunk: the client did not ask for it
-			}
-		case fu.NullEnd > 0 && m.strip:
-			// OpenAI-style engines mark every chunk "usage":null once usage is asked for; vLLM and
-			// SGLang do not. The client did not ask: it gets the chunk as it would have been.
-			data = backend.CutUsageNull(data, fu)
-		}
-		m.frames++
-		return data, nil
 	}
+}
+
+// NextBuffered returns the next event's payload, as Next would, when it is complete in what was
+// already read from the engine; ok is false otherwise (Next would wait for the engine). It never
+// blocks: a relay writes frames while it says yes and flushes when it says no, so frames that arrived
+// together go out together and none waits for a later one.
+func (f *Frames) NextBuffered() ([]byte, bool) {
+	for {
+		data, ok := f.rd.NextBuffered()
+		if !ok {
+			return nil, false
+		}
+		if out, keep := f.observe(data); keep {
+			return out, true
+		}
+	}
+}
+
+// observe meters one event and returns what the client gets of it; keep is false for the usage
+// chunk the client did not ask for.
+func (f *Frames) observe(data []byte) (out []byte, keep bool) {
+	m := f.m
+	if m == nil {
+		return data, true
+	}
+	if m.first.IsZero() {
+		m.first = time.Now()
+	}
+	if backend.IsDone(data) {
+		m.end = time.Now()
+		return data, true
+	}
+	if m.route == backend.RouteGenerate {
+		m.generateFrame(data)
+		m.frames++
+		return data, true
+	}
+	fu := backend.ScanFrameUsage(data)
+	switch {
+	case fu.Has:
+		m.usage, m.hasUsage = fu.Usage, true
+		if fu.UsageOnly && m.strip {
+			return nil, false // the gateway's own usage chunk: the client did not ask for it
+		}
+	case fu.NullEnd > 0 && m.strip:
+		// OpenAI-style engines mark every chunk "usage":null once usage is asked for; vLLM and
+		// SGLang do not. The client did not ask: it gets the chunk as it would have been.
+		data = backend.CutUsageNull(data, fu)
+	}
+	m.frames++
+	return data, true
 }
 
 // generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).
@@ -192,6 +219,9 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.
 		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
 	resp.meter = m
 	if !resp.Stream {
+		if resp.length > 0 && resp.length <= maxUsageBody {
+			m.body = make([]byte, 0, resp.length) // one allocation for the copy, not a growing series
+		}
 		resp.Body = &unaryBody{ReadCloser: resp.Body, m: m}
 	}
 	return m

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/benchcpu"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -353,6 +354,7 @@ func BenchmarkFrames(b *testing.B) {
 			f := resp.Frames()
 			b.SetBytes(int64(len(frame)))
 			b.ReportAllocs()
+			defer benchcpu.Start(b)()
 			for b.Loop() {
 				if _, err := f.Next(); err != nil {
 					b.Fatal(err)

@@ -67,7 +67,7 @@ func (x *Dispatcher) response(resp *http.Response, br *backend.Request, decode, 
 		h.Set("Content-Type", ct)
 	}
 	h.Set(HeaderWorker, decode.URL())
-	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL()}
+	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength}
 	if prefill != nil {
 		h.Set(HeaderPrefillWorker, prefill.URL())
 		out.PrefillWorker = prefill.URL()

@@ -48,6 +48,7 @@ type Response struct {
 	// carried it, and Header holds it for the client.
 	RequestID string
 
-	pd    *pdTiming // the PD legs' timing, when the answer had a prefill leg
-	meter *meter    // observes the answer (set by Do)
+	pd     *pdTiming // the PD legs' timing, when the answer had a prefill leg
+	meter  *meter    // observes the answer (set by Do)
+	length int64     // the worker's Content-Length, -1 when it sent none
 }

@@ -40,6 +40,7 @@ func mergeUnarySamples(br *backend.Request, resps []*Response, cancel context.Ca
 	out.Header = resps[0].Header.Clone()
 	out.Header.Del("Content-Length")
 	out.Body = io.NopCloser(bytes.NewReader(merged))
+	out.length = int64(len(merged))
 	return &out, nil
 }
 
@@ -91,6 +92,7 @@ func newSampleStream(br *backend.Request, resps []*Response, cancel context.Canc
 	out.Header.Set("Content-Type", "text/event-stream")
 	out.Stream = true
 	out.Body = s
+	out.length = -1
 	return &out
 }
 

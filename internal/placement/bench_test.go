@@ -142,3 +142,35 @@ func BenchmarkSelectPrefill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCacheAwareUnique: one worker, every prompt new (256 bytes of three-letter words, as the
+// overhead scenario's load generator sends), against a tree already holding 100,000 of them: a short
+// match and an insert per pick, the cache_aware cost of a gateway whose traffic shares no prefixes.
+func BenchmarkCacheAwareUnique(b *testing.B) {
+	_, cands := newFleet(b, worker.RolePrefill, "m", 1)
+	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
+	r := rand.New(rand.NewPCG(4, 4))
+	words := func() string {
+		var sb strings.Builder
+		for sb.Len() < 256 {
+			for range 3 {
+				sb.WriteByte(byte('a' + r.IntN(26)))
+			}
+			sb.WriteByte(' ')
+		}
+		return sb.String()
+	}
+	for range 100000 {
+		p.Pick(cands, &Request{Model: "m", Text: words(), TargetWorker: -1})
+	}
+	reqs := make([]Request, 4096)
+	for i := range reqs {
+		reqs[i] = Request{Model: "m", Text: words(), TargetWorker: -1}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p.Pick(cands, &reqs[i%len(reqs)])
+		i++
+	}
+}

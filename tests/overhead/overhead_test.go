@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/bench/baseline"
+	"github.com/sluicegw/sluice/internal/benchcpu"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
 )
@@ -64,6 +66,7 @@ func run(b *testing.B, url, body string) {
 	b.SetParallelism(16)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer benchcpu.Start(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			resp, err := c.Post(url, "application/json", strings.NewReader(body))
@@ -81,7 +84,36 @@ func run(b *testing.B, url, body string) {
 	})
 }
 
+// framesBody asks the frame server for 16 tokens streamed back to back: they arrive together.
+const framesBody = `{"model":"sim-model","messages":[{"role":"user","content":"Write one short sentence about rivers."}],"max_tokens":16,"stream":true}`
+
+// startFrames serves baseline.Frames, the instant engine whose streamed tokens arrive together.
+func startFrames(b *testing.B) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- baseline.Serve(ctx, "127.0.0.1:0", &baseline.Frames{}, func(a string) { addr <- a }) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case err := <-done:
+		b.Fatal(err)
+	}
+	return ""
+}
+
 func BenchmarkOverhead(b *testing.B) {
+	b.Run("direct/frames16", func(b *testing.B) {
+		run(b, startFrames(b)+"/v1/chat/completions", framesBody)
+	})
+	b.Run("regular/frames16", func(b *testing.B) {
+		gw := startGateway(b, "--worker-urls", startFrames(b), "--policy", "round_robin")
+		run(b, gw+"/v1/chat/completions", framesBody)
+	})
 	for _, stream := range []bool{false, true} {
 		body, kind := chatBody, "json"
 		if stream {

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// The overhead scenario's tables: per request, per frame, memory per open stream, and the goals of
+// issue #17 judged on ratios measured in the same run. Every figure is the median over the rounds,
+// with the rounds' range where it says how noisy the figure was.
+
+// spread is a figure over rounds.
+type spread []float64
+
+func (v spread) med() float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// fmtSpread renders "median (min–max)" with the given decimals; just the median for one round.
+func (v spread) fmt(dec int) string {
+	if len(v) == 0 || math.IsNaN(v.med()) {
+		return "-"
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', dec, 64) }
+	if len(v) == 1 {
+		return f(v[0])
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(v.med()), f(slices.Min(v)), f(slices.Max(v)))
+}
+
+// over returns a/b per round (rounds where either is missing are skipped).
+func over(a, b spread) spread {
+	var out spread
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 && a[i] >= 0 && !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
+			out = append(out, a[i]/b[i])
+		}
+	}
+	return out
+}
+
+func minus(a, b spread) spread {
+	var out spread
+	for i := range min(len(a), len(b)) {
+		out = append(out, a[i]-b[i])
+	}
+	return out
+}
+
+func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, targets []*overheadTarget,
+	cells map[string]map[string][]overheadCell, mem map[string]streamMemory) {
+	get := func(load, target string, f func(overheadCell) float64) spread {
+		var v spread
+		for _, c := range cells[load][target] {
+			x := f(c)
+			if x < 0 {
+				x = math.NaN()
+			}
+			v = append(v, x)
+		}
+		return v
+	}
+	cpu := func(c overheadCell) float64 { return c.cpuReq }
+	p50 := func(c overheadCell) float64 { return c.res.Summary.E2E.P50 }
+	p99 := func(c overheadCell) float64 { return c.res.Summary.E2E.P99 }
+	has := func(v spread) bool { return len(v) > 0 && !math.IsNaN(v.med()) }
+
+	// Per request (JSON answers of 8 tokens).
+	s.res.Table = [][]string{{"load", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "CPU µs/request", "failed"}}
+	for _, l := range loads[:3] {
+		for _, t := range targets {
+			cs := cells[l.name][t.name]
+			if len(cs) == 0 {
+				continue
+			}
+			failed := 0
+			for _, c := range cs {
+				failed += c.res.Summary.Failed + c.res.Summary.Dropped
+			}
+			row := []string{l.name, t.name, get(l.name, t.name, func(c overheadCell) float64 { return c.res.Summary.RequestsPerSec }).fmt(0),
+				get(l.name, t.name, p50).fmt(3), get(l.name, t.name, p99).fmt(3), "-", "-", "-", strconv.Itoa(failed)}
+			if !t.pd && t.name != tDirect {
+				row[5] = minus(get(l.name, t.name, p50), get(l.name, tDirect, p50)).fmt(3)
+				row[6] = minus(get(l.name, t.name, p99), get(l.name, tDirect, p99)).fmt(3)
+			}
+			if v := get(l.name, t.name, cpu); has(v) {
+				row[7] = v.fmt(1)
+			}
+			s.res.Table = append(s.res.Table, row)
+		}
+	}
+
+	// Per frame, from two stream lengths at the same arrival rate.
+	perFrame := func(prefix, target string) spread {
+		a := get(prefix+strconv.Itoa(p.n2), target, cpu)
+		b := get(prefix+strconv.Itoa(p.n1), target, cpu)
+		var out spread
+		for i := range min(len(a), len(b)) {
+			out = append(out, (a[i]-b[i])/float64(p.n2-p.n1))
+		}
+		return out
+	}
+	frames := [][]string{{"target", "µs/frame spaced", "vs reverseproxy", "vs nginx", "µs/frame back to back", "vs reverseproxy", "vs nginx"}}
+	pf := map[string][2]spread{}
+	for _, t := range targets {
+		sp, bb := perFrame("spaced-", t.name), perFrame("b2b-", t.name)
+		if !has(sp) && !has(bb) {
+			continue
+		}
+		pf[t.name] = [2]spread{sp, bb}
+	}
+	for _, t := range targets {
+		v, ok := pf[t.name]
+		if !ok {
+			continue
+		}
+		row := []string{t.name, v[0].fmt(2), "-", "-", v[1].fmt(2), "-", "-"}
+		if !t.pd {
+			row[2], row[3] = over(v[0], pf[tRP][0]).fmt(2), over(v[0], pf[tNginx][0]).fmt(2)
+			row[5], row[6] = over(v[1], pf[tRP][1]).fmt(2), over(v[1], pf[tNginx][1]).fmt(2)
+		} else {
+			row[5] = over(v[1], pf[tBarePD][1]).fmt(2) + " of bare-pd"
+		}
+		frames = append(frames, row)
+	}
+	s.section(fmt.Sprintf("Gateway CPU per relayed frame: (CPU per request at %d frames - at %d) / %d; spaced: %d µs apart at %.0f req/s; "+
+		"back to back: in one write at %.0f req/s (PD: the decode engine writes each frame)", p.n2, p.n1, p.n2-p.n1, p.gapUS, p.spacedRate, p.b2bRat), frames)
+
+	// Memory per held stream.
+	mt := [][]string{{"target", "streams held", "RSS idle MiB", "RSS at half MiB", "RSS at all MiB", "KiB per stream (half -> all)"}}
+	for _, t := range targets {
+		m, ok := mem[t.name]
+		if !ok {
+			continue
+		}
+		if !m.measured {
+			mt = append(mt, []string{t.name, strconv.Itoa(m.streams), "-", "-", "-", "-"})
+			continue
+		}
+		mib := func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) }
+		mt = append(mt, []string{t.name, strconv.Itoa(m.streams), mib(m.rssIdle), mib(m.rssHalf), mib(m.rssFull),
+			strconv.FormatFloat(m.perStream()/1024, 'f', 1, 64)})
+		s.res.Measurements[t.name+"_rss_bytes_per_stream"] = round3(m.perStream())
+	}
+	s.section("Memory per open stream: streams held open at once (first frame received), proxy resident memory (VmRSS, "+
+		"all its processes) read from /proc; kernel socket buffers are not in it", mt)
+
+	// Goals (issue #17), each a ratio in this run.
+	type goal struct {
+		name, target string
+		v            spread
+		ok           func(float64) bool
+		dec          int
+	}
+	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	goals := []goal{
+		{"frame spaced like tokens: sluice / reverseproxy", "<= 1.0", over(pf[tSluice][0], pf[tRP][0]), le(1.0), 2},
+		{"frame spaced like tokens: sluice / nginx", "<= 1.2", over(pf[tSluice][0], pf[tNginx][0]), le(1.2), 2},
+		{"frames back to back: sluice / reverseproxy", "<= 1.2", over(pf[tSluice][1], pf[tRP][1]), le(1.2), 2},
+		{"PD JSON CPU per request, open loop at " + strconv.Itoa(int(p.pdRate)) + " req/s: sluice-pd / bare-pd", "<= 1.0",
+			over(get(loads[1].name, tPD, cpu), get(loads[1].name, tBarePD, cpu)), le(1.0), 2},
+		{"PD JSON CPU per request, closed loop: sluice-pd / bare-pd", "<= 1.0", over(get(loads[2].name, tPD, cpu), get(loads[2].name, tBarePD, cpu)), le(1.0), 2},
+		{"added p50 at " + strconv.Itoa(int(p.rate)) + " req/s: sluice - nginx (ms)", "<= 0.100",
+			minus(get(loads[0].name, tSluice, p50), get(loads[0].name, tNginx, p50)), le(0.1), 3},
+		{"added p99 at " + strconv.Itoa(int(p.rate)) + " req/s: sluice - nginx (ms)", "<= 1.000",
+			minus(get(loads[0].name, tSluice, p99), get(loads[0].name, tNginx, p99)), le(1.0), 3},
+	}
+	gt := [][]string{{"goal", "target", "measured: median (range over rounds)", "met"}}
+	for _, g := range goals {
+		met := "-"
+		if has(g.v) {
+			met = map[bool]string{true: "yes", false: "no"}[g.ok(g.v.med())]
+		}
+		gt = append(gt, []string{g.name, g.target, g.v.fmt(g.dec), met})
+	}
+	if m, ok := mem[tSluice]; ok && m.measured {
+		kib := m.perStream() / 1024
+		gt = append(gt, []string{"gateway memory per open stream (KiB)", "<= 64", strconv.FormatFloat(kib, 'f', 1, 64),
+			map[bool]string{true: "yes", false: "no"}[kib <= 64]})
+	}
+	s.section("Goals (issue #17)", gt)
+	s.note("latency is end-to-end (JSON); added = target - direct in the same round; %d rounds, targets in rotating order", p.rounds)
+	s.note("load generator, engines and proxies share the machine's %d CPUs", numCPU())
+}
