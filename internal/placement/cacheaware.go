@@ -111,7 +111,14 @@ func (p *CacheAware) Pick(cands []*worker.Worker, req *Request) int {
 			chosen = p.smallest(t, cands, cs)
 		}
 	}
-	t.insert(req.Text, cs.ids[chosen])
+	id := cs.ids[chosen]
+	t.insert(req.Text, id)
+	if t.size[id] > 2*p.cfg.MaxTreeSize {
+		// Eviction also runs here, not only every EvictionInterval: at thousands of unique prompts a
+		// second the tree would otherwise grow by gigabytes between two runs. Trimming to the budget
+		// at twice the budget costs one walk per budget's worth of inserted text.
+		t.evictTenant(id, p.cfg.MaxTreeSize)
+	}
 	return chosen
 }
 

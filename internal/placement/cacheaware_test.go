@@ -265,3 +265,35 @@ func TestTreeInvariantsProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestCacheAwareTreeBoundedBetweenEvictions: with no eviction run at all, a worker's text never grows
+// past twice the budget (a pick that takes it past trims it back to the budget, oldest first), and the
+// prompt just sent survives the trim.
+func TestCacheAwareTreeBoundedBetweenEvictions(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 1)
+	const budget = 2000
+	p := newCacheAwareForTest(t, func(c *Config) { c.MaxTreeSize = budget })
+	u := cands[0].URL()
+	trims, peak := 0, 0
+	prev := 0
+	for i := range 500 {
+		text := fmt.Sprintf("user-%04d: %s", i, strings.Repeat(string(rune('a'+i%26)), 90))
+		p.Pick(cands, &Request{Model: "m", Text: text, TargetWorker: -1})
+		got := p.TreeSize("m", u)
+		if got > 2*budget {
+			t.Fatalf("pick %d: tree size %d, want <= %d", i, got, 2*budget)
+		}
+		if got < prev {
+			trims++
+			lt := p.trees["m"]
+			if m, _ := lt.t.match(text, func(id int32) bool { return true }); m != len(text) {
+				t.Fatalf("pick %d: the prompt just sent matched %d/%d after the trim", i, m, len(text))
+			}
+			checkTree(t, &lt.t)
+		}
+		prev, peak = got, max(peak, got)
+	}
+	if trims == 0 || peak <= budget {
+		t.Fatalf("%d trims, peak %d: the budget was never exceeded, the test proves nothing", trims, peak)
+	}
+}

@@ -98,7 +98,8 @@ type Config struct {
 	BalanceRelThreshold float64
 	// MaxTreeSize is cache_aware's budget in bytes of prompt text per worker
 	// per model; Evict trims each worker's least recently used prefixes down
-	// to it (DefaultMaxTreeSize).
+	// to it (DefaultMaxTreeSize), and so does a pick that takes a worker past
+	// twice the budget: a worker never holds more than 2x between runs.
 	MaxTreeSize int
 	// EvictionInterval is how often Run calls Evict (120s).
 	EvictionInterval time.Duration
