@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -484,18 +482,6 @@ func (a *App) shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// DefaultGCPercent is the GC target sluice runs with unless GOGC is set. A gateway's live heap is small
-// (tens of MB) and its garbage is per-request: collecting 4x less often cut the gateway's CPU per PD
-// request by ~8% (158-165 -> 141-149 µs, same run, docs/benchmarks.md) for a few tens of MB more heap.
-const DefaultGCPercent = 400
-
-// TuneGC applies DefaultGCPercent when the operator did not choose one with GOGC.
-func TuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(DefaultGCPercent)
-	}
 }
 
 // Run starts the gateway and serves until ctx ends, then shuts down within the grace period.
