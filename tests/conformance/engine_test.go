@@ -27,6 +27,7 @@ type recordingEngine struct {
 	omitKV        bool   // vLLM prefill: return no kv_transfer_params, like a stop on the first token
 	mooncake      bool   // vLLM prefill: run a Mooncake bootstrap server (GET /query) on bootstrapPort
 	rooms         *rooms
+	auxPaths      map[string]bool // non-generation POST routes it serves (aux_test.go), recorded as legs
 	srv           *httptest.Server
 
 	mu   sync.Mutex
@@ -97,6 +98,8 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, `{"version":"0.11.0"}`)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions" || r.URL.Path == "/generate"):
 		e.generate(w, r)
+	case r.Method == http.MethodPost && e.auxPaths[r.URL.Path]:
+		e.aux(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -269,4 +272,14 @@ func (r *rooms) wait(req *http.Request, room string) bool {
 	case <-t.C:
 	}
 	return false
+}
+
+// aux records a non-generation request and answers an empty JSON object.
+func (e *recordingEngine) aux(w http.ResponseWriter, r *http.Request) {
+	var body map[string]any
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	e.mu.Lock()
+	e.legs = append(e.legs, recordedLeg{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	e.mu.Unlock()
+	writeJSON(w, 200, `{}`)
 }
