@@ -44,7 +44,9 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.DPSize, "data-parallel-size", d.DPSize, "same as --dp-size")
 	kvConnector := fs.String("kv-connector", "", "vllm: the KV connector, nixl (default: prefill first, then decode) or mooncake "+
 		"(legs in parallel, the decode pulls from the prefill's bootstrap server)")
-	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests")
+	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests "+
+		"(sglang --max-running-requests; an sglang decode also pre-allocates up to 2x more when it is at most 32)")
+	fs.IntVar(&cfg.MaxRunningRequests, "max-num-seqs", d.MaxRunningRequests, "same as --max-running-requests (vllm's name)")
 	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
 	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
 	itlPerSeq := fs.Float64("itl-per-seq-ms", float64(d.ITLPerSeq)/float64(time.Millisecond), "inter-token latency per sequence in the decode batch (ms)")

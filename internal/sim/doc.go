@@ -14,6 +14,14 @@
 //     rank's, with the rank's share: see below.) Admission is strictly FIFO (the head
 //     blocks requests behind it) like SGLang's default "fcfs" schedule policy. A request that can never fit
 //     is rejected with 400, as SGLang's prefill does (_check_if_req_exceed_kv_capacity).
+//   - Decode, SGLang style: a PD decode leg first waits in the pre-allocation queue for a request slot
+//     (max running requests x 3 when that is at most 32, else x 1: model_runner.py pre_alloc_size) and
+//     its KV, and only then completes the handshake its prefill waits for; after the transfer it waits
+//     in the waiting queue for the running batch (max running requests). Requests waiting for
+//     pre-allocation count as waiting in the reported load (decode.go, from disaggregation/decode.py).
+//     vLLM style: the decode pulls the KV at once and then waits in the waiting queue for the running
+//     batch (--max-num-seqs); vLLM pulls only once the scheduler takes the request, its prefill holding
+//     the blocks until then (up to VLLM_NIXL_ABORT_REQUEST_TIMEOUT), which the simulator does not model.
 //   - Prefill: one prefill executor per engine (per DP rank), processing admitted prefills ONE AT A TIME in FIFO order
 //     (prefill is compute-bound: batching prefills does not make their sum faster). Its duration is
 //     uncached prompt tokens / Config.PrefillTokensPerSec. The prefix cache is looked up when the prefill
@@ -64,8 +72,8 @@
 //
 // The decode connects to the prefill's bootstrap server (a real TCP listener: GET /room/{room} is the
 // handshake and long-polls for the room's KV record). The prefill does not start a request until the
-// decode has connected for its room (disaggregation/prefill.py pop_bootstrapped), so that wait counts
-// toward prefill time; a prefill whose decode never connects fails after Config.BootstrapTimeout with
+// decode has connected for its room (disaggregation/prefill.py pop_bootstrapped), which a realistic
+// decode does only once it has pre-allocated (decode.go), so that wait counts toward prefill time; a prefill whose decode never connects fails after Config.BootstrapTimeout with
 // SGLang's "Prefill bootstrap failed ... timed out ... in KVPoll.Bootstrapping" (500). The prefill then
 // runs one output token (whatever max_new_tokens was), publishes the room's KV record (prompt token hash
 // and count) and answers. A decode whose KV does not come within Config.BootstrapTimeout aborts with
@@ -159,7 +167,9 @@
 // /rerank, /score, /classify, /tokenize, /detokenize); GET /v1/models (owned_by "sglang" or
 // "vllm", max_model_len the context length), /health, /metrics. SGLang only: POST /generate; GET
 // /health_generate, /get_server_info and /server_info (server args: disaggregation_mode
-// prefill/decode/"null", disaggregation_bootstrap_port, dp_size, model_path, tp_size, ...),
+// prefill/decode/"null", disaggregation_bootstrap_port, dp_size, model_path, tp_size,
+// max_running_requests as given, ...; internal_states has one entry per DP rank with the rank's
+// effective_max_running_requests_per_dp, scheduler.py get_internal_state),
 // /get_model_info (/model_info), /v1/loads (one entry per DP rank, ?dp_rank=N for one; cache_hit_rate is
 // the rank's hit tokens / prompt tokens since start or reset), /get_load (older; a list per DP rank);
 // GET or POST /flush_cache (every rank); SGLang gauges in /metrics (sglang:num_running_reqs, ...,

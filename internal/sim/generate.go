@@ -71,6 +71,9 @@ type sampleSpec struct {
 	// collides: another sample on this rank holds the sample's bootstrap room, so its handshake
 	// never completes (set by claimRooms).
 	collides bool
+	// preallocated is the KV an SGLang decode sample reserved in its pre-allocation (decode.go), given
+	// back when the sample ends; 0 without one.
+	preallocated int64
 }
 
 // sampleResult is what a finished sample reports.
@@ -112,6 +115,9 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	switch sp.phase {
 	case phaseDecode:
 		rec, ok, err := e.receiveKV(ctx, sp)
+		if sp.preallocated > 0 {
+			defer r.sched.releasePrealloc(sp.preallocated)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -136,6 +142,9 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		maxTokens = min(maxTokens, e.cfg.InstantOutputTokens)
 	} else {
 		need := int64(len(sp.prompt.ids) + maxTokens)
+		if sp.preallocated > 0 {
+			need = 0 // the pre-allocation holds the KV; the running batch bounds the requests
+		}
 		if err := r.sched.admit(ctx, need); err != nil {
 			if errors.Is(err, errTooLong) {
 				// SGLang: PrefillBootstrapQueue._check_if_req_exceed_kv_capacity (400), against the rank's

@@ -110,9 +110,17 @@ func (e *Engine) loadBalanceMethod() string {
 func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 	model := e.cfg.Models[0]
 	rankKV := e.ranks[0].sched.kvCap
+	// One internal state per DP rank (tokenizer_manager get_internal_state gathers every rank's
+	// scheduler get_internal_state); effective_max_running_requests_per_dp is the rank's running
+	// window after the engine divided --max-running-requests by dp_size, the figure a gateway sizing
+	// decode seats wants (the top-level max_running_requests is the server arg as given).
 	internal := make([]map[string]any, len(e.ranks))
-	for i := range internal {
-		internal[i] = map[string]any{"last_gen_throughput": 0.0}
+	for i, rk := range e.ranks {
+		internal[i] = map[string]any{
+			"last_gen_throughput":                   0.0,
+			"memory_usage":                          map[string]any{"token_capacity": rk.sched.kvCap},
+			"effective_max_running_requests_per_dp": rk.sched.maxRunning,
+		}
 	}
 	info := map[string]any{
 		"model_path":                      model,
@@ -229,7 +237,7 @@ func (e *Engine) handleGetLoad(w http.ResponseWriter, _ *http.Request) {
 		s := rk.sched.snapshot()
 		out[i] = map[string]any{
 			"dp_rank":          rk.index,
-			"num_reqs":         s.running + s.waiting,
+			"num_reqs":         s.reportedRunning() + s.reportedWaiting(),
 			"num_waiting_reqs": s.reportedWaiting(),
 			"num_tokens":       s.kvUsed,
 		}

@@ -49,6 +49,9 @@ func newRanks(cfg *Config) []*dpRank {
 			cache:       newPrefixCache(cfg.BlockSize, cacheTokens),
 			prefillRate: cfg.PrefillTokensPerSec / float64(n),
 		}
+		if cfg.preallocates() {
+			r.sched.preSlots = preAllocSlots(maxRunning)
+		}
 		switch {
 		case cfg.Role == RolePrefill && cfg.Protocol == ProtocolSGLang:
 			r.rooms = newRendezvous(cfg.RoomTTL, cfg.MaxRooms)

@@ -446,8 +446,9 @@ func (e *Engine) waitRoom(ctx context.Context, sp *sampleSpec) (kvRecord, error)
 	if sp.hs.host == "" {
 		return kvRecord{}, unreachable(errors.New("bootstrap_host is missing"))
 	}
-	timeout := e.cfg.BootstrapTimeout
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second) // the server answers 408 first
+	// The waiting timeout runs from the handshake: pre-allocation and the KV's arrival share it.
+	deadline := time.Now().Add(e.cfg.BootstrapTimeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second)) // the server answers 408 first
 	defer cancel()
 	timedOut := func() error {
 		e.stats.bootstrapTimeouts.Add(1)
@@ -461,8 +462,18 @@ func (e *Engine) waitRoom(ctx context.Context, sp *sampleSpec) (kvRecord, error)
 		}
 		return kvRecord{}, err
 	}
+	if e.cfg.preallocates() {
+		// Only a pre-allocated decode sends the prefill its destination (decode.go).
+		if err := e.preallocateDecode(ctx, sp, deadline, timedOut); err != nil {
+			return kvRecord{}, err
+		}
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return kvRecord{}, timedOut()
+	}
 	u := "http://" + addr + "/room/" + strconv.FormatUint(sp.hs.room, 10) +
-		"?dp_rank=" + strconv.Itoa(prank) + "&timeout_ms=" + strconv.FormatInt(timeout.Milliseconds(), 10)
+		"?dp_rank=" + strconv.Itoa(prank) + "&timeout_ms=" + strconv.FormatInt(max(left.Milliseconds(), 1), 10)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return kvRecord{}, unreachable(err)

@@ -23,6 +23,13 @@ type scheduler struct {
 
 	prefillBusy    bool
 	prefillWaiting list.List // of chan struct{}
+
+	// The pre-allocation stage of an SGLang decode (decode.go); preSlots 0 means the rank has none.
+	// preHeld requests hold a request slot and their KV (counted in kvUsed) from pre-allocation
+	// until their decode ends; preWaiting are the requests still waiting for one, FIFO.
+	preSlots   int
+	preHeld    int
+	preWaiting list.List // of *admitWaiter
 }
 
 type admitWaiter struct {
@@ -54,7 +61,7 @@ func (s *scheduler) admit(ctx context.Context, need int64) error {
 	}
 	w := &admitWaiter{need: need, ready: make(chan struct{})}
 	elem := s.waiting.PushBack(w)
-	s.maxWaiting = max(s.maxWaiting, s.waiting.Len())
+	s.maxWaiting = max(s.maxWaiting, s.waiting.Len()+s.preWaiting.Len())
 	s.mu.Unlock()
 
 	select {
@@ -69,6 +76,7 @@ func (s *scheduler) admit(ctx context.Context, need int64) error {
 			s.running--
 			s.kvUsed -= need
 			s.grantLocked()
+			s.grantPreLocked()
 		default:
 			isFront := s.waiting.Front() == elem
 			s.waiting.Remove(elem)
@@ -86,6 +94,7 @@ func (s *scheduler) release(need int64) {
 	s.running--
 	s.kvUsed -= need
 	s.grantLocked()
+	s.grantPreLocked()
 	s.mu.Unlock()
 }
 
@@ -153,6 +162,8 @@ func (s *scheduler) handOffPrefillLocked() {
 
 type schedSnapshot struct {
 	running, waiting, maxWaiting, prefillQueue int
+	// preWaiting counts an SGLang decode's requests waiting for pre-allocation, preHeld those holding one.
+	preWaiting, preHeld int
 	// prefillWaiting counts the admitted requests queued for the prefill executor, not yet started.
 	prefillWaiting int
 	kvUsed, kvCap  int64
@@ -162,9 +173,9 @@ type schedSnapshot struct {
 // /v1/loads, vLLM's gauges, the worker protocol's GetLoad): a request admitted here but still queued for
 // the prefill executor has not started computing, so it counts as waiting, as SGLang counts its
 // waiting queue (scheduler.py get_load: len(self.waiting_queue), plus the bootstrap queue on a prefill
-// server) rather than as running.
+// server and the pre-allocation queue on a decode server) rather than as running.
 func (s schedSnapshot) reportedRunning() int { return s.running - s.prefillWaiting }
-func (s schedSnapshot) reportedWaiting() int { return s.waiting + s.prefillWaiting }
+func (s schedSnapshot) reportedWaiting() int { return s.waiting + s.prefillWaiting + s.preWaiting }
 
 func (s *scheduler) snapshot() schedSnapshot {
 	s.mu.Lock()
@@ -174,6 +185,7 @@ func (s *scheduler) snapshot() schedSnapshot {
 		pq++
 	}
 	return schedSnapshot{
+		preWaiting: s.preWaiting.Len(), preHeld: s.preHeld,
 		running: s.running, waiting: s.waiting.Len(), maxWaiting: s.maxWaiting,
 		prefillQueue: pq, prefillWaiting: s.prefillWaiting.Len(), kvUsed: s.kvUsed, kvCap: s.kvCap,
 	}
@@ -181,6 +193,6 @@ func (s *scheduler) snapshot() schedSnapshot {
 
 func (s *scheduler) resetMaxWaiting() {
 	s.mu.Lock()
-	s.maxWaiting = s.waiting.Len()
+	s.maxWaiting = s.waiting.Len() + s.preWaiting.Len()
 	s.mu.Unlock()
 }

@@ -31,6 +31,8 @@ type counters struct {
 	prefillPeak         atomic.Int64
 	rankConflicts       atomic.Int64
 	prefillRankMisses   atomic.Int64
+	preallocWaits       atomic.Int64
+	preallocTimeouts    atomic.Int64
 	// vLLM Mooncake, decode side.
 	mooncakePulls     atomic.Int64
 	mooncakePulling   atomic.Int64
@@ -69,6 +71,10 @@ type Stats struct {
 	RoomCollisions       int64 `json:"room_collisions"`         // SGLang: samples on a room already in use (n > 1 shares rooms)
 	RankConflicts        int64 `json:"rank_conflicts"`          // SGLang prefill: routed off bootstrap_room % dp_size without disagg_prefill_dp_rank
 	PrefillRankMisses    int64 `json:"prefill_rank_misses"`     // SGLang decode: prefill rank not on the prefill's bootstrap server
+	PreallocWaits        int64 `json:"prealloc_waits"`          // SGLang decode: requests that went through pre-allocation
+	PreallocTimeouts     int64 `json:"prealloc_timeouts"`       // SGLang decode: waiting timeouts while waiting for pre-allocation
+	PreallocQueue        int   `json:"prealloc_queue"`          // SGLang decode: requests waiting for pre-allocation (all ranks)
+	Preallocated         int   `json:"preallocated"`            // SGLang decode: requests holding a pre-allocation (all ranks)
 	KVParamsOmitted      int64 `json:"kv_params_omitted"`       // vLLM NIXL prefill: responses without kv_transfer_params
 	MooncakePulls        int64 `json:"mooncake_pulls"`          // vLLM Mooncake decode: KV loads started
 	MooncakePulling      int64 `json:"mooncake_pulling"`        // vLLM Mooncake decode: KV loads in progress
@@ -122,6 +128,8 @@ func (e *Engine) totalSnapshot() schedSnapshot {
 		t.waiting += s.waiting
 		t.prefillQueue += s.prefillQueue
 		t.prefillWaiting += s.prefillWaiting
+		t.preWaiting += s.preWaiting
+		t.preHeld += s.preHeld
 		t.kvUsed += s.kvUsed
 		t.kvCap += s.kvCap
 		t.maxWaiting = max(t.maxWaiting, s.maxWaiting)
@@ -147,6 +155,8 @@ func (e *Engine) Stats() Stats {
 		RoomCollisions:       e.stats.roomCollisions.Load(),
 		RankConflicts:        e.stats.rankConflicts.Load(),
 		PrefillRankMisses:    e.stats.prefillRankMisses.Load(),
+		PreallocWaits:        e.stats.preallocWaits.Load(),
+		PreallocTimeouts:     e.stats.preallocTimeouts.Load(),
 		KVParamsOmitted:      e.stats.kvParamsOmitted.Load(),
 		MooncakePulls:        e.stats.mooncakePulls.Load(),
 		MooncakePulling:      e.stats.mooncakePulling.Load(),
@@ -177,6 +187,8 @@ func (e *Engine) Stats() Stats {
 		}
 		st.Running += s.running
 		st.Queued += s.waiting
+		st.PreallocQueue += s.preWaiting
+		st.Preallocated += s.preHeld
 		st.PrefillQueue += s.prefillQueue
 		st.MaxQueueDepth = max(st.MaxQueueDepth, s.maxWaiting)
 		st.KVUsedTokens += s.kvUsed
@@ -202,6 +214,7 @@ func (e *Engine) ResetStats() {
 		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
 		&e.stats.recomputed, &e.stats.roomCollisions, &e.stats.handshakeWaits, &e.stats.handshakeTimeouts,
 		&e.stats.kvParamsOmitted, &e.stats.rankConflicts, &e.stats.prefillRankMisses,
+		&e.stats.preallocWaits, &e.stats.preallocTimeouts,
 		&e.stats.mooncakePulls, &e.stats.mooncakeTransfers, &e.stats.mooncakeTimeouts, &e.stats.mooncakeFailures,
 		&e.stats.mooncakeKept, &e.stats.mooncakeNotKept, &e.stats.mooncakeWaits, &e.stats.mooncakeSent,
 		&e.stats.mooncakePullTimeouts} {
