@@ -47,7 +47,10 @@
 // prefill capacity with admission off and on; prefix compares routing policies on the shared-prefix
 // workload; replicas compares three gateway replicas with per-replica limits, a manual split of the limit
 // and cluster admission under 80/10/10 skew, against one gateway; scale registers hundreds of instant
-// engines and measures routing and the admission queue.
+// engines and measures routing and the admission queue; decode-bound drives 2 prefill engines and one
+// decode engine with a running window of 8 (SGLang and vLLM NIXL) at 2x the decode's capacity, 2x the
+// prefill's and 0.7x the decode's, with the decode gate off and on (--decode-gate-flags; a gateway that
+// lacks those flags leaves the "on" rows "not run").
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

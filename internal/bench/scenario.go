@@ -29,6 +29,8 @@ type ScenarioOptions struct {
 	SimBin       string // overhead: the simulator binary (default: built from the module)
 	BaselineBin  string // overhead: the baseline servers' binary (default: built from the module)
 	Rounds       int    // overhead: interleaved rounds (default 3; 1 when short)
+	// DecodeGateFlags are the gateway flags of decode-bound's "on" runs (nil: DefaultDecodeGateFlags).
+	DecodeGateFlags []string
 	// Progress receives the load generator's per-second lines; nil prints none.
 	Progress io.Writer
 	// Log receives scenario notes as they happen (and child process stderr); nil discards.
@@ -70,6 +72,7 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
 		"adaptive":        ScenarioAdaptive,
+		"decode-bound":    ScenarioDecodeBound,
 		"dp":              ScenarioDP,
 		"early-rejection": ScenarioEarlyRejection,
 		"overhead":        ScenarioOverhead,
@@ -210,10 +213,12 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.SimBin, "sim-bin", "", "overhead: sluice-sim binary (default: go build ./cmd/sluice-sim)")
 	fs.StringVar(&o.BaselineBin, "baseline-bin", "", "overhead: sluice-baseline binary (default: go build ./cmd/sluice-baseline)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "overhead: interleaved rounds (default 3, 1 with --short)")
+	gate := fs.String("decode-gate-flags", dbGateFlagsDef, "decode-bound: gateway flags of the runs with the decode gate on (space separated)")
 	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	o.DecodeGateFlags = strings.Fields(*gate)
 	o.Log = stderr
 	if *progress {
 		o.Progress = stderr
