@@ -65,6 +65,10 @@ func TestParseFlags(t *testing.T) {
 			"--data-parallel-size", "4"}, want: func(c Config) bool {
 			return c.KVConnector == ConnectorMooncake && c.DPSize == 4 && c.hasBootstrapServer()
 		}},
+		{name: "vllm's --max-num-seqs is the running window", args: []string{"--protocol", "vllm", "--role", "decode", "--max-num-seqs", "8"},
+			want: func(c Config) bool { return c.MaxRunningRequests == 8 }},
+		{name: "sglang's --max-running-requests", args: []string{"--role", "decode", "--max-running-requests", "8"},
+			want: func(c Config) bool { return c.MaxRunningRequests == 8 && c.preallocates() }},
 		{name: "sglang has no kv connector", args: []string{"--kv-connector", "mooncake"}, wantErr: true},
 		{name: "unknown kv connector", args: []string{"--protocol", "vllm", "--kv-connector", "p2p"}, wantErr: true},
 		{name: "dp size too large", args: []string{"--dp-size", "1000"}, wantErr: true},

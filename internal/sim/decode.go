@@ -15,8 +15,9 @@ import (
 // threads of mooncake/conn.py and nixl/conn.py: update_status(room, WaitingForInput) once every
 // required_dst_info_num TransferInfo has come). So a prefill whose decode cannot pre-allocate waits in
 // its bootstrap queue, and fails after its bootstrap timeout ("... in KVPoll.Bootstrapping"); the
-// decode's own waiting timeout runs from its handshake, pre-allocation wait included
-// (common/conn.py _check_waiting_timeout: "... in KVPoll.WaitingForInput").
+// decode's own waiting timeout (common/conn.py _check_waiting_timeout: "... in KVPoll.WaitingForInput")
+// runs from the receiver's init_time, which as we read it is set at the handshake, so here it covers the
+// pre-allocation wait and the KV's arrival together.
 //
 // Request slots: DecodeReqToTokenPool holds max_running_requests + pre_alloc_size rows, pre_alloc_size
 // being 2 x max_running_requests when that is at most 32, else 0 (model_executor/model_runner.py
