@@ -679,7 +679,7 @@ func (c *Controller) observeWaiterLocked(w *waiter, worker string) {
 	d := c.now().Sub(w.enq)
 	c.observeWaitLocked(w.q.key, worker, d, w.band)
 	if w.side == SideDecode {
-		c.dm.ObserveDecodeWait(d)
+		c.dm.ObserveDecodeWait(w.q.key, d)
 	}
 }
 

@@ -77,14 +77,14 @@ type DecodeMetrics interface {
 	SetSeatLimit(worker string, n int)
 	// ObserveDecodeWait records the wait (as Metrics.ObserveWait) of a
 	// request the decode side held back when its wait ended.
-	ObserveDecodeWait(d time.Duration)
+	ObserveDecodeWait(queue string, d time.Duration)
 	// DeleteSeatWorker drops decode worker's series (RemoveWorker).
 	DeleteSeatWorker(worker string)
 }
 
 type noopDecodeMetrics struct{}
 
-func (noopDecodeMetrics) SetSeats(string, int)            {}
-func (noopDecodeMetrics) SetSeatLimit(string, int)        {}
-func (noopDecodeMetrics) ObserveDecodeWait(time.Duration) {}
-func (noopDecodeMetrics) DeleteSeatWorker(string)         {}
+func (noopDecodeMetrics) SetSeats(string, int)                    {}
+func (noopDecodeMetrics) SetSeatLimit(string, int)                {}
+func (noopDecodeMetrics) ObserveDecodeWait(string, time.Duration) {}
+func (noopDecodeMetrics) DeleteSeatWorker(string)                 {}

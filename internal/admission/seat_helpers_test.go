@@ -111,7 +111,7 @@ func (m *seatMetrics) SetSeatLimit(w string, n int) {
 	m.limits[w] = n
 }
 
-func (m *seatMetrics) ObserveDecodeWait(time.Duration) {
+func (m *seatMetrics) ObserveDecodeWait(string, time.Duration) {
 	m.smu.Lock()
 	defer m.smu.Unlock()
 	m.decodeWait++

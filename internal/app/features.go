@@ -77,9 +77,11 @@ var _ admission.FeatureMetrics = admissionMetrics{}
 
 // DecodeMetrics of the admission adapter: the decode seats' series, labelled by decode worker key.
 
-func (a admissionMetrics) SetSeats(w string, n int)          { a.m.SetSeats(w, n) }
-func (a admissionMetrics) SetSeatLimit(w string, n int)      { a.m.SetSeatLimit(w, n) }
-func (a admissionMetrics) ObserveDecodeWait(d time.Duration) { a.m.ObserveDecodeWait(d) }
-func (a admissionMetrics) DeleteSeatWorker(w string)         { a.m.DeleteSeatWorker(w) }
+func (a admissionMetrics) SetSeats(w string, n int)     { a.m.SetSeats(w, n) }
+func (a admissionMetrics) SetSeatLimit(w string, n int) { a.m.SetSeatLimit(w, n) }
+func (a admissionMetrics) ObserveDecodeWait(q string, d time.Duration) {
+	a.m.ObserveDecodeWait(modelLabel(a.reg, q), d)
+}
+func (a admissionMetrics) DeleteSeatWorker(w string) { a.m.DeleteSeatWorker(w) }
 
 var _ admission.DecodeMetrics = admissionMetrics{}

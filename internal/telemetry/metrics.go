@@ -52,7 +52,7 @@ type Metrics struct {
 	admissionTokens   *prometheus.GaugeVec
 	decodeInflight    *prometheus.GaugeVec
 	decodeLimit       *prometheus.GaugeVec
-	decodeWait        prometheus.Histogram
+	decodeWait        *prometheus.HistogramVec
 	bandQueued        *prometheus.GaugeVec
 	bandWait          *prometheus.HistogramVec
 
@@ -199,9 +199,9 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Decode seats held per decode worker (URL, or URL@rank for a data-parallel rank), with decode seats on.", "worker"),
 		decodeLimit: gauge("sluice_pd_decode_admission_limit",
 			"Decode seat bound per decode worker (its window with auto; <= 0: none), with decode seats on.", "worker"),
-		decodeWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_pd_decode_admission_wait_seconds",
-			Help:    "Time requests waited in the admission queue when the decode side (no free seat) held them back at the end of their wait; sluice_pd_prefill_admission_wait_seconds counts every wait.",
-			Buckets: latencyBuckets}),
+		decodeWait: hist("sluice_pd_decode_admission_wait_seconds",
+			"Time requests waited in the admission queue, per queue (model), when the decode side (no free seat) held them back at the end of their wait; sluice_pd_prefill_admission_wait_seconds counts every wait.",
+			latencyBuckets, "queue"),
 		bandQueued: gauge("sluice_pd_prefill_admission_band_queued",
 			"Requests waiting for a prefill admission slot, per priority band.", "band"),
 		bandWait: hist("sluice_pd_prefill_admission_band_wait_seconds",
@@ -397,8 +397,10 @@ func (m *Metrics) SetSeatLimit(worker string, n int) {
 	m.decodeLimit.WithLabelValues(worker).Set(float64(n))
 }
 
-// ObserveDecodeWait records one admission wait the decode side held back.
-func (m *Metrics) ObserveDecodeWait(d time.Duration) { m.decodeWait.Observe(d.Seconds()) }
+// ObserveDecodeWait records one admission wait in queue that the decode side held back.
+func (m *Metrics) ObserveDecodeWait(queue string, d time.Duration) {
+	m.decodeWait.WithLabelValues(queue).Observe(d.Seconds())
+}
 
 // DeleteSeatWorker deletes a removed decode worker's seat series.
 func (m *Metrics) DeleteSeatWorker(worker string) {
