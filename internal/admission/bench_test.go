@@ -123,3 +123,74 @@ func BenchmarkHandoff1000Waiters(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 }
+
+// benchPair picks the first prefill worker with a slot and the first decode
+// worker with a seat, decode first (as dispatch does).
+func benchPair(prefill, decode []string) admission.Request {
+	r := benchSelect(prefill...)
+	r.SelectPair = func(hasSlot, hasSeat func(string) bool) (string, string, error) {
+		dec := ""
+		for _, d := range decode {
+			if hasSeat(d) {
+				dec = d
+				break
+			}
+		}
+		if dec == "" {
+			return "", "", admission.ErrNoSeat
+		}
+		for _, w := range prefill {
+			if hasSlot(w) {
+				return w, dec, nil
+			}
+		}
+		return "", "", admission.ErrNoCapacity
+	}
+	return r
+}
+
+// BenchmarkSlotVsSlotAndSeat measures, in one run, acquire + release of a
+// prefill slot alone and of a slot plus a decode seat, under contention (8
+// goroutines per CPU): "free" has room for all (lock contention only),
+// "queueing" has 2 slots (or 2 seats), so most acquires wait and are handed
+// their grant by a release. The seat's cost is the ratio of the pairs.
+func BenchmarkSlotVsSlotAndSeat(b *testing.B) {
+	prefill, decode := []string{"A", "B", "C", "D"}, []string{"X", "Y", "Z", "W"}
+	for _, bc := range []struct {
+		name  string
+		s     admission.Settings
+		seats bool
+	}{
+		{name: "free/slot", s: admission.Settings{MaxInflightPerWorker: 64, QueueSize: 1 << 20, QueueTimeout: time.Hour}},
+		{name: "free/slot+seat", s: admission.Settings{MaxInflightPerWorker: 64, DecodeMaxInflightPerWorker: 64, QueueSize: 1 << 20, QueueTimeout: time.Hour}, seats: true},
+		{name: "queueing/slot", s: admission.Settings{MaxInflightPerWorker: 1, QueueSize: 1 << 20, QueueTimeout: time.Hour}},
+		{name: "queueing/slot+seat", s: admission.Settings{MaxInflightPerWorker: 64, DecodeMaxInflightPerWorker: 1, QueueSize: 1 << 20, QueueTimeout: time.Hour}, seats: true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := mustNew(b, bc.s, admission.Deps{})
+			req := benchPair(prefill, decode)
+			if bc.name == "queueing/slot" {
+				req = benchPair(prefill[:2], decode)
+			}
+			if bc.name == "queueing/slot+seat" {
+				req = benchPair(prefill, decode[:2])
+			}
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					s, err := c.Acquire(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					s.Release(admission.ReleaseCompleted)
+					if bc.seats {
+						s.Seat().Release(admission.ReleaseCompleted)
+					}
+				}
+			})
+		})
+	}
+}

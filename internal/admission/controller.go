@@ -19,6 +19,7 @@ import (
 const (
 	spanWait = "sluice.admission.wait"
 	spanSlot = "sluice.admission.slot"
+	spanSeat = "sluice.admission.seat"
 
 	attrOutcome       = "sluice.admission.outcome"
 	attrQueuePosition = "sluice.admission.queue_position"
@@ -28,6 +29,8 @@ const (
 	attrReleaseReason = "sluice.admission.release_reason"
 	attrBand          = "sluice.admission.band"
 	attrTokens        = "sluice.admission.tokens"
+	attrSide          = "sluice.admission.side"
+	attrDecodeWorker  = "sluice.admission.decode_worker"
 )
 
 // Request is one client request asking for a prefill slot.
@@ -67,6 +70,24 @@ type Request struct {
 	// 0. It is used only with Settings.EarlyRejection, where it bounds both
 	// the predicted and the actual wait.
 	MaxWait time.Duration
+
+	// SelectPair, when not nil and decode seats are on (Settings.SeatsOn),
+	// runs instead of Select: the PD placement of both legs in one call
+	// under the lock. It picks a prefill worker among those hasSlot accepts
+	// and its decode partner among those hasSeat accepts (keys: a decode
+	// worker's seat is per DP rank where ranks are known), and returns
+	// both; ErrNoCapacity when no prefill worker has a slot, ErrNoSeat when
+	// one has but no compatible decode worker has a seat (the side is
+	// reported on rejection), or a final error. It must check the decode
+	// side before running a stateful prefill policy, so that the policy
+	// never records a choice the decode side then refuses. Otherwise the
+	// Select contract applies. With seats off Select runs, so a caller
+	// sets both.
+	SelectPair func(hasSlot, hasSeat func(worker string) bool) (prefill, decode string, err error)
+	// DecodeTokens is the decode KV reservation (prompt + max_tokens),
+	// charged against the decode worker's KV capacity while the seat is
+	// held; <= 0 counts as 1.
+	DecodeTokens int64
 }
 
 // Deps are the controller's injected dependencies; the zero value works.
@@ -95,6 +116,8 @@ type Controller struct {
 	poll    time.Duration
 	now     func() time.Time
 	hasCap  func(string) bool // c.hasCapacityLocked, bound once
+	hasSeat func(string) bool // c.hasSeatLocked, bound once
+	dm      DecodeMetrics     // metrics, when it implements DecodeMetrics
 
 	// The cost inputs of the request whose Select (or grant) runs now, read
 	// by hasCapacityLocked and grantLocked; set by bindLocked. curCost
@@ -104,6 +127,7 @@ type Controller struct {
 	curTokens int64
 	curCached func(string) int64
 	curCost   map[string]int64
+	curDecode int64 // the decode KV reservation
 
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
@@ -126,6 +150,11 @@ type Controller struct {
 	waits      waitRing
 	releases   rateEstimator
 	caps       capState // cluster admission's per-worker shares (caps.go)
+
+	// Decode seats (seat.go), by decode worker key.
+	seats        map[string]*seatState
+	decCap       map[string]DecodeCapacity
+	seatReleases rateEstimator
 }
 
 type workerState struct {
@@ -152,6 +181,7 @@ type waiter struct {
 	q      *queue
 	elem   *list.Element
 	sel    func(func(string) bool) (string, error)
+	pair   func(hasSlot, hasSeat func(string) bool) (string, string, error)
 	ready  chan struct{} // closed on grant or final error
 	poke   chan struct{} // cap 1: "you are head" / "re-select"
 	enq    time.Time
@@ -159,6 +189,8 @@ type waiter struct {
 	seq    uint64 // arrival order over all bands
 	tokens int64
 	cached func(string) int64
+	decTok int64
+	side   Side // the side that held it back at its last try
 
 	state      waiterState
 	promoted   bool // became head; its goroutine runs the poll timer (until it is displaced)
@@ -184,6 +216,8 @@ func New(s Settings, deps Deps) (*Controller, error) {
 		settings: s.Clone(),
 		workers:  make(map[string]*workerState),
 		queues:   make(map[string]*queue),
+		seats:    make(map[string]*seatState),
+		decCap:   make(map[string]DecodeCapacity),
 	}
 	if _, ok := c.tracer.(noop.Tracer); ok {
 		c.tracer = nil
@@ -202,6 +236,12 @@ func New(s Settings, deps Deps) (*Controller, error) {
 		c.now = time.Now
 	}
 	c.hasCap = c.hasCapacityLocked
+	c.hasSeat = c.hasSeatLocked
+	c.dm = noopDecodeMetrics{}
+	if dm, ok := c.metrics.(DecodeMetrics); ok {
+		c.dm = dm
+	}
+	c.seatReleases.tau = rateTau
 	c.enabled.Store(s.Enabled())
 	c.releases.tau = rateTau
 	return c, nil
@@ -244,9 +284,16 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 	if info.tokens {
 		span.SetAttributes(attribute.Int64(attrTokens, max(req.Tokens, 1)))
 	}
+	if info.sideKnown {
+		span.SetAttributes(attribute.String(attrSide, info.side.String()))
+	}
 	if slot != nil {
 		span.SetAttributes(attribute.String(attrWorker, slot.worker))
 		_, slot.span = c.tracer.Start(ctx, spanSlot, trace.WithAttributes(attribute.String(attrSlotWorker, slot.worker)))
+		if st := slot.seat; st != nil {
+			span.SetAttributes(attribute.String(attrDecodeWorker, st.worker))
+			_, st.span = c.tracer.Start(ctx, spanSeat, trace.WithAttributes(attribute.String(attrSlotWorker, st.worker)))
+		}
 	}
 	span.End()
 	return slot, err
@@ -279,6 +326,10 @@ type acquireInfo struct {
 	pos    int
 	band   string
 	tokens bool
+	// side held the request back (it waited or was rejected), with decode
+	// seats on.
+	side      Side
+	sideKnown bool
 }
 
 // acquire is the admission-on path. When shareLimited is not nil it is set
@@ -301,26 +352,32 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
 	q := c.queues[req.Queue]
 	c.caps.hit = false
+	side := SidePrefill // the side that holds the request back
+	if q != nil {
+		side = q.side
+	}
 	if q == nil || c.outranksHeadLocked(q, band) {
 		// Fast path: nobody waits for this pool, or every waiter ranks
 		// below this request (a higher priority band).
 		c.bindLocked(req.Tokens, req.CachedTokens)
-		worker, err := callSelect(req.Select, c.hasCap)
-		if err == nil && !c.hasCapacityLocked(worker) {
-			err = ErrNoCapacity // the callback ignored hasCapacity
-		}
-		if err == nil {
-			slot := c.grantLocked(worker)
+		c.curDecode = req.DecodeTokens
+		sel := c.selectLocked(req.Select, req.SelectPair, true)
+		if sel.err == nil {
+			slot := c.grantLocked(sel.prefill)
+			if sel.decode != "" {
+				slot.seat = c.grantSeatLocked(sel.decode)
+			}
 			c.unbindLocked()
-			c.observeWaitLocked(req.Queue, worker, 0, band)
+			c.observeWaitLocked(req.Queue, sel.prefill, 0, band)
 			c.mu.Unlock()
 			return slot, info, nil
 		}
 		c.unbindLocked()
-		if !errors.Is(err, ErrNoCapacity) {
+		if !errors.Is(sel.err, ErrNoCapacity) {
 			c.mu.Unlock()
-			return nil, info, err
+			return nil, info, sel.err
 		}
+		side = sideOf(sel.err)
 	} else {
 		// Waiters exist: the newcomer goes behind them, but a request whose
 		// model has no usable worker is answered now (503/404, not 429).
@@ -337,6 +394,12 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	var victim *waiter
 	if c.queued >= c.settings.QueueSize {
 		if victim = c.victimLocked(band); victim == nil {
+			info.side, info.sideKnown = side, c.seatsOnLocked()
+			if side == SideDecode {
+				c.rejectLocked(req.Queue, DecodeQueueFull)
+				c.mu.Unlock()
+				return nil, info, errDecodeFull
+			}
 			c.rejectLocked(req.Queue, QueueFull)
 			c.mu.Unlock()
 			return nil, info, errQueueFull
@@ -359,11 +422,21 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	w, pos := c.enqueueLocked(req)
 	info.pos = pos
 	w.capped = capped // the fast path found no worker because of a cap
+	w.side = side
+	if pos == 1 {
+		w.q.side = side // the new head: what holds it back holds the queue back
+	}
+	seats := c.seatsOnLocked()
 	c.mu.Unlock()
 
 	slot, err = c.wait(ctx, w, timeout)
 	if shareLimited != nil {
 		*shareLimited = w.capped // w left the queue under the lock before wait returned
+	}
+	if seats {
+		c.mu.Lock()
+		info.side, info.sideKnown = w.side, true
+		c.mu.Unlock()
 	}
 	return slot, info, err
 }
@@ -445,7 +518,7 @@ func (c *Controller) bindLocked(tokens int64, cached func(string) int64) {
 }
 
 func (c *Controller) unbindLocked() {
-	c.curTokens, c.curCached = 0, nil
+	c.curTokens, c.curCached, c.curDecode = 0, nil, 0
 	clear(c.curCost)
 }
 
@@ -599,6 +672,17 @@ func (c *Controller) observeWaitLocked(queue, worker string, d time.Duration, ba
 	}
 }
 
+// observeWaiterLocked records the wait of w, which ends now (worker: the one
+// whose slot ended it, or ""), also as a decode wait when the decode side
+// held it back.
+func (c *Controller) observeWaiterLocked(w *waiter, worker string) {
+	d := c.now().Sub(w.enq)
+	c.observeWaitLocked(w.q.key, worker, d, w.band)
+	if w.side == SideDecode {
+		c.dm.ObserveDecodeWait(w.q.key, d)
+	}
+}
+
 // enqueueLocked queues req and returns its waiter and its position (1 =
 // head).
 func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
@@ -621,6 +705,8 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 		seq:    c.seq,
 		tokens: req.Tokens,
 		cached: req.CachedTokens,
+		pair:   req.SelectPair,
+		decTok: req.DecodeTokens,
 	}
 	w.elem = q.bands[band].PushBack(w)
 	q.n++
@@ -659,6 +745,7 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 	q.bands[w.band].Remove(w.elem)
 	w.elem = nil
 	w.cached = nil
+	w.pair = nil
 	q.n--
 	c.queued--
 	c.metrics.AddQueued(q.key, -1)
@@ -682,24 +769,24 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		return false
 	}
 	enabled := c.settings.Enabled()
-	hasCap := c.hasCap
-	if !enabled {
-		hasCap = alwaysCapacity
-	}
 	c.bindLocked(w.tokens, w.cached)
+	c.curDecode = w.decTok
 	defer c.unbindLocked()
 	c.caps.hit = false
-	worker, err := callSelect(w.sel, hasCap)
-	if err == nil && enabled && !c.hasCapacityLocked(worker) {
-		err = ErrNoCapacity
-	}
+	sel := c.selectLocked(w.sel, w.pair, enabled)
+	err := sel.err
 	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
-		w.slot = c.grantLocked(worker)
+		w.slot = c.grantLocked(sel.prefill)
+		if sel.decode != "" {
+			w.slot.seat = c.grantSeatLocked(sel.decode)
+		}
 		w.state = granted
 	case errors.Is(err, ErrNoCapacity):
 		if enabled {
+			w.side = sideOf(err)
+			q.side = w.side
 			return false
 		}
 		// Admission was turned off and there is no queue any more.
@@ -714,7 +801,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	if w.slot != nil {
 		granted = w.slot.worker
 	}
-	c.observeWaitLocked(w.q.key, granted, c.now().Sub(w.enq), w.band)
+	c.observeWaiterLocked(w, granted)
 	c.removeLocked(w)
 	close(w.ready)
 	return true
@@ -830,6 +917,10 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		w.slot = nil
 		c.cancelled++
 		c.giveBackLocked(s, ReleaseCancelled)
+		if s.seat != nil {
+			s.seat.released.Store(true)
+			c.giveBackSeatLocked(s.seat)
+		}
 		if c.queued > 0 {
 			c.dispatchAllLocked()
 		}
@@ -839,11 +930,15 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 	}
 	q := w.q
 	wasHead := c.removeLocked(w)
-	c.observeWaitLocked(q.key, "", c.now().Sub(w.enq), w.band)
+	c.observeWaiterLocked(w, "")
 	if wasHead {
 		c.dispatchQueueLocked(q)
 	}
 	if why == QueueTimeout {
+		if w.side == SideDecode {
+			c.rejectLocked(q.key, DecodeQueueTimeout)
+			return nil, errDecodeTimeout
+		}
 		c.rejectLocked(q.key, QueueTimeout)
 		return nil, errQueueTimeout
 	}
@@ -875,6 +970,7 @@ func (c *Controller) RemoveWorker(worker string) {
 	c.mu.Lock()
 	delete(c.workers, worker)
 	c.metrics.DeleteWorker(worker)
+	c.removeSeatsLocked(worker)
 	c.mu.Unlock()
 }
 

@@ -1,6 +1,7 @@
 // Package admission bounds the prefill requests in flight on each worker and
 // queues the rest: it is the per-worker prefill admission controller of a PD
-// (prefill/decode) deployment.
+// (prefill/decode) deployment, and, with a decode bound, the one gate of the
+// whole pipeline (decode seats, below).
 //
 // It knows workers only by key (their URL, also the metric label) and
 // candidate pools only by queue key (one per model). Placement is reached
@@ -27,7 +28,17 @@
 //     queue position over the measured slot-release rate) exceeds its
 //     timeout is rejected at once ([ErrPredictedTimeout]);
 //   - adaptive limits (Adaptive): each worker's request limit moves inside a
-//     range from the measured prefill time per token (adaptive.go).
+//     range from the measured prefill time per token (adaptive.go);
+//   - decode seats (DecodeMaxInflightPerWorker, DecodeAuto; seat.go): a PD
+//     request is admitted only when its prefill slot AND a seat on its decode
+//     worker (per DP rank where ranks are known) are free, chosen together by
+//     [Request.SelectPair] under the one lock, with a decode KV reservation
+//     (prompt + max_tokens) against the decode worker's KV capacity when it
+//     is known ([Controller.SetDecodeCapacity]). Rejections name the side
+//     that held the head back ([ErrDecodeQueueFull], [ErrDecodeQueueTimeout]
+//     when it was decode; the prefill errors otherwise), and
+//     [Controller.RetryAfterFor] answers from that side's release rate.
+//     Without a decode bound Select runs exactly as before.
 //
 // # Concurrency Model
 //
@@ -57,10 +68,22 @@
 // band or by aging stops it at its next tick and hands polling to the new
 // head. The controller owns no goroutines.
 //
+// With decode seats on, the head's selection is the pair callback: it
+// filters prefill workers by hasSlot and decode workers by hasSeat and
+// returns both, so "free slot and free seat" is the same atomic step. A seat
+// release wakes the heads exactly as a slot release does (a head may wait
+// for either), and the head remembers which side held it back (the queue
+// too, for newcomers rejected behind it). FIFO, strict targets, the head
+// poll, cancellation and timeout are unchanged: the side only picks the
+// rejection's name.
+//
 // A [Slot] is freed exactly once: each holder ([Slot] itself and every
 // [Guard]) releases at most once (an atomic flag), an atomic holder count
 // frees the slot on the last release, and a slot whose worker was removed
-// meanwhile releases without touching the new counters.
+// meanwhile releases without touching the new counters. A [Seat] is freed
+// exactly once the same way (an atomic flag; it has one holder), on its own,
+// when the decode leg ends; a grant that loses to a cancellation gives back
+// its slot and its seat.
 //
 // # Request Lifecycle
 //
@@ -92,11 +115,17 @@
 //     release frees the slot, records the release rate behind
 //     [Controller.RetryAfter] (and early rejection), feeds the worker's
 //     adaptive limit, and lets the heads select.
+//  7. With decode seats, the caller holds [Slot.Seat] until the decode leg
+//     ends (stream end, error, cancellation, timeout, panic) and releases it
+//     once; its release records the seat-release rate and lets the heads
+//     select.
 //
 // With a tracer, each admission-on Acquire records a "sluice.admission.wait"
 // span and each granted slot a "sluice.admission.slot" span, both children of
 // the context's span. The wait span carries the band (with bands) and the
-// estimated tokens (with a token budget).
+// estimated tokens (with a token budget); with decode seats, the side that
+// held the request back (sluice.admission.side: prefill or decode) and the
+// decode worker, and each granted seat gets a "sluice.admission.seat" span.
 //
 // # Caps (cluster admission)
 //

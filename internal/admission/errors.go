@@ -12,6 +12,12 @@ import (
 // reaches the caller of [Controller.Acquire].
 var ErrNoCapacity = errors.New("admission: no worker has capacity")
 
+// ErrNoSeat is returned by a [Request.SelectPair] callback when a prefill
+// worker has a slot but no compatible decode worker has a seat (or is vetoed
+// by its engine's load): the request waits, held back by the decode side. It
+// matches ErrNoCapacity.
+var ErrNoSeat = fmt.Errorf("%w: no decode worker has a free seat", ErrNoCapacity)
+
 // Error classes. Specific errors are wrapped in their class, so callers may
 // test either: errors.Is(err, ErrRejected) or errors.Is(err, ErrQueueFull).
 var (
@@ -42,17 +48,25 @@ var (
 	// in ErrQueueFull too (code pd_prefill_queue_full), but counted under
 	// its own outcome.
 	ErrDisplaced = errors.New("displaced from the full prefill queue by a higher-priority request")
+	// ErrDecodeQueueFull: like ErrQueueFull, but the decode side (no free
+	// seat) held the head back. Code pd_decode_queue_full.
+	ErrDecodeQueueFull = errors.New("decode queue full")
+	// ErrDecodeQueueTimeout: like ErrQueueTimeout, but the decode side held
+	// the request back when its wait ended. Code pd_decode_queue_timeout.
+	ErrDecodeQueueTimeout = errors.New("decode queue timeout")
 )
 
 // Preallocated so rejecting under overload costs no allocation. They are
 // never mutated.
 var (
-	errQueueFull    = fmt.Errorf("%w: %w", ErrRejected, ErrQueueFull)
-	errQueueTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrQueueTimeout)
-	errPredicted    = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueTimeout, ErrPredictedTimeout)
-	errDisplaced    = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueFull, ErrDisplaced)
-	errNilSelect    = errors.New("admission: Request.Select is nil")
-	errEmptyWorker  = errors.New("admission: Select returned neither a worker nor an error")
+	errQueueFull     = fmt.Errorf("%w: %w", ErrRejected, ErrQueueFull)
+	errQueueTimeout  = fmt.Errorf("%w: %w", ErrRejected, ErrQueueTimeout)
+	errPredicted     = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueTimeout, ErrPredictedTimeout)
+	errDisplaced     = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueFull, ErrDisplaced)
+	errDecodeFull    = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueFull)
+	errDecodeTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueTimeout)
+	errNilSelect     = errors.New("admission: Request.Select is nil")
+	errEmptyWorker   = errors.New("admission: Select returned neither a worker nor an error")
 )
 
 // cancelled builds the error for a request whose context ended: it matches
@@ -87,10 +101,16 @@ const (
 	// Displaced: a waiter of a lower band gave its place in the full queue
 	// to a higher-band newcomer (429 pd_prefill_queue_full).
 	Displaced
+	// DecodeQueueFull: rejected on arrival, the decode side full (429
+	// pd_decode_queue_full).
+	DecodeQueueFull
+	// DecodeQueueTimeout: rejected after waiting, the decode side full (429
+	// pd_decode_queue_timeout).
+	DecodeQueueTimeout
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced"}
+var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced", "decode_queue_full", "decode_queue_timeout"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -105,6 +125,10 @@ func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
 		return Admitted
+	case errors.Is(err, ErrDecodeQueueFull):
+		return DecodeQueueFull
+	case errors.Is(err, ErrDecodeQueueTimeout):
+		return DecodeQueueTimeout
 	case errors.Is(err, ErrDisplaced):
 		return Displaced
 	case errors.Is(err, ErrQueueFull):

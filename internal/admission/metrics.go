@@ -64,3 +64,27 @@ func (noopFeatureMetrics) SetInflightTokens(string, int64)       {}
 func (noopFeatureMetrics) SetLimit(string, int)                  {}
 func (noopFeatureMetrics) SetBandQueued(string, int)             {}
 func (noopFeatureMetrics) ObserveBandWait(string, time.Duration) {}
+
+// DecodeMetrics is implemented by Metrics that also record decode seats; the
+// controller calls them, with its lock held, only when a [Metrics] value
+// implements this interface. The worker label is the decode worker's key
+// (URL, or URL@rank for a data-parallel rank).
+type DecodeMetrics interface {
+	// SetSeats reports the seats held on decode worker after every change.
+	SetSeats(worker string, n int)
+	// SetSeatLimit reports decode worker's seat bound (<= 0: none) at each
+	// grant and when its capacity changes.
+	SetSeatLimit(worker string, n int)
+	// ObserveDecodeWait records the wait (as Metrics.ObserveWait) of a
+	// request the decode side held back when its wait ended.
+	ObserveDecodeWait(queue string, d time.Duration)
+	// DeleteSeatWorker drops decode worker's series (RemoveWorker).
+	DeleteSeatWorker(worker string)
+}
+
+type noopDecodeMetrics struct{}
+
+func (noopDecodeMetrics) SetSeats(string, int)                    {}
+func (noopDecodeMetrics) SetSeatLimit(string, int)                {}
+func (noopDecodeMetrics) ObserveDecodeWait(string, time.Duration) {}
+func (noopDecodeMetrics) DeleteSeatWorker(string)                 {}

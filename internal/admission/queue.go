@@ -29,6 +29,7 @@ type queue struct {
 	bands   [MaxBands]list.List // of *waiter, arrival order, by arrival band
 	n       int                 // waiters over all bands
 	blocked bool                // dispatch scratch: head found no capacity this round
+	side    Side                // the side that held the head back at its last try
 }
 
 // effBandLocked returns w's band raised by aging at now, capped at the top

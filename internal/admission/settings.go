@@ -83,6 +83,17 @@ type Settings struct {
 	// from the measured prefill time per token; MaxInflightPerWorker (clamped
 	// to the range) is then only each worker's starting limit.
 	Adaptive AdaptiveLimit
+
+	// DecodeMaxInflightPerWorker bounds the PD requests holding a decode
+	// seat on one decode worker (one DP rank where ranks are known), taken
+	// with the prefill slot and held until the decode leg ends (DESIGN.md
+	// §3b). <= 0 means no fixed bound; with DecodeAuto it is the bound of
+	// workers whose window is unknown.
+	DecodeMaxInflightPerWorker int
+	// DecodeAuto bounds each decode worker by its own window where it is
+	// known ([Controller.SetDecodeCapacity]: reported by the engine or
+	// declared), else by DecodeMaxInflightPerWorker (none if <= 0).
+	DecodeAuto bool
 }
 
 // DefaultSettings returns the flag defaults: admission off, queue of 100,
@@ -95,11 +106,15 @@ func DefaultSettings() Settings {
 	}
 }
 
-// Enabled reports whether admission limits prefill concurrency: a request
-// limit, a token budget or an adaptive limit is set.
+// Enabled reports whether admission is on: a prefill request limit, a token
+// budget, an adaptive limit or a decode bound is set.
 func (s Settings) Enabled() bool {
-	return s.MaxInflightPerWorker > 0 || s.MaxInflightTokensPerWorker > 0 || s.Adaptive.On()
+	return s.MaxInflightPerWorker > 0 || s.MaxInflightTokensPerWorker > 0 || s.Adaptive.On() || s.SeatsOn()
 }
+
+// SeatsOn reports whether PD requests also take a decode seat: a decode
+// bound (fixed or auto) is set.
+func (s Settings) SeatsOn() bool { return s.DecodeMaxInflightPerWorker > 0 || s.DecodeAuto }
 
 // Clone returns a copy that shares no memory with s.
 func (s Settings) Clone() Settings {

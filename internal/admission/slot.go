@@ -63,6 +63,9 @@ type Slot struct {
 	span   trace.Span // nil without a tracer
 
 	first Guard // the holder returned by Acquire
+	// seat is the decode seat granted with the slot (decode seats on, pair
+	// selection); nil otherwise. Fixed at the grant.
+	seat *Seat
 }
 
 // Guard is one holder of a [Slot].
@@ -80,6 +83,16 @@ func newSlot(c *Controller, worker string, ws *workerState) *Slot {
 
 // Worker returns the key (URL) of the worker the slot is on.
 func (s *Slot) Worker() string { return s.worker }
+
+// Seat returns the decode seat granted with the slot, or nil (seats off, or
+// a prefill-only selection). The seat is released on its own, when the
+// decode leg ends; releasing the slot leaves it held.
+func (s *Slot) Seat() *Seat {
+	if s == nil {
+		return nil
+	}
+	return s.seat
+}
 
 // Guard adds a holder, typically one per prefill sub-request. The slot stays
 // held until every guard and the slot itself are released. A guard taken

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"errors"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -36,6 +38,16 @@ type Status struct {
 	// ReleaseRate is the measured slot-release rate (per second) behind
 	// RetryAfter and early rejection; 0 while unknown.
 	ReleaseRate float64
+
+	// Seats is the number of decode seats held per known decode worker key
+	// and SeatLimits each one's bound (<= 0: none), with decode seats on.
+	Seats      map[string]int
+	SeatLimits map[string]int
+	// DecodeCapacity is each decode worker's known window and KV capacity.
+	DecodeCapacity map[string]DecodeCapacity
+	// SeatReleaseRate is the measured seat-release rate behind the
+	// Retry-After of decode rejections; 0 while unknown.
+	SeatReleaseRate float64
 }
 
 // WaitStats are percentiles over the last waitRingSize observed waits.
@@ -80,6 +92,28 @@ func (c *Controller) Status() Status {
 	for _, o := range []Outcome{QueueFull, QueueTimeout} {
 		st.Rejections[o.String()] = c.rejections[o]
 	}
+	if c.settings.SeatsOn() || c.rejections[DecodeQueueFull]+c.rejections[DecodeQueueTimeout] > 0 {
+		st.Rejections[DecodeQueueFull.String()] = c.rejections[DecodeQueueFull]
+		st.Rejections[DecodeQueueTimeout.String()] = c.rejections[DecodeQueueTimeout]
+	}
+	if c.settings.SeatsOn() || len(c.seats) > 0 {
+		st.Seats = make(map[string]int, len(c.seats))
+		st.SeatLimits = make(map[string]int, len(c.seats))
+		for k, ss := range c.seats {
+			st.Seats[k] = ss.inflight
+			st.SeatLimits[k] = c.seatLimitLocked(k)
+		}
+		for k := range c.decCap {
+			if _, ok := st.SeatLimits[k]; !ok {
+				st.Seats[k] = 0
+				st.SeatLimits[k] = c.seatLimitLocked(k)
+			}
+		}
+		st.DecodeCapacity = maps.Clone(c.decCap)
+		if rate, ok := c.seatReleases.rate(c.now()); ok {
+			st.SeatReleaseRate = rate
+		}
+	}
 	if c.settings.EarlyRejection || c.rejections[PredictedTimeout] > 0 {
 		st.Rejections[PredictedTimeout.String()] = c.rejections[PredictedTimeout]
 	}
@@ -99,9 +133,25 @@ func (c *Controller) RetryAfter() time.Duration {
 	return c.retryAfterLocked()
 }
 
+// RetryAfterFor is RetryAfter for the side that rejected err: a decode
+// rejection (pd_decode_queue_*) from the measured seat-release rate, any
+// other error as RetryAfter.
+func (c *Controller) RetryAfterFor(err error) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if errors.Is(err, ErrDecodeQueueFull) || errors.Is(err, ErrDecodeQueueTimeout) {
+		return c.retryAfterFromLocked(&c.seatReleases)
+	}
+	return c.retryAfterLocked()
+}
+
 func (c *Controller) retryAfterLocked() time.Duration {
+	return c.retryAfterFromLocked(&c.releases)
+}
+
+func (c *Controller) retryAfterFromLocked(r *rateEstimator) time.Duration {
 	const floor = time.Second
-	rate, ok := c.releases.rate(c.now())
+	rate, ok := r.rate(c.now())
 	if !ok || rate <= 0 {
 		return floor
 	}

@@ -19,8 +19,11 @@ import (
 
 // Machine-readable error codes, shared by REST bodies and RPC error details.
 const (
-	CodeQueueFull          = "pd_prefill_queue_full"
-	CodeQueueTimeout       = "pd_prefill_queue_timeout"
+	CodeQueueFull    = "pd_prefill_queue_full"
+	CodeQueueTimeout = "pd_prefill_queue_timeout"
+	// The decode side (no free decode seat) held the request back (DESIGN.md §3b).
+	CodeDecodeQueueFull    = "pd_decode_queue_full"
+	CodeDecodeQueueTimeout = "pd_decode_queue_timeout"
 	CodeNoAvailableWorkers = "no_available_workers"
 	CodeModelNotFound      = "model_not_found"
 	CodeInvalidRequest     = "invalid_request"

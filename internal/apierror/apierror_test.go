@@ -69,6 +69,16 @@ func TestFrom(t *testing.T) {
 			want: wire{429, "rate_limit_error", apierror.CodeQueueTimeout, "", "timed out waiting for a prefill admission slot, retry later"},
 		},
 		{
+			name: "decode queue full as admission returns it",
+			err:  fmt.Errorf("%w: %w", admission.ErrRejected, admission.ErrDecodeQueueFull),
+			want: wire{429, "rate_limit_error", apierror.CodeDecodeQueueFull, "", "every decode worker is at its in-flight bound and the admission queue is full, retry later"},
+		},
+		{
+			name: "decode queue timeout as admission returns it",
+			err:  fmt.Errorf("%w: %w", admission.ErrRejected, admission.ErrDecodeQueueTimeout),
+			want: wire{429, "rate_limit_error", apierror.CodeDecodeQueueTimeout, "", "timed out waiting for a decode seat, retry later"},
+		},
+		{
 			name: "model not found",
 			err:  placement.ErrModelNotFound,
 			want: wire{404, "not_found_error", apierror.CodeModelNotFound, "", "no worker serves the requested model"},

@@ -22,6 +22,10 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, admission.ErrDecodeQueueFull):
+		return New(http.StatusTooManyRequests, CodeDecodeQueueFull, "every decode worker is at its in-flight bound and the admission queue is full, retry later", err)
+	case errors.Is(err, admission.ErrDecodeQueueTimeout):
+		return New(http.StatusTooManyRequests, CodeDecodeQueueTimeout, "timed out waiting for a decode seat, retry later", err)
 	case errors.Is(err, admission.ErrDisplaced):
 		return New(http.StatusTooManyRequests, CodeQueueFull, "a higher-priority request took this request's place in the full prefill admission queue, retry later", err)
 	case errors.Is(err, admission.ErrQueueFull):

@@ -190,15 +190,18 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		attempts = 1
 	}
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
-		PD:                      cfg.Mode() == config.ModePD,
-		RequestTimeout:          cfg.Server.RequestTimeout,
-		DropClientAuthorization: a.auth.InferenceProtected(),
-		IgnoreRanks:             !cfg.Placement.DPAware,
-		RequestIDHeaders:        cfg.SMG.RequestIDHeaders,
-		RoutingKeyHeaders:       cfg.SMG.RoutingKeyHeaders,
-		CharsPerToken:           cfg.Admission.CharsPerToken,
-		CheckOverload:           cfg.Load.OverloadWaitingRequests >= 0,
-		OverloadWaitingRequests: cfg.Load.OverloadWaitingRequests,
+		PD:                            cfg.Mode() == config.ModePD,
+		RequestTimeout:                cfg.Server.RequestTimeout,
+		DropClientAuthorization:       a.auth.InferenceProtected(),
+		IgnoreRanks:                   !cfg.Placement.DPAware,
+		RequestIDHeaders:              cfg.SMG.RequestIDHeaders,
+		RoutingKeyHeaders:             cfg.SMG.RoutingKeyHeaders,
+		CharsPerToken:                 cfg.Admission.CharsPerToken,
+		CheckOverload:                 cfg.Load.OverloadWaitingRequests >= 0,
+		OverloadWaitingRequests:       cfg.Load.OverloadWaitingRequests,
+		CheckDecodeOverload:           cfg.Load.DecodeOverloadWaitingRequests >= 0,
+		DecodeOverloadWaitingRequests: cfg.Load.DecodeOverloadWaitingRequests,
+		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

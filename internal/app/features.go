@@ -21,6 +21,8 @@ func admissionSettings(c config.AdmissionConfig) admission.Settings {
 		EarlyRejection:             c.EarlyRejection,
 		Adaptive:                   admission.AdaptiveLimit{Min: c.AdaptiveMin, Max: c.AdaptiveMax},
 		Aging:                      c.PriorityAging, // kept without bands too: bands may be set live
+		DecodeMaxInflightPerWorker: c.DecodeMaxInflightPerWorker,
+		DecodeAuto:                 c.DecodeAuto,
 	}
 	if len(c.PriorityBands) > 1 {
 		for _, b := range c.PriorityBands {
@@ -52,7 +54,7 @@ func newLoadMonitor(cfg *config.Config, reg *worker.Registry, up *backend.Upstre
 		return worker.EngineLoad{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}, nil
 	})
 	mc := worker.LoadMonitorConfig{Interval: interval, Timeout: min(interval, 5*time.Second), OnResult: sink.result}
-	if cfg.Load.OverloadWaitingRequests >= 0 {
+	if cfg.Load.OverloadWaitingRequests >= 0 || cfg.Load.DecodeOverloadWaitingRequests >= 0 || cfg.Load.DecodeMaxKVUsage > 0 {
 		mc.OnRound = adm.Wake
 	}
 	return worker.NewLoadMonitor(reg, fetch, mc, logger)
@@ -72,3 +74,14 @@ func (a admissionMetrics) ObserveBandWait(b string, d time.Duration) {
 }
 
 var _ admission.FeatureMetrics = admissionMetrics{}
+
+// DecodeMetrics of the admission adapter: the decode seats' series, labelled by decode worker key.
+
+func (a admissionMetrics) SetSeats(w string, n int)     { a.m.SetSeats(w, n) }
+func (a admissionMetrics) SetSeatLimit(w string, n int) { a.m.SetSeatLimit(w, n) }
+func (a admissionMetrics) ObserveDecodeWait(q string, d time.Duration) {
+	a.m.ObserveDecodeWait(modelLabel(a.reg, q), d)
+}
+func (a admissionMetrics) DeleteSeatWorker(w string) { a.m.DeleteSeatWorker(w) }
+
+var _ admission.DecodeMetrics = admissionMetrics{}

@@ -199,7 +199,25 @@ type AdmissionConfig struct {
 	// AdaptiveMin and AdaptiveMax are the range of the adaptive per-worker
 	// limit (--prefill-adaptive-limit MIN:MAX, default none = fixed limit).
 	AdaptiveMin, AdaptiveMax int
+
+	// DecodeMaxInflightPerWorker bounds the PD requests holding a decode seat
+	// per decode worker (per data-parallel rank where ranks are known), held
+	// until the decode leg ends (--decode-max-inflight-requests-per-worker
+	// N|auto, default 0; <= 0 = off). DecodeAuto ("auto") takes each
+	// worker's own window: SGLang's server info max_running_requests (per
+	// rank), else the worker's declared decode window.
+	DecodeMaxInflightPerWorker int
+	DecodeAuto                 bool
+	// DecodeWindow is the declared decode window per rank of decode workers
+	// given by flags whose engine does not report one (--decode-window,
+	// default 0 = unknown); the admin API and the discovery annotation
+	// declare it per worker.
+	DecodeWindow int
 }
+
+// SeatsOn reports whether decode seats are held: a decode bound, fixed or
+// auto.
+func (a AdmissionConfig) SeatsOn() bool { return a.DecodeMaxInflightPerWorker > 0 || a.DecodeAuto }
 
 // PriorityBand is one band of --prefill-priority-bands: requests whose
 // priority is at least MinPriority (and below the next band's).
@@ -211,7 +229,7 @@ type PriorityBand struct {
 // Enabled reports whether prefill admission is on: a request limit, a token
 // budget or an adaptive limit is set.
 func (a AdmissionConfig) Enabled() bool {
-	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0
+	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0 || a.SeatsOn()
 }
 
 // LoadConfig holds the polling of engines' own load reports.
@@ -226,6 +244,17 @@ type LoadConfig struct {
 	// more than this many waiting requests as at capacity for admission
 	// (--worker-overload-waiting-requests, default -1 = off).
 	OverloadWaitingRequests int
+	// DecodeOverloadWaitingRequests vetoes, with decode seats on, a decode
+	// worker whose engine reports more than this many waiting requests
+	// (--decode-overload-waiting-requests, default -1 = off). A flag of its
+	// own: a decode engine's waiting queue (SGLang's pre-allocation and
+	// transfer queues, vLLM's waiting list) is not the prefill backlog
+	// --worker-overload-waiting-requests bounds, and needs its own scale.
+	DecodeOverloadWaitingRequests int
+	// DecodeMaxKVUsage vetoes, with decode seats on, a decode worker whose
+	// engine reports a KV cache usage above this fraction
+	// (--decode-max-kv-usage, default 0 = off).
+	DecodeMaxKVUsage float64
 }
 
 // Default engine-load intervals: for metrics alone, and when a decision
@@ -251,7 +280,8 @@ func (c *Config) loadIntervalGiven() bool {
 
 // loadsDecide reports whether placement or admission reads engine loads.
 func (c *Config) loadsDecide() bool {
-	return c.Load.OverloadWaitingRequests >= 0 || c.usesPolicy(PolicyLeastLoad)
+	return c.Load.OverloadWaitingRequests >= 0 || c.Load.DecodeOverloadWaitingRequests >= 0 || c.Load.DecodeMaxKVUsage > 0 ||
+		c.usesPolicy(PolicyLeastLoad)
 }
 
 func (c *Config) usesPolicy(name string) bool {

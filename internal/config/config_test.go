@@ -51,7 +51,7 @@ func TestDefault(t *testing.T) {
 		},
 		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
 			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
-		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1},
+		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1, DecodeOverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
 			SuccessThreshold: 2, FailureThreshold: 3, Endpoint: "/health",

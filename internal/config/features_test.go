@@ -125,3 +125,37 @@ prefill-adaptive-limit: "2:16"
 		}
 	}
 }
+
+func TestParseDecodeSeats(t *testing.T) {
+	base := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	c, err := parseNoEnv(append(base, "--decode-max-inflight-requests-per-worker", "8", "--decode-max-kv-usage", "0.9",
+		"--decode-overload-waiting-requests", "4")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Admission.SeatsOn() || c.Admission.DecodeMaxInflightPerWorker != 8 || c.Admission.DecodeAuto ||
+		c.Load.DecodeMaxKVUsage != 0.9 || c.Load.DecodeOverloadWaitingRequests != 4 || c.LoadMonitorInterval() != time.Second {
+		t.Fatalf("parsed %+v / %+v", c.Admission, c.Load)
+	}
+	c, err = parseNoEnv(append(base, "--decode-max-inflight-requests-per-worker", "auto", "--decode-window", "64")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Admission.DecodeAuto || c.Admission.DecodeWindow != 64 || !c.Admission.Enabled() {
+		t.Fatalf("auto: %+v", c.Admission)
+	}
+	for _, bad := range [][]string{
+		{"--decode-max-inflight-requests-per-worker", "lots"},
+		{"--decode-max-kv-usage", "0.9"},            // seats off
+		{"--decode-overload-waiting-requests", "2"}, // seats off
+		{"--decode-max-inflight-requests-per-worker", "4", "--decode-max-kv-usage", "1.5"},
+		{"--decode-max-inflight-requests-per-worker", "4", "--decode-window", "8"}, // window without auto
+	} {
+		if _, err := parseNoEnv(append(append([]string{}, base...), bad...)...); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+	if _, err := Parse([]string{"--worker", "http://w:1", "--decode-max-inflight-requests-per-worker", "4"}, nil); err == nil {
+		t.Error("decode seats accepted outside PD mode")
+	}
+}

@@ -145,6 +145,13 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
 	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
 
+	s.section("Decode seats (PD mode): the gate also bounds each decode worker")
+	s.add(decodeLimitValue{&c.Admission.DecodeMaxInflightPerWorker, &c.Admission.DecodeAuto}, "decode-max-inflight-requests-per-worker", "N|auto",
+		"PD requests allowed per decode worker (per data-parallel rank), from admission until the decode leg ends; a request needs a free prefill slot and a free decode seat, else it waits in the one queue (429 pd_decode_queue_full / pd_decode_queue_timeout when decode held it back). auto = each engine's own window (SGLang server info max_running_requests per rank, else the declared --decode-window); <= 0 = off.")
+	s.int(&c.Admission.DecodeWindow, "decode-window", "N", 0, "Declared running window per rank of decode workers given by flags whose engine does not report one (vLLM: its --max-num-seqs), used by --decode-max-inflight-requests-per-worker auto; 0 = unknown.")
+	s.int(&c.Load.DecodeOverloadWaitingRequests, "decode-overload-waiting-requests", "N", -1, "A decode worker whose engine reports more than N waiting requests gets no new seat; -1 = off. Needs decode seats.")
+	s.float(&c.Load.DecodeMaxKVUsage, "decode-max-kv-usage", "F", 0, "A decode worker whose engine reports a KV cache usage above F (0..1, e.g. 0.9) gets no new seat; 0 = off. Needs decode seats.")
+
 	s.section("Engine load")
 	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
 	s.dur(&c.Load.Interval, sec, "load-monitor-interval-secs", "SECS", "Another name of --engine-load-interval-secs.")

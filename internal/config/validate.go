@@ -117,7 +117,7 @@ func (c *Config) Validate() error {
 	d := Default().Admission
 	a := c.Admission
 	if a.Enabled() {
-		if c.Mode() != ModePD {
+		if c.Mode() != ModePD && (a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0) {
 			bad("--prefill-max-inflight-requests-per-worker needs --pd-disaggregation: admission bounds prefill workers, which exist only in PD mode")
 		}
 	} else {
@@ -169,6 +169,29 @@ func (c *Config) Validate() error {
 	if (a.AdaptiveMin != 0 || a.AdaptiveMax != 0) && (a.AdaptiveMin < 1 || a.AdaptiveMax < a.AdaptiveMin) {
 		bad("--prefill-adaptive-limit %d:%d must have 1 <= MIN <= MAX", a.AdaptiveMin, a.AdaptiveMax)
 	}
+
+	// Decode seats.
+	if a.SeatsOn() && c.Mode() != ModePD {
+		bad("--decode-max-inflight-requests-per-worker needs --pd-disaggregation: decode seats bound decode workers, which exist only in PD mode")
+	}
+	if !a.SeatsOn() {
+		if c.Load.DecodeOverloadWaitingRequests >= 0 {
+			bad("--decode-overload-waiting-requests is set but decode seats are off; it needs --decode-max-inflight-requests-per-worker N or auto")
+		}
+		if c.Load.DecodeMaxKVUsage != 0 {
+			bad("--decode-max-kv-usage is set but decode seats are off; it needs --decode-max-inflight-requests-per-worker N or auto")
+		}
+	}
+	if a.DecodeWindow != 0 && !a.DecodeAuto {
+		bad("--decode-window is used only by --decode-max-inflight-requests-per-worker auto")
+	}
+	if a.DecodeWindow < 0 || a.DecodeWindow > 1<<20 {
+		bad("--decode-window: want 0..%d, got %d", 1<<20, a.DecodeWindow)
+	}
+	if f := c.Load.DecodeMaxKVUsage; !(f >= 0 && f <= 1) {
+		bad("--decode-max-kv-usage must be a fraction in [0, 1] (0 = off), got %v", f)
+	}
+	atLeast("decode-overload-waiting-requests", c.Load.DecodeOverloadWaitingRequests, -1)
 
 	// Engine load.
 	if c.Load.Interval < 0 {

@@ -371,3 +371,34 @@ func (v rangeValue) Set(s string) error {
 	*v.lo, *v.hi = lo, hi
 	return nil
 }
+
+// decodeLimitValue is --decode-max-inflight-requests-per-worker: a number
+// (<= 0 off) or "auto".
+type decodeLimitValue struct {
+	n    *int
+	auto *bool
+}
+
+func (v decodeLimitValue) String() string {
+	if v.n == nil {
+		return ""
+	}
+	if *v.auto {
+		return "auto"
+	}
+	return strconv.Itoa(*v.n)
+}
+
+func (v decodeLimitValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "auto") {
+		*v.n, *v.auto = -1, true
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New(`want a number of requests or "auto"`)
+	}
+	*v.n, *v.auto = n, false
+	return nil
+}

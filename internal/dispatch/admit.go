@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -67,6 +68,9 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 		Priority: prio,
 		MaxWait:  maxWait,
 	}
+	if x.cfg.DecodeKVReservation {
+		ar.DecodeTokens = ar.Tokens*int64(max(br.N, 1)) + maxOutputTokens(br)*int64(max(br.N, 1)*br.Prompts())
+	}
 	if ca, ok := x.d.Policies.Prefill.(interface {
 		CachedPrefixLen(model, text, workerURL string) int
 	}); ok && preq.Text != "" {
@@ -74,6 +78,36 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 		ar.CachedTokens = func(url string) int64 { return int64(float64(ca.CachedPrefixLen(model, text, url)) / cpt) }
 	}
 	return ar
+}
+
+// maxOutputTokens is the request's output bound per sample, for the decode KV reservation: chat's
+// max_completion_tokens, else max_tokens (OpenAI), or /generate's sampling_params.max_new_tokens; 0
+// when absent or unreadable (the reservation is then the prompt alone). It decodes the body once more,
+// so it runs only when some decode worker's KV capacity is known (Config.DecodeKVReservation).
+func maxOutputTokens(br *backend.Request) int64 {
+	var b struct {
+		MaxTokens           *int64 `json:"max_tokens"`
+		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+		SamplingParams      *struct {
+			MaxNewTokens *int64 `json:"max_new_tokens"`
+		} `json:"sampling_params"`
+	}
+	if json.Unmarshal(br.Body, &b) != nil {
+		return 0
+	}
+	var n *int64
+	switch {
+	case b.MaxCompletionTokens != nil:
+		n = b.MaxCompletionTokens
+	case b.MaxTokens != nil:
+		n = b.MaxTokens
+	case b.SamplingParams != nil:
+		n = b.SamplingParams.MaxNewTokens
+	}
+	if n == nil || *n < 0 {
+		return 0
+	}
+	return *n
 }
 
 func (x *Dispatcher) charsPerToken() float64 {

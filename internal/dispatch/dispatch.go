@@ -110,6 +110,16 @@ type Config struct {
 	// waiting requests count as at capacity for admission (worker.LoadMonitor supplies the reports).
 	CheckOverload           bool
 	OverloadWaitingRequests int
+	// CheckDecodeOverload vetoes, with decode seats on, a decode worker whose engine last reported more
+	// than DecodeOverloadWaitingRequests waiting requests (--decode-overload-waiting-requests);
+	// DecodeMaxKVUsage > 0 one whose KV cache usage is above it (--decode-max-kv-usage).
+	CheckDecodeOverload           bool
+	DecodeOverloadWaitingRequests int
+	DecodeMaxKVUsage              float64
+	// DecodeKVReservation charges each PD request's prompt + max_tokens on its decode seat, against the
+	// decode worker's KV capacity (admission.DecodeCapacity.KVTokens); set when such capacities are
+	// declared, since it costs one more decode of the body.
+	DecodeKVReservation bool
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -361,7 +371,7 @@ var errRequestTimeout = errors.New("request timeout")
 func (x *Dispatcher) final(err error) error {
 	e := apierror.From(err)
 	if (e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable) && e.RetryAfter == 0 {
-		e.RetryAfter = x.d.Admission.RetryAfter()
+		e.RetryAfter = x.d.Admission.RetryAfterFor(err)
 	}
 	return e
 }

@@ -37,6 +37,9 @@ type pdAttempt struct {
 	preq *placement.Request // the request's placement inputs (no handoff filter)
 	slot *admission.Slot
 	pw   *worker.Worker
+	// dw is the decode worker admission chose with the slot (decode seats on), nil otherwise: the
+	// adapter then picks one itself (decodeOf).
+	dw *worker.Worker
 }
 
 // adapter returns the flow of a handoff; nil for one that cannot run PD.
@@ -97,21 +100,54 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		x.d.Metrics.IncPrefillSkipped(handoffOf(ph).String(), skipReason(br))
 		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
-	slot, pw, err := x.admitPrefill(ctx, preq, allowed, x.admissionRequest(r, br, preq))
+	slot, pw, dw, err := x.admitPrefill(ctx, preq, allowed, x.admissionRequest(r, br, preq))
 	if err != nil {
 		return nil, err
 	}
-	if oneConsumer(br) && pw.Handoff().SingleConsumer() {
-		slot.Release(admission.ReleaseCompleted)
-		x.d.Metrics.IncPrefillSkipped(pw.Handoff().String(), skipReason(br))
-		return x.decodeOnly(ctx, r, br, preq, pw.Handoff())
+	return holdSeat(ctx, slot.Seat(), func() (*Response, error) {
+		if oneConsumer(br) && pw.Handoff().SingleConsumer() {
+			slot.Release(admission.ReleaseCompleted)
+			x.d.Metrics.IncPrefillSkipped(pw.Handoff().String(), skipReason(br))
+			if dw != nil {
+				return x.single(ctx, r, br, dw, "decode") // on the seat it was admitted with
+			}
+			return x.decodeOnly(ctx, r, br, preq, pw.Handoff())
+		}
+		ad := x.adapter(pw.Handoff())
+		if ad == nil {
+			slot.Release(admission.ReleaseFailed)
+			return nil, errors.New("dispatch: no PD flow for handoff " + pw.Handoff().String())
+		}
+		return ad.run(ctx, &pdAttempt{r: r, br: br, preq: preq, slot: slot, pw: pw, dw: dw})
+	})
+}
+
+// holdSeat is the one place a decode seat is released: it runs the decode leg and gives the seat
+// back exactly once when the leg ends — when the response body is closed (stream end, client gone,
+// timeout: whoever relays the response closes it), when run fails (the seat goes back before a
+// retry's backoff, and the retry is admitted again), or when run panics. A nil seat (seats off)
+// costs nothing.
+func holdSeat(ctx context.Context, seat *admission.Seat, run func() (*Response, error)) (resp *Response, err error) {
+	if seat == nil {
+		return run()
 	}
-	ad := x.adapter(pw.Handoff())
-	if ad == nil {
-		slot.Release(admission.ReleaseFailed)
-		return nil, errors.New("dispatch: no PD flow for handoff " + pw.Handoff().String())
+	handed := false
+	defer func() {
+		if !handed {
+			reason := admission.ReleaseFailed
+			if ctx.Err() != nil {
+				reason = admission.ReleaseCancelled
+			}
+			seat.Release(reason)
+		}
+	}()
+	resp, err = run()
+	if err != nil {
+		return nil, err
 	}
-	return ad.run(ctx, &pdAttempt{r: r, br: br, preq: preq, slot: slot, pw: pw})
+	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { seat.Release(admission.ReleaseCompleted) }}
+	handed = true
+	return resp, nil
 }
 
 // admitPrefill reserves an admission slot on a prefill worker chosen by the prefill policy, under the
@@ -120,10 +156,14 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 // the decode side is re-read at every try of a waiting head, since decode workers come and go too.
 // ar carries the request's admission inputs (admit.go); an engine reporting too many waiting requests
 // counts as at capacity.
-func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) (*admission.Slot, *worker.Worker, error) {
-	var chosen *worker.Worker
+//
+// With decode seats on, the same selection also picks the decode worker (selectPair) and returns it:
+// the request then holds a seat on it, and the adapter uses it instead of picking one.
+func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) (*admission.Slot, *worker.Worker, *worker.Worker, error) {
+	var chosen, chosenDecode *worker.Worker
 	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
 		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
+		DecodeTokens: ar.DecodeTokens,
 		Select: func(hasCapacity func(string) bool) (string, error) {
 			snap := x.d.Registry.Snapshot()
 			now := time.Now()
@@ -149,11 +189,22 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 			chosen = w
 			return w.URL(), nil
 		},
+		SelectPair: func(hasSlot, hasSeat func(string) bool) (string, string, error) {
+			pw, dw, err := x.selectPair(preq, allowed, hasSlot, hasSeat)
+			if err != nil {
+				return "", "", err
+			}
+			chosen, chosenDecode = pw, dw
+			return pw.URL(), dw.Key(), nil
+		},
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return slot, chosen, nil
+	if slot.Seat() == nil {
+		chosenDecode = nil // prefill-only selection (seats off, or turned off while waiting)
+	}
+	return slot, chosen, chosenDecode, nil
 }
 
 // errNoCompatibleDecode: routable decode workers exist, but none speaks an allowed handoff.
@@ -182,6 +233,15 @@ func (x *Dispatcher) selectDecode(preq *placement.Request, h worker.Handoff) (*w
 	p := *preq
 	p.Handoffs = worker.HandoffSet(0).Add(h)
 	return placement.SelectDecode(x.d.Registry.Snapshot(), &p, x.d.Policies.Decode, time.Now())
+}
+
+// decodeOf is the attempt's decode worker: the one admission chose with the slot (and holds a seat on),
+// else a routable decode worker with handoff h picked now.
+func (x *Dispatcher) decodeOf(a *pdAttempt, h worker.Handoff) (*worker.Worker, error) {
+	if a.dw != nil {
+		return a.dw, nil
+	}
+	return x.selectDecode(a.preq, h)
 }
 
 // decodeOnly sends the request to a decode worker alone, which computes the prompt itself.

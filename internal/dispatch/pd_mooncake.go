@@ -46,7 +46,7 @@ const engineIDsTTL = 30 * time.Second
 
 func (m *mooncakePD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	x := m.x
-	dw, err := x.selectDecode(a.preq, worker.HandoffMooncake)
+	dw, err := x.decodeOf(a, worker.HandoffMooncake)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err

@@ -37,7 +37,7 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, errBatchWithN
 	}
-	dw, err := x.selectDecode(a.preq, worker.HandoffBootstrap)
+	dw, err := x.decodeOf(a, worker.HandoffBootstrap)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err

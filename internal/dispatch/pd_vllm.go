@@ -66,7 +66,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	if err != nil {
 		return nil, apierror.InvalidRequest("", "cannot build the decode request: "+err.Error())
 	}
-	dw, err := x.selectDecode(a.preq, worker.HandoffNIXL)
+	dw, err := x.decodeOf(a, worker.HandoffNIXL)
 	if err != nil {
 		return nil, err
 	}

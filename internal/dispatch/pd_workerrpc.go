@@ -17,7 +17,7 @@ type workerRPCPD struct{ x *Dispatcher }
 
 func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	x := p.x
-	dw, err := x.selectDecode(a.preq, worker.HandoffWorkerRPC)
+	dw, err := x.decodeOf(a, worker.HandoffWorkerRPC)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err

@@ -50,6 +50,9 @@ type Metrics struct {
 	admissionWait     *prometheus.HistogramVec
 	admissionRejects  *prometheus.CounterVec
 	admissionTokens   *prometheus.GaugeVec
+	decodeInflight    *prometheus.GaugeVec
+	decodeLimit       *prometheus.GaugeVec
+	decodeWait        *prometheus.HistogramVec
 	bandQueued        *prometheus.GaugeVec
 	bandWait          *prometheus.HistogramVec
 
@@ -192,6 +195,13 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Requests rejected by prefill admission, per queue (model) and reason.", "queue", "reason"),
 		admissionTokens: gauge("sluice_pd_prefill_admission_inflight_tokens",
 			"Estimated prompt tokens of the prefill admission slots held per prefill worker.", "worker"),
+		decodeInflight: gauge("sluice_pd_decode_admission_inflight",
+			"Decode seats held per decode worker (URL, or URL@rank for a data-parallel rank), with decode seats on.", "worker"),
+		decodeLimit: gauge("sluice_pd_decode_admission_limit",
+			"Decode seat bound per decode worker (its window with auto; <= 0: none), with decode seats on.", "worker"),
+		decodeWait: hist("sluice_pd_decode_admission_wait_seconds",
+			"Time requests waited in the admission queue, per queue (model), when the decode side (no free seat) held them back at the end of their wait; sluice_pd_prefill_admission_wait_seconds counts every wait.",
+			latencyBuckets, "queue"),
 		bandQueued: gauge("sluice_pd_prefill_admission_band_queued",
 			"Requests waiting for a prefill admission slot, per priority band.", "band"),
 		bandWait: hist("sluice_pd_prefill_admission_band_wait_seconds",
@@ -202,7 +212,7 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
-		m.admissionTokens, m.bandQueued, m.bandWait)
+		m.admissionTokens, m.bandQueued, m.bandWait, m.decodeInflight, m.decodeLimit, m.decodeWait)
 	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
 	// ReasonNGreaterThanOne) is exported at 0 from the start: "none yet" is an answer, not no data.
 	m.kvFallbacks.WithLabelValues("vllm_nixl")
@@ -375,6 +385,27 @@ func (m *Metrics) IncRejection(queue, reason string) {
 // SetInflightTokens sets the estimated prompt tokens of the admission slots held on worker.
 func (m *Metrics) SetInflightTokens(worker string, n int64) {
 	m.admissionTokens.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetSeats sets the decode seats held on decode worker (a URL or URL@rank key).
+func (m *Metrics) SetSeats(worker string, n int) {
+	m.decodeInflight.WithLabelValues(worker).Set(float64(n))
+}
+
+// SetSeatLimit sets decode worker's seat bound.
+func (m *Metrics) SetSeatLimit(worker string, n int) {
+	m.decodeLimit.WithLabelValues(worker).Set(float64(n))
+}
+
+// ObserveDecodeWait records one admission wait in queue that the decode side held back.
+func (m *Metrics) ObserveDecodeWait(queue string, d time.Duration) {
+	m.decodeWait.WithLabelValues(queue).Observe(d.Seconds())
+}
+
+// DeleteSeatWorker deletes a removed decode worker's seat series.
+func (m *Metrics) DeleteSeatWorker(worker string) {
+	m.decodeInflight.DeleteLabelValues(worker)
+	m.decodeLimit.DeleteLabelValues(worker)
 }
 
 // SetBandQueued sets the requests waiting for admission in one priority band.

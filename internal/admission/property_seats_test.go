@@ -1,0 +1,275 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicegw/sluice/internal/admission"
+)
+
+type seatOpKind int
+
+const (
+	seatAcquire seatOpKind = iota
+	seatReleaseSlot
+	seatReleaseSeat
+	seatCancel
+	seatAdvance
+	seatVeto
+	seatUpdate
+)
+
+type seatOp struct {
+	Kind   seatOpKind
+	Index  int
+	Target int // acquire: -1 any decode worker, else strict
+	D      time.Duration
+	Seats  int // update
+}
+
+var propDecode = []string{"D0", "D1"}
+
+func genSeatOp() *rapid.Generator[seatOp] {
+	kinds := []seatOpKind{seatAcquire, seatAcquire, seatAcquire, seatReleaseSlot, seatReleaseSeat, seatReleaseSeat,
+		seatCancel, seatAdvance, seatVeto, seatUpdate}
+	return rapid.Custom(func(t *rapid.T) seatOp {
+		o := seatOp{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
+		switch o.Kind {
+		case seatAcquire:
+			o.Target = max(rapid.IntRange(-3, 1).Draw(t, "target"), -1)
+		case seatReleaseSlot, seatReleaseSeat, seatCancel:
+			o.Index = rapid.IntRange(0, 7).Draw(t, "index")
+		case seatAdvance:
+			o.D = rapid.SampledFrom([]time.Duration{100 * time.Millisecond, time.Second, 4 * time.Second}).Draw(t, "d")
+		case seatVeto:
+			o.Index = rapid.IntRange(0, len(propDecode)-1).Draw(t, "worker")
+		case seatUpdate:
+			o.Seats = rapid.IntRange(1, 3).Draw(t, "seats")
+		}
+		return o
+	})
+}
+
+// TestPropertySeatInvariants extends the admission invariants to decode
+// seats: random acquires (some strict on a decode worker), releases of slots
+// and of seats in any order (each twice: exactly once must hold), cancels,
+// time passing, engine vetoes flipping (lazily, like a breaker: no event)
+// and live changes of the seat bound. After every step: no decode worker is
+// granted a seat above its bound, the controller's seats and slots equal
+// what the test holds, the queue holds exactly the blocked callers, pairs are
+// granted in arrival order, and (unless a veto changed without an event) no
+// head waits while a pair with a free slot and a free seat exists: no lost
+// wake-up. At the end every counter is 0.
+func TestPropertySeatInvariants(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		seats := rapid.IntRange(1, 3).Draw(rt, "seats")
+		size := rapid.IntRange(0, 4).Draw(rt, "size")
+		ops := rapid.SliceOfN(genSeatOp(), 1, 50).Draw(rt, "ops")
+		var problems []string
+		synctest.Test(t, func(t *testing.T) {
+			problems = runSeatProperty(seats, size, ops)
+		})
+		if len(problems) > 0 {
+			rt.Fatalf("invariants broken:\n%v", problems)
+		}
+	})
+}
+
+type seatHeld struct {
+	slot                *admission.Slot
+	slotDone, seatDone  bool
+	prefill, decodeWork string
+}
+
+func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	const prefillLimit = 2
+	settings := func(seats int) admission.Settings {
+		s := seatsOn(prefillLimit, seats, size)
+		s.QueueTimeout = propTimeout
+		return s
+	}
+	m := newSeatMetrics(seats)
+	m.setLimit(prefillLimit)
+	p := newPairPlacement([]string{"P0", "P1"}, propDecode)
+	last := 0
+	var fifo []string
+	p.onPick = func(id string) {
+		var n int
+		if _, err := fmt.Sscanf(id, "r%d", &n); err != nil || n <= last {
+			fifo = append(fifo, fmt.Sprintf("pair for %s granted after r%d", id, last))
+		}
+		last = n
+	}
+	c, err := admission.New(settings(seats), admission.Deps{Metrics: m})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	curSeats, dirty := seats, false
+	targets := map[string]string{}
+	var pending []propWaiter
+	var held []*seatHeld
+	seq := 0
+
+	collect := func(step int) {
+		synctest.Wait()
+		kept := pending[:0]
+		for _, w := range pending {
+			r, ok := done(w.ch)
+			if !ok {
+				kept = append(kept, w)
+				continue
+			}
+			w.cancel()
+			switch {
+			case r.err == nil:
+				if r.slot.Seat() == nil {
+					fail("step %d: %s admitted without a seat", step, w.id)
+					continue
+				}
+				if tg := targets[w.id]; tg != "" && r.slot.Seat().Worker() != tg {
+					fail("step %d: %s strict on %s got a seat on %s", step, w.id, tg, r.slot.Seat().Worker())
+				}
+				held = append(held, &seatHeld{slot: r.slot, prefill: r.slot.Worker(), decodeWork: r.slot.Seat().Worker()})
+			case admission.OutcomeOf(r.err) == admission.Unavailable:
+				fail("step %d: %s: unexpected error %v", step, w.id, r.err)
+			}
+		}
+		pending = kept
+	}
+	check := func(step int) {
+		st := c.Status()
+		if st.QueuedTotal != len(pending) {
+			fail("step %d: queued %d, but %d callers are blocked", step, st.QueuedTotal, len(pending))
+		}
+		slots, seatsHeld := map[string]int{}, map[string]int{}
+		for _, h := range held {
+			if !h.slotDone {
+				slots[h.prefill]++
+			}
+			if !h.seatDone {
+				seatsHeld[h.decodeWork]++
+			}
+		}
+		for _, w := range []string{"P0", "P1"} {
+			if st.Inflight[w] != slots[w] {
+				fail("step %d: slots on %s = %d, held %d", step, w, st.Inflight[w], slots[w])
+			}
+		}
+		for _, d := range propDecode {
+			if st.Seats[d] != seatsHeld[d] {
+				fail("step %d: seats on %s = %d, held %d", step, d, st.Seats[d], seatsHeld[d])
+			}
+		}
+		if dirty || len(pending) == 0 {
+			return
+		}
+		head := pending[0].id
+		slotFree := slots["P0"] < prefillLimit || slots["P1"] < prefillLimit
+		for _, d := range propDecode {
+			if tg := targets[head]; tg != "" && tg != d {
+				continue
+			}
+			p.mu.Lock()
+			vetoed := p.vetoed[d]
+			p.mu.Unlock()
+			if slotFree && !vetoed && seatsHeld[d] < curSeats {
+				fail("step %d: head %s waits while P has a slot and %s a seat", step, head, d)
+			}
+		}
+	}
+
+	for i, o := range ops {
+		switch o.Kind {
+		case seatAcquire:
+			seq++
+			id := fmt.Sprintf("r%d", seq)
+			if o.Target >= 0 {
+				targets[id] = propDecode[o.Target]
+			}
+			ctx, cancel := context.WithCancel(bg)
+			pending = append(pending, propWaiter{id: id, ch: goAcquire(ctx, c, p.req(id, targets[id])), cancel: cancel})
+		case seatReleaseSlot:
+			if len(held) > 0 {
+				h := held[o.Index%len(held)]
+				h.slot.Release(admission.ReleaseCompleted)
+				h.slot.Release(admission.ReleaseFailed)
+				h.slotDone = true
+				dirty = false
+			}
+		case seatReleaseSeat:
+			if len(held) > 0 {
+				h := held[o.Index%len(held)]
+				h.slot.Seat().Release(admission.ReleaseCompleted)
+				h.slot.Seat().Release(admission.ReleaseCancelled)
+				h.seatDone = true
+				dirty = false
+			}
+		case seatCancel:
+			if len(pending) > 0 {
+				pending[o.Index%len(pending)].cancel()
+			}
+		case seatAdvance:
+			time.Sleep(o.D)
+			if o.D >= time.Second {
+				dirty = false // the head polled
+			}
+		case seatVeto:
+			d := propDecode[o.Index]
+			p.mu.Lock()
+			p.vetoed[d] = !p.vetoed[d]
+			p.mu.Unlock()
+			dirty = true // engine load changes without an event
+		case seatUpdate:
+			m.smu.Lock()
+			m.bound = o.Seats
+			m.smu.Unlock()
+			if err := c.Update(settings(o.Seats)); err != nil {
+				fail("step %d: Update: %v", i, err)
+			}
+			curSeats, dirty = o.Seats, false
+		}
+		// Drop holders done with both.
+		kept := held[:0]
+		for _, h := range held {
+			if !h.slotDone || !h.seatDone {
+				kept = append(kept, h)
+			}
+		}
+		held = kept
+		collect(i)
+		check(i)
+	}
+	for _, w := range pending {
+		w.cancel()
+	}
+	collect(len(ops))
+	if len(pending) != 0 {
+		fail("%d callers still blocked after cancellation", len(pending))
+	}
+	for _, h := range held {
+		h.slot.Release(admission.ReleaseCompleted)
+		h.slot.Seat().Release(admission.ReleaseCompleted)
+		h.slotDone, h.seatDone = true, true
+	}
+	held = nil
+	check(len(ops))
+	problems = append(problems, m.snapshot().violations...)
+	m.smu.Lock()
+	problems = append(problems, m.seatViol...)
+	for w, n := range m.seats {
+		if n != 0 {
+			fail("seat gauge on %s = %d at the end", w, n)
+		}
+	}
+	m.smu.Unlock()
+	p.mu.Lock()
+	problems = append(problems, fifo...)
+	p.mu.Unlock()
+	return problems
+}

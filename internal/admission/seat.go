@@ -1,0 +1,243 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Decode seats (DESIGN.md §3b): prefill and decode are a tandem queue, so with
+// a decode bound the gate also holds a seat on the decode worker of each PD
+// request. The seat is chosen with the prefill slot in one selection under the
+// controller's lock ([Request.SelectPair]) and released, exactly once, when the
+// decode leg ends, independently of the slot.
+
+// Side names the half of the pipeline that held a request back.
+type Side uint8
+
+const (
+	// SidePrefill: no prefill worker had a slot (the source contract).
+	SidePrefill Side = iota
+	// SideDecode: a prefill slot was free but no compatible decode worker
+	// had a seat (or KV room for the reservation).
+	SideDecode
+)
+
+func (s Side) String() string {
+	if s == SideDecode {
+		return "decode"
+	}
+	return "prefill"
+}
+
+// DecodeCapacity is what one decode worker (a DP rank where ranks are known)
+// is known to hold: its running window (the engine's own bound on running
+// requests, e.g. SGLang's max_running_requests per rank) and its KV capacity
+// in tokens. Zero fields are unknown.
+type DecodeCapacity struct {
+	Window   int
+	KVTokens int64
+}
+
+type seatState struct {
+	inflight int
+	tokens   int64 // decode KV reservations of the seats held
+}
+
+// Seat is the admission of one PD request on one decode worker. It is held
+// until the decode leg ends and released exactly once (later calls no-op).
+type Seat struct {
+	c      *Controller
+	worker string
+	ss     *seatState // the worker's state at grant time; see Slot.ws
+	cost   int64
+
+	released atomic.Bool
+	span     trace.Span // nil without a tracer
+}
+
+// Worker returns the key of the decode worker the seat is on.
+func (s *Seat) Worker() string { return s.worker }
+
+// Release gives the seat back; exactly-once and nil-safe.
+func (s *Seat) Release(reason ReleaseReason) {
+	if s == nil || !s.released.CompareAndSwap(false, true) {
+		return
+	}
+	s.c.releaseSeat(s)
+	if s.span != nil {
+		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
+		s.span.End()
+	}
+}
+
+// seatsOnLocked reports whether decode seats are held for pair selections.
+func (c *Controller) seatsOnLocked() bool { return c.settings.SeatsOn() }
+
+// seatLimitLocked is a decode worker's seat bound (<= 0: none): its declared
+// or reported window with DecodeAuto, else DecodeMaxInflightPerWorker.
+func (c *Controller) seatLimitLocked(worker string) int {
+	if c.settings.DecodeAuto {
+		if dc, ok := c.decCap[worker]; ok && dc.Window > 0 {
+			return dc.Window
+		}
+	}
+	return c.settings.DecodeMaxInflightPerWorker
+}
+
+// hasSeatLocked reports whether the current request fits on decode worker:
+// under its seat bound and, when its KV capacity is known, with room for the
+// request's reservation (prompt + max_tokens), or alone on an idle worker so
+// a large request is never starved.
+func (c *Controller) hasSeatLocked(worker string) bool {
+	ss := c.seats[worker]
+	n, tokens := 0, int64(0)
+	if ss != nil {
+		n, tokens = ss.inflight, ss.tokens
+	}
+	if limit := c.seatLimitLocked(worker); limit > 0 && n >= limit {
+		return false
+	}
+	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(c.curDecode, 1) > kv {
+		return false
+	}
+	return true
+}
+
+// grantSeatLocked reserves a seat on decode worker for the current request.
+func (c *Controller) grantSeatLocked(worker string) *Seat {
+	ss := c.seats[worker]
+	if ss == nil {
+		ss = &seatState{}
+		c.seats[worker] = ss
+	}
+	cost := max(c.curDecode, 1)
+	ss.inflight++
+	ss.tokens += cost
+	c.dm.SetSeats(worker, ss.inflight)
+	c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
+	return &Seat{c: c, worker: worker, ss: ss, cost: cost}
+}
+
+// giveBackSeatLocked decrements the seat's worker unless it was removed (or
+// removed and re-added) since the grant.
+func (c *Controller) giveBackSeatLocked(s *Seat) bool {
+	if s.ss == nil || c.seats[s.worker] != s.ss {
+		return false
+	}
+	s.ss.inflight--
+	s.ss.tokens -= s.cost
+	c.dm.SetSeats(s.worker, s.ss.inflight)
+	return true
+}
+
+// releaseSeat frees a seat and lets the heads select: a freed seat may be
+// what the head of a queue waits for.
+func (c *Controller) releaseSeat(s *Seat) {
+	c.mu.Lock()
+	if c.giveBackSeatLocked(s) {
+		c.seatReleases.observe(c.now())
+	}
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+	c.mu.Unlock()
+}
+
+// SetDecodeCapacity records what decode worker (its key: URL, or URL@rank) is
+// known to hold: its window (used with Settings.DecodeAuto) and its KV
+// capacity in tokens (the decode KV reservation's bound). A zero value
+// forgets it. Heads select again, since a larger window may admit them.
+func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.decCap[worker] == dc {
+		return
+	}
+	if dc == (DecodeCapacity{}) {
+		delete(c.decCap, worker)
+	} else {
+		c.decCap[worker] = dc
+	}
+	if _, ok := c.seats[worker]; ok {
+		c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
+	}
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+}
+
+// removeSeatsLocked forgets the seats and capacity of engine url and of its
+// rank views (url@rank): seats still held on them release without effect.
+func (c *Controller) removeSeatsLocked(url string) {
+	for k := range c.seats {
+		if k == url || strings.HasPrefix(k, url+"@") {
+			delete(c.seats, k)
+			c.dm.DeleteSeatWorker(k)
+		}
+	}
+	for k := range c.decCap {
+		if k == url || strings.HasPrefix(k, url+"@") {
+			delete(c.decCap, k)
+		}
+	}
+}
+
+// callSelectPair runs the pair callback with the same panic recovery as
+// callSelect.
+func callSelectPair(sel func(hasSlot, hasSeat func(string) bool) (string, string, error), hasSlot, hasSeat func(string) bool) (prefill, decode string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			prefill, decode, err = "", "", fmt.Errorf("admission: SelectPair panicked: %v", r)
+		}
+	}()
+	prefill, decode, err = sel(hasSlot, hasSeat)
+	if err == nil && (prefill == "" || decode == "") {
+		err = errEmptyWorker
+	}
+	return prefill, decode, err
+}
+
+// selection is one run of a request's placement callback.
+type selection struct {
+	prefill, decode string // decode is "" without a seat
+	err             error
+}
+
+// selectLocked runs the request's callback: the pair selection when seats
+// are on and the request has one, otherwise the prefill-only Select exactly
+// as without seats. With admission on it re-checks the callback's choice
+// (one ignoring its predicates waits, as if it had found nothing).
+func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), pair func(hasSlot, hasSeat func(string) bool) (string, string, error), enabled bool) selection {
+	if pair != nil && enabled && c.seatsOnLocked() {
+		p, d, err := callSelectPair(pair, c.hasCap, c.hasSeat)
+		if err == nil && !c.hasCapacityLocked(p) {
+			err = ErrNoCapacity
+		}
+		if err == nil && !c.hasSeatLocked(d) {
+			err = ErrNoSeat
+		}
+		return selection{prefill: p, decode: d, err: err}
+	}
+	hasCap := c.hasCap
+	if !enabled {
+		hasCap = alwaysCapacity
+	}
+	w, err := callSelect(sel, hasCap)
+	if err == nil && enabled && !c.hasCapacityLocked(w) {
+		err = ErrNoCapacity
+	}
+	return selection{prefill: w, err: err}
+}
+
+// sideOf is the side a no-capacity error names.
+func sideOf(err error) Side {
+	if errors.Is(err, ErrNoSeat) {
+		return SideDecode
+	}
+	return SidePrefill
+}
