@@ -20,7 +20,7 @@ func spanAttrs(exp *tracetest.InMemoryExporter, name string) []map[string]string
 		}
 		m := map[string]string{}
 		for _, kv := range sp.Attributes {
-			m[string(kv.Key)] = kv.Value.Emit()
+			m[string(kv.Key)] = kv.Value.String()
 		}
 		out = append(out, m)
 	}
