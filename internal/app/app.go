@@ -310,6 +310,9 @@ func (a *App) onEvent(ev worker.Event) {
 	case worker.EventAdded:
 		a.Metrics.SetWorkerHealth(url, ev.Worker.Health() == worker.HealthReady)
 	}
+	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced {
+		declareDecodeWindow(a.Admission, ev.Worker)
+	}
 	a.Admission.Wake()
 }
 
@@ -430,6 +433,9 @@ func (a *App) registerInitial(ctx context.Context) error {
 			}
 			if spec.DPSize == 0 && spec.Protocol != worker.ProtocolGRPC {
 				spec.DPSize = a.cfg.Workers.DPSize
+			}
+			if spec.Role == worker.RoleDecode && spec.DecodeWindow == 0 {
+				spec.DecodeWindow = a.cfg.Admission.DecodeWindow
 			}
 			w, err := a.Registry.Add(spec)
 			if err != nil {

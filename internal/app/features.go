@@ -32,6 +32,21 @@ func admissionSettings(c config.AdmissionConfig) admission.Settings {
 	return s
 }
 
+// declareDecodeWindow tells admission a decode worker's running window, per seat key: each rank view
+// of a data-parallel engine (URL@rank) and the engine itself (URL, the key when ranks are not placed,
+// --dp-aware=false, where the engine's window is the sum over its ranks).
+func declareDecodeWindow(adm *admission.Controller, w *worker.Worker) {
+	if w.Role() != worker.RoleDecode {
+		return
+	}
+	win := w.Spec().DecodeWindow
+	ranks := w.Ranks()
+	adm.SetDecodeCapacity(w.Key(), admission.DecodeCapacity{Window: win * max(len(ranks), 1)})
+	for _, r := range ranks {
+		adm.SetDecodeCapacity(r.Key(), admission.DecodeCapacity{Window: win})
+	}
+}
+
 // newLoadMonitor builds the one poller of the engines' own load reports, or nil when
 // --engine-load-interval-secs is 0: every worker's engine is asked the way its protocol offers it
 // (backend.Upstream.FetchLoad), with the worker's API key. The readings serve three readers: the

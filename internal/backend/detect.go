@@ -40,6 +40,10 @@ type ServerInfoFields struct {
 	BootstrapPort int
 	// DPSize is dp_size; 0 when not reported.
 	DPSize int
+	// MaxRunningRequests is max_running_requests, the engine's running window over all its
+	// data-parallel ranks (python/sglang/srt/server_args.py; each rank's scheduler takes
+	// max_running_requests // dp_size, python/sglang/srt/managers/scheduler.py); 0 when not reported.
+	MaxRunningRequests int
 }
 
 // Detect asks an engine what it is, the way the Rust gateway does
@@ -129,6 +133,7 @@ func serverInfoFields(info map[string]any) *ServerInfoFields {
 	}
 	f.BootstrapPort = intField(info["disaggregation_bootstrap_port"])
 	f.DPSize = intField(info["dp_size"])
+	f.MaxRunningRequests = intField(info["max_running_requests"])
 	return f
 }
 

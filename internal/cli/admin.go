@@ -228,6 +228,7 @@ const admissionUsage = `usage: sluice admission get
        sluice admission set [--limit N] [--queue-size N] [--queue-timeout DURATION]
                             [--token-limit N] [--bands NAME:MIN,...] [--aging DURATION]
                             [--early-rejection=true|false] [--adaptive MIN:MAX|off]
+                            [--decode-limit N|auto|off]
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -243,7 +244,7 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var limit, queue int
 	var timeout, aging time.Duration
 	var tokenLimit int64
-	var bands, adaptive string
+	var bands, adaptive, decodeLimit string
 	var early bool
 	if sub == "set" {
 		fs.IntVar(&limit, "limit", 0, "max in-flight prefill requests per worker (<= 0 turns admission off); a fixed limit turns adaptation off")
@@ -254,6 +255,7 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.DurationVar(&aging, "aging", 0, "a waiting request rises one band per this much wait, e.g. 10s")
 		fs.BoolVar(&early, "early-rejection", false, "reject at once requests whose predicted wait exceeds their timeout")
 		fs.StringVar(&adaptive, "adaptive", "", "adaptive per-worker limit range MIN:MAX, or off")
+		fs.StringVar(&decodeLimit, "decode-limit", "", "decode seats per decode worker (per rank): N, auto (each engine's own window) or off")
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -315,14 +317,19 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 				req.AdaptiveLimit.Min, req.AdaptiveLimit.Max = int32(mn), int32(mx)
 			}
 		}
+		if set["decode-limit"] {
+			if err := setDecodeLimit(req, decodeLimit); err != nil {
+				return err
+			}
+		}
 		changes := 0
-		for _, f := range []string{"limit", "queue-size", "queue-timeout", "token-limit", "bands", "aging", "early-rejection", "adaptive"} {
+		for _, f := range []string{"limit", "queue-size", "queue-timeout", "token-limit", "bands", "aging", "early-rejection", "adaptive", "decode-limit"} {
 			if set[f] {
 				changes++
 			}
 		}
 		if changes == 0 {
-			return errors.New("admission set needs at least one of --limit, --queue-size, --queue-timeout, --token-limit, --bands, --aging, --early-rejection, --adaptive")
+			return errors.New("admission set needs at least one of --limit, --queue-size, --queue-timeout, --token-limit, --bands, --aging, --early-rejection, --adaptive, --decode-limit")
 		}
 		resp, err := c.UpdateAdmission(ctx, req)
 		if err != nil {
@@ -334,6 +341,42 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return printJSON(stdout, st)
 	}
 	return printAdmission(stdout, st)
+}
+
+// setDecodeLimit turns --decode-limit into the request: N is a fixed bound (auto off), auto takes each
+// engine's window (a fixed bound, if any, stays for workers whose window is unknown), off removes both.
+func setDecodeLimit(req *adminv1.UpdateAdmissionRequest, v string) error {
+	switch v = strings.TrimSpace(v); v {
+	case "auto":
+		on := true
+		req.DecodeAuto = &on
+	case "off":
+		var zero int32
+		off := false
+		req.DecodeMaxInflightPerWorker, req.DecodeAuto = &zero, &off
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("--decode-limit %q: want N, auto or off", v)
+		}
+		l, off := int32(n), false
+		req.DecodeMaxInflightPerWorker, req.DecodeAuto = &l, &off
+	}
+	return nil
+}
+
+// decodeLimitText describes the decode seat bound of s.
+func decodeLimitText(s *adminv1.AdmissionSettings) string {
+	n := s.GetDecodeMaxInflightPerWorker()
+	switch {
+	case s.GetDecodeAuto() && n > 0:
+		return fmt.Sprintf("auto (else %d)", n)
+	case s.GetDecodeAuto():
+		return "auto"
+	case n > 0:
+		return strconv.Itoa(int(n))
+	}
+	return "off"
 }
 
 func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
@@ -349,6 +392,9 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 	}
 	if s.GetEarlyRejection() {
 		fmt.Fprintf(w, "early rejection: on (release rate %.2f/s)\n", st.GetReleaseRate())
+	}
+	if d := decodeLimitText(s); d != "off" {
+		fmt.Fprintf(w, "decode seats/worker: %s (release rate %.2f/s)\n", d, st.GetSeatReleaseRate())
 	}
 	cl := st.GetCluster()
 	if cl != nil {
@@ -386,6 +432,12 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 			for _, x := range st.GetWorkers() {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetUrl(), x.GetInflight(), x.GetInflightTokens(), x.GetLimit())
 			}
+		}
+	}
+	if len(st.GetDecodeWorkers()) > 0 {
+		fmt.Fprintln(tw, "DECODE WORKER\tSEATS\tLIMIT\tWINDOW")
+		for _, x := range st.GetDecodeWorkers() {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetWorker(), x.GetInflight(), x.GetLimit(), x.GetWindow())
 		}
 	}
 	for _, m := range cl.GetReplicas() {

@@ -156,8 +156,12 @@ func renderTop(server string, s, prev *topSnapshot) string {
 	set := st.GetSettings()
 	fmt.Fprintf(&b, "sluice top  %s  %s\n", server, s.at.Format("15:04:05"))
 	if st.GetEnabled() {
-		fmt.Fprintf(&b, "admission on: limit %d per prefill worker, queue %d/%d, timeout %s\n\n",
-			set.GetMaxInflightPerWorker(), st.GetQueued(), set.GetQueueSize(), set.GetQueueTimeout().AsDuration())
+		fmt.Fprintf(&b, "admission on: limit %d per prefill worker, queue %d/%d, timeout %s", set.GetMaxInflightPerWorker(),
+			st.GetQueued(), set.GetQueueSize(), set.GetQueueTimeout().AsDuration())
+		if d := decodeLimitText(set); d != "off" {
+			fmt.Fprintf(&b, ", decode seats %s per decode worker", d)
+		}
+		b.WriteString("\n\n")
 	} else {
 		b.WriteString("admission off\n\n")
 	}
@@ -165,6 +169,14 @@ func renderTop(server string, s, prev *topSnapshot) string {
 	for _, x := range st.GetWorkers() {
 		inflight[x.GetUrl()] = x.GetInflight()
 	}
+	// Seats are per rank (URL@rank) where ranks are placed: an engine's row sums its ranks.
+	seats, seatLimits := map[string]int32{}, map[string]int32{}
+	for _, x := range st.GetDecodeWorkers() {
+		url, _, _ := strings.Cut(x.GetWorker(), "@")
+		seats[url] += x.GetInflight()
+		seatLimits[url] += max(x.GetLimit(), 0)
+	}
+	showSeats := len(st.GetDecodeWorkers()) > 0
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, role := range []string{"prefill", "decode", "regular"} {
 		var ws []*adminv1.Worker
@@ -180,6 +192,9 @@ func renderTop(server string, s, prev *topSnapshot) string {
 		if role == "prefill" && st.GetEnabled() {
 			head += "\tSLOTS"
 		}
+		if role == "decode" && showSeats {
+			head += "\tSEATS"
+		}
 		if s.loads != nil {
 			head += "\tENGINE RUN/WAIT/KV"
 		}
@@ -188,6 +203,10 @@ func renderTop(server string, s, prev *topSnapshot) string {
 			line := fmt.Sprintf("%s\t%s\t%s\t%d", w.GetUrl(), w.GetHealth(), w.GetCircuitBreaker(), w.GetLoad())
 			if role == "prefill" && st.GetEnabled() {
 				used, limit := inflight[w.GetUrl()], set.GetMaxInflightPerWorker()
+				line += fmt.Sprintf("\t%d/%d %s", used, limit, bar(used, limit))
+			}
+			if role == "decode" && showSeats {
+				used, limit := seats[w.GetUrl()], seatLimits[w.GetUrl()]
 				line += fmt.Sprintf("\t%d/%d %s", used, limit, bar(used, limit))
 			}
 			if s.loads != nil {

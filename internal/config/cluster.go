@@ -86,7 +86,7 @@ func (c *Config) validateCluster() []error {
 		}
 		return errs
 	}
-	if !c.Admission.Enabled() {
+	if !c.Admission.PrefillBounded() {
 		bad("--admission-coordination %s needs prefill admission: a positive --prefill-max-inflight-requests-per-worker (the fleet's limit per worker)", mode)
 	}
 	if cc.ExchangePeriod <= 0 {

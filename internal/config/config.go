@@ -215,6 +215,12 @@ type AdmissionConfig struct {
 	DecodeWindow int
 }
 
+// PrefillBounded reports whether prefill slots are bounded: a request limit, a token budget or an
+// adaptive limit (Enabled also counts decode seats alone).
+func (a AdmissionConfig) PrefillBounded() bool {
+	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0
+}
+
 // SeatsOn reports whether decode seats are held: a decode bound, fixed or
 // auto.
 func (a AdmissionConfig) SeatsOn() bool { return a.DecodeMaxInflightPerWorker > 0 || a.DecodeAuto }

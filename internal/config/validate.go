@@ -117,7 +117,7 @@ func (c *Config) Validate() error {
 	d := Default().Admission
 	a := c.Admission
 	if a.Enabled() {
-		if c.Mode() != ModePD && (a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0) {
+		if c.Mode() != ModePD && a.PrefillBounded() {
 			bad("--prefill-max-inflight-requests-per-worker needs --pd-disaggregation: admission bounds prefill workers, which exist only in PD mode")
 		}
 	} else {

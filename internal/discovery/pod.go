@@ -20,10 +20,13 @@ const BootstrapPortAnnotation = "sglang.ai/bootstrap-port"
 
 // Pod annotations for what an engine cannot be asked: its data-parallel size (SGLang reports dp_size in
 // its server info; an annotation is for engines that do not) and a vLLM decode's KV connector (a
-// prefill's Mooncake bootstrap server is detected; a decode has none).
+// prefill's Mooncake bootstrap server is detected; a decode has none), and a decode engine's running
+// window per rank (vLLM's --max-num-seqs: vLLM does not report it; SGLang's max_running_requests is
+// read from its server info and wins), the bound of decode seats with "auto".
 const (
-	DPSizeAnnotation      = "sluice.dev/dp-size"
-	KVConnectorAnnotation = "sluice.dev/kv-connector"
+	DPSizeAnnotation       = "sluice.dev/dp-size"
+	KVConnectorAnnotation  = "sluice.dev/kv-connector"
+	DecodeWindowAnnotation = "sluice.dev/decode-window"
 )
 
 // defaultGrace bounds the drain of a pod whose termination grace period is unknown (the Kubernetes
@@ -57,6 +60,7 @@ type podView struct {
 	url             string
 	bootstrapPort   int
 	dpSize          int
+	decodeWindow    int
 	kvConnector     string
 	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
 	model string
@@ -172,6 +176,14 @@ func (c classifier) view(pod *corev1.Pod) podView {
 		}
 		v.dpSize = n
 	}
+	if raw, ok := pod.Annotations[DecodeWindowAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(raw))
+		if err != nil || n < 1 || n > 1<<20 {
+			v.refusal = fmt.Errorf("%w: %s=%q is not a decode window (1..%d)", ErrBadAnnotation, DecodeWindowAnnotation, raw, 1<<20)
+			return v.gone("bad decode window annotation")
+		}
+		v.decodeWindow = n
+	}
 	if raw, ok := pod.Annotations[KVConnectorAnnotation]; ok {
 		switch kc := strings.TrimSpace(raw); kc {
 		case worker.KVConnectorNIXL, worker.KVConnectorMooncake:
@@ -231,7 +243,8 @@ func (c classifier) modelOf(pod *corev1.Pod) string {
 func (v podView) spec() worker.Spec {
 	s := worker.Spec{
 		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort, DPSize: v.dpSize, KVConnector: v.kvConnector,
-		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
+		DecodeWindow: v.decodeWindow,
+		Source:       worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
 	}
 	if v.model != "" {
 		s.Models = []string{v.model}

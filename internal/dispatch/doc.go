@@ -4,7 +4,8 @@
 // call Dispatcher.Do and only relay what it returns.
 //
 // One flow per file: regular.go (one worker), pd.go (how every PD request starts: admission on a
-// prefill worker whose KV handoff a decode worker speaks, then the handoff's adapter), pd_sglang.go
+// prefill worker whose KV handoff a decode worker speaks, then the handoff's adapter), pair.go (with
+// decode seats: the prefill/decode pair chosen in admission's one selection), pd_sglang.go
 // (SGLang's bootstrap handoff, n > 1 split into single samples), pd_vllm.go (vLLM's NIXL connector),
 // pd_workerrpc.go (sluice.worker.v1), aux.go (the routes served by one worker in either mode:
 // embeddings, rerank, score, classify, tokenize, responses, messages), exchange.go (the parallel two-leg exchange of the bootstrap
@@ -20,7 +21,9 @@
 // (Config.PrefillGrace, 50ms by default, never past the request's context): the decode's answer means
 // the prefill's work is done, and a cancelled leg would lose its upstream connection. The prefill goroutine releases its hold on the admission slot and the
 // prefill load guard itself, as soon as the prefill body has been read, has failed or was cancelled —
-// a long decode never holds prefill capacity. The decode load guard is released by Response.Close.
+// a long decode never holds prefill capacity. The decode load guard is released by Response.Close, and
+// so is the decode seat (pd.go's holdSeat, the one place it is released: on close, on the attempt's
+// error, on a panic), independently of the slot.
 //
 // A split n > 1 request runs its n exchanges from n goroutines that Do joins before it returns. Each
 // holds one admission.Guard of the request's one slot. A merged stream (samples.go) has one pump

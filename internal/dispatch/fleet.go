@@ -86,6 +86,10 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		if spec.DPSize == 0 {
 			spec.DPSize = info.DPSize
 		}
+		if spec.Role == worker.RoleDecode && info.MaxRunningRequests > 0 {
+			// The engine's own window wins over a declared one: it is what its scheduler enforces.
+			spec.DecodeWindow = info.MaxRunningRequests / max(spec.DPSize, 1)
+		}
 	}
 	return spec, nil
 }

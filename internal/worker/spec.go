@@ -160,6 +160,10 @@ type Spec struct {
 	APIKey string
 	// DPSize is the engine's data-parallel size (SGLang dp_size); 0 means unknown (one rank).
 	DPSize int
+	// DecodeWindow is a decode engine's running window per data-parallel rank: how many requests each
+	// rank runs at once (SGLang max_running_requests / dp_size, read from its server info; vLLM
+	// --max-num-seqs, declared). 0 means unknown. Decode seats with "auto" use it as each rank's bound.
+	DecodeWindow int
 	// ProtocolSource says how Protocol was decided (see the ProtocolFrom constants); informational.
 	ProtocolSource string
 	// KVConnector is a vLLM worker's KV connector: KVConnectorNIXL (the default) or
@@ -241,6 +245,9 @@ func (s Spec) Validate() error {
 	if s.DPSize < 0 || s.DPSize > maxDPSize {
 		return fmt.Errorf("dp size %d out of range 0..%d", s.DPSize, maxDPSize)
 	}
+	if s.DecodeWindow < 0 || s.DecodeWindow > maxDecodeWindow {
+		return fmt.Errorf("decode window %d out of range 0..%d", s.DecodeWindow, maxDecodeWindow)
+	}
 	for _, m := range s.Models {
 		if strings.TrimSpace(m) == "" {
 			return errors.New("empty model id")
@@ -251,6 +258,9 @@ func (s Spec) Validate() error {
 
 // maxDPSize bounds data-parallel ranks per engine (far above any real deployment).
 const maxDPSize = 1024
+
+// maxDecodeWindow bounds a declared decode window (far above any engine's running batch).
+const maxDecodeWindow = 1 << 20
 
 // Normalized returns a validated deep copy of s with defaults filled in, the
 // URL's scheme and host lower-cased, the trailing slash removed, and the

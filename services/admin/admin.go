@@ -108,6 +108,7 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Pod:               spec.Pod,
 		Ranks:             rankLoads(w),
 		KvConnector:       spec.KVConnector,
+		DecodeWindow:      uint32(spec.DecodeWindow),
 	}
 }
 
@@ -195,7 +196,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
-		KVConnector: ws.GetKvConnector(),
+		KVConnector: ws.GetKvConnector(), DecodeWindow: int(ws.GetDecodeWindow()),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -371,13 +372,20 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 			QueueTimeout:               durationpb.New(st.Settings.QueueTimeout),
 			MaxInflightTokensPerWorker: st.Settings.MaxInflightTokensPerWorker,
 			EarlyRejection:             st.Settings.EarlyRejection,
+			DecodeMaxInflightPerWorker: int32(st.Settings.DecodeMaxInflightPerWorker),
+			DecodeAuto:                 st.Settings.DecodeAuto,
 		},
-		Queued:         int32(st.QueuedTotal),
-		WaitP50Seconds: st.Wait.P50.Seconds(),
-		WaitP90Seconds: st.Wait.P90.Seconds(),
-		WaitP99Seconds: st.Wait.P99.Seconds(),
-		Rejections:     map[string]int64{},
-		ReleaseRate:    st.ReleaseRate,
+		Queued:          int32(st.QueuedTotal),
+		WaitP50Seconds:  st.Wait.P50.Seconds(),
+		WaitP90Seconds:  st.Wait.P90.Seconds(),
+		WaitP99Seconds:  st.Wait.P99.Seconds(),
+		Rejections:      map[string]int64{},
+		ReleaseRate:     st.ReleaseRate,
+		SeatReleaseRate: st.SeatReleaseRate,
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.Seats)) {
+		out.DecodeWorkers = append(out.DecodeWorkers, &adminv1.DecodeSeats{Worker: k, Inflight: int32(st.Seats[k]),
+			Limit: int32(st.SeatLimits[k]), Window: int32(st.DecodeCapacity[k].Window)})
 	}
 	set := out.Settings
 	if st.Settings.Aging > 0 {
@@ -509,6 +517,12 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	if req.EarlyRejection != nil {
 		set.EarlyRejection = req.GetEarlyRejection()
 	}
+	if req.DecodeMaxInflightPerWorker != nil {
+		set.DecodeMaxInflightPerWorker = int(req.GetDecodeMaxInflightPerWorker())
+	}
+	if req.DecodeAuto != nil {
+		set.DecodeAuto = req.GetDecodeAuto()
+	}
 	if req.AdaptiveLimit != nil {
 		set.Adaptive = admission.AdaptiveLimit{Min: int(req.GetAdaptiveLimit().GetMin()), Max: int(req.GetAdaptiveLimit().GetMax())}
 		if err := (admission.Settings{Adaptive: set.Adaptive}).Validate(); err != nil {
@@ -520,7 +534,8 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	}
 	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout,
 		"token_limit", set.MaxInflightTokensPerWorker, "bands", len(set.Bands), "aging", set.Aging, "early_rejection", set.EarlyRejection,
-		"adaptive_min", set.Adaptive.Min, "adaptive_max", set.Adaptive.Max)
+		"adaptive_min", set.Adaptive.Min, "adaptive_max", set.Adaptive.Max,
+		"decode_limit", set.DecodeMaxInflightPerWorker, "decode_auto", set.DecodeAuto)
 	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
 }
 

@@ -17,18 +17,30 @@ import (
 // 2 decode seats. Two long streams hold both seats while their prefills are long over; the next two
 // requests queue although prefill slots are free; the burst beyond the queue gets a real HTTP 429
 // pd_decode_queue_full with a Retry-After; ending a stream admits the next waiter, never more than 2
-// at once; at the end every seat and slot is back.
+// at once; at the end every seat and slot is back. The bound is given (2), or "auto": SGLang's own
+// window read from its server info (max_running_requests 2), vLLM's declared with --decode-window.
 func TestDecodeSeatsEndToEnd(t *testing.T) {
-	for _, proto := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
-		t.Run(string(proto), func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		proto sim.Protocol
+		args  []string
+	}{
+		{"sglang", sim.ProtocolSGLang, []string{"--decode-max-inflight-requests-per-worker", "2"}},
+		{"vllm", sim.ProtocolVLLM, []string{"--decode-max-inflight-requests-per-worker", "2"}},
+		{"sglang-auto", sim.ProtocolSGLang, []string{"--decode-max-inflight-requests-per-worker", "auto"}},
+		{"vllm-auto-declared", sim.ProtocolVLLM, []string{"--decode-max-inflight-requests-per-worker", "auto", "--decode-window", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proto := tc.proto
 			// A slow decode (50 ms per token, 4000 tokens) outlasts the test: the streams end when
 			// the test closes them.
 			c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 1, Protocol: proto,
-				Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20, ITLBase: 50 * time.Millisecond}})
-			gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--disable-retries",
+				Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20, ITLBase: 50 * time.Millisecond,
+					MaxRunningRequests: 2}})
+			args := append([]string{"--pd-disaggregation", "--disable-retries",
 				"--prefill-max-inflight-requests-per-worker", "8",
-				"--decode-max-inflight-requests-per-worker", "2",
-				"--prefill-queue-size", "2", "--prefill-queue-timeout-secs", "60"}, pdArgs(c)...)...)
+				"--prefill-queue-size", "2", "--prefill-queue-timeout-secs", "60"}, tc.args...)
+			gw := startGateway(t, app.Options{}, append(args, pdArgs(c)...)...)
 			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 			dec := c.ByRole(sim.RoleDecode)[0].URL()
 			chat := gw.URL + "/v1/chat/completions"

@@ -149,8 +149,12 @@ func build() *dashboard.DashboardBuilder {
 	b.WithPanel(series("Admission wait p99 by the worker that admitted",
 		"How long the requests a prefill worker admitted had waited for it: together with its saturation, which worker is the bottleneck.", "s",
 		query(quantile("0.99", "sluice_pd_prefill_admission_wait_seconds", "worker", `worker!=""`), "{{worker}}")))
+	b.WithPanel(series("Decode seats in use per decode worker, against the bound",
+		"With --decode-max-inflight-requests-per-worker: seats held on each decode worker (per data-parallel rank) from admission until the decode leg ends, and its bound. A decode worker at its bound makes new requests wait even when prefill slots are free: decode is the bottleneck.", "short",
+		query(`sum by (worker) (`+sel("sluice_pd_decode_admission_inflight")+`)`, "{{worker}} in use"),
+		query(`max by (worker) (`+sel("sluice_pd_decode_admission_limit")+`)`, "{{worker}} bound")))
 	b.WithPanel(series("Admission rejections by reason",
-		"Requests refused with 429: queue_full (the queue was at its bound) and queue_timeout (waited longer than the queue timeout).", "reqps",
+		"Requests refused with 429: queue_full (the queue was at its bound) and queue_timeout (waited longer than the queue timeout); decode_queue_full and decode_queue_timeout when the decode side (no free decode seat) held the head back.", "reqps",
 		query(`sum by (reason) (`+rate(sel("sluice_pd_prefill_admission_rejections_total", `queue=~"$model"`))+`)`, "{{reason}}")))
 
 	b.WithRow(id.row("Latency: time to first token and between tokens"))

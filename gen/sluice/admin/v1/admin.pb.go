@@ -45,7 +45,11 @@ type WorkerSpec struct {
 	DpSize uint32 `protobuf:"varint,8,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
 	// KV connector of a vLLM worker: "nixl" or "mooncake"; detected (a Mooncake prefill's bootstrap
 	// server answers /query) or --kv-connector when empty.
-	KvConnector   string `protobuf:"bytes,9,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
+	KvConnector string `protobuf:"bytes,9,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
+	// Declared running window per data-parallel rank of a decode worker (vLLM: its --max-num-seqs), the
+	// decode seat bound of --decode-max-inflight-requests-per-worker auto when the engine reports none
+	// (SGLang reports max_running_requests in its server info); 0 = unknown.
+	DecodeWindow  uint32 `protobuf:"varint,10,opt,name=decode_window,json=decodeWindow,proto3" json:"decode_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -143,6 +147,13 @@ func (x *WorkerSpec) GetKvConnector() string {
 	return ""
 }
 
+func (x *WorkerSpec) GetDecodeWindow() uint32 {
+	if x != nil {
+		return x.DecodeWindow
+	}
+	return 0
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -180,6 +191,9 @@ type Worker struct {
 	Ranks []*RankLoad `protobuf:"bytes,15,rep,name=ranks,proto3" json:"ranks,omitempty"`
 	// KV connector of a vLLM worker: "nixl" or "mooncake"; empty for other protocols.
 	KvConnector string `protobuf:"bytes,16,opt,name=kv_connector,json=kvConnector,proto3" json:"kv_connector,omitempty"`
+	// Running window per data-parallel rank of a decode worker: reported by the engine (SGLang's
+	// max_running_requests / dp_size) or declared; 0 = unknown.
+	DecodeWindow uint32 `protobuf:"varint,17,opt,name=decode_window,json=decodeWindow,proto3" json:"decode_window,omitempty"`
 	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
 	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
 	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
@@ -331,6 +345,13 @@ func (x *Worker) GetKvConnector() string {
 		return x.KvConnector
 	}
 	return ""
+}
+
+func (x *Worker) GetDecodeWindow() uint32 {
+	if x != nil {
+		return x.DecodeWindow
+	}
+	return 0
 }
 
 func (x *Worker) GetSource() string {
@@ -1164,6 +1185,12 @@ type AdmissionSettings struct {
 	EarlyRejection bool `protobuf:"varint,7,opt,name=early_rejection,json=earlyRejection,proto3" json:"early_rejection,omitempty"`
 	// Range of the adaptive per-worker request limit; absent when the limit is fixed.
 	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
+	// Decode seats per decode worker (per data-parallel rank), held from admission until the decode leg
+	// ends; <= 0 means no fixed bound (decode seats off unless decode_auto).
+	DecodeMaxInflightPerWorker int32 `protobuf:"varint,9,opt,name=decode_max_inflight_per_worker,json=decodeMaxInflightPerWorker,proto3" json:"decode_max_inflight_per_worker,omitempty"`
+	// Bound each decode worker by its own window where known (decode_max_inflight_per_worker, if
+	// positive, for the others).
+	DecodeAuto    bool `protobuf:"varint,10,opt,name=decode_auto,json=decodeAuto,proto3" json:"decode_auto,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1252,6 +1279,20 @@ func (x *AdmissionSettings) GetAdaptiveLimit() *AdaptiveLimit {
 		return x.AdaptiveLimit
 	}
 	return nil
+}
+
+func (x *AdmissionSettings) GetDecodeMaxInflightPerWorker() int32 {
+	if x != nil {
+		return x.DecodeMaxInflightPerWorker
+	}
+	return 0
+}
+
+func (x *AdmissionSettings) GetDecodeAuto() bool {
+	if x != nil {
+		return x.DecodeAuto
+	}
+	return false
 }
 
 // PriorityBand is one priority band: requests whose priority is at least min_priority (and below the
@@ -1503,6 +1544,79 @@ func (x *WorkerAdmission) GetClusterDemand() int32 {
 	return 0
 }
 
+// DecodeSeats is one decode worker's (or rank's) decode seat state.
+type DecodeSeats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Decode worker key: URL, or URL@rank for a data-parallel rank.
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Seats held.
+	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
+	// Seat bound (<= 0: none).
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Known running window (reported or declared); 0 = unknown.
+	Window        int32 `protobuf:"varint,4,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecodeSeats) Reset() {
+	*x = DecodeSeats{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecodeSeats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecodeSeats) ProtoMessage() {}
+
+func (x *DecodeSeats) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecodeSeats.ProtoReflect.Descriptor instead.
+func (*DecodeSeats) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DecodeSeats) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *DecodeSeats) GetInflight() int32 {
+	if x != nil {
+		return x.Inflight
+	}
+	return 0
+}
+
+func (x *DecodeSeats) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DecodeSeats) GetWindow() int32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
 // BandState is one priority band's waiting requests.
 type BandState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1518,7 +1632,7 @@ type BandState struct {
 
 func (x *BandState) Reset() {
 	*x = BandState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1644,7 @@ func (x *BandState) String() string {
 func (*BandState) ProtoMessage() {}
 
 func (x *BandState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1657,7 @@ func (x *BandState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BandState.ProtoReflect.Descriptor instead.
 func (*BandState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BandState) GetName() string {
@@ -1580,7 +1694,7 @@ type QueueState struct {
 
 func (x *QueueState) Reset() {
 	*x = QueueState{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1706,7 @@ func (x *QueueState) String() string {
 func (*QueueState) ProtoMessage() {}
 
 func (x *QueueState) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1719,7 @@ func (x *QueueState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueState.ProtoReflect.Descriptor instead.
 func (*QueueState) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueState) GetModel() string {
@@ -1649,14 +1763,20 @@ type AdmissionStatus struct {
 	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
 	ReleaseRate float64 `protobuf:"fixed64,11,opt,name=release_rate,json=releaseRate,proto3" json:"release_rate,omitempty"`
 	// Cluster admission (one limit for the whole fleet of gateway replicas); unset when coordination is off.
-	Cluster       *ClusterAdmission `protobuf:"bytes,30,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cluster *ClusterAdmission `protobuf:"bytes,30,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Per decode worker (URL, or URL@rank for a data-parallel rank): decode seats held, with decode seats
+	// on.
+	DecodeWorkers []*DecodeSeats `protobuf:"bytes,12,rep,name=decode_workers,json=decodeWorkers,proto3" json:"decode_workers,omitempty"`
+	// Measured decode seat release rate, per second (behind the Retry-After of decode rejections); 0 while
+	// unknown.
+	SeatReleaseRate float64 `protobuf:"fixed64,13,opt,name=seat_release_rate,json=seatReleaseRate,proto3" json:"seat_release_rate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AdmissionStatus) Reset() {
 	*x = AdmissionStatus{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1788,7 @@ func (x *AdmissionStatus) String() string {
 func (*AdmissionStatus) ProtoMessage() {}
 
 func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1801,7 @@ func (x *AdmissionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionStatus.ProtoReflect.Descriptor instead.
 func (*AdmissionStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AdmissionStatus) GetEnabled() bool {
@@ -1768,6 +1888,20 @@ func (x *AdmissionStatus) GetCluster() *ClusterAdmission {
 	return nil
 }
 
+func (x *AdmissionStatus) GetDecodeWorkers() []*DecodeSeats {
+	if x != nil {
+		return x.DecodeWorkers
+	}
+	return nil
+}
+
+func (x *AdmissionStatus) GetSeatReleaseRate() float64 {
+	if x != nil {
+		return x.SeatReleaseRate
+	}
+	return 0
+}
+
 // ClusterAdmission is this replica's view of the fleet's shared admission limit.
 type ClusterAdmission struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1802,7 +1936,7 @@ type ClusterAdmission struct {
 
 func (x *ClusterAdmission) Reset() {
 	*x = ClusterAdmission{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1948,7 @@ func (x *ClusterAdmission) String() string {
 func (*ClusterAdmission) ProtoMessage() {}
 
 func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1961,7 @@ func (x *ClusterAdmission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterAdmission.ProtoReflect.Descriptor instead.
 func (*ClusterAdmission) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClusterAdmission) GetMode() string {
@@ -1932,7 +2066,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2078,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2091,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClusterMember) GetReplica() string {
@@ -2007,7 +2141,7 @@ type ClusterWorkerShare struct {
 
 func (x *ClusterWorkerShare) Reset() {
 	*x = ClusterWorkerShare{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2153,7 @@ func (x *ClusterWorkerShare) String() string {
 func (*ClusterWorkerShare) ProtoMessage() {}
 
 func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2166,7 @@ func (x *ClusterWorkerShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterWorkerShare.ProtoReflect.Descriptor instead.
 func (*ClusterWorkerShare) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClusterWorkerShare) GetWorker() string {
@@ -2090,13 +2224,17 @@ type UpdateAdmissionRequest struct {
 	// New adaptive range; min 0 and max 0 turn adaptation off. A new max_inflight_per_worker without this
 	// field also turns adaptation off: it sets a fixed limit.
 	AdaptiveLimit *AdaptiveLimit `protobuf:"bytes,8,opt,name=adaptive_limit,json=adaptiveLimit,proto3" json:"adaptive_limit,omitempty"`
+	// New decode seat bound per decode worker; <= 0 removes the fixed bound.
+	DecodeMaxInflightPerWorker *int32 `protobuf:"varint,9,opt,name=decode_max_inflight_per_worker,json=decodeMaxInflightPerWorker,proto3,oneof" json:"decode_max_inflight_per_worker,omitempty"`
+	// Turn the auto decode window on or off.
+	DecodeAuto    *bool `protobuf:"varint,10,opt,name=decode_auto,json=decodeAuto,proto3,oneof" json:"decode_auto,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateAdmissionRequest) Reset() {
 	*x = UpdateAdmissionRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2246,7 @@ func (x *UpdateAdmissionRequest) String() string {
 func (*UpdateAdmissionRequest) ProtoMessage() {}
 
 func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2259,7 @@ func (x *UpdateAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateAdmissionRequest) GetMaxInflightPerWorker() int32 {
@@ -2180,6 +2318,20 @@ func (x *UpdateAdmissionRequest) GetAdaptiveLimit() *AdaptiveLimit {
 	return nil
 }
 
+func (x *UpdateAdmissionRequest) GetDecodeMaxInflightPerWorker() int32 {
+	if x != nil && x.DecodeMaxInflightPerWorker != nil {
+		return *x.DecodeMaxInflightPerWorker
+	}
+	return 0
+}
+
+func (x *UpdateAdmissionRequest) GetDecodeAuto() bool {
+	if x != nil && x.DecodeAuto != nil {
+		return *x.DecodeAuto
+	}
+	return false
+}
+
 // GetLoadsRequest asks for the workers' loads.
 type GetLoadsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2189,7 +2341,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2353,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2366,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 // WorkerLoad is one worker's reported load.
@@ -2240,7 +2392,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2404,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2417,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerLoad) GetId() string {
@@ -2334,7 +2486,7 @@ type EngineRankLoad struct {
 
 func (x *EngineRankLoad) Reset() {
 	*x = EngineRankLoad{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2498,7 @@ func (x *EngineRankLoad) String() string {
 func (*EngineRankLoad) ProtoMessage() {}
 
 func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2511,7 @@ func (x *EngineRankLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineRankLoad.ProtoReflect.Descriptor instead.
 func (*EngineRankLoad) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EngineRankLoad) GetRank() uint32 {
@@ -2401,7 +2553,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2565,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2578,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLoadsResponse) GetLoads() []*WorkerLoad {
@@ -2445,7 +2597,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2609,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2622,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 // FlushResult is one worker's answer to a cache flush.
@@ -2490,7 +2642,7 @@ type FlushResult struct {
 
 func (x *FlushResult) Reset() {
 	*x = FlushResult{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2654,7 @@ func (x *FlushResult) String() string {
 func (*FlushResult) ProtoMessage() {}
 
 func (x *FlushResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2667,7 @@ func (x *FlushResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResult.ProtoReflect.Descriptor instead.
 func (*FlushResult) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FlushResult) GetId() string {
@@ -2557,7 +2709,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2721,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2734,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FlushCacheResponse) GetResults() []*FlushResult {
@@ -2596,7 +2748,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xde\x02\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\x83\x03\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -2607,10 +2759,12 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2'.sluice.admin.v1.WorkerSpec.LabelsEntryR\x06labels\x12\x17\n" +
 	"\aapi_key\x18\a \x01(\tR\x06apiKey\x12\x17\n" +
 	"\adp_size\x18\b \x01(\rR\x06dpSize\x12!\n" +
-	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x1a9\n" +
+	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x12#\n" +
+	"\rdecode_window\x18\n" +
+	" \x01(\rR\fdecodeWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x05\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -2628,7 +2782,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
 	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12/\n" +
 	"\x05ranks\x18\x0f \x03(\v2\x19.sluice.admin.v1.RankLoadR\x05ranks\x12!\n" +
-	"\fkv_connector\x18\x10 \x01(\tR\vkvConnector\x12\x16\n" +
+	"\fkv_connector\x18\x10 \x01(\tR\vkvConnector\x12#\n" +
+	"\rdecode_window\x18\x11 \x01(\rR\fdecodeWindow\x12\x16\n" +
 	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +
@@ -2676,7 +2831,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
 	"\x14RemoveWorkerResponse\x12/\n" +
 	"\x06worker\x18\x01 \x01(\v2\x17.sluice.admin.v1.WorkerR\x06worker\"\x15\n" +
-	"\x13GetAdmissionRequest\"\xe5\x03\n" +
+	"\x13GetAdmissionRequest\"\xca\x04\n" +
 	"\x11AdmissionSettings\x125\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05R\x14maxInflightPerWorker\x12\x1d\n" +
 	"\n" +
@@ -2686,7 +2841,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0epriority_bands\x18\x05 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\rpriorityBands\x12@\n" +
 	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12'\n" +
 	"\x0fearly_rejection\x18\a \x01(\bR\x0eearlyRejection\x12E\n" +
-	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\"E\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\x12B\n" +
+	"\x1edecode_max_inflight_per_worker\x18\t \x01(\x05R\x1adecodeMaxInflightPerWorker\x12\x1f\n" +
+	"\vdecode_auto\x18\n" +
+	" \x01(\bR\n" +
+	"decodeAuto\"E\n" +
 	"\fPriorityBand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\"G\n" +
@@ -2701,7 +2860,12 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12#\n" +
 	"\rcluster_share\x18\x1e \x01(\x05R\fclusterShare\x12%\n" +
-	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\"Z\n" +
+	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\"o\n" +
+	"\vDecodeSeats\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
+	"\binflight\x18\x02 \x01(\x05R\binflight\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06window\x18\x04 \x01(\x05R\x06window\"Z\n" +
 	"\tBandState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmin_priority\x18\x02 \x01(\x05R\vminPriority\x12\x16\n" +
@@ -2709,7 +2873,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"QueueState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x95\x05\n" +
+	"\x06queued\x18\x02 \x01(\x05R\x06queued\"\x86\x06\n" +
 	"\x0fAdmissionStatus\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12>\n" +
 	"\bsettings\x18\x02 \x01(\v2\".sluice.admin.v1.AdmissionSettingsR\bsettings\x12\x16\n" +
@@ -2725,7 +2889,9 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x05bands\x18\n" +
 	" \x03(\v2\x1a.sluice.admin.v1.BandStateR\x05bands\x12!\n" +
 	"\frelease_rate\x18\v \x01(\x01R\vreleaseRate\x12;\n" +
-	"\acluster\x18\x1e \x01(\v2!.sluice.admin.v1.ClusterAdmissionR\acluster\x1a=\n" +
+	"\acluster\x18\x1e \x01(\v2!.sluice.admin.v1.ClusterAdmissionR\acluster\x12C\n" +
+	"\x0edecode_workers\x18\f \x03(\v2\x1c.sluice.admin.v1.DecodeSeatsR\rdecodeWorkers\x12*\n" +
+	"\x11seat_release_rate\x18\r \x01(\x01R\x0fseatReleaseRate\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x03\n" +
@@ -2756,7 +2922,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\agranted\x18\x02 \x01(\x05R\agranted\x12\x1a\n" +
 	"\breserved\x18\x03 \x01(\x05R\breserved\x12\x16\n" +
 	"\x06demand\x18\x04 \x01(\x05R\x06demand\x12\x1a\n" +
-	"\binflight\x18\x05 \x01(\x05R\binflight\"\xe4\x04\n" +
+	"\binflight\x18\x05 \x01(\x05R\binflight\"\x86\x06\n" +
 	"\x16UpdateAdmissionRequest\x12:\n" +
 	"\x17max_inflight_per_worker\x18\x01 \x01(\x05H\x00R\x14maxInflightPerWorker\x88\x01\x01\x12\"\n" +
 	"\n" +
@@ -2766,11 +2932,17 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0epriority_bands\x18\x05 \x01(\v2!.sluice.admin.v1.PriorityBandListR\rpriorityBands\x12@\n" +
 	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12,\n" +
 	"\x0fearly_rejection\x18\a \x01(\bH\x03R\x0eearlyRejection\x88\x01\x01\x12E\n" +
-	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimitB\x1a\n" +
+	"\x0eadaptive_limit\x18\b \x01(\v2\x1e.sluice.admin.v1.AdaptiveLimitR\radaptiveLimit\x12G\n" +
+	"\x1edecode_max_inflight_per_worker\x18\t \x01(\x05H\x04R\x1adecodeMaxInflightPerWorker\x88\x01\x01\x12$\n" +
+	"\vdecode_auto\x18\n" +
+	" \x01(\bH\x05R\n" +
+	"decodeAuto\x88\x01\x01B\x1a\n" +
 	"\x18_max_inflight_per_workerB\r\n" +
 	"\v_queue_sizeB!\n" +
 	"\x1f_max_inflight_tokens_per_workerB\x12\n" +
-	"\x10_early_rejection\"\x11\n" +
+	"\x10_early_rejectionB!\n" +
+	"\x1f_decode_max_inflight_per_workerB\x0e\n" +
+	"\f_decode_auto\"\x11\n" +
 	"\x0fGetLoadsRequest\"\xec\x01\n" +
 	"\n" +
 	"WorkerLoad\x12\x0e\n" +
@@ -2823,7 +2995,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -2848,29 +3020,30 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*PriorityBandList)(nil),        // 20: sluice.admin.v1.PriorityBandList
 	(*AdaptiveLimit)(nil),           // 21: sluice.admin.v1.AdaptiveLimit
 	(*WorkerAdmission)(nil),         // 22: sluice.admin.v1.WorkerAdmission
-	(*BandState)(nil),               // 23: sluice.admin.v1.BandState
-	(*QueueState)(nil),              // 24: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 25: sluice.admin.v1.AdmissionStatus
-	(*ClusterAdmission)(nil),        // 26: sluice.admin.v1.ClusterAdmission
-	(*ClusterMember)(nil),           // 27: sluice.admin.v1.ClusterMember
-	(*ClusterWorkerShare)(nil),      // 28: sluice.admin.v1.ClusterWorkerShare
-	(*UpdateAdmissionRequest)(nil),  // 29: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 30: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 31: sluice.admin.v1.WorkerLoad
-	(*EngineRankLoad)(nil),          // 32: sluice.admin.v1.EngineRankLoad
-	(*GetLoadsResponse)(nil),        // 33: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 34: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 35: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 36: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 37: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 38: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 39: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 40: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
+	(*DecodeSeats)(nil),             // 23: sluice.admin.v1.DecodeSeats
+	(*BandState)(nil),               // 24: sluice.admin.v1.BandState
+	(*QueueState)(nil),              // 25: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),         // 26: sluice.admin.v1.AdmissionStatus
+	(*ClusterAdmission)(nil),        // 27: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),           // 28: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),      // 29: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),  // 30: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),         // 31: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),              // 32: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),          // 33: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),        // 34: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),       // 35: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),             // 36: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),      // 37: sluice.admin.v1.FlushCacheResponse
+	nil,                             // 38: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 39: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 40: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 41: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	37, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	38, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	38, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	39, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -2878,57 +3051,58 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 6: sluice.admin.v1.GetWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 7: sluice.admin.v1.UpdateWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	25, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	25, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	39, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	26, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	26, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
+	40, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	41, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	42, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	41, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	42, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
-	24, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
+	25, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	40, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	23, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
-	26, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
-	41, // 24: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
-	27, // 25: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	41, // 26: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
-	28, // 27: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	41, // 28: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
-	20, // 29: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	41, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
-	21, // 31: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
-	32, // 32: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
-	31, // 33: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
-	35, // 34: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	3,  // 35: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 36: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 37: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 38: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 39: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 40: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 41: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	29, // 42: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	30, // 43: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	34, // 44: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	4,  // 45: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 46: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 47: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 48: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 49: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 50: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 51: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 52: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	33, // 53: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	36, // 54: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	41, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	24, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
+	27, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
+	23, // 24: sluice.admin.v1.AdmissionStatus.decode_workers:type_name -> sluice.admin.v1.DecodeSeats
+	42, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	28, // 26: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
+	42, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	29, // 28: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
+	42, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	20, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
+	42, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	21, // 32: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
+	33, // 33: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
+	32, // 34: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
+	36, // 35: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
+	3,  // 36: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 37: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 38: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 39: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 40: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 41: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 42: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	30, // 43: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	31, // 44: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	35, // 45: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	4,  // 46: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 47: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 48: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 49: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 50: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 51: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 52: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 53: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	34, // 54: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	37, // 55: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	46, // [46:56] is the sub-list for method output_type
+	36, // [36:46] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -2937,14 +3111,14 @@ func file_sluice_admin_v1_admin_proto_init() {
 		return
 	}
 	file_sluice_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
-	file_sluice_admin_v1_admin_proto_msgTypes[29].OneofWrappers = []any{}
+	file_sluice_admin_v1_admin_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -82,6 +82,15 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: string kv_connector = 9;
    */
   kvConnector: string;
+
+  /**
+   * Declared running window per data-parallel rank of a decode worker (vLLM: its --max-num-seqs), the
+   * decode seat bound of --decode-max-inflight-requests-per-worker auto when the engine reports none
+   * (SGLang reports max_running_requests in its server info); 0 = unknown.
+   *
+   * @generated from field: uint32 decode_window = 10;
+   */
+  decodeWindow: number;
 };
 
 /**
@@ -209,6 +218,14 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: string kv_connector = 16;
    */
   kvConnector: string;
+
+  /**
+   * Running window per data-parallel rank of a decode worker: reported by the engine (SGLang's
+   * max_running_requests / dp_size) or declared; 0 = unknown.
+   *
+   * @generated from field: uint32 decode_window = 17;
+   */
+  decodeWindow: number;
 
   /**
    * Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
@@ -664,6 +681,22 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
    * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
    */
   adaptiveLimit?: AdaptiveLimit | undefined;
+
+  /**
+   * Decode seats per decode worker (per data-parallel rank), held from admission until the decode leg
+   * ends; <= 0 means no fixed bound (decode seats off unless decode_auto).
+   *
+   * @generated from field: int32 decode_max_inflight_per_worker = 9;
+   */
+  decodeMaxInflightPerWorker: number;
+
+  /**
+   * Bound each decode worker by its own window where known (decode_max_inflight_per_worker, if
+   * positive, for the others).
+   *
+   * @generated from field: bool decode_auto = 10;
+   */
+  decodeAuto: boolean;
 };
 
 /**
@@ -802,6 +835,47 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
  * Use `create(WorkerAdmissionSchema)` to create a new message.
  */
 export declare const WorkerAdmissionSchema: GenMessage<WorkerAdmission>;
+
+/**
+ * DecodeSeats is one decode worker's (or rank's) decode seat state.
+ *
+ * @generated from message sluice.admin.v1.DecodeSeats
+ */
+export declare type DecodeSeats = Message<"sluice.admin.v1.DecodeSeats"> & {
+  /**
+   * Decode worker key: URL, or URL@rank for a data-parallel rank.
+   *
+   * @generated from field: string worker = 1;
+   */
+  worker: string;
+
+  /**
+   * Seats held.
+   *
+   * @generated from field: int32 inflight = 2;
+   */
+  inflight: number;
+
+  /**
+   * Seat bound (<= 0: none).
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * Known running window (reported or declared); 0 = unknown.
+   *
+   * @generated from field: int32 window = 4;
+   */
+  window: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.DecodeSeats.
+ * Use `create(DecodeSeatsSchema)` to create a new message.
+ */
+export declare const DecodeSeatsSchema: GenMessage<DecodeSeats>;
 
 /**
  * BandState is one priority band's waiting requests.
@@ -954,6 +1028,22 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
    * @generated from field: sluice.admin.v1.ClusterAdmission cluster = 30;
    */
   cluster?: ClusterAdmission | undefined;
+
+  /**
+   * Per decode worker (URL, or URL@rank for a data-parallel rank): decode seats held, with decode seats
+   * on.
+   *
+   * @generated from field: repeated sluice.admin.v1.DecodeSeats decode_workers = 12;
+   */
+  decodeWorkers: DecodeSeats[];
+
+  /**
+   * Measured decode seat release rate, per second (behind the Retry-After of decode rejections); 0 while
+   * unknown.
+   *
+   * @generated from field: double seat_release_rate = 13;
+   */
+  seatReleaseRate: number;
 };
 
 /**
@@ -1212,6 +1302,20 @@ export declare type UpdateAdmissionRequest = Message<"sluice.admin.v1.UpdateAdmi
    * @generated from field: sluice.admin.v1.AdaptiveLimit adaptive_limit = 8;
    */
   adaptiveLimit?: AdaptiveLimit | undefined;
+
+  /**
+   * New decode seat bound per decode worker; <= 0 removes the fixed bound.
+   *
+   * @generated from field: optional int32 decode_max_inflight_per_worker = 9;
+   */
+  decodeMaxInflightPerWorker?: number | undefined;
+
+  /**
+   * Turn the auto decode window on or off.
+   *
+   * @generated from field: optional bool decode_auto = 10;
+   */
+  decodeAuto?: boolean | undefined;
 };
 
 /**
