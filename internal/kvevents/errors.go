@@ -25,4 +25,7 @@ var (
 
 	ErrNoReplayEndpoint = errors.New("no replay endpoint configured")
 	ErrReplayIncomplete = errors.New("replay buffer no longer holds the missing batches")
+	// ErrRestarted: the replay socket's batch at our last sequence number is not the one we applied,
+	// so the sequence belongs to a new engine process.
+	ErrRestarted = errors.New("publisher restarted")
 )

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -77,6 +78,7 @@ type Subscriber struct {
 	// Owned by Run's goroutine.
 	started bool
 	last    int64
+	lastFP  uint64 // fingerprint of the payload applied at last, to tell a restart from a gap
 }
 
 // NewSubscriber validates cfg and returns a subscriber; Run starts it.
@@ -119,8 +121,9 @@ func (s *Subscriber) socketOptions(extra ...zmq4.Option) []zmq4.Option {
 	return append([]zmq4.Option{zmq4.WithLogger(log.New(io.Discard, "", 0)), zmq4.WithDialerRetry(s.retry)}, extra...)
 }
 
-// Run subscribes and applies batches until ctx ends; it returns ctx's error, or a socket error.
-// The SUB socket reconnects by itself when the engine goes away and comes back.
+// Run subscribes and applies batches until ctx ends, then returns ctx's error; it returns early only
+// when the subscription cannot be set up. The SUB socket reconnects by itself when the engine goes
+// away and comes back.
 func (s *Subscriber) Run(ctx context.Context) error {
 	sub := zmq4.NewSub(ctx, s.socketOptions(zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))...)
 	defer func() { _ = sub.Close() }()
@@ -140,7 +143,15 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("kvevents: receive: %w", err)
+			// The library reports each dropped connection once (io.EOF) and redials by itself; the
+			// pause only keeps a persistent error from spinning.
+			s.log.Info("kv events: connection lost; reconnecting", "err", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(s.retry):
+			}
+			continue
 		}
 		s.handle(ctx, msg.Frames)
 	}
@@ -167,20 +178,20 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) {
 				s.log.Info("kv events: joined mid-stream; earlier blocks not indexed", "seq", seq, "err", err)
 			}
 		}
-	case seq == s.last:
-		return // duplicate
-	case seq < s.last:
-		// Sequence numbers restart with the publisher: a new engine process, with an empty cache.
+	case seq <= s.last:
+		// PUB sends each sequence number once and numbers restart with the publisher: a new engine
+		// process, with an empty cache.
 		s.log.Warn("kv events: sequence went back, engine restarted; clearing its index", "last", s.last, "seq", seq)
-		s.index.Clear(s.ep.Worker, s.ep.Rank)
-		s.metrics.IncCleared(s.ep.Worker, "restart")
-		if seq > 0 && s.ep.Replay != "" {
-			if err := s.repair(ctx, 0, seq); err != nil {
-				s.log.Warn("kv events: could not replay the new engine's first batches", "err", err)
-			}
-		}
+		s.restarted(ctx, seq)
 	case seq > s.last+1:
-		if err := s.repair(ctx, s.last+1, seq); err != nil {
+		err := s.repair(ctx, s.last+1, seq)
+		if errors.Is(err, ErrRestarted) {
+			// A new engine whose sequence passed ours while we were away: not a gap.
+			s.log.Warn("kv events: engine restarted; clearing its index", "last", s.last, "seq", seq)
+			s.restarted(ctx, seq)
+			break
+		}
+		if err != nil {
 			s.metrics.IncGap(s.ep.Worker, false)
 			s.metrics.IncCleared(s.ep.Worker, "gap")
 			s.index.Clear(s.ep.Worker, s.ep.Rank)
@@ -192,7 +203,19 @@ func (s *Subscriber) handle(ctx context.Context, frames [][]byte) {
 		}
 	}
 	s.apply(b)
-	s.last = seq
+	s.last, s.lastFP = seq, xxhash.Sum64(payload)
+}
+
+// restarted clears the worker's index and replays the new engine's batches before seq.
+func (s *Subscriber) restarted(ctx context.Context, seq int64) {
+	s.index.Clear(s.ep.Worker, s.ep.Rank)
+	s.metrics.IncCleared(s.ep.Worker, "restart")
+	s.last = -1
+	if seq > 0 && s.ep.Replay != "" {
+		if err := s.repair(ctx, 0, seq); err != nil {
+			s.log.Warn("kv events: could not replay the new engine's first batches", "err", err)
+		}
+	}
 }
 
 func (s *Subscriber) malformed(err error) {
@@ -235,8 +258,13 @@ func (s *Subscriber) replay(ctx context.Context, from, to int64) ([]*Batch, erro
 	if err := dealer.Dial(s.ep.Replay); err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrReplay, s.ep.Replay, err)
 	}
+	// Ask from the batch we applied last (when there is one) to check it is still ours.
+	start, verify := from, from > 0 && s.last == from-1
+	if verify {
+		start = from - 1
+	}
 	// A DEALER sends the empty delimiter a REQ would, so the ROUTER reads [identity, "", start].
-	if err := dealer.Send(zmq4.NewMsgFrom([]byte{}, SeqBytes(from))); err != nil {
+	if err := dealer.Send(zmq4.NewMsgFrom([]byte{}, SeqBytes(start))); err != nil {
 		return nil, fmt.Errorf("%w: send: %w", ErrReplay, err)
 	}
 	var out []*Batch
@@ -259,6 +287,16 @@ func (s *Subscriber) replay(ctx context.Context, from, to int64) ([]*Batch, erro
 		seq, payload, _ := ParseFrames([][]byte{nil, f[0], f[1]})
 		if seq == -1 {
 			break
+		}
+		if verify {
+			verify = false
+			if seq != from-1 {
+				return nil, fmt.Errorf("%w: %w (wanted %d, oldest %d)", ErrReplay, ErrReplayIncomplete, from-1, seq)
+			}
+			if xxhash.Sum64(payload) != s.lastFP {
+				return nil, fmt.Errorf("%w: %w", ErrReplay, ErrRestarted)
+			}
+			continue
 		}
 		if seq < next || seq >= to {
 			continue // before the gap (the buffer answers from start) or after it (live copies follow)
