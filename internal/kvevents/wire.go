@@ -191,7 +191,7 @@ func decodeEvents(d *msgpack.Decoder) ([]Event, error) {
 	if n < 0 {
 		return nil, nil
 	}
-	evs := make([]Event, 0, n)
+	evs := make([]Event, 0, min(n, maxPrealloc))
 	for i := range n {
 		ev, err := decodeEvent(d)
 		if err != nil {
@@ -342,7 +342,7 @@ func decodeHashes(d *msgpack.Decoder) ([]EngineHash, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	hs := make([]EngineHash, 0, n)
+	hs := make([]EngineHash, 0, min(n, maxPrealloc))
 	for range n {
 		h, err := decodeHash(d)
 		if err != nil {
@@ -376,8 +376,8 @@ func decodeTokens(d *msgpack.Decoder) ([]uint32, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	ids := make([]uint32, n)
-	for i := range ids {
+	ids := make([]uint32, 0, min(n, maxPrealloc))
+	for i := range n {
 		v, err := d.DecodeInt64()
 		if err != nil {
 			// SGLang's bigram (EAGLE) pages carry tuples: not token ids we can match.
@@ -386,7 +386,7 @@ func decodeTokens(d *msgpack.Decoder) ([]uint32, error) {
 		if v < 0 || v > math.MaxUint32 {
 			return nil, fmt.Errorf("token %d: id %d out of range", i, v)
 		}
-		ids[i] = uint32(v)
+		ids = append(ids, uint32(v))
 	}
 	return ids, nil
 }
@@ -422,6 +422,10 @@ func decodeOptString(d *msgpack.Decoder) (string, error) {
 	}
 	return d.DecodeString()
 }
+
+// maxPrealloc caps what a length prefix can make us allocate before the elements arrive: a
+// malformed frame claiming 2^32 elements must fail on its missing bytes, not on memory.
+const maxPrealloc = 4096
 
 func isMap(c byte) bool {
 	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
