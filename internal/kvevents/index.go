@@ -58,8 +58,9 @@ type Index struct {
 	weights   [numTiers]float64
 	metrics   Metrics
 
-	mu     sync.RWMutex
-	shards map[shardKey]*shard
+	mu      sync.RWMutex
+	shards  map[shardKey]*shard
+	tracked map[string]int // worker -> its shards
 }
 
 type shardKey struct {
@@ -105,6 +106,7 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		weights:   cfg.TierWeights,
 		metrics:   cfg.Metrics,
 		shards:    make(map[shardKey]*shard),
+		tracked:   make(map[string]int),
 	}, nil
 }
 
@@ -126,6 +128,7 @@ func (x *Index) shardForWrite(worker string, rank int) *shard {
 	if s == nil {
 		s = &shard{blocks: make(map[uint64]uint8), engine: make(map[engineKey]uint64)}
 		x.shards[k] = s
+		x.tracked[worker]++
 	}
 	return s
 }
@@ -277,6 +280,7 @@ func (x *Index) RemoveWorker(worker string) {
 			delete(x.shards, k)
 		}
 	}
+	delete(x.tracked, worker)
 	x.mu.Unlock()
 	x.metrics.DeleteWorker(worker)
 }
@@ -373,4 +377,12 @@ func chainKey(parent uint64, toks []uint32) uint64 {
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
 	return h
+}
+
+// Tracks reports whether any rank of worker has sent events (placement's kv_aware falls back to
+// cache_aware for workers it does not track).
+func (x *Index) Tracks(worker string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.tracked[worker] > 0
 }
