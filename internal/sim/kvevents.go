@@ -131,6 +131,7 @@ func (e *Engine) startKVEventsLocked() error {
 		}
 		e.kvPubs = append(e.kvPubs, p)
 		r.cache.setEvents(p)
+		e.logger.Info("sim kv events", "rank", r.index, "publisher", "tcp://"+p.pubAddr, "replay", p.replayAddr)
 	}
 	return nil
 }
