@@ -6,7 +6,8 @@
 // vllm/config/kv_events.py, `--kv-events-config`); SGLang publishes the same format
 // (python/sglang/srt/disaggregation/kv_events.py, python/sglang/srt/mem_cache/events.py). wire.go
 // states the frame layout and the msgpack encodings accepted; index.go the block index; subscriber.go
-// one subscriber per (worker, rank) endpoint with sequence-gap repair through the replay socket.
+// one subscriber per (worker, rank) endpoint with sequence-gap repair through the replay socket;
+// manager.go the subscribers of a changing set of endpoints.
 //
 // Blocks are keyed by the chain of their token ids (each block's key hashes its parent's key and its
 // own tokens), not by the engine's block hashes: those are engine-local (vLLM hashes with a
@@ -23,6 +24,8 @@
 // miss, so routing under admission's lock stays cheap while events stream in.
 //
 // A [Subscriber] owns its ZeroMQ sockets and its sequence state: [Subscriber.Run] is its only
-// goroutine (plus the socket library's own, all ended when Run returns). Metrics are reported through
+// goroutine (plus the socket library's own, all ended when Run returns). A [Manager] owns the
+// subscribers of a changing endpoint set: Set and Close start and stop them under its mutex and
+// wait for each stopped one's Run to return. Metrics are reported through
 // the injected [Metrics]; its methods must be fast and safe for concurrent use.
 package kvevents
