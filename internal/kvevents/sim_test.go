@@ -53,6 +53,15 @@ func complete(t *testing.T, e *sim.Engine, ids []uint32) {
 	}
 }
 
+// completeOneBatch is complete, then waits until the simulator has numbered the batch carrying the
+// prompt's events, so the next request's events go in a batch of their own.
+func completeOneBatch(t *testing.T, e *sim.Engine, ids []uint32) {
+	t.Helper()
+	before := e.KVEventsBatches(0)
+	complete(t, e, ids)
+	eventually(t, "the prompt's batch", func() bool { return e.KVEventsBatches(0) > before })
+}
+
 // TestSimulatorEvents follows the simulator's events (vLLM's map encoding and SGLang's array one)
 // into the index: stores, LRU evictions, a dropped frame repaired by replay, a lost one that clears
 // the index, and an engine restart on the same ports.
@@ -110,8 +119,8 @@ func TestSimulatorEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			p4, p5 := seqTokens(300, 307), seqTokens(400, 407)
-			complete(t, e, p4)
-			complete(t, e, p5)
+			completeOneBatch(t, e, p4)
+			completeOneBatch(t, e, p5)
 			eventually(t, "p5 indexed", func() bool { return blocks(p5) == 2 })
 			if blocks(p4) != 2 {
 				t.Errorf("dropped batch not repaired: p4 has %d blocks", blocks(p4))
@@ -121,8 +130,8 @@ func TestSimulatorEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			p6, p7 := seqTokens(500, 507), seqTokens(600, 607)
-			complete(t, e, p6)
-			complete(t, e, p7)
+			completeOneBatch(t, e, p6)
+			completeOneBatch(t, e, p7)
 			eventually(t, "p7 indexed", func() bool { return blocks(p7) == 2 })
 			if blocks(p5) != 0 || blocks(p6) != 0 {
 				t.Errorf("after an unrepairable gap the index still holds p5 (%d) or p6 (%d)", blocks(p5), blocks(p6))
@@ -177,4 +186,42 @@ func portOf(t *testing.T, endpoint string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestSimulatorJoinMidStream: a subscriber joining an engine whose replay buffer no longer reaches
+// seq 0 indexes what the buffer still holds.
+func TestSimulatorJoinMidStream(t *testing.T) {
+	e := startSim(t, sim.ProtocolVLLM, sim.KVEventsConfig{})
+	prompt := func(i uint32) []uint32 { return []uint32{8000 + i, 1, 1, 1} }
+	// Seqs 0-2 are lost for good (the buffer rolled over them), 3-5 published to no subscriber.
+	if err := e.DropKVEvents(0, 3, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint32(6) {
+		completeOneBatch(t, e, prompt(i))
+	}
+	idx, err := kvevents.NewIndex(kvevents.IndexConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := e.KVEventsEndpoints()[0]
+	runSubscriber(t, kvevents.SubscriberConfig{
+		Endpoint: kvevents.Endpoint{Worker: "w", Publisher: ep.Publisher, Replay: ep.Replay},
+		Index:    idx, RetryInterval: 20 * time.Millisecond,
+	})
+	blocks := func(ids []uint32) int { b, _ := idx.MatchedPrefix("w", 0, ids); return b }
+	for i := uint32(6); ; i++ {
+		complete(t, e, prompt(i))
+		if within(200*time.Millisecond, func() bool { return blocks(prompt(i)) == 1 }) {
+			break
+		}
+		if i > 100 {
+			t.Fatal("subscriber never saw the simulator's events")
+		}
+	}
+	for i := range uint32(6) {
+		if want := min(1, int(i/3)); blocks(prompt(i)) != want {
+			t.Errorf("prompt %d (seq %d): %d blocks, want %d", i, i, blocks(prompt(i)), want)
+		}
+	}
 }

@@ -235,7 +235,8 @@ func (s *Subscriber) apply(b *Batch) {
 }
 
 // repair fetches batches [from, to) from the replay socket and applies them, all or none: a replay
-// that cannot give every missing batch applies nothing, and the caller clears.
+// that cannot give every missing batch applies nothing, and the caller clears. From 0 (an empty
+// index to fill) it applies whatever contiguous run the buffer still holds up to to.
 func (s *Subscriber) repair(ctx context.Context, from, to int64) error {
 	batches, err := s.replay(ctx, from, to)
 	if err != nil {
@@ -302,7 +303,12 @@ func (s *Subscriber) replay(ctx context.Context, from, to int64) ([]*Batch, erro
 			continue // before the gap (the buffer answers from start) or after it (live copies follow)
 		}
 		if seq > next {
-			return nil, fmt.Errorf("%w: %w (wanted %d, oldest %d)", ErrReplay, ErrReplayIncomplete, next, seq)
+			if from != 0 || len(out) > 0 {
+				return nil, fmt.Errorf("%w: %w (wanted %d, oldest %d)", ErrReplay, ErrReplayIncomplete, next, seq)
+			}
+			// Filling an empty index (joining, or after a restart): the buffer's oldest batches on
+			// are better than nothing; blocks whose parents are gone are dropped as orphans.
+			next = seq
 		}
 		b, err := DecodeBatch(payload)
 		if err != nil {

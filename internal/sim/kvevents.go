@@ -111,6 +111,20 @@ func (e *Engine) DropKVEvents(rank, n int, replayable bool) error {
 	return nil
 }
 
+// KVEventsBatches reports how many batches rank has numbered so far (its next sequence number),
+// published or dropped; tests wait on it to keep one request's events in one batch.
+func (e *Engine) KVEventsBatches(rank int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if rank < 0 || rank >= len(e.kvPubs) {
+		return 0
+	}
+	p := e.kvPubs[rank]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
 // startKVEventsLocked opens every rank's sockets and hooks the publishers to the ranks' caches.
 func (e *Engine) startKVEventsLocked() error {
 	kc := e.cfg.KVEvents
