@@ -362,12 +362,20 @@ func (x *Index) Stats(worker string, rank int) Stats {
 const rootKey uint64 = 0x6a09e667f3bcc908
 
 // chainKey is the key of the block holding toks after the block keyed parent: a 64-bit hash of the
-// parent key and the tokens (a multiply-xorshift over each id, then murmur3's finalizer). A collision
-// only misroutes a request, so 64 bits over a few million blocks per worker are plenty.
+// parent key and the tokens (a multiply-xorshift over each pair of ids, then murmur3's finalizer).
+// A collision only misroutes a request, so 64 bits over a few million blocks per worker are plenty.
 func chainKey(parent uint64, toks []uint32) uint64 {
 	h := parent ^ uint64(len(toks))*0x9e3779b97f4a7c15
-	for _, t := range toks {
-		h ^= uint64(t)
+	// Two 32-bit ids per 64-bit step: half the multiplies of one per id (the length above keeps an
+	// odd tail from colliding with a zero id).
+	i := 0
+	for ; i+1 < len(toks); i += 2 {
+		h ^= uint64(toks[i]) | uint64(toks[i+1])<<32
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 29
+	}
+	if i < len(toks) {
+		h ^= uint64(toks[i])
 		h *= 0xbf58476d1ce4e5b9
 		h ^= h >> 29
 	}

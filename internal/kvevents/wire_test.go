@@ -11,7 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/kvevents"
 )
 
-func pack(t *testing.T, v any) []byte {
+func pack(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := msgpack.Marshal(v)
 	if err != nil {
@@ -142,4 +142,30 @@ func FuzzDecodeBatch(f *testing.F) {
 		idx, _ := kvevents.NewIndex(kvevents.IndexConfig{MaxBlocksPerWorker: 64})
 		idx.Apply("w", 0, batch)
 	})
+}
+
+// BenchmarkDecodeApply decodes and applies a typical step's batch: one BlockStored of 16 blocks of
+// vLLM's block size 16 (a 256-token prefill), then its BlockRemoved, in the array_like encoding.
+func BenchmarkDecodeApply(b *testing.B) {
+	hashes := make([]any, 16)
+	ids := make([]any, 256)
+	for i := range hashes {
+		hashes[i] = uint64(1<<40 + i)
+	}
+	for i := range ids {
+		ids[i] = 1000 + i
+	}
+	stored := pack(b, []any{1.5, []any{[]any{"BlockStored", hashes, nil, ids, 16, nil, "GPU", nil}}, 0})
+	removed := pack(b, []any{1.5, []any{[]any{"BlockRemoved", hashes, "GPU"}}, 0})
+	idx := newIndex(b, kvevents.IndexConfig{})
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, p := range [][]byte{stored, removed} {
+			batch, err := kvevents.DecodeBatch(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			idx.Apply("w", 0, batch)
+		}
+	}
 }
