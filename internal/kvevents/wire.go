@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -309,7 +310,7 @@ func decodeField(d *msgpack.Decoder, ev *Event, name string) error {
 		}
 		ev.BlockSize = int(n)
 	case "medium":
-		ev.Medium, err = decodeOptString(d)
+		ev.Medium, err = decodeMedium(d)
 	case "lora_id":
 		var set bool
 		_, set, err = decodeOptInt(d)
@@ -414,6 +415,20 @@ func decodeOptInt(d *msgpack.Decoder) (int, bool, error) {
 		return 0, false, fmt.Errorf("%d out of range", v)
 	}
 	return int(v), true, nil
+}
+
+// decodeMedium reads a medium name; an integer (an IntEnum, should an engine send one) becomes
+// "medium:<n>", an unknown tier, rather than failing the batch.
+func decodeMedium(d *msgpack.Decoder) (string, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64) {
+		n, err := d.DecodeInt64()
+		return "medium:" + strconv.FormatInt(n, 10), err
+	}
+	return decodeOptString(d)
 }
 
 func decodeOptString(d *msgpack.Decoder) (string, error) {

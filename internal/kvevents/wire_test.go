@@ -70,6 +70,13 @@ func TestDecodeBatch(t *testing.T) {
 				TokenIDs: []uint32{7}, BlockSize: 1, LoRA: true,
 			}}},
 		},
+		{
+			name:    "integer medium: an unknown tier, not an error",
+			payload: []any{1.0, []any{[]any{"BlockRemoved", []any{1}, 2}}},
+			want: &kvevents.Batch{TS: 1, Events: []kvevents.Event{{
+				Kind: kvevents.BlockRemoved, BlockHashes: []kvevents.EngineHash{kvevents.IntHash(1)}, Medium: "medium:2",
+			}}},
+		},
 		{name: "not a batch", payload: "text", wantErr: "decoding array length"},
 		{name: "short batch", payload: []any{1.0}, wantErr: "batch array of 1"},
 		{name: "unknown tag", payload: []any{1.0, []any{[]any{"BlockMoved"}}}, wantErr: "unknown event tag"},
