@@ -31,6 +31,9 @@ type Request struct {
 	// IgnoreRanks picks among engines, never among the data-parallel ranks of one (--dp-aware=false):
 	// the engine then places the request itself.
 	IgnoreRanks bool
+	// TokenIDs are the prompt's exact tokens when the gateway knows them (kv_aware matches them
+	// against the engines' KV-cache events); nil otherwise.
+	TokenIDs []uint32
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and

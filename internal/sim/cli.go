@@ -60,6 +60,13 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 			"vllm mooncake: how long a decode's pull waits for the prefill's KV (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 in vLLM)")
 	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
 	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
+	// KV-cache events (vLLM and SGLang --kv-events-config).
+	fs.BoolVar(&cfg.KVEvents.Enabled, "kv-events", false, "publish KV-cache events as --kv-events-config does: ZeroMQ PUB and ROUTER replay per DP rank")
+	fs.IntVar(&cfg.KVEvents.Port, "kv-events-port", 0, "KV events PUB port of rank 0, rank r on +r (0 picks free ports; vLLM's default is 5557)")
+	fs.IntVar(&cfg.KVEvents.ReplayPort, "kv-events-replay-port", 0, "KV events ROUTER replay port of rank 0, rank r on +r (0 picks free ports, -1 none)")
+	fs.StringVar(&cfg.KVEvents.Topic, "kv-events-topic", "", "KV events topic frame")
+	fs.IntVar(&cfg.KVEvents.BufferSteps, "kv-events-buffer-steps", 0, "batches kept for replay (default 10000, vLLM's buffer_steps)")
+	fs.IntVar(&cfg.KVEvents.DropEvery, "kv-events-drop-every", 0, "fault: every Nth KV event batch is not sent on PUB (still replayable)")
 	// Faults.
 	fs.Float64Var(&cfg.Faults.ErrorRate, "error-rate", 0, "fault: fraction of generation requests failing with --error-status")
 	fs.IntVar(&cfg.Faults.ErrorStatus, "error-status", 503, "fault: HTTP status of injected errors")

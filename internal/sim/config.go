@@ -113,6 +113,8 @@ type Config struct {
 
 	EngineID string // engine id in kv_transfer_params; default derived from host:port
 
+	KVEvents KVEventsConfig // KV-cache event publisher, off by default (kvevents.go)
+
 	Faults Faults // faults active from the start
 }
 
@@ -169,6 +171,7 @@ func (c *Config) applyDefaults() {
 	if c.BlockSize == 0 {
 		c.BlockSize = 16
 	}
+	c.KVEvents.applyDefaults()
 	if c.PrefixCacheTokens == 0 {
 		c.PrefixCacheTokens = c.KVCapacityTokens
 	}
@@ -269,6 +272,9 @@ func (c *Config) Validate() error {
 		bad("bootstrap timeout, room TTL and max rooms must be positive")
 	}
 	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.KVEvents.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -30,6 +30,9 @@
 //     its parent's key and its own tokens), LRU-evicted beyond Config.PrefixCacheTokens. Only full blocks
 //     are cached and at least one prompt token is always computed. Cached blocks of finished requests
 //     are evictable and so are not charged against the admission KV budget (as in SGLang's radix cache).
+//   - KV-cache events (Config.KVEvents, kvevents.go): each rank's prefix cache publishes its stores,
+//     evictions and flushes as vLLM's ZmqEventPublisher does (PUB + ROUTER replay, msgpack
+//     KVEventBatch; vLLM's map encoding, SGLang's array_like one), with a fault dropping batches.
 //   - Decode: the first output token is produced by the prefill; each further token takes
 //     ITLBase + ITLPerSeq x (number of sequences decoding on the engine at that moment). Each sequence runs on its own
 //     timer, recomputed per token from the current batch size: equivalent to a lockstep decode batch

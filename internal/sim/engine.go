@@ -52,6 +52,7 @@ type Engine struct {
 	bootPort    int
 	refuseTimer *time.Timer
 	serveWG     sync.WaitGroup
+	kvPubs      []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
 }
 
 // New validates cfg and builds an engine. logger may be nil.
@@ -123,10 +124,15 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.id = "sim-" + string(e.cfg.Role) + "-" + strconv.Itoa(e.port)
 	}
 	e.setRankEngineIDs()
+	if err := e.startKVEventsLocked(); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	if e.cfg.hasBootstrapServer() {
 		bln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.cfg.BootstrapPort)))
 		if err != nil {
 			_ = ln.Close()
+			e.stopKVEventsLocked()
 			return fmt.Errorf("sim: listen bootstrap: %w", err)
 		}
 		e.bootPort = bln.Addr().(*net.TCPAddr).Port
@@ -262,6 +268,7 @@ func (e *Engine) applyRefuse(refuse bool, refuseFor time.Duration) error {
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	srv, boot := e.srv, e.bootSrv
+	e.stopKVEventsLocked()
 	e.mu.Unlock()
 	var err error
 	if srv != nil {
@@ -287,6 +294,7 @@ func (e *Engine) Close() error {
 		e.refuseTimer.Stop()
 	}
 	srv, boot := e.srv, e.bootSrv
+	e.stopKVEventsLocked()
 	e.mu.Unlock()
 
 	e.cancelBase()

@@ -262,7 +262,7 @@ func (e *Engine) prefill(ctx context.Context, rf *requestFaults, r *dpRank, p *p
 	if err := sleepCtx(ctx, scale(d, rf.slowness)); err != nil {
 		return 0, err
 	}
-	r.cache.insert(keys)
+	r.cache.insert(keys, p.ids)
 	return cached, nil
 }
 

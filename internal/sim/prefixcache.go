@@ -13,6 +13,21 @@ type prefixCache struct {
 	capacity  int       // blocks
 	lru       list.List // of uint64 keys, front = most recently used
 	blocks    map[uint64]*list.Element
+	events    cacheEvents // nil: no KV events published (kvevents.go)
+}
+
+// cacheEvents hears every change to the cache, under its lock, in order (kvevents.go publishes them).
+type cacheEvents interface {
+	stored(parent uint64, hasParent bool, keys []uint64, ids []uint32)
+	removed(keys []uint64)
+	cleared()
+}
+
+// setEvents attaches (or, with nil, detaches) the cache's event listener.
+func (c *prefixCache) setEvents(ev cacheEvents) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = ev
 }
 
 func newPrefixCache(blockSize int, capacityTokens int64) *prefixCache {
@@ -52,25 +67,48 @@ func (c *prefixCache) match(keys []uint64) int {
 	return n * c.blockSize
 }
 
-// insert caches the blocks, evicting the least recently used ones beyond capacity.
-func (c *prefixCache) insert(keys []uint64) {
+// insert caches the blocks of ids (keys from blockKeys), evicting the least recently used ones beyond
+// capacity. With events attached, each run of newly cached blocks is one stored event and each
+// eviction one removed event, in the order they happen.
+func (c *prefixCache) insert(keys []uint64, ids []uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.capacity == 0 {
 		return
 	}
-	for _, k := range keys {
+	run := -1 // first index of the run of new blocks not yet announced
+	announce := func(end int) {
+		if c.events == nil || run < 0 {
+			return
+		}
+		var parent uint64
+		if run > 0 {
+			parent = keys[run-1]
+		}
+		c.events.stored(parent, run > 0, keys[run:end:end], ids[run*c.blockSize:end*c.blockSize:end*c.blockSize])
+		run = -1
+	}
+	for i, k := range keys {
 		if e, ok := c.blocks[k]; ok {
+			announce(i)
 			c.lru.MoveToFront(e)
 			continue
 		}
 		c.blocks[k] = c.lru.PushFront(k)
+		if run < 0 {
+			run = i
+		}
 		for c.lru.Len() > c.capacity {
+			announce(i + 1)
 			old := c.lru.Back()
 			c.lru.Remove(old)
 			delete(c.blocks, old.Value.(uint64))
+			if c.events != nil {
+				c.events.removed([]uint64{old.Value.(uint64)})
+			}
 		}
 	}
+	announce(len(keys))
 }
 
 // flush empties the cache.
@@ -79,6 +117,9 @@ func (c *prefixCache) flush() {
 	defer c.mu.Unlock()
 	c.lru.Init()
 	clear(c.blocks)
+	if c.events != nil {
+		c.events.cleared()
+	}
 }
 
 // usedTokens is the number of cached tokens.

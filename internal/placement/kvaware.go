@@ -1,0 +1,97 @@
+package placement
+
+import (
+	"context"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// PolicyKVAware names the kv_aware policy. It is not in PolicyNames nor built by New yet: it needs
+// the KV-event index and the prompt's token ids, which the gateway does not pass to placement yet
+// (NewKVAware builds it).
+const PolicyKVAware = "kv_aware"
+
+// PrefixIndex is what kv_aware reads: how much of a prompt each engine rank holds in its KV cache,
+// by the engine's own events (internal/kvevents.Index implements it). Both methods must be cheap:
+// Pick calls them under admission's lock.
+type PrefixIndex interface {
+	// MatchedPrefix reports the leading blocks and tokens of tokenIDs that rank of the engine at
+	// url holds (rank 0 for an engine without data-parallel ranks).
+	MatchedPrefix(url string, rank int, tokenIDs []uint32) (blocks, tokens int)
+	// Tracks reports whether events are being received for the engine at url.
+	Tracks(url string) bool
+}
+
+// KVAware routes a prompt to the candidate whose engine holds the longest prefix of its tokens, by
+// the engines' KV-cache events rather than a guess (SMG's event-driven mode, llm-d's precise
+// prefix-cache scorer). The steps mirror cache_aware's so the two weigh load the same way:
+//
+//  1. If the candidates are imbalanced (cache_aware's thresholds), pick the least-loaded one.
+//  2. Otherwise, if some candidate holds more than CacheThreshold of the prompt's tokens, pick the
+//     one holding the most (the least loaded on a tie).
+//  3. Otherwise pick the least-loaded candidate: with no cached prefix anywhere, load is what is
+//     left to weigh.
+//
+// It falls back to cache_aware (its own instance, so its trees stay warm) for a request without
+// token ids (no tokenizer for its model) and when no candidate's events are tracked (no events
+// configured for the model's workers).
+type KVAware struct {
+	cfg      Config
+	index    PrefixIndex
+	fallback *CacheAware
+}
+
+// NewKVAware builds kv_aware over index; a nil index always falls back to cache_aware.
+func NewKVAware(cfg Config, index PrefixIndex) (*KVAware, error) {
+	cfg, err := cfg.normalized()
+	if err != nil {
+		return nil, err
+	}
+	return &KVAware{cfg: cfg, index: index, fallback: newCacheAware(cfg)}, nil
+}
+
+// Name implements Policy.
+func (*KVAware) Name() string { return PolicyKVAware }
+
+// Pick implements Policy.
+func (p *KVAware) Pick(cands []*worker.Worker, req *Request) int {
+	if len(cands) == 0 {
+		return -1
+	}
+	if p.index == nil || len(req.TokenIDs) == 0 || !p.tracksAny(cands) {
+		return p.fallback.Pick(cands, req)
+	}
+	imb, least := p.fallback.imbalanced(cands)
+	if imb {
+		return least
+	}
+	best, bestTokens := -1, 0
+	for i, w := range cands {
+		_, tokens := p.index.MatchedPrefix(w.URL(), max(w.Rank(), 0), req.TokenIDs)
+		if tokens > bestTokens || (tokens == bestTokens && best >= 0 && w.Load() < cands[best].Load()) {
+			best, bestTokens = i, tokens
+		}
+	}
+	if best >= 0 && bestTokens > 0 && float64(bestTokens)/float64(len(req.TokenIDs)) > p.cfg.CacheThreshold {
+		return best
+	}
+	return least
+}
+
+func (p *KVAware) tracksAny(cands []*worker.Worker) bool {
+	for _, w := range cands {
+		if p.index.Tracks(w.URL()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Forget implements Forgetter (the fallback's trees; the index follows the registry itself).
+func (p *KVAware) Forget(workerKey string) { p.fallback.Forget(workerKey) }
+
+// Evict implements Evictor (the fallback's trees).
+func (p *KVAware) Evict() { p.fallback.Evict() }
+
+// Run trims the fallback's trees every EvictionInterval until ctx ends.
+func (p *KVAware) Run(ctx context.Context) { p.fallback.Run(ctx) }
