@@ -1,0 +1,145 @@
+package tokenizer
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// bpe is a byte-level BPE model: a word's bytes start as the ids of their one-byte tokens and are merged
+// pair by pair, lowest merge rank first (leftmost on ties), as Hugging Face tokenizers' BPE::merge_word
+// does (tokenizers/src/models/bpe/word.rs).
+type bpe struct {
+	byteID [256]int
+	merges map[uint64]merge // (left id, right id) -> rank and merged id
+
+	// Words repeat; the cache keeps their ids. Hugging Face bounds its cache the same way: once full it
+	// stops inserting, so memory is bounded and nothing is evicted under a lock.
+	cache     sync.Map // string -> []int
+	cacheLen  atomic.Int64
+	cacheSize int64
+	maxCached int // bytes; longer words are not cached
+}
+
+type merge struct {
+	rank, id int32
+}
+
+func pairKey(a, b int) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// appendWord appends the ids of word (raw bytes, before the byte-level mapping) to dst.
+func (m *bpe) appendWord(dst []int, word string) []int {
+	if len(word) == 1 {
+		return append(dst, m.byteID[word[0]])
+	}
+	if v, ok := m.cache.Load(word); ok {
+		return append(dst, v.([]int)...)
+	}
+	start := len(dst)
+	dst = m.mergeWord(dst, word)
+	if len(word) <= m.maxCached && m.cacheLen.Load() < m.cacheSize {
+		if _, loaded := m.cache.LoadOrStore(string([]byte(word)), append([]int(nil), dst[start:]...)); !loaded {
+			m.cacheLen.Add(1)
+		}
+	}
+	return dst
+}
+
+type symbol struct {
+	id         int
+	prev, next int // -1 at the ends
+}
+
+type candidate struct {
+	rank, pos int32
+	id        int32
+}
+
+func (a candidate) less(b candidate) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
+}
+
+func (m *bpe) mergeWord(dst []int, word string) []int {
+	var symBuf [32]symbol
+	var heapBuf [32]candidate
+	syms := symBuf[:0]
+	h := candidates(heapBuf[:0])
+	for i := range len(word) {
+		syms = append(syms, symbol{id: m.byteID[word[i]], prev: i - 1, next: i + 1})
+	}
+	syms[len(syms)-1].next = -1
+	for i := 0; i+1 < len(syms); i++ {
+		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+			h.push(candidate{rank: mg.rank, pos: int32(i), id: mg.id})
+		}
+	}
+	for len(h) > 0 {
+		c := h.pop()
+		s := &syms[c.pos]
+		if s.id < 0 || s.next < 0 {
+			continue // merged away, or now last
+		}
+		// Still the pair this candidate was made for?
+		nx := s.next
+		if mg, ok := m.merges[pairKey(s.id, syms[nx].id)]; !ok || mg.id != c.id {
+			continue
+		}
+		s.id = int(c.id)
+		s.next = syms[nx].next
+		syms[nx].id = -1
+		if s.next >= 0 {
+			syms[s.next].prev = int(c.pos)
+			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
+				h.push(candidate{rank: mg.rank, pos: c.pos, id: mg.id})
+			}
+		}
+		if s.prev >= 0 {
+			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
+				h.push(candidate{rank: mg.rank, pos: int32(s.prev), id: mg.id})
+			}
+		}
+	}
+	for i := 0; i >= 0; i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	return dst
+}
+
+// candidates is a binary min-heap (container/heap's interface costs an allocation per push).
+type candidates []candidate
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s[i].less(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *candidates) pop() candidate {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < n && s[l].less(s[small]) {
+			small = l
+		}
+		if r := l + 1; r < n && s[r].less(s[small]) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		s[i], s[small] = s[small], s[i]
+		i = small
+	}
+	*h = s
+	return top
+}
