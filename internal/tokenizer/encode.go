@@ -87,3 +87,15 @@ func (t *Tokenizer) MaxModelLen() int { return t.maxModelLen }
 
 // HasChatTemplate reports whether the model directory has a chat template.
 func (t *Tokenizer) HasChatTemplate() bool { return t.template != nil }
+
+// TokenStrings spells ids as the vocabulary does (transformers' convert_ids_to_tokens: byte-level
+// runes, "Ġ" for a space); an id the vocabulary lacks is "".
+func (t *Tokenizer) TokenStrings(ids []int) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if id >= 0 && id < len(t.tokens) {
+			out[i] = t.tokens[id]
+		}
+	}
+	return out
+}

@@ -25,6 +25,7 @@ type Tokenizer struct {
 	model       *bpe
 	nfc         bool
 	added       addedTokens
+	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
 	template    *jinja.Template // nil without a chat_template
 	special     map[string]string
 	maxModelLen int
@@ -153,6 +154,29 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		added = append(added, a)
 	}
 	t.added = newAddedTokens(added)
+	maxID := 0
+	for _, id := range m.Vocab {
+		maxID = max(maxID, id)
+	}
+	for _, a := range added {
+		maxID = max(maxID, a.ID)
+	}
+	if maxID >= 1<<24 {
+		return fmt.Errorf("token id %d is implausibly large", maxID)
+	}
+	t.tokens = make([]string, maxID+1)
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return fmt.Errorf("model.vocab[%q] has a negative id", tok)
+		}
+		t.tokens[id] = tok
+	}
+	for _, a := range added {
+		if a.ID < 0 {
+			return fmt.Errorf("added token %q has a negative id", a.Content)
+		}
+		t.tokens[a.ID] = a.Content
+	}
 	return nil
 }
 
