@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -13,11 +14,24 @@ type bpe struct {
 	merges map[uint64]merge // (left id, right id) -> rank and merged id
 
 	// Words repeat; the cache keeps their ids. Hugging Face bounds its cache the same way: once full it
-	// stops inserting, so memory is bounded and nothing is evicted under a lock.
-	cache     sync.Map // string -> []int
+	// stops inserting, so memory is bounded and nothing is evicted. Sharded read-write locked maps cost
+	// less per hit than sync.Map, whose interface keys hash more slowly.
+	cache     [cacheShards]cacheShard
 	cacheLen  atomic.Int64
 	cacheSize int64
 	maxCached int // bytes; longer words are not cached
+}
+
+const cacheShards = 32
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]int
+	_  [40]byte // keep shards on their own cache lines
+}
+
+func shardOf(word string) int {
+	return (len(word)*131 + int(word[0])*31 + int(word[len(word)-1])) % cacheShards
 }
 
 type merge struct {
@@ -31,15 +45,26 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	if len(word) == 1 {
 		return append(dst, m.byteID[word[0]])
 	}
-	if v, ok := m.cache.Load(word); ok {
-		return append(dst, v.([]int)...)
+	sh := &m.cache[shardOf(word)]
+	sh.mu.RLock()
+	ids, ok := sh.m[word]
+	sh.mu.RUnlock()
+	if ok {
+		return append(dst, ids...)
 	}
 	start := len(dst)
 	dst = m.mergeWord(dst, word)
 	if len(word) <= m.maxCached && m.cacheLen.Load() < m.cacheSize {
-		if _, loaded := m.cache.LoadOrStore(string([]byte(word)), append([]int(nil), dst[start:]...)); !loaded {
+		sh.mu.Lock()
+		if _, ok := sh.m[word]; !ok {
+			if sh.m == nil {
+				sh.m = map[string][]int{}
+			}
+			// Cloned: word is a slice of the caller's text, which the cache must not keep alive.
+			sh.m[strings.Clone(word)] = append([]int(nil), dst[start:]...)
 			m.cacheLen.Add(1)
 		}
+		sh.mu.Unlock()
 	}
 	return dst
 }

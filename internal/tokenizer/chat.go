@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
 
 	"github.com/ardanlabs/jinja"
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Errors of chat rendering, by class: the request is not a chat this package can render (the caller's
@@ -107,6 +104,9 @@ func conversationMessage(m jinja.Value) (jinja.Value, error) {
 	content, err := contentString(in)
 	if err != nil {
 		return jinja.Value{}, err
+	}
+	if c, _ := in.Get("content"); c.IsString() && in.Len() == 2 && role.AsString() != "assistant" {
+		return m, nil // already what vLLM builds (the common case: no copy)
 	}
 	out := jinja.NewDict()
 	d := out.AsDict()
@@ -230,76 +230,4 @@ func toolCalls(items []jinja.Value) ([]jinja.Value, error) {
 		out = append(out, call)
 	}
 	return out, nil
-}
-
-// parseValue decodes JSON into template values, keeping object keys in their order (tojson of tools
-// must print them as the client sent them, as Python's dicts do) and integers apart from floats.
-// jsontext's token stream costs a fraction of encoding/json's Decoder.Token here.
-func parseValue(raw []byte) (jinja.Value, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	v, err := decodeValue(dec)
-	if err != nil {
-		return jinja.Value{}, err
-	}
-	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
-		return jinja.Value{}, errors.New("trailing data after the JSON value")
-	}
-	return v, nil
-}
-
-func decodeValue(dec *jsontext.Decoder) (jinja.Value, error) {
-	if dec.PeekKind() == '0' {
-		num, err := dec.ReadValue()
-		if err != nil {
-			return jinja.Value{}, err
-		}
-		if i, err := strconv.ParseInt(string(num), 10, 64); err == nil {
-			return jinja.NewInt(i), nil
-		}
-		f, err := strconv.ParseFloat(string(num), 64)
-		if err != nil {
-			return jinja.Value{}, err
-		}
-		return jinja.NewFloat(f), nil
-	}
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return jinja.Value{}, err
-	}
-	switch tok.Kind() {
-	case 'n':
-		return jinja.None(), nil
-	case 't', 'f':
-		return jinja.NewBool(tok.Bool()), nil
-	case '"':
-		return jinja.NewString(tok.String()), nil
-	case '[':
-		var items []jinja.Value
-		for dec.PeekKind() != ']' {
-			v, err := decodeValue(dec)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			items = append(items, v)
-		}
-		_, err := dec.ReadToken()
-		return jinja.NewList(items), err
-	case '{':
-		d := jinja.NewDict()
-		for dec.PeekKind() != '}' {
-			kt, err := dec.ReadToken()
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			key := kt.String() // before the next read voids kt
-			v, err := decodeValue(dec)
-			if err != nil {
-				return jinja.Value{}, err
-			}
-			d.AsDict().Set(key, v)
-		}
-		_, err := dec.ReadToken()
-		return d, err
-	}
-	return jinja.Value{}, fmt.Errorf("unexpected JSON token %v", tok)
 }

@@ -12,25 +12,48 @@ const patternQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 // \s, \p{L} and \p{N} as Oniguruma (Hugging Face tokenizers' regex engine) reads them with Unicode:
 // \s is the White_Space property, which is what unicode.IsSpace tests.
 func isSpace(r rune) bool {
-	return r < utf8.RuneSelf && asciiSpace[r] || r >= utf8.RuneSelf && unicode.IsSpace(r)
-}
-func isLetter(r rune) bool {
-	return r < utf8.RuneSelf && asciiLetter[r] || r >= utf8.RuneSelf && unicode.IsLetter(r)
-}
-func isNumber(r rune) bool { return r >= '0' && r <= '9' || r >= utf8.RuneSelf && unicode.IsNumber(r) }
-func isNewline(r rune) bool {
-	return r == '\r' || r == '\n'
+	if r < utf8.RuneSelf {
+		return asciiClass[r]&clsSpace != 0
+	}
+	return unicode.IsSpace(r)
 }
 
-var (
-	asciiSpace  = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
-	asciiLetter = func() (t [utf8.RuneSelf]bool) {
-		for c := 'a'; c <= 'z'; c++ {
-			t[c], t[c-'a'+'A'] = true, true
-		}
-		return t
-	}()
+func isLetter(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiClass[r]&clsLetter != 0
+	}
+	return unicode.IsLetter(r)
+}
+
+func isNumber(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiClass[r]&clsNumber != 0
+	}
+	return unicode.IsNumber(r)
+}
+
+func isNewline(r rune) bool { return r == '\r' || r == '\n' }
+
+// The classes of ASCII bytes, so the common case costs one table load instead of a decode and a
+// Unicode range search.
+const (
+	clsLetter = 1 << iota
+	clsNumber
+	clsSpace
 )
+
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = clsLetter, clsLetter
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = clsNumber
+	}
+	for _, c := range "\t\n\v\f\r " {
+		t[c] = clsSpace
+	}
+	return t
+}()
 
 func decode(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
@@ -135,8 +158,15 @@ func lower(c byte) byte {
 
 func letters(s string, j int) int {
 	for j < len(s) {
-		r, n := decode(s, j)
-		if !isLetter(r) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c]&clsLetter == 0 {
+				break
+			}
+			j++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsLetter(r) {
 			break
 		}
 		j += n
@@ -147,8 +177,15 @@ func letters(s string, j int) int {
 // symbols matches [^\s\p{L}\p{N}]* at j and returns its end.
 func symbols(s string, j int) int {
 	for j < len(s) {
-		r, n := decode(s, j)
-		if isSpace(r) || isLetter(r) || isNumber(r) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c] != 0 {
+				break
+			}
+			j++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[j:])
+		if unicode.IsSpace(r) || unicode.IsLetter(r) || unicode.IsNumber(r) {
 			break
 		}
 		j += n

@@ -3,16 +3,20 @@ package tokenizer
 import (
 	"encoding/json"
 	"os"
+	"runtime/debug"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
 // BenchmarkEncodeChat2k renders and tokenizes the corpus's long chat (about 2k tokens), the issue's
-// budget being 200 µs of CPU per such chat. Each iteration is one whole request: template plus tokens.
+// budget being 200 µs of CPU per such chat. Each iteration is one whole request: JSON messages to
+// template to token ids. The word cache is warm after the first iteration, as in a running gateway.
 func BenchmarkEncodeChat2k(b *testing.B) {
+	gatewayGC(b)
 	tk := requireQwen3(b)
 	chat := longChat(b)
 	ids, err := tk.EncodeChat(chat)
@@ -29,6 +33,11 @@ func BenchmarkEncodeChat2k(b *testing.B) {
 		}
 	}
 	reportCPU(b, cpu)
+}
+
+// gatewayGC runs the benchmark with the GC target the gateway runs with (app.TuneGC).
+func gatewayGC(b *testing.B) {
+	b.Cleanup(func(prev int) func() { return func() { debug.SetGCPercent(prev) } }(debug.SetGCPercent(app.DefaultGCPercent)))
 }
 
 // cpuTime is the process's user+system CPU time. The machines running this are shared, so wall time per
@@ -48,6 +57,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 
 // BenchmarkRenderChat2k is the template's share of BenchmarkEncodeChat2k.
 func BenchmarkRenderChat2k(b *testing.B) {
+	gatewayGC(b)
 	tk := requireQwen3(b)
 	chat := longChat(b)
 	b.ReportAllocs()
@@ -62,6 +72,7 @@ func BenchmarkRenderChat2k(b *testing.B) {
 
 // BenchmarkEncodeText2k is the tokens' share: the rendered chat's text tokenized.
 func BenchmarkEncodeText2k(b *testing.B) {
+	gatewayGC(b)
 	tk := requireQwen3(b)
 	text, err := tk.RenderChat(longChat(b))
 	if err != nil {
