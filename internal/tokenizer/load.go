@@ -21,7 +21,6 @@ var (
 
 // Tokenizer tokenizes text and renders chats for one model. It is immutable and safe for concurrent use.
 type Tokenizer struct {
-	dir         string
 	model       *bpe
 	nfc         bool
 	added       addedTokens
@@ -85,7 +84,7 @@ func Load(dir string) (*Tokenizer, error) {
 	if err := json.Unmarshal(raw, &tj); err != nil {
 		return nil, fmt.Errorf("%w %s: tokenizer.json: %w", ErrRead, dir, err)
 	}
-	t := &Tokenizer{dir: dir, special: map[string]string{}}
+	t := &Tokenizer{special: map[string]string{}}
 	if err := t.loadModel(&tj); err != nil {
 		return nil, fmt.Errorf("%w: %s/tokenizer.json: %w", ErrUnsupported, dir, err)
 	}

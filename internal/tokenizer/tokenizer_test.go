@@ -42,7 +42,7 @@ type fixture struct {
 }
 
 // write makes a model directory: ids 0-255 are the bytes, then each merge's result, then added tokens.
-func (f fixture) write(t *testing.T) string {
+func (f fixture) write(t testing.TB) string {
 	t.Helper()
 	vocab := map[string]int{}
 	for b := range 256 {
@@ -77,7 +77,7 @@ func (f fixture) write(t *testing.T) string {
 	return dir
 }
 
-func writeJSON(t *testing.T, path string, v any) {
+func writeJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
