@@ -50,10 +50,19 @@ func (h *Handler) tokenize(forward http.Handler) http.Handler {
 			e.WriteHTTP(w)
 			return
 		}
+		var head struct {
+			Model string `json:"model"`
+		}
 		var req tokenizeRequest
 		var tk *tokenizer.Tokenizer
-		if json.Unmarshal(body, &req) == nil {
-			tk = h.o.Tokenizer(req.Model)
+		if json.Unmarshal(body, &head) == nil {
+			tk = h.o.Tokenizer(head.Model)
+		}
+		if tk != nil {
+			if err := json.Unmarshal(body, &req); err != nil {
+				apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, "invalid tokenize request: "+err.Error(), err).WriteHTTP(w)
+				return
+			}
 		}
 		if tk == nil || req.ChatTemplate != nil || req.ContinueFinalMessage {
 			r.Body = io.NopCloser(bytes.NewReader(body))

@@ -141,6 +141,7 @@ func TestGatewayTokenize(t *testing.T) {
 		{"arguments", map[string]any{"model": model, "messages": []any{map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "arguments": "{nope"}}}}}}, "not JSON"},
 		{"no role", map[string]any{"model": model, "messages": []any{map[string]any{"content": "x"}}}, "role"},
 		{"kwargs", map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": "x"}}, "chat_template_kwargs": []any{1}}, "chat_template_kwargs"},
+		{"prompt type", map[string]any{"model": model, "prompt": 42}, "invalid tokenize request"},
 	}
 	for _, tc := range bad {
 		status, ans := post(t, base+"/tokenize", tc.body)
