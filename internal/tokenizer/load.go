@@ -19,7 +19,7 @@ var (
 	ErrUnsupported = errors.New("tokenizer: unsupported tokenizer")
 )
 
-// Tokenizer tokenizes text and renders chats for one model. It is immutable and safe for concurrent use.
+// Tokenizer tokenizes text and renders chats for one model. It is safe for concurrent use.
 type Tokenizer struct {
 	model       *bpe
 	nfc         bool
