@@ -41,8 +41,8 @@ func gatewayGC(b *testing.B) {
 }
 
 // cpuTime is the process's user+system CPU time. The machines running this are shared, so wall time per
-// op overstates the cost; CPU time per op is what the budget is about (no other goroutine runs during
-// the loop: the benchmark is sequential).
+// op overstates the cost; CPU time per op is what the budget is about (the loop is sequential, so the
+// only other CPU it counts is the GC working for it).
 func cpuTime(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
