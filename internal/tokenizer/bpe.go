@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,25 +14,68 @@ type bpe struct {
 	byteID [256]int
 	merges map[uint64]merge // (left id, right id) -> rank and merged id
 
-	// Words repeat; the cache keeps their ids. Hugging Face bounds its cache the same way: once full it
-	// stops inserting, so memory is bounded and nothing is evicted. Sharded read-write locked maps cost
-	// less per hit than sync.Map, whose interface keys hash more slowly.
-	cache     [cacheShards]cacheShard
-	cacheLen  atomic.Int64
-	cacheSize int64
-	maxCached int // bytes; longer words are not cached
+	// Words repeat; the cache keeps their ids (wordCache).
+	cache wordCache
 }
 
-const cacheShards = 32
-
-type cacheShard struct {
-	mu sync.RWMutex
-	m  map[string][]int
-	_  [40]byte // keep shards on their own cache lines
+// wordCache maps words to their ids. Hits, nearly every word of a running gateway, read an immutable
+// snapshot through one atomic load, so cores never contend on a lock or a shared counter; new words wait
+// in a locked map and are copied into a new snapshot once they are a quarter of it (the snapshots grow
+// geometrically, so all the copying costs a few times the cache's size). Hugging Face bounds its cache the same way: once full it stops
+// inserting, so memory is bounded and nothing is evicted.
+type wordCache struct {
+	hot      atomic.Pointer[map[string][]int]
+	mu       sync.Mutex
+	fresh    map[string][]int
+	n        int // words in hot and fresh
+	max      int // words
+	maxBytes int // longer words are not cached
 }
 
-func shardOf(word string) int {
-	return (len(word)*131 + int(word[0])*31 + int(word[len(word)-1])) % cacheShards
+func (c *wordCache) get(word string) ([]int, bool) {
+	if hot := c.hot.Load(); hot != nil {
+		if ids, ok := (*hot)[word]; ok {
+			return ids, true
+		}
+	}
+	c.mu.Lock()
+	ids, ok := c.fresh[word]
+	c.mu.Unlock()
+	return ids, ok
+}
+
+func (c *wordCache) put(word string, ids []int) {
+	if len(word) > c.maxBytes {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= c.max {
+		return
+	}
+	if _, ok := c.fresh[word]; ok {
+		return
+	}
+	var hot map[string][]int
+	if p := c.hot.Load(); p != nil {
+		hot = *p
+		if _, ok := hot[word]; ok {
+			return
+		}
+	}
+	if c.fresh == nil {
+		c.fresh = map[string][]int{}
+	}
+	// Cloned: word is a slice of the caller's text, which the cache must not keep alive.
+	c.fresh[strings.Clone(word)] = ids
+	c.n++
+	if len(c.fresh) >= max(64, len(hot)/4) {
+		next := make(map[string][]int, len(hot)+len(c.fresh))
+		maps.Copy(next, hot)
+		maps.Copy(next, c.fresh)
+		c.hot.Store(&next)
+		c.fresh = nil
+	}
 }
 
 type merge struct {
@@ -45,27 +89,12 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	if len(word) == 1 {
 		return append(dst, m.byteID[word[0]])
 	}
-	sh := &m.cache[shardOf(word)]
-	sh.mu.RLock()
-	ids, ok := sh.m[word]
-	sh.mu.RUnlock()
-	if ok {
+	if ids, ok := m.cache.get(word); ok {
 		return append(dst, ids...)
 	}
 	start := len(dst)
 	dst = m.mergeWord(dst, word)
-	if len(word) <= m.maxCached && m.cacheLen.Load() < m.cacheSize {
-		sh.mu.Lock()
-		if _, ok := sh.m[word]; !ok {
-			if sh.m == nil {
-				sh.m = map[string][]int{}
-			}
-			// Cloned: word is a slice of the caller's text, which the cache must not keep alive.
-			sh.m[strings.Clone(word)] = append([]int(nil), dst[start:]...)
-			m.cacheLen.Add(1)
-		}
-		sh.mu.Unlock()
-	}
+	m.cache.put(word, append([]int(nil), dst[start:]...))
 	return dst
 }
 

@@ -117,7 +117,7 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 	if err := checkPostProcessor(tj.PostProc); err != nil {
 		return err
 	}
-	b := &bpe{merges: make(map[uint64]merge, len(m.Vocab)), cacheSize: 1 << 16, maxCached: 64}
+	b := &bpe{merges: make(map[uint64]merge, len(m.Vocab)), cache: wordCache{max: 1 << 16, maxBytes: 64}}
 	for c := range 256 {
 		id, ok := m.Vocab[string(byteRune[c])]
 		if !ok {

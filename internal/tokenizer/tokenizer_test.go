@@ -200,3 +200,50 @@ func TestRenderChat(t *testing.T) {
 		t.Errorf("RenderChat without a template: %v, want ErrNoTemplate", err)
 	}
 }
+
+// TestEncodeConcurrent: goroutines sharing one Tokenizer, its word cache filling and being snapshotted
+// as they go, get what another Tokenizer used by one goroutine gives (run with -race).
+func TestEncodeConcurrent(t *testing.T) {
+	t.Parallel()
+	dir := fixture{merges: [][2]string{{"a", "b"}, {"ab", "c"}, {"Ġ", "ab"}}}.write(t)
+	shared, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := make([]string, 400)
+	for i := range texts {
+		var b strings.Builder
+		for j := range 50 {
+			b.WriteString(" abc")
+			b.WriteString(strings.Repeat("ab", (i+j)%7))
+			b.WriteByte(byte('d' + (i*j)%20))
+		}
+		texts[i] = b.String()
+	}
+	own, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int, len(texts))
+	for i, s := range texts {
+		want[i] = own.Encode(s)
+	}
+	errs := make(chan string, 8)
+	for g := range 8 {
+		go func() {
+			for k := range texts {
+				i := (k*7 + g*13) % len(texts)
+				if got := shared.Encode(texts[i]); !slices.Equal(got, want[i]) {
+					errs <- texts[i]
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 8 {
+		if s := <-errs; s != "" {
+			t.Errorf("shared tokenizer encoded %q differently", s)
+		}
+	}
+}
