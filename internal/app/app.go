@@ -98,6 +98,11 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// First, before anything starts: a tokenizer that cannot load stops startup (tokenizers.go).
+	tokenizers, err := loadTokenizers(cfg.Tokenizer.Paths, logger)
+	if err != nil {
+		return nil, err
+	}
 	a := &App{cfg: cfg, logger: logger}
 	a.Prom = telemetry.NewRegistry()
 	a.Metrics = telemetry.NewMetricsWithBuckets(a.Prom, cfg.SMG.DurationBuckets)
@@ -254,6 +259,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
 		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger, SpanAttributes: principalAttrs,
+		Tokenizer: tokenizers,
 	})
 	a.handlers, err = server.NewHandlers(server.Options{
 		Logger:        logger,

@@ -64,6 +64,8 @@ type Config struct {
 	Limits LimitsConfig
 	// SMG holds the settings that came with parity with the Rust gateway (smg.go).
 	SMG SMGConfig
+	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
+	Tokenizer TokenizerConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

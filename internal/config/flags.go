@@ -38,7 +38,7 @@ type flagSection struct {
 func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
 		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name) ||
-		name == "admission-peers"
+		name == "admission-peers" || name == "tokenizer-path"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -120,6 +120,8 @@ func newFlagSet() *flagSet {
 	s.str(&c.Discovery.Namespace, "service-discovery-namespace", "NS", "", "Only watch this namespace; empty = every namespace the RBAC allows.")
 	s.int(&c.Discovery.Port, "service-discovery-port", "PORT", 80, "Engine port on each discovered pod.")
 	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
+
+	s.registerTokenizer() // tokenizer.go
 
 	s.section("Placement")
 	policies := strings.Join(PolicyNames(), ", ")

@@ -31,6 +31,8 @@ func (h *Handler) registerAux() {
 		switch route {
 		case backend.RouteResponses, backend.RouteMessages:
 			h.mux.Handle("POST "+path, h.passthrough(route, path))
+		case backend.RouteTokenize:
+			h.mux.Handle("POST "+path, h.tokenize(h.inference(route, path)))
 		default:
 			h.mux.Handle("POST "+path, h.inference(route, path))
 		}
@@ -39,6 +41,9 @@ func (h *Handler) registerAux() {
 	// SMG (and vLLM) also serve rerank without the /v1 prefix.
 	h.mux.Handle("POST /rerank", h.inference(backend.RouteRerank, "/rerank"))
 	h.mux.HandleFunc("/rerank", methodNotAllowed)
+	// vLLM serves tokenize without the /v1 prefix too (tokenize.go answers both with a tokenizer).
+	h.mux.Handle("POST /tokenize", h.tokenize(h.inference(backend.RouteTokenize, "/tokenize")))
+	h.mux.HandleFunc("/tokenize", methodNotAllowed)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {

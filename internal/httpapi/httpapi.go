@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
 // Metrics are the request metrics the surface records itself: only for requests refused before they
@@ -45,6 +46,9 @@ type Options struct {
 	// SpanAttributes, when set, adds attributes from the request context to the request span (the
 	// authenticated caller's id).
 	SpanAttributes func(context.Context) []attribute.KeyValue
+	// Tokenizer, when set, returns the tokenizer of a model (nil: none); the gateway then answers
+	// /tokenize and /v1/tokenize for that model itself (tokenize.go).
+	Tokenizer func(model string) *tokenizer.Tokenizer
 }
 
 // Handler serves the OpenAI REST routes.

@@ -122,7 +122,8 @@ func NewHandlers(o Options) (*Handlers, error) {
 		rest := guard(limited(o.REST, o.Concurrency, false), o.InferenceAuth)
 		main.Handle("/v1/", rest)
 		main.Handle("/generate", rest)
-		main.Handle("/rerank", rest) // SMG's native rerank path
+		main.Handle("/rerank", rest)   // SMG's native rerank path
+		main.Handle("/tokenize", rest) // vLLM's tokenize path
 	}
 
 	adminMux := main

@@ -1,0 +1,70 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// TokenizerConfig names the models the gateway tokenizes itself (internal/tokenizer): with one, the
+// gateway answers /tokenize and /v1/tokenize for that model instead of forwarding them.
+type TokenizerConfig struct {
+	// Paths maps a model name to its Hugging Face model directory (tokenizer.json,
+	// tokenizer_config.json) (--tokenizer-path MODEL=DIR, repeatable). The key "" is the directory
+	// given without a model (SMG's --tokenizer-path DIR): the tokenizer of every model that has no
+	// directory of its own.
+	Paths map[string]string
+}
+
+func (s *flagSet) registerTokenizer() {
+	s.section("Tokenizers")
+	s.add(tokenizerPathValue{&s.cfg.Tokenizer.Paths}, "tokenizer-path", "[MODEL=]DIR",
+		"Hugging Face model directory (tokenizer.json, tokenizer_config.json with its chat_template) of a model, "+
+			"loaded at startup: the gateway then answers /tokenize and /v1/tokenize for it in vLLM's shape. "+
+			"Repeatable; DIR alone applies to every model without its own.")
+}
+
+// tokenizerPathValue is a repeatable MODEL=DIR (or DIR) flag.
+type tokenizerPathValue struct{ p *map[string]string }
+
+func (v tokenizerPathValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
+		if k == "" {
+			parts = append(parts, (*v.p)[k])
+		} else {
+			parts = append(parts, k+"="+(*v.p)[k])
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v tokenizerPathValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	model, dir, ok := strings.Cut(s, "=")
+	if !ok {
+		model, dir = "", s
+	}
+	model, dir = strings.TrimSpace(model), strings.TrimSpace(dir)
+	switch {
+	case dir == "":
+		return fmt.Errorf("want MODEL=DIR or DIR, got %q", s)
+	case ok && model == "":
+		return fmt.Errorf("empty model name in %q", s)
+	}
+	if *v.p == nil {
+		*v.p = map[string]string{}
+	}
+	if prev, dup := (*v.p)[model]; dup {
+		if model == "" {
+			return fmt.Errorf("a directory without a model is given twice (%s and %s)", prev, dir)
+		}
+		return fmt.Errorf("model %q is given twice (%s and %s)", model, prev, dir)
+	}
+	(*v.p)[model] = dir
+	return nil
+}

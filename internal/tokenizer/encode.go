@@ -1,0 +1,101 @@
+package tokenizer
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// addedTokens finds the added tokens (the special tokens templates write, and the rest of
+// tokenizer.json's added_tokens) in raw text, leftmost-longest, as tokenizers' AddedVocabulary does with
+// its Aho-Corasick automaton (tokenizers/src/tokenizer/added_vocabulary.rs).
+type addedTokens struct {
+	first [256]bool
+	byte0 [256][]addedToken // by first byte, longest first
+}
+
+func newAddedTokens(list []addedToken) addedTokens {
+	var a addedTokens
+	for _, t := range list {
+		c := t.Content[0]
+		a.first[c] = true
+		a.byte0[c] = append(a.byte0[c], t)
+	}
+	for c := range a.byte0 {
+		slices.SortStableFunc(a.byte0[c], func(x, y addedToken) int { return cmp.Compare(len(y.Content), len(x.Content)) })
+	}
+	return a
+}
+
+// find returns the first added token at or after i: its start, its length and its id; start is -1 when
+// none is left.
+func (a *addedTokens) find(s string, i int) (start, n, id int) {
+	for ; i < len(s); i++ {
+		if !a.first[s[i]] {
+			continue
+		}
+		for _, t := range a.byte0[s[i]] {
+			if strings.HasPrefix(s[i:], t.Content) {
+				return i, len(t.Content), t.ID
+			}
+		}
+	}
+	return -1, 0, 0
+}
+
+// Encode returns the token ids of text: added tokens found in it become their ids (transformers'
+// split_special_tokens=False, the default vLLM runs with); the text between them is normalized, split
+// and merged. No BOS or EOS is added: the post-processors Load accepts add none.
+func (t *Tokenizer) Encode(text string) []int {
+	return t.AppendEncode(make([]int, 0, len(text)/3+4), text)
+}
+
+// AppendEncode appends the token ids of text to dst (see [Tokenizer.Encode]).
+func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
+	for i := 0; i < len(text); {
+		start, n, id := t.added.find(text, i)
+		if start < 0 {
+			return t.appendPlain(dst, text[i:])
+		}
+		dst = t.appendPlain(dst, text[i:start])
+		dst = append(dst, id)
+		i = start + n
+	}
+	return dst
+}
+
+func (t *Tokenizer) appendPlain(dst []int, s string) []int {
+	if s == "" {
+		return dst
+	}
+	if t.nfc {
+		s = norm.NFC.String(s)
+	}
+	for i := 0; i < len(s); {
+		e := nextPiece(s, i)
+		dst = t.model.appendWord(dst, s[i:e])
+		i = e
+	}
+	return dst
+}
+
+// MaxModelLen is the model's context length from config.json's max_position_embeddings, or 0 when the
+// directory has no config.json.
+func (t *Tokenizer) MaxModelLen() int { return t.maxModelLen }
+
+// HasChatTemplate reports whether the model directory has a chat template.
+func (t *Tokenizer) HasChatTemplate() bool { return t.template != nil }
+
+// TokenStrings spells ids as the vocabulary does (transformers' convert_ids_to_tokens: byte-level
+// runes, "Ġ" for a space); an id the vocabulary lacks is "".
+func (t *Tokenizer) TokenStrings(ids []int) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if id >= 0 && id < len(t.tokens) {
+			out[i] = t.tokens[id]
+		}
+	}
+	return out
+}

@@ -1,0 +1,373 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// Errors of Load, by class: the directory cannot be read, or it holds a tokenizer this package does not
+// implement (it never guesses: a wrong tokenizer would route on wrong tokens without saying so).
+var (
+	ErrRead        = errors.New("tokenizer: cannot read the model directory")
+	ErrUnsupported = errors.New("tokenizer: unsupported tokenizer")
+)
+
+// Tokenizer tokenizes text and renders chats for one model. It is safe for concurrent use.
+type Tokenizer struct {
+	model       *bpe
+	nfc         bool
+	added       addedTokens
+	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
+	template    *jinja.Template // nil without a chat_template
+	special     map[string]string
+	maxModelLen int
+}
+
+// tokenizerJSON is the part of tokenizer.json that this package reads (tokenizers/src/tokenizer/serialization.rs).
+type tokenizerJSON struct {
+	AddedTokens []addedToken    `json:"added_tokens"`
+	Normalizer  json.RawMessage `json:"normalizer"`
+	PreTok      json.RawMessage `json:"pre_tokenizer"`
+	PostProc    json.RawMessage `json:"post_processor"`
+	Model       struct {
+		Type                    string          `json:"type"`
+		Dropout                 *float64        `json:"dropout"`
+		UnkToken                *string         `json:"unk_token"`
+		ContinuingSubwordPrefix string          `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         string          `json:"end_of_word_suffix"`
+		ByteFallback            bool            `json:"byte_fallback"`
+		IgnoreMerges            bool            `json:"ignore_merges"`
+		Vocab                   map[string]int  `json:"vocab"`
+		Merges                  json.RawMessage `json:"merges"`
+	} `json:"model"`
+}
+
+type addedToken struct {
+	ID         int    `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Special    bool   `json:"special"`
+}
+
+type component struct {
+	Type          string      `json:"type"`
+	Pretokenizers []component `json:"pretokenizers"`
+	Normalizers   []component `json:"normalizers"`
+	Processors    []component `json:"processors"`
+	Pattern       struct {
+		Regex  *string `json:"Regex"`
+		String *string `json:"String"`
+	} `json:"pattern"`
+	Behavior       string `json:"behavior"`
+	Invert         bool   `json:"invert"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	UseRegex       bool   `json:"use_regex"`
+}
+
+// Load reads a Hugging Face model directory: tokenizer.json (required), tokenizer_config.json (for the
+// chat template and special tokens; optional) and config.json (for max_position_embeddings; optional).
+func Load(dir string) (*Tokenizer, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrRead, dir, err)
+	}
+	var tj tokenizerJSON
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		return nil, fmt.Errorf("%w %s: tokenizer.json: %w", ErrRead, dir, err)
+	}
+	t := &Tokenizer{special: map[string]string{}}
+	if err := t.loadModel(&tj); err != nil {
+		return nil, fmt.Errorf("%w: %s/tokenizer.json: %w", ErrUnsupported, dir, err)
+	}
+	if err := t.loadConfig(dir); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
+	m := &tj.Model
+	switch {
+	case m.Type != "BPE":
+		return fmt.Errorf("model.type %q (only BPE)", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return errors.New("model.dropout is set")
+	case m.ByteFallback:
+		return errors.New("model.byte_fallback is set (only byte-level BPE)")
+	case m.IgnoreMerges:
+		return errors.New("model.ignore_merges is set")
+	case m.ContinuingSubwordPrefix != "" || m.EndOfWordSuffix != "":
+		return errors.New("model.continuing_subword_prefix or end_of_word_suffix is set")
+	}
+	if err := t.loadNormalizer(tj.Normalizer); err != nil {
+		return err
+	}
+	if err := t.loadPreTokenizer(tj.PreTok); err != nil {
+		return err
+	}
+	if err := checkPostProcessor(tj.PostProc); err != nil {
+		return err
+	}
+	b := &bpe{merges: make(map[uint64]merge, len(m.Vocab)), cache: wordCache{max: 1 << 16, maxBytes: 64}}
+	for c := range 256 {
+		id, ok := m.Vocab[string(byteRune[c])]
+		if !ok {
+			return fmt.Errorf("model.vocab lacks the byte-level token of byte %#x (not a byte-level BPE)", c)
+		}
+		b.byteID[c] = id
+	}
+	merges, err := parseMerges(m.Merges)
+	if err != nil {
+		return err
+	}
+	for rank, pr := range merges {
+		l, okl := m.Vocab[pr[0]]
+		r, okr := m.Vocab[pr[1]]
+		id, ok := m.Vocab[pr[0]+pr[1]]
+		if !okl || !okr || !ok {
+			return fmt.Errorf("model.merges[%d] %q %q names a token not in the vocab", rank, pr[0], pr[1])
+		}
+		k := pairKey(l, r)
+		if _, dup := b.merges[k]; !dup { // the first (lowest) rank wins, as in tokenizers
+			b.merges[k] = merge{rank: int32(rank), id: int32(id)}
+		}
+	}
+	t.model = b
+	var added []addedToken
+	for _, a := range tj.AddedTokens {
+		if a.SingleWord || a.LStrip || a.RStrip {
+			return fmt.Errorf("added token %q uses single_word/lstrip/rstrip", a.Content)
+		}
+		if a.Content == "" {
+			return fmt.Errorf("added token %d is empty", a.ID)
+		}
+		added = append(added, a)
+	}
+	t.added = newAddedTokens(added)
+	maxID := 0
+	for _, id := range m.Vocab {
+		maxID = max(maxID, id)
+	}
+	for _, a := range added {
+		maxID = max(maxID, a.ID)
+	}
+	if maxID >= 1<<24 {
+		return fmt.Errorf("token id %d is implausibly large", maxID)
+	}
+	t.tokens = make([]string, maxID+1)
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return fmt.Errorf("model.vocab[%q] has a negative id", tok)
+		}
+		t.tokens[id] = tok
+	}
+	for _, a := range added {
+		if a.ID < 0 {
+			return fmt.Errorf("added token %q has a negative id", a.Content)
+		}
+		t.tokens[a.ID] = a.Content
+	}
+	return nil
+}
+
+// parseMerges reads both spellings of model.merges: ["a b", ...] (tokenizers < 0.20) and [["a","b"], ...].
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err == nil {
+		return pairs, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err != nil {
+		return nil, fmt.Errorf("model.merges: %w", err)
+	}
+	pairs = make([][2]string, len(lines))
+	for i, l := range lines {
+		a, b, ok := strings.Cut(l, " ")
+		if !ok {
+			return nil, fmt.Errorf("model.merges[%d] %q is not a pair", i, l)
+		}
+		pairs[i] = [2]string{a, b}
+	}
+	return pairs, nil
+}
+
+func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("normalizer: %w", err)
+	}
+	if c.Type == "Sequence" && len(c.Normalizers) == 1 {
+		c = c.Normalizers[0]
+	}
+	if c.Type != "NFC" {
+		return fmt.Errorf("normalizer %q (only NFC or none)", c.Type)
+	}
+	t.nfc = true
+	return nil
+}
+
+// loadPreTokenizer accepts Sequence[Split(known pattern, Isolated), ByteLevel(no prefix space, no regex)].
+func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil || isNull(raw) {
+		return fmt.Errorf("pre_tokenizer: missing or unreadable: %w", err)
+	}
+	if c.Type != "Sequence" || len(c.Pretokenizers) != 2 {
+		return fmt.Errorf("pre_tokenizer %q (only Sequence[Split, ByteLevel])", c.Type)
+	}
+	sp, bl := c.Pretokenizers[0], c.Pretokenizers[1]
+	if sp.Type != "Split" || sp.Behavior != "Isolated" || sp.Invert || sp.Pattern.Regex == nil {
+		return fmt.Errorf("pre_tokenizer[0] %q %q (only an Isolated regex Split)", sp.Type, sp.Behavior)
+	}
+	if *sp.Pattern.Regex != patternQwen2 {
+		return fmt.Errorf("pre_tokenizer split pattern %q is not one this package implements", *sp.Pattern.Regex)
+	}
+	if bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex {
+		return fmt.Errorf("pre_tokenizer[1] %q (only ByteLevel without add_prefix_space and use_regex)", bl.Type)
+	}
+	return nil
+}
+
+// checkPostProcessor accepts processors that add nothing to a single sequence: ByteLevel (offsets only)
+// or none. A TemplateProcessing that adds a BOS is not implemented.
+func checkPostProcessor(raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	var c component
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("post_processor: %w", err)
+	}
+	if c.Type != "ByteLevel" {
+		return fmt.Errorf("post_processor %q (only ByteLevel or none)", c.Type)
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null"
+}
+
+// tokenizerConfig is the part of tokenizer_config.json that chat rendering reads (transformers
+// PreTrainedTokenizerBase: chat_template, and the special tokens it passes to the template).
+type tokenizerConfig struct {
+	ChatTemplate json.RawMessage `json:"chat_template"`
+	BOS          json.RawMessage `json:"bos_token"`
+	EOS          json.RawMessage `json:"eos_token"`
+	PAD          json.RawMessage `json:"pad_token"`
+	UNK          json.RawMessage `json:"unk_token"`
+}
+
+func (t *Tokenizer) loadConfig(dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrRead, dir, err)
+	}
+	var tc tokenizerConfig
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		return fmt.Errorf("%w %s: tokenizer_config.json: %w", ErrRead, dir, err)
+	}
+	for name, v := range map[string]json.RawMessage{"bos_token": tc.BOS, "eos_token": tc.EOS, "pad_token": tc.PAD, "unk_token": tc.UNK} {
+		if s, ok := tokenString(v); ok {
+			t.special[name] = s
+		}
+	}
+	src, err := chatTemplate(tc.ChatTemplate)
+	if err != nil {
+		return fmt.Errorf("%w: %s/tokenizer_config.json: %w", ErrUnsupported, dir, err)
+	}
+	if src == "" {
+		// Newer models ship the template beside the config (transformers reads chat_template.jinja).
+		if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+			src = string(b)
+		}
+	}
+	if src != "" {
+		if t.template, err = jinja.Compile(src); err != nil {
+			return fmt.Errorf("%w: %s: chat_template: %w", ErrUnsupported, dir, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+		var mc struct {
+			MaxPos int `json:"max_position_embeddings"`
+		}
+		if json.Unmarshal(b, &mc) == nil {
+			t.maxModelLen = mc.MaxPos
+		}
+	}
+	return nil
+}
+
+// tokenString reads a special token spelled as a string or as an AddedToken object ({"content": ...}).
+func tokenString(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && s != "" {
+		return s, true
+	}
+	var o struct {
+		Content string `json:"content"`
+	}
+	if json.Unmarshal(raw, &o) == nil && o.Content != "" {
+		return o.Content, true
+	}
+	return "", false
+}
+
+// chatTemplate reads chat_template as a string, or as the list of named templates some models ship
+// (transformers picks "default").
+func chatTemplate(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", fmt.Errorf("chat_template is neither a string nor a list of named templates: %w", err)
+	}
+	if i := slices.IndexFunc(named, func(n struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}) bool {
+		return n.Name == "default"
+	}); i >= 0 {
+		return named[i].Template, nil
+	}
+	return "", errors.New("chat_template lists no template named default")
+}
+
+// byteRune is GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for the runes
+// from U+0100 on, in byte order.
+var byteRune = func() (t [256]rune) {
+	n := 0
+	for b := range 256 {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE {
+			t[b] = rune(b)
+		} else {
+			t[b] = rune(256 + n)
+			n++
+		}
+	}
+	return t
+}()

@@ -1,0 +1,189 @@
+package tokenizer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// startGateway runs a real gateway on a loopback socket in front of a simulated vLLM engine, with
+// Qwen3's tokenizer for the engine's model; it returns the gateway's base URL and the model.
+func startGateway(t *testing.T, extra ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cluster, err := sim.StartCluster(ctx, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Mode: sim.ModeInstant})
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	model := cluster.Engines[0].Config().Models[0]
+	args := append([]string{"--host", "127.0.0.1", "--port", "0", "--shutdown-grace-period-secs", "5", "--disable-health-check",
+		"--worker-urls", cluster.Engines[0].URL(), "--tokenizer-path", model + "=" + qwen3Dir}, extra...)
+	cfg, err := config.Parse(args, io.Discard)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	a, err := app.New(ctx, cfg, app.Options{})
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer scancel()
+		if err := a.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return "http://" + a.Addr(), model
+}
+
+type tokenizeAnswer struct {
+	Count       int       `json:"count"`
+	MaxModelLen *int      `json:"max_model_len"`
+	Tokens      []int     `json:"tokens"`
+	TokenStrs   *[]string `json:"token_strs"`
+	Error       *struct {
+		Message string `json:"message"`
+		Code    any    `json:"code"`
+	} `json:"error"`
+}
+
+func post(t *testing.T, url string, body any) (int, tokenizeAnswer) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans tokenizeAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		t.Fatalf("POST %s answered %d %q: %v", url, resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, ans
+}
+
+// TestGatewayTokenize: the gateway answers /tokenize and /v1/tokenize itself for the model it has a
+// tokenizer for, with the oracle's token ids, in vLLM's shape; bad requests get OpenAI error JSON; a
+// request it cannot answer (another model, a chat_template of its own) still reaches the engine.
+func TestGatewayTokenize(t *testing.T) {
+	requireQwen3(t)
+	base, model := startGateway(t)
+	c := loadCorpus(t)
+	prompt := c.Prompts[12] // emoji
+	wantPrompt := jsEncode(t, []string{prompt})[0]
+
+	for _, path := range []string{"/tokenize", "/v1/tokenize"} {
+		status, ans := post(t, base+path, map[string]any{"model": model, "prompt": prompt})
+		if status != http.StatusOK || !slices.Equal(ans.Tokens, wantPrompt) || ans.Count != len(wantPrompt) || ans.TokenStrs != nil {
+			t.Errorf("POST %s prompt: %d %+v, want 200 with tokens %v", path, status, ans, wantPrompt)
+		}
+	}
+
+	// A chat with tools and tool calls, rendered by the model's template with the generation prompt
+	// (vLLM's default), against the Python-rendered, JS-tokenized oracle.
+	var chat corpusChat
+	for _, ch := range c.Chats {
+		if len(ch.Tools) > 0 && bytes.Contains(ch.Messages, []byte("tool_calls")) {
+			chat = ch
+		}
+	}
+	var rendered struct {
+		Texts []string `json:"texts"`
+	}
+	run(t, &rendered, map[string]any{"config": filepath.Join(qwen3Dir, "tokenizer_config.json"), "chats": []any{
+		map[string]any{"messages": chat.Messages, "tools": chat.Tools, "add_generation_prompt": true},
+	}}, python(t), "render.py")
+	wantChat := jsEncode(t, rendered.Texts)[0]
+	status, ans := post(t, base+"/v1/tokenize", map[string]any{"model": model, "messages": chat.Messages, "tools": chat.Tools, "return_token_strs": true})
+	if status != http.StatusOK || !slices.Equal(ans.Tokens, wantChat) {
+		t.Fatalf("POST /v1/tokenize messages: %d count %d, want 200 with the oracle's %d tokens (error %+v)", status, ans.Count, len(wantChat), ans.Error)
+	}
+	if ans.TokenStrs == nil || len(*ans.TokenStrs) != len(wantChat) || (*ans.TokenStrs)[0] != "<|im_start|>" {
+		t.Errorf("token_strs = %v, want one per token, starting with <|im_start|>", ans.TokenStrs)
+	}
+
+	bad := []struct {
+		name string
+		body map[string]any
+		want string
+	}{
+		{"both", map[string]any{"model": model, "prompt": "x", "messages": []any{map[string]any{"role": "user", "content": "x"}}}, "exactly one of prompt"},
+		{"neither", map[string]any{"model": model}, "exactly one of prompt"},
+		{"image", map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://x"}}}}}}, "not text"},
+		{"arguments", map[string]any{"model": model, "messages": []any{map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "arguments": "{nope"}}}}}}, "not JSON"},
+		{"no role", map[string]any{"model": model, "messages": []any{map[string]any{"content": "x"}}}, "role"},
+		{"kwargs", map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": "x"}}, "chat_template_kwargs": []any{1}}, "chat_template_kwargs"},
+		{"prompt type", map[string]any{"model": model, "prompt": 42}, "invalid tokenize request"},
+	}
+	for _, tc := range bad {
+		status, ans := post(t, base+"/tokenize", tc.body)
+		if status != http.StatusBadRequest || ans.Error == nil || !strings.Contains(ans.Error.Message, tc.want) {
+			t.Errorf("%s: %d %+v, want 400 with an error naming %q", tc.name, status, ans.Error, tc.want)
+		}
+	}
+
+	// Not the gateway's to answer: forwarded as before.
+	status, ans = post(t, base+"/v1/tokenize", map[string]any{"model": "no-such-model", "prompt": "x"})
+	if status != http.StatusNotFound || ans.Error == nil {
+		t.Errorf("unknown model: %d %+v, want the dispatcher's 404", status, ans)
+	}
+	status, ans = post(t, base+"/v1/tokenize", map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": "hi"}}, "chat_template": "{{ messages[0].content }}"})
+	if status != http.StatusOK || slices.Equal(ans.Tokens, jsEncode(t, []string{"hi"})[0]) {
+		// The simulator's own byte tokenizer answers, not Qwen3's.
+		t.Errorf("own chat_template: %d %+v, want the engine's answer", status, ans)
+	}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/tokenize", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /tokenize: %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestGatewayRefusesBadTokenizerPath: a directory that is not a model's stops startup, naming the flag.
+func TestGatewayRefusesBadTokenizerPath(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]string{"--host", "127.0.0.1", "--port", "0", "--worker-urls", "http://127.0.0.1:1", "--tokenizer-path", "m=" + dir}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = app.New(t.Context(), cfg, app.Options{})
+	if err == nil || !strings.Contains(err.Error(), "--tokenizer-path m="+dir) || !strings.Contains(err.Error(), "tokenizer.json") {
+		t.Fatalf("app.New: %v, want an error naming --tokenizer-path m=%s and tokenizer.json", err, dir)
+	}
+}
