@@ -39,6 +39,17 @@ const (
 	CodeInternal           = "internal_error"
 )
 
+// Codes of requests refused at the HTTP layer, before any route (internal/server), and of a route's
+// wrong method or media type.
+const (
+	CodeMalformedRequest            = "malformed_request"
+	CodeHeadersTooLarge             = "request_header_fields_too_large"
+	CodeHTTPVersionNotSupported     = "http_version_not_supported"
+	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
+	CodeMethodNotAllowed            = "method_not_allowed"
+	CodeUnsupportedMediaType        = "unsupported_media_type"
+)
+
 // Domain is the ErrorInfo domain of sluice's RPC error details.
 const Domain = "sluice.dev"
 

@@ -336,6 +336,7 @@ func Listen(addr string, h http.Handler, o ListenOptions) (*Server, error) {
 		ln = tls.NewListener(ln, o.TLS)
 	} else {
 		p.SetUnencryptedHTTP2(true)
+		ln = wireErrListener{Listener: ln, maxHeaderBytes: o.MaxHeaderBytes}
 	}
 	srv := &http.Server{
 		Handler:           h,
