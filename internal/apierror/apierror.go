@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,6 +68,8 @@ type Error struct {
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (rounded up to whole seconds).
 	RetryAfter time.Duration
+	// Allow, on a 405, lists the methods the path serves (sent as Allow).
+	Allow []string
 
 	cause error
 }
@@ -141,6 +144,9 @@ func (e *Error) WriteHTTP(w http.ResponseWriter) {
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	if len(e.Allow) > 0 {
+		h.Set("Allow", strings.Join(e.Allow, ", "))
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(e.JSON(), '\n'))

@@ -34,15 +34,9 @@ func (h *Handler) registerAux() {
 		default:
 			h.mux.Handle("POST "+path, h.inference(route, path))
 		}
-		h.mux.HandleFunc(path, methodNotAllowed)
 	}
 	// SMG (and vLLM) also serve rerank without the /v1 prefix.
 	h.mux.Handle("POST /rerank", h.inference(backend.RouteRerank, "/rerank"))
-	h.mux.HandleFunc("/rerank", methodNotAllowed)
-}
-
-func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	apierror.New(http.StatusMethodNotAllowed, apierror.CodeNotFound, "method "+r.Method+" not allowed on "+r.URL.Path, nil).WriteHTTP(w)
 }
 
 // passthrough serves a route whose stream is relayed as the engine sends it. It is the chat handler
