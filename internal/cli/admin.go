@@ -87,6 +87,15 @@ func printWorkers(w io.Writer, ws []*adminv1.Worker) error {
 	return tw.Flush()
 }
 
+// isHelp reports whether arg asks for usage ("sluice workers --help", "sluice workers help").
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
 // labelsFlag collects repeatable key=value flags.
 type labelsFlag map[string]string
 
@@ -116,6 +125,10 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, workersUsage)
 		return errors.New("missing workers subcommand")
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, workersUsage)
+		return nil
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("workers "+sub, flag.ContinueOnError)
@@ -231,6 +244,10 @@ const admissionUsage = `usage: sluice admission get
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, admissionUsage)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
 		fmt.Fprintln(stderr, admissionUsage)
 		return errors.New("admission needs get or set")
