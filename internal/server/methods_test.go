@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -74,6 +75,44 @@ func TestJSONRoutesRefuseOtherMediaTypes(t *testing.T) {
 				if code, _, _ := openAIError(t, r); code != apierror.CodeUnsupportedMediaType {
 					t.Errorf("code %s, want unsupported_media_type", code)
 				}
+			}
+		})
+	}
+}
+
+// Admin REST parse errors are in the client's terms: no "proto:", no "(line 1:18)", the field's API
+// name in param.
+func TestAdminParseErrorsInPlainLanguage(t *testing.T) {
+	_, srv := newServer(t, server.Options{Admin: fakeAdmin{}})
+	cases := []struct{ body, param, message string }{
+		{`{"uri":"http://x"}`, "uri", `unknown field "uri" (line 1, column 2)`},
+		{`{"url":"http://x","bootstrap_port":-1}`, "bootstrap_port", "field bootstrap_port must be a non-negative integer, got -1 (line 1, column 36)"},
+		{`{"url":1}`, "url", "field url must be a string, got 1 (line 1, column 8)"},
+		{`{"models":"m"}`, "", `the request body is not valid JSON for this call: unexpected token "m" (line 1, column 11)`},
+		{`{"url":`, "", "the request body is not complete JSON: it ends early"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.body, func(t *testing.T) {
+			r := do(t, srv.Client(), "POST", srv.URL+"/admin/v1/workers", tc.body, http.Header{"Content-Type": {"application/json"}})
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400 (%s)", r.status, r.body)
+			}
+			var b struct {
+				Error struct {
+					Message string  `json:"message"`
+					Param   *string `json:"param"`
+					Code    string  `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(r.body, &b); err != nil {
+				t.Fatal(err)
+			}
+			param := ""
+			if b.Error.Param != nil {
+				param = *b.Error.Param
+			}
+			if b.Error.Message != tc.message || param != tc.param || b.Error.Code != apierror.CodeInvalidRequest {
+				t.Errorf("got %q param %q code %s, want %q param %q", b.Error.Message, param, b.Error.Code, tc.message, tc.param)
 			}
 		})
 	}

@@ -255,7 +255,7 @@ func writeRPCError(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
 }
 
 func restErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
-	apierror.FromWire(err).WriteHTTP(w)
+	plainParseError(apierror.FromWire(err)).WriteHTTP(w)
 }
 
 func restRoutingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {

@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,8 @@ type Deps struct {
 	FanoutTimeout time.Duration
 	// Cluster reports cluster admission (shares of the fleet's limit); nil when coordination is off.
 	Cluster func() *cluster.Status
+	// PD: the gateway runs prefill/decode disaggregation, so a regular worker would never be routed to.
+	PD bool
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).
@@ -143,9 +147,14 @@ func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest
 			return nil, invalid("role", "%v", err)
 		}
 	}
+	if h := req.GetHealth(); h != "" && !slices.Contains(healthStates(), h) {
+		return nil, invalid("health", "unknown health %q: want one of %s", h, strings.Join(healthStates(), ", "))
+	}
 	out := &adminv1.ListWorkersResponse{Workers: []*adminv1.Worker{}}
 	inflight := s.inflight()
-	for _, w := range s.d.Registry.Snapshot().All() {
+	all := slices.Clone(s.d.Registry.Snapshot().All())
+	slices.SortFunc(all, func(a, b *worker.Worker) int { return byID(a.ID(), b.ID()) })
+	for _, w := range all {
 		if req.GetRole() != "" && string(w.Role()) != req.GetRole() {
 			continue
 		}
@@ -158,6 +167,19 @@ func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest
 		out.Workers = append(out.Workers, s.toProto(w, inflight))
 	}
 	return out, nil
+}
+
+// healthStates are the health names a worker can have, as the API spells them.
+func healthStates() []string {
+	return []string{worker.HealthPending.String(), worker.HealthReady.String(), worker.HealthNotReady.String(), worker.HealthDraining.String()}
+}
+
+// byID orders worker ids as they were assigned: "w2" before "w10".
+func byID(a, b string) int {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 func (s *Service) get(id string) (*worker.Worker, error) {
@@ -191,6 +213,9 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	role, err := worker.ParseRole(ws.GetRole())
 	if err != nil {
 		return nil, invalid("role", "%v", err)
+	}
+	if s.d.PD && role == worker.RoleRegular {
+		return nil, invalid("role", "this gateway runs prefill/decode disaggregation (--pd-disaggregation): add the worker as role prefill or decode; a regular worker would never be routed to")
 	}
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
@@ -229,7 +254,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	if s.d.Checker != nil {
 		_, _ = s.d.Checker.CheckNow(ctx, w.ID())
 	}
-	s.d.Logger.Info("worker added", "id", w.ID(), "url", w.URL(), "role", w.Role())
+	// The registry logs "worker added" for every add, from the admin API or not.
 	return &adminv1.AddWorkerResponse{Worker: s.toProto(w, s.inflight())}, nil
 }
 
@@ -460,6 +485,9 @@ func (s *Service) GetAdmission(context.Context, *adminv1.GetAdmissionRequest) (*
 func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissionRequest) (*adminv1.UpdateAdmissionResponse, error) {
 	set := s.d.Admission.Settings()
 	if req.MaxInflightPerWorker != nil {
+		if req.GetMaxInflightPerWorker() < 0 {
+			return nil, invalid("max_inflight_per_worker", "max_inflight_per_worker must be >= 0 (0 turns admission off), got %d", req.GetMaxInflightPerWorker())
+		}
 		set.MaxInflightPerWorker = int(req.GetMaxInflightPerWorker())
 		if req.AdaptiveLimit == nil {
 			set.Adaptive = admission.AdaptiveLimit{}
@@ -482,6 +510,9 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		set.QueueTimeout = d
 	}
 	if req.MaxInflightTokensPerWorker != nil {
+		if req.GetMaxInflightTokensPerWorker() < 0 {
+			return nil, invalid("max_inflight_tokens_per_worker", "max_inflight_tokens_per_worker must be >= 0 (0 turns the token budget off), got %d", req.GetMaxInflightTokensPerWorker())
+		}
 		set.MaxInflightTokensPerWorker = req.GetMaxInflightTokensPerWorker()
 	}
 	if req.PriorityAging != nil {
