@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sort"
@@ -302,7 +303,11 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			req.QueueTimeout = durationpb.New(timeout)
 		}
 		if set["token-limit"] {
-			req.MaxInflightTokensPerWorker = &tokenLimit
+			if tokenLimit > math.MaxInt32 {
+				return fmt.Errorf("--token-limit must be at most %d, got %d", math.MaxInt32, tokenLimit)
+			}
+			t := int32(tokenLimit)
+			req.MaxInflightTokensPerWorker = &t
 		}
 		if set["bands"] {
 			parsed, err := config.ParsePriorityBands(bands)
@@ -418,7 +423,7 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 		sort.Strings(keys)
 		fmt.Fprintln(tw, "REJECTED\tCOUNT")
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\n", k, strconv.FormatInt(st.GetRejections()[k], 10))
+			fmt.Fprintf(tw, "%s\t%s\n", k, strconv.Itoa(int(st.GetRejections()[k])))
 		}
 	}
 	return tw.Flush()

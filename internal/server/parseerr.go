@@ -29,7 +29,10 @@ var want = map[string]string{
 // plainParseError rewrites a protojson parse error in e into plain language, naming the field in
 // param (status and code stay); any other error is returned as is.
 func plainParseError(e *apierror.Error) *apierror.Error {
-	msg, ok := strings.CutPrefix(e.Message, "proto: ")
+	// protobuf-go picks a space or a no-break space after "proto:" at random, so that nobody matches
+	// its messages exactly; the patterns below only restate them and fall back to the text as is.
+	msg, ok := strings.CutPrefix(e.Message, "proto:")
+	msg = strings.TrimLeft(msg, " \u00a0")
 	if !ok && e.Message != "unexpected EOF" { // a truncated body fails before protojson sees it
 		return e
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -102,8 +103,8 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Labels:            spec.Labels,
 		Health:            w.Health().String(),
 		CircuitBreaker:    w.Breaker().State(time.Now()).String(),
-		Load:              w.Load(),
-		AdmissionInflight: int64(inflight[w.URL()]),
+		Load:              clamp32(w.Load()),
+		AdmissionInflight: clamp32(int64(inflight[w.URL()])),
 		HasApiKey:         spec.APIKey != "",
 		ProtocolSource:    spec.ProtocolSource,
 		DpSize:            uint32(spec.DPSize),
@@ -123,7 +124,7 @@ func rankLoads(w *worker.Worker) []*adminv1.RankLoad {
 	}
 	out := make([]*adminv1.RankLoad, len(ranks))
 	for i, r := range ranks {
-		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: r.Load()}
+		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: clamp32(r.Load())}
 	}
 	return out
 }
@@ -167,6 +168,12 @@ func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest
 		out.Workers = append(out.Workers, s.toProto(w, inflight))
 	}
 	return out, nil
+}
+
+// clamp32 fits a count into the API's 32-bit integers (admin.proto says why they are 32-bit): a
+// value past the range reads as its bound, never as a wrapped number.
+func clamp32(v int64) int32 {
+	return int32(max(math.MinInt32, min(v, math.MaxInt32)))
 }
 
 // healthStates are the health names a worker can have, as the API spells them.
@@ -394,14 +401,14 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 			MaxInflightPerWorker:       int32(st.Settings.MaxInflightPerWorker),
 			QueueSize:                  int32(st.Settings.QueueSize),
 			QueueTimeout:               durationpb.New(st.Settings.QueueTimeout),
-			MaxInflightTokensPerWorker: st.Settings.MaxInflightTokensPerWorker,
+			MaxInflightTokensPerWorker: clamp32(st.Settings.MaxInflightTokensPerWorker),
 			EarlyRejection:             st.Settings.EarlyRejection,
 		},
 		Queued:         int32(st.QueuedTotal),
 		WaitP50Seconds: st.Wait.P50.Seconds(),
 		WaitP90Seconds: st.Wait.P90.Seconds(),
 		WaitP99Seconds: st.Wait.P99.Seconds(),
-		Rejections:     map[string]int64{},
+		Rejections:     map[string]int32{},
 		ReleaseRate:    st.ReleaseRate,
 	}
 	set := out.Settings
@@ -432,7 +439,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 	}
 	for _, u := range slices.Sorted(maps.Keys(urls)) {
 		wa := &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u]),
-			InflightTokens: st.InflightTokens[u], Limit: int32(st.Limits[u]), ClusterShare: -1}
+			InflightTokens: clamp32(st.InflightTokens[u]), Limit: int32(st.Limits[u]), ClusterShare: -1}
 		if cs != nil {
 			wa.ClusterShare = int32(cs.Other)
 			if ws, ok := cs.Workers[u]; ok {
@@ -442,7 +449,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 		out.Workers = append(out.Workers, wa)
 	}
 	for k, v := range st.Rejections {
-		out.Rejections[k] = int64(v)
+		out.Rejections[k] = clamp32(int64(min(v, math.MaxInt32)))
 	}
 	if cs != nil {
 		out.Cluster = clusterToProto(cs)
@@ -455,7 +462,7 @@ func clusterToProto(cs *cluster.Status) *adminv1.ClusterAdmission {
 	out := &adminv1.ClusterAdmission{
 		Mode: cs.Mode, Replica: cs.Replica, Coordinator: cs.Coordinator, IsCoordinator: cs.IsCoordinator, Term: cs.Term,
 		Fallback: cs.Fallback, FleetLimit: int32(cs.FleetLimit), Members: cs.Members, RaisesBlocked: cs.RaisesBlocked,
-		Rebalances: cs.Rebalances,
+		Rebalances: clamp32(cs.Rebalances),
 	}
 	if cs.LeaseAge >= 0 {
 		out.LeaseAge = durationpb.New(cs.LeaseAge)
@@ -513,7 +520,7 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		if req.GetMaxInflightTokensPerWorker() < 0 {
 			return nil, invalid("max_inflight_tokens_per_worker", "max_inflight_tokens_per_worker must be >= 0 (0 turns the token budget off), got %d", req.GetMaxInflightTokensPerWorker())
 		}
-		set.MaxInflightTokensPerWorker = req.GetMaxInflightTokensPerWorker()
+		set.MaxInflightTokensPerWorker = int64(req.GetMaxInflightTokensPerWorker())
 	}
 	if req.PriorityAging != nil {
 		if err := req.GetPriorityAging().CheckValid(); err != nil {

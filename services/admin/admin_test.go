@@ -62,7 +62,7 @@ func TestRegularWorkerRefusedByPDGateway(t *testing.T) {
 func TestNegativeLimitsRefused(t *testing.T) {
 	s, _ := newTestService(t, true)
 	ctx := context.Background()
-	limit, tokens := int32(-1), int64(-5)
+	limit, tokens := int32(-1), int32(-5)
 	_, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &limit})
 	refusedParam(t, err, "max_inflight_per_worker")
 	_, err = s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightTokensPerWorker: &tokens})
