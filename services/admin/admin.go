@@ -44,6 +44,9 @@ type Deps struct {
 	Cluster func() *cluster.Status
 	// PD: the gateway runs prefill/decode disaggregation, so a regular worker would never be routed to.
 	PD bool
+	// OnAdmissionUpdate, when set, is told the settings an UpdateAdmission applied (metrics drop the
+	// series of bands no longer configured).
+	OnAdmissionUpdate func(admission.Settings)
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).
@@ -555,6 +558,9 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	}
 	if err := s.d.Admission.Update(set); err != nil {
 		return nil, invalid("max_inflight_per_worker", "%v", err)
+	}
+	if s.d.OnAdmissionUpdate != nil {
+		s.d.OnAdmissionUpdate(set)
 	}
 	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout,
 		"token_limit", set.MaxInflightTokensPerWorker, "bands", len(set.Bands), "aging", set.Aging, "early_rejection", set.EarlyRejection,
