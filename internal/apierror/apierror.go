@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -42,6 +43,17 @@ const (
 	CodeInternal           = "internal_error"
 )
 
+// Codes of requests refused at the HTTP layer, before any route (internal/server), and of a route's
+// wrong method or media type.
+const (
+	CodeMalformedRequest            = "malformed_request"
+	CodeHeadersTooLarge             = "request_header_fields_too_large"
+	CodeHTTPVersionNotSupported     = "http_version_not_supported"
+	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding"
+	CodeMethodNotAllowed            = "method_not_allowed"
+	CodeUnsupportedMediaType        = "unsupported_media_type"
+)
+
 // Domain is the ErrorInfo domain of sluice's RPC error details.
 const Domain = "sluice.dev"
 
@@ -59,6 +71,8 @@ type Error struct {
 	Message string
 	// RetryAfter, when positive, is sent as Retry-After (rounded up to whole seconds).
 	RetryAfter time.Duration
+	// Allow, on a 405, lists the methods the path serves (sent as Allow).
+	Allow []string
 
 	cause error
 }
@@ -133,6 +147,9 @@ func (e *Error) WriteHTTP(w http.ResponseWriter) {
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	if len(e.Allow) > 0 {
+		h.Set("Allow", strings.Join(e.Allow, ", "))
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(e.JSON(), '\n'))

@@ -248,7 +248,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
-		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(),
+		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
+		OnAdmissionUpdate: a.keepBandSeries,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)
@@ -350,12 +351,21 @@ func (a *App) Ready() error {
 	return nil
 }
 
-// Start registers the configured workers, starts the background loops and listens.
+// Start binds every listener, then registers the configured workers and starts the background loops:
+// a port in use fails at once, before any engine is probed; requests arriving meanwhile see a gateway
+// that is not ready yet.
 func (a *App) Start(ctx context.Context) error {
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = stop
+	if err := a.listen(); err != nil {
+		return err
+	}
+	if len(a.cfg.Workers.Initial) == 0 && !a.cfg.Discovery.Enabled {
+		a.logger.Warn("no worker configured: every inference request fails until one is added",
+			"add", "sluice workers add --url URL --role "+a.firstRole()+" (or --worker-urls, --prefill/--decode, --service-discovery)")
+	}
 	if err := a.registerInitial(ctx); err != nil {
-		stop()
+		_ = a.Shutdown(context.Background())
 		return err
 	}
 	a.wg.Go(func() { a.checker.Run(bg) })
@@ -367,28 +377,6 @@ func (a *App) Start(ctx context.Context) error {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })
 	}
-
-	host := a.cfg.Server.Host
-	var err error
-	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.listenOptions("main"))
-	if err != nil {
-		a.stopBackground()
-		return fmt.Errorf("listen: %w", err)
-	}
-	a.serve(a.main)
-	if a.handlers.Admin != nil {
-		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.listenOptions("admin"))
-		if err != nil {
-			_ = a.main.Shutdown(context.Background())
-			a.stopBackground()
-			return fmt.Errorf("listen admin: %w", err)
-		}
-		a.serve(a.admin)
-	}
-	if err := a.startSMGListeners(); err != nil {
-		_ = a.Shutdown(context.Background())
-		return err
-	}
 	if err := a.startCluster(ctx, bg); err != nil {
 		_ = a.Shutdown(context.Background())
 		return err
@@ -396,6 +384,39 @@ func (a *App) Start(ctx context.Context) error {
 	a.logger.Info("sluice listening", "addr", a.main.Addr().String(), "mode", a.cfg.Mode(), "admission", a.cfg.Admission.Enabled(),
 		"tls", a.serverTLS != nil)
 	return nil
+}
+
+// listen binds and serves the main, admin and SMG listeners; on an error none is left open.
+func (a *App) listen() error {
+	host := a.cfg.Server.Host
+	var err error
+	a.main, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)), a.handlers.Main, a.listenOptions("main"))
+	if err != nil {
+		a.stopBackground()
+		return fmt.Errorf("listen (--port): %w", err)
+	}
+	a.serve(a.main)
+	if a.handlers.Admin != nil {
+		a.admin, err = server.Listen(net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.AdminPort)), a.handlers.Admin, a.listenOptions("admin"))
+		if err != nil {
+			_ = a.Shutdown(context.Background())
+			return fmt.Errorf("listen admin (--admin-port): %w", err)
+		}
+		a.serve(a.admin)
+	}
+	if err := a.startSMGListeners(); err != nil {
+		_ = a.Shutdown(context.Background())
+		return err
+	}
+	return nil
+}
+
+// firstRole is the role a first worker of this gateway takes.
+func (a *App) firstRole() string {
+	if a.cfg.Mode() == config.ModePD {
+		return "prefill|decode"
+	}
+	return "regular"
 }
 
 func (a *App) serve(s *server.Server) {
@@ -419,40 +440,46 @@ func (a *App) AdminAddr() string {
 	return a.Addr()
 }
 
+// registerInitial asks the flag workers' engines what they are in parallel, then registers them in
+// flag order (so their ids follow it: w1 is the first flag worker) and probes them in parallel.
 func (a *App) registerInitial(ctx context.Context) error {
+	initial := a.cfg.Workers.Initial
+	specs := make([]worker.Spec, len(initial))
+	errs := make([]error, len(initial))
 	var wg sync.WaitGroup
-	errs := make([]error, len(a.cfg.Workers.Initial))
-	for i, wf := range a.cfg.Workers.Initial {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i, wf := range initial {
+		wg.Go(func() {
 			role, err := worker.ParseRole(wf.Role)
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag}
-			spec, err = a.detector.Complete(ctx, spec)
-			if err != nil {
-				errs[i] = err
-				return
+			if specs[i], errs[i] = a.detector.Complete(ctx, spec); errs[i] == nil && specs[i].DPSize == 0 && specs[i].Protocol != worker.ProtocolGRPC {
+				specs[i].DPSize = a.cfg.Workers.DPSize
 			}
-			if spec.DPSize == 0 && spec.Protocol != worker.ProtocolGRPC {
-				spec.DPSize = a.cfg.Workers.DPSize
+			if errs[i] == nil && specs[i].Role == worker.RoleDecode && specs[i].DecodeWindow == 0 {
+				specs[i].DecodeWindow = a.cfg.Admission.DecodeWindow
 			}
-			if spec.Role == worker.RoleDecode && spec.DecodeWindow == 0 {
-				spec.DecodeWindow = a.cfg.Admission.DecodeWindow
-			}
-			w, err := a.Registry.Add(spec)
-			if err != nil {
-				errs[i] = fmt.Errorf("worker %s: %w", wf.URL, err)
-				return
-			}
-			_, _ = a.checker.CheckNow(ctx, w.ID())
-		}()
+		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	ids := make([]string, len(initial))
+	for i, spec := range specs {
+		w, err := a.Registry.Add(spec)
+		if err != nil {
+			return fmt.Errorf("worker %s: %w", initial[i].URL, err)
+		}
+		ids[i] = w.ID()
+	}
+	for _, id := range ids {
+		wg.Go(func() { _, _ = a.checker.CheckNow(ctx, id) })
+	}
+	wg.Wait()
+	return nil
 }
 
 func (a *App) stopBackground() {

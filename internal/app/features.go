@@ -100,3 +100,15 @@ func (a admissionMetrics) ObserveDecodeWait(q string, d time.Duration) {
 func (a admissionMetrics) DeleteSeatWorker(w string) { a.m.DeleteSeatWorker(w) }
 
 var _ admission.DecodeMetrics = admissionMetrics{}
+
+// keepBandSeries drops the per-band metric series of bands the new settings no longer have (with
+// fewer than two bands, priorities are off and no band is reported).
+func (a *App) keepBandSeries(set admission.Settings) {
+	var names []string
+	if len(set.Bands) > 1 {
+		for _, b := range set.Bands {
+			names = append(names, b.Name)
+		}
+	}
+	a.Metrics.KeepBands(names)
+}

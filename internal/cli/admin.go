@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sort"
@@ -87,6 +88,15 @@ func printWorkers(w io.Writer, ws []*adminv1.Worker) error {
 	return tw.Flush()
 }
 
+// isHelp reports whether arg asks for usage ("sluice workers --help", "sluice workers help").
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
 // labelsFlag collects repeatable key=value flags.
 type labelsFlag map[string]string
 
@@ -116,6 +126,10 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, workersUsage)
 		return errors.New("missing workers subcommand")
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, workersUsage)
+		return nil
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("workers "+sub, flag.ContinueOnError)
@@ -232,6 +246,10 @@ const admissionUsage = `usage: sluice admission get
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, admissionUsage)
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
 		fmt.Fprintln(stderr, admissionUsage)
 		return errors.New("admission needs get or set")
@@ -287,7 +305,11 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			req.QueueTimeout = durationpb.New(timeout)
 		}
 		if set["token-limit"] {
-			req.MaxInflightTokensPerWorker = &tokenLimit
+			if tokenLimit > math.MaxInt32 {
+				return fmt.Errorf("--token-limit must be at most %d, got %d", math.MaxInt32, tokenLimit)
+			}
+			t := int32(tokenLimit)
+			req.MaxInflightTokensPerWorker = &t
 		}
 		if set["bands"] {
 			parsed, err := config.ParsePriorityBands(bands)
@@ -453,7 +475,7 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 		sort.Strings(keys)
 		fmt.Fprintln(tw, "REJECTED\tCOUNT")
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\n", k, strconv.FormatInt(st.GetRejections()[k], 10))
+			fmt.Fprintf(tw, "%s\t%s\n", k, strconv.Itoa(int(st.GetRejections()[k])))
 		}
 	}
 	return tw.Flush()

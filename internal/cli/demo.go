@@ -11,6 +11,7 @@ import (
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/telemetry"
 )
 
 // demo starts 2 prefill + 2 decode simulated engines (SGLang style, realistic mode) in-process and the
@@ -58,7 +59,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.New(ctx, cfg, app.Options{Logger: logger})
+	// Exemplars need sampled traces: the demo samples every request (exporting nothing), so that
+	// its /metrics shows trace ids on the latency histograms at first look.
+	a, err := app.New(ctx, cfg, app.Options{Logger: logger, TracerProvider: telemetry.NewLocalTracerProvider()})
 	if err != nil {
 		return err
 	}
@@ -70,7 +73,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 admission limit %d per prefill worker, queue %d, timeout %s.
 
   gateway:  %s
-  metrics:  %s/metrics
+  metrics:  %s/metrics   (every request is traced, so the latency histograms carry trace-id
+            exemplars: curl -sH 'Accept: application/openmetrics-text' %s/metrics | grep trace_id)
   admin:    %s/admin/v1/workers
 
 Try:
@@ -89,7 +93,7 @@ import deploy/grafana/sluice.json; docs/metrics.md has the queries (which prefil
 how long requests wait for it).
 
 Press Ctrl-C to stop.
-`, *prefillN, *decodeN, *protocol, *limit, *queue, *timeout, base, base, base, base, base, base, base)
+`, *prefillN, *decodeN, *protocol, *limit, *queue, *timeout, base, base, base, base, base, base, base, base)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownGracePeriod)
 	defer cancel()

@@ -240,6 +240,18 @@ func (a AdmissionConfig) Enabled() bool {
 	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0 || a.SeatsOn()
 }
 
+// enabledBy names the flag that turned admission on, for errors about it.
+func (a AdmissionConfig) enabledBy() string {
+	switch {
+	case a.MaxInflightPerWorker > 0:
+		return "--prefill-max-inflight-requests-per-worker"
+	case a.MaxInflightTokensPerWorker > 0:
+		return "--prefill-max-inflight-tokens-per-worker"
+	default:
+		return "--prefill-adaptive-limit"
+	}
+}
+
 // LoadConfig holds the polling of engines' own load reports.
 type LoadConfig struct {
 	// Interval is how often each worker's engine is asked for its load

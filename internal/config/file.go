@@ -53,6 +53,9 @@ func (s *flagSet) applyFile(path string, shadow map[string]bool) error {
 		case key == "config":
 			return fail(k.Line, "key \"config\" is not allowed inside a config file")
 		case s.fs.Lookup(key) == nil:
+			if hint := suggestFlag(s.fs, key); hint != "" {
+				return fail(k.Line, "unknown key %q: did you mean %q (--%s)?", key, hint, hint)
+			}
 			return fail(k.Line, "unknown key %q (keys are flag names without dashes; see sluice serve --help)", key)
 		}
 		seen[key] = true

@@ -411,6 +411,11 @@ func (s *flagSet) finish() {
 	}
 	c.explicit = map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
+	if !c.explicit["prometheus-host"] {
+		// The metrics listener binds where the gateway was told to listen: --host 127.0.0.1 must not
+		// leave /metrics open on every interface.
+		c.SMG.MetricsHost = c.Server.Host
+	}
 	s.finishSMG()
 	c.resolveClusterMode()
 }

@@ -27,7 +27,7 @@ type SMGConfig struct {
 	// Concurrency is the gateway-wide limit on requests in flight, with its queue.
 	Concurrency ConcurrencyConfig
 	// MetricsHost and MetricsPort bind a separate listener serving only /metrics
-	// (--prometheus-host, default "0.0.0.0"; --prometheus-port, default -1 = no separate listener,
+	// (--prometheus-host, default --host; --prometheus-port, default -1 = no separate listener,
 	// 0 = a free port). /metrics stays on the main port too.
 	MetricsHost string
 	MetricsPort int
@@ -315,7 +315,6 @@ func (s *flagSet) registerSMG() {
 	const sec = 1e9
 	m := &c.SMG
 	m.Concurrency.QueueTimeout = 60 * time.Second
-	m.MetricsHost = "0.0.0.0"
 	m.MetricsPort = -1
 	m.DrainSettle = 5 * time.Second
 	m.UpstreamIdleTimeout = 90 * time.Second
@@ -329,7 +328,7 @@ func (s *flagSet) registerSMG() {
 	s.int(&m.Concurrency.TokensPerSecond, "rate-limit-tokens-per-second", "N", 0, "Also refill the gateway's bucket at N tokens/s (SMG's token bucket); 0 = no refill, a pure concurrency bound.")
 
 	s.section("Listeners and observability (SMG names)")
-	s.str(&m.MetricsHost, "prometheus-host", "ADDR", "0.0.0.0", "Address of the separate metrics listener.")
+	s.str(&m.MetricsHost, "prometheus-host", "ADDR", "", "Address of the separate metrics listener (default: --host).")
 	s.int(&m.MetricsPort, "prometheus-port", "PORT", -1, "Serve /metrics also on this port (0 = a free port); -1 = only on --port.")
 	s.add(floatListValue{&m.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the request duration and time-to-first-token histograms, in seconds; repeatable, or several after one flag.")
 	s.int(&m.HealthCheckPort, "health-check-port", "PORT", 0, "Also serve /liveness, /readiness and /health on this port, on a listener of their own; 0 = off.")

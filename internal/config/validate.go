@@ -118,7 +118,7 @@ func (c *Config) Validate() error {
 	a := c.Admission
 	if a.Enabled() {
 		if c.Mode() != ModePD && a.PrefillBounded() {
-			bad("--prefill-max-inflight-requests-per-worker needs --pd-disaggregation: admission bounds prefill workers, which exist only in PD mode")
+			bad("%s needs --pd-disaggregation: admission bounds prefill workers, which exist only in PD mode", a.enabledBy())
 		}
 	} else {
 		if c.explicit["prefill-queue-size"] || a.QueueSize != d.QueueSize {

@@ -36,18 +36,11 @@ func (h *Handler) registerAux() {
 		default:
 			h.mux.Handle("POST "+path, h.inference(route, path))
 		}
-		h.mux.HandleFunc(path, methodNotAllowed)
 	}
 	// SMG (and vLLM) also serve rerank without the /v1 prefix.
 	h.mux.Handle("POST /rerank", h.inference(backend.RouteRerank, "/rerank"))
-	h.mux.HandleFunc("/rerank", methodNotAllowed)
 	// vLLM serves tokenize without the /v1 prefix too (tokenize.go answers both with a tokenizer).
 	h.mux.Handle("POST /tokenize", h.tokenize(h.inference(backend.RouteTokenize, "/tokenize")))
-	h.mux.HandleFunc("/tokenize", methodNotAllowed)
-}
-
-func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	apierror.New(http.StatusMethodNotAllowed, apierror.CodeNotFound, "method "+r.Method+" not allowed on "+r.URL.Path, nil).WriteHTTP(w)
 }
 
 // passthrough serves a route whose stream is relayed as the engine sends it. It is the chat handler

@@ -79,14 +79,7 @@ func New(o Options) *Handler {
 	h.mux.Handle("POST /generate", h.inference(dispatch.RouteGenerate, "/generate"))
 	h.mux.HandleFunc("GET /v1/models", h.models)
 	h.registerAux() // aux.go: embeddings, rerank, score, classify, tokenize, responses, messages
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		st, msg := http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path
-		switch r.URL.Path {
-		case "/v1/chat/completions", "/v1/completions", "/generate", "/v1/models":
-			st, msg = http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path
-		}
-		apierror.New(st, apierror.CodeNotFound, msg, nil).WriteHTTP(w)
-	})
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, h.mux, "/") })
 	return h
 }
 

@@ -67,6 +67,14 @@ type countedConn struct {
 	once sync.Once
 }
 
+// CloseWrite passes net/http's half-close through (it looks for the method on the connection).
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+
+	"github.com/sluicegw/sluice/internal/apierror"
 )
 
 // Route is one more REST route (the Rust gateway's /workers, /get_loads, ...): Guard authenticates
@@ -39,6 +41,7 @@ func liveness(w http.ResponseWriter, _ *http.Request) {
 func probeHandler(ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mountProbes(mux, ready)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, mux, "/") })
 	return mux
 }
 
@@ -49,5 +52,6 @@ func metricsHandler(m http.Handler) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, mux, "/") })
 	return mux
 }

@@ -346,7 +346,7 @@ func TestBodyAndWriteTimeouts(t *testing.T) {
 		// hit it and cancel a response that runs longer than the body timeout.
 		tr := &http.Transport{}
 		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr}).Post("http://"+addr+"/v1/long", "text/plain", strings.NewReader("hello"))
+		resp, err := (&http.Client{Transport: tr}).Post("http://"+addr+"/v1/long", "application/json", strings.NewReader(`"hello"`))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -119,7 +119,7 @@ func NewHandlers(o Options) (*Handlers, error) {
 		services = append(services, openaiv1connect.OpenAIServiceName)
 	}
 	if o.REST != nil {
-		rest := guard(limited(o.REST, o.Concurrency, false), o.InferenceAuth)
+		rest := guard(limited(requireJSON(o.REST), o.Concurrency, false), o.InferenceAuth)
 		main.Handle("/v1/", rest)
 		main.Handle("/generate", rest)
 		main.Handle("/rerank", rest)   // SMG's native rerank path
@@ -148,7 +148,7 @@ func NewHandlers(o Options) (*Handlers, error) {
 		if err := adminv1.RegisterAdminServiceHandlerServer(context.Background(), gw, o.Admin); err != nil {
 			return nil, fmt.Errorf("admin REST: %w", err)
 		}
-		adminMux.Handle("/admin/v1/", adminRoute(guard(gw, o.AdminAuth)))
+		adminMux.Handle("/admin/v1/", adminRoute(guard(requireJSON(gw), o.AdminAuth)))
 		services = append(services, adminv1connect.AdminServiceName)
 	}
 
@@ -182,9 +182,10 @@ func NewHandlers(o Options) (*Handlers, error) {
 	if o.Metrics != nil {
 		main.Handle("GET /metrics", o.Metrics)
 	}
-	main.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		apierror.New(http.StatusNotFound, apierror.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), nil).WriteHTTP(w)
-	})
+	main.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, main, "/") })
+	if o.SeparateAdmin {
+		adminMux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, adminMux, "/") })
+	}
 	hs := &Handlers{Main: outer(main), Probe: probeHandler(o.Ready), Metrics: metricsHandler(o.Metrics)}
 	if o.SeparateAdmin {
 		hs.Admin = outer(adminMux)
@@ -255,17 +256,15 @@ func writeRPCError(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
 }
 
 func restErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
-	apierror.FromWire(err).WriteHTTP(w)
+	plainParseError(apierror.FromWire(err)).WriteHTTP(w)
 }
 
 func restRoutingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
-	msg := fmt.Sprintf("no admin route for %s %s", r.Method, r.URL.Path)
-	code := apierror.CodeNotFound
-	if status == http.StatusMethodNotAllowed {
-		msg = fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path)
-		code = apierror.CodeInvalidRequest
+	if allow := adminAllowed(r.URL.Path); status == http.StatusMethodNotAllowed && len(allow) > 0 {
+		apierror.MethodNotAllowed(r.Method, r.URL.Path, allow).WriteHTTP(w)
+		return
 	}
-	apierror.New(status, code, msg, nil).WriteHTTP(w)
+	apierror.New(status, apierror.CodeNotFound, fmt.Sprintf("no admin route for %s %s", r.Method, r.URL.Path), nil).WriteHTTP(w)
 }
 
 // healthChecker answers gRPC health: the server as a whole ("") is SERVING while it runs (liveness);
@@ -337,6 +336,7 @@ func Listen(addr string, h http.Handler, o ListenOptions) (*Server, error) {
 		ln = tls.NewListener(ln, o.TLS)
 	} else {
 		p.SetUnencryptedHTTP2(true)
+		ln = wireErrListener{Listener: ln, maxHeaderBytes: o.MaxHeaderBytes}
 	}
 	srv := &http.Server{
 		Handler:           h,

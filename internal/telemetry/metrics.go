@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -416,6 +417,40 @@ func (m *Metrics) SetBandQueued(band string, n int) {
 // ObserveBandWait records one admission wait of a request of band.
 func (m *Metrics) ObserveBandWait(band string, d time.Duration) {
 	m.bandWait.WithLabelValues(band).Observe(d.Seconds())
+}
+
+// KeepBands deletes the per-band series of every priority band not in names: bands turned off (or
+// renamed) through the admin API leave no stale gauge behind.
+func (m *Metrics) KeepBands(names []string) {
+	for _, band := range labelValues(m.bandQueued, "band") {
+		if !slices.Contains(names, band) {
+			m.bandQueued.DeleteLabelValues(band)
+		}
+	}
+	for _, band := range labelValues(m.bandWait, "band") {
+		if !slices.Contains(names, band) {
+			m.bandWait.DeleteLabelValues(band)
+		}
+	}
+}
+
+// labelValues lists the values label takes in c's series (a vector keeps no list of its own).
+func labelValues(c prometheus.Collector, label string) []string {
+	ch := make(chan prometheus.Metric)
+	go func() { c.Collect(ch); close(ch) }()
+	var out []string
+	for pm := range ch {
+		var d dto.Metric
+		if err := pm.Write(&d); err != nil {
+			continue
+		}
+		for _, lp := range d.GetLabel() {
+			if lp.GetName() == label && !slices.Contains(out, lp.GetValue()) {
+				out = append(out, lp.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // DeleteWorker deletes every per-worker series of a removed worker.

@@ -47,6 +47,13 @@ type TracerProvider struct {
 	Shutdown func(context.Context) error
 }
 
+// NewLocalTracerProvider samples every trace and exports none: requests get sampled trace ids, so the
+// latency histograms carry exemplars without a collector (sluice demo uses it for a first look).
+func NewLocalTracerProvider() *TracerProvider {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	return &TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}
+}
+
 // NewTracerProvider builds the tracer provider: an OTLP/gRPC exporter when endpoint is set (host:port or
 // http(s)://host:port; plaintext unless https), else a no-op provider that records nothing.
 func NewTracerProvider(ctx context.Context, endpoint string, sampleRatio float64, version string) (*TracerProvider, error) {

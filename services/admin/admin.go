@@ -4,13 +4,16 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +42,11 @@ type Deps struct {
 	FanoutTimeout time.Duration
 	// Cluster reports cluster admission (shares of the fleet's limit); nil when coordination is off.
 	Cluster func() *cluster.Status
+	// PD: the gateway runs prefill/decode disaggregation, so a regular worker would never be routed to.
+	PD bool
+	// OnAdmissionUpdate, when set, is told the settings an UpdateAdmission applied (metrics drop the
+	// series of bands no longer configured).
+	OnAdmissionUpdate func(admission.Settings)
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).
@@ -98,8 +106,8 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Labels:            spec.Labels,
 		Health:            w.Health().String(),
 		CircuitBreaker:    w.Breaker().State(time.Now()).String(),
-		Load:              w.Load(),
-		AdmissionInflight: int64(inflight[w.URL()]),
+		Load:              clamp32(w.Load()),
+		AdmissionInflight: clamp32(int64(inflight[w.URL()])),
 		HasApiKey:         spec.APIKey != "",
 		ProtocolSource:    spec.ProtocolSource,
 		DpSize:            uint32(spec.DPSize),
@@ -120,7 +128,7 @@ func rankLoads(w *worker.Worker) []*adminv1.RankLoad {
 	}
 	out := make([]*adminv1.RankLoad, len(ranks))
 	for i, r := range ranks {
-		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: r.Load()}
+		out[i] = &adminv1.RankLoad{Rank: uint32(r.Rank()), Load: clamp32(r.Load())}
 	}
 	return out
 }
@@ -144,9 +152,14 @@ func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest
 			return nil, invalid("role", "%v", err)
 		}
 	}
+	if h := req.GetHealth(); h != "" && !slices.Contains(healthStates(), h) {
+		return nil, invalid("health", "unknown health %q: want one of %s", h, strings.Join(healthStates(), ", "))
+	}
 	out := &adminv1.ListWorkersResponse{Workers: []*adminv1.Worker{}}
 	inflight := s.inflight()
-	for _, w := range s.d.Registry.Snapshot().All() {
+	all := slices.Clone(s.d.Registry.Snapshot().All())
+	slices.SortFunc(all, func(a, b *worker.Worker) int { return byID(a.ID(), b.ID()) })
+	for _, w := range all {
 		if req.GetRole() != "" && string(w.Role()) != req.GetRole() {
 			continue
 		}
@@ -159,6 +172,25 @@ func (s *Service) ListWorkers(_ context.Context, req *adminv1.ListWorkersRequest
 		out.Workers = append(out.Workers, s.toProto(w, inflight))
 	}
 	return out, nil
+}
+
+// clamp32 fits a count into the API's 32-bit integers (admin.proto says why they are 32-bit): a
+// value past the range reads as its bound, never as a wrapped number.
+func clamp32(v int64) int32 {
+	return int32(max(math.MinInt32, min(v, math.MaxInt32)))
+}
+
+// healthStates are the health names a worker can have, as the API spells them.
+func healthStates() []string {
+	return []string{worker.HealthPending.String(), worker.HealthReady.String(), worker.HealthNotReady.String(), worker.HealthDraining.String()}
+}
+
+// byID orders worker ids as they were assigned: "w2" before "w10".
+func byID(a, b string) int {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 func (s *Service) get(id string) (*worker.Worker, error) {
@@ -192,6 +224,9 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	role, err := worker.ParseRole(ws.GetRole())
 	if err != nil {
 		return nil, invalid("role", "%v", err)
+	}
+	if s.d.PD && role == worker.RoleRegular {
+		return nil, invalid("role", "this gateway runs prefill/decode disaggregation (--pd-disaggregation): add the worker as role prefill or decode; a regular worker would never be routed to")
 	}
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
@@ -230,7 +265,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	if s.d.Checker != nil {
 		_, _ = s.d.Checker.CheckNow(ctx, w.ID())
 	}
-	s.d.Logger.Info("worker added", "id", w.ID(), "url", w.URL(), "role", w.Role())
+	// The registry logs "worker added" for every add, from the admin API or not.
 	return &adminv1.AddWorkerResponse{Worker: s.toProto(w, s.inflight())}, nil
 }
 
@@ -370,7 +405,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 			MaxInflightPerWorker:       int32(st.Settings.MaxInflightPerWorker),
 			QueueSize:                  int32(st.Settings.QueueSize),
 			QueueTimeout:               durationpb.New(st.Settings.QueueTimeout),
-			MaxInflightTokensPerWorker: st.Settings.MaxInflightTokensPerWorker,
+			MaxInflightTokensPerWorker: clamp32(st.Settings.MaxInflightTokensPerWorker),
 			EarlyRejection:             st.Settings.EarlyRejection,
 			DecodeMaxInflightPerWorker: int32(st.Settings.DecodeMaxInflightPerWorker),
 			DecodeAuto:                 st.Settings.DecodeAuto,
@@ -379,7 +414,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 		WaitP50Seconds:  st.Wait.P50.Seconds(),
 		WaitP90Seconds:  st.Wait.P90.Seconds(),
 		WaitP99Seconds:  st.Wait.P99.Seconds(),
-		Rejections:      map[string]int64{},
+		Rejections:      map[string]int32{},
 		ReleaseRate:     st.ReleaseRate,
 		SeatReleaseRate: st.SeatReleaseRate,
 	}
@@ -415,7 +450,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 	}
 	for _, u := range slices.Sorted(maps.Keys(urls)) {
 		wa := &adminv1.WorkerAdmission{Url: u, Inflight: int32(st.Inflight[u]),
-			InflightTokens: st.InflightTokens[u], Limit: int32(st.Limits[u]), ClusterShare: -1}
+			InflightTokens: clamp32(st.InflightTokens[u]), Limit: int32(st.Limits[u]), ClusterShare: -1}
 		if cs != nil {
 			wa.ClusterShare = int32(cs.Other)
 			if ws, ok := cs.Workers[u]; ok {
@@ -425,7 +460,7 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 		out.Workers = append(out.Workers, wa)
 	}
 	for k, v := range st.Rejections {
-		out.Rejections[k] = int64(v)
+		out.Rejections[k] = clamp32(int64(min(v, math.MaxInt32)))
 	}
 	if cs != nil {
 		out.Cluster = clusterToProto(cs)
@@ -438,7 +473,7 @@ func clusterToProto(cs *cluster.Status) *adminv1.ClusterAdmission {
 	out := &adminv1.ClusterAdmission{
 		Mode: cs.Mode, Replica: cs.Replica, Coordinator: cs.Coordinator, IsCoordinator: cs.IsCoordinator, Term: cs.Term,
 		Fallback: cs.Fallback, FleetLimit: int32(cs.FleetLimit), Members: cs.Members, RaisesBlocked: cs.RaisesBlocked,
-		Rebalances: cs.Rebalances,
+		Rebalances: clamp32(cs.Rebalances),
 	}
 	if cs.LeaseAge >= 0 {
 		out.LeaseAge = durationpb.New(cs.LeaseAge)
@@ -468,6 +503,9 @@ func (s *Service) GetAdmission(context.Context, *adminv1.GetAdmissionRequest) (*
 func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissionRequest) (*adminv1.UpdateAdmissionResponse, error) {
 	set := s.d.Admission.Settings()
 	if req.MaxInflightPerWorker != nil {
+		if req.GetMaxInflightPerWorker() < 0 {
+			return nil, invalid("max_inflight_per_worker", "max_inflight_per_worker must be >= 0 (0 turns admission off), got %d", req.GetMaxInflightPerWorker())
+		}
 		set.MaxInflightPerWorker = int(req.GetMaxInflightPerWorker())
 		if req.AdaptiveLimit == nil {
 			set.Adaptive = admission.AdaptiveLimit{}
@@ -490,7 +528,10 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		set.QueueTimeout = d
 	}
 	if req.MaxInflightTokensPerWorker != nil {
-		set.MaxInflightTokensPerWorker = req.GetMaxInflightTokensPerWorker()
+		if req.GetMaxInflightTokensPerWorker() < 0 {
+			return nil, invalid("max_inflight_tokens_per_worker", "max_inflight_tokens_per_worker must be >= 0 (0 turns the token budget off), got %d", req.GetMaxInflightTokensPerWorker())
+		}
+		set.MaxInflightTokensPerWorker = int64(req.GetMaxInflightTokensPerWorker())
 	}
 	if req.PriorityAging != nil {
 		if err := req.GetPriorityAging().CheckValid(); err != nil {
@@ -531,6 +572,9 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	}
 	if err := s.d.Admission.Update(set); err != nil {
 		return nil, invalid("max_inflight_per_worker", "%v", err)
+	}
+	if s.d.OnAdmissionUpdate != nil {
+		s.d.OnAdmissionUpdate(set)
 	}
 	s.d.Logger.Info("admission settings updated", "limit", set.MaxInflightPerWorker, "queue_size", set.QueueSize, "queue_timeout", set.QueueTimeout,
 		"token_limit", set.MaxInflightTokensPerWorker, "bands", len(set.Bands), "aging", set.Aging, "early_rejection", set.EarlyRejection,

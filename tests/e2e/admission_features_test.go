@@ -23,7 +23,7 @@ func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
 		"--aging", "5s", "--early-rejection=true", "--adaptive", "2:8", "-o", "json"}, common...)...)
 	var st struct {
 		Settings struct {
-			Tokens string `json:"max_inflight_tokens_per_worker"` // int64: a JSON string
+			Tokens int `json:"max_inflight_tokens_per_worker"` // a JSON number, as every admin integer
 			Bands  []struct {
 				Name string `json:"name"`
 				Min  int    `json:"min_priority"`
@@ -43,7 +43,7 @@ func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	s := st.Settings
-	if s.Tokens != "4096" || len(s.Bands) != 3 || s.Bands[2].Name != "high" || s.Bands[0].Min != -10 || s.Aging != "5s" || !s.Early ||
+	if s.Tokens != 4096 || len(s.Bands) != 3 || s.Bands[2].Name != "high" || s.Bands[0].Min != -10 || s.Aging != "5s" || !s.Early ||
 		s.Adaptive == nil || s.Adaptive.Min != 2 || s.Adaptive.Max != 8 || len(st.Bands) != 3 {
 		t.Fatalf("admission set -o json: %s", out)
 	}

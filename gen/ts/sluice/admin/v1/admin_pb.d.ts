@@ -3,6 +3,8 @@
 /* eslint-disable */
 
 // Package sluice.admin.v1 is the operators' API of the sluice gateway: workers, admission, loads, cache.
+// Every integer is 32-bit, so that every integer in its JSON (REST, Connect JSON) is a JSON number:
+// protojson writes 64-bit integers as strings. Counters saturate at 2^31-1 here; /metrics has them exact.
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
@@ -171,16 +173,16 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
   /**
    * Backend requests in flight on this worker.
    *
-   * @generated from field: int64 load = 10;
+   * @generated from field: int32 load = 10;
    */
-  load: bigint;
+  load: number;
 
   /**
    * Prefill admission slots held on this worker.
    *
-   * @generated from field: int64 admission_inflight = 11;
+   * @generated from field: int32 admission_inflight = 11;
    */
-  admissionInflight: bigint;
+  admissionInflight: number;
 
   /**
    * True when an API key is set for the engine (the key itself is never returned).
@@ -272,9 +274,9 @@ export declare type RankLoad = Message<"sluice.admin.v1.RankLoad"> & {
   /**
    * Backend requests in flight on the rank.
    *
-   * @generated from field: int64 load = 2;
+   * @generated from field: int32 load = 2;
    */
-  load: bigint;
+  load: number;
 };
 
 /**
@@ -650,9 +652,9 @@ export declare type AdmissionSettings = Message<"sluice.admin.v1.AdmissionSettin
    * Bound on the estimated prompt tokens in prefill per prefill worker, alone or with the request limit;
    * <= 0 means none. A request larger than the bound runs alone on an idle worker.
    *
-   * @generated from field: int64 max_inflight_tokens_per_worker = 4;
+   * @generated from field: int32 max_inflight_tokens_per_worker = 4;
    */
-  maxInflightTokensPerWorker: bigint;
+  maxInflightTokensPerWorker: number;
 
   /**
    * Priority bands, lowest first; fewer than two means priorities are ignored.
@@ -803,9 +805,9 @@ export declare type WorkerAdmission = Message<"sluice.admin.v1.WorkerAdmission">
   /**
    * Estimated prompt tokens of the slots held.
    *
-   * @generated from field: int64 inflight_tokens = 3;
+   * @generated from field: int32 inflight_tokens = 3;
    */
-  inflightTokens: bigint;
+  inflightTokens: number;
 
   /**
    * Current request limit: the adaptive one with an adaptive range, else the configured one (<= 0: none).
@@ -1004,9 +1006,9 @@ export declare type AdmissionStatus = Message<"sluice.admin.v1.AdmissionStatus">
    * Rejections since start, by reason ("queue_full", "queue_timeout"; "predicted_timeout" with early
    * rejection, "displaced" with priority bands).
    *
-   * @generated from field: map<string, int64> rejections = 9;
+   * @generated from field: map<string, int32> rejections = 9;
    */
-  rejections: { [key: string]: bigint };
+  rejections: { [key: string]: number };
 
   /**
    * Waiting requests per priority band (with two or more bands).
@@ -1139,9 +1141,9 @@ export declare type ClusterAdmission = Message<"sluice.admin.v1.ClusterAdmission
   /**
    * Coordinator only: allocation rounds that changed a share, this term.
    *
-   * @generated from field: int64 rebalances = 12;
+   * @generated from field: int32 rebalances = 12;
    */
-  rebalances: bigint;
+  rebalances: number;
 };
 
 /**
@@ -1270,9 +1272,9 @@ export declare type UpdateAdmissionRequest = Message<"sluice.admin.v1.UpdateAdmi
   /**
    * New token bound per worker; <= 0 removes it.
    *
-   * @generated from field: optional int64 max_inflight_tokens_per_worker = 4;
+   * @generated from field: optional int32 max_inflight_tokens_per_worker = 4;
    */
-  maxInflightTokensPerWorker?: bigint | undefined;
+  maxInflightTokensPerWorker?: number | undefined;
 
   /**
    * New priority bands, replacing all of them (an empty list turns priorities off).

@@ -1,0 +1,114 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// newTestService is the admin API over a real registry and admission controller; logs go to the
+// returned buffer (the registry's and the service's alike, as in the gateway).
+func newTestService(t *testing.T, pd bool) (*Service, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true, Logger: logger})
+	adm, err := admission.New(admission.Settings{MaxInflightPerWorker: 2, QueueSize: 10, QueueTimeout: time.Second}, admission.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Deps{Registry: reg, Admission: adm, Logger: logger, PD: pd})
+	t.Cleanup(s.Close)
+	return s, &logs
+}
+
+// refusedParam asserts err is an InvalidArgument whose message names param.
+func refusedParam(t *testing.T, err error, param string) {
+	t.Helper()
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("error %v, want InvalidArgument", err)
+	}
+	if !strings.Contains(err.Error(), param) {
+		t.Errorf("message %q does not name %s", err, param)
+	}
+}
+
+func TestRegularWorkerRefusedByPDGateway(t *testing.T) {
+	s, _ := newTestService(t, true)
+	ctx := context.Background()
+	_, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.5:30000", Role: "regular", Protocol: "sglang"}})
+	refusedParam(t, err, "role")
+	if !strings.Contains(err.Error(), "prefill or decode") {
+		t.Errorf("message %q does not say what to do", err)
+	}
+	if _, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.5:30000", Role: "prefill", Protocol: "sglang"}}); err != nil {
+		t.Errorf("prefill worker: %v", err)
+	}
+	regular, _ := newTestService(t, false)
+	if _, err := regular.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.5:30000", Role: "regular", Protocol: "sglang"}}); err != nil {
+		t.Errorf("regular worker on a regular gateway: %v", err)
+	}
+}
+
+func TestNegativeLimitsRefused(t *testing.T) {
+	s, _ := newTestService(t, true)
+	ctx := context.Background()
+	limit, tokens := int32(-1), int32(-5)
+	_, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &limit})
+	refusedParam(t, err, "max_inflight_per_worker")
+	_, err = s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightTokensPerWorker: &tokens})
+	refusedParam(t, err, "max_inflight_tokens_per_worker")
+	if got := s.d.Admission.Settings(); got.MaxInflightPerWorker != 2 || got.MaxInflightTokensPerWorker != 0 {
+		t.Errorf("settings changed by refused updates: %+v", got)
+	}
+	zero := int32(0)
+	if _, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &zero}); err != nil {
+		t.Errorf("0 (off): %v", err)
+	}
+}
+
+func TestListWorkersHealthFilterAndOrder(t *testing.T) {
+	s, logs := newTestService(t, true)
+	ctx := context.Background()
+	// Added in an order their URLs do not sort in: the list follows the ids, w2 before w10.
+	var want []string
+	for i := range 11 {
+		url := "http://10.0.0." + string(rune('z'-i)) + ".example:30000"
+		resp, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: url, Role: "decode", Protocol: "sglang"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, resp.GetWorker().GetId())
+	}
+	if n := strings.Count(logs.String(), `msg="worker added"`); n != 11 {
+		t.Errorf("%d 'worker added' lines for 11 adds:\n%s", n, logs)
+	}
+	resp, err := s.ListWorkers(ctx, &adminv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range resp.GetWorkers() {
+		got = append(got, w.GetId())
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("list order %v, want %v", got, want)
+	}
+	_, err = s.ListWorkers(ctx, &adminv1.ListWorkersRequest{Health: "bogus"})
+	refusedParam(t, err, "health")
+	if !strings.Contains(err.Error(), "ready") {
+		t.Errorf("message %q does not list the health states", err)
+	}
+	if resp, err := s.ListWorkers(ctx, &adminv1.ListWorkersRequest{Health: "ready"}); err != nil || len(resp.GetWorkers()) != 11 {
+		t.Errorf("health=ready: %d workers, %v", len(resp.GetWorkers()), err)
+	}
+}
