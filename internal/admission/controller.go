@@ -154,6 +154,7 @@ type Controller struct {
 	// Decode seats (seat.go), by decode worker key.
 	seats        map[string]*seatState
 	decCap       map[string]DecodeCapacity
+	kvKnown      atomic.Bool // some decCap has KVTokens > 0 (DecodeKVKnown)
 	seatReleases rateEstimator
 }
 
@@ -991,6 +992,7 @@ func (c *Controller) Update(s Settings) error {
 	defer c.mu.Unlock()
 	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
+	c.noteKVKnownLocked()
 	for w, ws := range c.workers {
 		switch {
 		case ws.lim == nil:

@@ -199,16 +199,20 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 				h := held[o.Index%len(held)]
 				h.slot.Release(admission.ReleaseCompleted)
 				h.slot.Release(admission.ReleaseFailed)
+				if !h.slotDone {
+					dirty = false // a real release lets every head select; a repeated one is a no-op
+				}
 				h.slotDone = true
-				dirty = false
 			}
 		case seatReleaseSeat:
 			if len(held) > 0 {
 				h := held[o.Index%len(held)]
 				h.slot.Seat().Release(admission.ReleaseCompleted)
 				h.slot.Seat().Release(admission.ReleaseCancelled)
+				if !h.seatDone {
+					dirty = false
+				}
 				h.seatDone = true
-				dirty = false
 			}
 		case seatCancel:
 			if len(pending) > 0 {

@@ -163,12 +163,29 @@ func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 	} else {
 		c.decCap[worker] = dc
 	}
+	c.noteKVKnownLocked()
 	if _, ok := c.seats[worker]; ok {
 		c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
 	}
 	if c.queued > 0 {
 		c.dispatchAllLocked()
 	}
+}
+
+// DecodeKVKnown reports whether decode seats are on and some decode worker's KV capacity is known,
+// i.e. whether a request's DecodeTokens can matter: callers may skip computing it otherwise. It takes
+// no lock.
+func (c *Controller) DecodeKVKnown() bool { return c.kvKnown.Load() }
+
+// noteKVKnownLocked recomputes DecodeKVKnown after a change of settings or capacities.
+func (c *Controller) noteKVKnownLocked() {
+	known := false
+	if c.settings.SeatsOn() {
+		for _, v := range c.decCap {
+			known = known || v.KVTokens > 0
+		}
+	}
+	c.kvKnown.Store(known)
 }
 
 // removeSeatsLocked forgets the seats and capacity of engine url and of its
@@ -185,6 +202,7 @@ func (c *Controller) removeSeatsLocked(url string) {
 			delete(c.decCap, k)
 		}
 	}
+	c.noteKVKnownLocked()
 }
 
 // callSelectPair runs the pair callback with the same panic recovery as

@@ -305,3 +305,21 @@ func TestRetryAfterForSide(t *testing.T) {
 }
 
 func fmtErr(err error) error { return errors.Join(admission.ErrRejected, err) }
+
+func TestDecodeKVKnown(t *testing.T) {
+	c := mustNew(t, on(1, 0), admission.Deps{})
+	c.SetDecodeCapacity("D0", admission.DecodeCapacity{KVTokens: 100})
+	if c.DecodeKVKnown() {
+		t.Fatal("KV known with seats off")
+	}
+	if err := c.Update(seatsOn(1, 2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if !c.DecodeKVKnown() {
+		t.Fatal("KV unknown with seats on and a capacity declared")
+	}
+	c.RemoveWorker("D0")
+	if c.DecodeKVKnown() {
+		t.Fatal("KV still known after its worker was removed")
+	}
+}

@@ -39,11 +39,12 @@ func declareDecodeWindow(adm *admission.Controller, w *worker.Worker) {
 	if w.Role() != worker.RoleDecode {
 		return
 	}
-	win := w.Spec().DecodeWindow
+	spec := w.Spec()
 	ranks := w.Ranks()
-	adm.SetDecodeCapacity(w.Key(), admission.DecodeCapacity{Window: win * max(len(ranks), 1)})
+	n := max(len(ranks), 1)
+	adm.SetDecodeCapacity(w.Key(), admission.DecodeCapacity{Window: spec.DecodeWindow * n, KVTokens: spec.DecodeKVTokens * int64(n)})
 	for _, r := range ranks {
-		adm.SetDecodeCapacity(r.Key(), admission.DecodeCapacity{Window: win})
+		adm.SetDecodeCapacity(r.Key(), admission.DecodeCapacity{Window: spec.DecodeWindow, KVTokens: spec.DecodeKVTokens})
 	}
 }
 

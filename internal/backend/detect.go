@@ -44,6 +44,10 @@ type ServerInfoFields struct {
 	// data-parallel ranks (python/sglang/srt/server_args.py; each rank's scheduler takes
 	// max_running_requests // dp_size, python/sglang/srt/managers/scheduler.py); 0 when not reported.
 	MaxRunningRequests int
+	// MaxTotalTokens is max_total_tokens, the KV pool bound in tokens each data-parallel rank's model
+	// runner takes when it is given (server_args.py; python/sglang/srt/model_executor/model_runner.py
+	// caps max_total_num_tokens by it); 0 when not reported (the engine sized its pool from memory).
+	MaxTotalTokens int
 }
 
 // Detect asks an engine what it is, the way the Rust gateway does
@@ -134,6 +138,7 @@ func serverInfoFields(info map[string]any) *ServerInfoFields {
 	f.BootstrapPort = intField(info["disaggregation_bootstrap_port"])
 	f.DPSize = intField(info["dp_size"])
 	f.MaxRunningRequests = intField(info["max_running_requests"])
+	f.MaxTotalTokens = intField(info["max_total_tokens"])
 	return f
 }
 

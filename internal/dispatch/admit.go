@@ -68,7 +68,7 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 		Priority: prio,
 		MaxWait:  maxWait,
 	}
-	if x.cfg.DecodeKVReservation {
+	if adm := x.d.Admission; adm != nil && adm.DecodeKVKnown() {
 		ar.DecodeTokens = ar.Tokens*int64(max(br.N, 1)) + maxOutputTokens(br)*int64(max(br.N, 1)*br.Prompts())
 	}
 	if ca, ok := x.d.Policies.Prefill.(interface {

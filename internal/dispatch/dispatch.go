@@ -116,10 +116,6 @@ type Config struct {
 	CheckDecodeOverload           bool
 	DecodeOverloadWaitingRequests int
 	DecodeMaxKVUsage              float64
-	// DecodeKVReservation charges each PD request's prompt + max_tokens on its decode seat, against the
-	// decode worker's KV capacity (admission.DecodeCapacity.KVTokens); set when such capacities are
-	// declared, since it costs one more decode of the body.
-	DecodeKVReservation bool
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.

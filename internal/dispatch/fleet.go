@@ -90,6 +90,9 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 			// The engine's own window wins over a declared one: it is what its scheduler enforces.
 			spec.DecodeWindow = info.MaxRunningRequests / max(spec.DPSize, 1)
 		}
+		if spec.Role == worker.RoleDecode && info.MaxTotalTokens > 0 {
+			spec.DecodeKVTokens = int64(info.MaxTotalTokens)
+		}
 	}
 	return spec, nil
 }

@@ -164,6 +164,10 @@ type Spec struct {
 	// rank runs at once (SGLang max_running_requests / dp_size, read from its server info; vLLM
 	// --max-num-seqs, declared). 0 means unknown. Decode seats with "auto" use it as each rank's bound.
 	DecodeWindow int
+	// DecodeKVTokens is a decode engine's KV capacity in tokens per data-parallel rank (SGLang
+	// max_total_tokens, read from its server info); 0 means unknown. Decode seats then also reserve
+	// each request's prompt + max_tokens against it.
+	DecodeKVTokens int64
 	// ProtocolSource says how Protocol was decided (see the ProtocolFrom constants); informational.
 	ProtocolSource string
 	// KVConnector is a vLLM worker's KV connector: KVConnectorNIXL (the default) or

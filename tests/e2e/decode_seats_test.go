@@ -154,3 +154,44 @@ func TestDecodeSeatsEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeKVReservationEndToEnd: an SGLang decode engine reporting max_total_tokens 3000 in its server
+// info, seats on with a window of 8: a stream reserving prompt + 2000 tokens leaves no KV room for a
+// second, which waits although seats are free, and is admitted when the first ends.
+func TestDecodeKVReservationEndToEnd(t *testing.T) {
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
+		Engine: sim.Config{BootstrapTimeout: time.Minute, ITLBase: 50 * time.Millisecond, MaxRunningRequests: 8,
+			KVCapacityTokens: 3000}})
+	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--disable-retries",
+		"--decode-max-inflight-requests-per-worker", "auto", "--prefill-queue-size", "4", "--prefill-queue-timeout-secs", "60"},
+		pdArgs(c)...)...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	dec := c.ByRole(sim.RoleDecode)[0].URL()
+	if got := gw.Admission.Status().DecodeCapacity[dec]; got.Window != 8 || got.KVTokens != 3000 {
+		t.Fatalf("decode capacity %+v, want window 8 and 3000 KV tokens from the server info", got)
+	}
+	chat := gw.URL + "/v1/chat/completions"
+	body := `{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":2000,"stream":true}`
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	ra := <-goPost(ctxA, chat, body)
+	if ra.err != nil || ra.resp.StatusCode != http.StatusOK {
+		t.Fatalf("A: %v %v", ra.err, ra.resp)
+	}
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	chB := goPost(ctxB, chat, body)
+	waitFor(t, "B waits for KV room", 10*time.Second, func() bool { return gw.Admission.Status().QueuedTotal == 1 })
+	if got := gw.Admission.Status().Seats[dec]; got != 1 {
+		t.Fatalf("seats = %d, want 1 (B waits for KV, not a seat)", got)
+	}
+	cancelA()
+	ra.resp.Body.Close()
+	rb := <-chB
+	if rb.err != nil || rb.resp.StatusCode != http.StatusOK {
+		t.Fatalf("B: %v %v", rb.err, rb.resp)
+	}
+	cancelB()
+	rb.resp.Body.Close()
+	waitFor(t, "seats released", 10*time.Second, func() bool { return gw.Admission.Status().Seats[dec] == 0 })
+}
