@@ -18,8 +18,8 @@ import (
 // are known (placement's rank views), else per engine.
 
 // selectPair picks the pair. It returns admission.ErrNoSeat when routable decode partners exist but
-// none has a seat, admission.ErrNoCapacity when the decode side has seats but no prefill worker a
-// slot, and placement's errors (404, 503) otherwise.
+// none has a seat while some prefill worker has a slot, admission.ErrNoCapacity when no prefill
+// worker has a slot (whatever the seats), and placement's errors (404, 503) otherwise.
 func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffSet, hasSlot, hasSeat func(string) bool) (*worker.Worker, *worker.Worker, error) {
 	snap := x.d.Registry.Snapshot()
 	now := time.Now()
@@ -40,6 +40,14 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 		p.Handoffs = routable
 		if _, err := placement.SelectPrefill(snap, &p, firstPolicy{}, nil, now); err != nil {
 			return nil, nil, err
+		}
+		// When prefill is full too, prefill is what holds the head back: its seats are taken by
+		// requests still in prefill (a seat is held from the pair's choice), and the decode gets no
+		// new work until a slot frees. Naming decode then would tell an operator to add the wrong
+		// workers (the scenario's prefill-bound phase answered pd_decode_* before this).
+		if _, err := placement.SelectPrefill(snap, &p, firstPolicy{},
+			func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }, now); errors.Is(err, placement.ErrAtCapacity) {
+			return nil, nil, admission.ErrNoCapacity
 		}
 		return nil, nil, admission.ErrNoSeat
 	}

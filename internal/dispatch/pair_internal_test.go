@@ -149,6 +149,10 @@ func TestSelectPairDecodeSide(t *testing.T) {
 	if _, _, err := x.selectPair(preq, allHandoffs, yes, no); !errors.Is(err, admission.ErrNoSeat) {
 		t.Fatalf("err = %v, want ErrNoSeat", err)
 	}
+	// Both full: prefill holds the head back (its seats are held by requests still in prefill).
+	if _, _, err := x.selectPair(preq, allHandoffs, no, no); !errors.Is(err, admission.ErrNoCapacity) || errors.Is(err, admission.ErrNoSeat) {
+		t.Fatalf("err = %v, want the prefill side's ErrNoCapacity when both sides are full", err)
+	}
 	// A model nobody serves is final, never a wait.
 	if _, _, err := x.selectPair(&placement.Request{Model: "other", TargetWorker: -1}, allHandoffs, yes, no); !errors.Is(err, placement.ErrModelNotFound) {
 		t.Fatalf("err = %v, want model not found", err)
