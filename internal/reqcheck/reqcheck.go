@@ -2,6 +2,7 @@ package reqcheck
 
 import (
 	"strconv"
+	"strings"
 )
 
 // API names the request schema a body follows.
@@ -252,12 +253,12 @@ func want(param string, got, k kind) *Error {
 	return nil
 }
 
-// shown renders a client's number back to it, bounded.
+// shown renders a client's value back to it, bounded (and valid UTF-8 where the cut splits a rune).
 func shown(raw []byte) string {
 	if len(raw) > 32 {
-		return string(raw[:32]) + "..."
+		return strings.ToValidUTF8(string(raw[:32]), "") + "..."
 	}
-	return string(raw)
+	return strings.ToValidUTF8(string(raw), "\uFFFD")
 }
 
 func finite(param string, raw []byte, k kind) (float64, *Error) {
