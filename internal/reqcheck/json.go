@@ -83,13 +83,18 @@ func skip(b []byte, i int) int {
 	case '[', '{':
 		depth := 0
 		for i < len(b) {
-			switch b[i] {
+			c := b[i]
+			if c != '"' && c != '[' && c != ']' && c != '{' && c != '}' {
+				i++
+				continue
+			}
+			switch c {
 			case '"':
 				i = skipString(b, i)
 				continue
 			case '[', '{':
 				depth++
-			case ']', '}':
+			default:
 				depth--
 				if depth == 0 {
 					return i + 1
@@ -105,16 +110,25 @@ func skip(b []byte, i int) int {
 	return i
 }
 
+// skipString returns the index just past the string starting at b[i] == '"': the first quote not
+// escaped by an odd run of backslashes.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	i++
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b)
+		}
+		i += q
+		bs := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			bs++
+		}
+		i++
+		if bs%2 == 0 {
+			return i
 		}
 	}
-	return i
 }
 
 // elems calls fn with each element of the array raw, stopping at the first error fn returns.
@@ -183,6 +197,9 @@ func number(raw []byte) (float64, bool) {
 	if v, ok := smallInt(raw); ok {
 		return float64(v), true
 	}
+	if v, ok := smallDecimal(raw); ok {
+		return v, true
+	}
 	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil || math.IsInf(f, 0) {
 		return 0, false
@@ -227,6 +244,50 @@ func smallInt(raw []byte) (int64, bool) {
 		v = -v
 	}
 	return v, true
+}
+
+// smallDecimal is the allocation-free fast path for a plain decimal (0.7, -1.25) of at most 15
+// digits: digits and the power of ten are exact in a float64, so their quotient is correctly rounded,
+// the same value strconv.ParseFloat returns.
+func smallDecimal(raw []byte) (float64, bool) {
+	i, neg := 0, false
+	if len(raw) > 0 && raw[0] == '-' {
+		i, neg = 1, true
+	}
+	var mant int64
+	digits, frac, dot := 0, 0, false
+	for ; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case c >= '0' && c <= '9':
+			mant = mant*10 + int64(c-'0')
+			digits++
+			if dot {
+				frac++
+			}
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return 0, false // an exponent: the slow path
+		}
+	}
+	if digits == 0 || digits > 15 {
+		return 0, false
+	}
+	v := float64(mant) / pow10(frac)
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// pow10 is 10^n for n <= 15, the powers of ten a float64 holds exactly.
+func pow10(n int) float64 {
+	p := 1.0
+	for range n {
+		p *= 10
+	}
+	return p
 }
 
 // isIntegerKey reports whether a quoted object key is an integer, as Python's int() reads a string

@@ -350,14 +350,15 @@ func integers(param string, raw []byte, k kind) *Error {
 		return typeError(param, "an array of integers", k)
 	}
 	return elems(raw, func(i int, v []byte) *Error {
+		ek := kindOf(v)
+		if _, ok := integer(v); ek == kindNumber && ok {
+			return nil
+		}
 		p := param + "[" + strconv.Itoa(i) + "]"
-		if ek := kindOf(v); ek != kindNumber {
+		if ek != kindNumber {
 			return typeError(p, "an integer", ek)
 		}
-		if _, ok := integer(v); !ok {
-			return &Error{Param: p, Message: p + " must be an integer, got " + shown(v)}
-		}
-		return nil
+		return &Error{Param: p, Message: p + " must be an integer, got " + shown(v)}
 	})
 }
 
@@ -420,31 +421,44 @@ func objects(param string, raw []byte, k kind) *Error {
 }
 
 // tools: a list of {"type":"function","function":{"name":<string>,...}} (vLLM ChatCompletionToolsParam
-// and FunctionDefinition; SGLang Tool and Function: function and its name are required in both).
+// and FunctionDefinition; SGLang Tool and Function: function and its name are required in both). One
+// pass over each tool and one over its function: tool parameters (JSON schemas) can be long.
 func tools(raw []byte, k kind) *Error {
-	if err := objects("tools", raw, k); err != nil {
-		return err
+	if k != kindArray {
+		return typeError("tools", "an array", k)
 	}
 	return elems(raw, func(i int, v []byte) *Error {
-		p := "tools[" + strconv.Itoa(i) + "]"
-		if t, ok := member(v, "type"); ok {
-			if tk := kindOf(t); tk != kindString {
-				return typeError(p+".type", "a string", tk)
+		p := func(field string) string { return "tools[" + strconv.Itoa(i) + "]" + field }
+		if vk := kindOf(v); vk != kindObject {
+			return typeError(p(""), "an object", vk)
+		}
+		var typ, fn []byte
+		_ = members(v, func(key, mv []byte) *Error {
+			switch {
+			case keyIs(key, "type"):
+				typ = mv
+			case keyIs(key, "function"):
+				fn = mv
+			}
+			return nil
+		})
+		if typ != nil {
+			if tk := kindOf(typ); tk != kindString {
+				return typeError(p(".type"), "a string", tk)
 			}
 		}
-		fn, ok := member(v, "function")
-		if !ok || kindOf(fn) == kindNull {
-			return &Error{Param: p + ".function", Message: p + ".function is required"}
+		if fn == nil || kindOf(fn) == kindNull {
+			return &Error{Param: p(".function"), Message: p(".function") + " is required"}
 		}
 		if fk := kindOf(fn); fk != kindObject {
-			return typeError(p+".function", "an object", fk)
+			return typeError(p(".function"), "an object", fk)
 		}
 		name, ok := member(fn, "name")
 		if !ok {
-			return &Error{Param: p + ".function.name", Message: p + ".function.name is required"}
+			return &Error{Param: p(".function.name"), Message: p(".function.name") + " is required"}
 		}
 		if nk := kindOf(name); nk != kindString {
-			return typeError(p+".function.name", "a string", nk)
+			return typeError(p(".function.name"), "a string", nk)
 		}
 		return nil
 	})
