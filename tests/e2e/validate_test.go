@@ -337,8 +337,8 @@ func keyedEngine(t *testing.T, engineURL, key string, status int) *httptest.Serv
 	return srv
 }
 
-// TestEngineAuthPassThrough is the Rust gateway's test_router_api_key_enforcement (smg-project/smg
-// e2e_test/router/test_router_api_key.py: an engine requiring a key, the gateway forwarding the client's
+// TestEngineAuthPassThrough is the Rust gateway's test_router_api_key_enforcement (smg-project/smg's
+// integration suite: a mock worker started with --require-api-key, the gateway forwarding the client's
 // Authorization): no key and a wrong key get the engine's 401, the right key a 200. With a worker key of
 // the gateway's own configured, the engine's refusal is the gateway's problem: 502.
 func TestEngineAuthPassThrough(t *testing.T) {
