@@ -164,7 +164,9 @@ func (c *Checker) generation(key, raw []byte, k kind) *Error {
 		}
 	case "user", "suffix":
 		return want(string(key), k, kindString)
-	case "echo", "ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "parallel_tool_calls":
+	case "echo", "ignore_eos", "skip_special_tokens", "parallel_tool_calls":
+		// Booleans in both engines' request models; a field only one of them defines is an unknown
+		// extra to the other, which takes any value, so it is not checked.
 		return want(string(key), k, kindBool)
 	}
 	return nil
