@@ -93,14 +93,15 @@ func checked(e *reqcheck.Error) *RequestError {
 	return &RequestError{Param: e.Param, Message: e.Message}
 }
 
-// checkAPI is the reqcheck schema of a generation route; 0 for /generate, SGLang's native API whose
-// sampling parameters the engine checks.
+// checkAPI is the reqcheck schema of a generation route.
 func checkAPI(route Route) reqcheck.API {
 	switch route {
 	case RouteChat:
 		return reqcheck.Chat
 	case RouteCompletions:
 		return reqcheck.Completions
+	case RouteGenerate:
+		return reqcheck.Generate
 	}
 	return 0
 }

@@ -35,8 +35,10 @@ func FuzzMember(f *testing.F) {
 		{"tools", `[{"function":{}}]`}, {"stream_options", `{"include_usage":true}`}, {"response_format", `{"type":"text"}`},
 		{"logprobs", `true`}, {"top_logprobs", `-1`}, {"tool_choice", `"auto"`}, {"user", `"u"`}, {"echo", `false`},
 		{"max_output_tokens", `1`}, {"dimensions", `8`},
+		{"sampling_params", `{"temperature":0.5,"max_new_tokens":0,"min_new_tokens":0,"stop":"x"}`},
+		{"sampling_params", `[{"top_p":0},null,{"repetition_penalty":3}]`},
 	} {
-		for api := Chat; api <= Embeddings; api++ {
+		for api := Chat; api <= Generate; api++ {
 			f.Add(uint8(api), s.key, []byte(s.val))
 		}
 	}
@@ -45,7 +47,7 @@ func FuzzMember(f *testing.F) {
 		if !json.Valid(val) {
 			return
 		}
-		api := API(a%4) + Chat
+		api := API(a%5) + Chat
 		c := New(api)
 		err := c.Member([]byte(key), val)
 		if err == nil {

@@ -15,6 +15,7 @@ const (
 	Completions                // POST /v1/completions
 	Responses                  // POST /v1/responses
 	Embeddings                 // POST /v1/embeddings
+	Generate                   // POST /generate (SGLang's native API: its sampling_params)
 )
 
 // Error is a field no engine would accept: Param names it as the client wrote it (a nested field with
@@ -53,6 +54,10 @@ func (c *Checker) Member(key, raw []byte) *Error {
 		return c.responses(key, raw, k)
 	case Embeddings:
 		return embeddings(key, raw, k)
+	case Generate:
+		if string(key) == "sampling_params" {
+			return samplingParams(raw, k)
+		}
 	}
 	return nil
 }
@@ -201,6 +206,77 @@ func embeddings(key, raw []byte, k kind) *Error {
 		return integerAtLeast("dimensions", raw, k, minInt64, nil)
 	case "encoding_format", "user":
 		return want(string(key), k, kindString)
+	}
+	return nil
+}
+
+// samplingParams checks /generate's sampling_params, an object or a list of them (one per prompt), with
+// SGLang's own rules: python/sglang/srt/sampling/sampling_params.py SamplingParams.verify (this API is
+// SGLang's alone, so its ranges are the ones to match). n is internal/backend's.
+func samplingParams(raw []byte, k kind) *Error {
+	switch k {
+	case kindObject:
+		return samplingObject("sampling_params", raw)
+	case kindArray:
+		return elems(raw, func(i int, v []byte) *Error {
+			p := "sampling_params[" + strconv.Itoa(i) + "]"
+			switch vk := kindOf(v); vk {
+			case kindNull:
+				return nil
+			case kindObject:
+				return samplingObject(p, v)
+			default:
+				return typeError(p, "an object", vk)
+			}
+		})
+	}
+	return typeError("sampling_params", "an object or an array of objects", k)
+}
+
+func samplingObject(prefix string, raw []byte) *Error {
+	var maxNew, minNew int64
+	var haveMax, haveMin bool
+	err := members(raw, func(key, v []byte) *Error {
+		k := kindOf(v)
+		if k == kindNull {
+			return nil // SamplingParams.__post_init__: None is the default
+		}
+		p := func() string { return prefix + "." + string(key[1:len(key)-1]) }
+		switch {
+		case keyIs(key, "temperature"):
+			return numberAtLeast(p(), v, k, 0)
+		case keyIs(key, "top_p"):
+			return numberIn(p(), v, k, 0, false, 1)
+		case keyIs(key, "min_p"):
+			return numberIn(p(), v, k, 0, true, 1)
+		case keyIs(key, "frequency_penalty"), keyIs(key, "presence_penalty"):
+			return numberIn(p(), v, k, -2, true, 2)
+		case keyIs(key, "repetition_penalty"):
+			// (0, 2]: 1.0 is no penalty.
+			return numberIn(p(), v, k, 0, false, 2)
+		case keyIs(key, "max_new_tokens"):
+			// At least 0: SGLang runs a zero-token generation (prefill only).
+			haveMax = true
+			return integerAtLeast(p(), v, k, 0, &maxNew)
+		case keyIs(key, "min_new_tokens"):
+			haveMin = true
+			return integerAtLeast(p(), v, k, 0, &minNew)
+		case keyIs(key, "stop"), keyIs(key, "stop_regex"):
+			return stringOrStrings(p(), v, k)
+		case keyIs(key, "stop_token_ids"):
+			return integers(p(), v, k)
+		case keyIs(key, "ignore_eos"), keyIs(key, "skip_special_tokens"), keyIs(key, "no_stop_trim"):
+			return want(p(), k, kindBool)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if haveMin && haveMax && minNew > maxNew {
+		p := prefix + ".min_new_tokens"
+		return &Error{Param: p, Message: p + " must be at most max_new_tokens (" + strconv.FormatInt(maxNew, 10) +
+			"), got " + strconv.FormatInt(minNew, 10)}
 	}
 	return nil
 }

@@ -84,6 +84,14 @@ func TestRefused(t *testing.T) {
 		{"responses tools a string", Responses, []kv{{"tools", `"x"`}}, "tools", "must be an array"},
 		{"embeddings dimensions fractional", Embeddings, []kv{{"dimensions", `1.5`}}, "dimensions", "must be an integer"},
 		{"embeddings encoding_format a number", Embeddings, []kv{{"encoding_format", `1`}}, "encoding_format", "must be a string"},
+		{"generate sampling_params a string", Generate, []kv{{"sampling_params", `"x"`}}, "sampling_params", "an object or an array of objects"},
+		{"generate temperature negative", Generate, []kv{{"sampling_params", `{"temperature":-1}`}}, "sampling_params.temperature", "at least 0"},
+		{"generate max_new_tokens negative", Generate, []kv{{"sampling_params", `{"max_new_tokens":-5}`}}, "sampling_params.max_new_tokens", "at least 0, got -5"},
+		{"generate min above max", Generate, []kv{{"sampling_params", `{"min_new_tokens":4,"max_new_tokens":2}`}}, "sampling_params.min_new_tokens", "at most max_new_tokens (2)"},
+		{"generate repetition_penalty above 2", Generate, []kv{{"sampling_params", `{"repetition_penalty":2.5}`}}, "sampling_params.repetition_penalty", "in (0, 2]"},
+		{"generate list element", Generate, []kv{{"sampling_params", `[{"top_p":0.5},{"top_p":0}]`}}, "sampling_params[1].top_p", "in (0, 1]"},
+		{"generate list element a number", Generate, []kv{{"sampling_params", `[1]`}}, "sampling_params[0]", "must be an object"},
+		{"generate stop a number", Generate, []kv{{"sampling_params", `{"stop":[1]}`}}, "sampling_params.stop[0]", "must be a string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +153,9 @@ func TestAccepted(t *testing.T) {
 		{"unknown fields", Chat, []kv{{"chat_template_kwargs", `{"enable_thinking":false}`}, {"my_extra", `"x"`}, {"separate_reasoning", `1`}}},
 		{"responses", Responses, []kv{{"temperature", `1`}, {"max_output_tokens", `16`}, {"tools", `[{"type":"function","name":"f"}]`}}},
 		{"embeddings", Embeddings, []kv{{"dimensions", `256`}, {"encoding_format", `"float"`}}},
+		{"generate", Generate, []kv{{"sampling_params", `{"max_new_tokens":0,"temperature":0,"n":2,"top_k":0,"json_schema":"{}","custom_params":{"a":1}}`}}},
+		{"generate list", Generate, []kv{{"sampling_params", `[{"max_new_tokens":2},null,{"max_new_tokens":3,"temperature":null}]`}}},
+		{"generate top-level temperature is not a /generate field", Generate, []kv{{"temperature", `"hot"`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

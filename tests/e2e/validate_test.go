@@ -118,6 +118,7 @@ var badInputs = []struct {
 	{"completions echo a string", "/v1/completions", `{"model":"sim-model","prompt":"hi","echo":"no"}`, "echo", "echo must be a boolean"},
 	{"embeddings without a model", "/v1/embeddings", `{"input":"hi"}`, "model", "model is required"},
 	{"responses temperature negative", "/v1/responses", `{"model":"sim-model","input":"hi","temperature":-1}`, "temperature", "at least 0"},
+	{"generate max_new_tokens negative", "/generate", `{"text":"hi","sampling_params":{"max_new_tokens":-5}}`, "sampling_params.max_new_tokens", "at least 0, got -5"},
 }
 
 // postBad sends each bad input over raw HTTP and checks the 400: OpenAI's shape, the field in param, the
@@ -151,10 +152,13 @@ func postBad(t *testing.T, gwURL string) {
 			if !strings.Contains(e.Error.Message, tt.wantIn) {
 				t.Errorf("message %q does not say %q", e.Error.Message, tt.wantIn)
 			}
-			for _, internal := range []string{"Go struct", "float64", "apiRequest", "unmarshal", "max_new_tokens"} {
+			for _, internal := range []string{"Go struct", "float64", "apiRequest", "unmarshal"} {
 				if strings.Contains(e.Error.Message, internal) {
 					t.Errorf("message %q leaks %q", e.Error.Message, internal)
 				}
+			}
+			if tt.path != "/generate" && strings.Contains(e.Error.Message, "max_new_tokens") {
+				t.Errorf("message %q names an engine field the client never sent", e.Error.Message)
 			}
 		})
 	}
