@@ -1,9 +1,14 @@
 package backend
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/reqcheck"
 )
 
 // The routes engines serve besides generation, forwarded to one worker as sent: embeddings and the
@@ -116,6 +121,11 @@ func parseAux(route Route, body []byte) (*Request, error) {
 		}
 		req.Model = m
 	}
+	if api := auxCheckAPI(route); api != 0 {
+		if err := checkFields(api, fields); err != nil {
+			return nil, err
+		}
+	}
 	if raw, ok := fields["stream"]; ok && !isNull(raw) {
 		if route != RouteResponses && route != RouteMessages {
 			return nil, invalid("stream", "%s does not stream", route.Path())
@@ -128,6 +138,10 @@ func parseAux(route Route, body []byte) (*Request, error) {
 		// Responses and Messages streams carry their usage in their own events (response.completed;
 		// message_start and message_delta): the gateway must not add stream_options to them.
 		req.IncludeUsage = v
+	}
+	if route == RouteEmbeddings && req.Model == "" {
+		// OpenAI's API requires it, and chat and completions answer its absence so.
+		return nil, invalid("model", "model is required")
 	}
 	for _, alts := range auxRequired[route] {
 		found := false
@@ -148,6 +162,30 @@ func parseAux(route Route, body []byte) (*Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// auxCheckAPI is the reqcheck schema of an aux route; 0 for the routes reqcheck has no rules for.
+func auxCheckAPI(route Route) reqcheck.API {
+	switch route {
+	case RouteEmbeddings:
+		return reqcheck.Embeddings
+	case RouteResponses:
+		return reqcheck.Responses
+	}
+	return 0
+}
+
+// checkFields runs reqcheck over decoded members in key order, so that a body with several bad fields
+// always names the same one.
+func checkFields(api reqcheck.API, fields map[string]json.RawMessage) *RequestError {
+	keys := slices.Sorted(maps.Keys(fields))
+	chk := reqcheck.New(api)
+	for _, k := range keys {
+		if err := checked(chk.Member([]byte(k), bytes.TrimSpace(fields[k]))); err != nil {
+			return err
+		}
+	}
+	return checked(chk.Done())
 }
 
 // textOf returns the text of a routing field: a string, the first string of a list, or the text of

@@ -35,6 +35,9 @@ var requestSeeds = []struct {
 	{RouteChat, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}"},
 	{RouteChat, `{"model":"m","messages":[],"extra":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`},
 	{RouteChat, `{"model":"m","messages":[],"max_tokens":1e400}`},
+	{RouteChat, `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.5,"top_p":1,"max_tokens":4,"min_tokens":2,"stop":["a"],"logit_bias":{"1":2},"seed":3}`},
+	{RouteChat, `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":-1,"temperature":0.5,"top_p":"1"}`},
+	{RouteCompletions, `{"model":"m","prompt":"x","max_tokens":0,"logprobs":true,"presence_penalty":3}`},
 }
 
 func addRequestSeeds(f *testing.F) {
@@ -92,6 +95,37 @@ func FuzzParseRequest(f *testing.F) {
 			var stream bool
 			if json.Unmarshal(raw, &stream) == nil && stream != req.Stream {
 				t.Fatalf("gateway sees stream=%v, engine reads %v", req.Stream, stream)
+			}
+		}
+		if route == RouteGenerate {
+			return
+		}
+		// What the engine reads of an accepted request is within the ranges reqcheck promises.
+		for key, ok := range map[string]func(float64) bool{
+			"temperature": func(v float64) bool { return v >= 0 },
+			"top_p":       func(v float64) bool { return v > 0 && v <= 1 },
+			"max_tokens":  func(v float64) bool { return v >= 1 },
+		} {
+			raw, has := lastValue(body, key)
+			if !has || isNull(bytes.TrimSpace(raw)) {
+				continue
+			}
+			var v float64
+			if json.Unmarshal(raw, &v) != nil || !ok(v) {
+				t.Fatalf("accepted %s = %s", key, raw)
+			}
+		}
+		if raw, has := lastValue(body, "messages"); has && route == RouteChat {
+			var msgs []struct {
+				Role *string `json:"role"`
+			}
+			if json.Unmarshal(raw, &msgs) != nil {
+				t.Fatalf("accepted messages %s", raw)
+			}
+			for i, m := range msgs {
+				if m.Role == nil {
+					t.Fatalf("accepted messages[%d] without a string role: %s", i, raw)
+				}
 			}
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/internal/reqcheck"
 )
 
 // Route is one of the generation endpoints the gateway forwards to engines.
@@ -83,6 +85,27 @@ func invalid(param, format string, args ...any) *RequestError {
 	return &RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
+// checked turns a reqcheck refusal into the request's error.
+func checked(e *reqcheck.Error) *RequestError {
+	if e == nil {
+		return nil
+	}
+	return &RequestError{Param: e.Param, Message: e.Message}
+}
+
+// checkAPI is the reqcheck schema of a generation route.
+func checkAPI(route Route) reqcheck.API {
+	switch route {
+	case RouteChat:
+		return reqcheck.Chat
+	case RouteCompletions:
+		return reqcheck.Completions
+	case RouteGenerate:
+		return reqcheck.Generate
+	}
+	return 0
+}
+
 // Request is one client generation request: the raw body, kept byte-for-byte (engines take many
 // parameters the gateway never looks at), plus the few fields routing needs.
 type Request struct {
@@ -125,7 +148,8 @@ func (r *Request) Prompts() int { return max(r.BatchSize, 1) }
 
 // ParseRequest validates a generation request body and extracts the routing fields in one pass over
 // the JSON. Validation errors are *RequestError (errors.Is ErrInvalidRequest) naming the field.
-// Only what routing and the wire contract need is checked; engines validate the rest.
+// Besides what routing and the wire contract need, every member goes through internal/reqcheck, so a
+// request no engine would accept is refused before it takes an admission slot; engines judge the rest.
 func ParseRequest(route Route, body []byte) (*Request, error) {
 	if route.Path() == "" {
 		return nil, fmt.Errorf("backend: ParseRequest: invalid route %d", route)
@@ -134,6 +158,7 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		return parseAux(route, body)
 	}
 	req := &Request{Route: route, Body: body, N: 1}
+	chk := reqcheck.New(checkAPI(route))
 	it := newObjIter(body, 0)
 	var (
 		haveModel, haveMessages, havePrompt, haveText, haveInputIDs bool
@@ -170,7 +195,10 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		if m.keyEsc {
 			key = []byte(m.key(body))
 		}
-		var err *RequestError
+		err := checked(chk.Member(key, raw))
+		if err != nil {
+			return nil, err
+		}
 		switch string(key) {
 		case "model":
 			haveModel = !isNull(raw)
@@ -240,6 +268,9 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 	}
 	if skipWS(body, it.close+1) != len(body) {
 		return nil, &RequestError{Message: "malformed JSON: trailing data after the object", Malformed: true}
+	}
+	if err := checked(chk.Done()); err != nil {
+		return nil, err
 	}
 	switch route {
 	case RouteChat:
@@ -381,18 +412,33 @@ func parseMessages(req *Request, body []byte, start int) (end int, rerr *Request
 			return 0, invalid(fmt.Sprintf("messages[%d]", count), "messages[%d] must be an object", count), nil
 		}
 		msg := newObjIter(body, i)
+		sawRole := false
 		for {
 			m, ok := msg.next()
 			if !ok {
 				break
 			}
-			if !m.keyIs(body, "content") {
-				continue
+			switch {
+			case m.keyIs(body, "role"):
+				sawRole = true
+				if e := reqcheck.Role(count, m.value(body)); e != nil {
+					return 0, checked(e), nil
+				}
+			case m.keyIs(body, "content"):
+				if e := reqcheck.Content(count, m.value(body)); e != nil {
+					return 0, checked(e), nil
+				}
+				var e *reqcheck.Error
+				if text, e = appendContentText(text, body, m, count); e != nil {
+					return 0, checked(e), nil
+				}
 			}
-			text = appendContentText(text, body, m)
 		}
 		if msg.err != nil {
 			return 0, nil, msg.err
+		}
+		if e := reqcheck.MessageDone(count, sawRole); e != nil {
+			return 0, checked(e), nil
 		}
 		count++
 		i = skipWS(body, msg.close+1)
@@ -405,8 +451,9 @@ func parseMessages(req *Request, body []byte, start int) (end int, rerr *Request
 	return i + 1, nil, nil
 }
 
-// appendContentText appends a message content's text: a string, or the "text" of text parts.
-func appendContentText(text, body []byte, m member) []byte {
+// appendContentText appends the text of messages[msg].content: a string, or the "text" of text
+// parts. A part that is not an object is refused.
+func appendContentText(text, body []byte, m member, msg int) ([]byte, *reqcheck.Error) {
 	raw := m.value(body)
 	switch raw[0] {
 	case '"':
@@ -416,13 +463,13 @@ func appendContentText(text, body []byte, m member) []byte {
 		text, _ = appendUnquoted(text, raw)
 	case '[':
 		parts := newArrIter(body, m.valStart)
-		for {
-			ps, _, ok := parts.next()
+		for j := 0; ; j++ {
+			ps, pe, ok := parts.next()
 			if !ok {
 				break
 			}
 			if body[ps] != '{' {
-				continue
+				return text, reqcheck.ContentPart(msg, j, body[ps:pe])
 			}
 			if t, ok := findMember(body, ps, "text"); ok && body[t.valStart] == '"' {
 				if len(text) > 0 {
@@ -432,7 +479,7 @@ func appendContentText(text, body []byte, m member) []byte {
 			}
 		}
 	}
-	return text
+	return text, nil
 }
 
 // parsePrompt handles OpenAI completions' prompt: a string, an array of strings (a batch), an array

@@ -47,8 +47,11 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	if x.cfg.DropClientAuthorization {
 		req.Header.Del("Authorization")
 	}
+	// Without a worker key of the gateway's, the engine judges the client's own credentials.
+	clientAuth := !x.cfg.DropClientAuthorization
 	if k := w.APIKey(); k != "" {
 		req.Header.Set("Authorization", "Bearer "+k)
+		clientAuth = false
 	}
 	req.Header["Content-Type"] = jsonContentType
 	if r.RequestID != "" {
@@ -86,7 +89,8 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 		resp.Body.Close()
 		span.SetStatus(codes.Error, "upstream status "+strconv.Itoa(resp.StatusCode))
 		span.End()
-		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After")}
+		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After"),
+			ClientAuth: clientAuth}
 	}
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
 	return resp, nil

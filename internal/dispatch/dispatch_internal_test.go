@@ -218,6 +218,34 @@ func TestUpstreamErrorAPIError(t *testing.T) {
 			wantCode:    apierror.CodeUpstream,
 			wantMessage: "prefill response has no usable kv_transfer_params",
 		},
+		{
+			name:        "401 to the client's own credentials is the client's",
+			err:         &UpstreamError{Worker: "http://w1", Status: 401, ClientAuth: true, Body: []byte(`{"detail":"Invalid API key"}`)},
+			wantStatus:  401,
+			wantCode:    apierror.CodeUnauthorized,
+			wantMessage: "Invalid API key",
+		},
+		{
+			name:        "403 to the client's own credentials keeps the engine's code",
+			err:         &UpstreamError{Worker: "http://w1", Status: 403, ClientAuth: true, Body: []byte(`{"error":{"message":"no","code":"forbidden"}}`)},
+			wantStatus:  403,
+			wantCode:    "forbidden",
+			wantMessage: "no",
+		},
+		{
+			name:        "403 without a body",
+			err:         &UpstreamError{Worker: "http://w1", Status: 403, ClientAuth: true},
+			wantStatus:  403,
+			wantCode:    apierror.CodePermissionDenied,
+			wantMessage: "upstream worker answered HTTP 403",
+		},
+		{
+			name:        "401 to the gateway's worker key is a 502",
+			err:         &UpstreamError{Worker: "http://w1", Status: 401, Body: []byte(`{"detail":"Invalid API key"}`)},
+			wantStatus:  502,
+			wantCode:    apierror.CodeUpstream,
+			wantMessage: "upstream worker refused the gateway's credentials (HTTP 401)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,9 @@ type UpstreamError struct {
 	Body       []byte
 	Message    string
 	RetryAfter string
+	// ClientAuth is true when the leg carried the client's own Authorization (or none), not a worker
+	// API key of the gateway's: a 401 or 403 then judges the client's credentials.
+	ClientAuth bool
 }
 
 func (e *UpstreamError) Error() string {
@@ -37,11 +40,14 @@ const maxEngineMessage = 1024
 // APIError relays the engine's answer so that it keeps its meaning: a client error (4xx: a prompt
 // longer than the context, a bad sampling parameter) reaches the client with its status and the
 // engine's message in OpenAI's shape — the worker's URL and host taken out — so the client can fix
-// its request. An engine refusing the gateway's own credentials (401, 403) is not the client's fault:
-// 502. Server errors keep the engine's status (the retry loop has already tried elsewhere). The
-// engine's Retry-After is kept.
+// its request. An engine refusing credentials (401, 403) judged the client's when sluice forwarded
+// them (no worker API key configured): that answer is relayed too, as the Rust gateway does
+// (smg-project/smg e2e test_router_api_key_enforcement). Refusing the gateway's own key is not the
+// client's fault: 502. Server errors keep the engine's status (the retry loop has already tried
+// elsewhere). The engine's Retry-After is kept.
 func (e *UpstreamError) APIError() *apierror.Error {
-	if e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden {
+	auth := e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	if auth && !e.ClientAuth {
 		return apierror.New(http.StatusBadGateway, apierror.CodeUpstream,
 			"upstream worker refused the gateway's credentials (HTTP "+strconv.Itoa(e.Status)+")", e)
 	}
@@ -51,6 +57,12 @@ func (e *UpstreamError) APIError() *apierror.Error {
 	}
 	ae := apierror.FromUpstream(e.Status, e.Body, msg, e)
 	ae.Message = scrubWorker(ae.Message, e.Worker)
+	if auth && ae.Code == apierror.CodeUpstream {
+		ae.Code = apierror.CodeUnauthorized
+		if e.Status == http.StatusForbidden {
+			ae.Code = apierror.CodePermissionDenied
+		}
+	}
 	if secs, err := strconv.Atoi(e.RetryAfter); err == nil && secs > 0 {
 		ae.RetryAfter = time.Duration(secs) * time.Second
 	}
@@ -118,11 +130,12 @@ func isRetryable(err error) bool {
 }
 
 // isClientError reports an engine's answer that the request itself is wrong (4xx other than the
-// retryable 408 and 429 and the credential errors): the other leg's failure is only its echo.
+// retryable 408 and 429 and the refusal of the gateway's own credentials): the other leg's failure is
+// only its echo.
 func isClientError(err error) bool {
 	var ue *UpstreamError
 	return errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && !backend.IsRetryableStatus(ue.Status) &&
-		ue.Status != http.StatusUnauthorized && ue.Status != http.StatusForbidden
+		(ue.ClientAuth || (ue.Status != http.StatusUnauthorized && ue.Status != http.StatusForbidden))
 }
 
 func classifyRequestError(err error) error {

@@ -60,6 +60,7 @@ type sampleSpec struct {
 	naturalStop bool // max_tokens was absent: ending at maxTokens is an EOS ("stop")
 	stop        []string
 	reqSeed     int64
+	seeded      bool // the request gave a seed: equal seeds sample alike on any engine
 	greedy      bool
 	choice      int
 	phase       phase
@@ -74,6 +75,18 @@ type sampleSpec struct {
 	// preallocated is the KV an SGLang decode sample reserved in its pre-allocation (decode.go), given
 	// back when the sample ends; 0 without one.
 	preallocated int64
+}
+
+// nonce is what sets an unseeded sample's sampling apart from another's of the same prompt and choice
+// index: its bootstrap room. SGLang PD serves n > 1 as n single-sample requests (each is choice 0 on
+// the engine), and each engine request samples with its own random state, so their outputs differ; the
+// room is unique per request and shared by its two legs, which must agree. 0 (nothing mixed in) for a
+// seeded sample, whose seed fixes its output, and outside the bootstrap handoff.
+func (sp *sampleSpec) nonce() uint64 {
+	if sp.seeded || !sp.hs.bootstrap {
+		return 0
+	}
+	return sp.hs.room
 }
 
 // sampleResult is what a finished sample reports.
@@ -174,7 +187,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		e.publishRoom(sp, res.cachedTokens)
 	}
 
-	out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy)}
+	out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy, sp.nonce())}
 	var text strings.Builder
 	realistic := e.cfg.Mode == ModeRealistic
 	if realistic && maxTokens > 1 {

@@ -63,13 +63,14 @@ func TestSGLangRendezvous(t *testing.T) {
 	chatURL := func(e *Engine) string { return e.URL() + "/v1/chat/completions" }
 
 	t.Run("matched room", func(t *testing.T) {
-		body := withBootstrap(chat, "127.0.0.1", bp, uint64(1)<<62+7)
+		const seeded = `{"model":"sim-model","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":5,"seed":3}`
+		body := withBootstrap(seeded, "127.0.0.1", bp, uint64(1)<<62+7)
 		pr, dr := sendBoth(t, c, chatURL(p), body, chatURL(d), body)
 		if pr.status != 200 || dr.status != 200 {
 			t.Fatalf("prefill %d %s, decode %d %s", pr.status, pr.body, dr.status, dr.body)
 		}
 		// The decode's output is the regular engine's output: same seed, same prompt.
-		_, want := post(t, c, chatURL(reg), chat)
+		_, want := post(t, c, chatURL(reg), seeded)
 		got := decodeJSON[map[string]any](t, dr.body)["choices"].([]any)[0].(map[string]any)["message"]
 		exp := decodeJSON[map[string]any](t, want)["choices"].([]any)[0].(map[string]any)["message"]
 		if fmt.Sprint(got) != fmt.Sprint(exp) {
@@ -83,6 +84,32 @@ func TestSGLangRendezvous(t *testing.T) {
 		}
 		if st := p.Stats(); st.HandshakeWaits != 1 || st.HandshakeTimeouts != 0 || st.RoomCollisions != 0 {
 			t.Errorf("prefill stats %+v", st)
+		}
+	})
+
+	t.Run("unseeded single samples on their own rooms differ", func(t *testing.T) {
+		// SGLang PD splits n > 1 into single-sample requests, each choice 0 on its engine with its own
+		// room: their outputs must differ as the engines' random sampling would; seeded ones must not.
+		content := func(room uint64, body string) string {
+			t.Helper()
+			b := withBootstrap(body, "127.0.0.1", bp, room)
+			pr, dr := sendBoth(t, c, chatURL(p), b, chatURL(d), b)
+			if pr.status != 200 || dr.status != 200 {
+				t.Fatalf("room %d: prefill %d %s, decode %d %s", room, pr.status, pr.body, dr.status, dr.body)
+			}
+			return decodeJSON[map[string]any](t, dr.body)["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		}
+		a, b := content(101, chat), content(102, chat)
+		if a == b {
+			t.Errorf("unseeded samples on rooms 101 and 102 both said %q", a)
+		}
+		const seeded = `{"model":"sim-model","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":5,"seed":9}`
+		if a, b := content(103, seeded), content(104, seeded); a != b {
+			t.Errorf("seeded samples differ across rooms: %q, %q", a, b)
+		}
+		const greedy = `{"model":"sim-model","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":5,"temperature":0}`
+		if a, b := content(105, greedy), content(106, greedy); a != b {
+			t.Errorf("greedy samples differ across rooms: %q, %q", a, b)
 		}
 	})
 

@@ -198,7 +198,7 @@ func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, e
 		}
 		job.samples[i] = sampleSpec{
 			prompt: p, maxTokens: mt, naturalStop: natural, stop: stops,
-			reqSeed: reqSeed, greedy: greedy, choice: i, rid: job.id,
+			reqSeed: reqSeed, seeded: seed != nil, greedy: greedy, choice: i, rid: job.id,
 		}
 		if len(job.samples) > 1 {
 			job.samples[i].rid = job.id + "_" + strconv.Itoa(i) // io_struct _normalize_rid: f"{rid}_{i}"

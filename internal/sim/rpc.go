@@ -112,7 +112,7 @@ func (s rpcServer) sample(model string, p *workerv1.Prompt, sp *workerv1.Samplin
 		spec.maxTokens, spec.naturalStop = *sr.maxTokens, false
 	}
 	spec.stop = sp.GetStop()
-	spec.reqSeed = sp.GetSeed()
+	spec.reqSeed, spec.seeded = sp.GetSeed(), sp != nil && sp.Seed != nil
 	spec.greedy = sp != nil && sp.Temperature != nil && sp.GetTemperature() == 0
 	return spec, nil
 }

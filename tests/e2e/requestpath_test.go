@@ -111,7 +111,9 @@ func TestOpenAISDKThroughGateway(t *testing.T) {
 			ctx := context.Background()
 			msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse."), openai.UserMessage("Say hello to " + tp.name)}
 
-			chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8)})
+			// Seeded, so that the stream below must say the same: unseeded PD samples differ per request
+			// (each on its own bootstrap room), as on the engines.
+			chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8), Seed: openai.Int(11)})
 			if err != nil {
 				t.Fatalf("chat: %v", err)
 			}
@@ -119,7 +121,7 @@ func TestOpenAISDKThroughGateway(t *testing.T) {
 				t.Fatalf("chat = %+v", chat)
 			}
 
-			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8)})
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8), Seed: openai.Int(11)})
 			var acc openai.ChatCompletionAccumulator
 			chunks := 0
 			for stream.Next() {
@@ -145,7 +147,7 @@ func TestOpenAISDKThroughGateway(t *testing.T) {
 			}
 
 			comp, err := client.Completions.New(ctx, openai.CompletionNewParams{
-				Model: openai.CompletionNewParamsModel(simModel), Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(6)})
+				Model: openai.CompletionNewParamsModel(simModel), Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(6), Seed: openai.Int(11)})
 			if err != nil {
 				t.Fatalf("completion: %v", err)
 			}
@@ -153,7 +155,7 @@ func TestOpenAISDKThroughGateway(t *testing.T) {
 				t.Fatalf("completion = %+v", comp)
 			}
 			cs := client.Completions.NewStreaming(ctx, openai.CompletionNewParams{
-				Model: openai.CompletionNewParamsModel(simModel), Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(6)})
+				Model: openai.CompletionNewParamsModel(simModel), Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(6), Seed: openai.Int(11)})
 			var text strings.Builder
 			for cs.Next() {
 				for _, ch := range cs.Current().Choices {
@@ -189,12 +191,13 @@ func TestTypedRPCMatchesREST(t *testing.T) {
 	ctx := context.Background()
 
 	rest := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"))
-	want, err := rest.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel,
+	// Seeded: unseeded PD samples differ per request (each on its own bootstrap room), as on the engines.
+	want, err := rest.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Seed: openai.Int(7),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("typed please")}, MaxTokens: openai.Int(8)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &openaiv1.CreateChatCompletionRequest{Model: simModel, MaxTokens: ptr[int32](8),
+	req := &openaiv1.CreateChatCompletionRequest{Model: simModel, MaxTokens: ptr[int32](8), Seed: ptr[int32](7),
 		Messages: []*openaiv1.ChatMessage{{Role: "user", Content: structpb.NewStringValue("typed please")}}}
 
 	clients := map[string]openaiv1connect.OpenAIServiceClient{
