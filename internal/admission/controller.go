@@ -378,7 +378,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 			c.mu.Unlock()
 			return nil, info, sel.err
 		}
-		side = sideOf(sel.err)
+		side = c.sideOfLocked(sel.err)
 	} else {
 		// Waiters exist: the newcomer goes behind them, but a request whose
 		// model has no usable worker is answered now (503/404, not 429).
@@ -622,6 +622,7 @@ func (c *Controller) grantLocked(worker string) *Slot {
 // releaseSlot frees a counted slot and lets the heads select.
 func (c *Controller) releaseSlot(s *Slot, reason ReleaseReason) {
 	c.mu.Lock()
+	c.endPrefillLocked(s.seat)
 	if c.giveBackLocked(s, reason) {
 		c.releases.observe(c.now())
 	}
@@ -786,7 +787,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		w.state = granted
 	case errors.Is(err, ErrNoCapacity):
 		if enabled {
-			w.side = sideOf(err)
+			w.side = c.sideOfLocked(err)
 			q.side = w.side
 			return false
 		}

@@ -75,7 +75,10 @@
 // for either), and the head remembers which side held it back (the queue
 // too, for newcomers rejected behind it). FIFO, strict targets, the head
 // poll, cancellation and timeout are unchanged: the side only picks the
-// rejection's name.
+// rejection's name. A seat is held from the pair's choice, so a decode can be
+// out of seats only because their requests are still in prefill; the side is
+// then prefill (seat.go, fullByPrefillLocked), since the decode waits for the
+// prefills ahead of it.
 //
 // A [Slot] is freed exactly once: each holder ([Slot] itself and every
 // [Guard]) releases at most once (an atomic flag), an atomic holder count

@@ -44,8 +44,9 @@ type DecodeCapacity struct {
 }
 
 type seatState struct {
-	inflight int
-	tokens   int64 // decode KV reservations of the seats held
+	inflight   int
+	tokens     int64 // decode KV reservations of the seats held
+	prefilling int   // seats whose request still holds its prefill slot
 }
 
 // Seat is the admission of one PD request on one decode worker. It is held
@@ -55,6 +56,9 @@ type Seat struct {
 	worker string
 	ss     *seatState // the worker's state at grant time; see Slot.ws
 	cost   int64
+	// prefilling: the request still holds its prefill slot (guarded by the
+	// controller's mutex); such a seat makes a full decode the prefill's doing.
+	prefilling bool
 
 	released atomic.Bool
 	span     trace.Span // nil without a tracer
@@ -118,14 +122,46 @@ func (c *Controller) grantSeatLocked(worker string) *Seat {
 	cost := max(c.curDecode, 1)
 	ss.inflight++
 	ss.tokens += cost
+	ss.prefilling++
 	c.dm.SetSeats(worker, ss.inflight)
 	c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
-	return &Seat{c: c, worker: worker, ss: ss, cost: cost}
+	return &Seat{c: c, worker: worker, ss: ss, cost: cost, prefilling: true}
+}
+
+// endPrefillLocked records that a seat's request no longer holds its prefill
+// slot (the slot was freed, or the seat went first); once per seat.
+func (c *Controller) endPrefillLocked(s *Seat) {
+	if s == nil || !s.prefilling {
+		return
+	}
+	s.prefilling = false
+	if s.ss != nil && c.seats[s.worker] == s.ss {
+		s.ss.prefilling--
+	}
+}
+
+// fullByPrefillLocked reports whether some decode worker is out of seats only
+// because requests still in prefill hold them: without those it would have a
+// seat. The decode then waits for the prefills ahead, so a head held back
+// there is held back by prefill, and its rejection names prefill (a seat is
+// held from the pair's choice, so in a prefill-bound pipeline the seats fill
+// with requests that have not reached the decode yet).
+func (c *Controller) fullByPrefillLocked() bool {
+	for k, ss := range c.seats {
+		if ss.prefilling == 0 {
+			continue
+		}
+		if limit := c.seatLimitLocked(k); limit > 0 && ss.inflight >= limit && ss.inflight-ss.prefilling < limit {
+			return true
+		}
+	}
+	return false
 }
 
 // giveBackSeatLocked decrements the seat's worker unless it was removed (or
 // removed and re-added) since the grant.
 func (c *Controller) giveBackSeatLocked(s *Seat) bool {
+	c.endPrefillLocked(s)
 	if s.ss == nil || c.seats[s.worker] != s.ss {
 		return false
 	}
@@ -252,9 +288,11 @@ func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), p
 	return selection{prefill: w, err: err}
 }
 
-// sideOf is the side a no-capacity error names.
-func sideOf(err error) Side {
-	if errors.Is(err, ErrNoSeat) {
+// sideOfLocked is the side a no-capacity error names: decode when no decode
+// worker had a seat, unless seats are only full with requests still in
+// prefill (fullByPrefillLocked).
+func (c *Controller) sideOfLocked(err error) Side {
+	if errors.Is(err, ErrNoSeat) && !c.fullByPrefillLocked() {
 		return SideDecode
 	}
 	return SidePrefill

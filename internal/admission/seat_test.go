@@ -79,6 +79,7 @@ func TestRejectionNamesTheSide(t *testing.T) {
 		p := newPairPlacement([]string{"P0", "P1"}, []string{"D0"})
 		c := mustNew(t, seatsOn(1, 1, 1), admission.Deps{})
 		a, _ := c.Acquire(bg, p.req("a", ""))
+		a.Release(admission.ReleaseCompleted) // a's prefill is over; its decode holds the seat
 		b := goAcquire(bg, c, p.req("b", ""))
 		synctest.Wait()
 		mustWait(t, "b", b)
@@ -103,6 +104,37 @@ func TestRejectionNamesTheSide(t *testing.T) {
 		}
 		a.Release(admission.ReleaseCompleted)
 		a.Seat().Release(admission.ReleaseCompleted)
+	})
+}
+
+// A decode out of seats only because the requests holding them are still in
+// prefill is the prefill's doing: the head held back there names prefill, and
+// once those prefills are over (their decodes still running) decode.
+func TestSeatsHeldInPrefillNamePrefill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPairPlacement([]string{"P0", "P1"}, []string{"D0"})
+		c := mustNew(t, seatsOn(1, 1, 1), admission.Deps{})
+		a, _ := c.Acquire(bg, p.req("a", "")) // in prefill, holding D0's one seat
+		b := goAcquire(bg, c, p.req("b", ""))
+		synctest.Wait()
+		mustWait(t, "b", b)
+		if _, err := c.Acquire(bg, p.req("c", "")); !errors.Is(err, admission.ErrQueueFull) || errors.Is(err, admission.ErrDecodeQueueFull) {
+			t.Fatalf("err = %v, want the prefill queue-full rejection while the seat's request is in prefill", err)
+		}
+		a.Release(admission.ReleaseCompleted) // prefill over: the decode now holds the seat
+		synctest.Wait()
+		mustWait(t, "b", b)
+		if _, err := c.Acquire(bg, p.req("d", "")); !errors.Is(err, admission.ErrDecodeQueueFull) {
+			t.Fatalf("err = %v, want a decode queue-full rejection once the seat's prefill is over", err)
+		}
+		a.Seat().Release(admission.ReleaseCompleted)
+		synctest.Wait()
+		r := mustDone(t, "b", b)
+		if r.err != nil {
+			t.Fatalf("b: %v, want a grant once the seat is free", r.err)
+		}
+		r.slot.Release(admission.ReleaseCompleted)
+		r.slot.Seat().Release(admission.ReleaseCompleted)
 	})
 }
 

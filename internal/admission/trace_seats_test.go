@@ -40,10 +40,10 @@ func TestWaitSpanNamesTheSide(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		a.Release(admission.ReleaseCompleted) // prefill over; the decode holds the seat
 		if _, err := c.Acquire(bg, p.req("b", "")); !errors.Is(err, admission.ErrDecodeQueueFull) {
 			t.Fatalf("b: %v", err)
 		}
-		a.Release(admission.ReleaseCompleted)
 		a.Seat().Release(admission.ReleaseFailed)
 		waits := spanAttrs(exp, "sluice.admission.wait")
 		if len(waits) != 2 {
