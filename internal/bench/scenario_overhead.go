@@ -71,6 +71,8 @@ const (
 	tSluice = "sluice"
 	tBarePD = "bare-pd"
 	tPD     = "sluice-pd"
+	// tPDSeats is sluice-pd with decode seats on, bounds that never bind: what the pair gate costs.
+	tPDSeats = "sluice-pd-seats"
 )
 
 // ScenarioOverhead measures what the gateway adds to requests and to streamed frames, against nginx,
@@ -326,6 +328,11 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 	}
 	if err := gw(tPD, true, []string{"--pd-disaggregation", "--prefill", prefillURL, bp, "--decode", decodeURL,
 		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024"}); err != nil {
+		return fail(err)
+	}
+	if err := gw(tPDSeats, true, []string{"--pd-disaggregation", "--prefill", prefillURL, bp, "--decode", decodeURL,
+		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024",
+		"--decode-max-inflight-requests-per-worker", "1024"}); err != nil {
 		return fail(err)
 	}
 	return targets, cleanup, nil
