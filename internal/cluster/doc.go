@@ -89,7 +89,8 @@
 // key and counted against that key's side, so everything above holds for seats as for slots, with a decode
 // leg in place of a prefill (the lease must outlast the longest decode for the exact bound). A replica
 // enforces its seat shares through admission's seat caps (Controller.SetSeatCaps). The fleet bound is the
-// flag's value: windows that DecodeAuto takes from the engines bound each replica locally only.
+// flag's number: with "auto" there is none to share (each replica bounds seats by the engine's window on
+// its own), and a replica with seats off holds no seats, so it bounds nothing.
 //
 // A fleet whose limits differ uses the smallest positive one. Demand is what Local reports (the gateway
 // spreads its waiting requests evenly over the workers that serve their model, rounded up).

@@ -34,8 +34,8 @@ func TestDecodeSeatsShareOneBound(t *testing.T) {
 		if n := f.held(w1); n != 8 {
 			t.Fatalf("the fleet holds %d prefill slots, want 8 (the prefill limit, not the decode one)", n)
 		}
-		if st := f.node(0).r.Status(); st.FleetLimit != 8 {
-			t.Fatalf("fleet limit %d, want 8", st.FleetLimit)
+		if st := f.node(0).r.Status(); st.FleetLimit != 8 || st.FleetDecodeLimit != 3 {
+			t.Fatalf("fleet limits %d (prefill) and %d (decode), want 8 and 3", st.FleetLimit, st.FleetDecodeLimit)
 		}
 
 		f.node(0).local.setWaiting(d1, 0)
