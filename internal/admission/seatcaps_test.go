@@ -4,6 +4,10 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/sluicegw/sluice/internal/admission"
 )
 
@@ -89,4 +93,56 @@ func TestSeatCapsOnlyWithSeats(t *testing.T) {
 	if u := c.Usage(); u.Seats != nil || u.SeatLimit != 0 {
 		t.Fatalf("usage with seats off reports seats: %+v", u)
 	}
+}
+
+// TestSeatShareLimitedSpan: a wait that a seat cap caused is marked share-limited on its span, as a slot
+// cap's is; a wait for a seat under the plain seat bound is not.
+func TestSeatShareLimitedSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		defer func() { _ = tp.Shutdown(bg) }()
+		p := newPairPlacement([]string{"P0", "P1"}, []string{"D0"})
+		c := mustNew(t, seatsOn(2, 1, 10), admission.Deps{Tracer: tp.Tracer("test")})
+
+		// By the seat bound: D0's one seat is held; the next request waits for its release.
+		held := mustAdmit(t, "held", goAcquireWait(c, p.req("held", "")))
+		w := goAcquire(bg, c, p.req("by-bound", ""))
+		synctest.Wait()
+		mustWait(t, "by-bound", w)
+		held.Release(admission.ReleaseCompleted)
+		held.Seat().Release(admission.ReleaseCompleted)
+		synctest.Wait()
+		s := mustAdmit(t, "by-bound", w)
+		s.Release(admission.ReleaseCompleted)
+		s.Seat().Release(admission.ReleaseCompleted)
+
+		// By the share: D0 is free but its seats are capped at 0 until the cap rises.
+		c.SetSeatCaps(nil, 0)
+		w = goAcquire(bg, c, p.req("by-share", ""))
+		synctest.Wait()
+		mustWait(t, "by-share", w)
+		c.SetSeatCaps(nil, 1)
+		synctest.Wait()
+		s = mustAdmit(t, "by-share", w)
+		s.Release(admission.ReleaseCompleted)
+		s.Seat().Release(admission.ReleaseCompleted)
+
+		var limited []bool
+		for _, sp := range exp.GetSpans() {
+			if sp.Name != "sluice.admission.wait" {
+				continue
+			}
+			v := false
+			for _, kv := range sp.Attributes {
+				if kv.Key == "sluice.admission.share_limited" {
+					v = kv.Value.AsBool()
+				}
+			}
+			limited = append(limited, v)
+		}
+		if diff := cmp.Diff([]bool{false, false, true}, limited); diff != "" {
+			t.Errorf("share_limited per wait span, in end order (held, by-bound, by-share) (-want +got):\n%s", diff)
+		}
+	})
 }
