@@ -47,19 +47,53 @@ func (c *Controller) ClearWorkerCaps() {
 	}
 }
 
+// SetSeatCaps bounds the decode seats of each decode worker (its key: URL, or URL@rank) by caps[worker],
+// and of every other decode worker by other, on top of its seat bound: cluster admission's share of the
+// fleet-wide decode limit. As with SetWorkerCaps, a cap below the seats held revokes nothing, and every
+// queue's head selects again at once. It only bounds seats while decode seats are on. The map is copied.
+func (c *Controller) SetSeatCaps(caps map[string]int, other int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seatCaps = capState{on: true, byWorker: maps.Clone(caps), other: other}
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+}
+
+// ClearSeatCaps removes every cap set by SetSeatCaps; heads select again.
+func (c *Controller) ClearSeatCaps() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seatCaps = capState{}
+	if c.queued > 0 {
+		c.dispatchAllLocked()
+	}
+}
+
 // capAllowsLocked reports whether worker, holding inflight slots, is below its cap.
 func (c *Controller) capAllowsLocked(worker string, inflight int) bool {
-	if !c.caps.on {
+	return c.caps.allows(worker, inflight, &c.caps.hit)
+}
+
+// seatCapAllowsLocked reports whether decode worker, holding inflight seats, is below its seat cap. A
+// refusal marks the wait span share-limited like a slot cap's (one flag: c.caps.hit).
+func (c *Controller) seatCapAllowsLocked(worker string, inflight int) bool {
+	return c.seatCaps.allows(worker, inflight, &c.caps.hit)
+}
+
+// allows reports whether worker, holding inflight, is below its cap; a refusal sets *hit.
+func (cs *capState) allows(worker string, inflight int, hit *bool) bool {
+	if !cs.on {
 		return true
 	}
-	limit, ok := c.caps.byWorker[worker]
+	limit, ok := cs.byWorker[worker]
 	if !ok {
-		limit = c.caps.other
+		limit = cs.other
 	}
 	if inflight < limit {
 		return true
 	}
-	c.caps.hit = true
+	*hit = true
 	return false
 }
 
@@ -67,11 +101,14 @@ func (c *Controller) capAllowsLocked(worker string, inflight int) bool {
 func shareLimitedAttr() attribute.KeyValue { return attribute.Bool(attrShareLimited, true) }
 
 // Usage is one consistent snapshot of what cluster admission reports: the configured limit, the slots held
-// per worker and the requests waiting per queue key.
+// per worker and the requests waiting per queue key; with decode seats on, also the configured seat limit
+// (DecodeMaxInflightPerWorker; 0 when seats are off) and the seats held per decode worker (nil when off).
 type Usage struct {
-	Limit    int
-	Inflight map[string]int
-	Queued   map[string]int
+	Limit     int
+	Inflight  map[string]int
+	Queued    map[string]int
+	SeatLimit int
+	Seats     map[string]int
 }
 
 // Usage returns the current usage. Unlike Status it computes no statistics, so it is cheap to call often.
@@ -84,6 +121,13 @@ func (c *Controller) Usage() Usage {
 	}
 	for k, q := range c.queues {
 		u.Queued[k] = q.n
+	}
+	if c.seatsOnLocked() {
+		u.SeatLimit = c.settings.DecodeMaxInflightPerWorker
+		u.Seats = make(map[string]int, len(c.seats))
+		for k, ss := range c.seats {
+			u.Seats[k] = ss.inflight
+		}
 	}
 	return u
 }

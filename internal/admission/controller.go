@@ -150,6 +150,7 @@ type Controller struct {
 	waits      waitRing
 	releases   rateEstimator
 	caps       capState // cluster admission's per-worker shares (caps.go)
+	seatCaps   capState // its per-decode-worker seat shares (caps.go)
 
 	// Decode seats (seat.go), by decode worker key.
 	seats        map[string]*seatState

@@ -106,6 +106,9 @@ func (c *Controller) hasSeatLocked(worker string) bool {
 	if limit := c.seatLimitLocked(worker); limit > 0 && n >= limit {
 		return false
 	}
+	if !c.seatCapAllowsLocked(worker, n) {
+		return false
+	}
 	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(c.curDecode, 1) > kv {
 		return false
 	}

@@ -170,14 +170,17 @@ func podNamespace() string {
 
 // clusterLocal is this replica's admission as cluster admission sees it. A waiting request is not tied to
 // a worker: the requests waiting for a model count as demand spread evenly over the prefill workers that
-// serve it (rounded up, so a worker that could take one sees it).
+// serve it (rounded up, so a worker that could take one sees it). With decode seats on, the decode seats
+// are one more set of keys (cluster.DecodeKey), under the decode seat limit, with their demand spread the
+// same way over the decode seat keys that serve the model.
 type clusterLocal struct {
 	adm *admission.Controller
 	reg *worker.Registry
 }
 
-func (l clusterLocal) Usage() (int, map[string]cluster.Use) {
+func (l clusterLocal) Usage() (cluster.Limits, map[string]cluster.Use) {
 	u := l.adm.Usage()
+	limits := cluster.Limits{Prefill: u.Limit, Decode: u.SeatLimit}
 	prefill := l.reg.Snapshot().ByRole(worker.RolePrefill)
 	out := make(map[string]cluster.Use, len(prefill))
 	for _, w := range prefill {
@@ -201,10 +204,69 @@ func (l clusterLocal) Usage() (int, map[string]cluster.Use) {
 			out[url] = cluster.Use{Inflight: n, Demand: n}
 		}
 	}
-	return u.Limit, out
+	if limits.Decode > 0 {
+		l.decodeUsage(u, out)
+	}
+	return limits, out
 }
 
-func (l clusterLocal) SetCaps(caps map[string]int, other int) { l.adm.SetWorkerCaps(caps, other) }
+// decodeUsage adds the decode seat keys to out. A decode engine's seats are keyed by the engine (ranks
+// not placed) or by each rank view (URL@rank), so every one of its keys is reported: a key not reported
+// would be capped at the default share, 0. Demand spread over all of them over-counts an engine's demand,
+// which only weights the shares, never the bound.
+func (l clusterLocal) decodeUsage(u admission.Usage, out map[string]cluster.Use) {
+	decode := l.reg.Snapshot().ByRole(worker.RoleDecode)
+	for _, w := range decode {
+		for _, k := range seatKeys(w) {
+			out[cluster.DecodeKey(k)] = cluster.Use{Inflight: u.Seats[k], Demand: u.Seats[k]}
+		}
+	}
+	for model, n := range u.Queued {
+		var serving []string
+		for _, w := range decode {
+			if model == "" || w.ServesModel(model) {
+				serving = append(serving, seatKeys(w)...)
+			}
+		}
+		for _, k := range serving {
+			use := out[cluster.DecodeKey(k)]
+			use.Demand += (n + len(serving) - 1) / len(serving)
+			out[cluster.DecodeKey(k)] = use
+		}
+	}
+	for k, n := range u.Seats { // seats on a worker removed meanwhile
+		if _, ok := out[cluster.DecodeKey(k)]; !ok {
+			out[cluster.DecodeKey(k)] = cluster.Use{Inflight: n, Demand: n}
+		}
+	}
+}
+
+// seatKeys are the keys a decode worker's seats may be held under: the engine's and its rank views'.
+func seatKeys(w *worker.Worker) []string {
+	keys := []string{w.Key()}
+	for _, r := range w.Ranks() {
+		keys = append(keys, r.Key())
+	}
+	return keys
+}
+
+// SetCaps splits the shares into prefill slot caps and decode seat caps; other bounds both.
+func (l clusterLocal) SetCaps(caps map[string]int, other int) {
+	slots := make(map[string]int, len(caps))
+	var seats map[string]int
+	for k, n := range caps {
+		if d, ok := cluster.SplitDecodeKey(k); ok {
+			if seats == nil {
+				seats = map[string]int{}
+			}
+			seats[d] = n
+		} else {
+			slots[k] = n
+		}
+	}
+	l.adm.SetWorkerCaps(slots, other)
+	l.adm.SetSeatCaps(seats, other)
+}
 
 // clusterService is the coordination service for the admin listener (none when coordination is off). It
 // gets no RPC tracing: exchanges run every period and would drown the traces.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,17 +94,43 @@ func (c Config) normalized() (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// Local is this replica's prefill admission, as coordination sees it.
+// Local is this replica's admission, as coordination sees it.
 type Local interface {
-	// Usage returns the configured limit per worker and, per prefill worker, the slots held and the demand
-	// (slots held plus the waiting requests the worker could serve).
-	Usage() (limit int, workers map[string]Use)
+	// Usage returns the configured limits per worker and, per prefill worker, the slots held and the demand
+	// (slots held plus the waiting requests the worker could serve); with decode seats on, also per decode
+	// worker, keyed DecodeKey(its key), the seats held and their demand.
+	Usage() (Limits, map[string]Use)
 	// SetCaps bounds new grants per worker (other: workers not listed); it must not block.
 	SetCaps(caps map[string]int, other int)
 }
 
 // Use is one worker's usage on this replica.
 type Use struct{ Inflight, Demand int }
+
+// Limits are a replica's configured bounds per worker: Prefill slots per prefill worker
+// (--prefill-max-inflight-requests-per-worker) and Decode seats per decode worker
+// (--decode-max-inflight-requests-per-worker; 0 when seats are off). Each is the fleet's: the fleet uses
+// the smallest positive one of each.
+type Limits struct{ Prefill, Decode int }
+
+// decodePrefix marks a worker key as a decode worker's seats (no worker URL starts with it): one
+// allocation mechanism serves both sides, each key under its side's limit.
+const decodePrefix = "decode:"
+
+// DecodeKey is the key under which a decode worker's seats (its key: URL, or URL@rank) are reported and
+// capped.
+func DecodeKey(worker string) string { return decodePrefix + worker }
+
+// SplitDecodeKey reports whether key names a decode worker's seats, and which decode worker.
+func SplitDecodeKey(key string) (worker string, ok bool) { return strings.CutPrefix(key, decodePrefix) }
+
+// limitOf is the limit of key: decode for a decode worker's seats, else prefill.
+func limitOf(key string, prefill, decode int) int {
+	if _, ok := SplitDecodeKey(key); ok {
+		return decode
+	}
+	return prefill
+}
 
 // Deps are the replica's collaborators. Local is required; Kube is required in Kubernetes mode.
 type Deps struct {

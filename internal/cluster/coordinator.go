@@ -15,10 +15,11 @@ type report struct {
 	replica     string
 	incarnation string
 	// term and version name the grant the replica enforces ("" when none).
-	term    string
-	version uint64
-	limit   int
-	workers map[string]workerReport
+	term        string
+	version     uint64
+	limit       int
+	decodeLimit int // of the decode keys (DecodeKey); 0: seats off
+	workers     map[string]workerReport
 	// other is the cap on workers not in workers.
 	other   int
 	leaving bool
@@ -43,6 +44,7 @@ type grant struct {
 	shares      map[string]int
 	other       int // share of workers not in shares
 	limit       int
+	decodeLimit int
 	members     []string
 }
 
@@ -79,10 +81,12 @@ type coordinator struct {
 	planned    time.Time
 	rebalances int64
 	limit      int            // fleet limit of the last round
+	decLimit   int            // fleet decode seat limit of the last round (decode keys)
 	blocked    bool           // raises held back in the last round
 	live       []string       // members not known dead, in the last round
 	fixed      map[string]int // per worker: what the last round counted for members that do not report
 	assumed    int            // even splits counted for unreachable members never heard from
+	assumedDec int            // the same, of the decode seat limit
 	members    map[string]*member
 }
 
@@ -276,17 +280,22 @@ func (c *coordinator) planLocked(now time.Time) {
 		entries = append(entries, entry{id, st, reach})
 		live = append(live, id)
 	}
-	limit := 0
+	limit, decLimit := 0, 0
 	for _, e := range entries {
 		if m := c.members[e.id]; m != nil && m.known {
 			if l := m.rep.limit; l > 0 && (limit == 0 || l < limit) {
 				limit = l
 			}
+			if l := m.rep.decodeLimit; l > 0 && (decLimit == 0 || l < decLimit) {
+				decLimit = l
+			}
 		}
 	}
-	blocked, assumed := false, 0
+	// Every count below is kept per side: a decode key's budget is decLimit, and a member not reporting is
+	// counted at its even split of its side's limit.
+	blocked, assumed, assumedDec := false, 0, 0
 	var following, silent []*member
-	var silentFloor []int
+	var silentFloor, silentFloorDec []int
 	workers := map[string]bool{}
 	for _, e := range entries {
 		m := c.members[e.id]
@@ -296,6 +305,7 @@ func (c *coordinator) planLocked(now time.Time) {
 				blocked = true
 			} else {
 				assumed += fallbackShare(limit, live, e.id)
+				assumedDec += fallbackShare(decLimit, live, e.id)
 			}
 			continue
 		case stateFollowing:
@@ -303,6 +313,7 @@ func (c *coordinator) planLocked(now time.Time) {
 		case stateSilent:
 			silent = append(silent, m)
 			silentFloor = append(silentFloor, fallbackShare(limit, live, e.id))
+			silentFloorDec = append(silentFloorDec, fallbackShare(decLimit, live, e.id))
 		}
 		m.state = e.state
 		for w := range m.rep.workers {
@@ -314,13 +325,16 @@ func (c *coordinator) planLocked(now time.Time) {
 			}
 		}
 	}
-	c.limit, c.blocked, c.live = limit, blocked, live
+	c.limit, c.decLimit, c.blocked, c.live = limit, decLimit, blocked, live
 	c.fixed = map[string]int{}
 	changed := false
 	for _, w := range slices.Sorted(maps.Keys(workers)) {
-		fixed := assumed
+		fixed, floor := assumed, silentFloor
+		if _, dec := SplitDecodeKey(w); dec {
+			fixed, floor = assumedDec, silentFloorDec
+		}
 		for i, m := range silent {
-			fixed += max(m.reserved(w), silentFloor[i])
+			fixed += max(m.reserved(w), floor[i])
 		}
 		c.fixed[w] = fixed
 		cs := make([]claim, len(following))
@@ -337,7 +351,7 @@ func (c *coordinator) planLocked(now time.Time) {
 			sticky := held > 0 && now.Sub(m.holdSince[w]) < c.lease
 			cs[i] = claim{id: m.id, tie: tieBreak(w, m.id), demand: m.rep.workers[w].demand, held: held, sticky: sticky, lastHeld: m.lastHeld[w]}
 		}
-		shares := fairShares(limit-fixed, cs)
+		shares := fairShares(limitOf(w, limit, decLimit)-fixed, cs)
 		for i, m := range following {
 			if old, ok := m.target[w]; !ok || old != shares[i] {
 				changed = true
@@ -345,7 +359,7 @@ func (c *coordinator) planLocked(now time.Time) {
 			m.target[w] = shares[i]
 		}
 	}
-	c.assumed = assumed
+	c.assumed, c.assumedDec = assumed, assumedDec
 	for _, m := range c.members {
 		for w := range m.target {
 			if !workers[w] {
@@ -376,7 +390,8 @@ func (c *coordinator) idsLocked() []string {
 // reservation and what the last round counted for the others), and only when no reachable member is
 // unknown.
 func (c *coordinator) grantLocked(m *member) *grant {
-	g := &grant{coordinator: c.self, term: c.term, lease: c.lease, shares: map[string]int{}, limit: c.limit, members: slices.Clone(c.live)}
+	g := &grant{coordinator: c.self, term: c.term, lease: c.lease, shares: map[string]int{}, limit: c.limit, decodeLimit: c.decLimit,
+		members: slices.Clone(c.live)}
 	ws := maps.Clone(m.target)
 	for w := range m.rep.workers {
 		if _, ok := ws[w]; !ok {
@@ -391,14 +406,14 @@ func (c *coordinator) grantLocked(m *member) *grant {
 			if !c.blocked {
 				total, ok := c.fixed[w]
 				if !ok {
-					total = c.assumed
+					total = limitOf(w, c.assumed, c.assumedDec)
 				}
 				for _, o := range c.members {
 					if o.state == stateFollowing {
 						total += o.reserved(w)
 					}
 				}
-				share = min(t, held+max(c.limit-total, 0))
+				share = min(t, held+max(limitOf(w, c.limit, c.decLimit)-total, 0))
 			}
 		}
 		g.shares[w] = share

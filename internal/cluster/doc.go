@@ -1,6 +1,7 @@
 // Package cluster makes prefill admission one limit for a whole fleet of gateway replicas: the limit N of
-// a prefill worker is the fleet's, and each replica enforces a leased share of it locally, through
-// admission's per-worker caps (no network hop on the request path).
+// a prefill worker (and, with decode seats on, the seat limit of a decode worker) is the fleet's, and each
+// replica enforces a leased share of it locally, through admission's per-worker caps (no network hop on
+// the request path).
 //
 // # Members, coordinator, exchanges
 //
@@ -78,6 +79,18 @@
 // outlives a lease, admitted under a share larger than its replica's even split, when that replica is then
 // heard by no coordinator while one counts it at its even split and raises the others: the fleet may
 // exceed N by at most that excess, until the prefill ends. A lease longer than the longest prefill closes (2).
+//
+// # Decode seats
+//
+// With decode seats on (--decode-max-inflight-requests-per-worker), the seat limit of a decode worker is
+// the fleet's too. A decode worker's seats are one more key in the same books (DecodeKey: "decode:"
+// followed by its seat key, URL or URL@rank), under the fleet's decode limit (the smallest positive one
+// reported) instead of the prefill limit: reservations, raises, even splits and fallbacks are all kept per
+// key and counted against that key's side, so everything above holds for seats as for slots, with a decode
+// leg in place of a prefill (the lease must outlast the longest decode for the exact bound). A replica
+// enforces its seat shares through admission's seat caps (Controller.SetSeatCaps). The fleet bound is the
+// flag's number: with "auto" there is none to share (each replica bounds seats by the engine's window on
+// its own), and a replica with seats off holds no seats, so it bounds nothing.
 //
 // A fleet whose limits differ uses the smallest positive one. Demand is what Local reports (the gateway
 // spreads its waiting requests evenly over the workers that serve their model, rounded up).

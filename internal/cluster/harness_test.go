@@ -17,10 +17,12 @@ import (
 )
 
 // fakeLocal is a replica's admission: slots held per worker, requests waiting, the configured limit and
-// the caps cluster admission sets. admit obeys min(limit, cap) as the controller does.
+// the caps cluster admission sets. admit obeys min(limit, cap) as the controller does. Keys made with
+// DecodeKey are decode seats, bounded by decLimit instead.
 type fakeLocal struct {
 	mu       sync.Mutex
 	limit    int
+	decLimit int
 	inflight map[string]int
 	waiting  map[string]int
 	caps     map[string]int
@@ -39,14 +41,14 @@ func newFakeLocal(limit int, workers ...string) *fakeLocal {
 	return f
 }
 
-func (f *fakeLocal) Usage() (int, map[string]Use) {
+func (f *fakeLocal) Usage() (Limits, map[string]Use) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string]Use{}
 	for w, n := range f.inflight {
 		out[w] = Use{Inflight: n, Demand: n + f.waiting[w]}
 	}
-	return f.limit, out
+	return Limits{Prefill: f.limit, Decode: f.decLimit}, out
 }
 
 func (f *fakeLocal) SetCaps(caps map[string]int, other int) {
@@ -57,7 +59,7 @@ func (f *fakeLocal) SetCaps(caps map[string]int, other int) {
 
 func (f *fakeLocal) capLocked(w string) int {
 	if !f.capsSet {
-		return f.limit
+		return limitOf(w, f.limit, f.decLimit)
 	}
 	if c, ok := f.caps[w]; ok {
 		return c
@@ -69,7 +71,7 @@ func (f *fakeLocal) capLocked(w string) int {
 func (f *fakeLocal) admit(w string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.waiting[w] > 0 && f.inflight[w] < f.limit && f.inflight[w] < f.capLocked(w) {
+	if f.waiting[w] > 0 && f.inflight[w] < limitOf(w, f.limit, f.decLimit) && f.inflight[w] < f.capLocked(w) {
 		f.waiting[w]--
 		f.inflight[w]++
 		if f.prefill != nil {
@@ -260,8 +262,16 @@ func newFleet(t *testing.T, n int, cfg Config) *fleet {
 // start runs replica i with a fresh process (new incarnation, no slots).
 func (f *fleet) start(i int, limit int, workers ...string) *node {
 	f.t.Helper()
+	return f.startDec(i, limit, 0, workers...)
+}
+
+// startDec is start with decode seats on: decLimit bounds the keys made with DecodeKey.
+func (f *fleet) startDec(i int, limit, decLimit int, workers ...string) *node {
+	f.t.Helper()
 	id := f.ids[i]
-	nd := &node{id: id, local: newFakeLocal(limit, workers...), done: make(chan struct{})}
+	local := newFakeLocal(limit, workers...)
+	local.decLimit = decLimit
+	nd := &node{id: id, local: local, done: make(chan struct{})}
 	r, err := New(f.cfg, Deps{Local: nd.local, HTTP: f.net.client(id), Kube: f.kube})
 	if err != nil {
 		f.t.Fatal(err)

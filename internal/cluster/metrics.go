@@ -21,7 +21,7 @@ func newMetrics(r *Replica) *metrics {
 	}
 	return &metrics{
 		r:             r,
-		share:         d("share", "This replica's share of the fleet's prefill limit per worker: the cap on its new admissions.", "worker"),
+		share:         d("share", "This replica's share of the fleet's limit per worker (prefill slots; decode seats on workers labelled decode:<worker>): the cap on its new admissions.", "worker"),
 		demand:        d("demand", "This replica's demand per worker as last reported: slots held plus waiting requests the worker could serve.", "worker"),
 		leaseAge:      d("lease_age_seconds", "Time since this replica last received a grant from the coordinator (absent before the first)."),
 		fallback:      d("fallback", "1 while this replica's lease has ended and it enforces the fallback (an even split, never above its last share)."),

@@ -22,36 +22,38 @@ type propOp struct {
 // way or both, between any pair, which can split the fleet into sides that each elect a coordinator),
 // kills and restarts, and checks after every step that the running replicas never hold more than the limit
 // on any worker. Every prefill ends within a lease of its admission: the package doc's condition for the
-// bound to hold exactly under partitions.
+// bound to hold exactly under partitions. A decode worker's seats (under their own, different limit) are
+// one more key: the fleet never holds more seats on it than the decode limit either.
 func TestBoundProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		limit := rapid.IntRange(1, 6).Draw(rt, "limit")
+		decLimit := rapid.IntRange(1, 6).Draw(rt, "decode_limit")
 		ops := rapid.SliceOfN(rapid.Custom(func(rt *rapid.T) propOp {
 			return propOp{
 				Kind:    rapid.SampledFrom([]string{"arrive", "arrive", "release", "step", "step", "cut", "heal", "kill", "restart"}).Draw(rt, "kind"),
 				Replica: rapid.IntRange(0, 2).Draw(rt, "replica"),
 				To:      rapid.IntRange(0, 2).Draw(rt, "to"),
-				Worker:  rapid.IntRange(0, 1).Draw(rt, "worker"),
+				Worker:  rapid.IntRange(0, 2).Draw(rt, "worker"),
 				N:       rapid.IntRange(1, 5).Draw(rt, "n"),
 				D:       rapid.SampledFrom([]time.Duration{testPeriod / 2, testPeriod, testLease / 2, testLease, 2 * testLease}).Draw(rt, "d"),
 			}
 		}), 5, 60).Draw(rt, "ops")
 		var problem string
-		synctest.Test(t, func(t *testing.T) { problem = runBoundProperty(t, limit, ops) })
+		synctest.Test(t, func(t *testing.T) { problem = runBoundProperty(t, limit, decLimit, ops) })
 		if problem != "" {
 			rt.Fatal(problem)
 		}
 	})
 }
 
-func runBoundProperty(t *testing.T, limit int, ops []propOp) string {
-	workers := []string{"http://p1:1", "http://p2:1"}
+func runBoundProperty(t *testing.T, limit, decLimit int, ops []propOp) string {
+	workers := []string{"http://p1:1", "http://p2:1", DecodeKey("http://d1:1")}
 	f := newFleet(t, 3, staticCfg())
 	defer f.stopAll()
 	prefills := []time.Duration{testPeriod, testLease / 4, testLease / 2, testLease * 9 / 10}
 	n := 0
 	prefill := func() time.Duration { n++; return prefills[n%len(prefills)] }
-	start := func(i int) { f.start(i, limit, workers...).local.prefill = prefill }
+	start := func(i int) { f.startDec(i, limit, decLimit, workers...).local.prefill = prefill }
 	for i := range 3 {
 		start(i)
 	}
@@ -96,8 +98,8 @@ func runBoundProperty(t *testing.T, limit int, ops []propOp) string {
 		}
 		for _, w := range workers {
 			f.fill(w)
-			if n := f.held(w); n > limit {
-				return fmt.Sprintf("after op %d (%+v): the fleet holds %d slots on %s, limit %d", k, op, n, w, limit)
+			if n, l := f.held(w), limitOf(w, limit, decLimit); n > l {
+				return fmt.Sprintf("after op %d (%+v): the fleet holds %d on %s, limit %d", k, op, n, w, l)
 			}
 		}
 	}

@@ -58,6 +58,7 @@ type replicaState struct {
 	granted         map[string]int
 	grantedOther    int
 	limit           int
+	decodeLimit     int
 	members         []string
 	leaseEnd        time.Time
 	lastGrant       time.Time
@@ -219,11 +220,12 @@ func (r *Replica) tick(ctx context.Context) {
 // report builds this replica's report from its admission usage and what it enforces. Only the exchange
 // loop changes what it enforces, so the usage is measured under the caps the report names.
 func (r *Replica) report() report {
-	limit, use := r.d.Local.Usage()
+	limits, use := r.d.Local.Usage()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := report{replica: r.self, incarnation: r.incarnation, term: r.st.term, version: r.st.version, limit: limit,
-		workers: make(map[string]workerReport, len(use)), other: r.st.other, leaving: r.leaving.Load()}
+	rep := report{replica: r.self, incarnation: r.incarnation, term: r.st.term, version: r.st.version,
+		limit: limits.Prefill, decodeLimit: limits.Decode, workers: make(map[string]workerReport, len(use)),
+		other: r.st.other, leaving: r.leaving.Load()}
 	for w, u := range use {
 		rep.workers[w] = workerReport{inflight: u.Inflight, demand: u.Demand, cap: r.capLocked(w)}
 	}
@@ -257,7 +259,7 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 		r.st.exchangeResults[resultOK]++
 		r.st.coordinator, r.st.term, r.st.version = g.coordinator, g.term, g.version
 		r.st.granted, r.st.grantedOther = g.shares, g.other
-		r.st.limit, r.st.members = g.limit, g.members
+		r.st.limit, r.st.decodeLimit, r.st.members = g.limit, g.decodeLimit, g.members
 		r.st.leaseEnd, r.st.lastGrant = sent.Add(g.lease), now
 		r.st.caps, r.st.other = maps.Clone(g.shares), g.other
 		if r.st.fallback {
@@ -277,11 +279,16 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 		r.st.lastErr = err.Error()
 		if r.st.granted != nil && !r.st.fallback && !now.Before(r.st.leaseEnd) {
 			fb := fallbackShare(r.st.limit, r.st.members, r.self)
+			fbDec := fallbackShare(r.st.decodeLimit, r.st.members, r.self)
 			caps := make(map[string]int, len(r.st.granted))
 			for w, s := range r.st.granted {
-				caps[w] = min(s, fb)
+				caps[w] = min(s, limitOf(w, fb, fbDec))
 			}
-			r.st.caps, r.st.other, r.st.fallback = caps, min(r.st.grantedOther, fb), true
+			other := min(r.st.grantedOther, fb)
+			if r.st.decodeLimit > 0 { // other caps decode keys too
+				other = min(other, fbDec)
+			}
+			r.st.caps, r.st.other, r.st.fallback = caps, other, true
 			r.log.Warn("cluster admission lease ended without a new grant; falling back to an even split",
 				"coordinator", r.st.coordinator, "members", len(r.st.members), "share", fb, "err", err)
 		}

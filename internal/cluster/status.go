@@ -22,6 +22,8 @@ type Status struct {
 	LeaseAge time.Duration
 	// FleetLimit is the limit per worker of the last grant.
 	FleetLimit int
+	// FleetDecodeLimit is the decode seat limit per decode worker of the last grant (0: seats not shared).
+	FleetDecodeLimit int
 	// Members of the last grant.
 	Members []string
 	// Workers: this replica's share (enforced cap), demand and slots held, per worker.
@@ -67,6 +69,7 @@ func (r *Replica) Status() Status {
 	now := r.now()
 	r.mu.Lock()
 	st.Term, st.Fallback, st.FleetLimit, st.Members = r.st.term, r.st.fallback, r.st.limit, slices.Clone(r.st.members)
+	st.FleetDecodeLimit = r.st.decodeLimit
 	if !r.st.lastGrant.IsZero() {
 		st.LeaseAge = now.Sub(r.st.lastGrant)
 	}

@@ -82,7 +82,7 @@ func checkCaller(version uint32, replica string) error {
 func fromExchangeRequest(req *clusterv1.ExchangeRequest) (report, error) {
 	rep := report{
 		replica: req.GetReplica(), incarnation: req.GetIncarnation(), term: req.GetTerm(), version: req.GetVersion(),
-		limit: int(req.GetLimit()), other: int(req.GetDefaultCap()), leaving: req.GetLeaving(),
+		limit: int(req.GetLimit()), decodeLimit: int(req.GetDecodeLimit()), other: int(req.GetDefaultCap()), leaving: req.GetLeaving(),
 		workers: make(map[string]workerReport, len(req.GetWorkers())),
 	}
 	if rep.other < 0 {
@@ -112,14 +112,14 @@ func toExchangeRequest(rep report) *clusterv1.ExchangeRequest {
 	return &clusterv1.ExchangeRequest{
 		ProtocolVersion: ProtocolVersion, Replica: rep.replica, Incarnation: rep.incarnation, Term: rep.term,
 		Version: rep.version, Limit: int32(rep.limit), Workers: toUsage(rep.workers), DefaultCap: int32(rep.other),
-		Leaving: rep.leaving,
+		Leaving: rep.leaving, DecodeLimit: int32(rep.decodeLimit),
 	}
 }
 
 func toExchangeResponse(g *grant) *clusterv1.ExchangeResponse {
 	resp := &clusterv1.ExchangeResponse{
 		Coordinator: g.coordinator, Term: g.term, Version: g.version, Lease: durationpb.New(g.lease),
-		DefaultShare: int32(g.other), Limit: int32(g.limit), Members: g.members,
+		DefaultShare: int32(g.other), Limit: int32(g.limit), DecodeLimit: int32(g.decodeLimit), Members: g.members,
 	}
 	for w, s := range g.shares {
 		resp.Shares = append(resp.Shares, &clusterv1.WorkerShare{Worker: w, Share: int32(s)})
@@ -132,9 +132,10 @@ func toExchangeResponse(g *grant) *clusterv1.ExchangeResponse {
 func fromExchangeResponse(resp *clusterv1.ExchangeResponse) (*grant, error) {
 	g := &grant{
 		coordinator: resp.GetCoordinator(), term: resp.GetTerm(), version: resp.GetVersion(), lease: resp.GetLease().AsDuration(),
-		other: int(resp.GetDefaultShare()), limit: int(resp.GetLimit()), members: resp.GetMembers(), shares: map[string]int{},
+		other: int(resp.GetDefaultShare()), limit: int(resp.GetLimit()),
+		decodeLimit: int(resp.GetDecodeLimit()), members: resp.GetMembers(), shares: map[string]int{},
 	}
-	if g.term == "" || g.coordinator == "" || g.lease <= 0 || g.other < 0 || g.limit < 0 {
+	if g.term == "" || g.coordinator == "" || g.lease <= 0 || g.other < 0 || g.limit < 0 || g.decodeLimit < 0 {
 		return nil, fmt.Errorf("%w: grant without term, coordinator or lease, or with negative counts", ErrBadRequest)
 	}
 	for _, s := range resp.GetShares() {

@@ -87,7 +87,7 @@ type replicas struct {
 
 // startReplicas starts n gateways over the engines; with coordinate, they share the limit through
 // --admission-peers (each gateway's single listener serves the admin API and coordination).
-func startReplicas(t *testing.T, c *sim.Cluster, n, limit int, coordinate bool) *replicas {
+func startReplicas(t *testing.T, c *sim.Cluster, n, limit int, coordinate bool, extra ...string) *replicas {
 	t.Helper()
 	ports := testenv.FreePorts(t, n)
 	rs := &replicas{net: &cutNet{out: map[string]bool{}, in: map[string]bool{}}}
@@ -103,7 +103,7 @@ func startReplicas(t *testing.T, c *sim.Cluster, n, limit int, coordinate bool) 
 				"--admission-exchange-period-secs", fmt.Sprint(clusterPeriod.Seconds()),
 				"--admission-lease-secs", fmt.Sprint(clusterLease.Seconds()))
 		}
-		args = append(append(args, pdArgs(c)...), "--admin-api-key", "fleet-secret")
+		args = append(append(append(args, pdArgs(c)...), extra...), "--admin-api-key", "fleet-secret")
 		gw := startGatewayOn(t, p, app.Options{ClusterHTTP: rs.net.client(t, rs.ids[i])}, args...)
 		rs.gws = append(rs.gws, gw)
 	}

@@ -27,10 +27,11 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// WorkerUsage is one replica's state for one prefill worker.
+// WorkerUsage is one replica's state for one prefill worker, or for one decode worker's seats.
 type WorkerUsage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Worker key (its URL, as in the admission metrics).
+	// Worker key (its URL, as in the admission metrics). A decode worker's seats are keyed "decode:" followed by
+	// its decode key (URL, or URL@rank): they share decode_limit, not limit.
 	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	// Admission slots the replica holds on the worker now.
 	Inflight int32 `protobuf:"varint,2,opt,name=inflight,proto3" json:"inflight,omitempty"`
@@ -121,7 +122,10 @@ type ExchangeRequest struct {
 	// Cap the caller enforces on workers it does not list (usually 0).
 	DefaultCap int32 `protobuf:"varint,8,opt,name=default_cap,json=defaultCap,proto3" json:"default_cap,omitempty"`
 	// The caller is shutting down: it must not be chosen as coordinator any more.
-	Leaving       bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// The caller's configured decode seat limit per decode worker (--decode-max-inflight-requests-per-worker;
+	// 0 when seats are off): the limit of the "decode:" keys; the fleet's is the smallest positive one.
+	DecodeLimit   int32 `protobuf:"varint,10,opt,name=decode_limit,json=decodeLimit,proto3" json:"decode_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,6 +223,13 @@ func (x *ExchangeRequest) GetLeaving() bool {
 	return false
 }
 
+func (x *ExchangeRequest) GetDecodeLimit() int32 {
+	if x != nil {
+		return x.DecodeLimit
+	}
+	return 0
+}
+
 // WorkerShare is one worker's granted share.
 type WorkerShare struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -291,6 +302,8 @@ type ExchangeResponse struct {
 	DefaultShare int32 `protobuf:"varint,6,opt,name=default_share,json=defaultShare,proto3" json:"default_share,omitempty"`
 	// The fleet's limit per worker this grant was computed with.
 	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The fleet's decode seat limit per decode worker (the "decode:" keys) this grant was computed with.
+	DecodeLimit int32 `protobuf:"varint,9,opt,name=decode_limit,json=decodeLimit,proto3" json:"decode_limit,omitempty"`
 	// The live members the coordinator counts, its own id included, in order: a replica that loses its
 	// coordinator falls back to an even split of the limit over these (never above its last share).
 	Members       []string `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
@@ -373,6 +386,13 @@ func (x *ExchangeResponse) GetDefaultShare() int32 {
 func (x *ExchangeResponse) GetLimit() int32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *ExchangeResponse) GetDecodeLimit() int32 {
+	if x != nil {
+		return x.DecodeLimit
 	}
 	return 0
 }
@@ -575,7 +595,7 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
 	"\binflight\x18\x02 \x01(\x05R\binflight\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x05R\x06demand\x12\x10\n" +
-	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\xb1\x02\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\xd4\x02\n" +
 	"\x0fExchangeRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
@@ -586,10 +606,12 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\aworkers\x18\a \x03(\v2\x1e.sluice.cluster.v1.WorkerUsageR\aworkers\x12\x1f\n" +
 	"\vdefault_cap\x18\b \x01(\x05R\n" +
 	"defaultCap\x12\x18\n" +
-	"\aleaving\x18\t \x01(\bR\aleaving\";\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\x12!\n" +
+	"\fdecode_limit\x18\n" +
+	" \x01(\x05R\vdecodeLimit\";\n" +
 	"\vWorkerShare\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
-	"\x05share\x18\x02 \x01(\x05R\x05share\"\xa0\x02\n" +
+	"\x05share\x18\x02 \x01(\x05R\x05share\"\xc3\x02\n" +
 	"\x10ExchangeResponse\x12 \n" +
 	"\vcoordinator\x18\x01 \x01(\tR\vcoordinator\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
@@ -597,7 +619,8 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x126\n" +
 	"\x06shares\x18\x05 \x03(\v2\x1e.sluice.cluster.v1.WorkerShareR\x06shares\x12#\n" +
 	"\rdefault_share\x18\x06 \x01(\x05R\fdefaultShare\x12\x14\n" +
-	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x18\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\x12!\n" +
+	"\fdecode_limit\x18\t \x01(\x05R\vdecodeLimit\x12\x18\n" +
 	"\amembers\x18\b \x03(\tR\amembers\"\x8e\x01\n" +
 	"\vPingRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
