@@ -1,0 +1,61 @@
+package dispatch
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// A short prompt goes to a kv_both decode worker alone (no prefill leg, no kv_transfer_params, counted
+// as skipped for local_prefill); a prompt at the limit goes PD; a decode worker without the role never
+// gets a request alone.
+func TestLocalPrefill(t *testing.T) {
+	nixlPrefill := func(w http.ResponseWriter, _ leg) {
+		writeJSON(w, 200, `{"choices":[],"kv_transfer_params":{"remote_engine_id":"e","remote_block_ids":[1],"remote_host":"h","remote_port":1,"do_remote_prefill":true}}`)
+	}
+	// 40 characters = 10 estimated tokens at 4 characters per token.
+	short, long := strings.Repeat("a", 36), strings.Repeat("a", 40)
+	chat := func(content string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
+	}
+	for _, tc := range []struct {
+		name      string
+		role      string
+		content   string
+		wantLocal bool
+	}{
+		{"short prompt on kv_both is local", worker.KVRoleBoth, short, true},
+		{"prompt at the limit goes PD", worker.KVRoleBoth, long, false},
+		{"decode without kv_both goes PD", "", short, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newEngine(t, "prefill", nixlPrefill)
+			dec := newEngine(t, "decode", chatAnswer)
+			d, m := newPDDispatcherSpecs(t, Config{LocalPrefillMaxTokens: 10},
+				worker.Spec{URL: p.srv.URL, Role: worker.RolePrefill, Protocol: worker.ProtocolVLLM},
+				worker.Spec{URL: dec.srv.URL, Role: worker.RoleDecode, Protocol: worker.ProtocolVLLM, KVRole: tc.role})
+			if _, _, err := do(t, d, RouteChat, chat(tc.content), nil); err != nil {
+				t.Fatal(err)
+			}
+			dl := dec.recorded()
+			if len(dl) != 1 {
+				t.Fatalf("%d decode legs, want 1", len(dl))
+			}
+			_, hasKV := dl[0].body["kv_transfer_params"]
+			m.mu.Lock()
+			skipped := slices.Contains(m.events, "skipped "+worker.HandoffNIXL.String()+" "+ReasonLocalPrefill)
+			m.mu.Unlock()
+			if tc.wantLocal {
+				if n := len(p.recorded()); n != 0 || hasKV || !skipped {
+					t.Errorf("prefill legs %d, decode kv_transfer_params %v, skipped counted %v; want 0, none, counted", n, hasKV, skipped)
+				}
+			} else if n := len(p.recorded()); n != 1 || !hasKV || skipped {
+				t.Errorf("prefill legs %d, decode kv_transfer_params %v, skipped counted %v; want 1, set, not counted", n, hasKV, skipped)
+			}
+			assertReleased(t, d)
+		})
+	}
+}
