@@ -1,10 +1,15 @@
 package dispatch
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -37,8 +42,25 @@ func TestLocalPrefill(t *testing.T) {
 			d, m := newPDDispatcherSpecs(t, Config{LocalPrefillMaxTokens: 10},
 				worker.Spec{URL: p.srv.URL, Role: worker.RolePrefill, Protocol: worker.ProtocolVLLM},
 				worker.Spec{URL: dec.srv.URL, Role: worker.RoleDecode, Protocol: worker.ProtocolVLLM, KVRole: tc.role})
-			if _, _, err := do(t, d, RouteChat, chat(tc.content), nil); err != nil {
+			// The request's server span (httpapi starts it) carries the skip.
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			ctx, span := tp.Tracer("test").Start(t.Context(), "request")
+			resp, err := d.Do(ctx, &Request{Route: RouteChat, Body: []byte(chat(tc.content)), Header: http.Header{}})
+			if err != nil {
 				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			span.End()
+			var onSpan bool
+			for _, s := range exp.GetSpans() {
+				if s.Name == "request" {
+					onSpan = slices.Contains(s.Attributes, attribute.String("sluice.prefill_skipped", ReasonLocalPrefill))
+				}
+			}
+			if onSpan != tc.wantLocal {
+				t.Errorf("sluice.prefill_skipped=local_prefill on the request span: %v, want %v", onSpan, tc.wantLocal)
 			}
 			dl := dec.recorded()
 			if len(dl) != 1 {
