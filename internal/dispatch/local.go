@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -13,14 +14,15 @@ import (
 
 // Local prefill (conditional disaggregation): a vLLM decode engine whose NIXL connector role is
 // kv_both computes a request without kv_transfer_params itself (worker.KVRoleBoth cites vLLM), so a
-// short prompt costs less there than a prefill leg plus a KV transfer. The decode policy picks the
-// decode worker as for any PD request; if that worker is kv_both and the request's estimated uncached
-// prompt on it (admission's token estimate less cache_aware's expected prefix on that worker, when the
-// policy is cache_aware) is below Config.LocalPrefillMaxTokens, the request goes there alone, takes no
-// prefill slot, and is counted as IncPrefillSkipped(vllm_nixl, local_prefill) and on the span
-// (sluice.prefill_skipped). Otherwise it runs PD as usual. Only NIXL: it is the connector whose
-// kv_both behaviour is cited. Config refuses it together with decode seats (a local request would hold
-// no seat), so admission is not involved.
+// short prompt costs less there than a prefill leg plus a KV transfer. A request whose estimated
+// uncached prompt on a routable kv_both NIXL decode worker (admission's token estimate less, when the
+// prefill policy is cache_aware, the prefix its tree expects that worker to hold) is below
+// Config.LocalPrefillMaxTokens goes to such a worker alone: the one with the most cached prefix, then
+// the least load. The decode policy is not consulted for that choice, so a request that then runs PD
+// consults it once, as without local prefill. The request takes no prefill slot, and is counted as
+// IncPrefillSkipped(vllm_nixl, local_prefill) and on the request span (sluice.prefill_skipped). Only
+// NIXL: it is the connector whose kv_both behaviour is cited. Config refuses it together with decode
+// seats (a local request would hold no seat), so admission is not involved.
 
 // localPrefill returns the decode worker to send the request to alone, or nil for PD.
 func (x *Dispatcher) localPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) *worker.Worker {
@@ -28,19 +30,26 @@ func (x *Dispatcher) localPrefill(ctx context.Context, preq *placement.Request, 
 	if limit <= 0 || !allowed.Has(worker.HandoffNIXL) || (ar.Tokens >= limit && ar.CachedTokens == nil) {
 		return nil
 	}
-	dw, err := x.selectDecode(preq, worker.HandoffNIXL)
-	if err != nil || dw.Spec().KVRole != worker.KVRoleBoth {
-		return nil // the PD path reports a missing decode worker
+	var best *worker.Worker
+	var bestCached int64
+	now := time.Now()
+	for _, w := range x.d.Registry.Snapshot().Candidates(worker.RoleDecode, preq.Model) {
+		if w.Handoff() != worker.HandoffNIXL || w.KVRole() != worker.KVRoleBoth || !w.Routable(now) {
+			continue
+		}
+		var cached int64
+		if ar.CachedTokens != nil {
+			cached = min(ar.CachedTokens(w.URL()), ar.Tokens)
+		}
+		if best == nil || cached > bestCached || (cached == bestCached && w.Load() < best.Load()) {
+			best, bestCached = w, cached
+		}
 	}
-	uncached := ar.Tokens
-	if ar.CachedTokens != nil {
-		uncached -= min(ar.CachedTokens(dw.URL()), uncached)
-	}
-	if uncached >= limit {
+	if best == nil || ar.Tokens-bestCached >= limit {
 		return nil
 	}
 	x.d.Metrics.IncPrefillSkipped(worker.HandoffNIXL.String(), ReasonLocalPrefill)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sluice.prefill_skipped", ReasonLocalPrefill),
-		attribute.Int64("sluice.local_prefill.uncached_tokens", uncached))
-	return dw
+		attribute.Int64("sluice.local_prefill.uncached_tokens", ar.Tokens-bestCached))
+	return best
 }

@@ -81,3 +81,36 @@ func TestLocalPrefill(t *testing.T) {
 		})
 	}
 }
+
+// In a fleet with one kv_both decode worker and one without the role, every short prompt goes to the
+// kv_both one alone, and a long one goes PD as the decode policy picks.
+func TestLocalPrefillMixedDecodeFleet(t *testing.T) {
+	p := newEngine(t, "prefill", func(w http.ResponseWriter, _ leg) {
+		writeJSON(w, 200, `{"choices":[],"kv_transfer_params":{"remote_engine_id":"e","remote_block_ids":[1],"remote_host":"h","remote_port":1,"do_remote_prefill":true}}`)
+	})
+	both := newEngine(t, "decode", chatAnswer)
+	plain := newEngine(t, "decode", chatAnswer)
+	d, _ := newPDDispatcherSpecs(t, Config{LocalPrefillMaxTokens: 10},
+		worker.Spec{URL: p.srv.URL, Role: worker.RolePrefill, Protocol: worker.ProtocolVLLM},
+		worker.Spec{URL: both.srv.URL, Role: worker.RoleDecode, Protocol: worker.ProtocolVLLM, KVRole: worker.KVRoleBoth},
+		worker.Spec{URL: plain.srv.URL, Role: worker.RoleDecode, Protocol: worker.ProtocolVLLM})
+	for range 3 {
+		if _, _, err := do(t, d, RouteChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if nb, np, npre := len(both.recorded()), len(plain.recorded()), len(p.recorded()); nb != 3 || np != 0 || npre != 0 {
+		t.Fatalf("short prompts: kv_both decode %d, plain decode %d, prefill %d; want 3, 0, 0", nb, np, npre)
+	}
+	long := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 80) + `"}]}`
+	for range 2 {
+		if _, _, err := do(t, d, RouteChat, long, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Round robin over the two decode workers, consulted once per PD request.
+	if nb, np, npre := len(both.recorded()), len(plain.recorded()), len(p.recorded()); nb != 4 || np != 1 || npre != 2 {
+		t.Errorf("long prompts: kv_both decode %d, plain decode %d, prefill %d; want 4, 1, 2", nb, np, npre)
+	}
+	assertReleased(t, d)
+}
