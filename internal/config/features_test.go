@@ -166,7 +166,7 @@ func TestLocalPrefillFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Admission.LocalPrefillMaxTokens != 256 || c.Workers.DecodeKVRole != "kv_both" {
+	if c.Admission.LocalPrefillMaxTokens != 256 || c.Workers.DecodeKVRole != "kv_both" || !strings.Contains(c.LogValue().String(), "local_prefill_max_tokens=256") {
 		t.Fatalf("parsed %d %q", c.Admission.LocalPrefillMaxTokens, c.Workers.DecodeKVRole)
 	}
 	for _, bad := range [][]string{
