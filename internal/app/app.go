@@ -207,6 +207,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		CheckDecodeOverload:           cfg.Load.DecodeOverloadWaitingRequests >= 0,
 		DecodeOverloadWaitingRequests: cfg.Load.DecodeOverloadWaitingRequests,
 		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
+		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -460,6 +461,9 @@ func (a *App) registerInitial(ctx context.Context) error {
 			}
 			if errs[i] == nil && specs[i].Role == worker.RoleDecode && specs[i].DecodeWindow == 0 {
 				specs[i].DecodeWindow = a.cfg.Admission.DecodeWindow
+			}
+			if errs[i] == nil && specs[i].Role == worker.RoleDecode {
+				specs[i].KVRole = a.cfg.Workers.DecodeKVRole // Registry.Add refuses it on an SGLang engine
 			}
 		})
 	}

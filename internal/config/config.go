@@ -117,6 +117,9 @@ type WorkersConfig struct {
 	// KVConnector is the KV connector of vLLM workers that do not show
 	// theirs: "nixl" or "mooncake" (--kv-connector, default "nixl").
 	KVConnector string
+	// DecodeKVRole is the declared KV connector role of flag-given vLLM decode workers:
+	// "kv_both" or empty (--decode-kv-role); the admin API declares it per worker.
+	DecodeKVRole string
 	// ModelID is the model name to assume for flag-given workers when the
 	// engine does not report one (--model-id, default "" = ask the engine).
 	ModelID string
@@ -215,6 +218,10 @@ type AdmissionConfig struct {
 	// default 0 = unknown); the admin API and the discovery annotation
 	// declare it per worker.
 	DecodeWindow int
+	// LocalPrefillMaxTokens sends a PD request whose estimated uncached prompt is below it to a vLLM
+	// decode worker of KV role kv_both alone, without a prefill leg (--pd-local-prefill-max-tokens,
+	// default 0 = off).
+	LocalPrefillMaxTokens int64
 }
 
 // PrefillBounded reports whether prefill slots are bounded: a request limit, a token budget or an

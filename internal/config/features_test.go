@@ -159,3 +159,27 @@ func TestParseDecodeSeats(t *testing.T) {
 		t.Error("decode seats accepted outside PD mode")
 	}
 }
+
+func TestLocalPrefillFlags(t *testing.T) {
+	base := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	c, err := parseNoEnv(append(base, "--pd-local-prefill-max-tokens", "256", "--decode-kv-role", "kv_both")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admission.LocalPrefillMaxTokens != 256 || c.Workers.DecodeKVRole != "kv_both" || !strings.Contains(c.LogValue().String(), "local_prefill_max_tokens=256") {
+		t.Fatalf("parsed %d %q", c.Admission.LocalPrefillMaxTokens, c.Workers.DecodeKVRole)
+	}
+	for _, bad := range [][]string{
+		{"--pd-local-prefill-max-tokens", "-1"},
+		{"--pd-local-prefill-max-tokens", "99999999"},
+		{"--decode-kv-role", "kv_consumer"},
+		{"--pd-local-prefill-max-tokens", "64", "--decode-max-inflight-requests-per-worker", "4"}, // no seat for a local request
+	} {
+		if _, err := parseNoEnv(append(append([]string{}, base...), bad...)...); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+	if _, err := Parse([]string{"--worker", "http://w:1", "--pd-local-prefill-max-tokens", "64"}, nil); err == nil {
+		t.Error("local prefill accepted outside PD mode")
+	}
+}

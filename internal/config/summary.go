@@ -72,6 +72,7 @@ func (c *Config) LogValue() slog.Value {
 			slog.String("adaptive_limit", rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}.String()),
 			slog.String("decode_max_inflight_per_worker", decodeLimitValue{&c.Admission.DecodeMaxInflightPerWorker, &c.Admission.DecodeAuto}.String()),
 			slog.Int("decode_window", c.Admission.DecodeWindow),
+			slog.Int64("local_prefill_max_tokens", c.Admission.LocalPrefillMaxTokens),
 		),
 		slog.Group("load",
 			slog.Duration("interval", c.LoadMonitorInterval()),

@@ -188,6 +188,19 @@ func (c *Config) Validate() error {
 	if a.DecodeWindow < 0 || a.DecodeWindow > 1<<20 {
 		bad("--decode-window: want 0..%d, got %d", 1<<20, a.DecodeWindow)
 	}
+	if t := a.LocalPrefillMaxTokens; t < 0 || t > 1<<24 {
+		bad("--pd-local-prefill-max-tokens: want 0..%d, got %d", 1<<24, t)
+	}
+	if a.LocalPrefillMaxTokens > 0 && c.Mode() != ModePD {
+		bad("--pd-local-prefill-max-tokens needs --pd-disaggregation: it skips the prefill leg of PD requests")
+	}
+	// A local request would hold no seat: admission grants seats only with a prefill slot.
+	if a.LocalPrefillMaxTokens > 0 && a.SeatsOn() {
+		bad("--pd-local-prefill-max-tokens does not work with decode seats yet (a request sent to its decode worker alone would hold no seat): turn one off")
+	}
+	if r := c.Workers.DecodeKVRole; r != "" && r != "kv_both" {
+		bad("--decode-kv-role: want kv_both or empty, got %q", r)
+	}
 	if f := c.Load.DecodeMaxKVUsage; !(f >= 0 && f <= 1) {
 		bad("--decode-max-kv-usage must be a fraction in [0, 1] (0 = off), got %v", f)
 	}

@@ -66,8 +66,11 @@ const (
 	ClassStream    = "stream"    // a streamed answer broke off
 )
 
-// The IncPrefillSkipped reasons: requests a single-consumer KV handoff (vLLM's) cannot carry.
+// The IncPrefillSkipped reasons: requests a single-consumer KV handoff (vLLM's) cannot carry, and
+// short prompts a kv_both decode engine prefills itself (local.go).
 const (
+	// ReasonLocalPrefill: the uncached prompt is below Config.LocalPrefillMaxTokens.
+	ReasonLocalPrefill = "local_prefill"
 	// ReasonNGreaterThanOne: each of the n samples would pull the one KV transfer.
 	ReasonNGreaterThanOne = "n_gt_1"
 	// ReasonBatch: a prompt batch would get the KV transfer of one prompt.
@@ -116,6 +119,9 @@ type Config struct {
 	CheckDecodeOverload           bool
 	DecodeOverloadWaitingRequests int
 	DecodeMaxKVUsage              float64
+	// LocalPrefillMaxTokens > 0 sends a PD request whose estimated uncached prompt is below it to a
+	// decode worker of KV role kv_both alone (local.go); 0 = off.
+	LocalPrefillMaxTokens int64
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.

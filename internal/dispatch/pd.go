@@ -100,7 +100,11 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, pr
 		x.d.Metrics.IncPrefillSkipped(handoffOf(ph).String(), skipReason(br))
 		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
-	slot, pw, dw, err := x.admitPrefill(ctx, preq, allowed, x.admissionRequest(r, br, preq))
+	ar := x.admissionRequest(r, br, preq)
+	if dw := x.localPrefill(ctx, preq, allowed, ar); dw != nil {
+		return x.single(ctx, r, br, dw, "decode")
+	}
+	slot, pw, dw, err := x.admitPrefill(ctx, preq, allowed, ar)
 	if err != nil {
 		return nil, err
 	}

@@ -125,10 +125,21 @@ type pdWorker struct {
 // (limit per prefill worker 1, queue 8).
 func newPDDispatcher(t *testing.T, cfg Config, ws ...pdWorker) (*Dispatcher, *fakeMetrics) {
 	t.Helper()
+	specs := make([]worker.Spec, len(ws))
+	for i, w := range ws {
+		specs[i] = worker.Spec{URL: w.url, Role: w.role, Protocol: w.protocol}
+	}
+	return newPDDispatcherSpecs(t, cfg, specs...)
+}
+
+// newPDDispatcherSpecs is newPDDispatcher over full worker specs (their models set to "m").
+func newPDDispatcherSpecs(t *testing.T, cfg Config, specs ...worker.Spec) (*Dispatcher, *fakeMetrics) {
+	t.Helper()
 	cfg.PD = true
 	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
-	for _, w := range ws {
-		if _, err := reg.Add(worker.Spec{URL: w.url, Role: w.role, Protocol: w.protocol, Models: []string{"m"}}); err != nil {
+	for _, s := range specs {
+		s.Models = []string{"m"}
+		if _, err := reg.Add(s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -103,6 +103,20 @@ const (
 	KVConnectorMooncake = "mooncake"
 )
 
+// KVRoleBoth is the vLLM KV connector role (kv_transfer_config's kv_role) of an engine that both
+// produces and consumes KV (Spec.KVRole). Such a decode engine can serve a request alone: vLLM's NIXL
+// connector (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py,
+// get_num_new_matched_tokens) loads remote KV only for a request whose kv_transfer_params say
+// do_remote_prefill; a request without them is scheduled and prefilled locally like on any engine
+// (kv_role semantics: vllm/config/kv_transfer.py, is_kv_producer / is_kv_consumer). vLLM exposes no
+// endpoint that reports the role, so it is declared (--decode-kv-role, the admin API).
+//
+// SGLang has no such role: its decode server (python/sglang/srt/disaggregation/decode.py) admits a
+// request only through the pre-allocation queue, which waits for the prefill server's KV over the
+// bootstrap handshake, so an SGLang decode engine cannot prefill on its own; a KV role on a non-vLLM
+// worker is refused.
+const KVRoleBoth = "kv_both"
+
 // SingleConsumer reports a handoff whose KV transfer serves one decode request: n > 1 samples or a
 // prompt batch cannot share it (vLLM's connectors).
 func (h Handoff) SingleConsumer() bool { return h == HandoffNIXL || h == HandoffMooncake }
@@ -173,6 +187,9 @@ type Spec struct {
 	// KVConnector is a vLLM worker's KV connector: KVConnectorNIXL (the default) or
 	// KVConnectorMooncake. Empty for other protocols.
 	KVConnector string
+	// KVRole is a vLLM decode worker's declared KV connector role: KVRoleBoth lets local prefill
+	// (dispatch's LocalPrefillMaxTokens) send it short prompts alone. Empty means a consumer only.
+	KVRole string
 	// Source says who registered the worker: SourceFlag, SourceAdmin or
 	// SourceKubernetes (empty is treated as unknown). A worker whose source
 	// is SourceKubernetes belongs to discovery: see [Spec.Managed].
@@ -245,6 +262,15 @@ func (s Spec) Validate() error {
 		}
 	default:
 		return fmt.Errorf("unknown kv connector %q (want nixl or mooncake)", s.KVConnector)
+	}
+	switch {
+	case s.KVRole == "":
+	case s.KVRole != KVRoleBoth:
+		return fmt.Errorf("unknown kv role %q (want %s)", s.KVRole, KVRoleBoth)
+	case s.Protocol != ProtocolVLLM:
+		return fmt.Errorf("kv role %s set on a %s worker; only vllm engines can prefill on their own (SGLang's decode waits for a prefill server's KV)", s.KVRole, s.Protocol)
+	case s.Role != RoleDecode:
+		return fmt.Errorf("kv role %s set on a %s worker; only decode workers have one", s.KVRole, s.Role)
 	}
 	if s.DPSize < 0 || s.DPSize > maxDPSize {
 		return fmt.Errorf("dp size %d out of range 0..%d", s.DPSize, maxDPSize)

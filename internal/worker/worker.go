@@ -144,6 +144,9 @@ func (w *Worker) Handoff() Handoff { return w.handoff }
 // Spec returns a deep copy of the current spec.
 func (w *Worker) Spec() Spec { return w.s.spec.Load().Clone() }
 
+// KVRole returns the declared KV connector role (Spec.KVRole) without copying the spec.
+func (w *Worker) KVRole() string { return w.s.spec.Load().KVRole }
+
 // BootstrapPort returns the current bootstrap port (0 = none) without copying
 // the spec.
 func (w *Worker) BootstrapPort() int { return w.s.spec.Load().BootstrapPort }
