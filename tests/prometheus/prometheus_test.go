@@ -380,6 +380,9 @@ func TestDashboardAlertsAndDocsAgainstPrometheus(t *testing.T) {
 	t.Cleanup(func() { _ = cluster.Close() })
 	args := []string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "1",
 		"--prefill-queue-size", "8", "--prefill-queue-timeout-secs", "3",
+		// Decode seats that never bind (24 clients, 2 decode workers): the dashboard's seat panel has data
+		// while every rejection still names prefill.
+		"--decode-max-inflight-requests-per-worker", "64",
 		"--engine-load-interval-secs", "1", "--health-check-interval-secs", "1",
 		"--health-success-threshold", "1", "--health-failure-threshold", "1",
 		"--cb-failure-threshold", "3", "--cb-timeout-duration-secs", "600"}
