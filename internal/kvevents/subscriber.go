@@ -13,6 +13,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/sluicegw/sluice/internal/zmqnet"
 )
 
 // Endpoint is one engine rank's event stream, as its `--kv-events-config` names it: `endpoint` and
@@ -130,7 +132,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.ep.Topic); err != nil {
 		return fmt.Errorf("kvevents: subscribe: %w", err)
 	}
-	if err := sub.Dial(s.ep.Publisher); err != nil {
+	ep, err := zmqnet.Endpoint(s.ep.Publisher)
+	if err != nil {
+		return err
+	}
+	if err := sub.Dial(ep); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -256,7 +262,11 @@ func (s *Subscriber) replay(ctx context.Context, from, to int64) ([]*Batch, erro
 	defer cancel()
 	dealer := zmq4.NewDealer(rctx, s.socketOptions(zmq4.WithDialerMaxRetries(int(s.timeout/s.retry)+1))...)
 	defer func() { _ = dealer.Close() }()
-	if err := dealer.Dial(s.ep.Replay); err != nil {
+	ep, err := zmqnet.Endpoint(s.ep.Replay)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	if err := dealer.Dial(ep); err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrReplay, s.ep.Replay, err)
 	}
 	// Ask from the batch we applied last (when there is one) to check it is still ours.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/sluicegw/sluice/internal/zmqnet"
 )
 
 // KV-cache events, published as the engine the simulator imitates publishes them: vLLM's
@@ -206,7 +208,11 @@ func newKVPublisher(parent context.Context, rank, blockSize int, host string, pu
 		buf: make([]bufferedBatch, 0, min(kc.BufferSteps, 1024)),
 	}
 	p.pub = zmq4.NewPub(ctx, quiet)
-	if err := p.pub.Listen("tcp://" + net.JoinHostPort(host, strconv.Itoa(pubPort))); err != nil {
+	pubEP, err := zmqnet.Endpoint("tcp://" + net.JoinHostPort(host, strconv.Itoa(pubPort)))
+	if err == nil {
+		err = p.pub.Listen(pubEP)
+	}
+	if err != nil {
 		cancel()
 		_ = p.pub.Close()
 		return nil, fmt.Errorf("sim: kv events PUB: %w", err)
@@ -214,7 +220,11 @@ func newKVPublisher(parent context.Context, rank, blockSize int, host string, pu
 	p.pubAddr = p.pub.Addr().String()
 	if kc.ReplayPort >= 0 {
 		p.router = zmq4.NewRouter(ctx, quiet)
-		if err := p.router.Listen("tcp://" + net.JoinHostPort(host, strconv.Itoa(replayPort))); err != nil {
+		replayEP, err := zmqnet.Endpoint("tcp://" + net.JoinHostPort(host, strconv.Itoa(replayPort)))
+		if err == nil {
+			err = p.router.Listen(replayEP)
+		}
+		if err != nil {
 			cancel()
 			_ = p.pub.Close()
 			_ = p.router.Close()
