@@ -560,3 +560,16 @@ func findMember(b []byte, i int, key string) (member, bool) {
 	}
 	return found, ok && it.err == nil
 }
+
+// topValue validates that b is one JSON value and returns its span.
+func topValue(b []byte) (int, int, error) {
+	s := skipWS(b, 0)
+	e, err := skipValue(b, s)
+	if err != nil {
+		return 0, 0, err
+	}
+	if skipWS(b, e) != len(b) {
+		return 0, 0, syntaxErr("trailing data", e)
+	}
+	return s, e, nil
+}

@@ -192,19 +192,6 @@ func MergeInputLogprobs(prefillResp, decodeResp []byte) ([]byte, error) {
 	return nil, errors.New("backend: MergeInputLogprobs: prefill and decode responses have different shapes")
 }
 
-// topValue validates that b is one JSON value and returns its span.
-func topValue(b []byte) (int, int, error) {
-	s := skipWS(b, 0)
-	e, err := skipValue(b, s)
-	if err != nil {
-		return 0, 0, err
-	}
-	if skipWS(b, e) != len(b) {
-		return 0, 0, syntaxErr("trailing data", e)
-	}
-	return s, e, nil
-}
-
 func splice(b []byte, s, e int, v []byte) []byte {
 	out := make([]byte, 0, len(b)-(e-s)+len(v))
 	out = append(out, b[:s]...)
