@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkUpstreamTransport compares the two ways a leg reaches an http:// engine: net/http's
-// Transport (a writer and a reader goroutine per connection) and h1Transport (the round trip in the
+// Transport (a writer and a reader goroutine per connection) and h1.Transport (the round trip in the
 // calling goroutine), on the same loopback engine in the same run, serial and 16 in parallel. The
 // engine's CPU is in both figures alike; the difference is the transports'. Compare with
 //
@@ -37,8 +37,8 @@ func BenchmarkUpstreamTransport(b *testing.B) {
 	defer srv.Close()
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"Write one short sentence about rivers."}],"max_tokens":8}`)
 	o := HTTPClientOptions{}.withDefaults()
-	std := NewHTTPClient(o).Transport.(*upstreamTransport).http
-	h1 := newH1Transport(o)
+	ut := NewHTTPClient(o).Transport.(*upstreamTransport)
+	std, h1 := ut.http, ut.h1
 	defer h1.CloseIdleConnections()
 	defer std.CloseIdleConnections()
 	for _, path := range []string{"/json", "/stream"} {

@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/backend/h1"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 )
 
 // HTTPClientOptions tunes the gateway's upstream HTTP client. Zero values take the defaults.
@@ -57,6 +60,17 @@ func (o HTTPClientOptions) withDefaults() HTTPClientOptions {
 	return o
 }
 
+// h1Options hands the lean transport its share of the (defaulted) options.
+func (o HTTPClientOptions) h1Options() h1.Options {
+	return h1.Options{
+		DialTimeout:           o.DialTimeout,
+		KeepAlive:             o.KeepAlive,
+		MaxIdlePerHost:        o.MaxIdleConnsPerHost,
+		IdleTimeout:           o.IdleConnTimeout,
+		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
+	}
+}
+
 // NewHTTPClient returns the client the gateway uses to talk to engines. It has no overall Timeout
 // (requests are bounded by their context; a streamed decode may run for minutes), a large keep-alive
 // pool, HTTP/1.1 to http:// engines (which is what SGLang and vLLM serve), no transparent
@@ -82,11 +96,11 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 		WriteBufferSize: 8 << 10,
 		ReadBufferSize:  8 << 10,
 	}
-	ut := &upstreamTransport{http: tr, h1: newH1Transport(o)}
+	ut := &upstreamTransport{http: tr, h1: h1.New(o.h1Options())}
 	if !o.DisableGRPC {
 		ut.grpc = o.GRPC
 		if ut.grpc == nil {
-			ut.grpc = NewGRPCTransport("", NewH2CClient(opts))
+			ut.grpc = workerrpc.NewGRPCTransport("", NewH2CClient(opts))
 		}
 	}
 	return &http.Client{
@@ -100,7 +114,7 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 // grpcs:// requests to the worker-protocol transport, and everything else (https://) to net/http's.
 type upstreamTransport struct {
 	http *http.Transport
-	h1   *h1Transport
+	h1   *h1.Transport
 	grpc http.RoundTripper
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/tlsconf/tlstest"
 )
 
@@ -32,7 +33,7 @@ func TestForwardHeaders(t *testing.T) {
 		"Connection":             {"keep-alive"},
 		"Content-Length":         {"12"},
 		"X-Sluice-Target-Worker": {"0"},
-		RoleHeader:               {"decode"},
+		workerrpc.RoleHeader:     {"decode"},
 		"x-lowercase-routing":    {"raw map key"},
 	}
 	dst := http.Header{"Existing": {"kept"}}
@@ -216,15 +217,7 @@ func TestUpstreamTransportByScheme(t *testing.T) {
 	c := NewHTTPClient(HTTPClientOptions{TLSClientConfig: cfg})
 	ut := c.Transport.(*upstreamTransport)
 	defer ut.CloseIdleConnections()
-	h1Idle := func() int {
-		ut.h1.mu.Lock()
-		defer ut.h1.mu.Unlock()
-		n := 0
-		for _, l := range ut.h1.idle {
-			n += len(l)
-		}
-		return n
-	}
+	h1Idle := ut.h1.IdleConns
 	post := func(c *http.Client, base string) (string, error) {
 		req, err := NewPostRequest(t.Context(), base, "/v1/chat/completions", []byte("{}"))
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicegw/sluice/internal/jsonx"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // vLLM-style PD with the Mooncake connector, written from vLLM's own proxy
@@ -27,7 +27,7 @@ func MooncakeBootstrapAddr(baseURL string, port int) string {
 	if port <= 0 {
 		port = MooncakeDefaultBootstrapPort
 	}
-	h := strings.Trim(BootstrapHost(baseURL), "[]")
+	h := strings.Trim(body.BootstrapHost(baseURL), "[]")
 	return "http://" + net.JoinHostPort(h, strconv.Itoa(port))
 }
 
@@ -58,41 +58,6 @@ func (u *Upstream) MooncakeEngineIDs(ctx context.Context, bootstrapAddr string) 
 		ids[r] = byRank[strconv.Itoa(r)].EngineID
 	}
 	return ids, nil
-}
-
-// MooncakeTransferID is the transfer id both legs of a request carry (the proxy's "xfer-<request id>").
-func MooncakeTransferID(requestID string) string { return "xfer-" + requestID }
-
-// MooncakePrefillBody is the prefill leg's body, as the proxy's send_request_to_service builds it:
-// kv_transfer_params asking to keep the KV for a remote decode under the transfer id, stream=false,
-// max_tokens=1 (and max_completion_tokens=1 when the client sent it), stream_options removed.
-func MooncakePrefillBody(body []byte, transferID string) ([]byte, error) {
-	params := `{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":` + string(jsonx.AppendString(nil, transferID)) + `}`
-	edits := []field{
-		{"kv_transfer_params", []byte(params)},
-		{"stream", []byte("false")},
-		{"max_tokens", []byte("1")},
-		{"stream_options", nil},
-	}
-	if _, ok := findMember(body, 0, "max_completion_tokens"); ok {
-		edits = append(edits, field{"max_completion_tokens", []byte("1")})
-	}
-	return rewriteObject(body, edits)
-}
-
-// MooncakeDecodeBody is the decode leg's body, as the proxy's stream_service_response builds it: the
-// client's body with kv_transfer_params naming the prefill's bootstrap address, its engine id and the
-// transfer id.
-func MooncakeDecodeBody(body []byte, bootstrapAddr, engineID, transferID string) ([]byte, error) {
-	p := make([]byte, 0, 160)
-	p = append(p, `{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":`...)
-	p = jsonx.AppendString(p, bootstrapAddr)
-	p = append(p, `,"remote_engine_id":`...)
-	p = jsonx.AppendString(p, engineID)
-	p = append(p, `,"transfer_id":`...)
-	p = jsonx.AppendString(p, transferID)
-	p = append(p, '}')
-	return rewriteObject(body, []field{{"kv_transfer_params", p}})
 }
 
 // HeaderDPRank is the header vLLM's API server reads a request's data-parallel rank from.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 func TestMooncakeEngineIDs(t *testing.T) {
@@ -36,14 +38,14 @@ func TestMooncakeEngineIDs(t *testing.T) {
 }
 
 func TestMooncakeBodies(t *testing.T) {
-	p, err := MooncakePrefillBody([]byte(`{"model":"m","stream":true,"stream_options":{},"max_completion_tokens":7}`), "xfer-1")
+	p, err := body.MooncakePrefillBody([]byte(`{"model":"m","stream":true,"stream_options":{},"max_completion_tokens":7}`), "xfer-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := `{"model":"m","stream":false,"max_completion_tokens":1,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"xfer-1"},"max_tokens":1}`; string(p) != want {
 		t.Errorf("prefill body\n%s\nwant\n%s", p, want)
 	}
-	d, err := MooncakeDecodeBody([]byte(`{"model":"m","kv_transfer_params":{"remote_host":"attacker"}}`), "http://[fd00::1]:8998", "e0", "xfer-1")
+	d, err := body.MooncakeDecodeBody([]byte(`{"model":"m","kv_transfer_params":{"remote_host":"attacker"}}`), "http://[fd00::1]:8998", "e0", "xfer-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
@@ -49,7 +51,7 @@ func call(t *testing.T, up *backend.Upstream, role, target, path string, body []
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := up.Do(ctx, http.MethodPost, target+path, body, http.Header{backend.RoleHeader: {role}})
+	resp, err := up.Do(ctx, http.MethodPost, target+path, body, http.Header{workerrpc.RoleHeader: {role}})
 	if err != nil {
 		t.Errorf("%s leg: %v", role, err)
 		return 0, ""
@@ -73,28 +75,28 @@ func TestSimSGLangPD(t *testing.T) {
 	for _, grpc := range []bool{false, true} {
 		for _, tc := range []struct {
 			name  string
-			route backend.Route
+			route body.Route
 			body  string
 		}{
-			{"chat", backend.RouteChat, `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":4}`},
-			{"chat stream", backend.RouteChat, `{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`},
-			{"completions batch", backend.RouteCompletions, `{"model":"sim-model","prompt":["a b c","d e f"],"max_tokens":2}`},
-			{"generate", backend.RouteGenerate, `{"text":"the quick brown fox","sampling_params":{"max_new_tokens":3}}`},
+			{"chat", body.RouteChat, `{"model":"sim-model","messages":[{"role":"user","content":"hello there"}],"max_tokens":4}`},
+			{"chat stream", body.RouteChat, `{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`},
+			{"completions batch", body.RouteCompletions, `{"model":"sim-model","prompt":["a b c","d e f"],"max_tokens":2}`},
+			{"generate", body.RouteGenerate, `{"text":"the quick brown fox","sampling_params":{"max_new_tokens":3}}`},
 		} {
 			name := tc.name
 			if grpc {
 				name += "/grpc"
 			}
 			t.Run(name, func(t *testing.T) {
-				req, err := backend.ParseRequest(tc.route, []byte(tc.body))
+				req, err := body.ParseRequest(tc.route, []byte(tc.body))
 				if err != nil {
 					t.Fatal(err)
 				}
-				count, asList := backend.SGLangRooms(req)
+				count, asList := body.SGLangRooms(req)
 				if grpc {
-					count, asList = backend.WorkerRPCRooms(req)
+					count, asList = body.WorkerRPCRooms(req)
 				}
-				body, err := backend.InjectBootstrap(req.Body, "127.0.0.1", prefill.BootstrapPort(), backend.NewRooms(rnd, count), asList)
+				body, err := body.InjectBootstrap(req.Body, "127.0.0.1", prefill.BootstrapPort(), body.NewRooms(rnd, count), asList)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,9 +104,9 @@ func TestSimSGLangPD(t *testing.T) {
 				var pStatus int
 				var pBody string
 				wg.Go(func() {
-					pStatus, pBody = call(t, up, backend.RolePrefill, workerURL(t, prefill, grpc), tc.route.Path(), body)
+					pStatus, pBody = call(t, up, workerrpc.RolePrefill, workerURL(t, prefill, grpc), tc.route.Path(), body)
 				})
-				dStatus, dBody := call(t, up, backend.RoleDecode, workerURL(t, decode, grpc), tc.route.Path(), body)
+				dStatus, dBody := call(t, up, workerrpc.RoleDecode, workerURL(t, decode, grpc), tc.route.Path(), body)
 				wg.Wait()
 				if pStatus != 200 || dStatus != 200 {
 					t.Fatalf("prefill %d %s\ndecode %d %s", pStatus, pBody, dStatus, dBody)
@@ -128,23 +130,23 @@ func TestSimVLLMPD(t *testing.T) {
 	for _, grpc := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http", true: "grpc"}[grpc], func(t *testing.T) {
 			orig := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"hello"}],"max_tokens":4,"stream":true}`)
-			pbody, err := backend.VLLMPrefillBody(orig)
+			pbody, err := body.VLLMPrefillBody(orig)
 			if err != nil {
 				t.Fatal(err)
 			}
-			status, presp := call(t, up, backend.RolePrefill, workerURL(t, prefill, grpc), backend.RouteChat.Path(), pbody)
+			status, presp := call(t, up, workerrpc.RolePrefill, workerURL(t, prefill, grpc), body.RouteChat.Path(), pbody)
 			if status != 200 {
 				t.Fatalf("prefill %d %s", status, presp)
 			}
-			params, err := backend.ExtractKVTransferParams([]byte(presp))
+			params, err := body.ExtractKVTransferParams([]byte(presp))
 			if err != nil {
 				t.Fatalf("prefill response %s: %v", presp, err)
 			}
-			dbody, err := backend.VLLMDecodeBody(orig, params)
+			dbody, err := body.VLLMDecodeBody(orig, params)
 			if err != nil {
 				t.Fatal(err)
 			}
-			status, dresp := call(t, up, backend.RoleDecode, workerURL(t, decode, grpc), backend.RouteChat.Path(), dbody)
+			status, dresp := call(t, up, workerrpc.RoleDecode, workerURL(t, decode, grpc), body.RouteChat.Path(), dbody)
 			if status != 200 || !strings.HasSuffix(dresp, "data: [DONE]\n\n") {
 				t.Fatalf("decode %d %s", status, dresp)
 			}

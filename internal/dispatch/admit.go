@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -57,7 +57,7 @@ func admissionHeaders(h http.Header) (priority int, hasPriority bool, maxWait ti
 
 // admissionRequest fills the admission inputs of a request (admitPrefill adds the queue and the
 // selection). Its headers were validated by Do.
-func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *placement.Request) admission.Request {
+func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placement.Request) admission.Request {
 	prio, hasPrio, maxWait, _ := admissionHeaders(r.Header)
 	if !hasPrio && br.HasPriority {
 		prio = br.Priority
@@ -84,7 +84,7 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 // max_completion_tokens, else max_tokens (OpenAI), or /generate's sampling_params.max_new_tokens; 0
 // when absent or unreadable (the reservation is then the prompt alone). It decodes the body once more,
 // so it runs only when some decode worker's KV capacity is known (Config.DecodeKVReservation).
-func maxOutputTokens(br *backend.Request) int64 {
+func maxOutputTokens(br *body.Request) int64 {
 	var b struct {
 		MaxTokens           *int64 `json:"max_tokens"`
 		MaxCompletionTokens *int64 `json:"max_completion_tokens"`

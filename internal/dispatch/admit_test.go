@@ -11,15 +11,15 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
 func TestAdmissionRequestInputs(t *testing.T) {
 	x := &Dispatcher{cfg: Config{CharsPerToken: 4}, d: Deps{Policies: mustSet(t, placement.PolicyRoundRobin)}}
-	parse := func(route Route, body string) *backend.Request {
-		br, err := backend.ParseRequest(route, []byte(body))
+	parse := func(route Route, in string) *body.Request {
+		br, err := body.ParseRequest(route, []byte(in))
 		if err != nil {
 			t.Fatal(err)
 		}

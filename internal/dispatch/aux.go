@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// How the routes engines serve besides generation run (backend.AuxRoutes: embeddings, rerank, score,
+// How the routes engines serve besides generation run (body.AuxRoutes: embeddings, rerank, score,
 // classify, tokenize, detokenize, responses, messages): one worker, picked by the policy among the
 // HTTP engines serving the model, gets the client's body as is on its engine's path for the route;
 // its answer is relayed. Retries, metrics and tracing are the ones of every attempt (Do).
@@ -33,7 +33,7 @@ import (
 //
 // grpc:// workers (sluice.worker.v1) carry generation only: a route that only such workers could
 // serve gets 501.
-func (x *Dispatcher) aux(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+func (x *Dispatcher) aux(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
 	p := *preq
 	p.IgnoreRanks = true // the engine places the request on a rank itself; no hint is sent
 	snap := x.d.Registry.Snapshot()
@@ -45,8 +45,8 @@ func (x *Dispatcher) aux(ctx context.Context, r *Request, br *backend.Request, p
 		return x.single(ctx, r, br, w, "regular")
 	}
 	switch br.Route {
-	case backend.RouteTokenize, backend.RouteDetokenize:
-	case backend.RouteResponses, backend.RouteMessages:
+	case body.RouteTokenize, body.RouteDetokenize:
+	case body.RouteResponses, body.RouteMessages:
 		if dh := snap.Handoffs(worker.RoleDecode); dh != 0 && dh&^vllmHandoffs != 0 {
 			return nil, notInPD(br.Route, "SGLang decode engines serve only requests whose prefill arrives through the bootstrap handshake, "+
 				"and "+br.Route.Path()+" carries no bootstrap fields; use /v1/chat/completions, or serve this route from a regular-mode sluice")
@@ -62,12 +62,12 @@ func (x *Dispatcher) aux(ctx context.Context, r *Request, br *backend.Request, p
 	return x.single(ctx, r, br, w, "decode")
 }
 
-func notInPD(route backend.Route, why string) error {
+func notInPD(route body.Route, why string) error {
 	return apierror.New(http.StatusNotImplemented, apierror.CodeUnimplemented, route.Path()+" is not served in PD mode: "+why, nil)
 }
 
 // selectHTTP picks a worker of role for an aux route among the engines speaking HTTP.
-func selectHTTP(snap *worker.Snapshot, role worker.Role, br *backend.Request, p *placement.Request, pol placement.Policy) (*worker.Worker, error) {
+func selectHTTP(snap *worker.Snapshot, role worker.Role, br *body.Request, p *placement.Request, pol placement.Policy) (*worker.Worker, error) {
 	cands := snap.Candidates(role, p.Model)
 	onlyGRPC := len(cands) > 0
 	for _, w := range cands {

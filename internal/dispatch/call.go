@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -58,7 +59,7 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 		req.Header[HeaderRequestID] = []string{r.RequestID}
 	}
 	if w.Protocol() == worker.ProtocolGRPC {
-		req.Header.Set(backend.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
+		req.Header.Set(workerrpc.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
 	}
 	for k, v := range extra {
 		req.Header[k] = v

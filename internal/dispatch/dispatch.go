@@ -21,6 +21,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -254,7 +255,7 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 }
 
 func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Response, string, error) {
-	br, err := backend.ParseRequest(r.Route, r.Body)
+	br, err := body.ParseRequest(r.Route, r.Body)
 	if err != nil {
 		return nil, "", classifyRequestError(err)
 	}
@@ -281,8 +282,8 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	// Token metrics need the usage, which a stream carries only when asked for: ask the engine, and
 	// Response.Frames drops the usage chunk again before the client sees it.
 	strip := false
-	if br.Stream && br.Route != backend.RouteGenerate && !br.IncludeUsage {
-		if body, ok := backend.WithStreamUsage(br.Body); ok {
+	if br.Stream && br.Route != body.RouteGenerate && !br.IncludeUsage {
+		if body, ok := body.WithStreamUsage(br.Body); ok {
 			bc := *br
 			bc.Body, br, strip = body, &bc, true
 		}
@@ -330,9 +331,9 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 }
 
 // requestAttributes names the request on its span with OpenTelemetry's GenAI conventions.
-func requestAttributes(r *Request, br *backend.Request) []attribute.KeyValue {
+func requestAttributes(r *Request, br *body.Request) []attribute.KeyValue {
 	op := "text_completion"
-	if br.Route == backend.RouteChat {
+	if br.Route == body.RouteChat {
 		op = "chat"
 	}
 	attrs := []attribute.KeyValue{
@@ -386,7 +387,7 @@ func contextError(ctx context.Context, last error) error {
 	return fmt.Errorf("%w (last attempt: %s)", ctx.Err(), last.Error())
 }
 
-func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
 	if br.Route.IsAux() {
 		return x.aux(ctx, r, br, preq)
 	}
@@ -397,7 +398,7 @@ func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *backend.Reques
 }
 
 // placementRequest extracts routing inputs; a malformed target-worker header is the client's error.
-func placementRequest(br *backend.Request, h http.Header, routingKeyHeaders []string) (*placement.Request, error) {
+func placementRequest(br *body.Request, h http.Header, routingKeyHeaders []string) (*placement.Request, error) {
 	p := &placement.Request{Model: br.Model, Text: br.Text, TargetWorker: -1}
 	p.RoutingKey = firstHeader(h, routingKeyHeaders)
 	name, tw := HeaderTargetWorker, h.Get(HeaderTargetWorker)

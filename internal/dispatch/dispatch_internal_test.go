@@ -17,13 +17,13 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
 func TestPlacementRequest(t *testing.T) {
-	br := &backend.Request{Route: RouteChat, Model: "llama", Text: "hello there"}
+	br := &body.Request{Route: RouteChat, Model: "llama", Text: "hello there"}
 	tests := []struct {
 		name      string
 		header    http.Header
@@ -403,7 +403,7 @@ func TestClassifyRequestError(t *testing.T) {
 		wantParam string
 		wantMsg   string
 	}{
-		{name: "request error names the field", err: &backend.RequestError{Param: "messages", Message: "messages is required"}, wantParam: "messages", wantMsg: "messages is required"},
+		{name: "request error names the field", err: &body.RequestError{Param: "messages", Message: "messages is required"}, wantParam: "messages", wantMsg: "messages is required"},
 		{name: "other error", err: errors.New("bad route"), wantMsg: "bad route"},
 	}
 	for _, tt := range tests {
@@ -420,7 +420,7 @@ func TestClassifyRequestError(t *testing.T) {
 }
 
 func TestClassifyRequestErrorMalformedJSON(t *testing.T) {
-	_, err := backend.ParseRequest(RouteChat, []byte(`{"model":`))
+	_, err := body.ParseRequest(RouteChat, []byte(`{"model":`))
 	var ae *apierror.Error
 	if !errors.As(classifyRequestError(err), &ae) {
 		t.Fatal("not an *apierror.Error")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // UpstreamError is a worker's error response.
@@ -139,7 +140,7 @@ func isClientError(err error) bool {
 }
 
 func classifyRequestError(err error) error {
-	var re *backend.RequestError
+	var re *body.RequestError
 	if errors.As(err, &re) {
 		if re.Malformed {
 			return apierror.New(http.StatusBadRequest, apierror.CodeInvalidJSON, re.Message, err)

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/admission"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -37,9 +37,9 @@ const (
 )
 
 // logprobMode is the merge a request needs.
-func logprobMode(br *backend.Request) logprobMerge {
+func logprobMode(br *body.Request) logprobMerge {
 	switch {
-	case br.Route != backend.RouteGenerate || !br.ReturnLogprob:
+	case br.Route != body.RouteGenerate || !br.ReturnLogprob:
 		return mergeNone
 	case br.Stream:
 		return mergeStream
@@ -82,7 +82,7 @@ func sameBody(body []byte) legBodies { return legBodies{prefill: body, decode: b
 // load guard as soon as the prefill is over. On success the decode answer is returned; closing it
 // cancels whatever still runs, waits for the prefill goroutine and releases the decode load. On
 // failure everything is released before exchange returns.
-func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *backend.Request, pw, dw *worker.Worker,
+func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request, pw, dw *worker.Worker,
 	legs legBodies, hold holder, merge logprobMerge) (*Response, error) {
 	legCtx, cancelLegs := context.WithCancelCause(ctx)
 	pload := x.acquireLoad(pw)
@@ -181,7 +181,7 @@ func legError(ctx, legCtx context.Context, derr, perr error) error {
 }
 
 // prefillLeg sends the prefill leg and reads its answer to the end, keeping what the merge needs.
-func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Request, pw *worker.Worker,
+func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *body.Request, pw *worker.Worker,
 	legs legBodies, merge logprobMerge) prefillOutcome {
 	path := br.Route.Path()
 	if merge == mergeUnary {
@@ -200,7 +200,7 @@ func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Req
 		return prefillOutcome{}
 	}
 	frames := map[int][]byte{}
-	rd := backend.NewSSEReader(resp.Body)
+	rd := body.NewSSEReader(resp.Body)
 	for {
 		data, err := rd.Next()
 		if errors.Is(err, io.EOF) {
@@ -214,7 +214,7 @@ func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *backend.Req
 		}
 		// The first frame of each index that carries the input logprobs (SGLang sends them in every
 		// frame; keep looking if one does not).
-		if i := backend.FrameIndex(data); frames[i] == nil || (!backend.HasInputLogprobs(frames[i]) && backend.HasInputLogprobs(data)) {
+		if i := body.FrameIndex(data); frames[i] == nil || (!body.HasInputLogprobs(frames[i]) && body.HasInputLogprobs(data)) {
 			frames[i] = bytes.Clone(data)
 		}
 	}
@@ -237,7 +237,7 @@ func mergeUnaryLogprobs(out *Response, resp *http.Response, prefillDone <-chan s
 	if pout.err != nil {
 		return nil, pout.err
 	}
-	merged, merr := backend.MergeInputLogprobs(pout.body, dbody)
+	merged, merr := body.MergeInputLogprobs(pout.body, dbody)
 	if merr != nil {
 		merged = dbody // a shape mini_lb would not merge either: relay decode's answer as is
 	}
@@ -252,7 +252,7 @@ func mergeUnaryLogprobs(out *Response, resp *http.Response, prefillDone <-chan s
 // the whole prefill stream before the first decode frame goes out.
 type streamLogprobs struct {
 	io.Closer
-	src         *backend.SSEReader
+	src         *body.SSEReader
 	ctx         context.Context
 	prefillDone <-chan struct{}
 	pout        *prefillOutcome
@@ -262,8 +262,8 @@ type streamLogprobs struct {
 	err         error
 }
 
-func newStreamLogprobs(body io.ReadCloser, ctx context.Context, prefillDone <-chan struct{}, pout *prefillOutcome) *streamLogprobs {
-	return &streamLogprobs{Closer: body, src: backend.NewSSEReader(body), ctx: ctx, prefillDone: prefillDone, pout: pout}
+func newStreamLogprobs(src io.ReadCloser, ctx context.Context, prefillDone <-chan struct{}, pout *prefillOutcome) *streamLogprobs {
+	return &streamLogprobs{Closer: src, src: body.NewSSEReader(src), ctx: ctx, prefillDone: prefillDone, pout: pout}
 }
 
 func (s *streamLogprobs) Read(p []byte) (int, error) {
@@ -290,12 +290,12 @@ func (s *streamLogprobs) Read(p []byte) (int, error) {
 			continue
 		}
 		out := data
-		if pf := s.pout.frames[backend.FrameIndex(data)]; pf != nil && !backend.IsDone(data) {
-			if m, err := backend.MergeStreamInputLogprobs(pf, data); err == nil {
+		if pf := s.pout.frames[body.FrameIndex(data)]; pf != nil && !body.IsDone(data) {
+			if m, err := body.MergeStreamInputLogprobs(pf, data); err == nil {
 				out = m
 			}
 		}
-		s.buf = backend.AppendSSE(s.buf[:0], out)
+		s.buf = body.AppendSSE(s.buf[:0], out)
 		s.off = 0
 	}
 	n := copy(p, s.buf[s.off:])

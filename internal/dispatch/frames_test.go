@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // TestFramesNextBuffered: NextBuffered meters and strips exactly as Next does, returns only events
@@ -17,7 +17,7 @@ func TestFramesNextBuffered(t *testing.T) {
 	const usage = `{"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`
 	pr, pw := io.Pipe()
 	resp := &Response{Body: pr, Stream: true}
-	m := &meter{ctx: context.Background(), route: backend.RouteChat, stream: true, strip: true, streams: 1}
+	m := &meter{ctx: context.Background(), route: body.RouteChat, stream: true, strip: true, streams: 1}
 	resp.meter = m
 	f := resp.Frames()
 	go func() {
@@ -35,7 +35,7 @@ func TestFramesNextBuffered(t *testing.T) {
 	if p, ok := f.NextBuffered(); ok {
 		t.Fatalf("NextBuffered = %q; want no: only the stripped usage chunk was buffered", p)
 	}
-	if p, err := f.Next(); err != nil || !backend.IsDone(p) {
+	if p, err := f.Next(); err != nil || !body.IsDone(p) {
 		t.Fatalf("Next = %q, %v; want [DONE]", p, err)
 	}
 	if !m.hasUsage || m.usage.Completion != 2 || m.frames != 2 {

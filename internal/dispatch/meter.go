@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // What the gateway measures of one answered request, for metrics and the request span: its time to
@@ -39,7 +39,7 @@ type RequestStats struct {
 	TTFT, ITL time.Duration
 	// HasUsage: the engines reported token usage.
 	HasUsage bool
-	Usage    backend.Usage
+	Usage    body.Usage
 	// PD: Handoff names the pair's KV handoff when the request had a prefill leg ("" otherwise).
 	// PrefillDuration is that leg's duration; DecodeTTFT (streamed only) is the time from the first
 	// leg sent to the decode's first event.
@@ -76,7 +76,7 @@ type meter struct {
 	ctx    context.Context
 	start  time.Time
 	status int
-	route  backend.Route
+	route  body.Route
 	model  string
 	stream bool
 	strip  bool // Do asked the engine for usage: the usage chunk is the gateway's, not the client's
@@ -87,9 +87,9 @@ type meter struct {
 
 	first, end time.Time
 	frames     int64
-	usage      backend.Usage
+	usage      body.Usage
 	hasUsage   bool
-	genUsage   []backend.Usage // /generate streams: the latest counts per index
+	genUsage   []body.Usage // /generate streams: the latest counts per index
 	streamErr  error
 	// streamCut: the stream failed while the request's own context was done (the client left, the
 	// request timed out): not the worker's failure.
@@ -99,14 +99,14 @@ type meter struct {
 
 // Frames is the events of a streamed answer, for the surfaces to relay one by one.
 type Frames struct {
-	rd *backend.SSEReader
+	rd *body.SSEReader
 	m  *meter
 }
 
 // Frames returns a reader of the events of a streamed answer (Stream is true). Relay what Next
 // returns, in order: it is the engine's events, less the usage chunk the client did not ask for.
 func (r *Response) Frames() *Frames {
-	return &Frames{rd: backend.NewSSEReader(r.Body), m: r.meter}
+	return &Frames{rd: body.NewSSEReader(r.Body), m: r.meter}
 }
 
 // Next returns the next event's payload, valid until the following call of Next or NextBuffered;
@@ -152,16 +152,16 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 	if m.first.IsZero() {
 		m.first = time.Now()
 	}
-	if backend.IsDone(data) {
+	if body.IsDone(data) {
 		m.end = time.Now()
 		return data, true
 	}
-	if m.route == backend.RouteGenerate {
+	if m.route == body.RouteGenerate {
 		m.generateFrame(data)
 		m.frames++
 		return data, true
 	}
-	fu := backend.ScanFrameUsage(data)
+	fu := body.ScanFrameUsage(data)
 	switch {
 	case fu.Has:
 		m.usage, m.hasUsage = fu.Usage, true
@@ -171,7 +171,7 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 	case fu.NullEnd > 0 && m.strip:
 		// OpenAI-style engines mark every chunk "usage":null once usage is asked for; vLLM and
 		// SGLang do not. The client did not ask: it gets the chunk as it would have been.
-		data = backend.CutUsageNull(data, fu)
+		data = body.CutUsageNull(data, fu)
 	}
 	m.frames++
 	return data, true
@@ -179,12 +179,12 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 
 // generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).
 func (m *meter) generateFrame(data []byte) {
-	i, u, ok := backend.GenerateFrameUsage(data)
+	i, u, ok := body.GenerateFrameUsage(data)
 	if !ok {
 		return
 	}
 	if i >= len(m.genUsage) {
-		m.genUsage = append(m.genUsage, make([]backend.Usage, i+1-len(m.genUsage))...)
+		m.genUsage = append(m.genUsage, make([]body.Usage, i+1-len(m.genUsage))...)
 	}
 	m.genUsage[i] = u
 }
@@ -214,7 +214,7 @@ func (u *unaryBody) Read(p []byte) (int, error) {
 }
 
 // newMeter starts observing resp; it wraps a non-streamed body to read its usage.
-func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *backend.Request, strip bool, resp *Response) *meter {
+func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Request, strip bool, resp *Response) *meter {
 	m := &meter{x: x, ctx: ctx, start: start, status: resp.Status, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
 		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
 	resp.meter = m
@@ -233,7 +233,7 @@ func (m *meter) finish() {
 	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
 		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream}
 	switch {
-	case m.stream && m.route == backend.RouteGenerate:
+	case m.stream && m.route == body.RouteGenerate:
 		for _, u := range m.genUsage {
 			s.Usage.Prompt += u.Prompt
 			s.Usage.Completion += u.Completion
@@ -242,7 +242,7 @@ func (m *meter) finish() {
 	case m.stream:
 		s.Usage, s.HasUsage = m.usage, m.hasUsage
 	case len(m.body) > 0:
-		s.Usage, s.HasUsage = backend.UnaryUsage(m.route, m.body)
+		s.Usage, s.HasUsage = body.UnaryUsage(m.route, m.body)
 	}
 	if m.stream && !m.first.IsZero() {
 		s.TTFT = m.first.Sub(m.start)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/benchcpu"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -61,7 +61,7 @@ func readFrames(t *testing.T, resp *Response) string {
 		if err != nil {
 			t.Fatalf("relay: %v", err)
 		}
-		out = backend.AppendSSE(out, data)
+		out = body.AppendSSE(out, data)
 	}
 	return string(out)
 }
@@ -119,7 +119,7 @@ func TestStreamUsageAskedAndStripped(t *testing.T) {
 				t.Fatalf("%d requests recorded, want 2", len(st))
 			}
 			for _, s := range st {
-				if !s.HasUsage || s.Usage != (backend.Usage{Prompt: 11, Completion: 3}) || !s.Stream || s.Status != 200 ||
+				if !s.HasUsage || s.Usage != (body.Usage{Prompt: 11, Completion: 3}) || !s.Stream || s.Status != 200 ||
 					s.Route != "/v1/chat/completions" || s.Model != "m" || s.Worker != srv.URL {
 					t.Errorf("recorded %+v", s)
 				}
@@ -148,9 +148,9 @@ func TestUnaryUsageRecorded(t *testing.T) {
 	d, _ := newTestDispatcher(t, Config{}, srv.URL)
 	m := &fakeMetrics{}
 	d.d.Metrics = m
-	_, body, err := do(t, d, RouteChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
-	if err != nil || string(body) != answer {
-		t.Fatalf("answer %s, %v", body, err)
+	_, got, err := do(t, d, RouteChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if err != nil || string(got) != answer {
+		t.Fatalf("answer %s, %v", got, err)
 	}
 	if _, _, err := do(t, d, RouteChat, `{"model":"m"}`, nil); err == nil {
 		t.Fatal("a request without messages was accepted")
@@ -159,7 +159,7 @@ func TestUnaryUsageRecorded(t *testing.T) {
 	if len(st) != 2 {
 		t.Fatalf("%d requests recorded, want 2", len(st))
 	}
-	if s := st[0]; !s.HasUsage || s.Usage != (backend.Usage{Prompt: 4, Completion: 2}) || s.Stream || s.TTFT != 0 || s.Status != 200 {
+	if s := st[0]; !s.HasUsage || s.Usage != (body.Usage{Prompt: 4, Completion: 2}) || s.Stream || s.TTFT != 0 || s.Status != 200 {
 		t.Errorf("answered request recorded as %+v", s)
 	}
 	if s := st[1]; s.Status != http.StatusBadRequest || s.Model != "" || s.HasUsage || s.Worker != "" {
@@ -224,7 +224,7 @@ func TestPDTimingRecorded(t *testing.T) {
 	}
 	s := st[0]
 	if s.Handoff != worker.HandoffBootstrap.String() || s.PrefillDuration <= 0 || s.DecodeTTFT <= 0 || s.Worker != dec.srv.URL ||
-		s.Usage != (backend.Usage{Prompt: 5, Completion: 1}) {
+		s.Usage != (body.Usage{Prompt: 5, Completion: 1}) {
 		t.Errorf("streamed PD request recorded as %+v", s)
 	}
 	if s.KVWait() != max(s.DecodeTTFT-s.PrefillDuration, 0) {
@@ -349,7 +349,7 @@ func BenchmarkFrames(b *testing.B) {
 			frame := "data: " + tc.payload + "\n\n"
 			resp := &Response{Body: &loopReader{data: []byte(strings.Repeat(frame, 64))}, Stream: true}
 			if tc.meter {
-				resp.meter = &meter{route: backend.RouteChat, stream: true, strip: true, streams: 1}
+				resp.meter = &meter{route: body.RouteChat, stream: true, strip: true, streams: 1}
 			}
 			f := resp.Frames()
 			b.SetBytes(int64(len(frame)))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -33,7 +33,7 @@ type pdAdapter interface {
 // pdAttempt is one admitted PD attempt.
 type pdAttempt struct {
 	r    *Request
-	br   *backend.Request
+	br   *body.Request
 	preq *placement.Request // the request's placement inputs (no handoff filter)
 	slot *admission.Slot
 	pw   *worker.Worker
@@ -63,8 +63,8 @@ var (
 )
 
 // routeHandoffs is the handoffs that can serve a route: SGLang's native /generate has no vLLM form.
-func routeHandoffs(route backend.Route) worker.HandoffSet {
-	if route == backend.RouteGenerate {
+func routeHandoffs(route body.Route) worker.HandoffSet {
+	if route == body.RouteGenerate {
 		return allHandoffs &^ vllmHandoffs
 	}
 	return allHandoffs
@@ -75,10 +75,10 @@ func routeHandoffs(route backend.Route) worker.HandoffSet {
 // same blocks (the first to finish frees them under its siblings; the Rust gateway skips the transfer
 // for the same reason), and a batch of prompts would get the parameters of one of them. Such a request
 // runs on a decode worker alone, which computes the prompt itself.
-func oneConsumer(br *backend.Request) bool { return br.N > 1 || br.BatchSize > 1 }
+func oneConsumer(br *body.Request) bool { return br.N > 1 || br.BatchSize > 1 }
 
 // skipReason is the IncPrefillSkipped reason of a request oneConsumer refuses.
-func skipReason(br *backend.Request) string {
+func skipReason(br *body.Request) string {
 	if br.N > 1 {
 		return ReasonNGreaterThanOne
 	}
@@ -89,7 +89,7 @@ func skipReason(br *backend.Request) string {
 func onlySingleConsumer(set worker.HandoffSet) bool { return set != 0 && set&^vllmHandoffs == 0 }
 
 // pd runs one PD attempt.
-func (x *Dispatcher) pd(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+func (x *Dispatcher) pd(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
 	snap := x.d.Registry.Snapshot()
 	paired := snap.Handoffs(worker.RolePrefill) & snap.Handoffs(worker.RoleDecode)
 	allowed := paired & routeHandoffs(br.Route)
@@ -249,7 +249,7 @@ func (x *Dispatcher) decodeOf(a *pdAttempt, h worker.Handoff) (*worker.Worker, e
 }
 
 // decodeOnly sends the request to a decode worker alone, which computes the prompt itself.
-func (x *Dispatcher) decodeOnly(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request, h worker.Handoff) (*Response, error) {
+func (x *Dispatcher) decodeOnly(ctx context.Context, r *Request, br *body.Request, preq *placement.Request, h worker.Handoff) (*Response, error) {
 	dw, err := x.selectDecode(preq, h)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -65,13 +66,13 @@ func (m *mooncakePD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, &UpstreamError{Worker: engine.URL(), Status: http.StatusBadGateway,
 			Message: "the Mooncake prefill worker lists " + strconv.Itoa(len(ids)) + " ranks, rank " + strconv.Itoa(rank) + " was chosen"}
 	}
-	xfer := backend.MooncakeTransferID(a.r.RequestID)
-	pbody, err := backend.MooncakePrefillBody(a.br.Body, xfer)
+	xfer := body.MooncakeTransferID(a.r.RequestID)
+	pbody, err := body.MooncakePrefillBody(a.br.Body, xfer)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
 	}
-	dbody, err := backend.MooncakeDecodeBody(a.br.Body, addr, ids[rank], xfer)
+	dbody, err := body.MooncakeDecodeBody(a.br.Body, addr, ids[rank], xfer)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot build the decode request: "+err.Error())

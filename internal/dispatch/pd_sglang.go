@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -44,7 +44,7 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	}
 	merge := logprobMode(a.br)
 	if a.br.N <= 1 {
-		count, asList := backend.SGLangRooms(a.br)
+		count, asList := body.SGLangRooms(a.br)
 		legs, err := s.legs(a.br.Body, a.pw, dw, count, asList)
 		if err != nil {
 			a.slot.Release(admission.ReleaseFailed)
@@ -53,7 +53,7 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return x.exchange(ctx, a.r, a.br, a.pw, dw, legs, a.slot, merge)
 	}
 
-	one, err := backend.SingleSampleBody(a.br.Route, a.br.Body)
+	one, err := body.SingleSampleBody(a.br.Route, a.br.Body)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("sampling_params", "cannot split the request into single samples: "+err.Error())
@@ -70,19 +70,19 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 
 // legs builds the two legs' bodies: bootstrap fields with fresh rooms (aligned to the prefill rank,
 // so an engine that ignores the hints still finds it by room % dp_size), then the rank hints.
-func (s sglangPD) legs(body []byte, pw, dw *worker.Worker, count int, asList bool) (legBodies, error) {
-	rooms := backend.NewRooms(s.x.uint64, count)
+func (s sglangPD) legs(raw []byte, pw, dw *worker.Worker, count int, asList bool) (legBodies, error) {
+	rooms := body.NewRooms(s.x.uint64, count)
 	if rank := pw.Rank(); rank >= 0 {
 		dp := len(pw.Engine().Ranks())
 		for i := range rooms {
-			rooms[i] = backend.AlignRoom(rooms[i], dp, rank)
+			rooms[i] = body.AlignRoom(rooms[i], dp, rank)
 		}
 	}
-	base, err := backend.InjectBootstrap(body, backend.BootstrapHost(pw.URL()), pw.BootstrapPort(), rooms, asList)
+	base, err := body.InjectBootstrap(raw, body.BootstrapHost(pw.URL()), pw.BootstrapPort(), rooms, asList)
 	if err != nil {
 		return legBodies{}, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
 	}
-	pbody, dbody, err := backend.SGLangRankHints(base, pw.Rank(), dw.Rank())
+	pbody, dbody, err := body.SGLangRankHints(base, pw.Rank(), dw.Rank())
 	if err != nil {
 		return legBodies{}, apierror.InvalidRequest("", "cannot add data-parallel rank hints: "+err.Error())
 	}

@@ -10,14 +10,14 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
 // How a vLLM PD request runs with the NIXL connector (vLLM's
 // tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, and the Rust gateway's vLLM PD path):
 //
-//  1. The prefill leg: the client body rewritten by backend.VLLMPrefillBody (one-token cap, no stream,
+//  1. The prefill leg: the client body rewritten by body.VLLMPrefillBody (one-token cap, no stream,
 //     kv_transfer_params asking for a remote decode), read to the end. The admission slot is released
 //     as soon as it is read, failed or cancelled.
 //  2. The decode leg: the client body with the kv_transfer_params the prefill returned, on a decode
@@ -31,7 +31,7 @@ type vllmNIXL struct{ x *Dispatcher }
 
 func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	x := v.x
-	pbody, err := backend.VLLMPrefillBody(a.br.Body)
+	pbody, err := body.VLLMPrefillBody(a.br.Body)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
@@ -52,9 +52,9 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	timing.prefill = time.Since(timing.start)
 	x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(ctx))
 
-	params, err := backend.ExtractKVTransferParams(pout)
+	params, err := body.ExtractKVTransferParams(pout)
 	switch {
-	case errors.Is(err, backend.ErrNoKVTransferParams):
+	case errors.Is(err, body.ErrNoKVTransferParams):
 		x.d.Metrics.IncKVTransferFallback(worker.HandoffNIXL.String())
 		x.d.Logger.Debug("prefill returned no kv_transfer_params; decode recomputes the prompt",
 			"request_id", a.r.RequestID, "prefill", a.pw.URL(), "reason", err)
@@ -62,7 +62,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, &UpstreamError{Worker: a.pw.URL(), Status: http.StatusBadGateway,
 			Message: "the prefill worker's answer is not a JSON object"}
 	}
-	dbody, err := backend.VLLMDecodeBody(a.br.Body, params)
+	dbody, err := body.VLLMDecodeBody(a.br.Body, params)
 	if err != nil {
 		return nil, apierror.InvalidRequest("", "cannot build the decode request: "+err.Error())
 	}

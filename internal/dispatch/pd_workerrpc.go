@@ -5,13 +5,13 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
 // How a PD request runs on workers speaking sluice.worker.v1 (grpc:// URLs): like SGLang's handoff,
 // both legs at once with bootstrap fields (exchange.go), but the protocol takes one room per
-// sub-request (prompts x samples) and runs n > 1 itself, so nothing is split. backend.GRPCTransport
+// sub-request (prompts x samples) and runs n > 1 itself, so nothing is split. workerrpc.GRPCTransport
 // turns each leg into PrefillService.Prefill / DecodeService.Decode.
 type workerRPCPD struct{ x *Dispatcher }
 
@@ -22,9 +22,9 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err
 	}
-	count, asList := backend.WorkerRPCRooms(a.br)
-	body, err := backend.InjectBootstrap(a.br.Body, backend.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort(),
-		backend.NewRooms(x.uint64, count), asList)
+	count, asList := body.WorkerRPCRooms(a.br)
+	body, err := body.InjectBootstrap(a.br.Body, body.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort(),
+		body.NewRooms(x.uint64, count), asList)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -15,14 +15,14 @@ import (
 // How a regular (not disaggregated) request runs: one worker picked by the regular policy, the
 // client's body sent as is, the worker's answer relayed. Its load guard is held until the response
 // body is closed.
-func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Request, preq *placement.Request) (*Response, error) {
+func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
 	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, nil, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	if w.Rank() >= 0 && w.Protocol() == worker.ProtocolSGLang {
 		// A data-parallel engine: placement chose the rank (io_struct.py routed_dp_rank).
-		body, err := backend.RoutedRank(br.Body, w.Rank())
+		body, err := body.RoutedRank(br.Body, w.Rank())
 		if err != nil {
 			return nil, apierror.InvalidRequest("", "cannot add the data-parallel rank hint: "+err.Error())
 		}
@@ -35,7 +35,7 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *backend.Reques
 
 // single sends the client's body to one worker and relays its answer (regular mode, and PD requests
 // that need no prefill leg).
-func (x *Dispatcher) single(ctx context.Context, r *Request, br *backend.Request, w *worker.Worker, leg string) (*Response, error) {
+func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w *worker.Worker, leg string) (*Response, error) {
 	load := x.acquireLoad(w)
 	resp, err := x.call(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
@@ -61,7 +61,7 @@ func (x *Dispatcher) releaseLoad(w *worker.Worker, g *worker.LoadGuard) {
 }
 
 // response builds the client response around a worker's answer head.
-func (x *Dispatcher) response(resp *http.Response, br *backend.Request, decode, prefill *worker.Worker) *Response {
+func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, prefill *worker.Worker) *Response {
 	h := http.Header{}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		h.Set("Content-Type", ct)

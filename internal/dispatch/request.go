@@ -4,17 +4,17 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // Route is an inference endpoint.
-type Route = backend.Route
+type Route = body.Route
 
 // The inference routes.
 const (
-	RouteChat        = backend.RouteChat
-	RouteCompletions = backend.RouteCompletions
-	RouteGenerate    = backend.RouteGenerate
+	RouteChat        = body.RouteChat
+	RouteCompletions = body.RouteCompletions
+	RouteGenerate    = body.RouteGenerate
 )
 
 // Request is one client request as the surfaces hand it to dispatch.

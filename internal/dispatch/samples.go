@@ -9,14 +9,14 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // Merging the answers of the single-sample requests of a split n > 1 request (pd_sglang.go) into
 // the answer one engine gives for n samples; the JSON rewriting itself is backend's.
 
 // mergeUnarySamples reads every sample's answer, releases everything, and answers the merged JSON.
-func mergeUnarySamples(br *backend.Request, resps []*Response, cancel context.CancelFunc) (*Response, error) {
+func mergeUnarySamples(br *body.Request, resps []*Response, cancel context.CancelFunc) (*Response, error) {
 	bodies := make([][]byte, len(resps))
 	var err error
 	for k, r := range resps {
@@ -31,7 +31,7 @@ func mergeUnarySamples(br *backend.Request, resps []*Response, cancel context.Ca
 	if err != nil {
 		return nil, err
 	}
-	merged, merr := backend.MergeSampleResponses(br.Route, bodies)
+	merged, merr := body.MergeSampleResponses(br.Route, bodies)
 	if merr != nil {
 		return nil, &UpstreamError{Worker: resps[0].Worker, Status: http.StatusBadGateway,
 			Message: "the samples' answers could not be merged: " + merr.Error()}
@@ -45,7 +45,7 @@ func mergeUnarySamples(br *backend.Request, resps []*Response, cancel context.Ca
 }
 
 // sampleStream merges the SSE streams of the samples into one: each frame is relayed as soon as any
-// sample sends it, rewritten by backend.SampleStreamMerger (choice or batch index k, one id, usage
+// sample sends it, rewritten by body.SampleStreamMerger (choice or batch index k, one id, usage
 // held back); once every sample has ended, the merged usage chunk and one [DONE] follow. An error
 // frame of a sample, or a sample's stream failing, ends the merged stream with that error and
 // cancels the other samples.
@@ -60,7 +60,7 @@ type sampleStream struct {
 	frames chan sampleFrame
 	quit   chan struct{}
 	wg     sync.WaitGroup
-	merger *backend.SampleStreamMerger
+	merger *body.SampleStreamMerger
 
 	live  int // samples whose stream has not ended
 	buf   []byte
@@ -79,9 +79,9 @@ type sampleFrame struct {
 }
 
 // newSampleStream starts the pumps; the returned Response owns them.
-func newSampleStream(br *backend.Request, resps []*Response, cancel context.CancelFunc) *Response {
+func newSampleStream(br *body.Request, resps []*Response, cancel context.CancelFunc) *Response {
 	s := &sampleStream{
-		resps: resps, cancel: cancel, merger: backend.NewSampleStreamMerger(br.Route),
+		resps: resps, cancel: cancel, merger: body.NewSampleStreamMerger(br.Route),
 		frames: make(chan sampleFrame), quit: make(chan struct{}), live: len(resps),
 	}
 	for k, r := range resps {
@@ -96,8 +96,8 @@ func newSampleStream(br *backend.Request, resps []*Response, cancel context.Canc
 	return &out
 }
 
-func (s *sampleStream) pump(k int, body io.Reader) {
-	rd := backend.NewSSEReader(body)
+func (s *sampleStream) pump(k int, src io.Reader) {
+	rd := body.NewSSEReader(src)
 	for {
 		data, err := rd.Next()
 		f := sampleFrame{k: k}
@@ -145,11 +145,11 @@ func (s *sampleStream) Read(p []byte) (int, error) {
 				s.err = fmt.Errorf("sample %d: %w", f.k, err)
 				s.cancel()
 			case out == nil:
-			case backend.IsErrorFrame(out):
+			case body.IsErrorFrame(out):
 				s.finish(out)
 				s.cancel()
 			default:
-				s.buf = backend.AppendSSE(s.buf[:0], out)
+				s.buf = body.AppendSSE(s.buf[:0], out)
 				s.off = 0
 			}
 		}
@@ -164,11 +164,11 @@ func (s *sampleStream) Read(p []byte) (int, error) {
 func (s *sampleStream) finish(errFrame []byte) {
 	s.buf, s.off, s.ended = s.buf[:0], 0, true
 	if errFrame != nil {
-		s.buf = backend.AppendSSE(s.buf, errFrame)
+		s.buf = body.AppendSSE(s.buf, errFrame)
 	} else if u, err := s.merger.UsageFrame(); err == nil && u != nil {
-		s.buf = backend.AppendSSE(s.buf, u)
+		s.buf = body.AppendSSE(s.buf, u)
 	}
-	s.buf = backend.AppendSSE(s.buf, []byte("[DONE]"))
+	s.buf = body.AppendSSE(s.buf, []byte("[DONE]"))
 }
 
 func (s *sampleStream) Close() error {

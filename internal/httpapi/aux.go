@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -26,21 +26,21 @@ import (
 // same handler as chat; /v1/responses and /v1/messages may stream events of their own (named SSE
 // events, no [DONE]), relayed byte for byte.
 func (h *Handler) registerAux() {
-	for _, route := range backend.AuxRoutes() {
+	for _, route := range body.AuxRoutes() {
 		path := route.Path()
 		switch route {
-		case backend.RouteResponses, backend.RouteMessages:
+		case body.RouteResponses, body.RouteMessages:
 			h.mux.Handle("POST "+path, h.passthrough(route, path))
-		case backend.RouteTokenize:
+		case body.RouteTokenize:
 			h.mux.Handle("POST "+path, h.tokenize(h.inference(route, path)))
 		default:
 			h.mux.Handle("POST "+path, h.inference(route, path))
 		}
 	}
 	// SMG (and vLLM) also serve rerank without the /v1 prefix.
-	h.mux.Handle("POST /rerank", h.inference(backend.RouteRerank, "/rerank"))
+	h.mux.Handle("POST /rerank", h.inference(body.RouteRerank, "/rerank"))
 	// vLLM serves tokenize without the /v1 prefix too (tokenize.go answers both with a tokenizer).
-	h.mux.Handle("POST /tokenize", h.tokenize(h.inference(backend.RouteTokenize, "/tokenize")))
+	h.mux.Handle("POST /tokenize", h.tokenize(h.inference(body.RouteTokenize, "/tokenize")))
 }
 
 // passthrough serves a route whose stream is relayed as the engine sends it. It is the chat handler
@@ -137,7 +137,7 @@ func copyRaw(ctx context.Context, w http.ResponseWriter, body io.Reader, route d
 // {"type":"error","error":{...}} for Messages, OpenAI's Responses error event otherwise.
 func streamErrorEvent(route dispatch.Route, msg string) []byte {
 	var payload any
-	if route == backend.RouteMessages {
+	if route == body.RouteMessages {
 		payload = map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": msg}}
 	} else {
 		payload = map[string]any{"type": "error", "code": apierror.CodeUpstream, "message": msg, "param": nil}

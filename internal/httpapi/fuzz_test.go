@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -27,7 +27,7 @@ func FuzzRelaySSE(f *testing.F) {
 		resp := &dispatch.Response{Body: io.NopCloser(bytes.NewReader(upstream)), Stream: true}
 		relaySSE(context.Background(), w, resp.Frames(), slog.New(slog.DiscardHandler))
 		out := w.Body.Bytes()
-		r := backend.NewSSEReader(bytes.NewReader(out))
+		r := body.NewSSEReader(bytes.NewReader(out))
 		var last []byte
 		for {
 			data, err := r.Next()
@@ -39,7 +39,7 @@ func FuzzRelaySSE(f *testing.F) {
 		if !bytes.HasSuffix(out, []byte("\n\n")) {
 			t.Fatalf("output does not end with a complete frame: %q", out)
 		}
-		if !backend.IsDone(last) && !backend.IsErrorFrame(last) {
+		if !body.IsDone(last) && !body.IsErrorFrame(last) {
 			t.Fatalf("stream ends with %q, neither [DONE] nor an error frame (upstream %q)", last, upstream)
 		}
 		if strings.Contains(string(out), "\n\n\n") && !strings.Contains(string(upstream), "\n\n\n") {

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -40,7 +40,7 @@ func relaySSE(ctx context.Context, w http.ResponseWriter, r *dispatch.Frames, lo
 				msg = "stream ended before [DONE]"
 			}
 			e := apierror.New(http.StatusBadGateway, apierror.CodeUpstream, msg, err)
-			buf = backend.AppendSSE(buf, e.JSON())
+			buf = body.AppendSSE(buf, e.JSON())
 			_, _ = w.Write(buf)
 			_ = rc.Flush()
 			putFrameBuf(bp, buf)
@@ -48,8 +48,8 @@ func relaySSE(ctx context.Context, w http.ResponseWriter, r *dispatch.Frames, lo
 		}
 		done := false
 		for {
-			buf = backend.AppendSSE(buf, data)
-			if done = backend.IsDone(data); done {
+			buf = body.AppendSSE(buf, data)
+			if done = body.IsDone(data); done {
 				break
 			}
 			var more bool

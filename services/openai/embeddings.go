@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 )
 
 // CreateEmbedding returns the embeddings of the input. They are asked for as floats (the typed
@@ -18,5 +18,5 @@ func (s *Service) CreateEmbedding(ctx context.Context, req *openaiv1.CreateEmbed
 		r.ExtraBody = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	r.ExtraBody.Fields["encoding_format"] = structpb.NewStringValue("float")
-	return unary(ctx, s, backend.RouteEmbeddings, r, callHeader(ctx), &openaiv1.CreateEmbeddingResponse{})
+	return unary(ctx, s, body.RouteEmbeddings, r, callHeader(ctx), &openaiv1.CreateEmbeddingResponse{})
 }

@@ -19,7 +19,7 @@ import (
 
 	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
 	"github.com/sluicegw/sluice/internal/apierror"
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -131,7 +131,7 @@ func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.
 		if bytes.Equal(data, []byte("[DONE]")) {
 			return nil
 		}
-		if backend.IsErrorFrame(data) {
+		if body.IsErrorFrame(data) {
 			return apierror.FromUpstream(http.StatusBadGateway, data, "engine failed mid-stream", nil).Connect()
 		}
 		msg := mk()

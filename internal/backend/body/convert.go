@@ -1,0 +1,31 @@
+package body
+
+import "encoding/json"
+
+// What a floor above needs to turn a body into another wire format (workerrpc builds worker-protocol
+// messages from it) without a scanner of its own.
+
+// TopMembers returns a JSON object's non-null top-level members by key, a later duplicate replacing
+// an earlier one. The error is the scanner's, as a *RequestError would quote it.
+func TopMembers(b []byte) (map[string]json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	it := newObjIter(b, 0)
+	for {
+		m, ok := it.next()
+		if !ok {
+			break
+		}
+		if v := m.value(b); !isNull(v) {
+			fields[m.key(b)] = v
+		}
+	}
+	return fields, it.err
+}
+
+// IsNull reports whether raw is the JSON literal null.
+func IsNull(raw []byte) bool { return isNull(raw) }
+
+// Invalid is the 400 answer for one parameter: param names it, the message is formatted.
+func Invalid(param, format string, args ...any) *RequestError {
+	return invalid(param, format, args...)
+}

@@ -1,0 +1,615 @@
+package body
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/internal/reqcheck"
+)
+
+// Route is one of the generation endpoints the gateway forwards to engines.
+type Route uint8
+
+// The generation routes. The zero Route is invalid.
+const (
+	RouteChat        Route = iota + 1 // POST /v1/chat/completions (OpenAI)
+	RouteCompletions                  // POST /v1/completions (OpenAI)
+	RouteGenerate                     // POST /generate (SGLang native)
+)
+
+// Path returns the route's URL path.
+func (r Route) Path() string {
+	switch r {
+	case RouteChat:
+		return "/v1/chat/completions"
+	case RouteCompletions:
+		return "/v1/completions"
+	case RouteGenerate:
+		return "/generate"
+	}
+	return auxPath(r) // aux.go; "" for an invalid route
+}
+
+// String returns a short label, usable as a low-cardinality metric label.
+func (r Route) String() string {
+	switch r {
+	case RouteChat:
+		return "chat"
+	case RouteCompletions:
+		return "completions"
+	case RouteGenerate:
+		return "generate"
+	}
+	if r.IsAux() {
+		return auxString(r)
+	}
+	return "unknown"
+}
+
+// RouteFromPath maps a URL path to its Route; ok is false for other paths.
+func RouteFromPath(path string) (Route, bool) {
+	switch path {
+	case "/v1/chat/completions":
+		return RouteChat, true
+	case "/v1/completions":
+		return RouteCompletions, true
+	case "/generate":
+		return RouteGenerate, true
+	}
+	return auxFromPath(path)
+}
+
+// MaxN is the largest accepted n (samples per prompt), as in OpenAI's API.
+const MaxN = 128
+
+// ErrInvalidRequest classifies every request validation error; errors.Is(err, ErrInvalidRequest)
+// holds for each *RequestError.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// RequestError is a client error in a request body: HTTP 400, with Param naming the offending field
+// (empty for errors about the body as a whole, such as malformed JSON).
+type RequestError struct {
+	Param   string
+	Message string
+	// Malformed is true when the body is not valid JSON (OpenAI-style surfaces use a distinct code).
+	Malformed bool
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrInvalidRequest) true.
+func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
+func invalid(param, format string, args ...any) *RequestError {
+	return &RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// checked turns a reqcheck refusal into the request's error.
+func checked(e *reqcheck.Error) *RequestError {
+	if e == nil {
+		return nil
+	}
+	return &RequestError{Param: e.Param, Message: e.Message}
+}
+
+// checkAPI is the reqcheck schema of a generation route.
+func checkAPI(route Route) reqcheck.API {
+	switch route {
+	case RouteChat:
+		return reqcheck.Chat
+	case RouteCompletions:
+		return reqcheck.Completions
+	case RouteGenerate:
+		return reqcheck.Generate
+	}
+	return 0
+}
+
+// Request is one client generation request: the raw body, kept byte-for-byte (engines take many
+// parameters the gateway never looks at), plus the few fields routing needs.
+type Request struct {
+	Route Route
+	// Body is the client's JSON, untouched.
+	Body []byte
+	// Model is the requested model; empty only for /generate without a model.
+	Model string
+	// Stream is true for an SSE response.
+	Stream bool
+	// N is the number of samples per prompt (OpenAI n; for /generate sampling_params.n), default 1.
+	N int
+	// BatchSize is the number of prompts of a batched request (a completions prompt array of strings or
+	// of token arrays, a /generate text array or input_ids array of arrays); 0 when not batched.
+	BatchSize int
+	// Text is the prompt text for cache-aware routing: chat = the message contents (string contents
+	// and text parts) joined by a space; completions = the prompt (its first element for arrays);
+	// generate = text (its first element for arrays). Empty for token-id prompts.
+	Text string
+	// IncludeUsage is stream_options.include_usage.
+	IncludeUsage bool
+	// ReturnLogprob is /generate's return_logprob (true when any element of a list is true). SGLang PD
+	// then needs the prefill response too: its input_token_logprobs are merged into decode's.
+	ReturnLogprob bool
+	// PromptChars is the length in bytes of all the prompt text of the request, every prompt of a batch
+	// included: chat message contents, completions prompt strings, /generate text. Admission turns it
+	// into estimated tokens.
+	PromptChars int
+	// PromptTokenIDs is the number of token ids given as prompts (completions token arrays, /generate
+	// input_ids), every prompt of a batch included: an exact token count.
+	PromptTokenIDs int
+	// Priority is the body's "priority" (SGLang's request scheduling priority; higher first), when
+	// HasPriority. The body keeps it: engines that schedule by priority see it too.
+	Priority    int
+	HasPriority bool
+}
+
+// Prompts returns the number of prompts (max(BatchSize, 1)).
+func (r *Request) Prompts() int { return max(r.BatchSize, 1) }
+
+// ParseRequest validates a generation request body and extracts the routing fields in one pass over
+// the JSON. Validation errors are *RequestError (errors.Is ErrInvalidRequest) naming the field.
+// Besides what routing and the wire contract need, every member goes through internal/reqcheck, so a
+// request no engine would accept is refused before it takes an admission slot; engines judge the rest.
+func ParseRequest(route Route, body []byte) (*Request, error) {
+	if route.Path() == "" {
+		return nil, fmt.Errorf("backend: ParseRequest: invalid route %d", route)
+	}
+	if route.IsAux() {
+		return parseAux(route, body)
+	}
+	req := &Request{Route: route, Body: body, N: 1}
+	chk := reqcheck.New(checkAPI(route))
+	it := newObjIter(body, 0)
+	var (
+		haveModel, haveMessages, havePrompt, haveText, haveInputIDs bool
+	)
+	for {
+		m, ok := it.nextKey()
+		if !ok {
+			break
+		}
+		if route == RouteChat && m.keyIs(body, "messages") {
+			// The largest value by far: parsed in place rather than skipped and then re-read.
+			haveMessages = true
+			end, err, serr := parseMessages(req, body, m.valStart)
+			if serr != nil {
+				it.fail(serr)
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			it.valueDone(end)
+			continue
+		}
+		end, serr := skipValueDepth(body, m.valStart, 1)
+		if serr != nil {
+			it.fail(serr)
+			break
+		}
+		m.valEnd = end
+		it.valueDone(end)
+		raw := m.value(body)
+		// Keys are compared on raw bytes; escaped keys (legal but unheard of) take the slow path.
+		key := body[m.keyStart+1 : m.keyEnd-1]
+		if m.keyEsc {
+			key = []byte(m.key(body))
+		}
+		err := checked(chk.Member(key, raw))
+		if err != nil {
+			return nil, err
+		}
+		switch string(key) {
+		case "model":
+			haveModel = !isNull(raw)
+			if haveModel {
+				s, ok := unquote(raw)
+				if !ok {
+					return nil, invalid("model", "model must be a string")
+				}
+				if !utf8.ValidString(s) {
+					// An engine decodes invalid UTF-8 to U+FFFD: it would serve another model than the
+					// one sluice routed by (found by FuzzParseRequest).
+					return nil, invalid("model", "model must be valid UTF-8")
+				}
+				req.Model = s
+			} else {
+				req.Model = ""
+			}
+		case "stream":
+			err = parseStream(req, raw)
+		case "stream_options":
+			req.IncludeUsage = includeUsage(body, m)
+		case "n":
+			if route != RouteGenerate {
+				err = parseN(req, raw, "n")
+			}
+		case "prompt":
+			if route == RouteCompletions {
+				havePrompt = !isNull(raw)
+				err = parsePrompt(req, body, m, "prompt")
+			}
+		case "text":
+			if route == RouteGenerate {
+				haveText = !isNull(raw)
+				err = parseGenerateText(req, body, m)
+			}
+		case "input_ids":
+			if route == RouteGenerate {
+				haveInputIDs = !isNull(raw)
+				err = parseInputIDs(req, body, m)
+			}
+		case "sampling_params":
+			if route == RouteGenerate && !isNull(raw) {
+				if sp, ok := findMember(body, m.valStart, "n"); ok {
+					err = parseN(req, sp.value(body), "sampling_params.n")
+				} else if raw[0] != '{' && raw[0] != '[' {
+					err = invalid("sampling_params", "sampling_params must be an object")
+				} else if raw[0] == '[' {
+					err = parseSamplingList(req, body, m)
+				}
+			}
+		case "return_logprob":
+			if route == RouteGenerate {
+				req.ReturnLogprob = anyTrue(body, m)
+			}
+		case "priority":
+			err = parsePriority(req, raw)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if it.err != nil {
+		if errors.Is(it.err, errNotObject) {
+			return nil, &RequestError{Message: "request body must be a JSON object"}
+		}
+		return nil, &RequestError{Message: "malformed JSON: " + it.err.Error(), Malformed: true}
+	}
+	if skipWS(body, it.close+1) != len(body) {
+		return nil, &RequestError{Message: "malformed JSON: trailing data after the object", Malformed: true}
+	}
+	if err := checked(chk.Done()); err != nil {
+		return nil, err
+	}
+	switch route {
+	case RouteChat:
+		if !haveModel || req.Model == "" {
+			return nil, invalid("model", "model is required")
+		}
+		if !haveMessages {
+			return nil, invalid("messages", "messages is required")
+		}
+	case RouteCompletions:
+		if !haveModel || req.Model == "" {
+			return nil, invalid("model", "model is required")
+		}
+		if !havePrompt {
+			return nil, invalid("prompt", "prompt is required")
+		}
+	case RouteGenerate:
+		if !haveText && !haveInputIDs {
+			return nil, invalid("text", "one of text or input_ids is required")
+		}
+	}
+	return req, nil
+}
+
+func parsePriority(req *Request, raw []byte) *RequestError {
+	if isNull(raw) {
+		req.Priority, req.HasPriority = 0, false
+		return nil
+	}
+	v, ok := parseInt(raw)
+	if !ok || v < -1<<31 || v > 1<<31-1 {
+		return invalid("priority", "priority must be a 32-bit integer")
+	}
+	req.Priority, req.HasPriority = int(v), true
+	return nil
+}
+
+func parseStream(req *Request, raw []byte) *RequestError {
+	if isNull(raw) {
+		req.Stream = false
+		return nil
+	}
+	v, ok := parseBool(raw)
+	if !ok {
+		return invalid("stream", "stream must be a boolean")
+	}
+	req.Stream = v
+	return nil
+}
+
+func parseN(req *Request, raw []byte, param string) *RequestError {
+	if isNull(raw) {
+		req.N = 1
+		return nil
+	}
+	v, ok := parseInt(raw)
+	if !ok {
+		return invalid(param, "%s must be an integer", param)
+	}
+	if v < 1 || v > MaxN {
+		return invalid(param, "%s must be between 1 and %d, got %d", param, MaxN, v)
+	}
+	req.N = int(v)
+	return nil
+}
+
+// parseSamplingList handles /generate's per-prompt sampling_params list: SGLang requires the same n in
+// every element, so the first one decides.
+func parseSamplingList(req *Request, body []byte, m member) *RequestError {
+	arr := newArrIter(body, m.valStart)
+	s, _, ok := arr.next()
+	if !ok || body[s] != '{' {
+		return nil
+	}
+	if sp, ok := findMember(body, s, "n"); ok {
+		return parseN(req, sp.value(body), "sampling_params.n")
+	}
+	return nil
+}
+
+func includeUsage(body []byte, m member) bool {
+	if body[m.valStart] != '{' {
+		return false
+	}
+	u, ok := findMember(body, m.valStart, "include_usage")
+	if !ok {
+		return false
+	}
+	v, _ := parseBool(u.value(body))
+	return v
+}
+
+// anyTrue reports whether a bool or a list of bools holds a true.
+func anyTrue(body []byte, m member) bool {
+	raw := m.value(body)
+	if v, ok := parseBool(raw); ok {
+		return v
+	}
+	if raw[0] != '[' {
+		return false
+	}
+	arr := newArrIter(body, m.valStart)
+	for {
+		s, e, ok := arr.next()
+		if !ok {
+			return false
+		}
+		if v, _ := parseBool(body[s:e]); v {
+			return true
+		}
+	}
+}
+
+// parseMessages reads the messages array at body[start] in one validating pass: it must be a
+// non-empty array of objects; the text of their contents (string contents and the text of "text"
+// parts) is collected into req.Text, joined by single spaces. It returns the end of the array, a
+// validation error, or a syntax error (malformed JSON).
+func parseMessages(req *Request, body []byte, start int) (end int, rerr *RequestError, serr error) {
+	if start >= len(body) || body[start] != '[' {
+		if _, serr = skipValueDepth(body, start, 1); serr != nil {
+			return 0, nil, serr
+		}
+		return 0, invalid("messages", "messages must be an array"), nil
+	}
+	text := make([]byte, 0, 1024)
+	count := 0
+	i := skipWS(body, start+1)
+	for i >= len(body) || body[i] != ']' {
+		if count > 0 {
+			if i >= len(body) || body[i] != ',' {
+				return 0, nil, syntaxErr("expected ',' or ']'", i)
+			}
+			i = skipWS(body, i+1)
+		}
+		if i >= len(body) || body[i] != '{' {
+			if _, serr = skipValueDepth(body, i, 2); serr != nil {
+				return 0, nil, serr
+			}
+			return 0, invalid(fmt.Sprintf("messages[%d]", count), "messages[%d] must be an object", count), nil
+		}
+		msg := newObjIter(body, i)
+		sawRole := false
+		for {
+			m, ok := msg.next()
+			if !ok {
+				break
+			}
+			switch {
+			case m.keyIs(body, "role"):
+				sawRole = true
+				if e := reqcheck.Role(count, m.value(body)); e != nil {
+					return 0, checked(e), nil
+				}
+			case m.keyIs(body, "content"):
+				if e := reqcheck.Content(count, m.value(body)); e != nil {
+					return 0, checked(e), nil
+				}
+				var e *reqcheck.Error
+				if text, e = appendContentText(text, body, m, count); e != nil {
+					return 0, checked(e), nil
+				}
+			}
+		}
+		if msg.err != nil {
+			return 0, nil, msg.err
+		}
+		if e := reqcheck.MessageDone(count, sawRole); e != nil {
+			return 0, checked(e), nil
+		}
+		count++
+		i = skipWS(body, msg.close+1)
+	}
+	if count == 0 {
+		return 0, invalid("messages", "messages must not be empty"), nil
+	}
+	req.Text = string(text)
+	req.PromptChars = len(text)
+	return i + 1, nil, nil
+}
+
+// appendContentText appends the text of messages[msg].content: a string, or the "text" of text
+// parts. A part that is not an object is refused.
+func appendContentText(text, body []byte, m member, msg int) ([]byte, *reqcheck.Error) {
+	raw := m.value(body)
+	switch raw[0] {
+	case '"':
+		if len(text) > 0 {
+			text = append(text, ' ')
+		}
+		text, _ = appendUnquoted(text, raw)
+	case '[':
+		parts := newArrIter(body, m.valStart)
+		for j := 0; ; j++ {
+			ps, pe, ok := parts.next()
+			if !ok {
+				break
+			}
+			if body[ps] != '{' {
+				return text, reqcheck.ContentPart(msg, j, body[ps:pe])
+			}
+			if t, ok := findMember(body, ps, "text"); ok && body[t.valStart] == '"' {
+				if len(text) > 0 {
+					text = append(text, ' ')
+				}
+				text, _ = appendUnquoted(text, t.value(body))
+			}
+		}
+	}
+	return text, nil
+}
+
+// parsePrompt handles OpenAI completions' prompt: a string, an array of strings (a batch), an array
+// of token ids (one prompt), or an array of token arrays (a batch).
+func parsePrompt(req *Request, body []byte, m member, param string) *RequestError {
+	raw := m.value(body)
+	switch raw[0] {
+	case 'n':
+		return nil
+	case '"':
+		req.Text, _ = unquote(raw)
+		req.PromptChars = len(req.Text)
+		return nil
+	case '[':
+	default:
+		return invalid(param, "%s must be a string or an array", param)
+	}
+	arr := newArrIter(body, m.valStart)
+	n := 0
+	batched := false
+	for {
+		s, e, ok := arr.next()
+		if !ok {
+			break
+		}
+		switch body[s] {
+		case '"':
+			if n == 0 {
+				req.Text, _ = unquote(body[s:e])
+			}
+			req.PromptChars += e - s - 2 // the raw string's length: escapes count a little extra
+			batched = true
+		case '[':
+			req.PromptTokenIDs += countElems(body, s)
+			batched = true
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			req.PromptTokenIDs++
+		default:
+			return invalid(param, "%s[%d] must be a string, a token id or an array of token ids", param, n)
+		}
+		n++
+	}
+	if n == 0 {
+		return invalid(param, "%s must not be empty", param)
+	}
+	if batched {
+		req.BatchSize = n
+	}
+	return nil
+}
+
+// parseGenerateText handles /generate's text: a string or a list of strings (a batch).
+func parseGenerateText(req *Request, body []byte, m member) *RequestError {
+	raw := m.value(body)
+	switch raw[0] {
+	case 'n':
+		return nil
+	case '"':
+		req.Text, _ = unquote(raw)
+		req.PromptChars = len(req.Text)
+		return nil
+	case '[':
+	default:
+		return invalid("text", "text must be a string or an array of strings")
+	}
+	arr := newArrIter(body, m.valStart)
+	n := 0
+	for {
+		s, e, ok := arr.next()
+		if !ok {
+			break
+		}
+		if body[s] != '"' {
+			return invalid("text", "text[%d] must be a string", n)
+		}
+		if n == 0 {
+			req.Text, _ = unquote(body[s:e])
+		}
+		req.PromptChars += e - s - 2
+		n++
+	}
+	if n == 0 {
+		return invalid("text", "text must not be empty")
+	}
+	req.BatchSize = n
+	return nil
+}
+
+// parseInputIDs handles /generate's input_ids: a list of ids, or a list of lists (a batch).
+func parseInputIDs(req *Request, body []byte, m member) *RequestError {
+	raw := m.value(body)
+	if raw[0] == 'n' {
+		return nil
+	}
+	if raw[0] != '[' {
+		return invalid("input_ids", "input_ids must be an array")
+	}
+	arr := newArrIter(body, m.valStart)
+	n := 0
+	batched := false
+	for {
+		s, _, ok := arr.next()
+		if !ok {
+			break
+		}
+		if body[s] == '[' {
+			batched = true
+			req.PromptTokenIDs += countElems(body, s)
+		} else {
+			req.PromptTokenIDs++
+		}
+		n++
+	}
+	if n == 0 {
+		return invalid("input_ids", "input_ids must not be empty")
+	}
+	if batched {
+		req.BatchSize = n
+	}
+	return nil
+}
+
+// countElems counts the elements of the (already validated) array at body[start].
+func countElems(body []byte, start int) int {
+	arr := newArrIter(body, start)
+	n := 0
+	for {
+		if _, _, ok := arr.next(); !ok {
+			return n
+		}
+		n++
+	}
+}

@@ -1,0 +1,151 @@
+package body
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestScanFrameUsage(t *testing.T) {
+	tests := []struct {
+		name      string
+		frame     string
+		want      FrameUsage
+		wantAfter string // CutUsageNull's result; "" = unchanged
+	}{
+		{name: "plain chunk", frame: `{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}`},
+		{
+			name:  "vLLM usage chunk",
+			frame: `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"total_tokens":19,"completion_tokens":7}}`,
+			want:  FrameUsage{Has: true, Usage: Usage{Prompt: 12, Completion: 7}, UsageOnly: true},
+		},
+		{
+			name:  "spaces and a usage detail object",
+			frame: `{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1}} }`,
+			want:  FrameUsage{Has: true, Usage: Usage{Prompt: 3, Completion: 4}, UsageOnly: true},
+		},
+		{
+			name:  "continuous usage on a content chunk",
+			frame: `{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`,
+			want:  FrameUsage{Has: true, Usage: Usage{Prompt: 3, Completion: 1}},
+		},
+		{
+			name:      "OpenAI-style usage null",
+			frame:     `{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}`,
+			want:      FrameUsage{NullStart: 57, NullEnd: 70}, // `,"usage":null`
+			wantAfter: `{"id":"c","choices":[{"index":0,"delta":{"content":"x"}}]}`,
+		},
+		{
+			name:  "usage of a choice is not the chunk's",
+			frame: `{"choices":[{"index":0,"delta":{},"usage":null}],"created":1}`,
+		},
+		{
+			name:  "usage inside a string",
+			frame: `{"choices":[{"index":0,"delta":{"content":"\"usage\":{\"prompt_tokens\":1}"}}]}`,
+		},
+		{
+			name:  "usage not last",
+			frame: `{"usage":{"prompt_tokens":1,"completion_tokens":2},"choices":[]}`,
+		},
+		{name: "malformed", frame: `{"choices":[],"usage":{"prompt_tokens":`},
+		{name: "done", frame: `[DONE]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ScanFrameUsage([]byte(tt.frame))
+			if got != tt.want {
+				t.Fatalf("ScanFrameUsage = %+v, want %+v", got, tt.want)
+			}
+			want := tt.wantAfter
+			if want == "" {
+				want = tt.frame
+			}
+			if after := string(CutUsageNull([]byte(tt.frame), got)); after != want {
+				t.Errorf("CutUsageNull = %s, want %s", after, want)
+			}
+		})
+	}
+}
+
+func TestUnaryUsage(t *testing.T) {
+	tests := []struct {
+		name   string
+		route  Route
+		body   string
+		want   Usage
+		wantOK bool
+	}{
+		{"chat", RouteChat, `{"id":"x","choices":[{"message":{"content":"\"usage\""}}],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}`, Usage{5, 9}, true},
+		{"no usage", RouteCompletions, `{"id":"x","choices":[]}`, Usage{}, false},
+		{"usage null", RouteCompletions, `{"usage":null}`, Usage{}, false},
+		{"generate", RouteGenerate, `{"text":"hi","meta_info":{"id":"a","prompt_tokens":4,"completion_tokens":2}}`, Usage{4, 2}, true},
+		{"generate batch", RouteGenerate, `[{"meta_info":{"prompt_tokens":4,"completion_tokens":2}},{"meta_info":{"prompt_tokens":5,"completion_tokens":3}}]`, Usage{9, 5}, true},
+		{"generate without meta", RouteGenerate, `{"text":"hi"}`, Usage{}, false},
+		{"not json", RouteChat, `oops`, Usage{}, false},
+		{"embeddings", RouteEmbeddings, `{"data":[],"usage":{"prompt_tokens":3,"total_tokens":3}}`, Usage{3, 0}, true},
+		{"responses", RouteResponses, `{"output":[],"usage":{"input_tokens":6,"output_tokens":4,"total_tokens":10}}`, Usage{6, 4}, true},
+		{"messages", RouteMessages, `{"content":[],"usage":{"input_tokens":6,"output_tokens":4}}`, Usage{6, 4}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := UnaryUsage(tt.route, []byte(tt.body))
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("UnaryUsage = %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestGenerateFrameUsage(t *testing.T) {
+	idx, u, ok := GenerateFrameUsage([]byte(`{"text":"ab","meta_info":{"prompt_tokens":7,"completion_tokens":2},"index":3}`))
+	if !ok || idx != 3 || u != (Usage{7, 2}) {
+		t.Errorf("got %d %+v %v", idx, u, ok)
+	}
+	if _, _, ok := GenerateFrameUsage([]byte(`{"text":"ab"}`)); ok {
+		t.Error("a frame without meta_info reported usage")
+	}
+	if _, _, ok := GenerateFrameUsage([]byte(`[DONE]`)); ok {
+		t.Error("[DONE] reported usage")
+	}
+}
+
+func TestWithStreamUsage(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+		wantOK           bool
+	}{
+		{"absent", `{"model":"m","stream":true}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, true},
+		{"null", `{"stream":true,"stream_options":null}`, `{"stream":true,"stream_options":{"include_usage":true}}`, true},
+		{"false kept order", `{"stream_options":{"include_usage":false,"x":1},"stream":true}`, `{"stream_options":{"include_usage":true,"x":1},"stream":true}`, true},
+		{"other option", `{"stream_options":{"x":1}}`, `{"stream_options":{"x":1,"include_usage":true}}`, true},
+		{"client asked", `{"stream_options":{"include_usage":true}}`, `{"stream_options":{"include_usage":true}}`, false},
+		{"continuous stats", `{"stream_options":{"continuous_usage_stats":true}}`, `{"stream_options":{"continuous_usage_stats":true}}`, false},
+		{"not an object", `{"stream_options":[1]}`, `{"stream_options":[1]}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := WithStreamUsage([]byte(tt.body))
+			if string(got) != tt.want || ok != tt.wantOK {
+				t.Errorf("WithStreamUsage = %s, %v; want %s, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+// BenchmarkScanFrameUsage is the per-frame cost the gateway adds to a relayed stream: the usage scan
+// of a content chunk (no "usage") and of an OpenAI-style chunk with "usage":null.
+func BenchmarkScanFrameUsage(b *testing.B) {
+	for _, tc := range []struct{ name, frame string }{
+		{"plain", benchChunk},
+		{"usage_null", strings.TrimSuffix(benchChunk, "}") + `,"usage":null}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := []byte(tc.frame)
+			b.ReportAllocs()
+			for b.Loop() {
+				if fu := ScanFrameUsage(p); fu.Has {
+					b.Fatal("usage found")
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,629 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Transport is the HTTP/1.1 client for plain-http engines: a request's whole round trip runs in
+// the calling goroutine. net/http's Transport hands each request to a writer goroutine and takes its
+// answer from a reader goroutine, two goroutine hand-offs each way for every leg, which on the
+// gateway's hot path cost more than the syscalls themselves; here the caller writes the request,
+// reads the answer's head and, through the body, the answer itself.
+//
+// What it keeps of net/http's guarantees:
+//
+//   - Cancellation: a request's context ending interrupts whatever is blocked on its connection (the
+//     dial, the write, the wait for the head, a body read) and the call returns the context's error;
+//     that connection is never reused.
+//   - Streaming: the body reads the connection as the engine writes; a read returns what has arrived.
+//   - No duplicate requests: a request is sent again only when nothing of it reached the engine — its
+//     first write on a pooled connection failed outright — and then once, on a new connection. A
+//     pooled connection is checked before use: one the engine has closed (or that has bytes nobody
+//     asked for) is dropped, so a request is not written into a connection already gone. A request
+//     that was written and got no answer is an error, never retried here.
+//
+// Connections are pooled per host, most recently used first; a connection goes back only when its
+// body was read to the end, the engine did not ask to close it and its request's context is alive.
+//
+// # Concurrency Model
+//
+// The pool is the only shared state (one mutex). A connection belongs to one request from the moment
+// it is taken to the moment its body is done. The only goroutine is the one context.AfterFunc starts
+// when a request's context ends while the request still holds its connection: it sets a past
+// deadline on the connection and returns; it is stopped when the request ends, and a connection whose
+// stop came too late is closed, not pooled.
+type Transport struct {
+	dialer                *net.Dialer
+	maxIdlePerHost        int
+	idleTimeout           time.Duration
+	responseHeaderTimeout time.Duration
+	readBufferSize        int
+
+	mu   sync.Mutex
+	idle map[string][]*h1Conn // by host:port, most recently used last
+}
+
+// Options tunes a Transport; the caller supplies every value (backend.HTTPClientOptions holds the
+// defaults, so they are written once).
+type Options struct {
+	// DialTimeout bounds TCP connect; KeepAlive is the TCP keep-alive period.
+	DialTimeout, KeepAlive time.Duration
+	// MaxIdlePerHost bounds the pool per host:port.
+	MaxIdlePerHost int
+	// IdleTimeout closes pooled connections idle this long.
+	IdleTimeout time.Duration
+	// ResponseHeaderTimeout, when positive, bounds the wait for a response head.
+	ResponseHeaderTimeout time.Duration
+}
+
+// New returns a Transport with no connections yet.
+func New(o Options) *Transport {
+	return &Transport{
+		dialer:                &net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive},
+		maxIdlePerHost:        o.MaxIdlePerHost,
+		idleTimeout:           o.IdleTimeout,
+		responseHeaderTimeout: o.ResponseHeaderTimeout,
+		readBufferSize:        8 << 10,
+		idle:                  map[string][]*h1Conn{},
+	}
+}
+
+// h1Conn is one connection to an engine.
+type h1Conn struct {
+	t      *Transport
+	key    string
+	c      net.Conn
+	br     *bufio.Reader
+	idleAt time.Time
+	// idleTimer closes the connection when it has stayed in the pool for the idle timeout: without it,
+	// connections to an engine that is gone (a pod deleted, a worker removed) would stay open until
+	// the process ends.
+	idleTimer *time.Timer
+}
+
+var (
+	errH1Scheme        = errors.New("h1: only http:// URLs")
+	errH1BodyLength    = errors.New("h1: request body shorter than its ContentLength")
+	errH1Closed        = errors.New("h1: connection closed before the response")
+	errH1Malformed     = errors.New("h1: malformed HTTP response")
+	errH1HeaderTooLong = errors.New("h1: response header too long")
+	errH1InvalidHeader = errors.New("h1: invalid request header")
+)
+
+// maxH1ResponseHeader bounds a response's head.
+const maxH1ResponseHeader = 1 << 20
+
+// aLongTimeAgo is a deadline in the past: it wakes whatever is blocked on a connection.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// h1BufPool holds request write buffers.
+var h1BufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// RoundTrip sends req and returns the head of its answer; the body streams from the connection.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" {
+		closeReqBody(req)
+		return nil, errH1Scheme
+	}
+	ctx := req.Context()
+	bp := h1BufPool.Get().(*[]byte)
+	wbuf, err := appendRequest((*bp)[:0], req)
+	closeReqBody(req)
+	defer func() {
+		if cap(wbuf) <= 1<<20 {
+			*bp = wbuf[:0]
+			h1BufPool.Put(bp)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	key := canonicalAddr(req.URL.Host)
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := t.getConn(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+		n, err := pc.c.Write(wbuf)
+		if err != nil {
+			stop()
+			pc.close()
+			if n == 0 && reused && attempt == 0 && ctx.Err() == nil {
+				continue // nothing of it reached the engine, which had closed the connection: once more, on a new one
+			}
+			return nil, ctxErr(ctx, err)
+		}
+		resp, err := pc.readResponse(req, stop)
+		if err != nil {
+			stop()
+			pc.close()
+			return nil, ctxErr(ctx, err)
+		}
+		return resp, nil
+	}
+}
+
+func closeReqBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// ctxErr reports the context's end rather than the I/O error it caused.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// appendRequest appends req's request line, headers and body to b.
+func appendRequest(b []byte, req *http.Request) ([]byte, error) {
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, req.URL.RequestURI()...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\n"...)
+	if req.Header.Get("User-Agent") == "" {
+		b = append(b, "User-Agent: Go-http-client/1.1\r\n"...)
+	}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if hasBody || (req.ContentLength == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch)) {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, max(req.ContentLength, 0), 10)
+		b = append(b, "\r\n"...)
+	}
+	for k, vs := range req.Header {
+		switch k {
+		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+			continue // framing is this transport's
+		}
+		if !validHeaderName(k) {
+			return b, fmt.Errorf("%w: name %q", errH1InvalidHeader, k)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return b, fmt.Errorf("%w: value of %q", errH1InvalidHeader, k)
+			}
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	b = append(b, "\r\n"...)
+	if !hasBody {
+		return b, nil
+	}
+	if req.ContentLength < 0 {
+		return b, errors.New("h1: request body of unknown length")
+	}
+	n := int(req.ContentLength)
+	b = grow(b, n)
+	got, err := io.ReadFull(req.Body, b[len(b):len(b)+n])
+	if err != nil || got != n {
+		return b, errH1BodyLength
+	}
+	return b[:len(b)+n], nil
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), len(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '\r' || c == '\n' || c == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalAddr is host:port, port 80 when absent.
+func canonicalAddr(host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
+}
+
+// getConn takes the most recently pooled live connection to key, or dials one.
+func (t *Transport) getConn(ctx context.Context, key string) (*h1Conn, bool, error) {
+	now := time.Now()
+	for {
+		t.mu.Lock()
+		l := t.idle[key]
+		if len(l) == 0 {
+			t.mu.Unlock()
+			break
+		}
+		pc := l[len(l)-1]
+		l[len(l)-1] = nil
+		t.idle[key] = l[:len(l)-1]
+		pc.idleTimer.Stop() // may have fired already: expire then finds pc gone from the pool
+		t.mu.Unlock()
+		if now.Sub(pc.idleAt) > t.idleTimeout || !connAlive(pc.c) {
+			pc.close()
+			continue
+		}
+		return pc, true, nil
+	}
+	c, err := t.dialer.DialContext(ctx, "tcp", key)
+	if err != nil {
+		return nil, false, ctxErr(ctx, err)
+	}
+	return &h1Conn{t: t, key: key, c: c, br: bufio.NewReaderSize(c, t.readBufferSize)}, false, nil
+}
+
+// putIdle pools pc, dropping the oldest connection of its host beyond the bound, and one that has
+// been idle too long.
+func (t *Transport) putIdle(pc *h1Conn) {
+	pc.idleAt = time.Now()
+	var drop *h1Conn
+	t.mu.Lock()
+	l := append(t.idle[pc.key], pc)
+	if len(l) > t.maxIdlePerHost || pc.idleAt.Sub(l[0].idleAt) > t.idleTimeout {
+		drop = l[0]
+		copy(l, l[1:])
+		l[len(l)-1] = nil
+		l = l[:len(l)-1]
+	}
+	t.idle[pc.key] = l
+	if pc.idleTimer == nil {
+		pc.idleTimer = time.AfterFunc(t.idleTimeout, func() { t.expire(pc) })
+	} else {
+		pc.idleTimer.Reset(t.idleTimeout)
+	}
+	t.mu.Unlock()
+	if drop != nil {
+		drop.close()
+	}
+}
+
+// expire closes pc if it is still pooled (its timer may fire after a request took it: then it is the
+// request's and stays open).
+func (t *Transport) expire(pc *h1Conn) {
+	t.mu.Lock()
+	l := t.idle[pc.key]
+	i := slices.Index(l, pc)
+	if i >= 0 {
+		t.idle[pc.key] = slices.Delete(l, i, i+1)
+		if len(t.idle[pc.key]) == 0 {
+			delete(t.idle, pc.key)
+		}
+	}
+	t.mu.Unlock()
+	if i >= 0 {
+		pc.close()
+	}
+}
+
+// CloseIdleConnections closes every pooled connection.
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	all := t.idle
+	t.idle = map[string][]*h1Conn{}
+	t.mu.Unlock()
+	for _, l := range all {
+		for _, pc := range l {
+			pc.close()
+		}
+	}
+}
+
+func (pc *h1Conn) close() {
+	if pc.idleTimer != nil {
+		pc.idleTimer.Stop()
+	}
+	_ = pc.c.Close()
+}
+
+// readResponse reads the answer's head (skipping 1xx answers) and sets up its body.
+func (pc *h1Conn) readResponse(req *http.Request, stop func() bool) (*http.Response, error) {
+	t := pc.t
+	if t.responseHeaderTimeout > 0 {
+		_ = pc.c.SetReadDeadline(time.Now().Add(t.responseHeaderTimeout))
+	}
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = readResponseHead(pc.br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errH1Closed
+			}
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	if t.responseHeaderTimeout > 0 {
+		_ = pc.c.SetReadDeadline(time.Time{})
+		if req.Context().Err() != nil {
+			// The request ended while its head was read: clearing the deadline may have undone the
+			// past deadline its cancellation set, and the body's reads would then not be interrupted.
+			_ = pc.c.SetDeadline(aLongTimeAgo)
+		}
+	}
+	resp.Request = req
+	reusable := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	b := &h1Body{pc: pc, ctx: req.Context(), stop: stop, reusable: reusable}
+	switch {
+	case req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.StatusCode == http.StatusSwitchingProtocols:
+		resp.ContentLength = 0
+		resp.Body = http.NoBody
+		b.finish(reusable)
+		return resp, nil
+	case len(resp.TransferEncoding) > 0:
+		b.chunked = true
+		b.r = httputil.NewChunkedReader(pc.br)
+		resp.ContentLength = -1
+	case resp.ContentLength >= 0:
+		b.remaining = resp.ContentLength
+		if b.remaining == 0 {
+			resp.Body = http.NoBody
+			b.finish(reusable)
+			return resp, nil
+		}
+	default: // delimited by the connection's end
+		b.reusable = false
+		b.r = pc.br
+	}
+	resp.Body = b
+	return resp, nil
+}
+
+// readResponseHead parses a status line and header block.
+func readResponseHead(br *bufio.Reader) (*http.Response, error) {
+	line, err := readLine(br)
+	if err != nil {
+		return nil, err
+	}
+	proto, rest, ok := strings.Cut(line, " ")
+	if !ok {
+		return nil, fmt.Errorf("%w: status line %q", errH1Malformed, line)
+	}
+	major, minor, ok := http.ParseHTTPVersion(proto)
+	if !ok || major != 1 {
+		return nil, fmt.Errorf("%w: version %q", errH1Malformed, proto)
+	}
+	code := rest
+	if i := strings.IndexByte(rest, ' '); i >= 0 {
+		code = rest[:i]
+	}
+	status, err := strconv.Atoi(code)
+	if err != nil || len(code) != 3 || status < 100 {
+		return nil, fmt.Errorf("%w: status %q", errH1Malformed, rest)
+	}
+	resp := &http.Response{Status: rest, StatusCode: status, Proto: proto, ProtoMajor: major, ProtoMinor: minor,
+		Header: make(http.Header, 8), ContentLength: -1}
+	size := len(line)
+	for {
+		l, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, errH1HeaderTooLong
+			}
+			return nil, err
+		}
+		size += len(l)
+		if size > maxH1ResponseHeader {
+			return nil, errH1HeaderTooLong
+		}
+		l = bytes.TrimRight(l, "\r\n")
+		if len(l) == 0 {
+			break
+		}
+		k, v, ok := bytes.Cut(l, []byte(":"))
+		if !ok || len(k) == 0 || bytes.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("%w: header line %q", errH1Malformed, l)
+		}
+		key := headerKey(k)
+		resp.Header[key] = append(resp.Header[key], string(bytes.TrimSpace(v)))
+	}
+	return resp, finishHead(resp)
+}
+
+// readLine reads one line without its line end (at most the buffer's size).
+func readLine(br *bufio.Reader) (string, error) {
+	l, err := br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return "", errH1HeaderTooLong
+		}
+		return "", err
+	}
+	return string(bytes.TrimRight(l, "\r\n")), nil
+}
+
+// finishHead reads framing from the headers: chunked encoding, the length, whether to close.
+func finishHead(resp *http.Response) error {
+	h := resp.Header
+	if te := h["Transfer-Encoding"]; len(te) > 0 {
+		if len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
+			return fmt.Errorf("%w: transfer encoding %q", errH1Malformed, te)
+		}
+		resp.TransferEncoding = []string{"chunked"}
+		delete(h, "Content-Length")
+	} else if cl := h["Content-Length"]; len(cl) > 0 {
+		for _, v := range cl[1:] {
+			if v != cl[0] {
+				return fmt.Errorf("%w: conflicting Content-Length %q", errH1Malformed, cl)
+			}
+		}
+		n, err := strconv.ParseInt(cl[0], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: Content-Length %q", errH1Malformed, cl[0])
+		}
+		resp.ContentLength = n
+	}
+	conn := strings.ToLower(strings.Join(h["Connection"], ","))
+	resp.Close = strings.Contains(conn, "close") || (resp.ProtoMinor == 0 && !strings.Contains(conn, "keep-alive"))
+	return nil
+}
+
+// commonHeaders are engines' usual response header names, canonical, so parsing them allocates no key.
+var commonHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Content-Type", "Content-Length", "Date", "Server", "Transfer-Encoding", "Connection",
+		"Retry-After", "X-Request-Id", "Keep-Alive", "Cache-Control", "Vary", "Content-Encoding", "Traceparent",
+		"Tracestate", "X-Accel-Buffering", "Access-Control-Allow-Origin", "Grpc-Status", "Grpc-Message", "Trailer"} {
+		m[k] = k
+		m[strings.ToLower(k)] = k
+	}
+	return m
+}()
+
+func headerKey(k []byte) string {
+	if s, ok := commonHeaders[string(k)]; ok {
+		return s
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(k))
+}
+
+// h1Body streams an answer's body from its connection and gives the connection back (or closes it)
+// when done.
+type h1Body struct {
+	pc        *h1Conn
+	ctx       context.Context
+	stop      func() bool
+	r         io.Reader // chunked or connection-delimited bodies; nil for a known length
+	remaining int64
+	chunked   bool
+	reusable  bool
+	done      bool
+	err       error
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		if b.err != nil {
+			return 0, b.err
+		}
+		return 0, io.EOF
+	}
+	var n int
+	var err error
+	if b.r == nil {
+		if int64(len(p)) > b.remaining {
+			p = p[:b.remaining]
+		}
+		n, err = b.pc.br.Read(p)
+		b.remaining -= int64(n)
+		if b.remaining == 0 {
+			b.finish(b.reusable)
+			return n, io.EOF
+		}
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+	} else {
+		n, err = b.r.Read(p)
+		if errors.Is(err, io.EOF) {
+			if b.chunked && b.readTrailer() != nil {
+				b.finish(false)
+				return n, io.EOF
+			}
+			b.finish(b.reusable && b.chunked)
+			return n, io.EOF
+		}
+	}
+	if err != nil {
+		err = ctxErr(b.ctx, err)
+		b.err = err
+		b.finish(false)
+	}
+	return n, err
+}
+
+// readTrailer consumes a chunked body's trailer section (discarded) and its final blank line.
+func (b *h1Body) readTrailer() error {
+	for size := 0; ; {
+		l, err := b.pc.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if size += len(l); size > maxH1ResponseHeader {
+			return errH1HeaderTooLong
+		}
+		if len(bytes.TrimRight(l, "\r\n")) == 0 {
+			return nil
+		}
+	}
+}
+
+// Close ends the body; a body not read to its end costs its connection.
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.err = errors.New("h1: read on closed body")
+		b.finish(false)
+	}
+	return nil
+}
+
+// finish gives the connection back when it can serve another request, else closes it.
+func (b *h1Body) finish(reuse bool) {
+	b.done = true
+	stopped := b.stop()
+	if reuse && stopped && b.ctx.Err() == nil && b.pc.br.Buffered() == 0 {
+		b.pc.t.putIdle(b.pc)
+		return
+	}
+	b.pc.close()
+}
+
+// IdleConns is the number of pooled connections, for tests and diagnostics.
+func (t *Transport) IdleConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.idle {
+		n += len(l)
+	}
+	return n
+}

@@ -1,0 +1,497 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
+)
+
+func newTestH1() *Transport {
+	return New(Options{DialTimeout: 5 * time.Second, KeepAlive: 30 * time.Second, MaxIdlePerHost: 1024, IdleTimeout: 90 * time.Second})
+}
+
+// rawServer accepts connections on loopback and runs handle on each; it is stopped, and its
+// goroutines waited for, when the test ends.
+func rawServer(t *testing.T, handle func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// readRequest reads one request (head and Content-Length body) from a raw connection.
+func readRawRequest(br *bufio.Reader) (head string, body []byte, err error) {
+	var sb strings.Builder
+	n := 0
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			return "", nil, err
+		}
+		sb.WriteString(l)
+		if l == "\r\n" {
+			break
+		}
+		if v, ok := strings.CutPrefix(strings.ToLower(l), "content-length: "); ok {
+			n, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	body = make([]byte, n)
+	_, err = io.ReadFull(br, body)
+	return sb.String(), body, err
+}
+
+func h1Post(ctx context.Context, t *testing.T, tr http.RoundTripper, url, body string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", "r1")
+	return tr.RoundTrip(req)
+}
+
+func within(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for " + what)
+	}
+}
+
+// TestH1RequestOnTheWire: the request line, Host, Content-Length, the caller's headers and the body,
+// in one well-formed request; a header value with a line break is refused before anything is sent.
+func TestH1RequestOnTheWire(t *testing.T) {
+	got := make(chan string, 1)
+	url := rawServer(t, func(c net.Conn) {
+		head, body, err := readRawRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		got <- head + string(body)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tr := newTestH1()
+	defer tr.CloseIdleConnections()
+	resp, err := h1Post(t.Context(), t, tr, url+"/v1/chat/completions?x=1", `{"a":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" || resp.StatusCode != 200 || resp.ContentLength != 2 {
+		t.Fatalf("response %d %q (length %d)", resp.StatusCode, b, resp.ContentLength)
+	}
+	wire := <-got
+	for _, want := range []string{"POST /v1/chat/completions?x=1 HTTP/1.1\r\n", "Host: " + strings.TrimPrefix(url, "http://") + "\r\n",
+		"Content-Length: 7\r\n", "Content-Type: application/json\r\n", "X-Request-Id: r1\r\n", "\r\n\r\n{\"a\":1}"} {
+		if !strings.Contains(wire, want) {
+			t.Errorf("request %q lacks %q", wire, want)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/x", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer k\r\nX-Evil: 1")
+	if _, err := tr.RoundTrip(req); !errors.Is(err, errH1InvalidHeader) {
+		t.Errorf("header with a line break: %v", err)
+	}
+}
+
+// TestH1Responses: the framings an engine may answer with, and which leave the connection reusable.
+func TestH1Responses(t *testing.T) {
+	tests := []struct {
+		name, answer, method string
+		wantBody             string
+		wantStatus           int
+		reused               bool
+		wantErr              bool
+	}{
+		{name: "content length", answer: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello", wantBody: "hello", wantStatus: 200, reused: true},
+		{name: "chunked with trailer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\nX-T: 1\r\n\r\n", wantBody: "hello", wantStatus: 200, reused: true},
+		{name: "1xx skipped", answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", wantBody: "ok", wantStatus: 200, reused: true},
+		{name: "no content", answer: "HTTP/1.1 204 No Content\r\n\r\n", wantStatus: 204, reused: true},
+		{name: "connection close", answer: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", wantBody: "ok", wantStatus: 200},
+		{name: "http/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", wantBody: "ok", wantStatus: 200},
+		{name: "until close", answer: "HTTP/1.1 200 OK\r\n\r\nto the end", wantBody: "to the end", wantStatus: 200},
+		{name: "error status", answer: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nRetry-After: 3\r\n\r\nbusy", wantBody: "busy", wantStatus: 503, reused: true},
+		{name: "head", method: http.MethodHead, answer: "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", wantStatus: 200, reused: true},
+		{name: "garbage", answer: "SSH-2.0-OpenSSH\r\n\r\n", wantErr: true},
+		{name: "bad length", answer: "HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\n", wantErr: true},
+		{name: "truncated", answer: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", wantBody: "short", wantStatus: 200, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var conns atomic.Int64
+			url := rawServer(t, func(c net.Conn) {
+				conns.Add(1)
+				br := bufio.NewReader(c)
+				for {
+					if _, _, err := readRawRequest(br); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, tt.answer); err != nil {
+						return
+					}
+					if !tt.reused {
+						return // closes the connection: "until close" and "truncated" need it
+					}
+				}
+			})
+			tr := newTestH1()
+			defer tr.CloseIdleConnections()
+			for range 2 {
+				method := tt.method
+				if method == "" {
+					method = http.MethodPost
+				}
+				req, _ := http.NewRequest(method, url+"/x", strings.NewReader("{}"))
+				resp, err := tr.RoundTrip(req)
+				var body []byte
+				if err == nil {
+					body, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != tt.wantStatus || string(body) != tt.wantBody {
+						t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tt.wantStatus, tt.wantBody)
+					}
+				}
+				if (err != nil) != tt.wantErr {
+					t.Fatalf("error %v, want error %v", err, tt.wantErr)
+				}
+				if tt.wantErr {
+					return
+				}
+			}
+			if want := map[bool]int64{true: 1, false: 2}[tt.reused]; conns.Load() != want {
+				t.Errorf("%d connections for two requests, want %d", conns.Load(), want)
+			}
+		})
+	}
+}
+
+// TestH1Streaming: a streamed body gives each frame as the engine flushes it, before the engine
+// writes the next; the connection is reused afterwards.
+func TestH1Streaming(t *testing.T) {
+	next := make(chan struct{})
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, f := range []string{"data: 1\n\n", "data: 2\n\n"} {
+			_, _ = io.WriteString(w, f)
+			w.(http.Flusher).Flush()
+			<-next // the client must have read this frame before the next is written
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := newTestH1()
+	defer tr.CloseIdleConnections()
+	for range 2 {
+		resp, err := h1Post(t.Context(), t, tr, srv.URL, "{}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := body.NewSSEReader(resp.Body)
+		for _, want := range []string{"1", "2"} {
+			p, err := rd.Next()
+			if err != nil || string(p) != want {
+				t.Fatalf("frame %q, %v; want %q", p, err, want)
+			}
+			next <- struct{}{}
+		}
+		if _, err := rd.Next(); !errors.Is(err, io.EOF) {
+			t.Fatalf("end of stream: %v", err)
+		}
+		resp.Body.Close()
+	}
+	if conns.Load() != 1 {
+		t.Errorf("%d connections for two streams, want 1", conns.Load())
+	}
+}
+
+// TestH1Cancellation: a context that ends while the request waits for its answer, or while its body
+// streams, ends the call with the context's error at once, and the engine sees its connection go.
+func TestH1Cancellation(t *testing.T) {
+	for _, stage := range []string{"waiting for the head", "reading the body"} {
+		t.Run(stage, func(t *testing.T) {
+			arrived := make(chan struct{})
+			gone := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if stage == "reading the body" {
+					_, _ = io.WriteString(w, "data: 1\n\n")
+					w.(http.Flusher).Flush()
+				}
+				close(arrived)
+				<-r.Context().Done()
+				close(gone)
+			}))
+			defer srv.Close()
+			tr := newTestH1()
+			defer tr.CloseIdleConnections()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			type result struct {
+				resp *http.Response
+				err  error
+			}
+			res := make(chan result, 1)
+			go func() {
+				resp, err := h1Post(ctx, t, tr, srv.URL, "{}")
+				res <- result{resp, err}
+			}()
+			within(t, arrived, "the request")
+			if stage == "waiting for the head" {
+				cancel()
+				select {
+				case r := <-res:
+					if !errors.Is(r.err, context.Canceled) {
+						t.Fatalf("error %v, want context.Canceled", r.err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a cancelled request kept waiting for its answer")
+				}
+			} else {
+				r := <-res
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				buf := make([]byte, 64)
+				if n, err := r.resp.Body.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "data: 1") {
+					t.Fatalf("first frame %q, %v", buf[:n], err)
+				}
+				cancel()
+				if _, err := io.ReadAll(r.resp.Body); !errors.Is(err, context.Canceled) {
+					t.Fatalf("body read after cancel: %v, want context.Canceled", err)
+				}
+				r.resp.Body.Close()
+			}
+			within(t, gone, "the engine to see the connection close")
+		})
+	}
+}
+
+// TestH1NoDuplicate: an engine that reads a request and dies without answering gets it once: the
+// call fails, it is not sent again, on a new connection or a pooled one.
+func TestH1NoDuplicate(t *testing.T) {
+	var requests atomic.Int64
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, _, err := readRawRequest(br); err != nil {
+				return
+			}
+			if requests.Add(1)%2 == 0 {
+				return // every second request: read, then die without an answer
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	tr := newTestH1()
+	defer tr.CloseIdleConnections()
+	resp, err := h1Post(t.Context(), t, tr, url, "{}") // served; its connection is pooled
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if _, err := h1Post(t.Context(), t, tr, url, "{}"); err == nil { // on the pooled connection: read, no answer
+		t.Fatal("no error from an engine that died after reading the request")
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("engine received %d requests, want 2: the unanswered one must not be sent again", n)
+	}
+}
+
+// TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed is dropped before
+// use: the next request goes over a new connection and is received once.
+func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
+	var requests, conns atomic.Int64
+	url := rawServer(t, func(c net.Conn) {
+		conns.Add(1)
+		if _, _, err := readRawRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		requests.Add(1)
+		// Keep-alive in the answer, then close the idle connection (an engine's keep-alive timeout).
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tr := newTestH1()
+	defer tr.CloseIdleConnections()
+	resp, err := h1Post(t.Context(), t, tr, url, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// Wait until the engine's close has reached the pooled connection.
+	tr.mu.Lock()
+	var pooled []*h1Conn
+	for _, l := range tr.idle {
+		pooled = append(pooled, l...)
+	}
+	tr.mu.Unlock()
+	if len(pooled) != 1 {
+		t.Fatalf("%d pooled connections, want 1", len(pooled))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for connAlive(pooled[0].c) {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine's close never reached the pooled connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp, err = h1Post(t.Context(), t, tr, url, "{}")
+	if err != nil {
+		t.Fatalf("request after the engine closed the idle connection: %v", err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if requests.Load() != 2 || conns.Load() != 2 {
+		t.Errorf("engine got %d requests over %d connections, want 2 over 2", requests.Load(), conns.Load())
+	}
+}
+
+// failingConn is a pooled connection whose first write fails before sending anything.
+type failingConn struct{ net.Conn }
+
+func (failingConn) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// TestH1NothingWrittenIsSentOnce: when nothing of a request could be written on a pooled
+// connection, it is sent once more on a new one, and the engine receives it once.
+func TestH1NothingWrittenIsSentOnce(t *testing.T) {
+	var requests atomic.Int64
+	url := rawServer(t, func(c net.Conn) {
+		if _, _, err := readRawRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		requests.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	tr := newTestH1()
+	defer tr.CloseIdleConnections()
+	a, b := net.Pipe()
+	defer b.Close()
+	key := strings.TrimPrefix(url, "http://")
+	tr.putIdle(&h1Conn{t: tr, key: key, c: failingConn{a}, br: bufio.NewReader(a)})
+	resp, err := h1Post(t.Context(), t, tr, url, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "ok" || requests.Load() != 1 {
+		t.Errorf("body %q, engine got %d requests; want ok, 1", body, requests.Load())
+	}
+}
+
+// FuzzH1Response: any bytes an engine answers with end the call with a response or an error, and a
+// body read ends; nothing panics or hangs.
+func FuzzH1Response(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n0\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 204 No Content\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(in), 512)
+		resp, err := readResponseHead(br)
+		if err != nil {
+			return
+		}
+		if resp.StatusCode < 100 || resp.StatusCode > 999 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if len(resp.TransferEncoding) > 0 {
+			_, _ = io.Copy(io.Discard, io.LimitReader(httputil.NewChunkedReader(br), 1<<20))
+		}
+	})
+}
+
+// TestH1IdleConnectionExpires: a pooled connection that no request takes is closed once it has been
+// idle for the idle timeout, with no later request to notice it (an engine that went away leaves no
+// open connection behind); one taken by a request before then stays open for it.
+func TestH1IdleConnectionExpires(t *testing.T) {
+	closed := make(chan struct{})
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, _, err := readRawRequest(br); err != nil {
+				close(closed) // the gateway closed its pooled connection
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestH1()
+	tr.idleTimeout = 50 * time.Millisecond
+	defer tr.CloseIdleConnections()
+	for range 3 { // reused from the pool each time: the timer is stopped and set again
+		resp, err := h1Post(t.Context(), t, tr, url, "{}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+			t.Fatalf("body %q", b)
+		}
+		resp.Body.Close()
+	}
+	within(t, closed, "the idle connection to be closed")
+	tr.mu.Lock()
+	n := len(tr.idle)
+	tr.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d hosts still pooled after expiry", n)
+	}
+}
