@@ -23,7 +23,7 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, err
 	}
 	count, asList := body.WorkerRPCRooms(a.br)
-	body, err := body.InjectBootstrap(a.br.Body, body.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort(),
+	withRooms, err := body.InjectBootstrap(a.br.Body, body.BootstrapHost(a.pw.URL()), a.pw.BootstrapPort(),
 		body.NewRooms(x.uint64, count), asList)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
@@ -35,5 +35,5 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	if merge == mergeStream {
 		merge = mergeNone
 	}
-	return x.exchange(ctx, a.r, a.br, a.pw, dw, sameBody(body), a.slot, merge)
+	return x.exchange(ctx, a.r, a.br, a.pw, dw, sameBody(withRooms), a.slot, merge)
 }
