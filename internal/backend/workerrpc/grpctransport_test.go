@@ -75,7 +75,7 @@ func (f *fakeWorker) prefillRequests() []*workerv1.PrefillRequest {
 }
 
 // startH2C serves handler over h2c and HTTP/1.1 on loopback; it returns "host:port".
-func startH2C(t *testing.T, handler http.Handler) string {
+func startH2C(t testing.TB, handler http.Handler) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(handler)
 	srv.Config.Protocols = new(http.Protocols)
@@ -86,7 +86,7 @@ func startH2C(t *testing.T, handler http.Handler) string {
 	return srv.Listener.Addr().String()
 }
 
-func startWorker(t *testing.T, f *fakeWorker, extra ...func(*http.ServeMux)) string {
+func startWorker(t testing.TB, f *fakeWorker, extra ...func(*http.ServeMux)) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(workerv1connect.NewPrefillServiceHandler(f))
@@ -100,7 +100,7 @@ func startWorker(t *testing.T, f *fakeWorker, extra ...func(*http.ServeMux)) str
 
 var testClock = func() time.Time { return time.Unix(1700000000, 0) }
 
-func newTestTransport(t *testing.T, role string) *GRPCTransport {
+func newTestTransport(t testing.TB, role string) *GRPCTransport {
 	t.Helper()
 	h2c := newH2CClient()
 	t.Cleanup(h2c.CloseIdleConnections)
