@@ -130,6 +130,20 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	return t.http.RoundTrip(req)
 }
 
+// WorkerRPC returns the worker-protocol transport of a client NewHTTPClient built, for callers that
+// hand it typed calls (workerrpc.GRPCTransport.Send); nil for any other client or transport.
+func WorkerRPC(c *http.Client) *workerrpc.GRPCTransport {
+	if c == nil {
+		return nil
+	}
+	ut, ok := c.Transport.(*upstreamTransport)
+	if !ok {
+		return nil
+	}
+	t, _ := ut.grpc.(*workerrpc.GRPCTransport)
+	return t
+}
+
 // CloseIdleConnections closes the idle connections of every transport.
 func (t *upstreamTransport) CloseIdleConnections() {
 	t.h1.CloseIdleConnections()

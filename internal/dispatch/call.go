@@ -35,11 +35,53 @@ const maxMergedBody = 64 << 20
 // read and closed); transport failures as *TransportError. extra headers (nil for none) are set on
 // the leg. The leg's client span ends when the returned body is closed.
 func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) (*http.Response, error) {
+	return x.callWith(ctx, w, leg, path, jsonLeg(body), r, extra)
+}
+
+// A legSender is what one leg sends to its worker. The HTTP adapters send the leg's JSON body
+// (jsonLeg); the worker-RPC adapter hands sluice's worker-protocol transport the typed call it built
+// once for both legs (rpcLeg), so that path makes no JSON -> proto conversion per leg. Both answer
+// with the *http.Response an engine would give, so everything after the send is shared.
+type legSender interface {
+	// body is the request body to build the leg's request with (nil when the call travels otherwise).
+	body() []byte
+	send(x *Dispatcher, req *http.Request, w *worker.Worker) (*http.Response, error)
+}
+
+// jsonLeg sends a JSON body over the gateway's HTTP client (http://, https://, grpc:// alike).
+type jsonLeg []byte
+
+func (b jsonLeg) body() []byte { return b }
+
+func (jsonLeg) send(x *Dispatcher, req *http.Request, _ *worker.Worker) (*http.Response, error) {
+	return backend.RoundTrip(x.d.HTTP, req)
+}
+
+// rpcLeg sends a typed worker-protocol call; the request built for it carries only the context (and
+// the headers the span and metrics describe).
+type rpcLeg struct {
+	t    *workerrpc.GRPCTransport
+	call *workerrpc.Call
+}
+
+func (rpcLeg) body() []byte { return nil }
+
+func (l rpcLeg) send(_ *Dispatcher, req *http.Request, w *worker.Worker) (*http.Response, error) {
+	resp, err := l.t.Send(req.Context(), w.URL(), string(w.Role()), l.call)
+	if err != nil {
+		// As backend.RoundTrip wraps a transport's error, so both paths fail alike.
+		return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: err}
+	}
+	return resp, nil
+}
+
+// callWith is call with the leg's sender.
+func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path string, s legSender, r *Request, extra http.Header) (*http.Response, error) {
 	ctx, span := x.d.Tracer.Start(ctx, legSpanName(leg), trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(legAttributes(w, leg, path, r)...)
 	}
-	req, err := backend.NewPostRequest(ctx, w.URL(), path, body)
+	req, err := backend.NewPostRequest(ctx, w.URL(), path, s.body())
 	if err != nil {
 		span.End()
 		return nil, err
@@ -66,7 +108,7 @@ func (x *Dispatcher) call(ctx context.Context, w *worker.Worker, leg, path strin
 	}
 	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 
-	resp, err := backend.RoundTrip(x.d.HTTP, req)
+	resp, err := s.send(x, req, w)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "transport error")
@@ -136,7 +178,12 @@ func legAttributes(w *worker.Worker, leg, path string, r *Request) []attribute.K
 
 // readLeg calls a leg and reads its whole body (at most maxMergedBody).
 func (x *Dispatcher) readLeg(ctx context.Context, w *worker.Worker, leg, path string, body []byte, r *Request, extra http.Header) ([]byte, error) {
-	resp, err := x.call(ctx, w, leg, path, body, r, extra)
+	return x.readLegWith(ctx, w, leg, path, jsonLeg(body), r, extra)
+}
+
+// readLegWith is readLeg with the leg's sender.
+func (x *Dispatcher) readLegWith(ctx context.Context, w *worker.Worker, leg, path string, s legSender, r *Request, extra http.Header) ([]byte, error) {
+	resp, err := x.callWith(ctx, w, leg, path, s, r, extra)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,22 @@ var (
 type legBodies struct {
 	prefill, decode             []byte
 	prefillHeader, decodeHeader http.Header
+	// typed, when set, is sent to both legs instead of the bodies (the worker-RPC adapter's call).
+	typed legSender
+}
+
+func (l legBodies) prefillSender() legSender {
+	if l.typed != nil {
+		return l.typed
+	}
+	return jsonLeg(l.prefill)
+}
+
+func (l legBodies) decodeSender() legSender {
+	if l.typed != nil {
+		return l.typed
+	}
+	return jsonLeg(l.decode)
 }
 
 // sameBody sends body to both legs.
@@ -110,7 +126,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 		cancelLegs(&prefillFailed{pout.err}) // a failed prefill leaves decode waiting for KV that never comes
 	}()
 
-	resp, err := x.call(legCtx, dw, "decode", br.Route.Path(), legs.decode, r, legs.decodeHeader)
+	resp, err := x.callWith(legCtx, dw, "decode", br.Route.Path(), legs.decodeSender(), r, legs.decodeHeader)
 	if err != nil {
 		cancelLegs(errDecodeFailed)
 		<-prefillDone
@@ -185,10 +201,10 @@ func (x *Dispatcher) prefillLeg(ctx context.Context, r *Request, br *body.Reques
 	legs legBodies, merge logprobMerge) prefillOutcome {
 	path := br.Route.Path()
 	if merge == mergeUnary {
-		b, err := x.readLeg(ctx, pw, "prefill", path, legs.prefill, r, legs.prefillHeader)
+		b, err := x.readLegWith(ctx, pw, "prefill", path, legs.prefillSender(), r, legs.prefillHeader)
 		return prefillOutcome{err: err, body: b}
 	}
-	resp, err := x.call(ctx, pw, "prefill", path, legs.prefill, r, legs.prefillHeader)
+	resp, err := x.callWith(ctx, pw, "prefill", path, legs.prefillSender(), r, legs.prefillHeader)
 	if err != nil {
 		return prefillOutcome{err: err}
 	}

@@ -185,8 +185,16 @@ func (t *GRPCTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	return t.run(req, base, role, route, call)
+}
+
+// run makes the RPCs of call in role and answers as an HTTP engine would; req carries the context
+// and is the answer's Request. call is not modified (the typed leg shares one between both legs).
+func (t *GRPCTransport) run(req *http.Request, base, role string, route body.Route, call *grpcCall) (*http.Response, error) {
 	if call.requestID == "" {
-		call.requestID = t.newID()
+		c := *call
+		c.requestID = t.newID()
+		call = &c
 	}
 	wc := t.clientsFor(base)
 	if role == RolePrefill {
