@@ -1,7 +1,9 @@
 // Package workerrpc speaks sluice's worker gRPC protocol (gen/sluice/worker/v1) to grpc:// workers,
 // as an http.RoundTripper so they look like HTTP engines to the layers above: grpcconv.go turns an
 // OpenAI or SGLang body into Prefill and Decode calls, grpcjson.go renders their answers as the JSON
-// and SSE an HTTP engine would send, grpctransport.go runs the calls.
+// and SSE an HTTP engine would send, grpctransport.go runs the calls. typed.go lets a caller that
+// holds the request as a Call skip the body: dispatch's worker-RPC PD flow converts once for both
+// legs and sets the handshake on the messages.
 //
 // # Concurrency Model
 //
@@ -13,5 +15,6 @@
 // unbuffered channel. The writer owns the pumps: on every exit path (end of streams, worker error,
 // transport failure, body closed, request context done) it cancels the call's context, waits for the
 // pumps, and closes the pipe. Closing the body cancels the context and waits for the writer, so after
-// Close returns no goroutine of the call is left.
+// Close returns no goroutine of the call is left. A Call is never modified once built (Send copies
+// it to give it a request id), so both legs of a PD request run one Call at once.
 package workerrpc
