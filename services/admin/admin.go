@@ -117,6 +117,7 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Ranks:             rankLoads(w),
 		KvConnector:       spec.KVConnector,
 		DecodeWindow:      uint32(spec.DecodeWindow),
+		KvEvents:          spec.KVEvents,
 	}
 }
 
@@ -232,6 +233,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
 		KVConnector: ws.GetKvConnector(), DecodeWindow: int(ws.GetDecodeWindow()),
+		KVEvents: ws.GetKvEvents(),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
