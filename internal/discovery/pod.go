@@ -299,8 +299,11 @@ func podKVEvents(raw, podIP string) (string, error) {
 		if ru.Host, err = withIP(ru.Host); err != nil {
 			return "", err
 		}
-		q.Set("replay", ru.String())
-		u.RawQuery = q.Encode()
+		q.Del("replay")
+		u.RawQuery = "replay=" + ru.String() // unescaped, as operators write it
+		if rest := q.Encode(); rest != "" {
+			u.RawQuery += "&" + rest
+		}
 	}
 	return u.String(), nil
 }

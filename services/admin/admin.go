@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/cluster"
+	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -247,6 +248,11 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		check.Protocol = worker.ProtocolSGLang
 		if check.KVConnector != "" {
 			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector
+		}
+	}
+	if spec.KVEvents != "" {
+		if _, err := kvevents.ParseEndpointSpec(spec.URL, spec.KVEvents); err != nil {
+			return nil, invalid("kv_events", "kv_events: %v", err)
 		}
 	}
 	if err := check.Validate(); err != nil {
