@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"log/slog"
+	"net/url"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -69,7 +71,7 @@ func (k *kvEvents) reconcile() {
 		if spec == "" {
 			continue
 		}
-		e, err := kvevents.ParseEndpointSpec(w.URL(), spec)
+		e, err := kvevents.ParseEndpointSpec(w.URL(), withDP(spec, len(w.Ranks())))
 		if err != nil {
 			k.logger.Warn("kv events endpoint ignored", "worker", w.URL(), "err", err)
 			continue
@@ -79,4 +81,22 @@ func (k *kvEvents) reconcile() {
 	if err := k.manager.Set(eps); err != nil {
 		k.logger.Warn("kv events endpoints", "err", err)
 	}
+}
+
+// withDP gives a spec without a dp parameter the engine's data-parallel size (ranks > 1), as the
+// registry learnt it (SGLang's server info, --dp-size, the admin API): each rank publishes on its own
+// ports.
+func withDP(spec string, ranks int) string {
+	if ranks <= 1 {
+		return spec
+	}
+	u, err := url.Parse(spec)
+	if err != nil || u.Query().Has("dp") {
+		return spec // a bad spec is reported by the parser
+	}
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += "dp=" + strconv.Itoa(ranks)
+	return u.String()
 }
