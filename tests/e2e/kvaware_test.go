@@ -136,7 +136,7 @@ func TestKVAwareRoutesByEngineEvents(t *testing.T) {
 	restarted := startEventSim(t, last.Port(), portOf(t, pub), portOf(t, rep))
 	// The gateway goes before the engines: an engine closing under a live subscriber starts the
 	// library's redial, whose pause would outlive the test.
-	t.Cleanup(func() { _ = gw.App.Shutdown(context.Background()) })
+	t.Cleanup(func() { _ = gw.Shutdown(context.Background()) })
 	if restarted.URL() != lastURL {
 		t.Fatalf("restarted at %s, want %s", restarted.URL(), lastURL)
 	}
