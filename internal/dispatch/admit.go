@@ -70,13 +70,15 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 		Priority: prio,
 		MaxWait:  maxWait,
 	}
+	if len(preq.TokenIDs) > 0 {
+		ar.Tokens = int64(len(preq.TokenIDs)) // exact (tokens.go): the chat template's tokens included
+	}
 	if adm := x.d.Admission; adm != nil && adm.DecodeKVKnown() {
 		ar.DecodeTokens = ar.Tokens*int64(max(br.N, 1)) + maxOutputTokens(br)*int64(max(br.N, 1)*br.Prompts())
 	}
 	if kv, ok := x.d.Policies.Prefill.(*placement.KVAware); ok && len(preq.TokenIDs) > 0 {
 		// Exact tokens: the charge is the prompt's tokens minus the prefix the engine's own events say
-		// it holds (the chat template's tokens counted too).
-		ar.Tokens = int64(len(preq.TokenIDs))
+		// it holds.
 		snap, ids := x.d.Registry.Snapshot(), preq.TokenIDs
 		ar.CachedTokens = func(url string) int64 {
 			w, _ := snap.ByURL(url)
