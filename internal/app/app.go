@@ -83,6 +83,8 @@ type App struct {
 	auth      *auth.Authenticator
 	idpClient *http.Client // JWT discovery and keys; nil without JWT
 
+	kv *kvEvents // KV-cache event subscribers and their index (kvevents.go)
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 	wg           sync.WaitGroup
@@ -161,6 +163,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}
 	a.checker = checker
 
+	if a.kv, err = newKVEvents(a.Prom, a.Registry, logger); err != nil {
+		return nil, err
+	}
 	a.Policies, err = placement.NewSet(placement.Config{
 		Policy:              cfg.Placement.Policy,
 		PrefillPolicy:       cfg.Placement.PrefillPolicy,
@@ -173,6 +178,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		VirtualNodes:        cfg.Placement.VirtualNodes,
 		StickyIdle:          cfg.SMG.StickyIdle,
 		AssignmentMode:      cfg.SMG.AssignmentMode,
+		KVIndex:             a.kv.index,
 	})
 	if err != nil {
 		return nil, err
@@ -215,7 +221,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
 		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry}, Tracer: tracer,
-		Propagator: telemetry.Propagator(), Logger: logger,
+		Propagator: telemetry.Propagator(), Logger: logger, Tokenizer: tokenizers,
 	})
 	if err != nil {
 		return nil, err
@@ -321,6 +327,9 @@ func (a *App) onEvent(ev worker.Event) {
 	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced {
 		declareDecodeWindow(a.Admission, ev.Worker)
 	}
+	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced || ev.Kind == worker.EventRemoved {
+		a.kv.notify()
+	}
 	a.Admission.Wake()
 }
 
@@ -371,6 +380,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.wg.Go(func() { a.checker.Run(bg) })
 	a.wg.Go(func() { a.Policies.Run(bg) })
+	a.wg.Go(func() { a.kv.run(bg) })
 	if a.LoadMonitor != nil {
 		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
 	}
@@ -455,7 +465,8 @@ func (a *App) registerInitial(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
-			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag}
+			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag,
+				KVEvents: a.cfg.KVEvents.Endpoints[wf.URL]}
 			if specs[i], errs[i] = a.detector.Complete(ctx, spec); errs[i] == nil && specs[i].DPSize == 0 && specs[i].Protocol != worker.ProtocolGRPC {
 				specs[i].DPSize = a.cfg.Workers.DPSize
 			}

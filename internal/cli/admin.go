@@ -117,7 +117,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 const workersUsage = `usage: sluice workers list [--role R] [--model M] [--health H]
        sluice workers get ID
-       sluice workers add --url URL --role prefill|decode|regular [--protocol P] [--model M]... [--bootstrap-port N] [--label k=v]...
+       sluice workers add --url URL --role prefill|decode|regular [--protocol P] [--model M]... [--bootstrap-port N] [--label k=v]... [--kv-events SPEC]
        sluice workers drain ID [--remove]
        sluice workers rm ID
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
@@ -141,6 +141,7 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var models listFlag
 	labels := labelsFlag{}
 	var remove bool
+	var kvEvents string
 	switch sub {
 	case "list":
 		fs.StringVar(&role, "role", "", "only this role")
@@ -153,6 +154,7 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Var(&models, "model", "model served (repeatable; default: detected)")
 		fs.IntVar(&bootstrap, "bootstrap-port", 0, "bootstrap port of a prefill worker")
 		fs.Var(labels, "label", "label key=value (repeatable)")
+		fs.StringVar(&kvEvents, "kv-events", "", "the engine's KV-cache events endpoint, tcp://HOST:PORT[?replay=tcp://HOST:PORT&dp=N] (kv_aware)")
 	case "drain":
 		fs.BoolVar(&remove, "remove", false, "remove the worker once idle")
 	case "get", "rm":
@@ -202,6 +204,7 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		resp, err := c.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{
 			Url: url, Role: role, Protocol: protocol, Models: models, BootstrapPort: uint32(bootstrap), Labels: labels,
+			KvEvents: kvEvents,
 		}})
 		if err != nil {
 			return err

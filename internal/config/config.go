@@ -37,11 +37,14 @@ const (
 	PolicyCacheAware        = "cache_aware"
 	PolicyConsistentHashing = "consistent_hashing"
 	PolicyLeastLoad         = "least_load"
+	// PolicyKVAware routes by the engines' KV-cache events (--kv-events-endpoint) and the prompt's
+	// exact tokens (--tokenizer-path); a model without either falls back to cache_aware.
+	PolicyKVAware = "kv_aware"
 )
 
 // PolicyNames returns the valid policy names, in a fresh slice.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual, PolicyKVAware}
 }
 
 // Config is the gateway's whole startup configuration. Build it with [Parse]
@@ -66,6 +69,8 @@ type Config struct {
 	SMG SMGConfig
 	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
 	Tokenizer TokenizerConfig
+	// KVEvents names the engines' KV-cache event endpoints (kvevents.go).
+	KVEvents KVEventsConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

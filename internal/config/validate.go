@@ -245,6 +245,7 @@ func (c *Config) Validate() error {
 	if j := c.Retry.JitterFactor; !(j >= 0 && j <= 1) {
 		bad("--retry-jitter-factor must be between 0 and 1, got %v", j)
 	}
+	c.validateKVEvents(bad) // kvevents.go
 
 	return errors.Join(errs...)
 }

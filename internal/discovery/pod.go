@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -27,6 +29,10 @@ const (
 	DPSizeAnnotation       = "sluice.dev/dp-size"
 	KVConnectorAnnotation  = "sluice.dev/kv-connector"
 	DecodeWindowAnnotation = "sluice.dev/decode-window"
+	// KVEventsAnnotation is the engine's KV-cache events endpoint (kv_aware routes by them), as
+	// kvevents.ParseEndpointSpec reads it; a host left out or given as "*" (the engine's own bind
+	// address, as in its --kv-events-config) is the pod's IP: tcp://*:5557?replay=tcp://*:5558.
+	KVEventsAnnotation = "sluice.dev/kv-events"
 )
 
 // defaultGrace bounds the drain of a pod whose termination grace period is unknown (the Kubernetes
@@ -62,6 +68,7 @@ type podView struct {
 	dpSize          int
 	decodeWindow    int
 	kvConnector     string
+	kvEvents        string // the endpoint spec, its hosts resolved to the pod's IP
 	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
 	model string
 	grace time.Duration
@@ -210,6 +217,17 @@ func (c classifier) view(pod *corev1.Pod) podView {
 		return v.unready("no pod IP")
 	}
 	v.url = "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(c.port))
+	if raw, ok := pod.Annotations[KVEventsAnnotation]; ok {
+		spec, err := podKVEvents(strings.TrimSpace(raw), pod.Status.PodIP)
+		if err == nil {
+			_, err = kvevents.ParseEndpointSpec(v.url, spec)
+		}
+		if err != nil {
+			v.refusal = fmt.Errorf("%w: %s=%q: %w", ErrBadAnnotation, KVEventsAnnotation, raw, err)
+			return v.gone("bad kv events annotation")
+		}
+		v.kvEvents = spec
+	}
 	v.state = stateServe
 	return v
 }
@@ -243,11 +261,49 @@ func (c classifier) modelOf(pod *corev1.Pod) string {
 func (v podView) spec() worker.Spec {
 	s := worker.Spec{
 		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort, DPSize: v.dpSize, KVConnector: v.kvConnector,
-		DecodeWindow: v.decodeWindow,
-		Source:       worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
+		DecodeWindow: v.decodeWindow, KVEvents: v.kvEvents,
+		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
 	}
 	if v.model != "" {
 		s.Models = []string{v.model}
 	}
 	return s
+}
+
+// podKVEvents resolves an events annotation's omitted or "*" hosts (its PUB endpoint's and its
+// replay's) to the pod's IP.
+func podKVEvents(raw, podIP string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	withIP := func(hp string) (string, error) {
+		h, p, err := net.SplitHostPort(hp)
+		if err != nil {
+			return "", err
+		}
+		if h == "" || h == "*" {
+			h = podIP
+		}
+		return net.JoinHostPort(h, p), nil
+	}
+	if u.Host, err = withIP(u.Host); err != nil {
+		return "", err
+	}
+	q := u.Query()
+	if r := q.Get("replay"); r != "" {
+		ru, err := url.Parse(r)
+		if err != nil {
+			return "", err
+		}
+		if ru.Host, err = withIP(ru.Host); err != nil {
+			return "", err
+		}
+		q.Del("replay")
+		u.RawQuery = "replay=" + ru.String() // unescaped, as operators write it
+		if rest := q.Encode(); rest != "" {
+			u.RawQuery += "&" + rest
+		}
+	}
+	return u.String(), nil
 }

@@ -117,3 +117,30 @@ func TestKnownModels(t *testing.T) {
 		}
 	}
 }
+
+// TestKVEventsAnnotation: the events endpoint of a pod, with the engine's own bind hosts ("*" or none)
+// resolved to the pod's IP; a bad one refuses the pod.
+func TestKVEventsAnnotation(t *testing.T) {
+	c := classifier{selector: map[string]string{"app": "vllm"}, port: 8000}
+	for _, tt := range []struct{ raw, want string }{
+		{"tcp://*:5557?replay=tcp://*:5558", "tcp://10.0.0.9:5557?replay=tcp://10.0.0.9:5558"},
+		{"tcp://:5557", "tcp://10.0.0.9:5557"},
+		{"tcp://events.example:5557?dp=2", "tcp://events.example:5557?dp=2"},
+		{"tcp://*:5557?dp=2&replay=tcp://*:5558", "tcp://10.0.0.9:5557?replay=tcp://10.0.0.9:5558&dp=2"},
+	} {
+		v := c.view(mkPod("r", map[string]string{"app": "vllm"}, "10.0.0.9", true, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{KVEventsAnnotation: tt.raw}
+		}))
+		if v.state != stateServe || v.spec().KVEvents != tt.want {
+			t.Errorf("%s: state %d, spec %q; want served with %q (refusal %v)", tt.raw, v.state, v.spec().KVEvents, tt.want, v.refusal)
+		}
+	}
+	for _, raw := range []string{"5557", "tcp://*:x", "ipc:///tmp/e", "tcp://*:5557?dp=0"} {
+		v := c.view(mkPod("r", map[string]string{"app": "vllm"}, "10.0.0.9", true, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{KVEventsAnnotation: raw}
+		}))
+		if v.state != stateGone || !errors.Is(v.refusal, ErrBadAnnotation) {
+			t.Errorf("%s: state %d refusal %v, want refused", raw, v.state, v.refusal)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func (d *Discovery) reconcile(ctx context.Context, key string) error {
 	old := cur.view
 	switch {
 	case cur.unready, old.uid != v.uid, old.url != v.url, old.role != v.role, old.model != v.model,
-		old.dpSize != v.dpSize, old.kvConnector != v.kvConnector:
+		old.dpSize != v.dpSize, old.kvConnector != v.kvConnector, old.kvEvents != v.kvEvents:
 		return d.replace(ctx, key, cur, v)
 	case old.bootstrapPort != v.bootstrapPort:
 		err := d.d.Registry.Update(cur.id, func(s *worker.Spec) { s.BootstrapPort = v.bootstrapPort })

@@ -23,7 +23,9 @@ import (
 // (the engine's prefix cache serves the other samples). When the prefill policy is cache_aware, the
 // charge on a worker is reduced by the prefix its radix tree expects that worker to hold
 // (CacheAware.CachedPrefixLen, in characters, divided the same way): admission asks for it per worker
-// while it checks capacity, under its lock, like the policy itself.
+// while it checks capacity, under its lock, like the policy itself. Under kv_aware with the prompt's
+// exact tokens (tokens.go), the estimate is their count and the reduction the prefix the worker's
+// engine holds by its KV-cache events (KVAware.CachedTokens).
 //
 // The priority is the X-Sluice-Priority header, else the body's "priority" (SGLang's field, higher
 // first; vLLM orders its own field the other way, so vLLM clients should use the header), else 0. The
@@ -68,10 +70,21 @@ func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placem
 		Priority: prio,
 		MaxWait:  maxWait,
 	}
+	if len(preq.TokenIDs) > 0 {
+		ar.Tokens = int64(len(preq.TokenIDs)) // exact (tokens.go): the chat template's tokens included
+	}
 	if adm := x.d.Admission; adm != nil && adm.DecodeKVKnown() {
 		ar.DecodeTokens = ar.Tokens*int64(max(br.N, 1)) + maxOutputTokens(br)*int64(max(br.N, 1)*br.Prompts())
 	}
-	if ca, ok := x.d.Policies.Prefill.(interface {
+	if kv, ok := x.d.Policies.Prefill.(*placement.KVAware); ok && len(preq.TokenIDs) > 0 {
+		// Exact tokens: the charge is the prompt's tokens minus the prefix the engine's own events say
+		// it holds.
+		snap, ids := x.d.Registry.Snapshot(), preq.TokenIDs
+		ar.CachedTokens = func(url string) int64 {
+			w, _ := snap.ByURL(url)
+			return int64(kv.CachedTokens(w, ids))
+		}
+	} else if ca, ok := x.d.Policies.Prefill.(interface {
 		CachedPrefixLen(model, text, workerURL string) int
 	}); ok && preq.Text != "" {
 		model, text := preq.Model, preq.Text

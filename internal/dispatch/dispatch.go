@@ -23,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -142,6 +143,8 @@ type Deps struct {
 	Logger     *slog.Logger
 	// Rand draws bootstrap rooms and backoff jitter; nil uses math/rand/v2.
 	Rand *rand.Rand
+	// Tokenizer returns the tokenizer of a model, or nil (tokens.go); nil means none for any.
+	Tokenizer func(model string) *tokenizer.Tokenizer
 }
 
 // Dispatcher runs requests. It is safe for concurrent use.
@@ -264,6 +267,9 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		return nil, br.Model, err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
+	if x.wantsTokens() {
+		preq.TokenIDs = x.promptTokens(br) // tokens.go
+	}
 	if _, _, _, err := admissionHeaders(r.Header); err != nil {
 		return nil, br.Model, err
 	}

@@ -1,6 +1,6 @@
 // Package placement chooses workers for a request: load-balancing policies
 // (random, round_robin, power_of_two, cache_aware, consistent_hashing,
-// least_load, manual) and
+// least_load, manual, kv_aware) and
 // the selection functions that filter a registry snapshot down to routable
 // candidates before running a policy. Nothing here blocks.
 //
@@ -17,6 +17,8 @@
 // same mutex, tree by tree, and is driven by its owner ([CacheAware.Run] or
 // [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
 // pick; [Manual.Evict] (keys idle too long) takes the same mutex.
+// kv_aware only reads [PrefixIndex] (the KV-event index's read locks) and its own cache_aware
+// fallback.
 //
 // The selection functions ([SelectPrefill], [SelectDecode], [SelectRegular])
 // read worker state through atomics (health, breaker, load) and pass the

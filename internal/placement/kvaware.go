@@ -6,9 +6,7 @@ import (
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// PolicyKVAware names the kv_aware policy. It is not in PolicyNames nor built by New yet: it needs
-// the KV-event index and the prompt's token ids, which the gateway does not pass to placement yet
-// (NewKVAware builds it).
+// PolicyKVAware names the kv_aware policy; New builds it over Config.KVIndex.
 const PolicyKVAware = "kv_aware"
 
 // PrefixIndex is what kv_aware reads: how much of a prompt each engine rank holds in its KV cache,
@@ -85,6 +83,32 @@ func (p *KVAware) tracksAny(cands []*worker.Worker) bool {
 		}
 	}
 	return false
+}
+
+// CachedTokens is how many leading tokens of tokenIDs the engine of w holds by its events: the best
+// of its ranks (admission charges a worker per engine, not per rank). It takes the index's read
+// locks only, so admission may call it under its own lock.
+func (p *KVAware) CachedTokens(w *worker.Worker, tokenIDs []uint32) int {
+	if p.index == nil || w == nil || len(tokenIDs) == 0 {
+		return 0
+	}
+	ranks := w.Ranks()
+	if len(ranks) == 0 {
+		_, n := p.index.MatchedPrefix(w.URL(), max(w.Rank(), 0), tokenIDs)
+		return n
+	}
+	best := 0
+	for _, r := range ranks {
+		_, n := p.index.MatchedPrefix(w.URL(), max(r.Rank(), 0), tokenIDs)
+		best = max(best, n)
+	}
+	return best
+}
+
+// CachedPrefixLen is the fallback's estimate for a request routed by text (no token ids), in
+// characters, as cache_aware reports it.
+func (p *KVAware) CachedPrefixLen(model, text, workerURL string) int {
+	return p.fallback.CachedPrefixLen(model, text, workerURL)
 }
 
 // Forget implements Forgetter (the fallback's trees; the index follows the registry itself).

@@ -97,3 +97,49 @@ func TestKVAwareWithIndex(t *testing.T) {
 		t.Errorf("Pick = %d, want 1 (holds 48 of 64 tokens)", got)
 	}
 }
+
+// TestKVAwareByName: New builds kv_aware over Config.KVIndex, and CachedTokens reports the best rank
+// of an engine (what admission charges by).
+func TestKVAwareByName(t *testing.T) {
+	t.Parallel()
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
+	w, err := reg.Add(worker.Spec{URL: "http://dp:8000", Role: worker.RolePrefill, Models: []string{"m"}, DPSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := kvevents.NewIndex(kvevents.IndexConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]uint32, 40)
+	for i := range prompt {
+		prompt[i] = uint32(i + 3)
+	}
+	idx.Apply(w.URL(), 1, &kvevents.Batch{Events: []kvevents.Event{{
+		Kind: kvevents.BlockStored, BlockSize: 16, TokenIDs: prompt[:32],
+		BlockHashes: []kvevents.EngineHash{kvevents.IntHash(1), kvevents.IntHash(2)},
+	}}})
+	cfg := DefaultConfig()
+	cfg.KVIndex = idx
+	p, err := New(PolicyKVAware, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, ok := p.(*KVAware)
+	if !ok || p.Name() != PolicyKVAware {
+		t.Fatalf("New(kv_aware) = %T %q", p, p.Name())
+	}
+	if got := kv.CachedTokens(w, prompt); got != 32 {
+		t.Errorf("CachedTokens = %d, want 32 (rank 1 holds two blocks of 16)", got)
+	}
+	if got := kv.CachedTokens(w, prompt[:8]); got != 0 {
+		t.Errorf("CachedTokens of a prompt shorter than a block = %d, want 0", got)
+	}
+	if got := kv.CachedTokens(nil, prompt); got != 0 {
+		t.Errorf("CachedTokens of no worker = %d, want 0", got)
+	}
+	cands := reg.Snapshot().RankCandidates(worker.RolePrefill, "m")
+	if got := p.Pick(cands, &Request{Model: "m", TokenIDs: prompt, TargetWorker: -1}); got < 0 || cands[got].Rank() != 1 {
+		t.Errorf("Pick = %d, want rank 1's view", got)
+	}
+}

@@ -72,7 +72,7 @@ const (
 
 // PolicyNames lists the valid policy names.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual, PolicyKVAware}
 }
 
 // DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
@@ -119,6 +119,9 @@ type Config struct {
 	AssignmentMode string
 	// Now is manual's clock for key idleness; nil means time.Now.
 	Now func() time.Time
+	// KVIndex is what kv_aware matches prompts against (the engines' KV-cache events); nil makes
+	// kv_aware always fall back to cache_aware.
+	KVIndex PrefixIndex
 }
 
 // DefaultConfig returns the default configuration (the Rust gateway's
@@ -236,6 +239,8 @@ func New(name string, cfg Config) (Policy, error) {
 		return newManual(cfg), nil
 	case PolicyLeastLoad:
 		return LeastLoad{}, nil
+	case PolicyKVAware:
+		return &KVAware{cfg: cfg, index: cfg.KVIndex, fallback: newCacheAware(cfg)}, nil
 	}
 	return nil, unknownPolicy(name)
 }

@@ -13,7 +13,7 @@ import (
 // block index, the events applied, the stores not indexed, the sequence gaps (repaired or not), the
 // index clears, the undecodable frames and the lag from the engine's timestamp to application.
 // Workers are labelled by URL as everywhere; every other label has a small closed set of values.
-// Not yet registered by the gateway (the subscribers are not wired in), nor in docs/metrics.md.
+// Registered by the gateway (internal/app/kvevents.go); listed in docs/metrics.md.
 type KVEventsMetrics struct {
 	blocks    *prometheus.GaugeVec
 	events    *prometheus.CounterVec

@@ -334,7 +334,8 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 	next := cur.Clone()
 	fn(&next)
 	if next.URL != cur.URL || next.Role != cur.Role || next.Protocol != cur.Protocol ||
-		!slices.Equal(next.Models, cur.Models) || next.DPSize != cur.DPSize || next.KVConnector != cur.KVConnector || next.KVRole != cur.KVRole || next.DecodeWindow != cur.DecodeWindow {
+		!slices.Equal(next.Models, cur.Models) || next.DPSize != cur.DPSize || next.KVConnector != cur.KVConnector || next.KVRole != cur.KVRole || next.DecodeWindow != cur.DecodeWindow ||
+		next.KVEvents != cur.KVEvents {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: update may change only labels, API key and bootstrap port; use replace", ErrInvalidSpec)
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/kvevents"
 )
 
 // Role is the part a worker plays: a whole engine (regular) or one side of a
@@ -190,6 +192,9 @@ type Spec struct {
 	// KVRole is a vLLM decode worker's declared KV connector role: KVRoleBoth lets local prefill
 	// (dispatch's LocalPrefillMaxTokens) send it short prompts alone. Empty means a consumer only.
 	KVRole string
+	// KVEvents is the engine's KV-cache events endpoint spec, as kvevents.ParseEndpointSpec reads it
+	// (tcp://HOST:PORT[?replay=...&topic=...&dp=N]); empty means none. kv_aware routes by them.
+	KVEvents string
 	// Source says who registered the worker: SourceFlag, SourceAdmin or
 	// SourceKubernetes (empty is treated as unknown). A worker whose source
 	// is SourceKubernetes belongs to discovery: see [Spec.Managed].
@@ -247,6 +252,11 @@ func (s Spec) Validate() error {
 	}
 	if isGRPCScheme(u.Scheme) != (s.Protocol == ProtocolGRPC) {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
+	}
+	if s.KVEvents != "" {
+		if _, err := kvevents.ParseEndpointSpec(s.URL, s.KVEvents); err != nil {
+			return err
+		}
 	}
 	if s.BootstrapPort < 0 || s.BootstrapPort > 65535 {
 		return fmt.Errorf("bootstrap port %d out of range 0..65535", s.BootstrapPort)

@@ -147,6 +147,9 @@ func (w *Worker) Spec() Spec { return w.s.spec.Load().Clone() }
 // KVRole returns the declared KV connector role (Spec.KVRole) without copying the spec.
 func (w *Worker) KVRole() string { return w.s.spec.Load().KVRole }
 
+// KVEvents returns the KV-cache events endpoint spec (Spec.KVEvents) without copying the spec.
+func (w *Worker) KVEvents() string { return w.s.spec.Load().KVEvents }
+
 // BootstrapPort returns the current bootstrap port (0 = none) without copying
 // the spec.
 func (w *Worker) BootstrapPort() int { return w.s.spec.Load().BootstrapPort }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/cluster"
+	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -117,6 +118,7 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		Ranks:             rankLoads(w),
 		KvConnector:       spec.KVConnector,
 		DecodeWindow:      uint32(spec.DecodeWindow),
+		KvEvents:          spec.KVEvents,
 	}
 }
 
@@ -232,6 +234,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
 		KVConnector: ws.GetKvConnector(), DecodeWindow: int(ws.GetDecodeWindow()),
+		KVEvents: ws.GetKvEvents(),
 	}
 	if ws.GetProtocol() != "" {
 		p, err := worker.ParseProtocol(ws.GetProtocol())
@@ -245,6 +248,11 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		check.Protocol = worker.ProtocolSGLang
 		if check.KVConnector != "" {
 			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector
+		}
+	}
+	if spec.KVEvents != "" {
+		if _, err := kvevents.ParseEndpointSpec(spec.URL, spec.KVEvents); err != nil {
+			return nil, invalid("kv_events", "kv_events: %v", err)
 		}
 	}
 	if err := check.Validate(); err != nil {

@@ -112,3 +112,22 @@ func TestListWorkersHealthFilterAndOrder(t *testing.T) {
 		t.Errorf("health=ready: %d workers, %v", len(resp.GetWorkers()), err)
 	}
 }
+
+// TestWorkerKVEvents: a worker's KV events endpoint is given and shown by the admin API; a bad one is
+// refused, naming the field.
+func TestWorkerKVEvents(t *testing.T) {
+	s, _ := newTestService(t, false)
+	ctx := context.Background()
+	const spec = "tcp://10.0.0.5:5557?replay=tcp://10.0.0.5:5558"
+	resp, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.5:30000", Role: "regular", Protocol: "vllm", KvEvents: spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetWorker().GetKvEvents(); got != spec {
+		t.Errorf("kv_events = %q, want %q", got, spec)
+	}
+	for _, bad := range []string{"tcp://*:5557", "ipc:///tmp/x", "tcp://h:5557?dp=0", "tcp://h:5557?bogus=1"} {
+		_, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.6:30000", Role: "regular", Protocol: "vllm", KvEvents: bad}})
+		refusedParam(t, err, "kv_events")
+	}
+}

@@ -51,7 +51,11 @@ type WorkerSpec struct {
 	// Declared running window per data-parallel rank of a decode worker (vLLM: its --max-num-seqs), the
 	// decode seat bound of --decode-max-inflight-requests-per-worker auto when the engine reports none
 	// (SGLang reports max_running_requests in its server info); 0 = unknown.
-	DecodeWindow  uint32 `protobuf:"varint,10,opt,name=decode_window,json=decodeWindow,proto3" json:"decode_window,omitempty"`
+	DecodeWindow uint32 `protobuf:"varint,10,opt,name=decode_window,json=decodeWindow,proto3" json:"decode_window,omitempty"`
+	// KV-cache events endpoint of the engine, which kv_aware routes by:
+	// tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N] (its ZeroMQ PUB socket as the gateway
+	// reaches it; replay: its replay ROUTER; dp: its data-parallel ranks, on the ports + rank). Empty for none.
+	KvEvents      string `protobuf:"bytes,16,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +160,13 @@ func (x *WorkerSpec) GetDecodeWindow() uint32 {
 	return 0
 }
 
+func (x *WorkerSpec) GetKvEvents() string {
+	if x != nil {
+		return x.KvEvents
+	}
+	return ""
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -202,7 +213,9 @@ type Worker struct {
 	// Namespace of the pod behind a discovered worker; empty otherwise.
 	Namespace string `protobuf:"bytes,21,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Name of the pod behind a discovered worker; empty otherwise.
-	Pod           string `protobuf:"bytes,22,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pod string `protobuf:"bytes,22,opt,name=pod,proto3" json:"pod,omitempty"`
+	// KV-cache events endpoint the gateway subscribes to (WorkerSpec.kv_events); empty for none.
+	KvEvents      string `protobuf:"bytes,30,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +386,13 @@ func (x *Worker) GetNamespace() string {
 func (x *Worker) GetPod() string {
 	if x != nil {
 		return x.Pod
+	}
+	return ""
+}
+
+func (x *Worker) GetKvEvents() string {
+	if x != nil {
+		return x.KvEvents
 	}
 	return ""
 }
@@ -2750,7 +2770,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\x83\x03\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa0\x03\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -2763,10 +2783,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\adp_size\x18\b \x01(\rR\x06dpSize\x12!\n" +
 	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x12#\n" +
 	"\rdecode_window\x18\n" +
-	" \x01(\rR\fdecodeWindow\x1a9\n" +
+	" \x01(\rR\fdecodeWindow\x12\x1b\n" +
+	"\tkv_events\x18\x10 \x01(\tR\bkvEvents\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x05\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -2788,7 +2809,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\rdecode_window\x18\x11 \x01(\rR\fdecodeWindow\x12\x16\n" +
 	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03pod\x18\x16 \x01(\tR\x03pod\x1a9\n" +
+	"\x03pod\x18\x16 \x01(\tR\x03pod\x12\x1b\n" +
+	"\tkv_events\x18\x1e \x01(\tR\bkvEvents\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +

@@ -93,6 +93,15 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: uint32 decode_window = 10;
    */
   decodeWindow: number;
+
+  /**
+   * KV-cache events endpoint of the engine, which kv_aware routes by:
+   * tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N] (its ZeroMQ PUB socket as the gateway
+   * reaches it; replay: its replay ROUTER; dp: its data-parallel ranks, on the ports + rank). Empty for none.
+   *
+   * @generated from field: string kv_events = 16;
+   */
+  kvEvents: string;
 };
 
 /**
@@ -250,6 +259,13 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: string pod = 22;
    */
   pod: string;
+
+  /**
+   * KV-cache events endpoint the gateway subscribes to (WorkerSpec.kv_events); empty for none.
+   *
+   * @generated from field: string kv_events = 30;
+   */
+  kvEvents: string;
 };
 
 /**
