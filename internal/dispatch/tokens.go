@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/tokenizer"
 )
@@ -37,15 +37,15 @@ type chatFields struct {
 }
 
 // promptTokens returns the request's prompt as token ids, or nil when they are not known exactly.
-func (x *Dispatcher) promptTokens(br *backend.Request) []uint32 {
+func (x *Dispatcher) promptTokens(br *body.Request) []uint32 {
 	if br.BatchSize > 0 {
 		return nil
 	}
 	if br.PromptTokenIDs > 0 {
 		switch br.Route {
-		case backend.RouteCompletions:
+		case body.RouteCompletions:
 			return tokenArray(br.Body, "prompt")
-		case backend.RouteGenerate:
+		case body.RouteGenerate:
 			return tokenArray(br.Body, "input_ids")
 		}
 		return nil
@@ -58,7 +58,7 @@ func (x *Dispatcher) promptTokens(br *backend.Request) []uint32 {
 		return nil
 	}
 	switch br.Route {
-	case backend.RouteChat:
+	case body.RouteChat:
 		var f chatFields
 		if json.Unmarshal(br.Body, &f) != nil || f.ContinueFinalMessage || !isNullOrEmpty(f.ChatTemplate) {
 			return nil
@@ -70,7 +70,7 @@ func (x *Dispatcher) promptTokens(br *backend.Request) []uint32 {
 			return nil
 		}
 		return toUint32(ids)
-	case backend.RouteCompletions, backend.RouteGenerate:
+	case body.RouteCompletions, body.RouteGenerate:
 		if br.Text == "" {
 			return nil
 		}
@@ -79,10 +79,10 @@ func (x *Dispatcher) promptTokens(br *backend.Request) []uint32 {
 	return nil
 }
 
-// tokenArray reads body's field as one prompt of token ids (an array of integers), or nil.
-func tokenArray(body []byte, field string) []uint32 {
+// tokenArray reads the body's field as one prompt of token ids (an array of integers), or nil.
+func tokenArray(in []byte, field string) []uint32 {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
+	if json.Unmarshal(in, &m) != nil {
 		return nil
 	}
 	raw := bytes.TrimSpace(m[field])

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -33,7 +33,7 @@ func TestPromptTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			br, err := backend.ParseRequest(tt.route, []byte(tt.body))
+			br, err := body.ParseRequest(tt.route, []byte(tt.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestAdmissionChargesUncachedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := &Dispatcher{cfg: Config{CharsPerToken: 4}, d: Deps{Registry: reg, Policies: set}}
-	br, err := backend.ParseRequest(RouteCompletions, []byte(`{"model":"m","prompt":"forty tokens of text, as the tokenizer saw them"}`))
+	br, err := body.ParseRequest(RouteCompletions, []byte(`{"model":"m","prompt":"forty tokens of text, as the tokenizer saw them"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
