@@ -1,0 +1,101 @@
+package capacity
+
+import "math"
+
+// maxSearch bounds the Erlang C search beyond the offered load: a target
+// larger than this is not a recommendation but an alarm.
+const maxSearch = 10000
+
+// erlangC is the probability that an arrival waits in an M/M/n queue offered
+// a Erlangs (n > a), by the Erlang B recursion, which stays finite where the
+// textbook factorials overflow.
+func erlangC(n int, a float64) float64 {
+	if a <= 0 {
+		return 0
+	}
+	if float64(n) <= a {
+		return 1
+	}
+	b := 1.0
+	for k := 1; k <= n; k++ {
+		b = a * b / (float64(k) + a*b)
+	}
+	return float64(n) * b / (float64(n) - a*(1-b))
+}
+
+// prefillWorkers is the smallest n > a whose mean Erlang C wait plus the
+// service time s (seconds) stays within slo; budget is the wait allowed
+// (slo − s, or s itself when slo is 0). It returns 0 for no load.
+func prefillWorkers(a, s, slo float64) (n int, meets bool) {
+	if a <= 0 || s <= 0 {
+		return 0, true
+	}
+	budget := s
+	if slo > 0 {
+		budget = slo - s
+	}
+	lo := int(math.Floor(a)) + 1
+	if budget <= 0 {
+		// Even an idle fleet misses the SLO: ask for no queueing at all
+		// beyond what Erlang C calls negligible, and say so.
+		return lo, false
+	}
+	for n := lo; n <= lo+maxSearch; n++ {
+		wait := erlangC(n, a) * s / (float64(n) - a)
+		if wait <= budget {
+			return n, true
+		}
+	}
+	return lo + maxSearch, false
+}
+
+// decodeWorkers is the workers whose k sequences each hold seats for the
+// load l (sequences in flight at the SLO's operating point) plus a √l margin.
+func decodeWorkers(l, k float64) int {
+	if l <= 0 || k <= 0 {
+		return 0
+	}
+	return int(math.Ceil((l + math.Sqrt(l)) / k))
+}
+
+// itlFit is a weighted least-squares fit of ITL = b + k·batch, its sums
+// decayed by the same EWMA as every other input so the fit follows the fleet.
+type itlFit struct {
+	w, x, y, xx, xy float64
+}
+
+func (f *itlFit) add(batch, itl, weight float64) {
+	f.w += weight
+	f.x += weight * batch
+	f.y += weight * itl
+	f.xx += weight * batch * batch
+	f.xy += weight * batch * itl
+}
+
+func (f *itlFit) decay(keep float64) {
+	f.w *= keep
+	f.x *= keep
+	f.y *= keep
+	f.xx *= keep
+	f.xy *= keep
+}
+
+// line returns the fitted base and slope; ok is false while the batches seen
+// are too alike to separate the two (then the caller cannot size decode from
+// the SLO).
+func (f *itlFit) line() (b, k float64, ok bool) {
+	if f.w <= 0 {
+		return 0, 0, false
+	}
+	mx, my := f.x/f.w, f.y/f.w
+	vx := f.xx/f.w - mx*mx
+	if vx < 0.25 { // batches within about ±0.5 of each other
+		return 0, 0, false
+	}
+	k = (f.xy/f.w - mx*my) / vx
+	b = my - k*mx
+	if k <= 0 {
+		return 0, 0, false
+	}
+	return max(b, 0), k, true
+}
