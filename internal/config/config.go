@@ -66,6 +66,8 @@ type Config struct {
 	SMG SMGConfig
 	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
 	Tokenizer TokenizerConfig
+	// Capacity holds the SLOs of the capacity recommendation (capacity.go).
+	Capacity CapacityConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

@@ -122,6 +122,7 @@ func newFlagSet() *flagSet {
 	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
 
 	s.registerTokenizer() // tokenizer.go
+	s.registerCapacity()  // capacity.go
 
 	s.section("Placement")
 	policies := strings.Join(PolicyNames(), ", ")
