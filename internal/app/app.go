@@ -255,7 +255,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
-		OnAdmissionUpdate: a.keepBandSeries,
+		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)

@@ -379,3 +379,19 @@ func TestRunTicksUntilCancelled(t *testing.T) {
 		}
 	})
 }
+
+func TestRecommenderOneOperatingPointOverAsks(t *testing.T) {
+	t.Parallel()
+	cfg := Config{SLOTTFT: 100 * time.Millisecond, SLOITL: 20 * time.Millisecond}
+	f := newFluid(t, cfg)
+	f.split = []float64{0.5, 0.5} // one batch size everywhere: base and slope cannot be told apart
+	f.run(30 * time.Second)
+	d := f.rec(RoleDecode)
+	_, truth := f.truth(cfg)
+	if d.Inputs.FitOK || d.Inputs.MeanBatch <= 0 || !d.Sized {
+		t.Fatalf("decode inputs %+v sized %v; want no fit but a measured operating point", d.Inputs, d.Sized)
+	}
+	if d.PerWorker > 40 || d.Recommended < truth || !strings.Contains(d.Reason, "conservative") {
+		t.Fatalf("decode per worker %.1f (true 40), recommended %d (truth %d): %s; want a safe over-ask", d.PerWorker, d.Recommended, truth, d.Reason)
+	}
+}

@@ -34,9 +34,13 @@
 // times the SLO, so the seats needed are L = λ·tokens·slo (Little's law) plus
 // a square-root staffing margin of √L (Halfin–Whitt: decode does not queue,
 // it runs everyone admitted, and its seat counts are large, where the
-// approximation is good), and the workers needed are (L+√L)/K. Without
-// --slo-itl, K is the seat limit; without either, decode is not sized (the
-// recommendation stays at the current count and says why).
+// approximation is good), and the workers needed are (L+√L)/K. Until batches
+// of different sizes have been seen, one operating point (ITL at batch n)
+// gives K = n·slo/ITL(n), ITL taken as proportional to the batch, which is
+// never more than the true K: decode is over-asked, never under. A fitted
+// line is kept when the load turns steady. Without --slo-itl, K is the seat
+// limit; without either, decode is not sized (the recommendation stays at
+// the current count and says why).
 //
 // # Hysteresis
 //

@@ -96,9 +96,15 @@ type Inputs struct {
 	// PrefillBusy and DecodeBusy are the smoothed busy workers (prefill)
 	// and sequences in flight (decode).
 	PrefillBusy, DecodeBusy float64
-	// ITLBase and ITLSlope are the fitted ITL line; FitOK false while unknown.
+	// ITLBase and ITLSlope are the fitted ITL line (the last one fitted:
+	// a steady load stops telling base from slope, not the line); FitOK
+	// false while none was.
 	ITLBase, ITLSlope time.Duration
 	FitOK             bool
+	// ITLMean at MeanBatch is the operating point measured lately, which
+	// sizes decode conservatively until a line is fitted.
+	ITLMean   time.Duration
+	MeanBatch float64
 }
 
 // Recommendation is one model's and role's answer.
@@ -209,6 +215,8 @@ type modelState struct {
 	prompt, output                       ewma // token rates
 	prefillBusy, decodeBusy, prefillRate ewma
 	fit                                  itlFit
+	line                                 struct{ b, k float64 } // last fitted
+	haveLine                             bool
 	roles                                map[Role]*roleState
 	recs                                 map[Role]*Recommendation
 }
@@ -352,7 +360,13 @@ func (r *Recommender) tickModel(now time.Time, dt, alpha float64, m *modelState,
 		in.OutputTokens = m.output.v / m.answered.v
 	}
 	if b, k, ok := m.fit.line(); ok {
-		in.ITLBase, in.ITLSlope, in.FitOK = seconds(b), seconds(k), true
+		m.line.b, m.line.k, m.haveLine = b, k, true
+	}
+	if m.haveLine {
+		in.ITLBase, in.ITLSlope, in.FitOK = seconds(m.line.b), seconds(m.line.k), true
+	}
+	if m.fit.w > 0 {
+		in.MeanBatch, in.ITLMean = m.fit.x/m.fit.w, seconds(m.fit.y/m.fit.w)
 	}
 	pre := r.sizePrefill(name, in, p.Prefill, sumPrefill)
 	dec := r.sizeDecode(name, in, p.Decode, sumDecode)
@@ -426,6 +440,18 @@ func (r *Recommender) sizeDecode(name string, in Inputs, ws []Worker, busy int) 
 			hold = b + k*perWorker
 			why += fmt.Sprintf(", capped by the seat limit %d", seat)
 		}
+	case slo > 0 && in.ITLMean > 0 && in.MeanBatch > 0:
+		// One operating point cannot tell base from slope; taking ITL as
+		// proportional to the batch gives n·slo/ITL(n), which is never
+		// more than the true (slo−b)/k for b ≥ 0: it over-asks, safely.
+		perWorker = max(in.MeanBatch*slo/in.ITLMean.Seconds(), 1)
+		hold = slo
+		why = fmt.Sprintf("ITL %.2fms at a batch of %.1f, taken as proportional to the batch until batches differ (conservative), meets the %s ITL SLO up to %.0f sequences per worker",
+			in.ITLMean.Seconds()*1e3, in.MeanBatch, r.cfg.SLOITL, perWorker)
+		if seat > 0 && float64(seat) < perWorker {
+			perWorker = float64(seat)
+			why += fmt.Sprintf(", capped by the seat limit %d", seat)
+		}
 	case seat > 0:
 		perWorker = float64(seat)
 		hold = 0
@@ -446,9 +472,9 @@ func (r *Recommender) sizeDecode(name string, in Inputs, ws []Worker, busy int) 
 		rec.Reason = "no requests arrived recently"
 	case perWorker <= 0:
 		rec.Target = len(ws)
-		rec.Reason = "decode is not sized: no --slo-itl with a fitted ITL line, and no seat limit; keeping the current count"
+		rec.Reason = "decode is not sized: no --slo-itl and no decode seat limit; keeping the current count"
 		if slo > 0 {
-			rec.Reason = "decode is not sized yet: the ITL line needs batches of different sizes; keeping the current count"
+			rec.Reason = "decode is not sized yet: no streamed answer has measured its ITL; keeping the current count"
 		}
 	case hold <= 0:
 		// Seat-limited without a fit: seats held now, by Little's law, are
