@@ -395,3 +395,23 @@ func TestRecommenderOneOperatingPointOverAsks(t *testing.T) {
 		t.Fatalf("decode per worker %.1f (true 40), recommended %d (truth %d): %s; want a safe over-ask", d.PerWorker, d.Recommended, truth, d.Reason)
 	}
 }
+
+func TestNeedFromKnownParameters(t *testing.T) {
+	t.Parallel()
+	// 20 req/s × 1024 tokens at 8000 tokens/s: a = 2.56; N=3 waits C(3,2.56)·0.128/0.44 ≈ 0.23 s,
+	// within 1 s − 0.128 s.
+	if n := PrefillNeed(20, 1024, 8000, time.Second); n != 3 {
+		t.Errorf("PrefillNeed = %d, want 3", n)
+	}
+	if n := PrefillNeed(0, 1024, 8000, time.Second); n != 1 {
+		t.Errorf("PrefillNeed without load = %d, want the minimum 1", n)
+	}
+	// K = (25−6)/0.35 = 54.3; L = 20·200·0.025 = 100; (100+10)/54.3 = 2.03 → 3.
+	if n := DecodeNeed(20, 200, 6*time.Millisecond, 350*time.Microsecond, 25*time.Millisecond, 0); n != 3 {
+		t.Errorf("DecodeNeed = %d, want 3", n)
+	}
+	// A seat limit of 16 below K: L = 20·200·(6+0.35·16)ms = 46.4; (46.4+6.8)/16 = 3.3 → 4.
+	if n := DecodeNeed(20, 200, 6*time.Millisecond, 350*time.Microsecond, 25*time.Millisecond, 16); n != 4 {
+		t.Errorf("DecodeNeed with 16 seats = %d, want 4", n)
+	}
+}

@@ -46,7 +46,9 @@
 //
 // A higher target is recommended at once; a lower one only after it has held
 // for Config.ScaleDownHold, and then the highest target seen during that
-// hold. The recommendation is never below what is busy now: the workers
+// hold. Both read the offered load with a ±10% deadband (up only when 0.9×
+// the load needs more workers, down only when 1.1× needs fewer), so smoothed
+// inputs wandering around the boundary between two counts do not flap it. The recommendation is never below what is busy now: the workers
 // needed to hold the requests in flight at their per-worker capacity, and at
 // least one while the model has workers.
 //

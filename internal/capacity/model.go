@@ -1,6 +1,9 @@
 package capacity
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // maxSearch bounds the Erlang C search beyond the offered load: a target
 // larger than this is not a recommendation but an alarm.
@@ -98,4 +101,29 @@ func (f *itlFit) line() (b, k float64, ok bool) {
 		return 0, 0, false
 	}
 	return max(b, 0), k, true
+}
+
+// PrefillNeed is the prefill workers the model asks for when its inputs are
+// known exactly (a benchmark's truth from an engine's parameters): rate
+// requests per second of prompt tokens each, served at tokensPerSec by a
+// worker that prefills one request at a time, within slo (0: none). At
+// least 1.
+func PrefillNeed(rate, prompt, tokensPerSec float64, slo time.Duration) int {
+	s := prompt / tokensPerSec
+	n, _ := prefillWorkers(rate*s, s, slo.Seconds())
+	return max(n, 1)
+}
+
+// DecodeNeed is the decode workers the model asks for when its inputs are
+// known exactly: rate requests per second of output tokens each, on workers
+// whose ITL is base + perSeq × batch, within slo, at most seats sequences
+// per worker (<= 0: no seat limit). At least 1.
+func DecodeNeed(rate, output float64, base, perSeq, slo time.Duration, seats int) int {
+	k := (slo - base).Seconds() / perSeq.Seconds()
+	hold := slo.Seconds()
+	if seats > 0 && float64(seats) < k {
+		k = float64(seats)
+		hold = base.Seconds() + perSeq.Seconds()*k
+	}
+	return max(decodeWorkers(rate*output*hold, max(k, 1)), 1)
 }

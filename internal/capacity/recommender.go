@@ -127,7 +127,17 @@ type Recommendation struct {
 	HoldUntil time.Time
 	Reason    string
 	Inputs    Inputs
+
+	// up and down are the targets at the offered load ∓ deadband: the
+	// recommendation rises only when even the lower one is above it, and
+	// falls only to the upper one, so noise around a boundary between two
+	// counts does not flap it.
+	up, down int
 }
+
+// deadband is the relative error of the offered load the recommendation
+// ignores (smoothed inputs still wander by a few percent).
+const deadband = 0.1
 
 // Metrics receives the recommendations and their inputs at every tick,
 // under the recommender's lock.
@@ -410,6 +420,8 @@ func (r *Recommender) sizePrefill(name string, in Inputs, ws []Worker, busy int)
 		rec.OfferedLoad = in.ArrivalRate * s
 		n, meets := prefillWorkers(rec.OfferedLoad, s, r.cfg.SLOTTFT.Seconds())
 		rec.Target, rec.Sized = n, true
+		rec.up, _ = prefillWorkers(rec.OfferedLoad*(1-deadband), s, r.cfg.SLOTTFT.Seconds())
+		rec.down, _ = prefillWorkers(rec.OfferedLoad*(1+deadband), s, r.cfg.SLOTTFT.Seconds())
 		slo := "a mean wait of at most one service time"
 		if r.cfg.SLOTTFT > 0 {
 			slo = fmt.Sprintf("the %s TTFT SLO", r.cfg.SLOTTFT)
@@ -481,10 +493,12 @@ func (r *Recommender) sizeDecode(name string, in Inputs, ws []Worker, busy int) 
 		// the measured sequences in flight.
 		rec.OfferedLoad = in.DecodeBusy
 		rec.Target, rec.Sized = decodeWorkers(rec.OfferedLoad, perWorker), true
+		rec.band(perWorker)
 		rec.Reason = fmt.Sprintf("%.1f sequences in flight; %s; with a √L margin: %d workers", in.DecodeBusy, why, rec.Target)
 	default:
 		rec.OfferedLoad = in.ArrivalRate * in.OutputTokens * hold
 		rec.Target, rec.Sized = decodeWorkers(rec.OfferedLoad, perWorker), true
+		rec.band(perWorker)
 		rec.Reason = fmt.Sprintf("%.2f req/s × %.0f output tokens × %.1fms per token is %.1f sequences in flight (Little's law); %s; with a √L margin: %d workers",
 			in.ArrivalRate, in.OutputTokens, hold*1e3, rec.OfferedLoad, why, rec.Target)
 	}
@@ -493,32 +507,45 @@ func (r *Recommender) sizeDecode(name string, in Inputs, ws []Worker, busy int) 
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// hysteresis sets rec.Recommended from rec.Target and the role's history.
+// band sets a decode recommendation's deadband targets.
+func (rec *Recommendation) band(perWorker float64) {
+	rec.up = decodeWorkers(rec.OfferedLoad*(1-deadband), perWorker)
+	rec.down = decodeWorkers(rec.OfferedLoad*(1+deadband), perWorker)
+}
+
+// hysteresis sets rec.Recommended from rec.Target and the role's history:
+// up at once when the deadband's lower target exceeds it, down to the
+// highest upper target of a hold once the upper target stayed below it for
+// the whole hold.
 func (r *Recommender) hysteresis(now time.Time, st *roleState, rec *Recommendation) {
-	t := max(rec.Target, rec.Floor)
+	floor := rec.Floor
 	if rec.Current > 0 {
-		t = max(t, 1)
+		floor = max(floor, 1)
 	}
 	if !rec.Sized {
-		t = max(t, rec.Current)
+		floor = max(floor, rec.Current)
 	}
+	if !rec.Sized || rec.up == 0 && rec.down == 0 {
+		rec.up, rec.down = rec.Target, rec.Target
+	}
+	t, up, down := max(rec.Target, floor), max(rec.up, floor), max(rec.down, floor)
 	switch {
-	case !st.started || t > st.recommended:
+	case !st.started:
 		st.recommended, st.started = t, true
 		st.lowSince = time.Time{}
-	case t == st.recommended:
+	case up > st.recommended:
+		st.recommended = up
+		st.lowSince = time.Time{}
+	case down >= st.recommended:
 		st.lowSince = time.Time{}
 	default:
 		if st.lowSince.IsZero() {
-			st.lowSince, st.holdMax = now, t
+			st.lowSince, st.holdMax = now, down
 		}
-		st.holdMax = max(st.holdMax, t)
+		st.holdMax = max(st.holdMax, down)
 		if now.Sub(st.lowSince) >= r.cfg.ScaleDownHold {
 			st.recommended = st.holdMax
-			st.lowSince, st.holdMax = now, t
-			if t == st.recommended {
-				st.lowSince = time.Time{}
-			}
+			st.lowSince = time.Time{}
 		}
 	}
 	rec.Recommended = st.recommended
