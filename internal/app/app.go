@@ -22,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
@@ -65,6 +66,7 @@ type App struct {
 	// LoadMonitor polls the engines' own load reports (nil when --engine-load-interval-secs is 0).
 	LoadMonitor *worker.LoadMonitor
 	loadSink    *engineLoadSink
+	Capacity    *capacity.Recommender // capacity.go; nil unless PD mode
 	detector    *dispatch.Detector
 	pods        *discovery.Discovery // nil unless --service-discovery
 	cluster     *cluster.Replica     // nil unless --admission-coordination
@@ -188,6 +190,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.newCapacity(cfg); err != nil {
+		return nil, err
+	}
 	a.loadSink = &engineLoadSink{m: a.Metrics}
 	a.LoadMonitor, err = newLoadMonitor(cfg, a.Registry, &backend.Upstream{Client: httpClient}, a.Admission, a.loadSink, logger)
 	if err != nil {
@@ -220,7 +225,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		}},
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
-		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry}, Tracer: tracer,
+		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry, capacity: a.Capacity}, Tracer: tracer,
 		Propagator: telemetry.Propagator(), Logger: logger, Tokenizer: tokenizers,
 	})
 	if err != nil {
@@ -256,7 +261,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
-		OnAdmissionUpdate: a.keepBandSeries,
+		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)
@@ -384,6 +389,7 @@ func (a *App) Start(ctx context.Context) error {
 	if a.LoadMonitor != nil {
 		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
 	}
+	a.startCapacity(bg)
 	if a.pods != nil {
 		// After the flag workers, so that an address given both ways stays the flag's.
 		a.wg.Go(func() { _ = a.pods.Run(bg) })

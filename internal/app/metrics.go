@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/telemetry"
@@ -42,7 +43,8 @@ func (a admissionMetrics) IncRejection(q string, o admission.Outcome) {
 // telemetry's own.
 type dispatchMetrics struct {
 	*telemetry.Metrics
-	reg *worker.Registry
+	reg      *worker.Registry
+	capacity *capacity.Recommender // nil unless PD mode
 }
 
 func (d dispatchMetrics) ObserveRequest(s *dispatch.RequestStats) {
@@ -57,6 +59,7 @@ func (d dispatchMetrics) ObserveRequest(s *dispatch.RequestStats) {
 	if s.Handoff != "" && s.DecodeTTFT > 0 {
 		d.ObserveDecodeFirstToken(s.Handoff, s.DecodeTTFT, s.KVWait(), s.Trace)
 	}
+	observeCapacity(d.capacity, model, s)
 }
 
 // engineLoadSink records engine loads. A poll can end after its worker was removed: the removal

@@ -50,7 +50,9 @@
 // engines and measures routing and the admission queue; decode-bound drives 2 prefill engines and one
 // decode engine with a running window of 8 (SGLang and vLLM NIXL) at 2x the decode's capacity, 2x the
 // prefill's and 0.7x the decode's, with the decode gate off and on (--decode-gate-flags; a gateway that
-// lacks those flags leaves the "on" rows "not run").
+// lacks those flags leaves the "on" rows "not run"); capacity ramps a 2+2 PD cluster 0.3x → 2x → 2x with
+// shorter outputs → 0.5x and records the gateway's capacity recommendation against the need computed
+// from the simulator's parameters.
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

@@ -72,6 +72,7 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
 		"adaptive":        ScenarioAdaptive,
+		"capacity":        ScenarioCapacity,
 		"decode-bound":    ScenarioDecodeBound,
 		"dp":              ScenarioDP,
 		"early-rejection": ScenarioEarlyRejection,

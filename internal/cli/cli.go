@@ -26,6 +26,7 @@ Usage:
   sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
   sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
   sluice top [flags]          live view of a running gateway: slots per prefill worker, queues, waits, rejections
+  sluice capacity [flags]     prefill and decode workers each model needs now, and why (for autoscalers)
   sluice version              print the version
 `
 
@@ -47,6 +48,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = admissionCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		err = topCmd(ctx, args[1:], stdout, stderr)
+	case "capacity":
+		err = capacityCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version", "-V", "--version-verbose":
 		fmt.Fprintln(stdout, "sluice", app.Version)
 	case "help", "-h", "--help", "-help":

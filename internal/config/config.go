@@ -71,6 +71,8 @@ type Config struct {
 	Tokenizer TokenizerConfig
 	// KVEvents names the engines' KV-cache event endpoints (kvevents.go).
 	KVEvents KVEventsConfig
+	// Capacity holds the SLOs of the capacity recommendation (capacity.go).
+	Capacity CapacityConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

@@ -123,6 +123,7 @@ func newFlagSet() *flagSet {
 
 	s.registerTokenizer() // tokenizer.go
 	s.registerKVEvents()  // kvevents.go
+	s.registerCapacity()  // capacity.go
 
 	s.section("Placement")
 	policies := strings.Join(PolicyNames(), ", ")

@@ -236,6 +236,8 @@ func (c *Config) Validate() error {
 	atLeast("retry-max-retries", c.Retry.MaxRetries, 1)
 	nonNegDur("retry-initial-backoff-ms", c.Retry.InitialBackoff)
 	nonNegDur("retry-max-backoff-ms", c.Retry.MaxBackoff)
+	nonNegDur("slo-ttft", c.Capacity.SLOTTFT)
+	nonNegDur("slo-itl", c.Capacity.SLOITL)
 	if c.Retry.MaxBackoff < c.Retry.InitialBackoff {
 		bad("--retry-max-backoff-ms (%v) must not be below --retry-initial-backoff-ms (%v)", c.Retry.MaxBackoff, c.Retry.InitialBackoff)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -48,6 +49,8 @@ type Deps struct {
 	// OnAdmissionUpdate, when set, is told the settings an UpdateAdmission applied (metrics drop the
 	// series of bands no longer configured).
 	OnAdmissionUpdate func(admission.Settings)
+	// Capacity answers GetCapacity; nil outside PD mode (capacity.go).
+	Capacity *capacity.Recommender
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).

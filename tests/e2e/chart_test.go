@@ -16,6 +16,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -91,6 +92,10 @@ func newTyped(apiVersion, kind string) any {
 		return &policyv1.PodDisruptionBudget{}
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		return &monitoringv1.ServiceMonitor{} // the Prometheus Operator's own Go type
+	case "autoscaling/v2/HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "keda.sh/v1alpha1/ScaledObject":
+		return &kedaScaledObject{} // chart_autoscaling_test.go: KEDA's Go module is not in go.mod
 	}
 	return nil
 }

@@ -238,5 +238,15 @@ func build() *dashboard.DashboardBuilder {
 		query(sel("go_memstats_heap_inuse_bytes"), "heap in use {{instance}}")))
 	b.WithPanel(series("Goroutines", "Goroutines of each gateway process (one or more per in-flight request).", "short",
 		query(sel("go_goroutines"), "{{instance}}")))
+
+	b.WithRow(id.row("Capacity: how many workers the load needs"))
+	b.WithPanel(series("Recommended vs registered workers by role",
+		"sluice_capacity_recommended_workers (what KEDA/HPA scale to: smoothed, held 15 s before a scale-down, never below what is busy) against the workers registered. Summed over gateway replicas, as the chart's scalers do. docs/kubernetes.md says what it does not know.", "short",
+		query(`sum by (model, role) (`+sel("sluice_capacity_recommended_workers", model)+`)`, "recommended {{role}} {{model}}"),
+		query(`max by (model, role) (`+sel("sluice_capacity_current_workers", model)+`)`, "registered {{role}} {{model}}")))
+	b.WithPanel(series("Capacity inputs: arrivals and offered load",
+		"Smoothed arrivals (refused included) and the offered load: busy-equivalent prefill workers (λ·S) and decode sequences in flight at the ITL SLO.", "short",
+		query(`sum by (model) (`+sel("sluice_capacity_arrival_rate", model)+`)`, "req/s {{model}}"),
+		query(`sum by (model, role) (`+sel("sluice_capacity_offered_load", model)+`)`, "offered {{role}} {{model}}")))
 	return b
 }

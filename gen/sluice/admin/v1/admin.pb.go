@@ -2766,6 +2766,397 @@ func (x *FlushCacheResponse) GetResults() []*FlushResult {
 	return nil
 }
 
+// GetCapacityRequest asks for the capacity recommendation.
+type GetCapacityRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCapacityRequest) Reset() {
+	*x = GetCapacityRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapacityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapacityRequest) ProtoMessage() {}
+
+func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
+func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+// CapacityInputs are the smoothed measurements behind a model's recommendations.
+type CapacityInputs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests per second that reached the gateway, refused ones included.
+	ArrivalRate float64 `protobuf:"fixed64,1,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
+	// Requests per second refused for capacity (429).
+	RejectionRate float64 `protobuf:"fixed64,2,opt,name=rejection_rate,json=rejectionRate,proto3" json:"rejection_rate,omitempty"`
+	// Mean prompt tokens per answered request.
+	PromptTokens float64 `protobuf:"fixed64,3,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Mean output tokens per answered request.
+	OutputTokens float64 `protobuf:"fixed64,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Prompt tokens prefilled per busy prefill worker-second; 0 while unknown.
+	PrefillTokensPerBusySecond float64 `protobuf:"fixed64,5,opt,name=prefill_tokens_per_busy_second,json=prefillTokensPerBusySecond,proto3" json:"prefill_tokens_per_busy_second,omitempty"`
+	// Prefill workers busy (holding at least one prefill), smoothed.
+	PrefillBusyWorkers float64 `protobuf:"fixed64,6,opt,name=prefill_busy_workers,json=prefillBusyWorkers,proto3" json:"prefill_busy_workers,omitempty"`
+	// Decode sequences in flight, smoothed.
+	DecodeSequences float64 `protobuf:"fixed64,7,opt,name=decode_sequences,json=decodeSequences,proto3" json:"decode_sequences,omitempty"`
+	// Whether the decode ITL line (itl_base + itl_slope x batch) is fitted yet.
+	ItlFitted bool `protobuf:"varint,8,opt,name=itl_fitted,json=itlFitted,proto3" json:"itl_fitted,omitempty"`
+	// The fitted ITL at batch 0.
+	ItlBase *durationpb.Duration `protobuf:"bytes,9,opt,name=itl_base,json=itlBase,proto3" json:"itl_base,omitempty"`
+	// The fitted ITL growth per sequence in the batch.
+	ItlSlope      *durationpb.Duration `protobuf:"bytes,10,opt,name=itl_slope,json=itlSlope,proto3" json:"itl_slope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityInputs) Reset() {
+	*x = CapacityInputs{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityInputs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityInputs) ProtoMessage() {}
+
+func (x *CapacityInputs) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityInputs.ProtoReflect.Descriptor instead.
+func (*CapacityInputs) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CapacityInputs) GetArrivalRate() float64 {
+	if x != nil {
+		return x.ArrivalRate
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetRejectionRate() float64 {
+	if x != nil {
+		return x.RejectionRate
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetPromptTokens() float64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetOutputTokens() float64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetPrefillTokensPerBusySecond() float64 {
+	if x != nil {
+		return x.PrefillTokensPerBusySecond
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetPrefillBusyWorkers() float64 {
+	if x != nil {
+		return x.PrefillBusyWorkers
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetDecodeSequences() float64 {
+	if x != nil {
+		return x.DecodeSequences
+	}
+	return 0
+}
+
+func (x *CapacityInputs) GetItlFitted() bool {
+	if x != nil {
+		return x.ItlFitted
+	}
+	return false
+}
+
+func (x *CapacityInputs) GetItlBase() *durationpb.Duration {
+	if x != nil {
+		return x.ItlBase
+	}
+	return nil
+}
+
+func (x *CapacityInputs) GetItlSlope() *durationpb.Duration {
+	if x != nil {
+		return x.ItlSlope
+	}
+	return nil
+}
+
+// CapacityRecommendation is one model's and role's answer.
+type CapacityRecommendation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// prefill or decode.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// Workers to scale to: the target after smoothing, hysteresis and the busy floor.
+	RecommendedWorkers int32 `protobuf:"varint,3,opt,name=recommended_workers,json=recommendedWorkers,proto3" json:"recommended_workers,omitempty"`
+	// What the capacity model asks for at this instant.
+	TargetWorkers int32 `protobuf:"varint,4,opt,name=target_workers,json=targetWorkers,proto3" json:"target_workers,omitempty"`
+	// Workers registered for the model and role.
+	CurrentWorkers int32 `protobuf:"varint,5,opt,name=current_workers,json=currentWorkers,proto3" json:"current_workers,omitempty"`
+	// Workers needed to hold the requests in flight now; never recommended below.
+	BusyWorkers int32 `protobuf:"varint,6,opt,name=busy_workers,json=busyWorkers,proto3" json:"busy_workers,omitempty"`
+	// Offered load: busy-equivalent prefill workers, or decode sequences in flight at the ITL SLO.
+	OfferedLoad float64 `protobuf:"fixed64,7,opt,name=offered_load,json=offeredLoad,proto3" json:"offered_load,omitempty"`
+	// What one worker carries: 1 for prefill, sequences within the ITL SLO (or seat limit) for decode.
+	PerWorker float64 `protobuf:"fixed64,8,opt,name=per_worker,json=perWorker,proto3" json:"per_worker,omitempty"`
+	// False when the inputs cannot size this role: the recommendation then stays at the current count.
+	Sized bool `protobuf:"varint,9,opt,name=sized,proto3" json:"sized,omitempty"`
+	// Why, in words.
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When a pending scale-down takes effect, RFC 3339; empty when none is pending.
+	ScaleDownAt string `protobuf:"bytes,11,opt,name=scale_down_at,json=scaleDownAt,proto3" json:"scale_down_at,omitempty"`
+	// The inputs.
+	Inputs        *CapacityInputs `protobuf:"bytes,12,opt,name=inputs,proto3" json:"inputs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityRecommendation) Reset() {
+	*x = CapacityRecommendation{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityRecommendation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityRecommendation) ProtoMessage() {}
+
+func (x *CapacityRecommendation) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityRecommendation.ProtoReflect.Descriptor instead.
+func (*CapacityRecommendation) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CapacityRecommendation) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CapacityRecommendation) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *CapacityRecommendation) GetRecommendedWorkers() int32 {
+	if x != nil {
+		return x.RecommendedWorkers
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetTargetWorkers() int32 {
+	if x != nil {
+		return x.TargetWorkers
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetCurrentWorkers() int32 {
+	if x != nil {
+		return x.CurrentWorkers
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetBusyWorkers() int32 {
+	if x != nil {
+		return x.BusyWorkers
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetOfferedLoad() float64 {
+	if x != nil {
+		return x.OfferedLoad
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetPerWorker() float64 {
+	if x != nil {
+		return x.PerWorker
+	}
+	return 0
+}
+
+func (x *CapacityRecommendation) GetSized() bool {
+	if x != nil {
+		return x.Sized
+	}
+	return false
+}
+
+func (x *CapacityRecommendation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CapacityRecommendation) GetScaleDownAt() string {
+	if x != nil {
+		return x.ScaleDownAt
+	}
+	return ""
+}
+
+func (x *CapacityRecommendation) GetInputs() *CapacityInputs {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+// GetCapacityResponse is every model's recommendation.
+type GetCapacityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False outside PD mode: without prefill and decode roles there is nothing to size.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// The TTFT SLO prefill is sized for (--slo-ttft); zero: none.
+	SloTtft *durationpb.Duration `protobuf:"bytes,2,opt,name=slo_ttft,json=sloTtft,proto3" json:"slo_ttft,omitempty"`
+	// The ITL SLO decode is sized for (--slo-itl); zero: none.
+	SloItl *durationpb.Duration `protobuf:"bytes,3,opt,name=slo_itl,json=sloItl,proto3" json:"slo_itl,omitempty"`
+	// How long a lower target must hold before it is recommended.
+	ScaleDownHold *durationpb.Duration `protobuf:"bytes,4,opt,name=scale_down_hold,json=scaleDownHold,proto3" json:"scale_down_hold,omitempty"`
+	// Per model, prefill then decode.
+	Recommendations []*CapacityRecommendation `protobuf:"bytes,5,rep,name=recommendations,proto3" json:"recommendations,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetCapacityResponse) Reset() {
+	*x = GetCapacityResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapacityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapacityResponse) ProtoMessage() {}
+
+func (x *GetCapacityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapacityResponse.ProtoReflect.Descriptor instead.
+func (*GetCapacityResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetCapacityResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *GetCapacityResponse) GetSloTtft() *durationpb.Duration {
+	if x != nil {
+		return x.SloTtft
+	}
+	return nil
+}
+
+func (x *GetCapacityResponse) GetSloItl() *durationpb.Duration {
+	if x != nil {
+		return x.SloItl
+	}
+	return nil
+}
+
+func (x *GetCapacityResponse) GetScaleDownHold() *durationpb.Duration {
+	if x != nil {
+		return x.ScaleDownHold
+	}
+	return nil
+}
+
+func (x *GetCapacityResponse) GetRecommendations() []*CapacityRecommendation {
+	if x != nil {
+		return x.Recommendations
+	}
+	return nil
+}
+
 var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
@@ -2991,7 +3382,42 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x02ok\x18\x03 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\"L\n" +
 	"\x12FlushCacheResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.sluice.admin.v1.FlushResultR\aresults2\x8f\a\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.sluice.admin.v1.FlushResultR\aresults\"\x14\n" +
+	"\x12GetCapacityRequest\"\xd2\x03\n" +
+	"\x0eCapacityInputs\x12!\n" +
+	"\farrival_rate\x18\x01 \x01(\x01R\varrivalRate\x12%\n" +
+	"\x0erejection_rate\x18\x02 \x01(\x01R\rrejectionRate\x12#\n" +
+	"\rprompt_tokens\x18\x03 \x01(\x01R\fpromptTokens\x12#\n" +
+	"\routput_tokens\x18\x04 \x01(\x01R\foutputTokens\x12B\n" +
+	"\x1eprefill_tokens_per_busy_second\x18\x05 \x01(\x01R\x1aprefillTokensPerBusySecond\x120\n" +
+	"\x14prefill_busy_workers\x18\x06 \x01(\x01R\x12prefillBusyWorkers\x12)\n" +
+	"\x10decode_sequences\x18\a \x01(\x01R\x0fdecodeSequences\x12\x1d\n" +
+	"\n" +
+	"itl_fitted\x18\b \x01(\bR\titlFitted\x124\n" +
+	"\bitl_base\x18\t \x01(\v2\x19.google.protobuf.DurationR\aitlBase\x126\n" +
+	"\titl_slope\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bitlSlope\"\xb3\x03\n" +
+	"\x16CapacityRecommendation\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12/\n" +
+	"\x13recommended_workers\x18\x03 \x01(\x05R\x12recommendedWorkers\x12%\n" +
+	"\x0etarget_workers\x18\x04 \x01(\x05R\rtargetWorkers\x12'\n" +
+	"\x0fcurrent_workers\x18\x05 \x01(\x05R\x0ecurrentWorkers\x12!\n" +
+	"\fbusy_workers\x18\x06 \x01(\x05R\vbusyWorkers\x12!\n" +
+	"\foffered_load\x18\a \x01(\x01R\vofferedLoad\x12\x1d\n" +
+	"\n" +
+	"per_worker\x18\b \x01(\x01R\tperWorker\x12\x14\n" +
+	"\x05sized\x18\t \x01(\bR\x05sized\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12\"\n" +
+	"\rscale_down_at\x18\v \x01(\tR\vscaleDownAt\x127\n" +
+	"\x06inputs\x18\f \x01(\v2\x1f.sluice.admin.v1.CapacityInputsR\x06inputs\"\xaf\x02\n" +
+	"\x13GetCapacityResponse\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x124\n" +
+	"\bslo_ttft\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\asloTtft\x122\n" +
+	"\aslo_itl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06sloItl\x12A\n" +
+	"\x0fscale_down_hold\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rscaleDownHold\x12Q\n" +
+	"\x0frecommendations\x18\x05 \x03(\v2'.sluice.admin.v1.CapacityRecommendationR\x0frecommendations2\xe9\a\n" +
 	"\fAdminService\x12X\n" +
 	"\vListWorkers\x12#.sluice.admin.v1.ListWorkersRequest\x1a$.sluice.admin.v1.ListWorkersResponse\x12R\n" +
 	"\tGetWorker\x12!.sluice.admin.v1.GetWorkerRequest\x1a\".sluice.admin.v1.GetWorkerResponse\x12R\n" +
@@ -3003,7 +3429,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fUpdateAdmission\x12'.sluice.admin.v1.UpdateAdmissionRequest\x1a(.sluice.admin.v1.UpdateAdmissionResponse\x12O\n" +
 	"\bGetLoads\x12 .sluice.admin.v1.GetLoadsRequest\x1a!.sluice.admin.v1.GetLoadsResponse\x12U\n" +
 	"\n" +
-	"FlushCache\x12\".sluice.admin.v1.FlushCacheRequest\x1a#.sluice.admin.v1.FlushCacheResponseB\xb7\x01\n" +
+	"FlushCache\x12\".sluice.admin.v1.FlushCacheRequest\x1a#.sluice.admin.v1.FlushCacheResponse\x12X\n" +
+	"\vGetCapacity\x12#.sluice.admin.v1.GetCapacityRequest\x1a$.sluice.admin.v1.GetCapacityResponseB\xb7\x01\n" +
 	"\x13com.sluice.admin.v1B\n" +
 	"AdminProtoP\x01Z6github.com/sluicegw/sluice/gen/sluice/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x0fSluice.Admin.V1\xca\x02\x0fSluice\\Admin\\V1\xe2\x02\x1bSluice\\Admin\\V1\\GPBMetadata\xea\x02\x11Sluice::Admin::V1b\x06proto3"
 
@@ -3019,7 +3446,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
@@ -3059,15 +3486,19 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*FlushCacheRequest)(nil),       // 35: sluice.admin.v1.FlushCacheRequest
 	(*FlushResult)(nil),             // 36: sluice.admin.v1.FlushResult
 	(*FlushCacheResponse)(nil),      // 37: sluice.admin.v1.FlushCacheResponse
-	nil,                             // 38: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 39: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 40: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 41: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
+	(*GetCapacityRequest)(nil),      // 38: sluice.admin.v1.GetCapacityRequest
+	(*CapacityInputs)(nil),          // 39: sluice.admin.v1.CapacityInputs
+	(*CapacityRecommendation)(nil),  // 40: sluice.admin.v1.CapacityRecommendation
+	(*GetCapacityResponse)(nil),     // 41: sluice.admin.v1.GetCapacityResponse
+	nil,                             // 42: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                             // 43: sluice.admin.v1.Worker.LabelsEntry
+	nil,                             // 44: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                             // 45: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	(*durationpb.Duration)(nil),     // 46: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	38, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	39, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	42, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	43, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -3077,56 +3508,65 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	26, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	26, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	40, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	44, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	42, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	46, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	42, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	46, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	25, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	41, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	45, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
 	24, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
 	27, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
 	23, // 24: sluice.admin.v1.AdmissionStatus.decode_workers:type_name -> sluice.admin.v1.DecodeSeats
-	42, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	46, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
 	28, // 26: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	42, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	46, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
 	29, // 28: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	42, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	46, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
 	20, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	42, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	46, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
 	21, // 32: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	33, // 33: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
 	32, // 34: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
 	36, // 35: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	3,  // 36: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 37: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 38: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 39: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 40: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 41: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 42: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	30, // 43: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	31, // 44: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	35, // 45: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	4,  // 46: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 47: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 48: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 49: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 50: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 51: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 52: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 53: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	34, // 54: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	37, // 55: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	46, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
+	46, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
+	39, // 38: sluice.admin.v1.CapacityRecommendation.inputs:type_name -> sluice.admin.v1.CapacityInputs
+	46, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
+	46, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
+	46, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
+	40, // 42: sluice.admin.v1.GetCapacityResponse.recommendations:type_name -> sluice.admin.v1.CapacityRecommendation
+	3,  // 43: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 44: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 45: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 46: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 47: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 48: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 49: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	30, // 50: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	31, // 51: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	35, // 52: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	38, // 53: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
+	4,  // 54: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 55: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 56: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 57: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 58: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 59: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 60: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 61: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	34, // 62: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	37, // 63: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	41, // 64: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
+	54, // [54:65] is the sub-list for method output_type
+	43, // [43:54] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -3142,7 +3582,7 @@ func file_sluice_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

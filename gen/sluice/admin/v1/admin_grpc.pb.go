@@ -33,6 +33,7 @@ const (
 	AdminService_UpdateAdmission_FullMethodName = "/sluice.admin.v1.AdminService/UpdateAdmission"
 	AdminService_GetLoads_FullMethodName        = "/sluice.admin.v1.AdminService/GetLoads"
 	AdminService_FlushCache_FullMethodName      = "/sluice.admin.v1.AdminService/FlushCache"
+	AdminService_GetCapacity_FullMethodName     = "/sluice.admin.v1.AdminService/GetCapacity"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -61,6 +62,9 @@ type AdminServiceClient interface {
 	GetLoads(ctx context.Context, in *GetLoadsRequest, opts ...grpc.CallOption) (*GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(ctx context.Context, in *FlushCacheRequest, opts ...grpc.CallOption) (*FlushCacheResponse, error)
+	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
+	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
+	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
 }
 
 type adminServiceClient struct {
@@ -171,6 +175,16 @@ func (c *adminServiceClient) FlushCache(ctx context.Context, in *FlushCacheReque
 	return out, nil
 }
 
+func (c *adminServiceClient) GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCapacityResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetCapacity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -197,6 +211,9 @@ type AdminServiceServer interface {
 	GetLoads(context.Context, *GetLoadsRequest) (*GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error)
+	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
+	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
+	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -236,6 +253,9 @@ func (UnimplementedAdminServiceServer) GetLoads(context.Context, *GetLoadsReques
 }
 func (UnimplementedAdminServiceServer) FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FlushCache not implemented")
+}
+func (UnimplementedAdminServiceServer) GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCapacity not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -438,6 +458,24 @@ func _AdminService_FlushCache_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetCapacity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCapacityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetCapacity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetCapacity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetCapacity(ctx, req.(*GetCapacityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -484,6 +522,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FlushCache",
 			Handler:    _AdminService_FlushCache_Handler,
+		},
+		{
+			MethodName: "GetCapacity",
+			Handler:    _AdminService_GetCapacity_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

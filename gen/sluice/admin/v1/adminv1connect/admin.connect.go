@@ -62,6 +62,9 @@ const (
 	AdminServiceGetLoadsProcedure = "/sluice.admin.v1.AdminService/GetLoads"
 	// AdminServiceFlushCacheProcedure is the fully-qualified name of the AdminService's FlushCache RPC.
 	AdminServiceFlushCacheProcedure = "/sluice.admin.v1.AdminService/FlushCache"
+	// AdminServiceGetCapacityProcedure is the fully-qualified name of the AdminService's GetCapacity
+	// RPC.
+	AdminServiceGetCapacityProcedure = "/sluice.admin.v1.AdminService/GetCapacity"
 )
 
 // AdminServiceClient is a client for the sluice.admin.v1.AdminService service.
@@ -86,6 +89,9 @@ type AdminServiceClient interface {
 	GetLoads(context.Context, *v1.GetLoadsRequest) (*v1.GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error)
+	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
+	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
+	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the sluice.admin.v1.AdminService service. By
@@ -159,6 +165,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("FlushCache")),
 			connect.WithClientOptions(opts...),
 		),
+		getCapacity: connect.NewClient[v1.GetCapacityRequest, v1.GetCapacityResponse](
+			httpClient,
+			baseURL+AdminServiceGetCapacityProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetCapacity")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -174,6 +186,7 @@ type adminServiceClient struct {
 	updateAdmission *connect.Client[v1.UpdateAdmissionRequest, v1.UpdateAdmissionResponse]
 	getLoads        *connect.Client[v1.GetLoadsRequest, v1.GetLoadsResponse]
 	flushCache      *connect.Client[v1.FlushCacheRequest, v1.FlushCacheResponse]
+	getCapacity     *connect.Client[v1.GetCapacityRequest, v1.GetCapacityResponse]
 }
 
 // ListWorkers calls sluice.admin.v1.AdminService.ListWorkers.
@@ -266,6 +279,15 @@ func (c *adminServiceClient) FlushCache(ctx context.Context, req *v1.FlushCacheR
 	return nil, err
 }
 
+// GetCapacity calls sluice.admin.v1.AdminService.GetCapacity.
+func (c *adminServiceClient) GetCapacity(ctx context.Context, req *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error) {
+	response, err := c.getCapacity.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the sluice.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListWorkers lists the registered workers, optionally filtered.
@@ -288,6 +310,9 @@ type AdminServiceHandler interface {
 	GetLoads(context.Context, *v1.GetLoadsRequest) (*v1.GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error)
+	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
+	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
+	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -357,6 +382,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("FlushCache")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetCapacityHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetCapacityProcedure,
+		svc.GetCapacity,
+		connect.WithSchema(adminServiceMethods.ByName("GetCapacity")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListWorkersProcedure:
@@ -379,6 +410,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceGetLoadsHandler.ServeHTTP(w, r)
 		case AdminServiceFlushCacheProcedure:
 			adminServiceFlushCacheHandler.ServeHTTP(w, r)
+		case AdminServiceGetCapacityProcedure:
+			adminServiceGetCapacityHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -426,4 +459,8 @@ func (UnimplementedAdminServiceHandler) GetLoads(context.Context, *v1.GetLoadsRe
 
 func (UnimplementedAdminServiceHandler) FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.FlushCache is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.GetCapacity is not implemented"))
 }

@@ -1555,6 +1555,248 @@ export declare type FlushCacheResponse = Message<"sluice.admin.v1.FlushCacheResp
 export declare const FlushCacheResponseSchema: GenMessage<FlushCacheResponse>;
 
 /**
+ * GetCapacityRequest asks for the capacity recommendation.
+ *
+ * @generated from message sluice.admin.v1.GetCapacityRequest
+ */
+export declare type GetCapacityRequest = Message<"sluice.admin.v1.GetCapacityRequest"> & {
+};
+
+/**
+ * Describes the message sluice.admin.v1.GetCapacityRequest.
+ * Use `create(GetCapacityRequestSchema)` to create a new message.
+ */
+export declare const GetCapacityRequestSchema: GenMessage<GetCapacityRequest>;
+
+/**
+ * CapacityInputs are the smoothed measurements behind a model's recommendations.
+ *
+ * @generated from message sluice.admin.v1.CapacityInputs
+ */
+export declare type CapacityInputs = Message<"sluice.admin.v1.CapacityInputs"> & {
+  /**
+   * Requests per second that reached the gateway, refused ones included.
+   *
+   * @generated from field: double arrival_rate = 1;
+   */
+  arrivalRate: number;
+
+  /**
+   * Requests per second refused for capacity (429).
+   *
+   * @generated from field: double rejection_rate = 2;
+   */
+  rejectionRate: number;
+
+  /**
+   * Mean prompt tokens per answered request.
+   *
+   * @generated from field: double prompt_tokens = 3;
+   */
+  promptTokens: number;
+
+  /**
+   * Mean output tokens per answered request.
+   *
+   * @generated from field: double output_tokens = 4;
+   */
+  outputTokens: number;
+
+  /**
+   * Prompt tokens prefilled per busy prefill worker-second; 0 while unknown.
+   *
+   * @generated from field: double prefill_tokens_per_busy_second = 5;
+   */
+  prefillTokensPerBusySecond: number;
+
+  /**
+   * Prefill workers busy (holding at least one prefill), smoothed.
+   *
+   * @generated from field: double prefill_busy_workers = 6;
+   */
+  prefillBusyWorkers: number;
+
+  /**
+   * Decode sequences in flight, smoothed.
+   *
+   * @generated from field: double decode_sequences = 7;
+   */
+  decodeSequences: number;
+
+  /**
+   * Whether the decode ITL line (itl_base + itl_slope x batch) is fitted yet.
+   *
+   * @generated from field: bool itl_fitted = 8;
+   */
+  itlFitted: boolean;
+
+  /**
+   * The fitted ITL at batch 0.
+   *
+   * @generated from field: google.protobuf.Duration itl_base = 9;
+   */
+  itlBase?: Duration | undefined;
+
+  /**
+   * The fitted ITL growth per sequence in the batch.
+   *
+   * @generated from field: google.protobuf.Duration itl_slope = 10;
+   */
+  itlSlope?: Duration | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.CapacityInputs.
+ * Use `create(CapacityInputsSchema)` to create a new message.
+ */
+export declare const CapacityInputsSchema: GenMessage<CapacityInputs>;
+
+/**
+ * CapacityRecommendation is one model's and role's answer.
+ *
+ * @generated from message sluice.admin.v1.CapacityRecommendation
+ */
+export declare type CapacityRecommendation = Message<"sluice.admin.v1.CapacityRecommendation"> & {
+  /**
+   * The model.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * prefill or decode.
+   *
+   * @generated from field: string role = 2;
+   */
+  role: string;
+
+  /**
+   * Workers to scale to: the target after smoothing, hysteresis and the busy floor.
+   *
+   * @generated from field: int32 recommended_workers = 3;
+   */
+  recommendedWorkers: number;
+
+  /**
+   * What the capacity model asks for at this instant.
+   *
+   * @generated from field: int32 target_workers = 4;
+   */
+  targetWorkers: number;
+
+  /**
+   * Workers registered for the model and role.
+   *
+   * @generated from field: int32 current_workers = 5;
+   */
+  currentWorkers: number;
+
+  /**
+   * Workers needed to hold the requests in flight now; never recommended below.
+   *
+   * @generated from field: int32 busy_workers = 6;
+   */
+  busyWorkers: number;
+
+  /**
+   * Offered load: busy-equivalent prefill workers, or decode sequences in flight at the ITL SLO.
+   *
+   * @generated from field: double offered_load = 7;
+   */
+  offeredLoad: number;
+
+  /**
+   * What one worker carries: 1 for prefill, sequences within the ITL SLO (or seat limit) for decode.
+   *
+   * @generated from field: double per_worker = 8;
+   */
+  perWorker: number;
+
+  /**
+   * False when the inputs cannot size this role: the recommendation then stays at the current count.
+   *
+   * @generated from field: bool sized = 9;
+   */
+  sized: boolean;
+
+  /**
+   * Why, in words.
+   *
+   * @generated from field: string reason = 10;
+   */
+  reason: string;
+
+  /**
+   * When a pending scale-down takes effect, RFC 3339; empty when none is pending.
+   *
+   * @generated from field: string scale_down_at = 11;
+   */
+  scaleDownAt: string;
+
+  /**
+   * The inputs.
+   *
+   * @generated from field: sluice.admin.v1.CapacityInputs inputs = 12;
+   */
+  inputs?: CapacityInputs | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.CapacityRecommendation.
+ * Use `create(CapacityRecommendationSchema)` to create a new message.
+ */
+export declare const CapacityRecommendationSchema: GenMessage<CapacityRecommendation>;
+
+/**
+ * GetCapacityResponse is every model's recommendation.
+ *
+ * @generated from message sluice.admin.v1.GetCapacityResponse
+ */
+export declare type GetCapacityResponse = Message<"sluice.admin.v1.GetCapacityResponse"> & {
+  /**
+   * False outside PD mode: without prefill and decode roles there is nothing to size.
+   *
+   * @generated from field: bool enabled = 1;
+   */
+  enabled: boolean;
+
+  /**
+   * The TTFT SLO prefill is sized for (--slo-ttft); zero: none.
+   *
+   * @generated from field: google.protobuf.Duration slo_ttft = 2;
+   */
+  sloTtft?: Duration | undefined;
+
+  /**
+   * The ITL SLO decode is sized for (--slo-itl); zero: none.
+   *
+   * @generated from field: google.protobuf.Duration slo_itl = 3;
+   */
+  sloItl?: Duration | undefined;
+
+  /**
+   * How long a lower target must hold before it is recommended.
+   *
+   * @generated from field: google.protobuf.Duration scale_down_hold = 4;
+   */
+  scaleDownHold?: Duration | undefined;
+
+  /**
+   * Per model, prefill then decode.
+   *
+   * @generated from field: repeated sluice.admin.v1.CapacityRecommendation recommendations = 5;
+   */
+  recommendations: CapacityRecommendation[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.GetCapacityResponse.
+ * Use `create(GetCapacityResponseSchema)` to create a new message.
+ */
+export declare const GetCapacityResponseSchema: GenMessage<GetCapacityResponse>;
+
+/**
  * AdminService manages the gateway's workers and its prefill admission.
  *
  * @generated from service sluice.admin.v1.AdminService
@@ -1659,6 +1901,17 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof FlushCacheRequestSchema;
     output: typeof FlushCacheResponseSchema;
+  },
+  /**
+   * GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
+   * and the reasoning (the numbers behind sluice_capacity_recommended_workers).
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.GetCapacity
+   */
+  getCapacity: {
+    methodKind: "unary";
+    input: typeof GetCapacityRequestSchema;
+    output: typeof GetCapacityResponseSchema;
   },
 }>;
 
