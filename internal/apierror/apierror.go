@@ -43,6 +43,12 @@ const (
 	CodeInternal           = "internal_error"
 )
 
+// Tenant codes (internal/admission's tenancy, internal/tenant's budgets).
+const (
+	// CodeTenantQueueFull: a tenant reached its own queue bound (--tenant-max-queued).
+	CodeTenantQueueFull = "tenant_queue_full"
+)
+
 // Codes of requests refused at the HTTP layer, before any route (internal/server), and of a route's
 // wrong method or media type.
 const (
