@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -138,6 +139,9 @@ func TestTenantMaxQueued(t *testing.T) {
 		b1 := goAcquire(bg, c, tenantReq(p, "b1", "b"))
 		synctest.Wait()
 		mustWait(t, "b1", b1)
+		if got := c.Status().QueuedByTenant; !maps.Equal(got, map[string]int{"a": 2, "b": 1}) {
+			t.Fatalf("queued by tenant %v, want a:2 b:1", got)
+		}
 		cancel()
 		synctest.Wait()
 		if r := mustDone(t, "a1", a1); admission.OutcomeOf(r.err) != admission.Cancelled {

@@ -177,7 +177,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Admission, err = admission.New(admissionSettings(cfg.Admission),
+	a.Admission, err = admission.New(withTenants(admissionSettings(cfg.Admission), cfg.Tenants),
 		admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
 	if err != nil {
 		return nil, err
@@ -208,6 +208,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		DecodeOverloadWaitingRequests: cfg.Load.DecodeOverloadWaitingRequests,
 		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
 		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
+		Tenants:                       tenantResolver(cfg.Tenants),
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

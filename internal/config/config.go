@@ -66,6 +66,8 @@ type Config struct {
 	SMG SMGConfig
 	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
 	Tokenizer TokenizerConfig
+	// Tenants names the tenant sources and admission's tenancy (tenants.go).
+	Tenants TenantsConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

@@ -67,6 +67,7 @@ func (x *Dispatcher) admissionRequest(r *Request, br *backend.Request, preq *pla
 		Tokens:   int64(br.PromptTokenIDs) + int64(math.Ceil(float64(br.PromptChars)/cpt)),
 		Priority: prio,
 		MaxWait:  maxWait,
+		Tenant:   r.tenant,
 	}
 	if adm := x.d.Admission; adm != nil && adm.DecodeKVKnown() {
 		ar.DecodeTokens = ar.Tokens*int64(max(br.N, 1)) + maxOutputTokens(br)*int64(max(br.N, 1)*br.Prompts())

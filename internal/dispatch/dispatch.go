@@ -22,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -122,6 +123,8 @@ type Config struct {
 	// LocalPrefillMaxTokens > 0 sends a PD request whose estimated uncached prompt is below it to a
 	// decode worker of KV role kv_both alone (local.go); 0 = off.
 	LocalPrefillMaxTokens int64
+	// Tenants, when set, names each request's tenant for admission's tenancy (internal/tenant).
+	Tenants *tenant.Resolver
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -265,6 +268,15 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
 	if _, _, _, err := admissionHeaders(r.Header); err != nil {
 		return nil, br.Model, err
+	}
+	if x.cfg.Tenants != nil {
+		t, err := x.cfg.Tenants.Of(ctx, r.Header)
+		if err != nil {
+			return nil, br.Model, apierror.InvalidRequest(x.cfg.Tenants.Header(), err.Error())
+		}
+		rc := *r // do not write into the caller's request
+		rc.tenant = t
+		r = &rc
 	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
