@@ -209,6 +209,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
 		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
 		Tenants:                       tenantResolver(cfg.Tenants),
+		Budgets:                       tenantBudgets(cfg.Tenants),
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

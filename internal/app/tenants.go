@@ -25,3 +25,16 @@ func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
 	}
 	return tenant.New(tenant.Config{Keys: t.APIKeyIDs, JWT: t.JWTClaim != "", Header: t.Header})
 }
+
+// tenantBudgets are the configured budgets, or nil (no cost on the request path) without any.
+func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
+	if !t.On() || !t.BudgetsOn() {
+		return nil
+	}
+	per := make(map[string]tenant.Budget, len(t.Budgets))
+	for name, b := range t.Budgets {
+		per[name] = tenant.Budget{TokensPerMinute: b.TokensPerMinute, RequestsPerMinute: b.RequestsPerMinute}
+	}
+	return tenant.NewBudgets(tenant.BudgetConfig{
+		Default: tenant.Budget{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}, Tenants: per})
+}

@@ -27,6 +27,21 @@ type TenantsConfig struct {
 	// MetricsMaxTenants bounds the tenants named in metric labels, the rest being "other"
 	// (--tenant-metrics-max-tenants, default 20; the weighted tenants are always named).
 	MetricsMaxTenants int
+	// TokensPerMinute and RequestsPerMinute are every tenant's budget unless Budgets names it
+	// (--tenant-tokens-per-minute, --tenant-requests-per-minute; 0 = none).
+	TokensPerMinute, RequestsPerMinute int64
+	// Budgets are per-tenant budgets (--tenant-budgets T=TOKENS:REQUESTS,...; 0 = none of that kind).
+	Budgets map[string]TenantBudget
+}
+
+// TenantBudget is one tenant's tokens and requests per minute (0 = no limit of that kind).
+type TenantBudget struct {
+	TokensPerMinute, RequestsPerMinute int64
+}
+
+// BudgetsOn reports whether any tenant has a budget.
+func (t TenantsConfig) BudgetsOn() bool {
+	return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 || len(t.Budgets) > 0
 }
 
 // On reports whether some tenant source is configured.
@@ -41,9 +56,12 @@ func (s *flagSet) registerTenants() {
 	s.bool(&c.Tenants.APIKeyIDs, "tenant-api-key-ids", "The id of the API key a caller authenticated with (--api-keys-file's ID column) names its tenant; the most trusted source.")
 	s.str(&c.Tenants.JWTClaim, "tenant-jwt-claim", "NAME", "", "JWT claim (dots descend into objects) naming the caller's tenant; needs --jwt-issuer. Trusted after API key ids.")
 	s.str(&c.Tenants.Header, "tenant-header", "HEADER", "", "Request header naming the tenant of callers no credential names; the least trusted source. Callers named by no source share the tenant \"default\".")
-	s.str(&c.Tenants.Fairness, "tenant-fairness", "on|off", "on", "With a tenant source: within a priority band, admission serves tenants by weighted deficit round robin, FIFO within a tenant; off = one FIFO.")
+	s.str(&c.Tenants.Fairness, "tenant-fairness", "on|off", "on", "With a tenant source and prefill admission on: within a priority band, admission serves tenants by weighted deficit round robin, FIFO within a tenant; off = one FIFO.")
 	s.add(tenantWeightsValue{&c.Tenants.Weights}, "tenant-weights", "T=W,...", "Tenants' weights in fair queueing (grants per round, 1-1000); tenants not named weigh 1.")
 	s.int(&c.Tenants.MaxQueued, "tenant-max-queued", "N", 0, "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 = no bound.")
+	s.int64(&c.Tenants.TokensPerMinute, "tenant-tokens-per-minute", "N", 0, "Every tenant's token budget per minute (prompt tokens reserved on arrival, settled on the reported usage); beyond it 429 rate_limit_exceeded with Retry-After and x-ratelimit-* headers; 0 = none.")
+	s.int64(&c.Tenants.RequestsPerMinute, "tenant-requests-per-minute", "N", 0, "Every tenant's request budget per minute; 0 = none.")
+	s.add(tenantBudgetsValue{&c.Tenants.Budgets}, "tenant-budgets", "T=TOKENS:REQUESTS,...", "Per-tenant budgets per minute, overriding the two above for the tenants named (0 = no limit of that kind).")
 	s.int(&c.Tenants.MetricsMaxTenants, "tenant-metrics-max-tenants", "N", 20, "Tenants named in metric labels (the weighted ones, then the first seen); the rest are reported as \"other\".")
 }
 
@@ -71,11 +89,14 @@ func (c *Config) validateTenants() []error {
 	if t.MetricsMaxTenants < 0 {
 		bad("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
 	}
-	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0) {
-		bad("--tenant-weights and --tenant-max-queued need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
+	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0 || t.BudgetsOn()) {
+		bad("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
 	}
-	if t.On() && (t.Fair() || t.MaxQueued > 0) && !c.Admission.Enabled() {
-		bad("tenant fairness and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker (or --tenant-fairness off)")
+	if t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
+		bad("--tenant-tokens-per-minute and --tenant-requests-per-minute must be at least 0")
+	}
+	if t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0) && !c.Admission.Enabled() {
+		bad("--tenant-weights and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker")
 	}
 	return errs
 }
@@ -115,6 +136,48 @@ func (v tenantWeightsValue) Set(s string) error {
 			return fmt.Errorf("tenant %q is given twice", name)
 		}
 		(*v.p)[name] = n
+	}
+	return nil
+}
+
+// tenantBudgetsValue is a T=TOKENS:REQUESTS,... flag; values accumulate over repeats.
+type tenantBudgetsValue struct{ p *map[string]TenantBudget }
+
+func (v tenantBudgetsValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
+		b := (*v.p)[k]
+		parts = append(parts, fmt.Sprintf("%s=%d:%d", k, b.TokensPerMinute, b.RequestsPerMinute))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v tenantBudgetsValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, spec, ok := strings.Cut(strings.TrimSpace(part), "=")
+		name = strings.TrimSpace(name)
+		tok, req, ok2 := strings.Cut(strings.TrimSpace(spec), ":")
+		t, err1 := strconv.ParseInt(strings.TrimSpace(tok), 10, 64)
+		r, err2 := strconv.ParseInt(strings.TrimSpace(req), 10, 64)
+		switch {
+		case !ok || !ok2 || name == "":
+			return fmt.Errorf("want TENANT=TOKENS:REQUESTS, got %q", part)
+		case err1 != nil || err2 != nil || t < 0 || r < 0:
+			return fmt.Errorf("tenant %q: want non-negative integers TOKENS:REQUESTS per minute, got %q", name, spec)
+		}
+		if *v.p == nil {
+			*v.p = map[string]TenantBudget{}
+		}
+		if _, dup := (*v.p)[name]; dup {
+			return fmt.Errorf("tenant %q is given twice", name)
+		}
+		(*v.p)[name] = TenantBudget{TokensPerMinute: t, RequestsPerMinute: r}
 	}
 	return nil
 }

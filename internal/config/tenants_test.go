@@ -27,7 +27,12 @@ func TestParseTenants(t *testing.T) {
 	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "off")...); err != nil || c.Tenants.Fair() {
 		t.Errorf("--tenant-fairness off: %v, fair %v", err, c != nil && c.Tenants.Fair())
 	}
-	if c, err = parseNoEnv(pd...); err != nil || c.Tenants.On() || c.Tenants.Fair() {
+	c, err = parseNoEnv(append(pd, "--tenant-header", "X-T", "--tenant-tokens-per-minute", "1000", "--tenant-budgets", "a=0:10,b=500:0")...)
+	if err != nil || !c.Tenants.BudgetsOn() || c.Tenants.TokensPerMinute != 1000 ||
+		!cmp.Equal(c.Tenants.Budgets, map[string]TenantBudget{"a": {0, 10}, "b": {500, 0}}) {
+		t.Errorf("budgets: %v, %+v", err, c.Tenants)
+	}
+	if c, err = parseNoEnv(pd...); err != nil || c.Tenants.On() || c.Tenants.Fair() || c.Tenants.BudgetsOn() {
 		t.Errorf("no source: %v, tenants %+v, want off", err, c.Tenants)
 	}
 }
@@ -48,7 +53,10 @@ func TestParseTenantsRejects(t *testing.T) {
 		{"bad weight", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=0"), "weight must be an integer 1-1000"},
 		{"weight twice", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=2,a=3"), "given twice"},
 		{"negative bound", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-max-queued", "-1"), "--tenant-max-queued must be at least 0"},
-		{"fairness without admission", append(slices.Clone(pd), "--tenant-header", "X-T"), "act inside prefill admission, which is off"},
+		{"tenant bound without admission", append(slices.Clone(pd), "--tenant-header", "X-T", "--tenant-max-queued", "3"), "act inside prefill admission, which is off"},
+		{"budgets without source", append(slices.Clone(on), "--tenant-requests-per-minute", "5"), "need a tenant source"},
+		{"bad budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=5"), "want TENANT=TOKENS:REQUESTS"},
+		{"negative budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=-1:2"), "non-negative"},
 	} {
 		_, err := parseNoEnv(tt.args...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

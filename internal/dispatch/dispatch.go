@@ -125,6 +125,8 @@ type Config struct {
 	LocalPrefillMaxTokens int64
 	// Tenants, when set, names each request's tenant for admission's tenancy (internal/tenant).
 	Tenants *tenant.Resolver
+	// Budgets, when set, are the tenants' token and request budgets (budget.go); needs Tenants.
+	Budgets *tenant.Budgets
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -300,6 +302,10 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		}
 	}
 
+	res, rateHeader, err := x.reserveBudget(r, br)
+	if err != nil {
+		return nil, br.Model, err
+	}
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)
@@ -308,6 +314,12 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		resp, err := x.attempt(ctx, r, br, preq)
 		if err == nil {
 			m := x.newMeter(ctx, start, br, strip, resp)
+			if res != nil {
+				m.settle = res.Settle
+			}
+			for k, vs := range rateHeader {
+				resp.Header[k] = vs
+			}
 			resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
 			resp.RequestID = r.RequestID
 			resp.Header.Set(HeaderRequestID, r.RequestID)
@@ -315,10 +327,12 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		}
 		if ctx.Err() != nil {
 			cancel()
+			res.Settle(-1)
 			return nil, br.Model, contextError(ctx, err)
 		}
 		if attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
 			cancel()
+			settleFailed(res, err)
 			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
 			return nil, br.Model, x.final(err)
 		}
@@ -335,6 +349,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		case <-ctx.Done():
 			t.Stop()
 			cancel()
+			res.Settle(-1)
 			return nil, br.Model, contextError(ctx, err)
 		case <-t.C:
 		}

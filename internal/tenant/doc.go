@@ -1,5 +1,6 @@
 // Package tenant decides which tenant a request belongs to, the name that admission's fair queueing
-// (internal/admission, Settings.Tenants) and the per-tenant metrics use.
+// (internal/admission, Settings.Tenants), the per-tenant budgets and metrics use, and holds each
+// tenant's token and request budgets ([Budgets], budget.go).
 //
 // A tenant comes from the most trusted source configured that names one: the id of the API key the
 // caller authenticated with (the keys file's ID column, or "api-key" for --api-key), then a JWT claim
@@ -14,5 +15,6 @@
 // # Concurrency Model
 //
 // A [Resolver] is immutable after New and safe for concurrent use. [Labels] guards its set with a
-// mutex, taken once per request to name a label.
+// mutex, taken once per request to name a label. [Budgets] guards its buckets with one mutex, taken
+// once when a request arrives (Reserve) and once when it ends (Reservation.Settle, at most once).
 package tenant
