@@ -425,7 +425,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		if req.MaxWait > 0 {
 			timeout = min(timeout, req.MaxWait)
 		}
-		if c.predictedWaitLocked(c.positionLocked(q, band)) > timeout {
+		if c.predictedWaitLocked(c.fairPositionLocked(q, band, req.Tenant)) > timeout {
 			c.rejectLocked(req.Queue, PredictedTimeout)
 			c.mu.Unlock()
 			return nil, info, errPredicted

@@ -220,3 +220,33 @@ func (c *Controller) refairLocked() {
 		}
 	}
 }
+
+// fairPositionLocked is the position early rejection predicts for a newcomer of tenant in band:
+// positionLocked, except that with fairness the waiters of its own arrival band count only as far
+// as round robin serves them first: its tenant's n waiters ahead take n/w (its weight) turns, in
+// each of which every other tenant o gets up to its weight w_o. O(tenants of the band).
+func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
+	pos := c.positionLocked(q, band)
+	if q == nil || !c.settings.Tenants.Fair {
+		return pos
+	}
+	nb := min(band, c.settings.numBands()-1)
+	fb := &q.fair[nb]
+	if fb.cur == nil {
+		return pos
+	}
+	tenant = tenantName(tenant)
+	ts := &c.settings.Tenants
+	mine := 0
+	if tq := fb.tenants[tenant]; tq != nil {
+		mine = tq.waiters.Len()
+	}
+	turns := mine/ts.weight(tenant) + 1 // the newcomer is served in this turn of its tenant
+	ahead := mine
+	for name, tq := range fb.tenants {
+		if name != tenant {
+			ahead += min(tq.waiters.Len(), turns*ts.weight(name))
+		}
+	}
+	return pos - q.bands[nb].Len() + ahead
+}

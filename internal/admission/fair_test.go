@@ -3,10 +3,12 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
 )
@@ -231,4 +233,39 @@ func TestTenantSettingsValidate(t *testing.T) {
 			t.Errorf("%+v: valid, want an error", ts)
 		}
 	}
+}
+
+// With fairness, early rejection predicts a quiet tenant's wait from its round-robin turn, not
+// from the flood queued ahead of it: the flood's newcomers are rejected, the quiet tenant's queue.
+func TestTenantFairEarlyRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPlacement(map[string][]string{"m": {"A"}})
+		s := early(3500 * time.Millisecond)
+		s.Tenants = admission.TenantSettings{Fair: true}
+		c := mustNew(t, s, admission.Deps{})
+		warmRate(t, c, p, 21) // about 1 release/s
+		held := mustAdmit(t, "holder", goAcquireNow(c, tenantReq(p, "holder", "x")))
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		var waiting []<-chan result
+		for i := range 3 { // positions 1..3: within 3.5 s
+			ch := goAcquire(ctx, c, tenantReq(p, fmt.Sprint("flood", i), "flood"))
+			synctest.Wait()
+			mustWait(t, "flood within the bound", ch)
+			waiting = append(waiting, ch)
+		}
+		if _, err := c.Acquire(bg, tenantReq(p, "flood3", "flood")); !errors.Is(err, admission.ErrPredictedTimeout) {
+			t.Fatalf("flood's 4th: %v, want a predicted timeout", err)
+		}
+		// The quiet tenant is second in line whatever the flood's length.
+		ch := goAcquire(ctx, c, tenantReq(p, "quiet", "quiet"))
+		synctest.Wait()
+		mustWait(t, "quiet", ch)
+		waiting = append(waiting, ch)
+		cancel()
+		for _, ch := range waiting {
+			<-ch
+		}
+		held.Release(admission.ReleaseCompleted)
+	})
 }
