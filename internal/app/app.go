@@ -30,6 +30,7 @@ import (
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
 	"github.com/sluicegw/sluice/internal/telemetry"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/worker"
 	adminsvc "github.com/sluicegw/sluice/services/admin"
 	openaisvc "github.com/sluicegw/sluice/services/openai"
@@ -74,6 +75,7 @@ type App struct {
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
+	budgets     *tenant.Budgets // nil without a tenant source (tenants.go)
 	upstream    *http.Client
 	unsubscribe func()
 
@@ -194,6 +196,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if cfg.Retry.Disabled {
 		attempts = 1
 	}
+	a.budgets = tenantBudgets(cfg.Tenants)
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                            cfg.Mode() == config.ModePD,
 		RequestTimeout:                cfg.Server.RequestTimeout,
@@ -209,7 +212,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
 		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
 		Tenants:                       tenantResolver(cfg.Tenants),
-		Budgets:                       tenantBudgets(cfg.Tenants),
+		Budgets:                       a.budgets,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -252,7 +255,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
-		OnAdmissionUpdate: a.keepBandSeries,
+		OnAdmissionUpdate: a.keepBandSeries, Budgets: a.budgets,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)

@@ -26,9 +26,10 @@ func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
 	return tenant.New(tenant.Config{Keys: t.APIKeyIDs, JWT: t.JWTClaim != "", Header: t.Header})
 }
 
-// tenantBudgets are the configured budgets, or nil (no cost on the request path) without any.
+// tenantBudgets are the configured budgets whenever a tenant source is on (so that the admin API can
+// set them live), or nil (no cost on the request path) without one.
 func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
-	if !t.On() || !t.BudgetsOn() {
+	if !t.On() {
 		return nil
 	}
 	per := make(map[string]tenant.Budget, len(t.Budgets))

@@ -92,14 +92,38 @@ func NewBudgets(cfg BudgetConfig) *Budgets {
 	return b
 }
 
-// Set replaces the budgets live; buckets keep their levels (capped at the new capacity).
+// Set replaces the budgets live. A tenant's buckets keep what it used: a raised budget adds the
+// difference at once, a lowered one caps the level at the new capacity.
 func (b *Budgets) Set(def Budget, tenants map[string]Budget) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	old := make(map[string]Budget, len(b.buckets))
+	for t := range b.buckets {
+		old[t] = b.budgetLocked(t)
+	}
 	b.def = def
 	b.tenants = make(map[string]Budget, len(tenants))
 	for k, v := range tenants {
 		b.tenants[k] = v
+	}
+	now := b.now()
+	for t, bk := range b.buckets {
+		was, is := old[t], b.budgetLocked(t)
+		bk.req.rescale(now, was.RequestsPerMinute, is.RequestsPerMinute)
+		bk.tok.rescale(now, was.TokensPerMinute, is.TokensPerMinute)
+	}
+}
+
+// rescale moves b from capacity was to is (<= 0: no limit, a full bucket when one is set again).
+func (b *bucket) rescale(now time.Time, was, is int64) {
+	switch {
+	case is <= 0:
+		return
+	case was <= 0:
+		b.level, b.last = float64(is), now
+	default:
+		b.fill(now, was)
+		b.level = math.Min(float64(is), b.level+math.Max(float64(is-was), 0))
 	}
 }
 

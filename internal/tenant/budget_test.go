@@ -113,3 +113,28 @@ func TestQuotaHeader(t *testing.T) {
 		t.Errorf("a kind without a limit has headers: %v", h)
 	}
 }
+
+// A budget raised live helps at once; one lowered caps what is left.
+func TestBudgetSetLive(t *testing.T) {
+	clk := newClock()
+	b := tenant.NewBudgets(tenant.BudgetConfig{Default: tenant.Budget{RequestsPerMinute: 2}, Now: clk.now})
+	for range 2 {
+		if _, _, err := b.Reserve("a", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := b.Reserve("a", 0); err == nil {
+		t.Fatal("third request within a budget of 2")
+	}
+	b.Set(tenant.Budget{RequestsPerMinute: 10}, nil)
+	if _, q, err := b.Reserve("a", 0); err != nil || q.RemainingRequests != 7 {
+		t.Fatalf("after raising to 10: %v, remaining %d, want 7", err, q.RemainingRequests)
+	}
+	b.Set(tenant.Budget{RequestsPerMinute: 3}, map[string]tenant.Budget{"b": {TokensPerMinute: 5}})
+	if _, q, err := b.Reserve("a", 0); err != nil || q.RemainingRequests != 2 {
+		t.Fatalf("after lowering to 3: %v, remaining %d, want 2", err, q.RemainingRequests)
+	}
+	if def, per := b.Get(); def.RequestsPerMinute != 3 || per["b"].TokensPerMinute != 5 {
+		t.Fatalf("Get = %+v, %+v", def, per)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/cluster"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -47,6 +48,8 @@ type Deps struct {
 	// OnAdmissionUpdate, when set, is told the settings an UpdateAdmission applied (metrics drop the
 	// series of bands no longer configured).
 	OnAdmissionUpdate func(admission.Settings)
+	// Budgets are the tenants' budgets, set live by SetTenantBudgets; nil without a tenant source.
+	Budgets *tenant.Budgets
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).

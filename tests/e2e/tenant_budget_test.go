@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,31 @@ func TestTenantBudgetEndToEnd(t *testing.T) {
 	if resp.Header.Get("X-Ratelimit-Limit-Requests") != "" {
 		t.Errorf("a tenant without a budget got rate-limit headers: %v", resp.Header)
 	}
+
+	// The budgets are set live: through the CLI, then read back over REST.
+	out := runCLI(t, 0, "tenants", "budgets", "set", "--server", gw.URL, "--tenant", "slow=0:1000", "--tenant", "fast=0:60")
+	if !strings.Contains(out, "slow") || !strings.Contains(out, "1000") {
+		t.Fatalf("budgets set printed %q", out)
+	}
+	if _, err := slow.Chat.Completions.New(ctx, params); err != nil {
+		t.Fatalf("slow after its budget was raised live: %v", err)
+	}
+	if _, body := get(t, gw.URL+"/admin/v1/tenants/budgets"); !strings.Contains(string(body), `"slow"`) || !strings.Contains(string(body), "1000") {
+		t.Fatalf("GET /admin/v1/tenants/budgets = %s", body)
+	}
+	put, _ := http.NewRequest(http.MethodPut, gw.URL+"/admin/v1/tenants/budgets",
+		strings.NewReader(`{"default":{"tokens_per_minute":100000},"tenants":{"slow":{"requests_per_minute":1000},"fast":{"requests_per_minute":60}}}`))
+	put.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(put); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /admin/v1/tenants/budgets: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	if _, body := get(t, gw.URL+"/admin/v1/tenants/budgets"); !strings.Contains(string(body), "100000") {
+		t.Fatalf("the REST PUT did not take: %s", body)
+	}
+	runCLI(t, 1, "tenants", "budgets", "set", "--server", gw.URL, "--tenant", "slow=-1:2") // a bad budget is refused
+	runCLI(t, 1, "tenants", "budgets")
 
 	// fast refills one request per second: drain it, then let the SDK retry through a 429.
 	var mu sync.Mutex

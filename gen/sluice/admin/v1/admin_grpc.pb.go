@@ -23,16 +23,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListWorkers_FullMethodName     = "/sluice.admin.v1.AdminService/ListWorkers"
-	AdminService_GetWorker_FullMethodName       = "/sluice.admin.v1.AdminService/GetWorker"
-	AdminService_AddWorker_FullMethodName       = "/sluice.admin.v1.AdminService/AddWorker"
-	AdminService_UpdateWorker_FullMethodName    = "/sluice.admin.v1.AdminService/UpdateWorker"
-	AdminService_DrainWorker_FullMethodName     = "/sluice.admin.v1.AdminService/DrainWorker"
-	AdminService_RemoveWorker_FullMethodName    = "/sluice.admin.v1.AdminService/RemoveWorker"
-	AdminService_GetAdmission_FullMethodName    = "/sluice.admin.v1.AdminService/GetAdmission"
-	AdminService_UpdateAdmission_FullMethodName = "/sluice.admin.v1.AdminService/UpdateAdmission"
-	AdminService_GetLoads_FullMethodName        = "/sluice.admin.v1.AdminService/GetLoads"
-	AdminService_FlushCache_FullMethodName      = "/sluice.admin.v1.AdminService/FlushCache"
+	AdminService_ListWorkers_FullMethodName      = "/sluice.admin.v1.AdminService/ListWorkers"
+	AdminService_GetWorker_FullMethodName        = "/sluice.admin.v1.AdminService/GetWorker"
+	AdminService_AddWorker_FullMethodName        = "/sluice.admin.v1.AdminService/AddWorker"
+	AdminService_UpdateWorker_FullMethodName     = "/sluice.admin.v1.AdminService/UpdateWorker"
+	AdminService_DrainWorker_FullMethodName      = "/sluice.admin.v1.AdminService/DrainWorker"
+	AdminService_RemoveWorker_FullMethodName     = "/sluice.admin.v1.AdminService/RemoveWorker"
+	AdminService_GetAdmission_FullMethodName     = "/sluice.admin.v1.AdminService/GetAdmission"
+	AdminService_UpdateAdmission_FullMethodName  = "/sluice.admin.v1.AdminService/UpdateAdmission"
+	AdminService_GetLoads_FullMethodName         = "/sluice.admin.v1.AdminService/GetLoads"
+	AdminService_FlushCache_FullMethodName       = "/sluice.admin.v1.AdminService/FlushCache"
+	AdminService_GetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/GetTenantBudgets"
+	AdminService_SetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/SetTenantBudgets"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -61,6 +63,10 @@ type AdminServiceClient interface {
 	GetLoads(ctx context.Context, in *GetLoadsRequest, opts ...grpc.CallOption) (*GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(ctx context.Context, in *FlushCacheRequest, opts ...grpc.CallOption) (*FlushCacheResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(ctx context.Context, in *GetTenantBudgetsRequest, opts ...grpc.CallOption) (*GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -171,6 +177,26 @@ func (c *adminServiceClient) FlushCache(ctx context.Context, in *FlushCacheReque
 	return out, nil
 }
 
+func (c *adminServiceClient) GetTenantBudgets(ctx context.Context, in *GetTenantBudgetsRequest, opts ...grpc.CallOption) (*GetTenantBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTenantBudgetsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetTenantBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantBudgetsResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetTenantBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -197,6 +223,10 @@ type AdminServiceServer interface {
 	GetLoads(context.Context, *GetLoadsRequest) (*GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *GetTenantBudgetsRequest) (*GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -236,6 +266,12 @@ func (UnimplementedAdminServiceServer) GetLoads(context.Context, *GetLoadsReques
 }
 func (UnimplementedAdminServiceServer) FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FlushCache not implemented")
+}
+func (UnimplementedAdminServiceServer) GetTenantBudgets(context.Context, *GetTenantBudgetsRequest) (*GetTenantBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTenantBudgets not implemented")
+}
+func (UnimplementedAdminServiceServer) SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTenantBudgets not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -438,6 +474,42 @@ func _AdminService_FlushCache_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetTenantBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTenantBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetTenantBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetTenantBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetTenantBudgets(ctx, req.(*GetTenantBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetTenantBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetTenantBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetTenantBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetTenantBudgets(ctx, req.(*SetTenantBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -484,6 +556,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FlushCache",
 			Handler:    _AdminService_FlushCache_Handler,
+		},
+		{
+			MethodName: "GetTenantBudgets",
+			Handler:    _AdminService_GetTenantBudgets_Handler,
+		},
+		{
+			MethodName: "SetTenantBudgets",
+			Handler:    _AdminService_SetTenantBudgets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

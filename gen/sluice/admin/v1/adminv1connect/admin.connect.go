@@ -62,6 +62,12 @@ const (
 	AdminServiceGetLoadsProcedure = "/sluice.admin.v1.AdminService/GetLoads"
 	// AdminServiceFlushCacheProcedure is the fully-qualified name of the AdminService's FlushCache RPC.
 	AdminServiceFlushCacheProcedure = "/sluice.admin.v1.AdminService/FlushCache"
+	// AdminServiceGetTenantBudgetsProcedure is the fully-qualified name of the AdminService's
+	// GetTenantBudgets RPC.
+	AdminServiceGetTenantBudgetsProcedure = "/sluice.admin.v1.AdminService/GetTenantBudgets"
+	// AdminServiceSetTenantBudgetsProcedure is the fully-qualified name of the AdminService's
+	// SetTenantBudgets RPC.
+	AdminServiceSetTenantBudgetsProcedure = "/sluice.admin.v1.AdminService/SetTenantBudgets"
 )
 
 // AdminServiceClient is a client for the sluice.admin.v1.AdminService service.
@@ -86,6 +92,10 @@ type AdminServiceClient interface {
 	GetLoads(context.Context, *v1.GetLoadsRequest) (*v1.GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the sluice.admin.v1.AdminService service. By
@@ -159,21 +169,35 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("FlushCache")),
 			connect.WithClientOptions(opts...),
 		),
+		getTenantBudgets: connect.NewClient[v1.GetTenantBudgetsRequest, v1.GetTenantBudgetsResponse](
+			httpClient,
+			baseURL+AdminServiceGetTenantBudgetsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetTenantBudgets")),
+			connect.WithClientOptions(opts...),
+		),
+		setTenantBudgets: connect.NewClient[v1.SetTenantBudgetsRequest, v1.SetTenantBudgetsResponse](
+			httpClient,
+			baseURL+AdminServiceSetTenantBudgetsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	listWorkers     *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
-	getWorker       *connect.Client[v1.GetWorkerRequest, v1.GetWorkerResponse]
-	addWorker       *connect.Client[v1.AddWorkerRequest, v1.AddWorkerResponse]
-	updateWorker    *connect.Client[v1.UpdateWorkerRequest, v1.UpdateWorkerResponse]
-	drainWorker     *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
-	removeWorker    *connect.Client[v1.RemoveWorkerRequest, v1.RemoveWorkerResponse]
-	getAdmission    *connect.Client[v1.GetAdmissionRequest, v1.GetAdmissionResponse]
-	updateAdmission *connect.Client[v1.UpdateAdmissionRequest, v1.UpdateAdmissionResponse]
-	getLoads        *connect.Client[v1.GetLoadsRequest, v1.GetLoadsResponse]
-	flushCache      *connect.Client[v1.FlushCacheRequest, v1.FlushCacheResponse]
+	listWorkers      *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	getWorker        *connect.Client[v1.GetWorkerRequest, v1.GetWorkerResponse]
+	addWorker        *connect.Client[v1.AddWorkerRequest, v1.AddWorkerResponse]
+	updateWorker     *connect.Client[v1.UpdateWorkerRequest, v1.UpdateWorkerResponse]
+	drainWorker      *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
+	removeWorker     *connect.Client[v1.RemoveWorkerRequest, v1.RemoveWorkerResponse]
+	getAdmission     *connect.Client[v1.GetAdmissionRequest, v1.GetAdmissionResponse]
+	updateAdmission  *connect.Client[v1.UpdateAdmissionRequest, v1.UpdateAdmissionResponse]
+	getLoads         *connect.Client[v1.GetLoadsRequest, v1.GetLoadsResponse]
+	flushCache       *connect.Client[v1.FlushCacheRequest, v1.FlushCacheResponse]
+	getTenantBudgets *connect.Client[v1.GetTenantBudgetsRequest, v1.GetTenantBudgetsResponse]
+	setTenantBudgets *connect.Client[v1.SetTenantBudgetsRequest, v1.SetTenantBudgetsResponse]
 }
 
 // ListWorkers calls sluice.admin.v1.AdminService.ListWorkers.
@@ -266,6 +290,24 @@ func (c *adminServiceClient) FlushCache(ctx context.Context, req *v1.FlushCacheR
 	return nil, err
 }
 
+// GetTenantBudgets calls sluice.admin.v1.AdminService.GetTenantBudgets.
+func (c *adminServiceClient) GetTenantBudgets(ctx context.Context, req *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error) {
+	response, err := c.getTenantBudgets.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetTenantBudgets calls sluice.admin.v1.AdminService.SetTenantBudgets.
+func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, req *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error) {
+	response, err := c.setTenantBudgets.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the sluice.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListWorkers lists the registered workers, optionally filtered.
@@ -288,6 +330,10 @@ type AdminServiceHandler interface {
 	GetLoads(context.Context, *v1.GetLoadsRequest) (*v1.GetLoadsResponse, error)
 	// FlushCache asks every worker to flush its prefix cache.
 	FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -357,6 +403,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("FlushCache")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetTenantBudgetsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetTenantBudgetsProcedure,
+		svc.GetTenantBudgets,
+		connect.WithSchema(adminServiceMethods.ByName("GetTenantBudgets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetTenantBudgetsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceSetTenantBudgetsProcedure,
+		svc.SetTenantBudgets,
+		connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListWorkersProcedure:
@@ -379,6 +437,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceGetLoadsHandler.ServeHTTP(w, r)
 		case AdminServiceFlushCacheProcedure:
 			adminServiceFlushCacheHandler.ServeHTTP(w, r)
+		case AdminServiceGetTenantBudgetsProcedure:
+			adminServiceGetTenantBudgetsHandler.ServeHTTP(w, r)
+		case AdminServiceSetTenantBudgetsProcedure:
+			adminServiceSetTenantBudgetsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -426,4 +488,12 @@ func (UnimplementedAdminServiceHandler) GetLoads(context.Context, *v1.GetLoadsRe
 
 func (UnimplementedAdminServiceHandler) FlushCache(context.Context, *v1.FlushCacheRequest) (*v1.FlushCacheResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.FlushCache is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.GetTenantBudgets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.SetTenantBudgets is not implemented"))
 }
