@@ -88,6 +88,9 @@ type Request struct {
 	// charged against the decode worker's KV capacity while the seat is
 	// held; <= 0 counts as 1.
 	DecodeTokens int64
+	// Tenant names the caller for Settings.Tenants ("" is DefaultTenant);
+	// ignored while tenancy is off.
+	Tenant string
 }
 
 // Deps are the controller's injected dependencies; the zero value works.
@@ -157,6 +160,8 @@ type Controller struct {
 	decCap       map[string]DecodeCapacity
 	kvKnown      atomic.Bool // some decCap has KVTokens > 0 (DecodeKVKnown)
 	seatReleases rateEstimator
+
+	tenantQueued map[string]int // waiters by tenant, with tenancy on (fair.go)
 }
 
 type workerState struct {
@@ -193,6 +198,9 @@ type waiter struct {
 	cached func(string) int64
 	decTok int64
 	side   Side // the side that held it back at its last try
+	tenant string
+	tq     *tenantQueue  // with tenancy on (fair.go)
+	telem  *list.Element // w in tq.waiters
 
 	state      waiterState
 	promoted   bool // became head; its goroutine runs the poll timer (until it is displaced)
@@ -393,6 +401,11 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	capped := c.caps.hit // read now: a displacement below lets other heads select
 	// Order: availability first (above), then the queue bound, then the
 	// predicted wait.
+	if c.tenantFullLocked(req.Tenant) {
+		c.rejectLocked(req.Queue, TenantQueueFull)
+		c.mu.Unlock()
+		return nil, info, errTenantFull
+	}
 	var victim *waiter
 	if c.queued >= c.settings.QueueSize {
 		if victim = c.victimLocked(band); victim == nil {
@@ -412,7 +425,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		if req.MaxWait > 0 {
 			timeout = min(timeout, req.MaxWait)
 		}
-		if c.predictedWaitLocked(c.positionLocked(q, band)) > timeout {
+		if c.predictedWaitLocked(c.fairPositionLocked(q, band, req.Tenant)) > timeout {
 			c.rejectLocked(req.Queue, PredictedTimeout)
 			c.mu.Unlock()
 			return nil, info, errPredicted
@@ -710,8 +723,10 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 		cached: req.CachedTokens,
 		pair:   req.SelectPair,
 		decTok: req.DecodeTokens,
+		tenant: tenantName(req.Tenant),
 	}
 	w.elem = q.bands[band].PushBack(w)
+	c.fairAddLocked(w)
 	q.n++
 	if pos == 1 {
 		// The new head; a displaced one (a lower band) stops polling at its
@@ -746,6 +761,7 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 	q := w.q
 	wasHead = c.headLocked(q) == w
 	q.bands[w.band].Remove(w.elem)
+	c.fairRemoveLocked(w)
 	w.elem = nil
 	w.cached = nil
 	w.pair = nil
@@ -992,8 +1008,12 @@ func (c *Controller) Update(s Settings) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	tenancy := c.settings.Tenants.on()
 	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
+	if c.settings.Tenants.on() != tenancy {
+		c.refairLocked()
+	}
 	c.noteKVKnownLocked()
 	for w, ws := range c.workers {
 		switch {

@@ -54,6 +54,9 @@ var (
 	// ErrDecodeQueueTimeout: like ErrQueueTimeout, but the decode side held
 	// the request back when its wait ended. Code pd_decode_queue_timeout.
 	ErrDecodeQueueTimeout = errors.New("decode queue timeout")
+	// ErrTenantQueueFull: the request's tenant already has
+	// Settings.Tenants.MaxQueued waiters. Code tenant_queue_full.
+	ErrTenantQueueFull = errors.New("tenant queue full")
 )
 
 // Preallocated so rejecting under overload costs no allocation. They are
@@ -65,6 +68,7 @@ var (
 	errDisplaced     = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueFull, ErrDisplaced)
 	errDecodeFull    = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueFull)
 	errDecodeTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueTimeout)
+	errTenantFull    = fmt.Errorf("%w: %w", ErrRejected, ErrTenantQueueFull)
 	errNilSelect     = errors.New("admission: Request.Select is nil")
 	errEmptyWorker   = errors.New("admission: Select returned neither a worker nor an error")
 )
@@ -107,10 +111,13 @@ const (
 	// DecodeQueueTimeout: rejected after waiting, the decode side full (429
 	// pd_decode_queue_timeout).
 	DecodeQueueTimeout
+	// TenantQueueFull: rejected on arrival, the tenant's own queue bound
+	// reached (429 tenant_queue_full).
+	TenantQueueFull
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced", "decode_queue_full", "decode_queue_timeout"}
+var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced", "decode_queue_full", "decode_queue_timeout", "tenant_queue_full"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -129,6 +136,8 @@ func OutcomeOf(err error) Outcome {
 		return DecodeQueueFull
 	case errors.Is(err, ErrDecodeQueueTimeout):
 		return DecodeQueueTimeout
+	case errors.Is(err, ErrTenantQueueFull):
+		return TenantQueueFull
 	case errors.Is(err, ErrDisplaced):
 		return Displaced
 	case errors.Is(err, ErrQueueFull):

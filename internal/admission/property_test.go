@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -39,6 +40,7 @@ type op struct {
 	D      time.Duration // advance
 	Limit  int           // update (0 = off)
 	Size   int           // update
+	Tenant int           // acquire: its tenant, t0-t2 (ignored without tenancy)
 }
 
 var propWorkers = []string{"W0", "W1", "W2"}
@@ -55,6 +57,7 @@ func genOp() *rapid.Generator[op] {
 			o.Queue = rapid.IntRange(0, 1).Draw(t, "queue")
 			o.Target = rapid.IntRange(-3, 2).Draw(t, "target") // mostly "any"
 			o.Target = max(o.Target, -1)
+			o.Tenant = rapid.IntRange(0, 2).Draw(t, "tenant")
 		case opRelease, opCancel:
 			o.Index = rapid.IntRange(0, 7).Draw(t, "index")
 		case opAdvance:
@@ -84,7 +87,7 @@ func TestPropertyAdmissionInvariants(t *testing.T) {
 		ops := rapid.SliceOfN(genOp(), 1, 50).Draw(rt, "ops")
 		var problems []string
 		synctest.Test(t, func(t *testing.T) {
-			problems = runProperty(limit, size, ops)
+			problems = runProperty(limit, size, ops, admission.TenantSettings{})
 		})
 		if len(problems) > 0 {
 			rt.Fatalf("invariants broken:\n%v", problems)
@@ -105,10 +108,10 @@ type propSlot struct {
 	stale   bool // its worker was removed since the grant
 }
 
-func runProperty(limit, size int, ops []op) (problems []string) {
+func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (problems []string) {
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	settings := func(limit, size int) admission.Settings {
-		return admission.Settings{MaxInflightPerWorker: limit, QueueSize: size, QueueTimeout: propTimeout}
+		return admission.Settings{MaxInflightPerWorker: limit, QueueSize: size, QueueTimeout: propTimeout, Tenants: tenants}
 	}
 	m := newFakeMetrics()
 	m.setLimit(limit)
@@ -123,6 +126,9 @@ func runProperty(limit, size int, ops []op) (problems []string) {
 		if _, err := fmt.Sscanf(pk.id, "%2s#%d", &q, &seq); err != nil {
 			fifo = append(fifo, fmt.Sprintf("bad id %q", pk.id))
 			return
+		}
+		if tenants.Fair { // FIFO within a tenant only
+			q += pk.id[strings.IndexByte(pk.id, '@'):]
 		}
 		if seq <= lastSeq[q] {
 			fifo = append(fifo, fmt.Sprintf("FIFO broken in %s: #%d admitted after #%d", q, seq, lastSeq[q]))
@@ -189,6 +195,13 @@ func runProperty(limit, size int, ops []op) (problems []string) {
 				continue
 			}
 			seen[q] = true
+			if tenants.Fair {
+				// The head is some waiter of q, not necessarily the oldest.
+				var ok bool
+				if w, ok = fairLivenessWaiter(pending, q, targets); !ok {
+					continue
+				}
+			}
 			var live []string
 			available := false
 			p.set(func(p *placement) {
@@ -218,14 +231,16 @@ func runProperty(limit, size int, ops []op) (problems []string) {
 		case opAcquire:
 			seq++
 			q := fmt.Sprintf("q%d", o.Queue)
-			id := fmt.Sprintf("%s#%d", q, seq)
+			id := fmt.Sprintf("%s#%d@t%d", q, seq, o.Tenant)
 			target := ""
 			if o.Target >= 0 {
 				target = propWorkers[o.Target]
 			}
 			targets[id] = target
 			ctx, cancel := context.WithCancel(bg)
-			pending = append(pending, propWaiter{id: id, ch: goAcquire(ctx, c, p.req(q, id, target)), cancel: cancel})
+			r := p.req(q, id, target)
+			r.Tenant = id[strings.IndexByte(id, '@')+1:]
+			pending = append(pending, propWaiter{id: id, ch: goAcquire(ctx, c, r), cancel: cancel})
 		case opRelease:
 			if len(held) > 0 {
 				j := o.Index % len(held)

@@ -30,6 +30,7 @@ type queue struct {
 	n       int                 // waiters over all bands
 	blocked bool                // dispatch scratch: head found no capacity this round
 	side    Side                // the side that held the head back at its last try
+	fair    [MaxBands]fairBand  // per-tenant order within each band, with tenancy on (fair.go)
 }
 
 // effBandLocked returns w's band raised by aging at now, capped at the top
@@ -69,7 +70,7 @@ func (c *Controller) headLocked(q *queue) *waiter {
 			best, bestBand = w, eb
 		}
 	}
-	return best
+	return c.fairHeadLocked(q, best)
 }
 
 // outranksHeadLocked reports whether a request of band arriving now would be
@@ -79,7 +80,7 @@ func (c *Controller) outranksHeadLocked(q *queue, band int) bool {
 	if c.settings.numBands() == 1 {
 		return false
 	}
-	h := c.headLocked(q)
+	h := c.bandFrontLocked(q, c.headLocked(q)) // a band ranks by its oldest waiter
 	return h != nil && min(band, c.settings.numBands()-1) > c.effBandLocked(h, c.now())
 }
 

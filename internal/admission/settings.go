@@ -94,6 +94,10 @@ type Settings struct {
 	// known ([Controller.SetDecodeCapacity]: reported by the engine or
 	// declared), else by DecodeMaxInflightPerWorker (none if <= 0).
 	DecodeAuto bool
+
+	// Tenants turn on fair queueing across tenants and a per-tenant queue
+	// bound (fair.go); the zero value is off.
+	Tenants TenantSettings
 }
 
 // DefaultSettings returns the flag defaults: admission off, queue of 100,
@@ -119,6 +123,7 @@ func (s Settings) SeatsOn() bool { return s.DecodeMaxInflightPerWorker > 0 || s.
 // Clone returns a copy that shares no memory with s.
 func (s Settings) Clone() Settings {
 	s.Bands = slices.Clone(s.Bands)
+	s.Tenants = s.Tenants.clone()
 	return s
 }
 
@@ -203,6 +208,9 @@ func (s Settings) Validate() error {
 	case a == AdaptiveLimit{}:
 	case a.Min < 1 || a.Max < a.Min:
 		errs = append(errs, fmt.Errorf("admission: adaptive limit range %d:%d must have 1 <= min <= max", a.Min, a.Max))
+	}
+	if err := s.Tenants.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

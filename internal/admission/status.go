@@ -48,6 +48,10 @@ type Status struct {
 	// SeatReleaseRate is the measured seat-release rate behind the
 	// Retry-After of decode rejections; 0 while unknown.
 	SeatReleaseRate float64
+
+	// QueuedByTenant is the number of waiters per tenant over all queues,
+	// with tenancy on (Settings.Tenants); nil otherwise.
+	QueuedByTenant map[string]int
 }
 
 // WaitStats are percentiles over the last waitRingSize observed waits.
@@ -72,6 +76,12 @@ func (c *Controller) Status() Status {
 		Cancelled:      c.cancelled,
 		Wait:           c.waits.stats(),
 		RetryAfter:     c.retryAfterLocked(),
+	}
+	if c.settings.Tenants.on() {
+		st.QueuedByTenant = maps.Clone(c.tenantQueued)
+		if st.QueuedByTenant == nil {
+			st.QueuedByTenant = map[string]int{}
+		}
 	}
 	if rate, ok := c.releases.rate(c.now()); ok {
 		st.ReleaseRate = rate

@@ -43,6 +43,14 @@ const (
 	CodeInternal           = "internal_error"
 )
 
+// Tenant codes (internal/admission's tenancy, internal/tenant's budgets).
+const (
+	// CodeTenantQueueFull: a tenant reached its own queue bound (--tenant-max-queued).
+	CodeTenantQueueFull = "tenant_queue_full"
+	// CodeRateLimitExceeded: a tenant's token or request budget is spent (OpenAI's own code).
+	CodeRateLimitExceeded = "rate_limit_exceeded"
+)
+
 // Codes of requests refused at the HTTP layer, before any route (internal/server), and of a route's
 // wrong method or media type.
 const (
@@ -73,6 +81,8 @@ type Error struct {
 	RetryAfter time.Duration
 	// Allow, on a 405, lists the methods the path serves (sent as Allow).
 	Allow []string
+	// Header holds extra response headers (the x-ratelimit-* of a tenant's budget).
+	Header http.Header
 
 	cause error
 }
@@ -150,6 +160,9 @@ func (e *Error) WriteHTTP(w http.ResponseWriter) {
 	}
 	if len(e.Allow) > 0 {
 		h.Set("Allow", strings.Join(e.Allow, ", "))
+	}
+	for k, vs := range e.Header {
+		h[k] = vs
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(e.JSON(), '\n'))

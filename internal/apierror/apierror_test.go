@@ -79,6 +79,11 @@ func TestFrom(t *testing.T) {
 			want: wire{429, "rate_limit_error", apierror.CodeDecodeQueueTimeout, "", "timed out waiting for a decode seat, retry later"},
 		},
 		{
+			name: "tenant queue full as admission returns it",
+			err:  fmt.Errorf("%w: %w", admission.ErrRejected, admission.ErrTenantQueueFull),
+			want: wire{429, "rate_limit_error", apierror.CodeTenantQueueFull, "", "this tenant's share of the admission queue is full, retry later"},
+		},
+		{
 			name: "model not found",
 			err:  placement.ErrModelNotFound,
 			want: wire{404, "not_found_error", apierror.CodeModelNotFound, "", "no worker serves the requested model"},

@@ -22,6 +22,8 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, admission.ErrTenantQueueFull):
+		return New(http.StatusTooManyRequests, CodeTenantQueueFull, "this tenant's share of the admission queue is full, retry later", err)
 	case errors.Is(err, admission.ErrDecodeQueueFull):
 		return New(http.StatusTooManyRequests, CodeDecodeQueueFull, "every decode worker is at its in-flight bound and the admission queue is full, retry later", err)
 	case errors.Is(err, admission.ErrDecodeQueueTimeout):

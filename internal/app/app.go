@@ -31,6 +31,7 @@ import (
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/server"
 	"github.com/sluicegw/sluice/internal/telemetry"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/worker"
 	adminsvc "github.com/sluicegw/sluice/services/admin"
 	openaisvc "github.com/sluicegw/sluice/services/openai"
@@ -76,6 +77,7 @@ type App struct {
 
 	main, admin *server.Server
 	adminSvc    *adminsvc.Service
+	budgets     *tenant.Budgets // nil without a tenant source (tenants.go)
 	upstream    *http.Client
 	unsubscribe func()
 
@@ -185,7 +187,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Admission, err = admission.New(admissionSettings(cfg.Admission),
+	a.Admission, err = admission.New(withTenants(admissionSettings(cfg.Admission), cfg.Tenants),
 		admission.Deps{Metrics: admissionMetrics{m: a.Metrics, reg: a.Registry}, Tracer: tracer})
 	if err != nil {
 		return nil, err
@@ -205,6 +207,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if cfg.Retry.Disabled {
 		attempts = 1
 	}
+	a.budgets = tenantBudgets(cfg.Tenants)
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                            cfg.Mode() == config.ModePD,
 		RequestTimeout:                cfg.Server.RequestTimeout,
@@ -219,6 +222,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		DecodeOverloadWaitingRequests: cfg.Load.DecodeOverloadWaitingRequests,
 		DecodeMaxKVUsage:              cfg.Load.DecodeMaxKVUsage,
 		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
+		Tenants:                       tenantResolver(cfg.Tenants),
+		Budgets:                       a.budgets,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,
@@ -261,7 +266,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
-		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity,
+		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity, Budgets: a.budgets,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)

@@ -52,6 +52,7 @@ func (a *App) setupAuth(upstreamTLS *tls.Config) error {
 		ac.JWT = &auth.JWTConfig{
 			Issuer: c.Auth.JWTIssuer, Audience: c.Auth.JWTAudience, JWKSURI: c.Auth.JWTJWKSURI,
 			RoleClaim: c.Auth.JWTRoleClaim, AdminRole: c.Auth.JWTAdminRole, HTTP: a.idpClient,
+			TenantClaim: c.Tenants.JWTClaim,
 		}
 	}
 	au, err := auth.New(ac)

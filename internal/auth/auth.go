@@ -50,6 +50,8 @@ type Principal struct {
 	Admin bool
 	// Roles are a JWT's roles (nil for keys).
 	Roles []string
+	// Tenant is a JWT's tenant claim (JWTConfig.TenantClaim), or "".
+	Tenant string
 }
 
 type principalKey struct{}

@@ -449,3 +449,33 @@ func unsigned(t *testing.T, c claims) string {
 	}
 	return hdr + "." + base64.RawURLEncoding.EncodeToString(body) + "."
 }
+
+// The tenant claim is read at a dotted path; a claim that is not a string gives no tenant.
+func TestJWTTenantClaim(t *testing.T) {
+	p := newIDP(t)
+	p.addKey(t, "k1", false)
+	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{
+		Issuer: p.srv.URL, Audience: "sluice", RoleClaim: "roles", AdminRole: "admin", TenantClaim: "realm_access.org",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		realm any
+		want  string
+	}{
+		{map[string]any{"org": "acme"}, "acme"},
+		{map[string]any{"org": 42}, ""},
+		{nil, ""},
+	} {
+		c := claims{Claims: jwt.Claims{Issuer: p.srv.URL, Subject: "bob", Audience: jwt.Audience{"sluice"},
+			Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour))}, Realm: tt.realm}
+		ctx, err := a.Inference(request(p.token(t, "k1", c)))
+		if err != nil {
+			t.Fatalf("%v: %v", tt.realm, err)
+		}
+		if pr, _ := auth.PrincipalFrom(ctx); pr.Tenant != tt.want {
+			t.Errorf("%v: tenant %q, want %q", tt.realm, pr.Tenant, tt.want)
+		}
+	}
+}

@@ -35,6 +35,9 @@ type JWTConfig struct {
 	// RoleClaim is the claim (dotted path) holding the roles; AdminRole among them grants admin.
 	RoleClaim string
 	AdminRole string
+	// TenantClaim, when set, is the claim (dotted path) holding the caller's tenant, a string
+	// (Principal.Tenant); absent or not a string means none.
+	TenantClaim string
 	// HTTP fetches discovery and keys; nil means a client with a 10 s timeout.
 	HTTP *http.Client
 	// MinRefreshInterval is the least time between two fetches of the keys, whatever tokens arrive
@@ -53,6 +56,7 @@ type jwtVerifier struct {
 	keys      *keySet
 	roleClaim []string
 	adminRole string
+	tenant    []string // nil: no tenant claim
 }
 
 func newJWTVerifier(cfg JWTConfig, now func() time.Time, logger *slog.Logger) *jwtVerifier {
@@ -77,7 +81,15 @@ func newJWTVerifier(cfg JWTConfig, now func() time.Time, logger *slog.Logger) *j
 		}),
 		roleClaim: strings.Split(cfg.RoleClaim, "."),
 		adminRole: cfg.AdminRole,
+		tenant:    tenantPath(cfg.TenantClaim),
 	}
+}
+
+func tenantPath(claim string) []string {
+	if claim == "" {
+		return nil
+	}
+	return strings.Split(claim, ".")
 }
 
 // looksLikeJWT reports whether token has the three dot-separated parts of a compact JWS.
@@ -99,12 +111,29 @@ func (j *jwtVerifier) verify(ctx context.Context, token string) (*Principal, err
 		sub = "-"
 	}
 	p := &Principal{ID: "jwt:" + sub, Method: MethodJWT, Roles: roles}
+	if j.tenant != nil {
+		p.Tenant = stringAt(claims, j.tenant)
+	}
 	for _, r := range roles {
 		if r == j.adminRole {
 			p.Admin = true
 		}
 	}
 	return p, nil
+}
+
+// stringAt reads the string at a dotted claim path; "" when absent or not a string.
+func stringAt(claims map[string]any, path []string) string {
+	var cur any = claims
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = m[p]
+	}
+	s, _ := cur.(string)
+	return s
 }
 
 // rolesAt reads the roles at a dotted claim path: a string (space-separated, as OAuth scopes are) or a

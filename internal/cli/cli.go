@@ -25,6 +25,7 @@ Usage:
   sluice demo [flags]         run the gateway with 2 prefill + 2 decode simulated engines
   sluice workers <cmd>        manage workers of a running gateway (list|get|add|drain|rm)
   sluice admission <cmd>      show or tune prefill admission of a running gateway (get|set)
+  sluice tenants budgets <cmd> show or set the tenants' token and request budgets (get|set)
   sluice top [flags]          live view of a running gateway: slots per prefill worker, queues, waits, rejections
   sluice capacity [flags]     prefill and decode workers each model needs now, and why (for autoscalers)
   sluice version              print the version
@@ -46,6 +47,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = workersCmd(ctx, args[1:], stdout, stderr)
 	case "admission":
 		err = admissionCmd(ctx, args[1:], stdout, stderr)
+	case "tenants":
+		err = tenantsCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		err = topCmd(ctx, args[1:], stdout, stderr)
 	case "capacity":

@@ -73,6 +73,8 @@ type Config struct {
 	KVEvents KVEventsConfig
 	// Capacity holds the SLOs of the capacity recommendation (capacity.go).
 	Capacity CapacityConfig
+	// Tenants names the tenant sources and admission's tenancy (tenants.go).
+	Tenants TenantsConfig
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject

@@ -78,6 +78,7 @@ func TestDefault(t *testing.T) {
 			DrainSettle:       5 * time.Second, UpstreamIdleTimeout: 90 * time.Second,
 			StickyIdle: 4 * time.Hour, AssignmentMode: "random", CBWindow: 120 * time.Second,
 		},
+		Tenants: TenantsConfig{Fairness: "on", MetricsMaxTenants: 20},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

@@ -149,6 +149,8 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
 	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
 
+	s.registerTenants() // tenants.go
+
 	s.section("Decode seats (PD mode): the gate also bounds each decode worker")
 	s.add(decodeLimitValue{&c.Admission.DecodeMaxInflightPerWorker, &c.Admission.DecodeAuto}, "decode-max-inflight-requests-per-worker", "N|auto",
 		"PD requests allowed per decode worker (per data-parallel rank), from admission until the decode leg ends; a request needs a free prefill slot and a free decode seat, else it waits in the one queue (429 pd_decode_queue_full / pd_decode_queue_timeout when decode held it back). auto = each engine's own window (SGLang server info max_running_requests per rank, else the declared --decode-window); <= 0 = off.")

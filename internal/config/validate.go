@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 
 	errs = append(errs, c.validateSecurity()...)
 	errs = append(errs, c.validateSMG()...)
+	errs = append(errs, c.validateTenants()...)
 
 	// Telemetry.
 	if _, ok := logLevelName(c.Telemetry.LogLevel); !ok {

@@ -69,6 +69,7 @@ func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placem
 		Tokens:   int64(br.PromptTokenIDs) + int64(math.Ceil(float64(br.PromptChars)/cpt)),
 		Priority: prio,
 		MaxWait:  maxWait,
+		Tenant:   r.tenant,
 	}
 	if len(preq.TokenIDs) > 0 {
 		ar.Tokens = int64(len(preq.TokenIDs)) // exact (tokens.go): the chat template's tokens included

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -124,6 +125,10 @@ type Config struct {
 	// LocalPrefillMaxTokens > 0 sends a PD request whose estimated uncached prompt is below it to a
 	// decode worker of KV role kv_both alone (local.go); 0 = off.
 	LocalPrefillMaxTokens int64
+	// Tenants, when set, names each request's tenant for admission's tenancy (internal/tenant).
+	Tenants *tenant.Resolver
+	// Budgets, when set, are the tenants' token and request budgets (budget.go); needs Tenants.
+	Budgets *tenant.Budgets
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -273,6 +278,15 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	if _, _, _, err := admissionHeaders(r.Header); err != nil {
 		return nil, br.Model, err
 	}
+	if x.cfg.Tenants != nil {
+		t, err := x.cfg.Tenants.Of(ctx, r.Header)
+		if err != nil {
+			return nil, br.Model, apierror.InvalidRequest(x.cfg.Tenants.Header(), err.Error())
+		}
+		rc := *r // do not write into the caller's request
+		rc.tenant = t
+		r = &rc
+	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
 		rc.RequestID = firstHeader(r.Header, x.cfg.RequestIDHeaders)
@@ -295,6 +309,10 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		}
 	}
 
+	res, rateHeader, err := x.reserveBudget(r, br)
+	if err != nil {
+		return nil, br.Model, err
+	}
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)
@@ -303,6 +321,12 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		resp, err := x.attempt(ctx, r, br, preq)
 		if err == nil {
 			m := x.newMeter(ctx, start, br, strip, resp)
+			if res != nil {
+				m.settle = res.Settle
+			}
+			for k, vs := range rateHeader {
+				resp.Header[k] = vs
+			}
 			resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
 			resp.RequestID = r.RequestID
 			resp.Header.Set(HeaderRequestID, r.RequestID)
@@ -310,10 +334,12 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		}
 		if ctx.Err() != nil {
 			cancel()
+			res.Settle(-1)
 			return nil, br.Model, contextError(ctx, err)
 		}
 		if attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
 			cancel()
+			settleFailed(res, err)
 			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
 			return nil, br.Model, x.final(err)
 		}
@@ -330,6 +356,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		case <-ctx.Done():
 			t.Stop()
 			cancel()
+			res.Settle(-1)
 			return nil, br.Model, contextError(ctx, err)
 		case <-t.C:
 		}

@@ -73,6 +73,7 @@ type pdTiming struct {
 // once, after the response body was closed.
 type meter struct {
 	x      *Dispatcher
+	settle func(used int64) // the tenant budget's reservation (budget.go); nil-safe Settle
 	ctx    context.Context
 	start  time.Time
 	status int
@@ -256,6 +257,13 @@ func (m *meter) finish() {
 	}
 	if m.streamErr != nil && !m.streamCut && m.worker != "" {
 		m.x.d.Metrics.IncWorkerError(m.worker, ClassStream)
+	}
+	if m.settle != nil {
+		used := int64(-1)
+		if s.HasUsage {
+			used = s.Usage.Prompt + s.Usage.Completion
+		}
+		m.settle(used)
 	}
 	m.x.d.Metrics.ObserveRequest(&s)
 	if span := trace.SpanFromContext(m.ctx); span.IsRecording() {

@@ -167,7 +167,7 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 	var chosen, chosenDecode *worker.Worker
 	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
 		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
-		DecodeTokens: ar.DecodeTokens,
+		DecodeTokens: ar.DecodeTokens, Tenant: ar.Tenant,
 		Select: func(hasCapacity func(string) bool) (string, error) {
 			snap := x.d.Registry.Snapshot()
 			now := time.Now()

@@ -27,6 +27,8 @@ type Request struct {
 	// RequestID names the request in logs, spans and upstream (X-Request-Id); when empty, the client's
 	// X-Request-Id header, else a generated UUID.
 	RequestID string
+
+	tenant string // set by Do from Config.Tenants
 }
 
 // Response is the decode (or regular) worker's response, ready to relay. The caller must Close it:

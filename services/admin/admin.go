@@ -26,6 +26,7 @@ import (
 	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -51,6 +52,8 @@ type Deps struct {
 	OnAdmissionUpdate func(admission.Settings)
 	// Capacity answers GetCapacity; nil outside PD mode (capacity.go).
 	Capacity *capacity.Recommender
+	// Budgets are the tenants' budgets, set live by SetTenantBudgets; nil without a tenant source.
+	Budgets *tenant.Budgets
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).

@@ -146,6 +146,17 @@ func (a *Audited) FlushCache(ctx context.Context, req *adminv1.FlushCacheRequest
 	return resp, err
 }
 
+// SetTenantBudgets audits Service.SetTenantBudgets.
+func (a *Audited) SetTenantBudgets(ctx context.Context, req *adminv1.SetTenantBudgetsRequest) (*adminv1.SetTenantBudgetsResponse, error) {
+	var before proto.Message
+	if b, err := a.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{}); err == nil {
+		before = b.GetBudgets()
+	}
+	resp, err := a.Service.SetTenantBudgets(ctx, req)
+	a.record(ctx, "SetTenantBudgets", "tenant budgets", req, before, orNil(resp.GetBudgets()), err)
+	return resp, err
+}
+
 // orNil turns a typed nil message into an untyped nil, so that "no state" logs as empty.
 func orNil[M interface {
 	proto.Message

@@ -3157,6 +3157,291 @@ func (x *GetCapacityResponse) GetRecommendations() []*CapacityRecommendation {
 	return nil
 }
 
+// TenantBudget is one tenant's budgets per minute; 0 means no limit of that kind.
+type TenantBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens per minute (prompt tokens reserved on arrival, settled on the reported usage).
+	TokensPerMinute int32 `protobuf:"varint,1,opt,name=tokens_per_minute,json=tokensPerMinute,proto3" json:"tokens_per_minute,omitempty"`
+	// Requests per minute.
+	RequestsPerMinute int32 `protobuf:"varint,2,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantBudget) Reset() {
+	*x = TenantBudget{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBudget) ProtoMessage() {}
+
+func (x *TenantBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBudget.ProtoReflect.Descriptor instead.
+func (*TenantBudget) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TenantBudget) GetTokensPerMinute() int32 {
+	if x != nil {
+		return x.TokensPerMinute
+	}
+	return 0
+}
+
+func (x *TenantBudget) GetRequestsPerMinute() int32 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+// TenantBudgets are every tenant's budgets.
+type TenantBudgets struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budget of every tenant not named in tenants.
+	Default *TenantBudget `protobuf:"bytes,1,opt,name=default,proto3" json:"default,omitempty"`
+	// Per-tenant budgets, by tenant name.
+	Tenants       map[string]*TenantBudget `protobuf:"bytes,2,rep,name=tenants,proto3" json:"tenants,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBudgets) Reset() {
+	*x = TenantBudgets{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBudgets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBudgets) ProtoMessage() {}
+
+func (x *TenantBudgets) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBudgets.ProtoReflect.Descriptor instead.
+func (*TenantBudgets) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TenantBudgets) GetDefault() *TenantBudget {
+	if x != nil {
+		return x.Default
+	}
+	return nil
+}
+
+func (x *TenantBudgets) GetTenants() map[string]*TenantBudget {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// GetTenantBudgetsRequest asks for the tenants' budgets.
+type GetTenantBudgetsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantBudgetsRequest) Reset() {
+	*x = GetTenantBudgetsRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantBudgetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantBudgetsRequest) ProtoMessage() {}
+
+func (x *GetTenantBudgetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantBudgetsRequest.ProtoReflect.Descriptor instead.
+func (*GetTenantBudgetsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+// GetTenantBudgetsResponse holds the tenants' budgets.
+type GetTenantBudgetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budgets.
+	Budgets       *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantBudgetsResponse) Reset() {
+	*x = GetTenantBudgetsResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantBudgetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantBudgetsResponse) ProtoMessage() {}
+
+func (x *GetTenantBudgetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantBudgetsResponse.ProtoReflect.Descriptor instead.
+func (*GetTenantBudgetsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GetTenantBudgetsResponse) GetBudgets() *TenantBudgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// SetTenantBudgetsRequest replaces the tenants' budgets.
+type SetTenantBudgetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new budgets, replacing all of them.
+	Budgets       *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantBudgetsRequest) Reset() {
+	*x = SetTenantBudgetsRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantBudgetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantBudgetsRequest) ProtoMessage() {}
+
+func (x *SetTenantBudgetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantBudgetsRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantBudgetsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetTenantBudgetsRequest) GetBudgets() *TenantBudgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// SetTenantBudgetsResponse holds the budgets now in force.
+type SetTenantBudgetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budgets.
+	Budgets       *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantBudgetsResponse) Reset() {
+	*x = SetTenantBudgetsResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantBudgetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantBudgetsResponse) ProtoMessage() {}
+
+func (x *SetTenantBudgetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantBudgetsResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantBudgetsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SetTenantBudgetsResponse) GetBudgets() *TenantBudgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
 var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
@@ -3417,7 +3702,23 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\bslo_ttft\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\asloTtft\x122\n" +
 	"\aslo_itl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06sloItl\x12A\n" +
 	"\x0fscale_down_hold\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rscaleDownHold\x12Q\n" +
-	"\x0frecommendations\x18\x05 \x03(\v2'.sluice.admin.v1.CapacityRecommendationR\x0frecommendations2\xe9\a\n" +
+	"\x0frecommendations\x18\x05 \x03(\v2'.sluice.admin.v1.CapacityRecommendationR\x0frecommendations\"j\n" +
+	"\fTenantBudget\x12*\n" +
+	"\x11tokens_per_minute\x18\x01 \x01(\x05R\x0ftokensPerMinute\x12.\n" +
+	"\x13requests_per_minute\x18\x02 \x01(\x05R\x11requestsPerMinute\"\xea\x01\n" +
+	"\rTenantBudgets\x127\n" +
+	"\adefault\x18\x01 \x01(\v2\x1d.sluice.admin.v1.TenantBudgetR\adefault\x12E\n" +
+	"\atenants\x18\x02 \x03(\v2+.sluice.admin.v1.TenantBudgets.TenantsEntryR\atenants\x1aY\n" +
+	"\fTenantsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.sluice.admin.v1.TenantBudgetR\x05value:\x028\x01\"\x19\n" +
+	"\x17GetTenantBudgetsRequest\"T\n" +
+	"\x18GetTenantBudgetsResponse\x128\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"S\n" +
+	"\x17SetTenantBudgetsRequest\x128\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"T\n" +
+	"\x18SetTenantBudgetsResponse\x128\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets2\xbb\t\n" +
 	"\fAdminService\x12X\n" +
 	"\vListWorkers\x12#.sluice.admin.v1.ListWorkersRequest\x1a$.sluice.admin.v1.ListWorkersResponse\x12R\n" +
 	"\tGetWorker\x12!.sluice.admin.v1.GetWorkerRequest\x1a\".sluice.admin.v1.GetWorkerResponse\x12R\n" +
@@ -3430,7 +3731,9 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\bGetLoads\x12 .sluice.admin.v1.GetLoadsRequest\x1a!.sluice.admin.v1.GetLoadsResponse\x12U\n" +
 	"\n" +
 	"FlushCache\x12\".sluice.admin.v1.FlushCacheRequest\x1a#.sluice.admin.v1.FlushCacheResponse\x12X\n" +
-	"\vGetCapacity\x12#.sluice.admin.v1.GetCapacityRequest\x1a$.sluice.admin.v1.GetCapacityResponseB\xb7\x01\n" +
+	"\vGetCapacity\x12#.sluice.admin.v1.GetCapacityRequest\x1a$.sluice.admin.v1.GetCapacityResponse\x12g\n" +
+	"\x10GetTenantBudgets\x12(.sluice.admin.v1.GetTenantBudgetsRequest\x1a).sluice.admin.v1.GetTenantBudgetsResponse\x12g\n" +
+	"\x10SetTenantBudgets\x12(.sluice.admin.v1.SetTenantBudgetsRequest\x1a).sluice.admin.v1.SetTenantBudgetsResponseB\xb7\x01\n" +
 	"\x13com.sluice.admin.v1B\n" +
 	"AdminProtoP\x01Z6github.com/sluicegw/sluice/gen/sluice/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x0fSluice.Admin.V1\xca\x02\x0fSluice\\Admin\\V1\xe2\x02\x1bSluice\\Admin\\V1\\GPBMetadata\xea\x02\x11Sluice::Admin::V1b\x06proto3"
 
@@ -3446,59 +3749,66 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
-	(*WorkerSpec)(nil),              // 0: sluice.admin.v1.WorkerSpec
-	(*Worker)(nil),                  // 1: sluice.admin.v1.Worker
-	(*RankLoad)(nil),                // 2: sluice.admin.v1.RankLoad
-	(*ListWorkersRequest)(nil),      // 3: sluice.admin.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),     // 4: sluice.admin.v1.ListWorkersResponse
-	(*AddWorkerRequest)(nil),        // 5: sluice.admin.v1.AddWorkerRequest
-	(*AddWorkerResponse)(nil),       // 6: sluice.admin.v1.AddWorkerResponse
-	(*GetWorkerResponse)(nil),       // 7: sluice.admin.v1.GetWorkerResponse
-	(*UpdateWorkerResponse)(nil),    // 8: sluice.admin.v1.UpdateWorkerResponse
-	(*DrainWorkerResponse)(nil),     // 9: sluice.admin.v1.DrainWorkerResponse
-	(*GetAdmissionResponse)(nil),    // 10: sluice.admin.v1.GetAdmissionResponse
-	(*UpdateAdmissionResponse)(nil), // 11: sluice.admin.v1.UpdateAdmissionResponse
-	(*GetWorkerRequest)(nil),        // 12: sluice.admin.v1.GetWorkerRequest
-	(*UpdateWorkerRequest)(nil),     // 13: sluice.admin.v1.UpdateWorkerRequest
-	(*DrainWorkerRequest)(nil),      // 14: sluice.admin.v1.DrainWorkerRequest
-	(*RemoveWorkerRequest)(nil),     // 15: sluice.admin.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil),    // 16: sluice.admin.v1.RemoveWorkerResponse
-	(*GetAdmissionRequest)(nil),     // 17: sluice.admin.v1.GetAdmissionRequest
-	(*AdmissionSettings)(nil),       // 18: sluice.admin.v1.AdmissionSettings
-	(*PriorityBand)(nil),            // 19: sluice.admin.v1.PriorityBand
-	(*PriorityBandList)(nil),        // 20: sluice.admin.v1.PriorityBandList
-	(*AdaptiveLimit)(nil),           // 21: sluice.admin.v1.AdaptiveLimit
-	(*WorkerAdmission)(nil),         // 22: sluice.admin.v1.WorkerAdmission
-	(*DecodeSeats)(nil),             // 23: sluice.admin.v1.DecodeSeats
-	(*BandState)(nil),               // 24: sluice.admin.v1.BandState
-	(*QueueState)(nil),              // 25: sluice.admin.v1.QueueState
-	(*AdmissionStatus)(nil),         // 26: sluice.admin.v1.AdmissionStatus
-	(*ClusterAdmission)(nil),        // 27: sluice.admin.v1.ClusterAdmission
-	(*ClusterMember)(nil),           // 28: sluice.admin.v1.ClusterMember
-	(*ClusterWorkerShare)(nil),      // 29: sluice.admin.v1.ClusterWorkerShare
-	(*UpdateAdmissionRequest)(nil),  // 30: sluice.admin.v1.UpdateAdmissionRequest
-	(*GetLoadsRequest)(nil),         // 31: sluice.admin.v1.GetLoadsRequest
-	(*WorkerLoad)(nil),              // 32: sluice.admin.v1.WorkerLoad
-	(*EngineRankLoad)(nil),          // 33: sluice.admin.v1.EngineRankLoad
-	(*GetLoadsResponse)(nil),        // 34: sluice.admin.v1.GetLoadsResponse
-	(*FlushCacheRequest)(nil),       // 35: sluice.admin.v1.FlushCacheRequest
-	(*FlushResult)(nil),             // 36: sluice.admin.v1.FlushResult
-	(*FlushCacheResponse)(nil),      // 37: sluice.admin.v1.FlushCacheResponse
-	(*GetCapacityRequest)(nil),      // 38: sluice.admin.v1.GetCapacityRequest
-	(*CapacityInputs)(nil),          // 39: sluice.admin.v1.CapacityInputs
-	(*CapacityRecommendation)(nil),  // 40: sluice.admin.v1.CapacityRecommendation
-	(*GetCapacityResponse)(nil),     // 41: sluice.admin.v1.GetCapacityResponse
-	nil,                             // 42: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                             // 43: sluice.admin.v1.Worker.LabelsEntry
-	nil,                             // 44: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                             // 45: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	(*durationpb.Duration)(nil),     // 46: google.protobuf.Duration
+	(*WorkerSpec)(nil),               // 0: sluice.admin.v1.WorkerSpec
+	(*Worker)(nil),                   // 1: sluice.admin.v1.Worker
+	(*RankLoad)(nil),                 // 2: sluice.admin.v1.RankLoad
+	(*ListWorkersRequest)(nil),       // 3: sluice.admin.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 4: sluice.admin.v1.ListWorkersResponse
+	(*AddWorkerRequest)(nil),         // 5: sluice.admin.v1.AddWorkerRequest
+	(*AddWorkerResponse)(nil),        // 6: sluice.admin.v1.AddWorkerResponse
+	(*GetWorkerResponse)(nil),        // 7: sluice.admin.v1.GetWorkerResponse
+	(*UpdateWorkerResponse)(nil),     // 8: sluice.admin.v1.UpdateWorkerResponse
+	(*DrainWorkerResponse)(nil),      // 9: sluice.admin.v1.DrainWorkerResponse
+	(*GetAdmissionResponse)(nil),     // 10: sluice.admin.v1.GetAdmissionResponse
+	(*UpdateAdmissionResponse)(nil),  // 11: sluice.admin.v1.UpdateAdmissionResponse
+	(*GetWorkerRequest)(nil),         // 12: sluice.admin.v1.GetWorkerRequest
+	(*UpdateWorkerRequest)(nil),      // 13: sluice.admin.v1.UpdateWorkerRequest
+	(*DrainWorkerRequest)(nil),       // 14: sluice.admin.v1.DrainWorkerRequest
+	(*RemoveWorkerRequest)(nil),      // 15: sluice.admin.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil),     // 16: sluice.admin.v1.RemoveWorkerResponse
+	(*GetAdmissionRequest)(nil),      // 17: sluice.admin.v1.GetAdmissionRequest
+	(*AdmissionSettings)(nil),        // 18: sluice.admin.v1.AdmissionSettings
+	(*PriorityBand)(nil),             // 19: sluice.admin.v1.PriorityBand
+	(*PriorityBandList)(nil),         // 20: sluice.admin.v1.PriorityBandList
+	(*AdaptiveLimit)(nil),            // 21: sluice.admin.v1.AdaptiveLimit
+	(*WorkerAdmission)(nil),          // 22: sluice.admin.v1.WorkerAdmission
+	(*DecodeSeats)(nil),              // 23: sluice.admin.v1.DecodeSeats
+	(*BandState)(nil),                // 24: sluice.admin.v1.BandState
+	(*QueueState)(nil),               // 25: sluice.admin.v1.QueueState
+	(*AdmissionStatus)(nil),          // 26: sluice.admin.v1.AdmissionStatus
+	(*ClusterAdmission)(nil),         // 27: sluice.admin.v1.ClusterAdmission
+	(*ClusterMember)(nil),            // 28: sluice.admin.v1.ClusterMember
+	(*ClusterWorkerShare)(nil),       // 29: sluice.admin.v1.ClusterWorkerShare
+	(*UpdateAdmissionRequest)(nil),   // 30: sluice.admin.v1.UpdateAdmissionRequest
+	(*GetLoadsRequest)(nil),          // 31: sluice.admin.v1.GetLoadsRequest
+	(*WorkerLoad)(nil),               // 32: sluice.admin.v1.WorkerLoad
+	(*EngineRankLoad)(nil),           // 33: sluice.admin.v1.EngineRankLoad
+	(*GetLoadsResponse)(nil),         // 34: sluice.admin.v1.GetLoadsResponse
+	(*FlushCacheRequest)(nil),        // 35: sluice.admin.v1.FlushCacheRequest
+	(*FlushResult)(nil),              // 36: sluice.admin.v1.FlushResult
+	(*FlushCacheResponse)(nil),       // 37: sluice.admin.v1.FlushCacheResponse
+	(*GetCapacityRequest)(nil),       // 38: sluice.admin.v1.GetCapacityRequest
+	(*CapacityInputs)(nil),           // 39: sluice.admin.v1.CapacityInputs
+	(*CapacityRecommendation)(nil),   // 40: sluice.admin.v1.CapacityRecommendation
+	(*GetCapacityResponse)(nil),      // 41: sluice.admin.v1.GetCapacityResponse
+	(*TenantBudget)(nil),             // 42: sluice.admin.v1.TenantBudget
+	(*TenantBudgets)(nil),            // 43: sluice.admin.v1.TenantBudgets
+	(*GetTenantBudgetsRequest)(nil),  // 44: sluice.admin.v1.GetTenantBudgetsRequest
+	(*GetTenantBudgetsResponse)(nil), // 45: sluice.admin.v1.GetTenantBudgetsResponse
+	(*SetTenantBudgetsRequest)(nil),  // 46: sluice.admin.v1.SetTenantBudgetsRequest
+	(*SetTenantBudgetsResponse)(nil), // 47: sluice.admin.v1.SetTenantBudgetsResponse
+	nil,                              // 48: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                              // 49: sluice.admin.v1.Worker.LabelsEntry
+	nil,                              // 50: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                              // 51: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	nil,                              // 52: sluice.admin.v1.TenantBudgets.TenantsEntry
+	(*durationpb.Duration)(nil),      // 53: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	42, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	43, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	48, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	49, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -3508,65 +3818,75 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	26, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	26, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	44, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	50, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	46, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	53, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	46, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	53, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	25, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	45, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	51, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
 	24, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
 	27, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
 	23, // 24: sluice.admin.v1.AdmissionStatus.decode_workers:type_name -> sluice.admin.v1.DecodeSeats
-	46, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	53, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
 	28, // 26: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	46, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	53, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
 	29, // 28: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	46, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	53, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
 	20, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	46, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	53, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
 	21, // 32: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	33, // 33: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
 	32, // 34: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
 	36, // 35: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	46, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
-	46, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
+	53, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
+	53, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
 	39, // 38: sluice.admin.v1.CapacityRecommendation.inputs:type_name -> sluice.admin.v1.CapacityInputs
-	46, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
-	46, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
-	46, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
+	53, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
+	53, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
+	53, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
 	40, // 42: sluice.admin.v1.GetCapacityResponse.recommendations:type_name -> sluice.admin.v1.CapacityRecommendation
-	3,  // 43: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 44: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 45: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 46: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 47: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 48: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 49: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	30, // 50: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	31, // 51: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	35, // 52: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	38, // 53: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
-	4,  // 54: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 55: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 56: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 57: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 58: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 59: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 60: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 61: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	34, // 62: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	37, // 63: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	41, // 64: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
-	54, // [54:65] is the sub-list for method output_type
-	43, // [43:54] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	42, // 43: sluice.admin.v1.TenantBudgets.default:type_name -> sluice.admin.v1.TenantBudget
+	52, // 44: sluice.admin.v1.TenantBudgets.tenants:type_name -> sluice.admin.v1.TenantBudgets.TenantsEntry
+	43, // 45: sluice.admin.v1.GetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
+	43, // 46: sluice.admin.v1.SetTenantBudgetsRequest.budgets:type_name -> sluice.admin.v1.TenantBudgets
+	43, // 47: sluice.admin.v1.SetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
+	42, // 48: sluice.admin.v1.TenantBudgets.TenantsEntry.value:type_name -> sluice.admin.v1.TenantBudget
+	3,  // 49: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 50: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 51: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 52: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 53: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 54: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 55: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	30, // 56: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	31, // 57: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	35, // 58: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	38, // 59: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
+	44, // 60: sluice.admin.v1.AdminService.GetTenantBudgets:input_type -> sluice.admin.v1.GetTenantBudgetsRequest
+	46, // 61: sluice.admin.v1.AdminService.SetTenantBudgets:input_type -> sluice.admin.v1.SetTenantBudgetsRequest
+	4,  // 62: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 63: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 64: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 65: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 66: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 67: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 68: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 69: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	34, // 70: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	37, // 71: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	41, // 72: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
+	45, // 73: sluice.admin.v1.AdminService.GetTenantBudgets:output_type -> sluice.admin.v1.GetTenantBudgetsResponse
+	47, // 74: sluice.admin.v1.AdminService.SetTenantBudgets:output_type -> sluice.admin.v1.SetTenantBudgetsResponse
+	62, // [62:75] is the sub-list for method output_type
+	49, // [49:62] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -3582,7 +3902,7 @@ func file_sluice_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

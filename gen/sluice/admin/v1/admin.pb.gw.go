@@ -382,6 +382,54 @@ func local_request_AdminService_GetCapacity_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+func request_AdminService_GetTenantBudgets_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetTenantBudgetsRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetTenantBudgets(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_AdminService_GetTenantBudgets_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetTenantBudgetsRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetTenantBudgets(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_AdminService_SetTenantBudgets_0(ctx context.Context, marshaler runtime.Marshaler, client AdminServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetTenantBudgetsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Budgets); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SetTenantBudgets(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_AdminService_SetTenantBudgets_0(ctx context.Context, marshaler runtime.Marshaler, server AdminServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq SetTenantBudgetsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Budgets); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.SetTenantBudgets(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterAdminServiceHandlerServer registers the http handlers for service AdminService to "mux".
 // UnaryRPC     :call AdminServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -607,6 +655,46 @@ func RegisterAdminServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 			return
 		}
 		forward_AdminService_GetCapacity_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_AdminService_GetTenantBudgets_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sluice.admin.v1.AdminService/GetTenantBudgets", runtime.WithHTTPPathPattern("/admin/v1/tenants/budgets"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_AdminService_GetTenantBudgets_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AdminService_GetTenantBudgets_0(annotatedContext, mux, outboundMarshaler, w, req, response_AdminService_GetTenantBudgets_0{resp.(*GetTenantBudgetsResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPut, pattern_AdminService_SetTenantBudgets_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sluice.admin.v1.AdminService/SetTenantBudgets", runtime.WithHTTPPathPattern("/admin/v1/tenants/budgets"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_AdminService_SetTenantBudgets_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AdminService_SetTenantBudgets_0(annotatedContext, mux, outboundMarshaler, w, req, response_AdminService_SetTenantBudgets_0{resp.(*SetTenantBudgetsResponse)}, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -835,6 +923,40 @@ func RegisterAdminServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_AdminService_GetCapacity_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_AdminService_GetTenantBudgets_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sluice.admin.v1.AdminService/GetTenantBudgets", runtime.WithHTTPPathPattern("/admin/v1/tenants/budgets"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_AdminService_GetTenantBudgets_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AdminService_GetTenantBudgets_0(annotatedContext, mux, outboundMarshaler, w, req, response_AdminService_GetTenantBudgets_0{resp.(*GetTenantBudgetsResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPut, pattern_AdminService_SetTenantBudgets_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sluice.admin.v1.AdminService/SetTenantBudgets", runtime.WithHTTPPathPattern("/admin/v1/tenants/budgets"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_AdminService_SetTenantBudgets_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AdminService_SetTenantBudgets_0(annotatedContext, mux, outboundMarshaler, w, req, response_AdminService_SetTenantBudgets_0{resp.(*SetTenantBudgetsResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -892,30 +1014,52 @@ func (m response_AdminService_UpdateAdmission_0) XXX_ResponseBody() interface{} 
 	return response.Status
 }
 
+type response_AdminService_GetTenantBudgets_0 struct {
+	*GetTenantBudgetsResponse
+}
+
+func (m response_AdminService_GetTenantBudgets_0) XXX_ResponseBody() interface{} {
+	response := m.GetTenantBudgetsResponse
+	return response.Budgets
+}
+
+type response_AdminService_SetTenantBudgets_0 struct {
+	*SetTenantBudgetsResponse
+}
+
+func (m response_AdminService_SetTenantBudgets_0) XXX_ResponseBody() interface{} {
+	response := m.SetTenantBudgetsResponse
+	return response.Budgets
+}
+
 var (
-	pattern_AdminService_ListWorkers_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "workers"}, ""))
-	pattern_AdminService_GetWorker_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
-	pattern_AdminService_AddWorker_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "workers"}, ""))
-	pattern_AdminService_UpdateWorker_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
-	pattern_AdminService_DrainWorker_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, "drain"))
-	pattern_AdminService_RemoveWorker_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
-	pattern_AdminService_GetAdmission_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "admission"}, ""))
-	pattern_AdminService_UpdateAdmission_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "admission"}, ""))
-	pattern_AdminService_GetLoads_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "loads"}, ""))
-	pattern_AdminService_FlushCache_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "cache"}, "flush"))
-	pattern_AdminService_GetCapacity_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "capacity"}, ""))
+	pattern_AdminService_ListWorkers_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "workers"}, ""))
+	pattern_AdminService_GetWorker_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
+	pattern_AdminService_AddWorker_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "workers"}, ""))
+	pattern_AdminService_UpdateWorker_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
+	pattern_AdminService_DrainWorker_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, "drain"))
+	pattern_AdminService_RemoveWorker_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"admin", "v1", "workers", "id"}, ""))
+	pattern_AdminService_GetAdmission_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "admission"}, ""))
+	pattern_AdminService_UpdateAdmission_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "admission"}, ""))
+	pattern_AdminService_GetLoads_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "loads"}, ""))
+	pattern_AdminService_FlushCache_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "cache"}, "flush"))
+	pattern_AdminService_GetCapacity_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"admin", "v1", "capacity"}, ""))
+	pattern_AdminService_GetTenantBudgets_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"admin", "v1", "tenants", "budgets"}, ""))
+	pattern_AdminService_SetTenantBudgets_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"admin", "v1", "tenants", "budgets"}, ""))
 )
 
 var (
-	forward_AdminService_ListWorkers_0     = runtime.ForwardResponseMessage
-	forward_AdminService_GetWorker_0       = runtime.ForwardResponseMessage
-	forward_AdminService_AddWorker_0       = runtime.ForwardResponseMessage
-	forward_AdminService_UpdateWorker_0    = runtime.ForwardResponseMessage
-	forward_AdminService_DrainWorker_0     = runtime.ForwardResponseMessage
-	forward_AdminService_RemoveWorker_0    = runtime.ForwardResponseMessage
-	forward_AdminService_GetAdmission_0    = runtime.ForwardResponseMessage
-	forward_AdminService_UpdateAdmission_0 = runtime.ForwardResponseMessage
-	forward_AdminService_GetLoads_0        = runtime.ForwardResponseMessage
-	forward_AdminService_FlushCache_0      = runtime.ForwardResponseMessage
-	forward_AdminService_GetCapacity_0     = runtime.ForwardResponseMessage
+	forward_AdminService_ListWorkers_0      = runtime.ForwardResponseMessage
+	forward_AdminService_GetWorker_0        = runtime.ForwardResponseMessage
+	forward_AdminService_AddWorker_0        = runtime.ForwardResponseMessage
+	forward_AdminService_UpdateWorker_0     = runtime.ForwardResponseMessage
+	forward_AdminService_DrainWorker_0      = runtime.ForwardResponseMessage
+	forward_AdminService_RemoveWorker_0     = runtime.ForwardResponseMessage
+	forward_AdminService_GetAdmission_0     = runtime.ForwardResponseMessage
+	forward_AdminService_UpdateAdmission_0  = runtime.ForwardResponseMessage
+	forward_AdminService_GetLoads_0         = runtime.ForwardResponseMessage
+	forward_AdminService_FlushCache_0       = runtime.ForwardResponseMessage
+	forward_AdminService_GetCapacity_0      = runtime.ForwardResponseMessage
+	forward_AdminService_GetTenantBudgets_0 = runtime.ForwardResponseMessage
+	forward_AdminService_SetTenantBudgets_0 = runtime.ForwardResponseMessage
 )

@@ -23,17 +23,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListWorkers_FullMethodName     = "/sluice.admin.v1.AdminService/ListWorkers"
-	AdminService_GetWorker_FullMethodName       = "/sluice.admin.v1.AdminService/GetWorker"
-	AdminService_AddWorker_FullMethodName       = "/sluice.admin.v1.AdminService/AddWorker"
-	AdminService_UpdateWorker_FullMethodName    = "/sluice.admin.v1.AdminService/UpdateWorker"
-	AdminService_DrainWorker_FullMethodName     = "/sluice.admin.v1.AdminService/DrainWorker"
-	AdminService_RemoveWorker_FullMethodName    = "/sluice.admin.v1.AdminService/RemoveWorker"
-	AdminService_GetAdmission_FullMethodName    = "/sluice.admin.v1.AdminService/GetAdmission"
-	AdminService_UpdateAdmission_FullMethodName = "/sluice.admin.v1.AdminService/UpdateAdmission"
-	AdminService_GetLoads_FullMethodName        = "/sluice.admin.v1.AdminService/GetLoads"
-	AdminService_FlushCache_FullMethodName      = "/sluice.admin.v1.AdminService/FlushCache"
-	AdminService_GetCapacity_FullMethodName     = "/sluice.admin.v1.AdminService/GetCapacity"
+	AdminService_ListWorkers_FullMethodName      = "/sluice.admin.v1.AdminService/ListWorkers"
+	AdminService_GetWorker_FullMethodName        = "/sluice.admin.v1.AdminService/GetWorker"
+	AdminService_AddWorker_FullMethodName        = "/sluice.admin.v1.AdminService/AddWorker"
+	AdminService_UpdateWorker_FullMethodName     = "/sluice.admin.v1.AdminService/UpdateWorker"
+	AdminService_DrainWorker_FullMethodName      = "/sluice.admin.v1.AdminService/DrainWorker"
+	AdminService_RemoveWorker_FullMethodName     = "/sluice.admin.v1.AdminService/RemoveWorker"
+	AdminService_GetAdmission_FullMethodName     = "/sluice.admin.v1.AdminService/GetAdmission"
+	AdminService_UpdateAdmission_FullMethodName  = "/sluice.admin.v1.AdminService/UpdateAdmission"
+	AdminService_GetLoads_FullMethodName         = "/sluice.admin.v1.AdminService/GetLoads"
+	AdminService_FlushCache_FullMethodName       = "/sluice.admin.v1.AdminService/FlushCache"
+	AdminService_GetCapacity_FullMethodName      = "/sluice.admin.v1.AdminService/GetCapacity"
+	AdminService_GetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/GetTenantBudgets"
+	AdminService_SetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/SetTenantBudgets"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -65,6 +67,10 @@ type AdminServiceClient interface {
 	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
 	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
 	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(ctx context.Context, in *GetTenantBudgetsRequest, opts ...grpc.CallOption) (*GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -185,6 +191,26 @@ func (c *adminServiceClient) GetCapacity(ctx context.Context, in *GetCapacityReq
 	return out, nil
 }
 
+func (c *adminServiceClient) GetTenantBudgets(ctx context.Context, in *GetTenantBudgetsRequest, opts ...grpc.CallOption) (*GetTenantBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTenantBudgetsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetTenantBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantBudgetsResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetTenantBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -214,6 +240,10 @@ type AdminServiceServer interface {
 	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
 	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
 	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *GetTenantBudgetsRequest) (*GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -256,6 +286,12 @@ func (UnimplementedAdminServiceServer) FlushCache(context.Context, *FlushCacheRe
 }
 func (UnimplementedAdminServiceServer) GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetCapacity not implemented")
+}
+func (UnimplementedAdminServiceServer) GetTenantBudgets(context.Context, *GetTenantBudgetsRequest) (*GetTenantBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTenantBudgets not implemented")
+}
+func (UnimplementedAdminServiceServer) SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTenantBudgets not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -476,6 +512,42 @@ func _AdminService_GetCapacity_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetTenantBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTenantBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetTenantBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetTenantBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetTenantBudgets(ctx, req.(*GetTenantBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetTenantBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetTenantBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetTenantBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetTenantBudgets(ctx, req.(*SetTenantBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -526,6 +598,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCapacity",
 			Handler:    _AdminService_GetCapacity_Handler,
+		},
+		{
+			MethodName: "GetTenantBudgets",
+			Handler:    _AdminService_GetTenantBudgets_Handler,
+		},
+		{
+			MethodName: "SetTenantBudgets",
+			Handler:    _AdminService_SetTenantBudgets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

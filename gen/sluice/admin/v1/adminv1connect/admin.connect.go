@@ -65,6 +65,12 @@ const (
 	// AdminServiceGetCapacityProcedure is the fully-qualified name of the AdminService's GetCapacity
 	// RPC.
 	AdminServiceGetCapacityProcedure = "/sluice.admin.v1.AdminService/GetCapacity"
+	// AdminServiceGetTenantBudgetsProcedure is the fully-qualified name of the AdminService's
+	// GetTenantBudgets RPC.
+	AdminServiceGetTenantBudgetsProcedure = "/sluice.admin.v1.AdminService/GetTenantBudgets"
+	// AdminServiceSetTenantBudgetsProcedure is the fully-qualified name of the AdminService's
+	// SetTenantBudgets RPC.
+	AdminServiceSetTenantBudgetsProcedure = "/sluice.admin.v1.AdminService/SetTenantBudgets"
 )
 
 // AdminServiceClient is a client for the sluice.admin.v1.AdminService service.
@@ -92,6 +98,10 @@ type AdminServiceClient interface {
 	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
 	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
 	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the sluice.admin.v1.AdminService service. By
@@ -171,22 +181,36 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("GetCapacity")),
 			connect.WithClientOptions(opts...),
 		),
+		getTenantBudgets: connect.NewClient[v1.GetTenantBudgetsRequest, v1.GetTenantBudgetsResponse](
+			httpClient,
+			baseURL+AdminServiceGetTenantBudgetsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetTenantBudgets")),
+			connect.WithClientOptions(opts...),
+		),
+		setTenantBudgets: connect.NewClient[v1.SetTenantBudgetsRequest, v1.SetTenantBudgetsResponse](
+			httpClient,
+			baseURL+AdminServiceSetTenantBudgetsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	listWorkers     *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
-	getWorker       *connect.Client[v1.GetWorkerRequest, v1.GetWorkerResponse]
-	addWorker       *connect.Client[v1.AddWorkerRequest, v1.AddWorkerResponse]
-	updateWorker    *connect.Client[v1.UpdateWorkerRequest, v1.UpdateWorkerResponse]
-	drainWorker     *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
-	removeWorker    *connect.Client[v1.RemoveWorkerRequest, v1.RemoveWorkerResponse]
-	getAdmission    *connect.Client[v1.GetAdmissionRequest, v1.GetAdmissionResponse]
-	updateAdmission *connect.Client[v1.UpdateAdmissionRequest, v1.UpdateAdmissionResponse]
-	getLoads        *connect.Client[v1.GetLoadsRequest, v1.GetLoadsResponse]
-	flushCache      *connect.Client[v1.FlushCacheRequest, v1.FlushCacheResponse]
-	getCapacity     *connect.Client[v1.GetCapacityRequest, v1.GetCapacityResponse]
+	listWorkers      *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	getWorker        *connect.Client[v1.GetWorkerRequest, v1.GetWorkerResponse]
+	addWorker        *connect.Client[v1.AddWorkerRequest, v1.AddWorkerResponse]
+	updateWorker     *connect.Client[v1.UpdateWorkerRequest, v1.UpdateWorkerResponse]
+	drainWorker      *connect.Client[v1.DrainWorkerRequest, v1.DrainWorkerResponse]
+	removeWorker     *connect.Client[v1.RemoveWorkerRequest, v1.RemoveWorkerResponse]
+	getAdmission     *connect.Client[v1.GetAdmissionRequest, v1.GetAdmissionResponse]
+	updateAdmission  *connect.Client[v1.UpdateAdmissionRequest, v1.UpdateAdmissionResponse]
+	getLoads         *connect.Client[v1.GetLoadsRequest, v1.GetLoadsResponse]
+	flushCache       *connect.Client[v1.FlushCacheRequest, v1.FlushCacheResponse]
+	getCapacity      *connect.Client[v1.GetCapacityRequest, v1.GetCapacityResponse]
+	getTenantBudgets *connect.Client[v1.GetTenantBudgetsRequest, v1.GetTenantBudgetsResponse]
+	setTenantBudgets *connect.Client[v1.SetTenantBudgetsRequest, v1.SetTenantBudgetsResponse]
 }
 
 // ListWorkers calls sluice.admin.v1.AdminService.ListWorkers.
@@ -288,6 +312,24 @@ func (c *adminServiceClient) GetCapacity(ctx context.Context, req *v1.GetCapacit
 	return nil, err
 }
 
+// GetTenantBudgets calls sluice.admin.v1.AdminService.GetTenantBudgets.
+func (c *adminServiceClient) GetTenantBudgets(ctx context.Context, req *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error) {
+	response, err := c.getTenantBudgets.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetTenantBudgets calls sluice.admin.v1.AdminService.SetTenantBudgets.
+func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, req *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error) {
+	response, err := c.setTenantBudgets.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the sluice.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListWorkers lists the registered workers, optionally filtered.
@@ -313,6 +355,10 @@ type AdminServiceHandler interface {
 	// GetCapacity returns how many prefill and decode workers each model needs now, with the inputs
 	// and the reasoning (the numbers behind sluice_capacity_recommended_workers).
 	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
+	// GetTenantBudgets returns the tenants' token and request budgets.
+	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -388,6 +434,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("GetCapacity")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetTenantBudgetsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceGetTenantBudgetsProcedure,
+		svc.GetTenantBudgets,
+		connect.WithSchema(adminServiceMethods.ByName("GetTenantBudgets")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetTenantBudgetsHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceSetTenantBudgetsProcedure,
+		svc.SetTenantBudgets,
+		connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListWorkersProcedure:
@@ -412,6 +470,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceFlushCacheHandler.ServeHTTP(w, r)
 		case AdminServiceGetCapacityProcedure:
 			adminServiceGetCapacityHandler.ServeHTTP(w, r)
+		case AdminServiceGetTenantBudgetsProcedure:
+			adminServiceGetTenantBudgetsHandler.ServeHTTP(w, r)
+		case AdminServiceSetTenantBudgetsProcedure:
+			adminServiceSetTenantBudgetsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -463,4 +525,12 @@ func (UnimplementedAdminServiceHandler) FlushCache(context.Context, *v1.FlushCac
 
 func (UnimplementedAdminServiceHandler) GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.GetCapacity is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.GetTenantBudgets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.SetTenantBudgets is not implemented"))
 }

@@ -1797,6 +1797,134 @@ export declare type GetCapacityResponse = Message<"sluice.admin.v1.GetCapacityRe
 export declare const GetCapacityResponseSchema: GenMessage<GetCapacityResponse>;
 
 /**
+ * TenantBudget is one tenant's budgets per minute; 0 means no limit of that kind.
+ *
+ * @generated from message sluice.admin.v1.TenantBudget
+ */
+export declare type TenantBudget = Message<"sluice.admin.v1.TenantBudget"> & {
+  /**
+   * Tokens per minute (prompt tokens reserved on arrival, settled on the reported usage).
+   *
+   * @generated from field: int32 tokens_per_minute = 1;
+   */
+  tokensPerMinute: number;
+
+  /**
+   * Requests per minute.
+   *
+   * @generated from field: int32 requests_per_minute = 2;
+   */
+  requestsPerMinute: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.TenantBudget.
+ * Use `create(TenantBudgetSchema)` to create a new message.
+ */
+export declare const TenantBudgetSchema: GenMessage<TenantBudget>;
+
+/**
+ * TenantBudgets are every tenant's budgets.
+ *
+ * @generated from message sluice.admin.v1.TenantBudgets
+ */
+export declare type TenantBudgets = Message<"sluice.admin.v1.TenantBudgets"> & {
+  /**
+   * The budget of every tenant not named in tenants.
+   *
+   * @generated from field: sluice.admin.v1.TenantBudget default = 1;
+   */
+  default?: TenantBudget | undefined;
+
+  /**
+   * Per-tenant budgets, by tenant name.
+   *
+   * @generated from field: map<string, sluice.admin.v1.TenantBudget> tenants = 2;
+   */
+  tenants: { [key: string]: TenantBudget };
+};
+
+/**
+ * Describes the message sluice.admin.v1.TenantBudgets.
+ * Use `create(TenantBudgetsSchema)` to create a new message.
+ */
+export declare const TenantBudgetsSchema: GenMessage<TenantBudgets>;
+
+/**
+ * GetTenantBudgetsRequest asks for the tenants' budgets.
+ *
+ * @generated from message sluice.admin.v1.GetTenantBudgetsRequest
+ */
+export declare type GetTenantBudgetsRequest = Message<"sluice.admin.v1.GetTenantBudgetsRequest"> & {
+};
+
+/**
+ * Describes the message sluice.admin.v1.GetTenantBudgetsRequest.
+ * Use `create(GetTenantBudgetsRequestSchema)` to create a new message.
+ */
+export declare const GetTenantBudgetsRequestSchema: GenMessage<GetTenantBudgetsRequest>;
+
+/**
+ * GetTenantBudgetsResponse holds the tenants' budgets.
+ *
+ * @generated from message sluice.admin.v1.GetTenantBudgetsResponse
+ */
+export declare type GetTenantBudgetsResponse = Message<"sluice.admin.v1.GetTenantBudgetsResponse"> & {
+  /**
+   * The budgets.
+   *
+   * @generated from field: sluice.admin.v1.TenantBudgets budgets = 1;
+   */
+  budgets?: TenantBudgets | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.GetTenantBudgetsResponse.
+ * Use `create(GetTenantBudgetsResponseSchema)` to create a new message.
+ */
+export declare const GetTenantBudgetsResponseSchema: GenMessage<GetTenantBudgetsResponse>;
+
+/**
+ * SetTenantBudgetsRequest replaces the tenants' budgets.
+ *
+ * @generated from message sluice.admin.v1.SetTenantBudgetsRequest
+ */
+export declare type SetTenantBudgetsRequest = Message<"sluice.admin.v1.SetTenantBudgetsRequest"> & {
+  /**
+   * The new budgets, replacing all of them.
+   *
+   * @generated from field: sluice.admin.v1.TenantBudgets budgets = 1;
+   */
+  budgets?: TenantBudgets | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.SetTenantBudgetsRequest.
+ * Use `create(SetTenantBudgetsRequestSchema)` to create a new message.
+ */
+export declare const SetTenantBudgetsRequestSchema: GenMessage<SetTenantBudgetsRequest>;
+
+/**
+ * SetTenantBudgetsResponse holds the budgets now in force.
+ *
+ * @generated from message sluice.admin.v1.SetTenantBudgetsResponse
+ */
+export declare type SetTenantBudgetsResponse = Message<"sluice.admin.v1.SetTenantBudgetsResponse"> & {
+  /**
+   * The budgets.
+   *
+   * @generated from field: sluice.admin.v1.TenantBudgets budgets = 1;
+   */
+  budgets?: TenantBudgets | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.SetTenantBudgetsResponse.
+ * Use `create(SetTenantBudgetsResponseSchema)` to create a new message.
+ */
+export declare const SetTenantBudgetsResponseSchema: GenMessage<SetTenantBudgetsResponse>;
+
+/**
  * AdminService manages the gateway's workers and its prefill admission.
  *
  * @generated from service sluice.admin.v1.AdminService
@@ -1912,6 +2040,26 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof GetCapacityRequestSchema;
     output: typeof GetCapacityResponseSchema;
+  },
+  /**
+   * GetTenantBudgets returns the tenants' token and request budgets.
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.GetTenantBudgets
+   */
+  getTenantBudgets: {
+    methodKind: "unary";
+    input: typeof GetTenantBudgetsRequestSchema;
+    output: typeof GetTenantBudgetsResponseSchema;
+  },
+  /**
+   * SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.SetTenantBudgets
+   */
+  setTenantBudgets: {
+    methodKind: "unary";
+    input: typeof SetTenantBudgetsRequestSchema;
+    output: typeof SetTenantBudgetsResponseSchema;
   },
 }>;
 

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// TenantsConfig names the tenant sources and admission's tenancy (internal/tenant,
+// internal/admission Settings.Tenants). With no source set, nothing about tenants is on.
+type TenantsConfig struct {
+	// APIKeyIDs makes the id of the caller's API key its tenant (--tenant-api-key-ids).
+	APIKeyIDs bool
+	// JWTClaim is the JWT claim (dotted path) naming the tenant (--tenant-jwt-claim; needs --jwt-issuer).
+	JWTClaim string
+	// Header is the request header naming the tenant of callers no credential names (--tenant-header).
+	Header string
+	// Fairness is "on" (default) or "off" (--tenant-fairness): fair queueing across tenants within a
+	// band, whenever a source is set.
+	Fairness string
+	// Weights are tenants' shares in fair queueing, 1 for a tenant not named (--tenant-weights T=W,...).
+	Weights map[string]int
+	// MaxQueued bounds one tenant's waiting requests (--tenant-max-queued; 0 = none).
+	MaxQueued int
+	// MetricsMaxTenants bounds the tenants named in metric labels, the rest being "other"
+	// (--tenant-metrics-max-tenants, default 20; the weighted tenants are always named).
+	MetricsMaxTenants int
+	// TokensPerMinute and RequestsPerMinute are every tenant's budget unless Budgets names it
+	// (--tenant-tokens-per-minute, --tenant-requests-per-minute; 0 = none).
+	TokensPerMinute, RequestsPerMinute int64
+	// Budgets are per-tenant budgets (--tenant-budgets T=TOKENS:REQUESTS,...; 0 = none of that kind).
+	Budgets map[string]TenantBudget
+}
+
+// TenantBudget is one tenant's tokens and requests per minute (0 = no limit of that kind).
+type TenantBudget struct {
+	TokensPerMinute, RequestsPerMinute int64
+}
+
+// BudgetsOn reports whether any tenant has a budget.
+func (t TenantsConfig) BudgetsOn() bool {
+	return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 || len(t.Budgets) > 0
+}
+
+// On reports whether some tenant source is configured.
+func (t TenantsConfig) On() bool { return t.APIKeyIDs || t.JWTClaim != "" || t.Header != "" }
+
+// Fair reports whether fair queueing across tenants is on.
+func (t TenantsConfig) Fair() bool { return t.On() && t.Fairness != "off" }
+
+func (s *flagSet) registerTenants() {
+	c := s.cfg
+	s.section("Tenants (fair shares inside admission)")
+	s.bool(&c.Tenants.APIKeyIDs, "tenant-api-key-ids", "The id of the API key a caller authenticated with (--api-keys-file's ID column) names its tenant; the most trusted source.")
+	s.str(&c.Tenants.JWTClaim, "tenant-jwt-claim", "NAME", "", "JWT claim (dots descend into objects) naming the caller's tenant; needs --jwt-issuer. Trusted after API key ids.")
+	s.str(&c.Tenants.Header, "tenant-header", "HEADER", "", "Request header naming the tenant of callers no credential names; the least trusted source. Callers named by no source share the tenant \"default\".")
+	s.str(&c.Tenants.Fairness, "tenant-fairness", "on|off", "on", "With a tenant source and prefill admission on: within a priority band, admission serves tenants by weighted deficit round robin, FIFO within a tenant; off = one FIFO.")
+	s.add(tenantWeightsValue{&c.Tenants.Weights}, "tenant-weights", "T=W,...", "Tenants' weights in fair queueing (grants per round, 1-1000); tenants not named weigh 1.")
+	s.int(&c.Tenants.MaxQueued, "tenant-max-queued", "N", 0, "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 = no bound.")
+	s.int64(&c.Tenants.TokensPerMinute, "tenant-tokens-per-minute", "N", 0, "Every tenant's token budget per minute (prompt tokens reserved on arrival, settled on the reported usage); beyond it 429 rate_limit_exceeded with Retry-After and x-ratelimit-* headers; 0 = none.")
+	s.int64(&c.Tenants.RequestsPerMinute, "tenant-requests-per-minute", "N", 0, "Every tenant's request budget per minute; 0 = none.")
+	s.add(tenantBudgetsValue{&c.Tenants.Budgets}, "tenant-budgets", "T=TOKENS:REQUESTS,...", "Per-tenant budgets per minute, overriding the two above for the tenants named (0 = no limit of that kind).")
+	s.int(&c.Tenants.MetricsMaxTenants, "tenant-metrics-max-tenants", "N", 20, "Tenants named in metric labels (the weighted ones, then the first seen); the rest are reported as \"other\".")
+}
+
+func (c *Config) validateTenants() []error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
+	}
+	t := c.Tenants
+	if t.Fairness != "on" && t.Fairness != "off" {
+		bad("--tenant-fairness must be on or off, got %q", t.Fairness)
+	}
+	if t.JWTClaim != "" && !c.Auth.JWTEnabled() {
+		bad("--tenant-jwt-claim needs --jwt-issuer")
+	}
+	if t.APIKeyIDs && c.Auth.APIKeysFile == "" && c.Server.APIKey == "" {
+		bad("--tenant-api-key-ids needs --api-keys-file (or --api-key)")
+	}
+	if t.Header != "" && !validHeaderName(t.Header) {
+		bad("--tenant-header %q is not a header name", t.Header)
+	}
+	if t.MaxQueued < 0 {
+		bad("--tenant-max-queued must be at least 0, got %d", t.MaxQueued)
+	}
+	if t.MetricsMaxTenants < 0 {
+		bad("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
+	}
+	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0 || t.BudgetsOn()) {
+		bad("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
+	}
+	if t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
+		bad("--tenant-tokens-per-minute and --tenant-requests-per-minute must be at least 0")
+	}
+	if t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0) && !c.Admission.Enabled() {
+		bad("--tenant-weights and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker")
+	}
+	return errs
+}
+
+// tenantWeightsValue is a T=W,... flag; values accumulate over repeats.
+type tenantWeightsValue struct{ p *map[string]int }
+
+func (v tenantWeightsValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
+		parts = append(parts, k+"="+strconv.Itoa((*v.p)[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v tenantWeightsValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, w, ok := strings.Cut(strings.TrimSpace(part), "=")
+		name = strings.TrimSpace(name)
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		switch {
+		case !ok || name == "":
+			return fmt.Errorf("want TENANT=WEIGHT, got %q", part)
+		case err != nil || n < 1 || n > 1000:
+			return fmt.Errorf("tenant %q: weight must be an integer 1-1000, got %q", name, w)
+		}
+		if *v.p == nil {
+			*v.p = map[string]int{}
+		}
+		if _, dup := (*v.p)[name]; dup {
+			return fmt.Errorf("tenant %q is given twice", name)
+		}
+		(*v.p)[name] = n
+	}
+	return nil
+}
+
+// tenantBudgetsValue is a T=TOKENS:REQUESTS,... flag; values accumulate over repeats.
+type tenantBudgetsValue struct{ p *map[string]TenantBudget }
+
+func (v tenantBudgetsValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
+		b := (*v.p)[k]
+		parts = append(parts, fmt.Sprintf("%s=%d:%d", k, b.TokensPerMinute, b.RequestsPerMinute))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v tenantBudgetsValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, spec, ok := strings.Cut(strings.TrimSpace(part), "=")
+		name = strings.TrimSpace(name)
+		tok, req, ok2 := strings.Cut(strings.TrimSpace(spec), ":")
+		t, err1 := strconv.ParseInt(strings.TrimSpace(tok), 10, 64)
+		r, err2 := strconv.ParseInt(strings.TrimSpace(req), 10, 64)
+		switch {
+		case !ok || !ok2 || name == "":
+			return fmt.Errorf("want TENANT=TOKENS:REQUESTS, got %q", part)
+		case err1 != nil || err2 != nil || t < 0 || r < 0:
+			return fmt.Errorf("tenant %q: want non-negative integers TOKENS:REQUESTS per minute, got %q", name, spec)
+		}
+		if *v.p == nil {
+			*v.p = map[string]TenantBudget{}
+		}
+		if _, dup := (*v.p)[name]; dup {
+			return fmt.Errorf("tenant %q is given twice", name)
+		}
+		(*v.p)[name] = TenantBudget{TokensPerMinute: t, RequestsPerMinute: r}
+	}
+	return nil
+}

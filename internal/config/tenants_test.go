@@ -1,0 +1,66 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseTenants(t *testing.T) {
+	pd := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1",
+		"--prefill-max-inflight-requests-per-worker", "2"}
+	c, err := parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-weights", "a=3, b=2",
+		"--tenant-weights", "c=1", "--tenant-max-queued", "10")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TenantsConfig{Header: "X-Tenant", Fairness: "on", Weights: map[string]int{"a": 3, "b": 2, "c": 1},
+		MaxQueued: 10, MetricsMaxTenants: 20}
+	if diff := cmp.Diff(want, c.Tenants); diff != "" {
+		t.Errorf("tenants (-want +got):\n%s", diff)
+	}
+	if !c.Tenants.Fair() {
+		t.Error("a tenant source turns fairness on")
+	}
+	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "off")...); err != nil || c.Tenants.Fair() {
+		t.Errorf("--tenant-fairness off: %v, fair %v", err, c != nil && c.Tenants.Fair())
+	}
+	c, err = parseNoEnv(append(pd, "--tenant-header", "X-T", "--tenant-tokens-per-minute", "1000", "--tenant-budgets", "a=0:10,b=500:0")...)
+	if err != nil || !c.Tenants.BudgetsOn() || c.Tenants.TokensPerMinute != 1000 ||
+		!cmp.Equal(c.Tenants.Budgets, map[string]TenantBudget{"a": {0, 10}, "b": {500, 0}}) {
+		t.Errorf("budgets: %v, %+v", err, c.Tenants)
+	}
+	if c, err = parseNoEnv(pd...); err != nil || c.Tenants.On() || c.Tenants.Fair() || c.Tenants.BudgetsOn() {
+		t.Errorf("no source: %v, tenants %+v, want off", err, c.Tenants)
+	}
+}
+
+func TestParseTenantsRejects(t *testing.T) {
+	pd := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"}
+	on := append(slices.Clone(pd), "--prefill-max-inflight-requests-per-worker", "2")
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad fairness", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-fairness", "yes"), "--tenant-fairness must be on or off"},
+		{"claim without jwt", append(slices.Clone(on), "--tenant-jwt-claim", "org"), "--tenant-jwt-claim needs --jwt-issuer"},
+		{"key ids without keys", append(slices.Clone(on), "--tenant-api-key-ids"), "--tenant-api-key-ids needs --api-keys-file"},
+		{"bad header", append(slices.Clone(on), "--tenant-header", "X T"), "is not a header name"},
+		{"weights without source", append(slices.Clone(on), "--tenant-weights", "a=2"), "need a tenant source"},
+		{"bad weight", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=0"), "weight must be an integer 1-1000"},
+		{"weight twice", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=2,a=3"), "given twice"},
+		{"negative bound", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-max-queued", "-1"), "--tenant-max-queued must be at least 0"},
+		{"tenant bound without admission", append(slices.Clone(pd), "--tenant-header", "X-T", "--tenant-max-queued", "3"), "act inside prefill admission, which is off"},
+		{"budgets without source", append(slices.Clone(on), "--tenant-requests-per-minute", "5"), "need a tenant source"},
+		{"bad budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=5"), "want TENANT=TOKENS:REQUESTS"},
+		{"negative budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=-1:2"), "non-negative"},
+	} {
+		_, err := parseNoEnv(tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want one containing %q", tt.name, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package tenant
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Budgets: per-tenant token and request rate limits, as token buckets refilled continuously at the
+// per-minute rate and holding at most one minute's worth. A request takes one request unit and its
+// prompt tokens (the estimate, or exact token ids) when it arrives; when it ends, the reservation is
+// settled on the usage the engine reported (prompt + completion tokens), so a tenant is charged what
+// it used, as OpenAI's tokens-per-minute limit does. A request larger than a whole minute's tokens is
+// let through when the bucket is full (it then runs the bucket into debt), so it is never refused
+// forever; over any minute a tenant thus gets its budget plus at most one request.
+
+// ErrRateLimited classifies a request refused by its tenant's budget (429 rate_limit_exceeded).
+var ErrRateLimited = errors.New("tenant: rate limit exceeded")
+
+// Budget is one tenant's limits; a value <= 0 means no limit of that kind.
+type Budget struct {
+	TokensPerMinute   int64
+	RequestsPerMinute int64
+}
+
+func (b Budget) on() bool { return b.TokensPerMinute > 0 || b.RequestsPerMinute > 0 }
+
+// BudgetConfig configures [Budgets].
+type BudgetConfig struct {
+	// Default is every tenant's budget unless Tenants names it.
+	Default Budget
+	// Tenants are per-tenant budgets.
+	Tenants map[string]Budget
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Budgets enforces the budgets. It is safe for concurrent use.
+type Budgets struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	def     Budget
+	tenants map[string]Budget
+	buckets map[string]*buckets
+}
+
+type buckets struct {
+	req, tok bucket
+}
+
+// bucket is a token bucket in units; its capacity is one minute's rate.
+type bucket struct {
+	level float64
+	last  time.Time
+}
+
+// fill refills b to now at perMinute and returns its level.
+func (b *bucket) fill(now time.Time, perMinute int64) float64 {
+	c := float64(perMinute)
+	if b.last.IsZero() {
+		b.level, b.last = c, now
+		return b.level
+	}
+	if d := now.Sub(b.last); d > 0 {
+		b.level = math.Min(c, b.level+c*d.Minutes())
+		b.last = now
+	}
+	return b.level
+}
+
+// wait is how long b needs to reach need units (capped at its capacity).
+func (b *bucket) wait(need float64, perMinute int64) time.Duration {
+	need = math.Min(need, float64(perMinute))
+	if b.level >= need {
+		return 0
+	}
+	return time.Duration((need - b.level) / float64(perMinute) * float64(time.Minute))
+}
+
+// NewBudgets builds the budgets.
+func NewBudgets(cfg BudgetConfig) *Budgets {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	b := &Budgets{now: cfg.Now, buckets: map[string]*buckets{}}
+	b.Set(cfg.Default, cfg.Tenants)
+	return b
+}
+
+// Set replaces the budgets live. A tenant's buckets keep what it used: a raised budget adds the
+// difference at once, a lowered one caps the level at the new capacity.
+func (b *Budgets) Set(def Budget, tenants map[string]Budget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := make(map[string]Budget, len(b.buckets))
+	for t := range b.buckets {
+		old[t] = b.budgetLocked(t)
+	}
+	b.def = def
+	b.tenants = make(map[string]Budget, len(tenants))
+	for k, v := range tenants {
+		b.tenants[k] = v
+	}
+	now := b.now()
+	for t, bk := range b.buckets {
+		was, is := old[t], b.budgetLocked(t)
+		bk.req.rescale(now, was.RequestsPerMinute, is.RequestsPerMinute)
+		bk.tok.rescale(now, was.TokensPerMinute, is.TokensPerMinute)
+	}
+}
+
+// rescale moves b from capacity was to is (<= 0: no limit, a full bucket when one is set again).
+func (b *bucket) rescale(now time.Time, was, is int64) {
+	switch {
+	case is <= 0:
+		return
+	case was <= 0:
+		b.level, b.last = float64(is), now
+	default:
+		b.fill(now, was)
+		b.level = math.Min(float64(is), b.level+math.Max(float64(is-was), 0))
+	}
+}
+
+// Get returns the current budgets.
+func (b *Budgets) Get() (def Budget, tenants map[string]Budget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tenants = make(map[string]Budget, len(b.tenants))
+	for k, v := range b.tenants {
+		tenants[k] = v
+	}
+	return b.def, tenants
+}
+
+func (b *Budgets) budgetLocked(tenant string) Budget {
+	if v, ok := b.tenants[tenant]; ok {
+		return v
+	}
+	return b.def
+}
+
+// Quota is a tenant's state after a decision, for the OpenAI rate-limit headers.
+type Quota struct {
+	Budget
+	RemainingRequests, RemainingTokens int64
+	// ResetRequests and ResetTokens are the times until the buckets are full again.
+	ResetRequests, ResetTokens time.Duration
+}
+
+// Header returns the x-ratelimit-* headers of q (only the kinds that have a limit).
+func (q Quota) Header() http.Header {
+	h := http.Header{}
+	if q.RequestsPerMinute > 0 {
+		h.Set("X-Ratelimit-Limit-Requests", strconv.FormatInt(q.RequestsPerMinute, 10))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(q.RemainingRequests, 10))
+		h.Set("X-Ratelimit-Reset-Requests", resetString(q.ResetRequests))
+	}
+	if q.TokensPerMinute > 0 {
+		h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(q.TokensPerMinute, 10))
+		h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(q.RemainingTokens, 10))
+		h.Set("X-Ratelimit-Reset-Tokens", resetString(q.ResetTokens))
+	}
+	return h
+}
+
+// resetString formats a reset time as OpenAI does ("1s", "6m0s", "20ms"): a Go duration, rounded
+// up to the millisecond.
+func resetString(d time.Duration) string {
+	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+}
+
+// Denied is the error of a refused request: ErrRateLimited, with the quota and when to retry.
+type Denied struct {
+	Quota      Quota
+	RetryAfter time.Duration
+	// Tokens reports whether the token budget (not the request budget) refused it.
+	Tokens bool
+}
+
+func (d *Denied) Error() string {
+	if d.Tokens {
+		return "tenant token rate limit exceeded"
+	}
+	return "tenant request rate limit exceeded"
+}
+
+// Unwrap makes a Denied match ErrRateLimited.
+func (d *Denied) Unwrap() error { return ErrRateLimited }
+
+// Reservation is what a request took from its tenant's budget; settle it once when it ends.
+type Reservation struct {
+	b       *Budgets
+	tenant  string
+	tokens  int64
+	settled atomic.Bool
+}
+
+// Reserve takes one request and tokens from tenant's budget. It returns the reservation (nil when
+// the tenant has no budget) and the quota after it, or a *Denied error.
+func (b *Budgets) Reserve(tenant string, tokens int64) (*Reservation, Quota, error) {
+	tokens = max(tokens, 0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bud := b.budgetLocked(tenant)
+	if !bud.on() {
+		return nil, Quota{}, nil
+	}
+	now := b.now()
+	bk := b.buckets[tenant]
+	if bk == nil {
+		b.sweepLocked(now)
+		bk = &buckets{}
+		b.buckets[tenant] = bk
+	}
+	var d Denied
+	if bud.RequestsPerMinute > 0 && bk.req.fill(now, bud.RequestsPerMinute) < 1 {
+		d.RetryAfter = bk.req.wait(1, bud.RequestsPerMinute)
+	}
+	if bud.TokensPerMinute > 0 {
+		// A request larger than a minute's budget waits for a full bucket, then runs it into debt.
+		if lvl := bk.tok.fill(now, bud.TokensPerMinute); lvl < math.Min(float64(tokens), float64(bud.TokensPerMinute)) {
+			if w := bk.tok.wait(float64(tokens), bud.TokensPerMinute); w > d.RetryAfter {
+				d.RetryAfter, d.Tokens = w, true
+			}
+		}
+	}
+	if d.RetryAfter > 0 {
+		d.Quota = quotaLocked(bk, bud)
+		return nil, d.Quota, &d
+	}
+	if bud.RequestsPerMinute > 0 {
+		bk.req.level--
+	}
+	if bud.TokensPerMinute > 0 {
+		bk.tok.level -= float64(tokens)
+	}
+	return &Reservation{b: b, tenant: tenant, tokens: tokens}, quotaLocked(bk, bud), nil
+}
+
+func quotaLocked(bk *buckets, bud Budget) Quota {
+	q := Quota{Budget: bud}
+	if bud.RequestsPerMinute > 0 {
+		q.RemainingRequests = max(int64(math.Floor(bk.req.level)), 0)
+		q.ResetRequests = bk.req.wait(float64(bud.RequestsPerMinute), bud.RequestsPerMinute)
+	}
+	if bud.TokensPerMinute > 0 {
+		q.RemainingTokens = max(int64(math.Floor(bk.tok.level)), 0)
+		q.ResetTokens = bk.tok.wait(float64(bud.TokensPerMinute), bud.TokensPerMinute)
+	}
+	return q
+}
+
+// sweepLocked drops the buckets that are full again: one is the same as none, so tenant names
+// (which a header may mint) do not accumulate. It runs when a new tenant's bucket is made, at most
+// once per bucket count doubling, so its cost is amortised.
+func (b *Budgets) sweepLocked(now time.Time) {
+	if len(b.buckets) < 64 || len(b.buckets)&(len(b.buckets)-1) != 0 {
+		return
+	}
+	for t, bk := range b.buckets {
+		bud := b.budgetLocked(t)
+		if (bud.RequestsPerMinute <= 0 || bk.req.fill(now, bud.RequestsPerMinute) >= float64(bud.RequestsPerMinute)) &&
+			(bud.TokensPerMinute <= 0 || bk.tok.fill(now, bud.TokensPerMinute) >= float64(bud.TokensPerMinute)) {
+			delete(b.buckets, t)
+		}
+	}
+}
+
+// Settle ends the reservation: with the usage the engine reported (used >= 0), the tenant is charged
+// used tokens instead of the reservation; without (used < 0: a failure, or no usage reported), the
+// reservation stands. Only the first call counts; a nil reservation does nothing.
+func (r *Reservation) Settle(used int64) {
+	if r == nil || !r.settled.CompareAndSwap(false, true) || used < 0 {
+		return
+	}
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bk := b.buckets[r.tenant]
+	bud := b.budgetLocked(r.tenant)
+	if bk == nil || bud.TokensPerMinute <= 0 {
+		return
+	}
+	bk.tok.fill(b.now(), bud.TokensPerMinute)
+	bk.tok.level = math.Min(float64(bud.TokensPerMinute), bk.tok.level-float64(used-r.tokens))
+}
