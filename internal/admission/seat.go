@@ -272,6 +272,14 @@ func callSelectPair(sel func(hasSlot, hasSeat func(string) bool) (string, string
 // its Seat.
 func (s *Slot) SeatOnly() bool { return s != nil && s.worker == "" && s.seat != nil }
 
+// SeatsOn reports whether admission is on with decode seats: whether a pair
+// selection (and so a seat-only grant) can run. It takes the lock.
+func (c *Controller) SeatsOn() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settings.Enabled() && c.seatsOnLocked()
+}
+
 // grantSelLocked grants what a selection chose: a slot on its prefill worker
 // and, with a decode worker, a seat there; a seat-only selection gets the
 // seat and a slot that holds nothing.
