@@ -148,3 +148,43 @@ func TestLocalPrefillWithSeats(t *testing.T) {
 		t.Errorf("long prompt with the prefill free: prefill saw %d in all, want 2", p.RequestsSeen)
 	}
 }
+
+// The KV role per worker through the admin API: a vLLM decode worker added with kv_role kv_both is
+// listed with it and serves short prompts alone (the flag-given decode, not declared, does not); an
+// SGLang decode worker added with it is refused with a 400 that says why.
+func TestLocalPrefillKVRoleFromAdmin(t *testing.T) {
+	ctx := context.Background()
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
+	pre, d0, d1 := c.ByRole(sim.RolePrefill)[0], c.ByRole(sim.RoleDecode)[0], c.ByRole(sim.RoleDecode)[1]
+	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--pd-local-prefill-max-tokens", "16",
+		"--prefill", pre.URL(), "--decode", d0.URL())
+	resp, body := postJSON(t, gw.URL+"/admin/v1/workers", `{"url":"`+d1.URL()+`","role":"decode","kv_role":"kv_both"}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"kv_role":"kv_both"`) {
+		t.Fatalf("add kv_both decode: %d %s", resp.StatusCode, body)
+	}
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	_, list := get(t, gw.URL+"/admin/v1/workers?role=decode")
+	if n := strings.Count(string(list), `"kv_role":"kv_both"`); n != 1 {
+		t.Errorf("decode workers listed with kv_both: %d, want 1: %s", n, list)
+	}
+	waitFor(t, "the added decode routable", 10*time.Second, func() bool {
+		_, b := get(t, gw.URL+"/admin/v1/workers?role=decode&health=ready")
+		return strings.Count(string(b), `"url"`) == 2
+	})
+	client := sdk(gw.URL)
+	r, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(5)})
+	if err != nil || len(r.Choices) != 1 {
+		t.Fatalf("chat: %v", err)
+	}
+	if p, a, b := pre.Stats(), d0.Stats(), d1.Stats(); p.RequestsSeen != 0 || a.RequestsSeen != 0 || b.RequestsSeen != 1 || b.RecomputedPrompts != 1 {
+		t.Errorf("short prompt: prefill %d, undeclared decode %d, kv_both decode %d (recomputed %d); want 0, 0, 1 (1)",
+			p.RequestsSeen, a.RequestsSeen, b.RequestsSeen, b.RecomputedPrompts)
+	}
+
+	sg := startCluster(t, sim.ClusterConfig{Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
+	resp, body = postJSON(t, gw.URL+"/admin/v1/workers", `{"url":"`+sg.ByRole(sim.RoleDecode)[0].URL()+`","role":"decode","kv_role":"kv_both"}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "only vllm engines can prefill on their own") {
+		t.Errorf("add kv_both SGLang decode: %d %s, want a 400 saying why", resp.StatusCode, body)
+	}
+}
