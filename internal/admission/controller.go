@@ -82,7 +82,8 @@ type Request struct {
 	// side before running a stateful prefill policy, so that the policy
 	// never records a choice the decode side then refuses. Otherwise the
 	// Select contract applies. With seats off Select runs, so a caller
-	// sets both.
+	// sets both. An empty prefill with a decode worker is a seat-only
+	// grant (seat.go: local prefill).
 	SelectPair func(hasSlot, hasSeat func(worker string) bool) (prefill, decode string, err error)
 	// DecodeTokens is the decode KV reservation (prompt + max_tokens),
 	// charged against the decode worker's KV capacity while the seat is
@@ -373,10 +374,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		c.curDecode = req.DecodeTokens
 		sel := c.selectLocked(req.Select, req.SelectPair, true)
 		if sel.err == nil {
-			slot := c.grantLocked(sel.prefill)
-			if sel.decode != "" {
-				slot.seat = c.grantSeatLocked(sel.decode)
-			}
+			slot := c.grantSelLocked(sel)
 			c.unbindLocked()
 			c.observeWaitLocked(req.Queue, sel.prefill, 0, band)
 			c.mu.Unlock()
@@ -797,10 +795,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
-		w.slot = c.grantLocked(sel.prefill)
-		if sel.decode != "" {
-			w.slot.seat = c.grantSeatLocked(sel.decode)
-		}
+		w.slot = c.grantSelLocked(sel)
 		w.state = granted
 	case errors.Is(err, ErrNoCapacity):
 		if enabled {

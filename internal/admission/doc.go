@@ -38,7 +38,10 @@
 //     that held the head back ([ErrDecodeQueueFull], [ErrDecodeQueueTimeout]
 //     when it was decode; the prefill errors otherwise), and
 //     [Controller.RetryAfterFor] answers from that side's release rate.
-//     Without a decode bound Select runs exactly as before.
+//     A pair selection may also grant a seat alone (local prefill: the
+//     decode worker computes the prompt; [Slot.SeatOnly]), by the same
+//     head-only FIFO selection. Without a decode bound Select runs exactly
+//     as before.
 //
 // # Concurrency Model
 //

@@ -30,11 +30,12 @@ type seatOp struct {
 	Target int // acquire: -1 any decode worker, else strict
 	D      time.Duration
 	Seats  int // update
+	Mode   int // acquire: modePair, modeLocal or modeSpill
 }
 
 var propDecode = []string{"D0", "D1"}
 
-func genSeatOp() *rapid.Generator[seatOp] {
+func genSeatOp(withLocal bool) *rapid.Generator[seatOp] {
 	kinds := []seatOpKind{seatAcquire, seatAcquire, seatAcquire, seatReleaseSlot, seatReleaseSeat, seatReleaseSeat,
 		seatCancel, seatAdvance, seatVeto, seatUpdate}
 	return rapid.Custom(func(t *rapid.T) seatOp {
@@ -42,6 +43,9 @@ func genSeatOp() *rapid.Generator[seatOp] {
 		switch o.Kind {
 		case seatAcquire:
 			o.Target = max(rapid.IntRange(-3, 1).Draw(t, "target"), -1)
+			if withLocal {
+				o.Mode = rapid.IntRange(modePair, modeSpill).Draw(t, "mode")
+			}
 		case seatReleaseSlot, seatReleaseSeat, seatCancel:
 			o.Index = rapid.IntRange(0, 7).Draw(t, "index")
 		case seatAdvance:
@@ -69,7 +73,30 @@ func TestPropertySeatInvariants(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		seats := rapid.IntRange(1, 3).Draw(rt, "seats")
 		size := rapid.IntRange(0, 4).Draw(rt, "size")
-		ops := rapid.SliceOfN(genSeatOp(), 1, 50).Draw(rt, "ops")
+		ops := rapid.SliceOfN(genSeatOp(false), 1, 50).Draw(rt, "ops")
+		var problems []string
+		synctest.Test(t, func(t *testing.T) {
+			problems = runSeatProperty(seats, size, ops)
+		})
+		if len(problems) > 0 {
+			rt.Fatalf("invariants broken:\n%v", problems)
+		}
+	})
+}
+
+// TestPropertySeatOnlyInvariants is TestPropertySeatInvariants with
+// seat-only grants mixed in (local prefill): requests that always take a
+// decode seat alone, and requests that take one alone when no prefill slot
+// is free. The same invariants hold: no seat above the bound, slots and
+// seats equal what the test holds (a seat-only grant holds no slot, and
+// releasing its slot changes nothing), grants in arrival order (a seat-only
+// request never overtakes a waiter), and no head waits while what it needs
+// (a seat, or a slot and a seat) is free.
+func TestPropertySeatOnlyInvariants(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		seats := rapid.IntRange(1, 3).Draw(rt, "seats")
+		size := rapid.IntRange(0, 4).Draw(rt, "size")
+		ops := rapid.SliceOfN(genSeatOp(true), 1, 50).Draw(rt, "ops")
 		var problems []string
 		synctest.Test(t, func(t *testing.T) {
 			problems = runSeatProperty(seats, size, ops)
@@ -112,6 +139,7 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 	}
 	curSeats, dirty := seats, false
 	targets := map[string]string{}
+	modes := map[string]int{}
 	var pending []propWaiter
 	var held []*seatHeld
 	seq := 0
@@ -135,7 +163,11 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 				if tg := targets[w.id]; tg != "" && r.slot.Seat().Worker() != tg {
 					fail("step %d: %s strict on %s got a seat on %s", step, w.id, tg, r.slot.Seat().Worker())
 				}
-				held = append(held, &seatHeld{slot: r.slot, prefill: r.slot.Worker(), decodeWork: r.slot.Seat().Worker()})
+				if r.slot.SeatOnly() != (r.slot.Worker() == "") || (r.slot.SeatOnly() && modes[w.id] == modePair) {
+					fail("step %d: %s (mode %d) got prefill %q, seat only %v", step, w.id, modes[w.id], r.slot.Worker(), r.slot.SeatOnly())
+				}
+				// A seat-only grant holds no slot: its slot counts as released from the start.
+				held = append(held, &seatHeld{slot: r.slot, prefill: r.slot.Worker(), decodeWork: r.slot.Seat().Worker(), slotDone: r.slot.SeatOnly()})
 			case admission.OutcomeOf(r.err) == admission.Unavailable:
 				fail("step %d: %s: unexpected error %v", step, w.id, r.err)
 			}
@@ -161,6 +193,11 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 				fail("step %d: slots on %s = %d, held %d", step, w, st.Inflight[w], slots[w])
 			}
 		}
+		for w, n := range st.Inflight {
+			if w != "P0" && w != "P1" && n != 0 {
+				fail("step %d: %d slots on %q, not a prefill worker", step, n, w)
+			}
+		}
 		for _, d := range propDecode {
 			if st.Seats[d] != seatsHeld[d] {
 				fail("step %d: seats on %s = %d, held %d", step, d, st.Seats[d], seatsHeld[d])
@@ -178,7 +215,7 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 			p.mu.Lock()
 			vetoed := p.vetoed[d]
 			p.mu.Unlock()
-			if slotFree && !vetoed && seatsHeld[d] < curSeats {
+			if (slotFree || modes[head] != modePair) && !vetoed && seatsHeld[d] < curSeats {
 				fail("step %d: head %s waits while P has a slot and %s a seat", step, head, d)
 			}
 		}
@@ -193,7 +230,8 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 				targets[id] = propDecode[o.Target]
 			}
 			ctx, cancel := context.WithCancel(bg)
-			pending = append(pending, propWaiter{id: id, ch: goAcquire(ctx, c, p.req(id, targets[id])), cancel: cancel})
+			modes[id] = o.Mode
+			pending = append(pending, propWaiter{id: id, ch: goAcquire(ctx, c, p.reqMode(id, targets[id], o.Mode)), cancel: cancel})
 		case seatReleaseSlot:
 			if len(held) > 0 {
 				h := held[o.Index%len(held)]

@@ -253,10 +253,48 @@ func callSelectPair(sel func(hasSlot, hasSeat func(string) bool) (string, string
 		}
 	}()
 	prefill, decode, err = sel(hasSlot, hasSeat)
-	if err == nil && (prefill == "" || decode == "") {
-		err = errEmptyWorker
+	if err == nil && decode == "" {
+		err = errEmptyWorker // an empty prefill alone is a seat-only grant
 	}
 	return prefill, decode, err
+}
+
+// Seat-only grants (local prefill, DESIGN.md §3b): SelectPair may return an
+// empty prefill worker with a decode worker when the decode worker computes
+// the request alone (a vLLM kv_both engine prefills it itself). The request
+// then takes a seat there and no prefill slot: chosen under the same lock by
+// the same head-only FIFO selection as a pair, so it never overtakes a
+// waiter, and its seat is released exactly once like any other. The Slot
+// Acquire returns holds nothing (Worker is "", its Release only ends its
+// span); SeatOnly reports it.
+
+// SeatOnly reports a seat-only grant: the slot holds no prefill slot, only
+// its Seat.
+func (s *Slot) SeatOnly() bool { return s != nil && s.worker == "" && s.seat != nil }
+
+// SeatsOn reports whether admission is on with decode seats: whether a pair
+// selection (and so a seat-only grant) can run. It takes the lock.
+func (c *Controller) SeatsOn() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settings.Enabled() && c.seatsOnLocked()
+}
+
+// grantSelLocked grants what a selection chose: a slot on its prefill worker
+// and, with a decode worker, a seat there; a seat-only selection gets the
+// seat and a slot that holds nothing.
+func (c *Controller) grantSelLocked(sel selection) *Slot {
+	if sel.prefill == "" {
+		s := newSlot(c, "", nil)
+		s.seat = c.grantSeatLocked(sel.decode)
+		c.endPrefillLocked(s.seat) // no prefill slot holds it: a full decode is decode's doing
+		return s
+	}
+	s := c.grantLocked(sel.prefill)
+	if sel.decode != "" {
+		s.seat = c.grantSeatLocked(sel.decode)
+	}
+	return s
 }
 
 // selection is one run of a request's placement callback.
@@ -272,7 +310,7 @@ type selection struct {
 func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), pair func(hasSlot, hasSeat func(string) bool) (string, string, error), enabled bool) selection {
 	if pair != nil && enabled && c.seatsOnLocked() {
 		p, d, err := callSelectPair(pair, c.hasCap, c.hasSeat)
-		if err == nil && !c.hasCapacityLocked(p) {
+		if err == nil && p != "" && !c.hasCapacityLocked(p) {
 			err = ErrNoCapacity
 		}
 		if err == nil && !c.hasSeatLocked(d) {

@@ -27,6 +27,18 @@ func newPairPlacement(prefill, decode []string) *pairPlacement {
 }
 
 func (p *pairPlacement) req(id, decodeTarget string) admission.Request {
+	return p.reqMode(id, decodeTarget, modePair)
+}
+
+// Local prefill modes of a fake request (seat-only grants).
+const (
+	modePair  = iota // always a pair
+	modeLocal        // always seat-only (a short prompt)
+	modeSpill        // seat-only when no prefill worker has a slot
+)
+
+// reqMode is req whose pair selection may grant a seat alone (mode).
+func (p *pairPlacement) reqMode(id, decodeTarget string, mode int) admission.Request {
 	return admission.Request{
 		Queue: "m",
 		Select: func(hasCap func(string) bool) (string, error) {
@@ -57,6 +69,13 @@ func (p *pairPlacement) req(id, decodeTarget string) admission.Request {
 			if dec == "" {
 				return "", "", admission.ErrNoSeat
 			}
+			if mode == modeLocal {
+				p.picks = append(p.picks, id)
+				if p.onPick != nil {
+					p.onPick(id)
+				}
+				return "", dec, nil
+			}
 			for _, w := range p.prefill {
 				if hasSlot(w) {
 					p.picks = append(p.picks, id)
@@ -65,6 +84,13 @@ func (p *pairPlacement) req(id, decodeTarget string) admission.Request {
 					}
 					return w, dec, nil
 				}
+			}
+			if mode == modeSpill {
+				p.picks = append(p.picks, id)
+				if p.onPick != nil {
+					p.onPick(id)
+				}
+				return "", dec, nil
 			}
 			return "", "", admission.ErrNoCapacity
 		},

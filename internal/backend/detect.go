@@ -48,6 +48,12 @@ type ServerInfoFields struct {
 	// runner takes when it is given (server_args.py; python/sglang/srt/model_executor/model_runner.py
 	// caps max_total_num_tokens by it); 0 when not reported (the engine sized its pool from memory).
 	MaxTotalTokens int
+	// RankMaxRunningRequests is the smallest effective_max_running_requests_per_dp over the entries
+	// of internal_states (one per data-parallel rank: python/sglang/srt/managers/scheduler.py
+	// get_internal_state, gathered by http_server.py get_server_info): the window each rank's scheduler
+	// enforces, which it also computes when --max-running-requests was not given (then the top-level
+	// max_running_requests is null); 0 when not reported.
+	RankMaxRunningRequests int
 }
 
 // Detect asks an engine what it is, the way the Rust gateway does
@@ -139,6 +145,14 @@ func serverInfoFields(info map[string]any) *ServerInfoFields {
 	f.DPSize = intField(info["dp_size"])
 	f.MaxRunningRequests = intField(info["max_running_requests"])
 	f.MaxTotalTokens = intField(info["max_total_tokens"])
+	if states, ok := info["internal_states"].([]any); ok {
+		for _, st := range states {
+			m, _ := st.(map[string]any)
+			if n := intField(m["effective_max_running_requests_per_dp"]); n > 0 && (f.RankMaxRunningRequests == 0 || n < f.RankMaxRunningRequests) {
+				f.RankMaxRunningRequests = n
+			}
+		}
+	}
 	return f
 }
 

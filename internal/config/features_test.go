@@ -173,11 +173,14 @@ func TestLocalPrefillFlags(t *testing.T) {
 		{"--pd-local-prefill-max-tokens", "-1"},
 		{"--pd-local-prefill-max-tokens", "99999999"},
 		{"--decode-kv-role", "kv_consumer"},
-		{"--pd-local-prefill-max-tokens", "64", "--decode-max-inflight-requests-per-worker", "4"}, // no seat for a local request
 	} {
 		if _, err := parseNoEnv(append(append([]string{}, base...), bad...)...); err == nil {
 			t.Errorf("%v: accepted", bad)
 		}
+	}
+	// With decode seats a local request holds a seat (admission's seat-only grant).
+	if _, err := parseNoEnv(append(base, "--pd-local-prefill-max-tokens", "64", "--decode-max-inflight-requests-per-worker", "4")...); err != nil {
+		t.Errorf("local prefill with decode seats refused: %v", err)
 	}
 	if _, err := Parse([]string{"--worker", "http://w:1", "--pd-local-prefill-max-tokens", "64"}, nil); err == nil {
 		t.Error("local prefill accepted outside PD mode")

@@ -195,10 +195,6 @@ func (c *Config) Validate() error {
 	if a.LocalPrefillMaxTokens > 0 && c.Mode() != ModePD {
 		bad("--pd-local-prefill-max-tokens needs --pd-disaggregation: it skips the prefill leg of PD requests")
 	}
-	// A local request would hold no seat: admission grants seats only with a prefill slot.
-	if a.LocalPrefillMaxTokens > 0 && a.SeatsOn() {
-		bad("--pd-local-prefill-max-tokens does not work with decode seats yet (a request sent to its decode worker alone would hold no seat): turn one off")
-	}
 	if r := c.Workers.DecodeKVRole; r != "" && r != "kv_both" {
 		bad("--decode-kv-role: want kv_both or empty, got %q", r)
 	}

@@ -19,9 +19,10 @@
 //     requests), its in-flight requests are waited for up to its termination grace period, then it is
 //     removed.
 //   - A pod that matches both the prefill and the decode selector, or carries an invalid
-//     sglang.ai/bootstrap-port, sluice.dev/dp-size or sluice.dev/kv-connector annotation, is refused
-//     with a warning (and retired if it was served). The last two give what an engine cannot be asked:
-//     a data-parallel size it does not report, a vLLM decode's KV connector.
+//     sglang.ai/bootstrap-port, sluice.dev/dp-size, sluice.dev/kv-connector, sluice.dev/decode-window or
+//     sluice.dev/kv-role annotation, is refused with a warning (and retired if it was served). The sluice.dev
+//     ones give what an engine cannot be asked: a data-parallel size it does not report, a vLLM decode's
+//     KV connector, running window and KV role (kv_both, for local prefill).
 //
 // Workers from flags and the admin API are never touched: discovery only changes workers it registered
 // itself ([worker.SourceKubernetes]); if a pod's URL is already registered by another source the pod is

@@ -35,6 +35,11 @@ const (
 	KVEventsAnnotation = "sluice.dev/kv-events"
 )
 
+// KVRoleAnnotation declares a vLLM decode pod's KV connector role: kv_both lets local prefill send it
+// requests alone (worker.KVRoleBoth; vLLM does not report the role). The registry refuses it on an
+// SGLang engine, which cannot prefill on its own.
+const KVRoleAnnotation = "sluice.dev/kv-role"
+
 // defaultGrace bounds the drain of a pod whose termination grace period is unknown (the Kubernetes
 // default grace period).
 const defaultGrace = 30 * time.Second
@@ -69,6 +74,7 @@ type podView struct {
 	decodeWindow    int
 	kvConnector     string
 	kvEvents        string // the endpoint spec, its hosts resolved to the pod's IP
+	kvRole          string
 	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
 	model string
 	grace time.Duration
@@ -200,6 +206,13 @@ func (c classifier) view(pod *corev1.Pod) podView {
 			return v.gone("bad kv connector annotation")
 		}
 	}
+	if raw, ok := pod.Annotations[KVRoleAnnotation]; ok {
+		if r := strings.TrimSpace(raw); r != worker.KVRoleBoth || v.role != worker.RoleDecode {
+			v.refusal = fmt.Errorf("%w: %s=%q: want %s, on a decode pod", ErrBadAnnotation, KVRoleAnnotation, raw, worker.KVRoleBoth)
+			return v.gone("bad kv role annotation")
+		}
+		v.kvRole = worker.KVRoleBoth
+	}
 	v.model = c.modelOf(pod)
 
 	ready := false
@@ -262,6 +275,7 @@ func (v podView) spec() worker.Spec {
 	s := worker.Spec{
 		URL: v.url, Role: v.role, BootstrapPort: v.bootstrapPort, DPSize: v.dpSize, KVConnector: v.kvConnector,
 		DecodeWindow: v.decodeWindow, KVEvents: v.kvEvents,
+		KVRole: v.kvRole,
 		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
 	}
 	if v.model != "" {

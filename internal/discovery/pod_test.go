@@ -58,6 +58,12 @@ func TestClassify(t *testing.T) {
 		{name: "bad kv connector annotation", pod: mkPod("d", decodeLabels(""), "10.0.0.2", true, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{KVConnectorAnnotation: "p2p"}
 		}), state: stateGone, role: worker.RoleDecode, grace: defaultGrace, refusal: ErrBadAnnotation},
+		{name: "bad kv role annotation", pod: mkPod("d", decodeLabels(""), "10.0.0.2", true, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{KVRoleAnnotation: "kv_consumer"}
+		}), state: stateGone, role: worker.RoleDecode, grace: defaultGrace, refusal: ErrBadAnnotation},
+		{name: "kv role annotation on a prefill pod", pod: mkPod("p", prefillLabels(""), "10.0.0.1", true, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{KVRoleAnnotation: "kv_both"}
+		}), state: stateGone, role: worker.RolePrefill, grace: defaultGrace, refusal: ErrBadAnnotation},
 		{name: "regular mode", c: classifier{selector: map[string]string{"app": "vllm"}, port: 8000, modelFrom: config.ModelIDSource{Kind: config.ModelFromNamespace}},
 			pod: mkPod("r", map[string]string{"app": "vllm"}, "10.0.0.9", true), state: stateServe, role: worker.RoleRegular, url: "http://10.0.0.9:8000", model: "inference", grace: defaultGrace},
 	}
@@ -82,10 +88,10 @@ func TestClassify(t *testing.T) {
 	}
 	// What an engine cannot be asked comes from annotations into the spec.
 	v := pd.view(mkPod("d", decodeLabels("m"), "10.0.0.3", true, func(p *corev1.Pod) {
-		p.Annotations = map[string]string{DPSizeAnnotation: "4", KVConnectorAnnotation: "mooncake"}
+		p.Annotations = map[string]string{DPSizeAnnotation: "4", KVConnectorAnnotation: "mooncake", DecodeWindowAnnotation: "16", KVRoleAnnotation: " kv_both "}
 	}))
-	if s := v.spec(); s.DPSize != 4 || s.KVConnector != worker.KVConnectorMooncake {
-		t.Errorf("spec from annotations = dp %d connector %q", s.DPSize, s.KVConnector)
+	if s := v.spec(); s.DPSize != 4 || s.KVConnector != worker.KVConnectorMooncake || s.DecodeWindow != 16 || s.KVRole != worker.KVRoleBoth {
+		t.Errorf("spec from annotations = dp %d connector %q window %d kv role %q", s.DPSize, s.KVConnector, s.DecodeWindow, s.KVRole)
 	}
 }
 

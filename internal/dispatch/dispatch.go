@@ -74,6 +74,9 @@ const (
 const (
 	// ReasonLocalPrefill: the uncached prompt is below Config.LocalPrefillMaxTokens.
 	ReasonLocalPrefill = "local_prefill"
+	// ReasonLocalPrefillWait: with decode seats, the request would wait for a prefill slot while a
+	// kv_both decode worker has a seat.
+	ReasonLocalPrefillWait = "local_prefill_wait"
 	// ReasonNGreaterThanOne: each of the n samples would pull the one KV transfer.
 	ReasonNGreaterThanOne = "n_gt_1"
 	// ReasonBatch: a prompt batch would get the KV transfer of one prompt.

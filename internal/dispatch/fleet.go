@@ -86,7 +86,12 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		if spec.DPSize == 0 {
 			spec.DPSize = info.DPSize
 		}
-		if spec.Role == worker.RoleDecode && info.MaxRunningRequests > 0 {
+		switch {
+		case spec.Role != worker.RoleDecode:
+		case info.RankMaxRunningRequests > 0:
+			// Each rank's scheduler reports the window it enforces (also when the engine sized it itself).
+			spec.DecodeWindow = info.RankMaxRunningRequests
+		case info.MaxRunningRequests > 0:
 			// The engine's own window wins over a declared one: it is what its scheduler enforces.
 			spec.DecodeWindow = info.MaxRunningRequests / max(spec.DPSize, 1)
 		}

@@ -101,14 +101,22 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *body.Request, preq 
 		return x.decodeOnly(ctx, r, br, preq, handoffOf(ph))
 	}
 	ar := x.admissionRequest(r, br, preq)
-	if dw := x.localPrefill(ctx, preq, allowed, ar); dw != nil {
-		return x.single(ctx, r, br, dw, "decode")
+	// With decode seats, local prefill is chosen in admission's selection (it needs a seat).
+	if x.cfg.LocalPrefillMaxTokens <= 0 || !x.d.Admission.SeatsOn() {
+		if dw := x.localPrefill(ctx, preq, allowed, ar); dw != nil {
+			return x.single(ctx, r, br, dw, "decode")
+		}
 	}
-	slot, pw, dw, err := x.admitPrefill(ctx, preq, allowed, ar)
+	slot, pw, dw, local, err := x.admitPrefill(ctx, preq, allowed, ar)
 	if err != nil {
 		return nil, err
 	}
 	return holdSeat(ctx, slot.Seat(), func() (*Response, error) {
+		if slot.SeatOnly() {
+			slot.Release(admission.ReleaseCompleted) // holds no prefill slot: ends its span
+			x.noteLocal(ctx, local.reason, local.uncached)
+			return x.single(ctx, r, br, dw, "decode") // on the seat it was admitted with
+		}
 		if oneConsumer(br) && pw.Handoff().SingleConsumer() {
 			slot.Release(admission.ReleaseCompleted)
 			x.d.Metrics.IncPrefillSkipped(pw.Handoff().String(), skipReason(br))
@@ -162,9 +170,11 @@ func holdSeat(ctx context.Context, seat *admission.Seat, run func() (*Response, 
 // counts as at capacity.
 //
 // With decode seats on, the same selection also picks the decode worker (selectPair) and returns it:
-// the request then holds a seat on it, and the adapter uses it instead of picking one.
-func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) (*admission.Slot, *worker.Worker, *worker.Worker, error) {
+// the request then holds a seat on it, and the adapter uses it instead of picking one. It may also
+// choose local prefill (local.go: a seat-only grant, slot.SeatOnly()): the decode worker alone, and why.
+func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request) (*admission.Slot, *worker.Worker, *worker.Worker, localChoice, error) {
 	var chosen, chosenDecode *worker.Worker
+	var local localChoice
 	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
 		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
 		DecodeTokens: ar.DecodeTokens, Tenant: ar.Tenant,
@@ -194,7 +204,17 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 			return w.URL(), nil
 		},
 		SelectPair: func(hasSlot, hasSeat func(string) bool) (string, string, error) {
+			if lc, ok := x.localSeated(preq, allowed, ar, false, hasSeat); ok {
+				chosen, chosenDecode, local = nil, lc.dw, lc
+				return "", lc.dw.Key(), nil
+			}
 			pw, dw, err := x.selectPair(preq, allowed, hasSlot, hasSeat)
+			if errors.Is(err, admission.ErrNoCapacity) {
+				if lc, ok := x.localSeated(preq, allowed, ar, true, hasSeat); ok {
+					chosen, chosenDecode, local = nil, lc.dw, lc
+					return "", lc.dw.Key(), nil
+				}
+			}
 			if err != nil {
 				return "", "", err
 			}
@@ -203,12 +223,15 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 		},
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, localChoice{}, err
 	}
 	if slot.Seat() == nil {
 		chosenDecode = nil // prefill-only selection (seats off, or turned off while waiting)
 	}
-	return slot, chosen, chosenDecode, nil
+	if !slot.SeatOnly() {
+		local = localChoice{}
+	}
+	return slot, chosen, chosenDecode, local, nil
 }
 
 // errNoCompatibleDecode: routable decode workers exist, but none speaks an allowed handoff.

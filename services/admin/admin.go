@@ -125,6 +125,7 @@ func (s *Service) toProto(w *worker.Worker, inflight map[string]int) *adminv1.Wo
 		KvConnector:       spec.KVConnector,
 		DecodeWindow:      uint32(spec.DecodeWindow),
 		KvEvents:          spec.KVEvents,
+		KvRole:            spec.KVRole,
 	}
 }
 
@@ -239,7 +240,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	spec := worker.Spec{
 		URL: ws.GetUrl(), Role: role, Models: ws.GetModels(), BootstrapPort: int(ws.GetBootstrapPort()),
 		Labels: ws.GetLabels(), APIKey: ws.GetApiKey(), DPSize: int(ws.GetDpSize()), Source: worker.SourceAdmin,
-		KVConnector: ws.GetKvConnector(), DecodeWindow: int(ws.GetDecodeWindow()),
+		KVConnector: ws.GetKvConnector(), DecodeWindow: int(ws.GetDecodeWindow()), KVRole: ws.GetKvRole(),
 		KVEvents: ws.GetKvEvents(),
 	}
 	if ws.GetProtocol() != "" {
@@ -252,8 +253,8 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 	check := spec
 	if check.Protocol == "" { // detected below; validate the rest now
 		check.Protocol = worker.ProtocolSGLang
-		if check.KVConnector != "" {
-			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector
+		if check.KVConnector != "" || check.KVRole != "" {
+			check.Protocol = worker.ProtocolVLLM // only vLLM workers have a connector or a KV role
 		}
 	}
 	if spec.KVEvents != "" {

@@ -44,6 +44,7 @@ const (
 	srcNIXL      = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (request_finished)"
 	srcSMGvLLM   = "smg-project/smg model_gateway/src/routers/grpc/common/stages/request_execution.rs (n > 1 skips the KV relay)"
 	srcMooncake  = "vllm-project/vllm examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py"
+	srcKVBoth    = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (get_num_new_matched_tokens: remote KV only with do_remote_prefill); vllm/config/kv_transfer.py (kv_role kv_both: producer and consumer)"
 	srcDPRanks   = "sgl-project/sglang python/sglang/srt/managers/io_struct.py (routed_dp_rank, disagg_prefill_dp_rank); smg-project/smg model_gateway/src/routers/http/pd_router.rs (rank hints per leg, rooms aligned to the rank)"
 )
 
@@ -58,10 +59,11 @@ type row struct {
 	route    string
 	body     string // what the client sends
 	// engine behaviour
-	nullPort bool // the SGLang prefill reports no bootstrap port
-	omitKV   bool // the vLLM prefill returns no kv_transfer_params
-	dpSize   int  // the SGLang engines report this dp_size (data-parallel attention ranks)
-	mooncake bool // the vLLM prefill runs a Mooncake bootstrap server
+	nullPort bool     // the SGLang prefill reports no bootstrap port
+	omitKV   bool     // the vLLM prefill returns no kv_transfer_params
+	dpSize   int      // the SGLang engines report this dp_size (data-parallel attention ranks)
+	mooncake bool     // the vLLM prefill runs a Mooncake bootstrap server
+	args     []string // more gateway flags
 	// expectations
 	status  int
 	prefill []string
@@ -202,6 +204,13 @@ var rows = []row{
 		status:  200,
 		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,` + prefillK + `,"stream":false}`},
 		decode:  []string{`{` + chatMsgs + `,"max_tokens":64}`}},
+	// Local prefill: a short prompt goes to a kv_both NIXL decode alone, as the client sent it, with no
+	// kv_transfer_params, so the engine computes the prompt itself.
+	{name: "vllm local prefill on a kv_both decode: no kv_transfer_params", source: srcKVBoth, protocol: "vllm", route: "/v1/chat/completions",
+		args:   []string{"--pd-local-prefill-max-tokens", "64", "--decode-kv-role", "kv_both"},
+		body:   `{` + chatMsgs + `,"max_tokens":64}`,
+		status: 200,
+		decode: []string{`{` + chatMsgs + `,"max_tokens":64}`}},
 	{name: "vllm n=2 goes to decode alone", source: srcSMGvLLM, protocol: "vllm", route: "/v1/chat/completions",
 		body:   `{` + chatMsgs + `,"n":2}`,
 		status: 200,
@@ -272,6 +281,7 @@ func runRow(t *testing.T, tc row, listen, host string) {
 	if tc.mooncake {
 		args = append(args, "--kv-connector", "mooncake")
 	}
+	args = append(args, tc.args...)
 	gw := testenv.StartGateway(t, app.Options{}, args...)
 
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+tc.route, strings.NewReader(tc.body))

@@ -28,6 +28,10 @@ type recordingEngine struct {
 	mooncake      bool   // vLLM prefill: run a Mooncake bootstrap server (GET /query) on bootstrapPort
 	rooms         *rooms
 	auxPaths      map[string]bool // non-generation POST routes it serves (aux_test.go), recorded as legs
+	serverInfo    string          // SGLang: more server info members, e.g. `"max_running_requests":8`
+	metrics       string          // vLLM: its GET /metrics exposition (404 when empty)
+	held          chan struct{}   // when set, each generation leg sends here, then waits for release
+	release       chan struct{}   // closed to let held legs answer
 	srv           *httptest.Server
 
 	mu   sync.Mutex
@@ -93,7 +97,14 @@ func (e *recordingEngine) serve(w http.ResponseWriter, r *http.Request) {
 		if e.bootstrapPort > 0 {
 			port = fmt.Sprint(e.bootstrapPort)
 		}
-		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":`+fmt.Sprint(max(e.dpSize, 1))+`,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+`}`)
+		extra := ""
+		if e.serverInfo != "" {
+			extra = "," + e.serverInfo
+		}
+		writeJSON(w, 200, `{"model_path":"m","tp_size":1,"dp_size":`+fmt.Sprint(max(e.dpSize, 1))+`,"disaggregation_mode":"`+e.role+`","disaggregation_bootstrap_port":`+port+extra+`}`)
+	case r.Method == http.MethodGet && e.kind == "vllm" && r.URL.Path == "/metrics" && e.metrics != "":
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = io.WriteString(w, e.metrics)
 	case r.Method == http.MethodGet && e.kind == "vllm" && r.URL.Path == "/version":
 		writeJSON(w, 200, `{"version":"0.11.0"}`)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions" || r.URL.Path == "/generate"):
@@ -117,6 +128,18 @@ func (e *recordingEngine) generate(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.legs = append(e.legs, recordedLeg{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
 	e.mu.Unlock()
+	if e.held != nil {
+		select {
+		case e.held <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case <-e.release:
+		case <-r.Context().Done():
+			return
+		}
+	}
 
 	if e.kind == "sglang" {
 		for _, room := range roomsOf(body["bootstrap_room"]) {

@@ -55,7 +55,11 @@ type WorkerSpec struct {
 	// KV-cache events endpoint of the engine, which kv_aware routes by:
 	// tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N] (its ZeroMQ PUB socket as the gateway
 	// reaches it; replay: its replay ROUTER; dp: its data-parallel ranks, on the ports + rank). Empty for none.
-	KvEvents      string `protobuf:"bytes,16,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
+	KvEvents string `protobuf:"bytes,16,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
+	// Declared KV connector role of a vLLM decode worker: "kv_both" (the engine also prefills alone, for
+	// --pd-local-prefill-max-tokens) or empty (--decode-kv-role applies to flag-given workers only).
+	// vLLM does not report it; refused for other engines.
+	KvRole        string `protobuf:"bytes,15,opt,name=kv_role,json=kvRole,proto3" json:"kv_role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +171,13 @@ func (x *WorkerSpec) GetKvEvents() string {
 	return ""
 }
 
+func (x *WorkerSpec) GetKvRole() string {
+	if x != nil {
+		return x.KvRole
+	}
+	return ""
+}
+
 // Worker is a registered worker and its state.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -207,6 +218,8 @@ type Worker struct {
 	// Running window per data-parallel rank of a decode worker: reported by the engine (SGLang's
 	// max_running_requests / dp_size) or declared; 0 = unknown.
 	DecodeWindow uint32 `protobuf:"varint,17,opt,name=decode_window,json=decodeWindow,proto3" json:"decode_window,omitempty"`
+	// Declared KV connector role of a vLLM decode worker: "kv_both" or empty.
+	KvRole string `protobuf:"bytes,19,opt,name=kv_role,json=kvRole,proto3" json:"kv_role,omitempty"`
 	// Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
 	// service discovery: RemoveWorker and DrainWorker refuse it (FailedPrecondition, HTTP 409).
 	Source string `protobuf:"bytes,20,opt,name=source,proto3" json:"source,omitempty"`
@@ -367,6 +380,13 @@ func (x *Worker) GetDecodeWindow() uint32 {
 		return x.DecodeWindow
 	}
 	return 0
+}
+
+func (x *Worker) GetKvRole() string {
+	if x != nil {
+		return x.KvRole
+	}
+	return ""
 }
 
 func (x *Worker) GetSource() string {
@@ -3446,7 +3466,7 @@ var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa0\x03\n" +
+	"\x1bsluice/admin/v1/admin.proto\x12\x0fsluice.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\xb9\x03\n" +
 	"\n" +
 	"WorkerSpec\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
@@ -3460,10 +3480,11 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\fkv_connector\x18\t \x01(\tR\vkvConnector\x12#\n" +
 	"\rdecode_window\x18\n" +
 	" \x01(\rR\fdecodeWindow\x12\x1b\n" +
-	"\tkv_events\x18\x10 \x01(\tR\bkvEvents\x1a9\n" +
+	"\tkv_events\x18\x10 \x01(\tR\bkvEvents\x12\x17\n" +
+	"\akv_role\x18\x0f \x01(\tR\x06kvRole\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x05\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
@@ -3482,7 +3503,8 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\adp_size\x18\x0e \x01(\rR\x06dpSize\x12/\n" +
 	"\x05ranks\x18\x0f \x03(\v2\x19.sluice.admin.v1.RankLoadR\x05ranks\x12!\n" +
 	"\fkv_connector\x18\x10 \x01(\tR\vkvConnector\x12#\n" +
-	"\rdecode_window\x18\x11 \x01(\rR\fdecodeWindow\x12\x16\n" +
+	"\rdecode_window\x18\x11 \x01(\rR\fdecodeWindow\x12\x17\n" +
+	"\akv_role\x18\x13 \x01(\tR\x06kvRole\x12\x16\n" +
 	"\x06source\x18\x14 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x15 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\x16 \x01(\tR\x03pod\x12\x1b\n" +

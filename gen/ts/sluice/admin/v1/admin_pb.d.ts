@@ -102,6 +102,15 @@ export declare type WorkerSpec = Message<"sluice.admin.v1.WorkerSpec"> & {
    * @generated from field: string kv_events = 16;
    */
   kvEvents: string;
+
+  /**
+   * Declared KV connector role of a vLLM decode worker: "kv_both" (the engine also prefills alone, for
+   * --pd-local-prefill-max-tokens) or empty (--decode-kv-role applies to flag-given workers only).
+   * vLLM does not report it; refused for other engines.
+   *
+   * @generated from field: string kv_role = 15;
+   */
+  kvRole: string;
 };
 
 /**
@@ -237,6 +246,13 @@ export declare type Worker = Message<"sluice.admin.v1.Worker"> & {
    * @generated from field: uint32 decode_window = 17;
    */
   decodeWindow: number;
+
+  /**
+   * Declared KV connector role of a vLLM decode worker: "kv_both" or empty.
+   *
+   * @generated from field: string kv_role = 19;
+   */
+  kvRole: string;
 
   /**
    * Who registered the worker: "flag", "admin" or "kubernetes". A "kubernetes" worker belongs to
