@@ -48,6 +48,7 @@ type controlPlane struct {
 	etcdURL string
 	caPEM   []byte
 
+	etcdArgs        []string
 	etcd, apiserver *process
 	Admin           kubernetes.Interface
 	URL             string
@@ -65,12 +66,12 @@ func startControlPlane(t *testing.T, opts planeOptions) *controlPlane {
 	cp.writeCredentials()
 
 	peer := "http://127.0.0.1:" + strconv.Itoa(ports[2])
-	cp.etcd = startProcess(t, "etcd", bins.etcd,
-		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+cp.etcdURL, "--advertise-client-urls="+cp.etcdURL,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=default="+peer,
-		"--log-level=warn", "--unsafe-no-fsync")
-	t.Cleanup(cp.etcd.stop)
+	cp.etcdArgs = []string{"--name=default", "--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + cp.etcdURL, "--advertise-client-urls=" + cp.etcdURL,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer, "--initial-cluster=default=" + peer,
+		"--log-level=warn", "--unsafe-no-fsync"}
+	cp.etcd = startProcess(t, "etcd", bins.etcd, cp.etcdArgs...)
+	t.Cleanup(func() { cp.etcd.stop() })
 	cp.startAPIServer()
 	t.Cleanup(func() { cp.apiserver.stop() })
 
@@ -165,6 +166,14 @@ func (cp *controlPlane) startAPIServer() {
 func (cp *controlPlane) restartAPIServer() {
 	cp.apiserver.stop()
 	cp.startAPIServer()
+	cp.waitReady()
+}
+
+// restartEtcd stops etcd by its PID and starts it again on its data: the API server's etcd watches
+// reconnect and resume from their last revision.
+func (cp *controlPlane) restartEtcd() {
+	cp.etcd.stop()
+	cp.etcd = startProcess(cp.t, "etcd", bins.etcd, cp.etcdArgs...)
 	cp.waitReady()
 }
 

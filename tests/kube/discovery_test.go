@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/tests/testenv"
@@ -141,7 +144,9 @@ func chat(t *testing.T, g *gateway) string {
 // readiness, drain on deletion; then the API server restarts after enough writes that the gateway's watch
 // resumes from an expired resourceVersion (410), and discovery follows pods changed after that.
 func TestDiscoveryWithChartRBAC(t *testing.T) {
-	cp := startControlPlane(t, planeOptions{})
+	// Watches straight from etcd (no watch cache, so no bookmarks move a watcher's resourceVersion on) and
+	// a compaction every second: a watch resumed from before a compaction gets 410, deterministically.
+	cp := startControlPlane(t, planeOptions{apiserverArgs: []string{"--watch-cache=false", "--etcd-compaction-interval=1s"}})
 	const ns = "inference" // the example values watch this namespace
 	cp.createNamespace(ns)
 	createKeys(t, cp, ns)
@@ -186,21 +191,58 @@ func TestDiscoveryWithChartRBAC(t *testing.T) {
 	chat(t, g)
 
 	// Watch expiry and restart: the pod watch's resourceVersion falls behind while other objects are
-	// written, and the restarted API server's watch cache starts past it, so the resumed watch gets 410
-	// and the informer lists again.
+	// written, etcd compacts past it, and the watch the gateway resumes after the restart gets 410, so
+	// the informer lists again.
+	pods, err := cp.Admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := pods.ResourceVersion // not older than what the gateway's watch has seen
 	for i := range 20 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", i)}}
 		if _, err := cp.Admin.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	eventually(t, time.Minute, "etcd compacted past the pod watch's resourceVersion", func() error {
+		return expired(cp, ns, behind)
+	})
+	// etcd restarts: the API server's watch for the gateway resumes at its compacted revision and
+	// ends in 410, which the gateway (at debug) logs before it lists again. An API server restart would
+	// not do: its first answers after the restart can be RBAC refusals while its caches fill, and the
+	// reflector lists again after those without ever resuming the old watch.
+	cp.restartEtcd()
+	const gone = "The resourceVersion for the provided watch is too old"
+	eventually(t, time.Minute, "the gateway's pod watch expired (410)", func() error {
+		if !strings.Contains(g.proc.output(), gone) {
+			return errors.New("no 410 in the gateway's log")
+		}
+		return nil
+	})
 	cp.restartAPIServer()
 	k.run(enginePod("prefill-2", "prefill"), p2, true)
 	k.terminate("prefill-1")
 	waitWorkers(t, g, "discovery follows pods after the restart", map[string]string{eurl(p0): "ready", eurl(p2): "ready", eurl(d1): "ready"})
 	k.finish("prefill-1")
-	if !strings.Contains(g.proc.output(), "too old resource version") {
-		t.Errorf("the gateway's watch never expired (no 410 \"too old resource version\" in its log); the test did not exercise a re-list")
-	}
 	chat(t, g)
+}
+
+// expired is nil once a pod watch from resourceVersion rv is refused with 410 Gone (its history compacted).
+func expired(cp *controlPlane, ns, rv string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w, err := cp.Admin.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if st, ok := ev.Object.(*metav1.Status); ev.Type == watch.Error && ok && st.Code == http.StatusGone {
+			return nil
+		}
+	}
+	return fmt.Errorf("a watch from resourceVersion %s still runs", rv)
 }
