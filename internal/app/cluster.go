@@ -18,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/kubeaccess"
 	"github.com/sluicegw/sluice/internal/server"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -57,6 +58,11 @@ func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http
 			var err error
 			if kube, err = kubeClient(); err != nil {
 				return fmt.Errorf("cluster admission: %w", err)
+			}
+			perms := append(kubeaccess.Verbs("coordination.k8s.io", "leases", ccfg.Namespace, "get", "create", "update"),
+				kubeaccess.Verbs("discovery.k8s.io", "endpointslices", ccfg.Namespace, "list", "watch")...)
+			if err := a.checkKubeAccess(kube, "cluster admission", perms); err != nil {
+				return err
 			}
 		}
 	}

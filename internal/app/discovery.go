@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/discovery"
+	"github.com/sluicegw/sluice/internal/kubeaccess"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -23,6 +26,11 @@ func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface) e
 		var err error
 		if client, err = kubeClient(); err != nil {
 			return fmt.Errorf("service discovery: %w", err)
+		}
+		// Only real credentials are checked: a test's fake clientset answers no access reviews.
+		if err := a.checkKubeAccess(client, "service discovery",
+			kubeaccess.Verbs("", "pods", cfg.Discovery.Namespace, "list", "watch")); err != nil {
+			return err
 		}
 	}
 	// a.detector (engine detection) and a.checker are built later in New; both are read only when a
@@ -82,4 +90,18 @@ func kubeClient() (kubernetes.Interface, error) {
 	}
 	rc.UserAgent = "sluice/" + Version
 	return kubernetes.NewForConfig(rc)
+}
+
+// checkKubeAccess fails startup when RBAC denies a permission the feature needs, naming it; when the API
+// server cannot be asked it only warns, since the informers retry and an unreachable API server is not a
+// reason to refuse to serve.
+func (a *App) checkKubeAccess(client kubernetes.Interface, usedFor string, perms []kubeaccess.Permission) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := kubeaccess.Check(ctx, client, usedFor, perms)
+	if errors.Is(err, kubeaccess.ErrUnchecked) {
+		a.logger.Warn("kubernetes permissions not checked", "error", err)
+		return nil
+	}
+	return err
 }
