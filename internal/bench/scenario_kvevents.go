@@ -1,0 +1,418 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// The kv-events scenario of issue #24: does routing by the engines' own KV-cache events keep a fleet of
+// gateway replicas as cache-efficient as one gateway? 4 simulated vLLM engines with small prefix
+// caches publish their events; multi-turn conversations are spread over the replicas turn by turn
+// (round robin), so each replica's own cache_aware tree sees only a third of every conversation.
+//
+// Prompts: the simulator tokenizes text its own byte-based way (a word chunk of up to 4 bytes is one
+// id, sim/tokenizer.go), which no gateway tokenizer reproduces. So every conversation is text of
+// 4-letter lowercase words, and kv_aware runs send the same prompt as the ids the simulator makes of
+// it (a completions token array, which the gateway routes by as given): the engines cache exactly the
+// same tokens whatever the policy, cache_aware and round_robin get the text their tree matches on.
+
+const (
+	kvEngines     = 4
+	kvReplicas    = 3
+	kvBlockSize   = 16
+	kvCacheTokens = 8192 // per engine: the conversations' working set fits the 4 caches, not one
+	kvConvs       = 12   // concurrent conversations (one closed loop each)
+	kvTurns       = 6    // turns per conversation, then a new one starts
+	kvFirstTokens = 768  // first turn's prompt
+	kvTurnTokens  = 160  // each further turn adds this much (the reply and the next question)
+	kvMaxTokens   = 4
+	kvModel       = "sim-model"
+)
+
+// kvVariant is one way of routing: the gateway policy, how many replicas, and whether an engine is
+// restarted halfway through the load.
+type kvVariant struct {
+	key, name string
+	policy    string
+	replicas  int
+	restart   bool
+}
+
+// ScenarioKVEvents runs the kv-events scenario (see the constants above).
+func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
+	s := newScenarioRun("kv-events", o)
+	dur, warm := 20*time.Second, 2*time.Second
+	if o.Short {
+		dur, warm = 3*time.Second, 500*time.Millisecond
+	}
+	eng := sim.DefaultConfig()
+	variants := []kvVariant{
+		{"kv-aware-1", "kv_aware, 1 replica", "kv_aware", 1, false},
+		{"kv-aware-3", "kv_aware, 3 replicas", "kv_aware", kvReplicas, false},
+		{"cache-aware-1", "cache_aware, 1 replica", "cache_aware", 1, false},
+		{"cache-aware-3", "cache_aware, 3 replicas", "cache_aware", kvReplicas, false},
+		{"round-robin-3", "round_robin, 3 replicas", "round_robin", kvReplicas, false},
+		{"kv-aware-3-restart", "kv_aware, 3 replicas, an engine restarted halfway", "kv_aware", kvReplicas, true},
+	}
+	s.note("%d simulated vLLM engines (prefill %.0f tokens/s, block size %d, prefix cache %d tokens each) publishing KV-cache events (ZeroMQ PUB + replay ROUTER); %d concurrent conversations of %d turns (first prompt %d tokens, +%d per turn, max_tokens %d, streaming completions), turn t of conversation c sent to replica (c+t) mod replicas; %s per variant after %s warmup, fresh engines and gateways per variant",
+		kvEngines, eng.PrefillTokensPerSec, kvBlockSize, kvCacheTokens, kvConvs, kvTurns, kvFirstTokens, kvTurnTokens, kvMaxTokens, dur, warm)
+	s.res.Table = [][]string{{"variant", "prefix-cache hit rate", "vs cache_aware 3 replicas", "vs same policy 1 replica", "TTFT p50 ms", "TTFT p99 ms", "requests", "failed", "req/s"}}
+	hits := map[string]float64{}
+	var plots []*Result
+	for _, v := range variants {
+		out, err := s.kvEventsVariant(ctx, v, dur, warm)
+		if err != nil {
+			return s.res, fmt.Errorf("%s: %w", v.key, err)
+		}
+		hits[v.key] = out.hitRate
+		plots = append(plots, out.res)
+		sum := out.res.Summary
+		s.res.Measurements[v.key+"_hit_rate"] = round3(out.hitRate)
+		s.res.Measurements[v.key+"_ttft_p50_ms"] = sum.TTFT.P50
+		s.res.Table = append(s.res.Table, []string{v.name, fpct(out.hitRate), "", "", fms(sum.TTFT.P50), fms(sum.TTFT.P99),
+			strconv.Itoa(sum.Sent), strconv.Itoa(sum.Failed), fmt.Sprintf("%.2f", sum.RequestsPerSec)})
+		if out.recovery != nil {
+			r := out.recovery
+			s.res.Measurements["restart_recovery_ms"] = r.recoveryMS
+			s.res.Measurements["restart_first_request_ms"] = r.firstRequestMS
+			s.res.Measurements["event_round_trip_ms_p50"] = r.roundTripP50
+			s.res.Measurements["event_round_trip_ms_max"] = r.roundTripMax
+			s.section("Engine restart (kv_aware, 3 replicas): times from the restarted engine listening again", [][]string{
+				{"first request served by it", "stale blocks gone from every replica's index", "after its first request", "event round trip p50 / max (warmup probes)", "within one round trip"},
+				{fms(r.firstRequestMS), fms(r.recoveryMS), fms(r.recoveryMS - r.firstRequestMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
+					strconv.FormatBool(r.recoveryMS-r.firstRequestMS <= r.roundTripMax)},
+			})
+		}
+	}
+	ref := hits["cache-aware-3"]
+	for i, v := range variants {
+		row := s.res.Table[i+1]
+		row[2] = fmt.Sprintf("%.2fx", hits[v.key]/max(ref, 1e-9))
+		if one, ok := hits[strings.Replace(v.key, "-3", "-1", 1)]; ok && v.replicas > 1 && !v.restart {
+			row[3] = fmt.Sprintf("%.2fx", hits[v.key]/max(one, 1e-9))
+		}
+	}
+	s.res.Measurements["kv_aware_3_vs_cache_aware_3"] = round3(hits["kv-aware-3"] / max(ref, 1e-9))
+	s.res.Measurements["kv_aware_3_vs_kv_aware_1"] = round3(hits["kv-aware-3"] / max(hits["kv-aware-1"], 1e-9))
+	s.plot("kv-events-ttft.svg", plots)
+	s.note("hit rate = the engines' own prefix_cache_hit_tokens / prompt_tokens (/sim/stats) over the measured window, summed over the 4 engines (the restarted engine's counters before and after); the ids the kv_aware runs send are the ones the simulator makes of the text the other runs send, so every policy offers the engines the same tokens")
+	s.note("restart: the engine's process is closed and a new one with an empty cache listens on the same HTTP and event ports; recovery = until no replica's index holds more blocks of that engine than the engine itself; the event round trip is measured in the warmup: a one-block request pinned to an engine, from its response until every replica's index has the block (sluice_kv_index_blocks on /metrics, polled every 2 ms)")
+	return s.res, nil
+}
+
+type kvOutcome struct {
+	res      *Result
+	hitRate  float64
+	recovery *kvRecovery
+}
+
+type kvRecovery struct {
+	firstRequestMS, recoveryMS float64
+	roundTripP50, roundTripMax float64
+}
+
+// kvEngineConfig is every engine's configuration; ports 0 pick free ones.
+func kvEngineConfig(port, pub, replay int) sim.Config {
+	return sim.Config{Protocol: sim.ProtocolVLLM, Mode: sim.ModeRealistic, Port: port, BlockSize: kvBlockSize,
+		PrefixCacheTokens: kvCacheTokens, KVEvents: sim.KVEventsConfig{Enabled: true, Port: pub, ReplayPort: replay}}
+}
+
+// kvEventsVariant runs one variant on fresh engines and gateways.
+func (s *scenarioRun) kvEventsVariant(ctx context.Context, v kvVariant, dur, warm time.Duration) (out kvOutcome, err error) {
+	engines := make([]*sim.Engine, kvEngines)
+	defer func() {
+		for _, e := range engines {
+			if e != nil {
+				err = errors.Join(err, e.Close())
+			}
+		}
+	}()
+	for i := range engines {
+		e, err := startKVEngine(ctx, kvEngineConfig(0, 0, 0), s)
+		if err != nil {
+			return out, err
+		}
+		engines[i] = e
+	}
+	flags := []string{"--policy", v.policy, "--disable-retries"}
+	for _, e := range engines {
+		flags = append(flags, "--worker-urls", e.URL())
+	}
+	if v.policy == "kv_aware" {
+		for _, e := range engines {
+			ep := e.KVEventsEndpoints()[0]
+			flags = append(flags, "--kv-events-endpoint", e.URL()+"="+ep.Publisher+"?replay="+ep.Replay)
+		}
+	}
+	var gws []*gateway
+	// The gateways go before the engines (deferred last, runs first): an engine closing under a live
+	// subscriber starts the ZeroMQ library's redial.
+	defer func() {
+		for _, g := range gws {
+			err = errors.Join(err, g.close())
+		}
+	}()
+	for range v.replicas {
+		g, err := startGatewayInProcess(ctx, flags, s.o.Logger)
+		if err != nil {
+			return out, err
+		}
+		gws = append(gws, g)
+	}
+	hc := &http.Client{Transport: NewTransport(4 * kvConvs)}
+	defer hc.CloseIdleConnections()
+	var roundTrips []float64
+	if v.policy == "kv_aware" {
+		if roundTrips, err = kvWarmSubscribers(ctx, hc, gws, engines); err != nil {
+			return out, err
+		}
+	}
+
+	load := &kvLoad{hc: hc, gws: gws, ids: v.policy == "kv_aware", seed: 24}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	loadDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(loadDone)
+		load.run(runCtx, start.Add(warm+dur))
+	}()
+	if err := sleepCtx(ctx, warm); err != nil {
+		return out, err
+	}
+	measureFrom := time.Now()
+	for _, e := range engines {
+		e.ResetStats()
+	}
+	load.measure(measureFrom)
+	var before sim.Stats // the restarted engine's counters before it went
+	if v.restart {
+		if err := sleepCtx(ctx, dur/2); err != nil {
+			return out, err
+		}
+		rec, st, err := s.kvRestart(ctx, hc, gws, engines, 0)
+		if err != nil {
+			return out, err
+		}
+		before = st
+		rec.roundTripP50, rec.roundTripMax = percentile(roundTrips, 0.5), percentile(roundTrips, 1)
+		out.recovery = rec
+	}
+	<-loadDone
+	window := time.Since(measureFrom)
+	hit, prompt := before.PrefixCacheHitTokens, before.PromptTokens
+	for _, e := range engines {
+		st := e.Stats()
+		hit += st.PrefixCacheHitTokens
+		prompt += st.PromptTokens
+	}
+	out.hitRate = float64(hit) / max(float64(prompt), 1)
+	recs := load.records()
+	res := &Result{Label: v.key, StartedAt: measureFrom, Params: Config{Model: kvModel, Concurrency: kvConvs, Duration: dur, Warmup: warm, Stream: true, Seed: load.seed},
+		Summary: Summarize(recs, 0, window, 0), Records: recs, TotalSent: load.sent.Load()}
+	out.res = res
+	return out, s.record(v.key, res, map[string]any{"policy": v.policy, "replicas": v.replicas, "restart": v.restart,
+		"hit_rate": round3(out.hitRate), "prompt_tokens": prompt, "cached_tokens": hit})
+}
+
+func startKVEngine(ctx context.Context, cfg sim.Config, s *scenarioRun) (*sim.Engine, error) {
+	e, err := sim.New(cfg, s.o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Start(ctx); err != nil {
+		_ = e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// kvRestart closes engine i and starts a new one on its ports, then measures how long until its first
+// request is served and until no replica's index holds stale blocks of it. It returns the closed
+// engine's counters.
+func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gateway, engines []*sim.Engine, i int) (*kvRecovery, sim.Stats, error) {
+	old := engines[i]
+	st := old.Stats()
+	ep := old.KVEventsEndpoints()[0]
+	pub, err1 := endpointPort(ep.Publisher)
+	rep, err2 := endpointPort(ep.Replay)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, st, err
+	}
+	port, url := old.Port(), old.URL()
+	engines[i] = nil
+	if err := old.Close(); err != nil {
+		return nil, st, err
+	}
+	e, err := startKVEngine(ctx, kvEngineConfig(port, pub, rep), s)
+	if err != nil {
+		return nil, st, fmt.Errorf("restart: %w", err)
+	}
+	engines[i] = e
+	t0 := time.Now()
+	rec := &kvRecovery{firstRequestMS: -1}
+	deadline := t0.Add(30 * time.Second)
+	for {
+		if rec.firstRequestMS < 0 && e.Stats().Completed > 0 {
+			rec.firstRequestMS = ms(time.Since(t0))
+		}
+		// Blocks the engine holds now, read before the indexes so that a block stored in between
+		// does not count as stale.
+		held := e.Stats().PrefixCacheUsed / kvBlockSize
+		stale := false
+		for _, g := range gws {
+			n, err := indexedBlocks(ctx, hc, g.url, url)
+			if err != nil {
+				return nil, st, err
+			}
+			if int64(n) > held {
+				stale = true
+			}
+		}
+		if !stale && rec.firstRequestMS >= 0 {
+			rec.recoveryMS = ms(time.Since(t0))
+			s.note("restart of %s: first request served after %.1f ms, stale index gone on all %d replicas after %.1f ms", url, rec.firstRequestMS, len(gws), rec.recoveryMS)
+			return rec, st, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, st, fmt.Errorf("restart of %s: the replicas' index still stale after 30s", url)
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return nil, st, err
+		}
+	}
+}
+
+// kvWarmSubscribers waits until every replica indexes every engine's events (ZeroMQ PUB drops what it
+// sends before a subscriber has joined): a one-block prompt pinned to each engine in turn, until
+// every replica's index has it. The probes' round trips are returned (ms).
+func kvWarmSubscribers(ctx context.Context, hc *http.Client, gws []*gateway, engines []*sim.Engine) ([]float64, error) {
+	cands := gws[0].app.Registry.Snapshot().Candidates(worker.RoleRegular, kvModel)
+	if len(cands) != len(engines) {
+		return nil, fmt.Errorf("%d candidates, want %d", len(cands), len(engines))
+	}
+	var trips []float64
+	probe := uint32(1)
+	for idx, w := range cands {
+		for ok, tries := false, 0; !ok; tries++ {
+			if tries > 200 {
+				return nil, fmt.Errorf("no replica indexed the events of %s", w.URL())
+			}
+			before := make([]float64, len(gws))
+			for j, g := range gws {
+				n, err := indexedBlocks(ctx, hc, g.url, w.URL())
+				if err != nil {
+					return nil, err
+				}
+				before[j] = n
+			}
+			ids := make([]uint32, kvBlockSize)
+			for k := range ids {
+				ids[k] = 1<<31 + probe<<8 + uint32(k) // never a word of the load's text
+			}
+			probe++
+			rec := Record{}
+			body, _ := json.Marshal(map[string]any{"model": kvModel, "prompt": ids, "max_tokens": 1})
+			newRequester(hc, gws[0].url, EndpointCompletions, "", false).do(ctx, body, map[string]string{dispatch.HeaderTargetWorker: strconv.Itoa(idx)}, &rec)
+			if !rec.OK() {
+				return nil, fmt.Errorf("warm-up probe to %s: %d %s %s", w.URL(), rec.Status, rec.Code, rec.Error)
+			}
+			t0 := time.Now()
+			for deadline := t0.Add(300 * time.Millisecond); time.Now().Before(deadline); {
+				all := true
+				for j, g := range gws {
+					n, err := indexedBlocks(ctx, hc, g.url, w.URL())
+					if err != nil {
+						return nil, err
+					}
+					all = all && n > before[j]
+				}
+				if all {
+					ok = true
+					trips = append(trips, ms(time.Since(t0)))
+					break
+				}
+				if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return trips, nil
+}
+
+// indexedBlocks reads sluice_kv_index_blocks of one worker (all ranks and media) from a gateway's
+// /metrics.
+func indexedBlocks(ctx context.Context, hc *http.Client, gwURL, workerURL string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, gwURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s/metrics: %s", gwURL, resp.Status)
+	}
+	return sumMetric(bufio.NewScanner(resp.Body), "sluice_kv_index_blocks", `worker="`+workerURL+`"`)
+}
+
+// sumMetric sums the samples of metric whose labels contain label, from Prometheus text exposition.
+func sumMetric(sc *bufio.Scanner, metric, label string) (float64, error) {
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	total := 0.0
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") || !strings.Contains(line, label) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", metric, err)
+		}
+		total += v
+	}
+	return total, sc.Err()
+}
+
+func endpointPort(ep string) (int, error) {
+	i := strings.LastIndexByte(ep, ':')
+	if i < 0 {
+		return 0, fmt.Errorf("endpoint %q: no port", ep)
+	}
+	return strconv.Atoi(ep[i+1:])
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// percentile is the q-quantile of vs (Percentile), 0 when empty.
+func percentile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	return round3(Percentile(slices.Sorted(slices.Values(vs)), q))
+}
