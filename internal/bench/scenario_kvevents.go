@@ -87,12 +87,13 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 			r := out.recovery
 			s.res.Measurements["restart_recovery_ms"] = r.recoveryMS
 			s.res.Measurements["restart_first_request_ms"] = r.firstRequestMS
+			s.res.Measurements["restart_after_last_probe_ms"] = r.afterProbeMS
 			s.res.Measurements["event_round_trip_ms_p50"] = r.roundTripP50
 			s.res.Measurements["event_round_trip_ms_max"] = r.roundTripMax
 			s.section("Engine restart (kv_aware, 3 replicas): times from the restarted engine listening again", [][]string{
-				{"first request served by it", "stale blocks gone from every replica's index", "after its first request", "event round trip p50 / max (warmup probes)", "within one round trip"},
-				{fms(r.firstRequestMS), fms(r.recoveryMS), fms(r.recoveryMS - r.firstRequestMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
-					strconv.FormatBool(r.recoveryMS-r.firstRequestMS <= r.roundTripMax)},
+				{"stale blocks gone from every replica's index", "direct probes sent", "after that probe's response", "event round trip p50 / max (warmup probes)", "within one round trip of it", "first load request served by it"},
+				{fms(r.recoveryMS), strconv.FormatInt(r.probes, 10), fms(r.afterProbeMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
+					strconv.FormatBool(r.afterProbeMS <= r.roundTripMax), fms(r.firstRequestMS)},
 			})
 		}
 	}
@@ -108,7 +109,7 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	s.res.Measurements["kv_aware_3_vs_kv_aware_1"] = round3(hits["kv-aware-3"] / max(hits["kv-aware-1"], 1e-9))
 	s.plot("kv-events-ttft.svg", plots)
 	s.note("hit rate = the engines' own prefix_cache_hit_tokens / prompt_tokens (/sim/stats) over the measured window, summed over the 4 engines (the restarted engine's counters before and after); the ids the kv_aware runs send are the ones the simulator makes of the text the other runs send, so every policy offers the engines the same tokens")
-	s.note("restart: the engine's process is closed and a new one with an empty cache listens on the same HTTP and event ports; recovery = until no replica's index holds more blocks of that engine than the engine itself; the event round trip is measured in the warmup: a one-block request pinned to an engine, from its response until every replica's index has the block (sluice_kv_index_blocks on /metrics, polled every 2 ms)")
+	s.note("restart: the engine's process is closed and a new one with an empty cache listens on the same HTTP and event ports; recovery = until no replica's index holds more blocks of that engine than the engine itself, while one-block probes go to the engine directly, each waited for 25 ms, until then (a stale index is noticed on the new engine's next batch; the subscriber's SUB socket redials a lost publisher every 500 ms, kvevents' RetryInterval default); first load request = the first the gateways sent the new engine (they keep it out for a while after the failures of the restart); the event round trip is measured in the warmup: a one-block request pinned to an engine, from its response until every replica's index has the block (sluice_kv_index_blocks on /metrics, polled every 2 ms)")
 	return s.res, nil
 }
 
@@ -118,9 +119,12 @@ type kvOutcome struct {
 	recovery *kvRecovery
 }
 
+// kvRecovery is what the restart measured, in ms from the new engine listening (afterProbeMS: from
+// the response of the direct probe after which the index was right).
 type kvRecovery struct {
-	firstRequestMS, recoveryMS float64
-	roundTripP50, roundTripMax float64
+	firstRequestMS, recoveryMS, afterProbeMS float64
+	probes                                   int64
+	roundTripP50, roundTripMax               float64
 }
 
 // kvEngineConfig is every engine's configuration; ports 0 pick free ones.
@@ -239,9 +243,10 @@ func startKVEngine(ctx context.Context, cfg sim.Config, s *scenarioRun) (*sim.En
 	return e, nil
 }
 
-// kvRestart closes engine i and starts a new one on its ports, then measures how long until its first
-// request is served and until no replica's index holds stale blocks of it. It returns the closed
-// engine's counters.
+// kvRestart closes engine i and starts a new one on its ports, then measures how long until no
+// replica's index holds stale blocks of it, and until the gateways send it load again. A stale index
+// is only noticed on the new engine's next batch, so one-block probes go to the engine directly (not
+// through a gateway), each waited for kvProbeWait, until then. It returns the closed engine's counters.
 func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gateway, engines []*sim.Engine, i int) (*kvRecovery, sim.Stats, error) {
 	old := engines[i]
 	st := old.Stats()
@@ -262,37 +267,72 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 	}
 	engines[i] = e
 	t0 := time.Now()
-	rec := &kvRecovery{firstRequestMS: -1}
-	deadline := t0.Add(30 * time.Second)
-	for {
-		if rec.firstRequestMS < 0 && e.Stats().Completed > 0 {
-			rec.firstRequestMS = ms(time.Since(t0))
-		}
+	rec := &kvRecovery{firstRequestMS: -1, recoveryMS: -1}
+	direct := newRequester(hc, url, EndpointCompletions, "", false)
+	// stale reports whether a replica's index holds more blocks of the engine than it has.
+	stale := func() (bool, error) {
 		// Blocks the engine holds now, read before the indexes so that a block stored in between
 		// does not count as stale.
 		held := e.Stats().PrefixCacheUsed / kvBlockSize
-		stale := false
 		for _, g := range gws {
 			n, err := indexedBlocks(ctx, hc, g.url, url)
+			if err != nil || int64(n) > held {
+				return true, err
+			}
+		}
+		return false, nil
+	}
+	deadline := t0.Add(30 * time.Second)
+	for rec.recoveryMS < 0 {
+		if time.Now().After(deadline) {
+			return nil, st, fmt.Errorf("restart of %s: index still stale after 30s", url)
+		}
+		var r Record
+		direct.do(ctx, kvProbeBody(uint32(1000+rec.probes)), nil, &r)
+		if !r.OK() {
+			return nil, st, fmt.Errorf("restart probe: %d %s %s", r.Status, r.Code, r.Error)
+		}
+		rec.probes++
+		sent := time.Now()
+		for time.Since(sent) < kvProbeWait {
+			bad, err := stale()
 			if err != nil {
 				return nil, st, err
 			}
-			if int64(n) > held {
-				stale = true
+			if !bad {
+				rec.recoveryMS, rec.afterProbeMS = ms(time.Since(t0)), ms(time.Since(sent))
+				break
+			}
+			if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+				return nil, st, err
 			}
 		}
-		if !stale && rec.firstRequestMS >= 0 {
-			rec.recoveryMS = ms(time.Since(t0))
-			s.note("restart of %s: first request served after %.1f ms, stale index gone on all %d replicas after %.1f ms", url, rec.firstRequestMS, len(gws), rec.recoveryMS)
-			return rec, st, nil
-		}
+	}
+	for e.Stats().Completed <= rec.probes {
 		if time.Now().After(deadline) {
-			return nil, st, fmt.Errorf("restart of %s: the replicas' index still stale after 30s", url)
+			return nil, st, fmt.Errorf("restart of %s: no load request served by it after 30s", url)
 		}
 		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
 			return nil, st, err
 		}
 	}
+	rec.firstRequestMS = ms(time.Since(t0))
+	s.note("restart of %s: stale index gone on all %d replicas after %.1f ms (%d direct probes), first load request served by it after %.1f ms", url, len(gws), rec.recoveryMS, rec.probes, rec.firstRequestMS)
+	return rec, st, nil
+}
+
+// kvProbeWait is how long a restart probe's batch is waited for before the next probe.
+const kvProbeWait = 25 * time.Millisecond
+
+// kvProbeBody is a one-block completion no conversation shares (the load's ids are 4 lowercase
+// letters).
+func kvProbeBody(n uint32) []byte {
+	ids := make([]uint32, kvBlockSize)
+	for k := range ids {
+		ids[k] = 1<<31 + n<<8 + uint32(k)
+	}
+	b, _ := json.Marshal(map[string]any{"model": kvModel, "prompt": ids, "max_tokens": 1})
+	return b
 }
 
 // kvWarmSubscribers waits until every replica indexes every engine's events (ZeroMQ PUB drops what it
@@ -318,13 +358,9 @@ func kvWarmSubscribers(ctx context.Context, hc *http.Client, gws []*gateway, eng
 				}
 				before[j] = n
 			}
-			ids := make([]uint32, kvBlockSize)
-			for k := range ids {
-				ids[k] = 1<<31 + probe<<8 + uint32(k) // never a word of the load's text
-			}
-			probe++
 			rec := Record{}
-			body, _ := json.Marshal(map[string]any{"model": kvModel, "prompt": ids, "max_tokens": 1})
+			body := kvProbeBody(probe)
+			probe++
 			newRequester(hc, gws[0].url, EndpointCompletions, "", false).do(ctx, body, map[string]string{dispatch.HeaderTargetWorker: strconv.Itoa(idx)}, &rec)
 			if !rec.OK() {
 				return nil, fmt.Errorf("warm-up probe to %s: %d %s %s", w.URL(), rec.Status, rec.Code, rec.Error)
