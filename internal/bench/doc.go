@@ -50,7 +50,10 @@
 // engines and measures routing and the admission queue; decode-bound drives 2 prefill engines and one
 // decode engine with a running window of 8 (SGLang and vLLM NIXL) at 2x the decode's capacity, 2x the
 // prefill's and 0.7x the decode's, with the decode gate off and on (--decode-gate-flags; a gateway that
-// lacks those flags leaves the "on" rows "not run").
+// lacks those flags leaves the "on" rows "not run"); kv-events drives multi-turn conversations, turn by
+// turn round robin over 3 gateway replicas, onto 4 engines publishing KV-cache events, and compares the
+// engines' own prefix-cache hit rate and TTFT for kv_aware, cache_aware and round_robin against one
+// replica, with an engine restarted mid-run.
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

@@ -282,6 +282,12 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 		}
 		return false, nil
 	}
+	// served notes when the engine has answered a request that was not a probe.
+	served := func(rec *kvRecovery) {
+		if rec.firstRequestMS < 0 && e.Stats().Completed > rec.probes {
+			rec.firstRequestMS = ms(time.Since(t0))
+		}
+	}
 	deadline := t0.Add(30 * time.Second)
 	for rec.recoveryMS < 0 {
 		if time.Now().After(deadline) {
@@ -295,6 +301,7 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 		rec.probes++
 		sent := time.Now()
 		for time.Since(sent) < kvProbeWait {
+			served(rec)
 			bad, err := stale()
 			if err != nil {
 				return nil, st, err
@@ -308,7 +315,7 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 			}
 		}
 	}
-	for e.Stats().Completed <= rec.probes {
+	for served(rec); rec.firstRequestMS < 0; served(rec) {
 		if time.Now().After(deadline) {
 			return nil, st, fmt.Errorf("restart of %s: no load request served by it after 30s", url)
 		}
@@ -316,7 +323,6 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 			return nil, st, err
 		}
 	}
-	rec.firstRequestMS = ms(time.Since(t0))
 	s.note("restart of %s: stale index gone on all %d replicas after %.1f ms (%d direct probes), first load request served by it after %.1f ms", url, len(gws), rec.recoveryMS, rec.probes, rec.firstRequestMS)
 	return rec, st, nil
 }
