@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/sim"
 )
@@ -139,20 +140,18 @@ func TestKVLoadRecordsOnlyMeasuredRequests(t *testing.T) {
 	}
 }
 
-func TestSumMetric(t *testing.T) {
-	text := `# HELP sluice_kv_index_blocks Blocks indexed.
-# TYPE sluice_kv_index_blocks gauge
-sluice_kv_index_blocks{medium="GPU",rank="0",worker="http://127.0.0.1:1"} 12
-sluice_kv_index_blocks{medium="CPU",rank="0",worker="http://127.0.0.1:1"} 3
-sluice_kv_index_blocks{medium="GPU",rank="0",worker="http://127.0.0.1:10"} 100
-sluice_kv_index_blocks_other{worker="http://127.0.0.1:1"} 7
-`
-	got, err := sumMetric(bufio.NewScanner(strings.NewReader(text)), "sluice_kv_index_blocks", `worker="http://127.0.0.1:1"`)
+func TestGaugeSum(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_kv_index_blocks"}, []string{"medium", "worker"})
+	other := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_kv_index_blocks_other"}, []string{"worker"})
+	reg.MustRegister(g, other)
+	g.WithLabelValues("GPU", "http://127.0.0.1:1").Set(12)
+	g.WithLabelValues("CPU", "http://127.0.0.1:1").Set(3)
+	g.WithLabelValues("GPU", "http://127.0.0.1:10").Set(100)
+	other.WithLabelValues("http://127.0.0.1:1").Set(7)
+	got, err := gaugeSum(reg, "sluice_kv_index_blocks", "worker", "http://127.0.0.1:1")
 	if err != nil || got != 15 {
 		t.Fatalf("sum %v, %v; want 15", got, err)
-	}
-	if _, err := sumMetric(bufio.NewScanner(strings.NewReader(`sluice_kv_index_blocks{worker="a"} x`)), "sluice_kv_index_blocks", `worker="a"`); err == nil {
-		t.Error("a malformed sample parsed")
 	}
 }
 
@@ -168,7 +167,7 @@ func TestKVEventsScenarioSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res.Markdown())
-	if got, want := len(res.Table)-1, 6; got != want {
+	if got, want := len(res.Table)-1, 7; got != want {
 		t.Fatalf("%d table rows, want %d", got, want)
 	}
 	for _, run := range res.Runs {
@@ -177,11 +176,13 @@ func TestKVEventsScenarioSmoke(t *testing.T) {
 			t.Errorf("run %s: hit rate %v, summary %+v", run.Label, run.Extra["hit_rate"], run.Summary)
 		}
 	}
-	if len(res.Sections) != 1 || len(res.Sections[0].Table) != 2 {
-		t.Fatalf("no restart section: %+v", res.Sections)
+	if len(res.Sections) != 2 || len(res.Sections[0].Table) != 2 || len(res.Sections[1].Table) != 2 {
+		t.Fatalf("want a restart section per restart variant: %+v", res.Sections)
 	}
-	if v, _ := res.Measurements["restart_recovery_ms"].(float64); v <= 0 {
-		t.Errorf("recovery %v", res.Measurements["restart_recovery_ms"])
+	for _, k := range []string{"kv-aware-3-restart_recovery_ms", "kv-aware-3-restart-redial_recovery_ms"} {
+		if v, _ := res.Measurements[k].(float64); v <= 0 {
+			t.Errorf("%s = %v", k, res.Measurements[k])
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "kv-events-ttft.svg")); err != nil || !strings.Contains(string(b), "<polyline") {
 		t.Errorf("plot: %v", err)
