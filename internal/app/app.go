@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}
 	a.checker = checker
 
-	if a.kv, err = newKVEvents(a.Prom, a.Registry, logger); err != nil {
+	if a.kv, err = newKVEvents(a.Prom, a.Registry, cfg.KVEvents.RetryInterval, logger); err != nil {
 		return nil, err
 	}
 	a.Policies, err = placement.NewSet(placement.Config{

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,13 +28,13 @@ type kvEvents struct {
 	changed chan struct{} // capacity 1: a pending reconcile
 }
 
-func newKVEvents(prom prometheus.Registerer, reg *worker.Registry, logger *slog.Logger) (*kvEvents, error) {
+func newKVEvents(prom prometheus.Registerer, reg *worker.Registry, retry time.Duration, logger *slog.Logger) (*kvEvents, error) {
 	m := telemetry.NewKVEventsMetrics(prom)
 	index, err := kvevents.NewIndex(kvevents.IndexConfig{Metrics: m})
 	if err != nil {
 		return nil, err
 	}
-	manager, err := kvevents.NewManager(kvevents.ManagerConfig{Index: index, Logger: logger, Metrics: m})
+	manager, err := kvevents.NewManager(kvevents.ManagerConfig{Index: index, RetryInterval: retry, Logger: logger, Metrics: m})
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ const usage = `sluice-bench: load generator and benchmark scenarios for OpenAI-c
 
   sluice-bench run --url URL [--rate R | --concurrency N] [--duration D | --requests N] [flags]
   sluice-bench compare a.json b.json ... [--out plot.svg]
-  sluice-bench scenario overhead|overload|prefix|scale|tokens|priority|early-rejection|adaptive|replicas|dp|all [--out-dir DIR] [--short] [flags]
+  sluice-bench scenario overhead|overload|prefix|scale|tokens|priority|early-rejection|adaptive|replicas|dp|kv-events|all [--out-dir DIR] [--short] [flags]
 
 Run "sluice-bench <command> -h" for the flags of a command.
 `

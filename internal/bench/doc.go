@@ -52,7 +52,10 @@
 // prefill's and 0.7x the decode's, with the decode gate off and on (--decode-gate-flags; a gateway that
 // lacks those flags leaves the "on" rows "not run"); capacity ramps a 2+2 PD cluster 0.3x → 2x → 2x with
 // shorter outputs → 0.5x and records the gateway's capacity recommendation against the need computed
-// from the simulator's parameters.
+// from the simulator's parameters; kv-events drives multi-turn conversations, turn by
+// turn round robin over 3 gateway replicas, onto 4 engines publishing KV-cache events, and compares the
+// engines' own prefix-cache hit rate and TTFT for kv_aware, cache_aware and round_robin against one
+// replica, with an engine restarted mid-run.
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

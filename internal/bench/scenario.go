@@ -76,6 +76,7 @@ func Scenarios() map[string]Scenario {
 		"decode-bound":    ScenarioDecodeBound,
 		"dp":              ScenarioDP,
 		"early-rejection": ScenarioEarlyRejection,
+		"kv-events":       ScenarioKVEvents,
 		"overhead":        ScenarioOverhead,
 		"overload":        ScenarioOverload,
 		"prefix":          ScenarioPrefix,

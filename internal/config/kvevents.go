@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // KVEventsConfig names the engines whose KV-cache events the gateway subscribes to (internal/kvevents),
@@ -15,6 +16,9 @@ type KVEventsConfig struct {
 	// repeatable): tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N], as kvevents.ParseEndpointSpec
 	// reads it.
 	Endpoints map[string]string
+	// RetryInterval is how often a subscriber redials a publisher it lost (--kv-events-retry-secs; 0:
+	// the kvevents default, 0.5 s). After an engine restart the index is stale until the redial.
+	RetryInterval time.Duration
 }
 
 func (s *flagSet) registerKVEvents() {
@@ -23,6 +27,8 @@ func (s *flagSet) registerKVEvents() {
 		"KV-cache events of the flag worker at URL (kv_aware routes by them): SPEC is the engine's ZeroMQ PUB endpoint as "+
 			"the gateway reaches it, tcp://HOST:PORT, with optional ?replay=tcp://HOST:PORT (its replay ROUTER), &topic=T "+
 			"and &dp=N (rank r on the ports + r). Repeatable.")
+	s.dur(&s.cfg.KVEvents.RetryInterval, 1e9, "kv-events-retry-secs", "SECS",
+		"How often a lost events publisher (a restarted engine) is redialed; its index is stale until then. 0 = 0.5 s.")
 }
 
 // kvEventsValue is a repeatable URL=SPEC flag. The URL is cut at the first "=": worker URLs carry
@@ -62,6 +68,9 @@ func (v kvEventsValue) Set(s string) error {
 // validateKVEvents checks that every endpoint names a flag worker (the spec itself is checked when
 // the gateway starts, by the package that reads it).
 func (c *Config) validateKVEvents(bad func(format string, a ...any)) {
+	if c.KVEvents.RetryInterval < 0 {
+		bad("--kv-events-retry-secs must not be negative")
+	}
 	flagWorkers := map[string]bool{}
 	for _, w := range c.Workers.Initial {
 		flagWorkers[w.URL] = true

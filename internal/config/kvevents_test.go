@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -42,5 +43,21 @@ func TestKVEventsEndpoint(t *testing.T) {
 				t.Errorf("KVEvents.Endpoints (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestKVEventsRetry(t *testing.T) {
+	c, err := Parse([]string{"--worker-urls", "http://w:1", "--kv-events-retry-secs", "0.05"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KVEvents.RetryInterval != 50*time.Millisecond {
+		t.Errorf("RetryInterval %v, want 50ms", c.KVEvents.RetryInterval)
+	}
+	if c, err := Parse([]string{"--worker-urls", "http://w:1"}, io.Discard); err != nil || c.KVEvents.RetryInterval != 0 {
+		t.Errorf("default: %v, %v; want 0 (the subscriber's own default)", c.KVEvents.RetryInterval, err)
+	}
+	if _, err := Parse([]string{"--worker-urls", "http://w:1", "--kv-events-retry-secs", "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), "kv-events-retry-secs") {
+		t.Errorf("negative: %v, want an error naming the flag", err)
 	}
 }
