@@ -19,8 +19,10 @@ func adminAllowed(path string) []string {
 		return []string{http.MethodGet, http.MethodPost}
 	case "admission":
 		return []string{http.MethodGet, http.MethodPatch}
-	case "loads":
+	case "loads", "capacity":
 		return []string{http.MethodGet}
+	case "tenants/budgets":
+		return []string{http.MethodGet, http.MethodPut}
 	case "cache:flush":
 		return []string{http.MethodPost}
 	}
