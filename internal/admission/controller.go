@@ -136,6 +136,9 @@ type Controller struct {
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
 	enabled atomic.Bool
+	// draining is set once, under mu, by Drain; read under mu on the
+	// admission-on path and atomically on the lock-free off path.
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	settings Settings
@@ -274,6 +277,9 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		return nil, errNilSelect
 	}
 	if !c.enabled.Load() {
+		if c.draining.Load() {
+			return nil, errShuttingDown
+		}
 		return c.acquireOff(ctx, req)
 	}
 	if c.tracer == nil {
@@ -351,6 +357,11 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		return nil, info, cancelled(ctx)
 	}
 	c.mu.Lock()
+	if c.draining.Load() {
+		c.rejectLocked(req.Queue, ShuttingDown)
+		c.mu.Unlock()
+		return nil, info, errShuttingDown
+	}
 	if !c.settings.Enabled() { // Update turned admission off meanwhile
 		c.mu.Unlock()
 		slot, err := c.acquireOff(ctx, req)

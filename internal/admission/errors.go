@@ -21,8 +21,8 @@ var ErrNoSeat = fmt.Errorf("%w: no decode worker has a free seat", ErrNoCapacity
 // Error classes. Specific errors are wrapped in their class, so callers may
 // test either: errors.Is(err, ErrRejected) or errors.Is(err, ErrQueueFull).
 var (
-	// ErrRejected is the class of admission refusals (HTTP 429). The gateway
-	// does not retry them.
+	// ErrRejected is the class of admission refusals (HTTP 429, or 503 for
+	// ErrShuttingDown). The gateway does not retry them.
 	ErrRejected = errors.New("admission: rejected")
 	// ErrCancelled is the class of requests whose context ended before they
 	// were admitted. Errors of this class also match ctx.Err().
@@ -57,6 +57,10 @@ var (
 	// ErrTenantQueueFull: the request's tenant already has
 	// Settings.Tenants.MaxQueued waiters. Code tenant_queue_full.
 	ErrTenantQueueFull = errors.New("tenant queue full")
+	// ErrShuttingDown: the controller was drained ([Controller.Drain]) for
+	// shutdown, while the request waited or as it arrived. Code
+	// shutting_down (503: another replica can take it).
+	ErrShuttingDown = errors.New("gateway shutting down")
 )
 
 // Preallocated so rejecting under overload costs no allocation. They are
@@ -69,6 +73,7 @@ var (
 	errDecodeFull    = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueFull)
 	errDecodeTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueTimeout)
 	errTenantFull    = fmt.Errorf("%w: %w", ErrRejected, ErrTenantQueueFull)
+	errShuttingDown  = fmt.Errorf("%w: %w", ErrRejected, ErrShuttingDown)
 	errNilSelect     = errors.New("admission: Request.Select is nil")
 	errEmptyWorker   = errors.New("admission: Select returned neither a worker nor an error")
 )
@@ -114,10 +119,12 @@ const (
 	// TenantQueueFull: rejected on arrival, the tenant's own queue bound
 	// reached (429 tenant_queue_full).
 	TenantQueueFull
+	// ShuttingDown: refused or dequeued by a drain (503 shutting_down).
+	ShuttingDown
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced", "decode_queue_full", "decode_queue_timeout", "tenant_queue_full"}
+var outcomeNames = [numOutcomes]string{"admitted", "queue_full", "queue_timeout", "cancelled", "unavailable", "predicted_timeout", "displaced", "decode_queue_full", "decode_queue_timeout", "tenant_queue_full", "shutting_down"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -132,6 +139,8 @@ func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
 		return Admitted
+	case errors.Is(err, ErrShuttingDown):
+		return ShuttingDown
 	case errors.Is(err, ErrDecodeQueueFull):
 		return DecodeQueueFull
 	case errors.Is(err, ErrDecodeQueueTimeout):

@@ -41,6 +41,9 @@ const (
 	CodeCanceled           = "request_canceled"
 	CodeUnimplemented      = "unimplemented"
 	CodeInternal           = "internal_error"
+	// CodeShuttingDown: the gateway is draining for shutdown and refused or dequeued the request
+	// (503 with Retry-After: another replica can take it at once).
+	CodeShuttingDown = "shutting_down"
 )
 
 // Tenant codes (internal/admission's tenancy, internal/tenant's budgets).

@@ -84,6 +84,11 @@ func TestFrom(t *testing.T) {
 			want: wire{429, "rate_limit_error", apierror.CodeTenantQueueFull, "", "this tenant's share of the admission queue is full, retry later"},
 		},
 		{
+			name: "shutting down as admission returns it",
+			err:  fmt.Errorf("%w: %w", admission.ErrRejected, admission.ErrShuttingDown),
+			want: wire{503, "service_unavailable_error", apierror.CodeShuttingDown, "", "the gateway is shutting down, retry on another replica"},
+		},
+		{
 			name: "model not found",
 			err:  placement.ErrModelNotFound,
 			want: wire{404, "not_found_error", apierror.CodeModelNotFound, "", "no worker serves the requested model"},
@@ -332,6 +337,13 @@ func TestConnect(t *testing.T) {
 			wantCode:     connect.CodeUnavailable,
 			wantReason:   apierror.CodeNoAvailableWorkers,
 			wantMetadata: map[string]string{"retry_after_seconds": "3"},
+		},
+		{
+			name:         "shutting down is unavailable with its own one-second retry",
+			err:          apierror.From(fmt.Errorf("%w: %w", admission.ErrRejected, admission.ErrShuttingDown)),
+			wantCode:     connect.CodeUnavailable,
+			wantReason:   apierror.CodeShuttingDown,
+			wantMetadata: map[string]string{"retry_after_seconds": "1"},
 		},
 		{
 			name:       "no retry after, no metadata",

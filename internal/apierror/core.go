@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/placement"
@@ -15,6 +16,9 @@ type APIErrorer interface {
 	APIError() *Error
 }
 
+// shuttingDownRetryAfter is the Retry-After of a request refused by a draining gateway.
+const shuttingDownRetryAfter = time.Second
+
 // fromCore maps the core packages' sentinel errors to their documented status and code.
 func fromCore(err error) *Error {
 	var ae APIErrorer
@@ -22,6 +26,10 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, admission.ErrShuttingDown):
+		// A fixed second, not the release-rate estimate: the retry is for another replica.
+		return New(http.StatusServiceUnavailable, CodeShuttingDown, "the gateway is shutting down, retry on another replica", err).
+			WithRetryAfter(shuttingDownRetryAfter)
 	case errors.Is(err, admission.ErrTenantQueueFull):
 		return New(http.StatusTooManyRequests, CodeTenantQueueFull, "this tenant's share of the admission queue is full, retry later", err)
 	case errors.Is(err, admission.ErrDecodeQueueFull):
