@@ -346,6 +346,9 @@ func (a *App) onEvent(ev worker.Event) {
 // Ready reports whether the gateway can serve: in PD mode at least one healthy prefill and one healthy
 // decode worker, else at least one healthy regular worker.
 func (a *App) Ready() error {
+	if a.Admission.Draining() {
+		return errors.New("shutting down")
+	}
 	snap := a.Registry.Snapshot()
 	now := time.Now()
 	healthy := func(role worker.Role) bool {
@@ -524,6 +527,12 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 func (a *App) shutdown(ctx context.Context) error {
 	var errs []error
+	// Drain admission before the servers stop: queued requests get 503 shutting_down now, so their
+	// clients retry on another replica instead of waiting out the grace period here; granted
+	// requests (streams in flight) keep their slots and finish within it. Readiness fails from now.
+	if n := a.Admission.Drain(); n > 0 {
+		a.logger.Info("admission drained", "queued_answered", n)
+	}
 	if a.cluster != nil {
 		a.cluster.Leave() // hand coordination over now; keep reporting while requests drain
 	}
