@@ -125,6 +125,10 @@
 //     ends (stream end, error, cancellation, timeout, panic) and releases it
 //     once; its release records the seat-release rate and lets the heads
 //     select.
+//  8. On shutdown, [Controller.Drain] answers every waiter with
+//     ErrShuttingDown (503) under the lock and refuses every later Acquire
+//     with it, admission on or off; slots and seats already granted are
+//     left to finish and release as in steps 6 and 7.
 //
 // With a tracer, each admission-on Acquire records a "sluice.admission.wait"
 // span and each granted slot a "sluice.admission.slot" span, both children of

@@ -26,10 +26,11 @@ const (
 	opToggleBreaker
 	opUpdate
 	opWake
+	opDrain
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "release", "cancel", "advance", "remove", "add", "breaker", "update", "wake"}[k]
+	return [...]string{"acquire", "release", "cancel", "advance", "remove", "add", "breaker", "update", "wake", "drain"}[k]
 }
 
 type op struct {
@@ -51,6 +52,10 @@ func genOp() *rapid.Generator[op] {
 	kinds := []opKind{opAcquire, opAcquire, opAcquire, opAcquire, opRelease, opRelease, opRelease,
 		opCancel, opAdvance, opAdvance, opRemoveWorker, opAddWorker, opToggleBreaker, opUpdate, opWake}
 	return rapid.Custom(func(t *rapid.T) op {
+		// Rare, since everything after a drain is refused.
+		if rapid.IntRange(0, 63).Draw(t, "drain") == 0 {
+			return op{Kind: opDrain}
+		}
 		o := op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
 		switch o.Kind {
 		case opAcquire:
@@ -147,6 +152,7 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 	var pending []propWaiter
 	var held []propSlot
 	seq := 0
+	drained := false
 
 	// collect takes the results of callers that returned during the step.
 	collect := func(step int) {
@@ -160,6 +166,11 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 			}
 			w.cancel()
 			switch o := admission.OutcomeOf(r.err); {
+			case drained && r.err == nil:
+				fail("step %d: %s admitted after the drain", step, w.id)
+				r.slot.Release(admission.ReleaseCompleted)
+			case drained && o != admission.ShuttingDown && o != admission.Cancelled:
+				fail("step %d: %s after the drain: %v, want ErrShuttingDown", step, w.id, r.err)
 			case r.err == nil:
 				held = append(held, propSlot{slot: r.slot, guard: r.slot.Guard(), counted: enabled})
 			case o == admission.Unavailable && !errors.Is(r.err, errNoWorkers):
@@ -291,8 +302,14 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 		case opWake:
 			c.Wake()
 			dirty = false
+		case opDrain:
+			c.Drain()
+			drained = true
 		}
 		collect(i)
+		if drained && len(pending) != 0 {
+			fail("step %d: %d callers still blocked after the drain", i, len(pending))
+		}
 		check(i)
 	}
 
