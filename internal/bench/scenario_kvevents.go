@@ -98,7 +98,7 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 			s.section("Engine restart ("+v.name+"): times from the restarted engine listening again", [][]string{
 				{"stale blocks gone from every replica's index", "direct probes sent", "first probe's latency", "after that probe's response", "event round trip p50 / max (warmup probes)", "within one round trip of it", "first load request served by it"},
 				{fms(r.recoveryMS), strconv.FormatInt(r.probes, 10), fms(r.firstProbeMS), fms(r.afterProbeMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
-					strconv.FormatBool(r.afterProbeMS <= r.roundTripMax), fms(r.firstRequestMS)},
+					strconv.FormatBool(r.afterProbeMS <= r.roundTripMax), firstServed(r.firstRequestMS)},
 			})
 		}
 	}
@@ -324,9 +324,12 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 			}
 		}
 	}
+	// When the restarted engine next serves the load is a measurement, not a condition: a short run's
+	// load may end, or route elsewhere, first (seen in CI), so the figure is then left unmeasured (-1).
 	for served(rec); rec.firstRequestMS < 0; served(rec) {
 		if time.Now().After(deadline) {
-			return nil, st, fmt.Errorf("restart of %s: no load request served by it after 30s", url)
+			s.note("restart of %s: no load request served by it within 30s of the restart", url)
+			break
 		}
 		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
 			return nil, st, err
@@ -334,6 +337,14 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 	}
 	s.note("restart of %s: stale index gone on all %d replicas after %.1f ms (%d direct probes), first load request served by it after %.1f ms", url, len(gws), rec.recoveryMS, rec.probes, rec.firstRequestMS)
 	return rec, st, nil
+}
+
+// firstServed renders the first load request's time, or says none came within the wait.
+func firstServed(ms float64) string {
+	if ms < 0 {
+		return "none within 30 s"
+	}
+	return fms(ms)
 }
 
 // kvProbeWait is how long a restart probe's batch is waited for before the next probe.
