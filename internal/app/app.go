@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	}
 	a := &App{cfg: cfg, logger: logger}
 	a.Prom = telemetry.NewRegistry()
-	a.Metrics = telemetry.NewMetricsWithBuckets(a.Prom, cfg.SMG.DurationBuckets)
+	a.Metrics = telemetry.NewMetricsWithBuckets(a.Prom, cfg.Telemetry.DurationBuckets)
 	a.tp = o.TracerProvider
 	if a.tp == nil {
 		tp, err := telemetry.NewTracerProvider(ctx, cfg.Telemetry.OTLPTracesEndpoint, cfg.Telemetry.TraceSampleRatio, Version)
@@ -180,8 +180,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		MaxTreeSize:         cfg.Placement.MaxTreeSize,
 		EvictionInterval:    cfg.Placement.EvictionInterval,
 		VirtualNodes:        cfg.Placement.VirtualNodes,
-		StickyIdle:          cfg.SMG.StickyIdle,
-		AssignmentMode:      cfg.SMG.AssignmentMode,
+		StickyIdle:          cfg.Placement.StickyIdle,
+		AssignmentMode:      cfg.Placement.AssignmentMode,
 		KVIndex:             a.kv.index,
 	})
 	if err != nil {
@@ -213,8 +213,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		RequestTimeout:                cfg.Server.RequestTimeout,
 		DropClientAuthorization:       a.auth.InferenceProtected(),
 		IgnoreRanks:                   !cfg.Placement.DPAware,
-		RequestIDHeaders:              cfg.SMG.RequestIDHeaders,
-		RoutingKeyHeaders:             cfg.SMG.RoutingKeyHeaders,
+		RequestIDHeaders:              cfg.Server.RequestIDHeaders,
+		RoutingKeyHeaders:             cfg.Placement.RoutingKeyHeaders,
 		CharsPerToken:                 cfg.Admission.CharsPerToken,
 		CheckOverload:                 cfg.Load.OverloadWaitingRequests >= 0,
 		OverloadWaitingRequests:       cfg.Load.OverloadWaitingRequests,

@@ -27,7 +27,7 @@ type smgState struct {
 // upstreamIdleTimeout is --upstream-pool-idle-timeout-secs for the engine client; 0 (SMG's "keep
 // idle connections forever") becomes a century, since the client's zero means its default.
 func upstreamIdleTimeout(cfg *config.Config) time.Duration {
-	if d := cfg.SMG.UpstreamIdleTimeout; d > 0 {
+	if d := cfg.Workers.UpstreamIdleTimeout; d > 0 {
 		return d
 	}
 	return 100 * 365 * 24 * time.Hour
@@ -36,7 +36,7 @@ func upstreamIdleTimeout(cfg *config.Config) time.Duration {
 // setupSMG builds the limiter and the SMG routes; admin is the audited admin service the worker
 // routes change workers through. It runs in New after the admin service exists.
 func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, error) {
-	if cc := cfg.SMG.Concurrency; cc.Enabled() {
+	if cc := cfg.Concurrency; cc.Enabled() {
 		l, err := concurrency.New(concurrency.Config{
 			Capacity: cc.MaxConcurrent, QueueSize: cc.QueueSize, QueueTimeout: cc.QueueTimeout,
 			RefillPerSecond: float64(cc.TokensPerSecond),
@@ -48,7 +48,7 @@ func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, 
 	}
 	a.smg.routes = smgapi.New(smgapi.Deps{
 		Registry: a.Registry, Admin: admin, Detector: a.detector, Checker: a.checker,
-		HTTP: a.upstream, PD: cfg.Mode() == config.ModePD, DrainSettle: cfg.SMG.DrainSettle, Logger: a.logger,
+		HTTP: a.upstream, PD: cfg.Mode() == config.ModePD, DrainSettle: cfg.Workers.DrainSettle, Logger: a.logger,
 	})
 	// SMG guards its control plane with --api-key when no control-plane credential is configured; so
 	// does the admin guard (auth.New), for these routes and /admin/v1 alike.
@@ -71,7 +71,7 @@ func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, 
 // HTTP even when the main listener serves TLS, as SMG's are: scrapers and kubelet probes then need no
 // certificate, and neither serves anything the main port does not serve without a credential.
 func (a *App) startSMGListeners() error {
-	m := a.cfg.SMG
+	m := a.cfg.Telemetry
 	plain := func(name string) server.ListenOptions {
 		o := a.listenOptions(name)
 		o.TLS = nil
@@ -85,8 +85,8 @@ func (a *App) startSMGListeners() error {
 		a.smg.metrics = s
 		a.serve(s)
 	}
-	if m.HealthCheckPort > 0 {
-		s, err := server.Listen(net.JoinHostPort(a.cfg.Server.Host, strconv.Itoa(m.HealthCheckPort)), a.handlers.Probe, plain("probe"))
+	if hp := a.cfg.Server.HealthCheckPort; hp > 0 {
+		s, err := server.Listen(net.JoinHostPort(a.cfg.Server.Host, strconv.Itoa(hp)), a.handlers.Probe, plain("probe"))
 		if err != nil {
 			return fmt.Errorf("listen probes (--health-check-port): %w", err)
 		}

@@ -91,7 +91,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	out := stderr
-	if dir := cfg.SMG.LogDir; dir != "" {
+	if dir := cfg.Telemetry.LogDir; dir != "" {
 		lf, err := logfile.Open(dir, "sluice", nil)
 		if err != nil {
 			return err
@@ -101,12 +101,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger := NewLogger(out, cfg.Telemetry)
 	app.TuneGC()
-	if n := cfg.SMG.RuntimeWorkerThreads; n > 0 {
+	if n := cfg.Server.RuntimeWorkerThreads; n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
 	logger.Info("starting sluice", "version", app.Version, "config", cfg)
-	if len(cfg.SMG.Inert) > 0 {
-		logger.Info("Rust gateway (SMG) flags accepted; sluice already behaves as they ask (sluice serve --help says why)", "flags", cfg.SMG.Inert)
+	if len(cfg.InertSMGFlags) > 0 {
+		logger.Info("Rust gateway (SMG) flags accepted; sluice already behaves as they ask (sluice serve --help says why)", "flags", cfg.InertSMGFlags)
 	}
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
 }

@@ -14,8 +14,8 @@ type CapacityConfig struct {
 }
 
 func (s *flagSet) registerCapacity() {
-	const sec = 1e9
+	const sec = time.Second
 	s.section("Capacity recommendation")
-	s.dur(&s.cfg.Capacity.SLOTTFT, sec, "slo-ttft", "SECS", "Time to first token the prefill recommendation (sluice_capacity_recommended_workers) is sized for, fractions allowed; 0 = a mean queue wait of at most one prefill.")
-	s.dur(&s.cfg.Capacity.SLOITL, sec, "slo-itl", "SECS", "Inter-token latency the decode recommendation is sized for, e.g. 0.05; 0 = size decode by --decode-max-inflight-requests-per-worker, or not at all.")
+	s.dur(&s.cfg.Capacity.SLOTTFT, sec, "slo-ttft", "SECS", 0, "Time to first token the prefill recommendation (sluice_capacity_recommended_workers) is sized for, fractions allowed; 0 = a mean queue wait of at most one prefill.")
+	s.dur(&s.cfg.Capacity.SLOITL, sec, "slo-itl", "SECS", 0, "Inter-token latency the decode recommendation is sized for, e.g. 0.05; 0 = size decode by --decode-max-inflight-requests-per-worker, or not at all.")
 }

@@ -59,11 +59,7 @@ func (c *Config) resolveClusterMode() {
 }
 
 // validateCluster checks the cluster admission settings against each other, admission and the mode.
-func (c *Config) validateCluster() []error {
-	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
-	}
+func (c *Config) validateCluster(p *problems) {
 	cc := c.Cluster
 	mode := cc.Mode
 	if mode == "" {
@@ -75,66 +71,65 @@ func (c *Config) validateCluster() []error {
 	switch mode {
 	case CoordinationOff, CoordinationStatic, CoordinationKubernetes:
 	default:
-		bad("--admission-coordination must be off, static or kubernetes, got %q", cc.Mode)
-		return errs
+		p.add("--admission-coordination must be off, static or kubernetes, got %q", cc.Mode)
+		return
 	}
 	if mode == CoordinationOff {
 		for _, name := range []string{"admission-peers", "admission-exchange-period-secs", "admission-lease-secs", "admission-service", "admission-namespace", "admission-lease-name"} {
 			if c.explicit[name] {
-				bad("--%s needs cluster admission (--admission-coordination static or kubernetes)", name)
+				p.add("--%s needs cluster admission (--admission-coordination static or kubernetes)", name)
 			}
 		}
-		return errs
+		return
 	}
 	if !c.Admission.PrefillBounded() {
-		bad("--admission-coordination %s needs prefill admission: a positive --prefill-max-inflight-requests-per-worker (the fleet's limit per worker)", mode)
+		p.add("--admission-coordination %s needs prefill admission: a positive --prefill-max-inflight-requests-per-worker (the fleet's limit per worker)", mode)
 	}
 	if cc.ExchangePeriod <= 0 {
-		bad("--admission-exchange-period-secs must be positive, got %v", cc.ExchangePeriod)
+		p.add("--admission-exchange-period-secs must be positive, got %v", cc.ExchangePeriod)
 	} else if cc.Lease < 2*cc.ExchangePeriod {
-		bad("--admission-lease-secs (%v) must be at least twice --admission-exchange-period-secs (%v): a share must survive a lost exchange", cc.Lease, cc.ExchangePeriod)
+		p.add("--admission-lease-secs (%v) must be at least twice --admission-exchange-period-secs (%v): a share must survive a lost exchange", cc.Lease, cc.ExchangePeriod)
 	}
 	switch mode {
 	case CoordinationStatic:
 		if len(cc.Peers) == 0 {
-			bad("--admission-coordination static needs --admission-peers: the base URL of every replica's admin listener, this one included")
+			p.add("--admission-coordination static needs --admission-peers: the base URL of every replica's admin listener, this one included")
 		}
 		seen := map[string]bool{}
-		for _, p := range cc.Peers {
-			if err := checkPeerURL(p); err != nil {
-				bad("--admission-peers %q: %v", p, err)
+		for _, peer := range cc.Peers {
+			if err := checkPeerURL(peer); err != nil {
+				p.add("--admission-peers %q: %v", peer, err)
 				continue
 			}
-			key := strings.ToLower(strings.TrimRight(p, "/"))
+			key := strings.ToLower(strings.TrimRight(peer, "/"))
 			if seen[key] {
-				bad("--admission-peers %q: given twice", p)
+				p.add("--admission-peers %q: given twice", peer)
 			}
 			seen[key] = true
 		}
 		for _, name := range []string{"admission-service", "admission-namespace", "admission-lease-name"} {
 			if c.explicit[name] {
-				bad("--%s is for --admission-coordination kubernetes", name)
+				p.add("--%s is for --admission-coordination kubernetes", name)
 			}
 		}
 	case CoordinationKubernetes:
 		if len(cc.Peers) > 0 {
-			bad("--admission-peers is for static mode; in kubernetes mode the members are the endpoints of --admission-service")
+			p.add("--admission-peers is for static mode; in kubernetes mode the members are the endpoints of --admission-service")
 		}
 		if cc.Service == "" {
-			bad("--admission-coordination kubernetes needs --admission-service: the gateway's headless Service")
+			p.add("--admission-coordination kubernetes needs --admission-service: the gateway's headless Service")
 		} else if msgs := validation.IsDNS1035Label(cc.Service); len(msgs) > 0 {
-			bad("--admission-service %q: %s", cc.Service, strings.Join(msgs, "; "))
+			p.add("--admission-service %q: %s", cc.Service, strings.Join(msgs, "; "))
 		}
 		if ns := cc.Namespace; ns != "" {
 			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-				bad("--admission-namespace %q: %s", ns, strings.Join(msgs, "; "))
+				p.add("--admission-namespace %q: %s", ns, strings.Join(msgs, "; "))
 			}
 		}
 		if msgs := validation.IsDNS1123Subdomain(cc.LeaseName); len(msgs) > 0 {
-			bad("--admission-lease-name %q: %s", cc.LeaseName, strings.Join(msgs, "; "))
+			p.add("--admission-lease-name %q: %s", cc.LeaseName, strings.Join(msgs, "; "))
 		}
 	}
-	return errs
 }
 
 // checkPeerURL accepts http(s)://host:port, nothing more.

@@ -65,8 +65,8 @@ type Config struct {
 	TLS    TLSConfig
 	Auth   AuthConfig
 	Limits LimitsConfig
-	// SMG holds the settings that came with parity with the Rust gateway (smg.go).
-	SMG SMGConfig
+	// Concurrency is the gateway-wide limit on requests in flight, with its queue (concurrency.go).
+	Concurrency ConcurrencyConfig
 	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
 	Tokenizer TokenizerConfig
 	// KVEvents names the engines' KV-cache event endpoints (kvevents.go).
@@ -75,6 +75,9 @@ type Config struct {
 	Capacity CapacityConfig
 	// Tenants names the tenant sources and admission's tenancy (tenants.go).
 	Tenants TenantsConfig
+	// InertSMGFlags lists the Rust gateway (SMG) flags given that sluice accepts without anything to
+	// do, sorted, for one startup log line (smgtable.go's smgInert says why each needs nothing).
+	InertSMGFlags []string
 
 	// explicit holds the names of flags set by any source other than the
 	// default (command line, environment, file). Validate uses it to reject
@@ -111,6 +114,16 @@ type ServerConfig struct {
 	// AdminAPIKey, when set, is required as a bearer token on the admin API
 	// (--admin-api-key or env SLUICE_ADMIN_API_KEY, default none).
 	AdminAPIKey Secret
+	// HealthCheckPort, when non-zero, serves /liveness, /readiness and /health on a listener of its
+	// own, so probes answer even when the main port is saturated (--health-check-port, default 0 = off).
+	HealthCheckPort int
+	// RequestIDHeaders are the request headers read, in order, for a request's id
+	// (--request-id-headers, repeatable; default x-request-id, x-correlation-id, x-trace-id,
+	// request-id, as SMG).
+	RequestIDHeaders []string
+	// RuntimeWorkerThreads sets GOMAXPROCS (--runtime-worker-threads, default 0 = Go's default, which
+	// follows the container's CPU quota).
+	RuntimeWorkerThreads int
 }
 
 // WorkersConfig holds the routing mode and the workers known at startup.
@@ -135,6 +148,13 @@ type WorkersConfig struct {
 	// Initial lists the workers from --worker-urls, --prefill and --decode, in
 	// that order (default none; more can be added through the admin API).
 	Initial []WorkerFlag
+	// DrainSettle is how long a worker removed through SMG's DELETE /workers/{id} keeps draining
+	// (in-flight requests finish, no new ones) before it is removed (--drain-settle-secs, default 5s;
+	// 0 = at once).
+	DrainSettle time.Duration
+	// UpstreamIdleTimeout closes pooled connections to engines idle this long
+	// (--upstream-pool-idle-timeout-secs, default 90s; 0 = never).
+	UpstreamIdleTimeout time.Duration
 }
 
 // WorkerFlag is one worker given at startup.
@@ -181,6 +201,17 @@ type PlacementConfig struct {
 	// DPAware places requests on the data-parallel ranks of engines that
 	// have several, with rank hints on the legs (--dp-aware, default true).
 	DPAware bool
+	// RoutingKeyHeaders are the request headers read, in order, for the routing key of
+	// consistent_hashing and manual (--routing-key-headers, repeatable; default
+	// x-sluice-routing-key, x-smg-routing-key).
+	RoutingKeyHeaders []string
+	// StickyIdle forgets a manual-policy routing key unused this long (--max-idle-secs, alias
+	// --sticky-key-idle-secs, default 14400s).
+	StickyIdle time.Duration
+	// AssignmentMode is how the manual policy places a routing key it has not seen: random,
+	// min_load, min_group or delegate (= min_load, as SMG's manual policy does) (--assignment-mode,
+	// default random).
+	AssignmentMode string
 }
 
 // AdmissionConfig holds per-worker prefill admission (PD mode only).
@@ -343,6 +374,10 @@ type HealthConfig struct {
 	// Disabled turns probing off; workers count as healthy
 	// (--disable-health-check, default false).
 	Disabled bool
+	// RemoveUnhealthyWorkers is SMG's --remove-unhealthy-workers (alias --worker-auto-recovery): let a
+	// long-failed worker recover. sluice never parks a worker in a terminal state, so it recovers
+	// either way; see docs/migrating-from-smg.md.
+	RemoveUnhealthyWorkers bool
 }
 
 // BreakerConfig holds the per-worker circuit breaker.
@@ -362,6 +397,10 @@ type BreakerConfig struct {
 	// when active health probes succeed; by default a successful probe turns
 	// it half-open at once (--disable-cb-health-recovery, default false).
 	HealthRecoveryDisabled bool
+	// Window is SMG's circuit-breaker failure window (--cb-window-duration-secs, default 120s). SMG
+	// validates it and never reads it (its breaker counts consecutive failures, as sluice's does); so
+	// does sluice.
+	Window time.Duration
 }
 
 // RetryConfig holds retries of failed upstream attempts.
@@ -385,7 +424,7 @@ type RetryConfig struct {
 	Disabled bool
 }
 
-// TelemetryConfig holds logging and tracing.
+// TelemetryConfig holds logging, metrics listeners and tracing.
 type TelemetryConfig struct {
 	// LogLevel is one of debug, info, warn, error (--log-level, default info).
 	LogLevel slog.Level
@@ -400,6 +439,20 @@ type TelemetryConfig struct {
 	// TraceSampleRatio is the fraction of root traces sampled
 	// (--trace-sample-ratio, default 1.0).
 	TraceSampleRatio float64
+	// EnableTrace turns trace export on, to OTLPTracesEndpoint or SMG's default localhost:4317
+	// (--enable-trace).
+	EnableTrace bool
+	// LogDir, when set, also writes the log lines to a file in this directory, a new one per day
+	// (--log-dir, default "" = stderr only).
+	LogDir string
+	// MetricsHost and MetricsPort bind a separate listener serving only /metrics
+	// (--prometheus-host, default --host; --prometheus-port, default -1 = no separate listener,
+	// 0 = a free port). /metrics stays on the main port too.
+	MetricsHost string
+	MetricsPort int
+	// DurationBuckets replaces the buckets of the request duration and time-to-first-token histograms
+	// (--prometheus-duration-buckets, repeatable; default none = sluice's buckets).
+	DurationBuckets []float64
 }
 
 // Mode returns the routing mode.

@@ -41,13 +41,16 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{
 			Host: "0.0.0.0", Port: 30000, AdminPort: 0,
 			ShutdownGracePeriod: 180 * time.Second, RequestTimeout: 1800 * time.Second,
-			MaxPayloadSize: 32 << 20,
+			MaxPayloadSize:   32 << 20,
+			RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		},
-		Workers: WorkersConfig{Runtime: "sglang", KVConnector: "nixl"},
+		Workers: WorkersConfig{Runtime: "sglang", KVConnector: "nixl", DrainSettle: 5 * time.Second, UpstreamIdleTimeout: 90 * time.Second},
 		Placement: PlacementConfig{
 			Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
 			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
 			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
+			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
+			StickyIdle:        4 * time.Hour, AssignmentMode: "random",
 		},
 		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
 			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
@@ -56,12 +59,12 @@ func TestDefault(t *testing.T) {
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
 			SuccessThreshold: 2, FailureThreshold: 3, Endpoint: "/health",
 		},
-		Breaker: BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: 60 * time.Second},
+		Breaker: BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: 60 * time.Second, Window: 120 * time.Second},
 		Retry: RetryConfig{
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
 			BackoffMultiplier: 1.5, JitterFactor: 0.2,
 		},
-		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0},
+		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, MetricsHost: "0.0.0.0", MetricsPort: -1},
 		Discovery: DiscoveryConfig{Port: 80},
 		Cluster:   ClusterConfig{Mode: CoordinationOff, ExchangePeriod: 250 * time.Millisecond, Lease: 2 * time.Second, LeaseName: "sluice-admission"},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
@@ -70,15 +73,8 @@ func TestDefault(t *testing.T) {
 			BodyReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second,
 			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
 		},
-		SMG: SMGConfig{
-			Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
-			MetricsHost: "0.0.0.0", MetricsPort: -1,
-			RequestIDHeaders:  []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
-			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
-			DrainSettle:       5 * time.Second, UpstreamIdleTimeout: 90 * time.Second,
-			StickyIdle: 4 * time.Hour, AssignmentMode: "random", CBWindow: 120 * time.Second,
-		},
-		Tenants: TenantsConfig{Fairness: "on", MetricsMaxTenants: 20},
+		Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
+		Tenants:     TenantsConfig{Fairness: "on", MetricsMaxTenants: 20},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

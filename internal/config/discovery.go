@@ -177,11 +177,7 @@ func FormatSelector(sel map[string]string) string {
 
 // validateDiscovery checks the discovery settings against each other and the
 // routing mode.
-func (c *Config) validateDiscovery() []error {
-	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
-	}
+func (c *Config) validateDiscovery(p *problems) {
 	d := c.Discovery
 	if !d.Enabled {
 		for _, f := range []struct {
@@ -196,36 +192,35 @@ func (c *Config) validateDiscovery() []error {
 			{"model-id-from", d.ModelIDFrom.Kind != ""},
 		} {
 			if f.set {
-				bad("--%s needs --service-discovery", f.name)
+				p.add("--%s needs --service-discovery", f.name)
 			}
 		}
-		return errs
+		return
 	}
 	if c.Mode() == ModePD {
 		if len(d.Selector) > 0 {
-			bad("--selector picks regular workers; with --pd-disaggregation use --prefill-selector and --decode-selector")
+			p.add("--selector picks regular workers; with --pd-disaggregation use --prefill-selector and --decode-selector")
 		}
 		switch {
 		case len(d.PrefillSelector) == 0 && len(d.DecodeSelector) == 0:
-			bad("--service-discovery with --pd-disaggregation needs --prefill-selector and/or --decode-selector")
+			p.add("--service-discovery with --pd-disaggregation needs --prefill-selector and/or --decode-selector")
 		case maps.Equal(d.PrefillSelector, d.DecodeSelector):
-			bad("--prefill-selector and --decode-selector are equal (%s): every pod would match both roles", FormatSelector(d.PrefillSelector))
+			p.add("--prefill-selector and --decode-selector are equal (%s): every pod would match both roles", FormatSelector(d.PrefillSelector))
 		}
 	} else {
 		if len(d.PrefillSelector) > 0 || len(d.DecodeSelector) > 0 {
-			bad("--prefill-selector/--decode-selector need --pd-disaggregation")
+			p.add("--prefill-selector/--decode-selector need --pd-disaggregation")
 		}
 		if len(d.Selector) == 0 {
-			bad("--service-discovery needs --selector k=v (which pods are workers)")
+			p.add("--service-discovery needs --selector k=v (which pods are workers)")
 		}
 	}
 	if d.Port < 1 || d.Port > 65535 {
-		bad("--service-discovery-port must be between 1 and 65535, got %d", d.Port)
+		p.add("--service-discovery-port must be between 1 and 65535, got %d", d.Port)
 	}
 	if ns := d.Namespace; ns != "" {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			bad("--service-discovery-namespace %q: %s", ns, strings.Join(msgs, "; "))
+			p.add("--service-discovery-namespace %q: %s", ns, strings.Join(msgs, "; "))
 		}
 	}
-	return errs
 }

@@ -32,14 +32,25 @@
 //     selectors are rejected rather than misread. --selector in PD mode, role
 //     selectors in regular mode, equal prefill and decode selectors, and any
 //     discovery flag without --service-discovery are errors.
-//   - The Rust gateway's (SMG's) command lines parse unchanged (smg.go): each of its flags is a sluice
+//   - The Rust gateway's (SMG's) command lines parse unchanged: each of its flags is a sluice
 //     flag, an alias, accepted with nothing to do, or refused with one line naming it, why and what to
-//     use instead; flags taking several values after one name (--worker-urls a b) work as in SMG; and
-//     a flag neither sluice nor SMG has is an error naming it. docs/migrating-from-smg.md has the table.
+//     use instead (the tables of smgtable.go); flags taking several values after one name
+//     (--worker-urls a b) work as in SMG, and a flag neither sluice nor SMG has is an error naming it
+//     (the argument rewriter, smgargs.go). docs/migrating-from-smg.md has the table. An SMG setting
+//     sluice has lives in the group of its concern (Server, Telemetry, Placement, Breaker,
+//     Concurrency...), like any other setting.
 //   - Cluster admission (--admission-coordination) makes the admission limit the fleet's; it needs a
 //     positive --prefill-max-inflight-requests-per-worker. --admission-peers alone means static mode;
 //     Kubernetes-only flags in static mode, peers in Kubernetes mode, and any cluster flag with
 //     coordination off are errors; the lease must be at least twice the exchange period.
+//
+// # Layout
+//
+// Settings are grouped by concern, never by where they came from. Each flag is declared once, with
+// its default, in flags.go or in the file of its group (security.go, cluster.go, tenants.go, ...);
+// finish (flags.go) derives only the defaults that depend on another setting. Validate gathers every
+// problem in one collector (validate.go), and the startup summary (summary.go) is read off the flag
+// table, so neither lists the settings a second time.
 //
 // The package is a leaf: it imports no other sluice package, so worker roles
 // and protocols are plain strings (see the Role* and Protocol* constants).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,7 +26,9 @@ type flagSet struct {
 	prefill    []prefillEntry
 	decode     []string
 
-	smg smgParseState // smg.go
+	// aliases are second names of a setting (same flag.Value); unbound are flags whose values are
+	// kept raw here and turned into settings by finish. The summary skips both.
+	aliases, unbound map[string]bool
 }
 
 type flagSection struct {
@@ -37,7 +40,8 @@ type flagSection struct {
 // YAML sequence in the config file).
 func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
-		name == "ca-cert-paths" || name == "cors-allowed-origins" || isSMGList(name) ||
+		name == "ca-cert-paths" || name == "cors-allowed-origins" ||
+		name == "routing-key-headers" || name == "request-id-headers" || name == "prometheus-duration-buckets" ||
 		name == "admission-peers" || name == "tokenizer-path"
 }
 
@@ -62,45 +66,45 @@ func newFlagSet() *flagSet {
 		fs:      flag.NewFlagSet("sluice serve", flag.ContinueOnError),
 		cfg:     c,
 		metavar: map[string]string{},
+		aliases: map[string]bool{},
+		unbound: map[string]bool{"worker-urls": true, "prefill": true, "decode": true},
 	}
 	// Parse returns errors and prints help itself, so the flag package's own
 	// output (error line plus full usage on every mistake) is silenced.
 	s.fs.SetOutput(io.Discard)
 	s.fs.Usage = func() {}
 
-	c.Server.ShutdownGracePeriod = 180e9
-	c.Server.RequestTimeout = 1800e9
-	c.Server.MaxPayloadSize = defaultMaxPayloadSize
-	c.Telemetry.LogLevel = slog.LevelInfo
-	c.Admission.QueueTimeout = 60e9
-	c.Admission.PriorityAging = 10e9
-	c.Placement.EvictionInterval = 120e9
-	c.Health.Interval = 60e9
-	c.Health.Timeout = 5e9
-	c.Breaker.Timeout = 60e9
-	c.Load.Interval = DefaultEngineLoadInterval
-	c.Retry.InitialBackoff = 50e6
-	c.Retry.MaxBackoff = 30e9
-	const sec, ms = 1e9, 1e6
+	// Every default is given here, where its flag is declared (the dur, size and list helpers set
+	// it); finish derives only the settings whose default depends on another setting.
+	const sec, ms = time.Second, time.Millisecond
 
 	s.section("Server")
 	s.str(&c.Server.Host, "host", "ADDR", "0.0.0.0", "Address to listen on.")
 	s.int(&c.Server.Port, "port", "PORT", 30000, "Port serving the OpenAI REST, Connect, gRPC and gRPC-Web APIs, /health and /metrics.")
 	s.int(&c.Server.AdminPort, "admin-port", "PORT", 0, "Separate port for the admin API; 0 serves it on --port.")
 	s.str(&c.Server.ConfigFile, "config", "FILE", "", "YAML file of settings keyed by flag name; the command line overrides it.")
-	s.dur(&c.Server.ShutdownGracePeriod, sec, "shutdown-grace-period-secs", "SECS", "Time in-flight requests get to finish after SIGTERM.")
-	s.dur(&c.Server.RequestTimeout, sec, "request-timeout-secs", "SECS", "Limit on one request end to end, streaming included; 0 = none.")
-	s.add(sizeValue{&c.Server.MaxPayloadSize}, "max-payload-size", "SIZE", "Largest request body on every inference surface (REST, Connect, gRPC, gRPC-Web): bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
+	s.dur(&c.Server.ShutdownGracePeriod, sec, "shutdown-grace-period-secs", "SECS", 180*sec, "Time in-flight requests get to finish after SIGTERM.")
+	s.dur(&c.Server.RequestTimeout, sec, "request-timeout-secs", "SECS", 1800*sec, "Limit on one request end to end, streaming included; 0 = none.")
+	s.size(&c.Server.MaxPayloadSize, "max-payload-size", "SIZE", defaultMaxPayloadSize, "Largest request body on every inference surface (REST, Connect, gRPC, gRPC-Web): bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
 	s.add(secretValue{&c.Server.APIKey}, "api-key", "KEY", "Bearer token required on the inference APIs (env SLUICE_API_KEY; prefer env or file: flags show in ps).")
 	s.add(secretValue{&c.Server.AdminAPIKey}, "admin-api-key", "KEY", "Bearer token required on the admin API (env SLUICE_ADMIN_API_KEY).")
+	s.int(&c.Server.HealthCheckPort, "health-check-port", "PORT", 0, "Also serve /liveness, /readiness and /health on this port, on a listener of their own; 0 = off.")
+	// SMG's request id headers (model_gateway/src/server.rs).
+	s.add(newHeaderList(&c.Server.RequestIDHeaders, "x-request-id", "x-correlation-id", "x-trace-id", "request-id"), "request-id-headers", "HEADER", "Request headers holding the request id, first present wins; repeatable; a given list replaces the default.")
+	s.int(&c.Server.RuntimeWorkerThreads, "runtime-worker-threads", "N", 0, "GOMAXPROCS; 0 = Go's default (the container's CPU quota).")
 	s.registerSecurity()
 
 	s.section("Telemetry")
-	s.add(logLevelValue{&c.Telemetry.LogLevel}, "log-level", "LEVEL", "Log level: debug, info, warn or error.")
+	s.add(newLogLevel(&c.Telemetry.LogLevel, slog.LevelInfo), "log-level", "LEVEL", "Log level: debug, info, warn or error.")
 	s.bool(&c.Telemetry.LogJSON, "log-json", "Write logs as JSON lines.")
 	s.bool(&c.Telemetry.Pprof, "enable-pprof", "Serve Go profiling endpoints under /debug/pprof/ on the admin listener (guarded by the admin API key).")
 	s.str(&c.Telemetry.OTLPTracesEndpoint, "otlp-traces-endpoint", "ENDPOINT", "", "OTLP/gRPC trace collector as host:port or URL; empty = no export.")
 	s.float(&c.Telemetry.TraceSampleRatio, "trace-sample-ratio", "RATIO", 1.0, "Fraction of root traces sampled, 0 to 1.")
+	s.bool(&c.Telemetry.EnableTrace, "enable-trace", "Export traces to --otlp-traces-endpoint, or localhost:4317 when it is empty (SMG's default).")
+	s.str(&c.Telemetry.LogDir, "log-dir", "DIR", "", "Also write logs to DIR/sluice.YYYY-MM-DD (a new file each UTC day); empty = stderr only.")
+	s.str(&c.Telemetry.MetricsHost, "prometheus-host", "ADDR", "", "Address of the separate metrics listener (default: --host).")
+	s.int(&c.Telemetry.MetricsPort, "prometheus-port", "PORT", -1, "Serve /metrics also on this port (0 = a free port); -1 = only on --port.")
+	s.add(floatListValue{&c.Telemetry.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the request duration and time-to-first-token histograms, in seconds; repeatable, or several after one flag.")
 
 	s.section("Workers")
 	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
@@ -111,6 +115,8 @@ func newFlagSet() *flagSet {
 	s.str(&c.Workers.KVConnector, "kv-connector", "NAME", "nixl", "KV connector of vLLM workers that do not show theirs: nixl or mooncake. A vLLM prefill engine whose Mooncake bootstrap server answers /query is detected as mooncake.")
 	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
+	s.dur(&c.Workers.DrainSettle, sec, "drain-settle-secs", "SECS", 5*sec, "DELETE /workers/{id} drains the worker this long (in-flight requests finish) before removing it; 0 = at once.")
+	s.dur(&c.Workers.UpstreamIdleTimeout, sec, "upstream-pool-idle-timeout-secs", "SECS", 90*sec, "Close pooled engine connections idle this long; 0 = never.")
 
 	s.section("Service discovery (Kubernetes)")
 	s.bool(&c.Discovery.Enabled, "service-discovery", "Discover workers from Kubernetes pods (in-cluster credentials, or $KUBECONFIG).")
@@ -134,18 +140,21 @@ func newFlagSet() *flagSet {
 	s.int(&c.Placement.BalanceAbsThreshold, "balance-abs-threshold", "N", 64, "cache_aware: imbalanced when max load - min load exceeds this (and the relative threshold).")
 	s.float(&c.Placement.BalanceRelThreshold, "balance-rel-threshold", "RATIO", 1.5, "cache_aware: imbalanced when max load exceeds this times min load (and the absolute threshold).")
 	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters per worker (trimmed to it every --eviction-interval-secs, and at once when a worker reaches twice it).")
-	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", "cache_aware: how often trees are trimmed to --max-tree-size.")
+	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", 120*sec, "cache_aware: how often trees are trimmed to --max-tree-size.")
 	s.int(&c.Placement.VirtualNodes, "virtual-nodes", "N", 150, "consistent_hashing: hash-ring points per worker.")
 	s.boolOn(&c.Placement.DPAware, "dp-aware", "Place requests on the data-parallel ranks of engines that have several (SGLang dp_size > 1, read from server info) and send the rank hints; --dp-aware=false lets each engine pick the rank (by bootstrap room).")
+	s.add(newHeaderList(&c.Placement.RoutingKeyHeaders, "x-sluice-routing-key", "x-smg-routing-key"), "routing-key-headers", "HEADER", "Request headers holding the routing key (consistent_hashing, manual), first present wins; repeatable; a given list replaces the default.")
+	s.dur(&c.Placement.StickyIdle, sec, "max-idle-secs", "SECS", 14400*sec, "manual: forget a routing key unused this long.")
+	s.str(&c.Placement.AssignmentMode, "assignment-mode", "MODE", AssignRandom, "manual: how a new routing key gets its worker: random (default), min_load, min_group (fewest keys) or delegate (= min_load).")
 
 	s.section("Prefill admission (PD mode)")
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
 	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
-	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
+	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", 60*sec, "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
 	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", -1, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; <= 0 = off.")
 	s.float(&c.Admission.CharsPerToken, "prefill-token-estimate-chars-per-token", "F", 4, "Token estimate: characters of prompt text per token (token-id prompts count exactly). Needs a token budget.")
 	s.add(bandsValue{&c.Admission.PriorityBands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
-	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
+	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", 10*sec, "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
 	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
 	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
 
@@ -161,44 +170,45 @@ func newFlagSet() *flagSet {
 	s.float(&c.Load.DecodeMaxKVUsage, "decode-max-kv-usage", "F", 0, "A decode worker whose engine reports a KV cache usage above F (0..1, e.g. 0.9) gets no new seat; 0 = off. Needs decode seats.")
 
 	s.section("Engine load")
-	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
-	s.dur(&c.Load.Interval, sec, "load-monitor-interval-secs", "SECS", "Another name of --engine-load-interval-secs.")
+	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
+	s.alias("load-monitor-interval-secs", "engine-load-interval-secs", "Another name of --engine-load-interval-secs.")
 	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
 
 	s.section("Cluster admission (one limit for all gateway replicas)")
-	c.Cluster.ExchangePeriod = 250 * ms
-	c.Cluster.Lease = 2 * sec
 	s.str(&c.Cluster.Mode, "admission-coordination", "MODE", "", "off, static (--admission-peers) or kubernetes (headless Service + Lease): the per-worker limit becomes the fleet's, each replica enforcing a leased, demand-weighted share. Empty = static when --admission-peers is given, else off.")
 	s.add(urlListValue{&c.Cluster.Peers}, "admission-peers", "URLS", "Base URL of every replica's admin listener (http://host:port), this one included; repeatable or comma-separated. A replica finds itself by its own listen address; the lowest live one coordinates.")
-	s.dur(&c.Cluster.ExchangePeriod, sec, "admission-exchange-period-secs", "SECS", "How often each replica reports its demand and receives its shares.")
-	s.dur(&c.Cluster.Lease, sec, "admission-lease-secs", "SECS", "How long a share holds without a new exchange (then: an even split, never above the last share); at least twice the exchange period. Kubernetes: also the Lease duration (whole seconds).")
+	s.dur(&c.Cluster.ExchangePeriod, sec, "admission-exchange-period-secs", "SECS", 250*ms, "How often each replica reports its demand and receives its shares.")
+	s.dur(&c.Cluster.Lease, sec, "admission-lease-secs", "SECS", 2*sec, "How long a share holds without a new exchange (then: an even split, never above the last share); at least twice the exchange period. Kubernetes: also the Lease duration (whole seconds).")
 	s.str(&c.Cluster.Service, "admission-service", "NAME", "", "Kubernetes mode: the gateway's headless Service, whose endpoints are the replicas.")
 	s.str(&c.Cluster.Namespace, "admission-namespace", "NS", "", "Kubernetes mode: namespace of the Service and the Lease; empty = the pod's own ($POD_NAMESPACE or the service account's).")
 	s.str(&c.Cluster.LeaseName, "admission-lease-name", "NAME", "sluice-admission", "Kubernetes mode: the coordination.k8s.io Lease whose holder coordinates.")
 
 	s.section("Health checks")
-	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", "Time between probes of one worker.")
-	s.dur(&c.Health.Timeout, sec, "health-check-timeout-secs", "SECS", "Timeout of one probe.")
+	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", 60*sec, "Time between probes of one worker.")
+	s.dur(&c.Health.Timeout, sec, "health-check-timeout-secs", "SECS", 5*sec, "Timeout of one probe.")
 	s.int(&c.Health.SuccessThreshold, "health-success-threshold", "N", 2, "Consecutive successful probes that make a worker ready.")
 	s.int(&c.Health.FailureThreshold, "health-failure-threshold", "N", 3, "Consecutive failed probes that make a worker not ready.")
 	s.str(&c.Health.Endpoint, "health-check-endpoint", "PATH", "/health", "Path probed on each worker.")
 	s.bool(&c.Health.Disabled, "disable-health-check", "Do not probe workers; treat them as healthy.")
+	s.bool(&c.Health.RemoveUnhealthyWorkers, "remove-unhealthy-workers", "Let long-failed workers recover (SMG); sluice always keeps probing them, so they come back when healthy.")
 
 	s.section("Circuit breaker")
 	s.int(&c.Breaker.FailureThreshold, "cb-failure-threshold", "N", 10, "Consecutive failures that open a worker's breaker.")
 	s.int(&c.Breaker.SuccessThreshold, "cb-success-threshold", "N", 3, "Successes in half-open state that close it.")
-	s.dur(&c.Breaker.Timeout, sec, "cb-timeout-duration-secs", "SECS", "Time an open breaker waits before turning half-open.")
+	s.dur(&c.Breaker.Timeout, sec, "cb-timeout-duration-secs", "SECS", 60*sec, "Time an open breaker waits before turning half-open.")
 	s.bool(&c.Breaker.Disabled, "disable-circuit-breaker", "Turn circuit breakers off.")
 	s.bool(&c.Breaker.HealthRecoveryDisabled, "disable-cb-health-recovery", "Keep an open breaker open until --cb-timeout-duration-secs even when active health probes pass (by default a passing probe turns it half-open at once).")
+	s.dur(&c.Breaker.Window, sec, "cb-window-duration-secs", "SECS", 120*sec, "SMG's breaker window; validated, unused (breakers count consecutive failures, as SMG's do).")
 
 	s.section("Retries")
 	s.int(&c.Retry.MaxRetries, "retry-max-retries", "N", 5, "Attempts in total, the first included.")
-	s.dur(&c.Retry.InitialBackoff, ms, "retry-initial-backoff-ms", "MS", "Backoff before the second attempt.")
-	s.dur(&c.Retry.MaxBackoff, ms, "retry-max-backoff-ms", "MS", "Cap on every backoff.")
+	s.dur(&c.Retry.InitialBackoff, ms, "retry-initial-backoff-ms", "MS", 50*ms, "Backoff before the second attempt.")
+	s.dur(&c.Retry.MaxBackoff, ms, "retry-max-backoff-ms", "MS", 30*sec, "Cap on every backoff.")
 	s.float(&c.Retry.BackoffMultiplier, "retry-backoff-multiplier", "X", 1.5, "Backoff growth per attempt, >= 1.")
 	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
 	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
-	s.registerSMG()
+	s.registerConcurrency() // concurrency.go
+	s.registerSMGCompat()   // smgtable.go
 	return s
 }
 
@@ -248,10 +258,23 @@ func (s *flagSet) boolOn(p *bool, name, usage string) {
 	s.record(name, "")
 }
 
-// dur registers a duration flag counted in unit; the default is whatever the
-// field already holds.
-func (s *flagSet) dur(p *time.Duration, unit float64, name, metavar, usage string) {
-	s.add(durationValue{p: p, unit: time.Duration(unit)}, name, metavar, usage)
+// dur registers a duration flag counted in unit (1 s for the *-secs flags).
+func (s *flagSet) dur(p *time.Duration, unit time.Duration, name, metavar string, def time.Duration, usage string) {
+	*p = def
+	s.add(durationValue{p: p, unit: unit}, name, metavar, usage)
+}
+
+// size registers a byte-count flag (a number with an optional unit).
+func (s *flagSet) size(p *int64, name, metavar string, def int64, usage string) {
+	*p = def
+	s.add(sizeValue{p}, name, metavar, usage)
+}
+
+// alias registers name as a second name of the setting target, sharing its value.
+func (s *flagSet) alias(name, target, usage string) {
+	s.fs.Var(s.fs.Lookup(target).Value, name, usage)
+	s.record(name, s.metavar[target])
+	s.aliases[name] = true
 }
 
 // printUsage writes the help text: every flag, grouped, with its default
@@ -395,10 +418,22 @@ func isBoolFlag(f *flag.Flag) bool {
 	return ok && b.IsBoolFlag()
 }
 
-// finish derives the fields that depend on several flags and records which
-// flags were set by any source.
+// finish records which flags were set by any source and derives the settings that depend on
+// others: this is the one place a default is not where its flag is declared.
+//   - --prefill-policy and --decode-policy default to --policy;
+//   - the flag workers take their protocol from their URL scheme;
+//   - --prometheus-host defaults to --host;
+//   - --enable-trace without --otlp-traces-endpoint exports to SMG's default endpoint;
+//   - --admission-coordination defaults to static when --admission-peers is given (cluster.go).
 func (s *flagSet) finish() {
 	c := s.cfg
+	c.explicit = map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
+	for _, a := range smgAliases { // a setting given under its SMG name was given
+		if c.explicit[a.name] {
+			c.explicit[a.target] = true
+		}
+	}
 	if c.Placement.PrefillPolicy == "" {
 		c.Placement.PrefillPolicy = c.Placement.Policy
 	}
@@ -415,15 +450,17 @@ func (s *flagSet) finish() {
 	for _, u := range s.decode {
 		c.Workers.Initial = append(c.Workers.Initial, s.worker(u, RoleDecode, 0))
 	}
-	c.explicit = map[string]bool{}
-	s.fs.Visit(func(f *flag.Flag) { c.explicit[f.Name] = true })
 	if !c.explicit["prometheus-host"] {
 		// The metrics listener binds where the gateway was told to listen: --host 127.0.0.1 must not
 		// leave /metrics open on every interface.
-		c.SMG.MetricsHost = c.Server.Host
+		c.Telemetry.MetricsHost = c.Server.Host
 	}
-	s.finishSMG()
+	if c.Telemetry.EnableTrace && c.Telemetry.OTLPTracesEndpoint == "" {
+		c.Telemetry.OTLPTracesEndpoint = smgOTLPDefault
+	}
 	c.resolveClusterMode()
+	slices.Sort(c.InertSMGFlags)
+	c.InertSMGFlags = slices.Compact(c.InertSMGFlags)
 }
 
 // worker builds a flag worker. An http(s) worker's protocol is left empty: the gateway detects it

@@ -27,7 +27,7 @@ func (s *flagSet) registerKVEvents() {
 		"KV-cache events of the flag worker at URL (kv_aware routes by them): SPEC is the engine's ZeroMQ PUB endpoint as "+
 			"the gateway reaches it, tcp://HOST:PORT, with optional ?replay=tcp://HOST:PORT (its replay ROUTER), &topic=T "+
 			"and &dp=N (rank r on the ports + r). Repeatable.")
-	s.dur(&s.cfg.KVEvents.RetryInterval, 1e9, "kv-events-retry-secs", "SECS",
+	s.dur(&s.cfg.KVEvents.RetryInterval, time.Second, "kv-events-retry-secs", "SECS", 0,
 		"How often a lost events publisher (a restarted engine) is redialed; its index is stale until then. 0 = 0.5 s.")
 }
 
@@ -67,9 +67,9 @@ func (v kvEventsValue) Set(s string) error {
 
 // validateKVEvents checks that every endpoint names a flag worker (the spec itself is checked when
 // the gateway starts, by the package that reads it).
-func (c *Config) validateKVEvents(bad func(format string, a ...any)) {
+func (c *Config) validateKVEvents(p *problems) {
 	if c.KVEvents.RetryInterval < 0 {
-		bad("--kv-events-retry-secs must not be negative")
+		p.add("--kv-events-retry-secs must not be negative")
 	}
 	flagWorkers := map[string]bool{}
 	for _, w := range c.Workers.Initial {
@@ -77,7 +77,7 @@ func (c *Config) validateKVEvents(bad func(format string, a ...any)) {
 	}
 	for _, url := range slices.Sorted(maps.Keys(c.KVEvents.Endpoints)) {
 		if !flagWorkers[url] {
-			bad("--kv-events-endpoint %s: not a worker given by --worker-urls, --prefill or --decode", redactURL(url))
+			p.add("--kv-events-endpoint %s: not a worker given by --worker-urls, --prefill or --decode", redactURL(url))
 		}
 	}
 }

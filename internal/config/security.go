@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -98,12 +97,7 @@ const defaultMaxPayloadSize = 32 << 20
 // in its own help section, after the Server section.
 func (s *flagSet) registerSecurity() {
 	c := s.cfg
-	const sec = 1e9
-	c.Limits.ReadHeaderTimeout = 10 * time.Second
-	c.Limits.IdleTimeout = 120 * time.Second
-	c.Limits.BodyReadTimeout = 60 * time.Second
-	c.Limits.WriteTimeout = 60 * time.Second
-	c.Limits.MaxHeaderBytes = 64 << 10
+	const sec = time.Second
 
 	s.section("TLS")
 	s.str(&c.TLS.CertPath, "tls-cert-path", "FILE", "", "PEM certificate (chain) served on the listeners; with --tls-key-path turns on HTTPS (HTTP/2 via ALPN). Re-read when it changes.")
@@ -122,58 +116,54 @@ func (s *flagSet) registerSecurity() {
 	s.add(commaListValue{&c.Auth.CORSAllowedOrigins}, "cors-allowed-origins", "ORIGINS", "Browser origins allowed to call the APIs (scheme://host[:port]), or * for any (then without credentials); repeatable or comma-separated. Empty = no CORS.")
 
 	s.section("Limits against slow and hostile clients")
-	s.dur(&c.Limits.ReadHeaderTimeout, sec, "read-header-timeout-secs", "SECS", "Longest time a client may take to send a request's headers.")
-	s.dur(&c.Limits.BodyReadTimeout, sec, "body-read-timeout-secs", "SECS", "Longest time a client may take to send a whole request body.")
-	s.dur(&c.Limits.WriteTimeout, sec, "client-write-timeout-secs", "SECS", "Longest a write to a client may block; a client that stops reading a response is disconnected.")
-	s.dur(&c.Limits.IdleTimeout, sec, "idle-timeout-secs", "SECS", "Keep-alive connections idle this long are closed.")
-	s.add(sizeValue{&c.Limits.MaxHeaderBytes}, "max-header-bytes", "SIZE", "Largest request header block (HTTP/1.1 and HTTP/2).")
+	s.dur(&c.Limits.ReadHeaderTimeout, sec, "read-header-timeout-secs", "SECS", 10*sec, "Longest time a client may take to send a request's headers.")
+	s.dur(&c.Limits.BodyReadTimeout, sec, "body-read-timeout-secs", "SECS", 60*sec, "Longest time a client may take to send a whole request body.")
+	s.dur(&c.Limits.WriteTimeout, sec, "client-write-timeout-secs", "SECS", 60*sec, "Longest a write to a client may block; a client that stops reading a response is disconnected.")
+	s.dur(&c.Limits.IdleTimeout, sec, "idle-timeout-secs", "SECS", 120*sec, "Keep-alive connections idle this long are closed.")
+	s.size(&c.Limits.MaxHeaderBytes, "max-header-bytes", "SIZE", 64<<10, "Largest request header block (HTTP/1.1 and HTTP/2).")
 	s.int(&c.Limits.MaxConnections, "max-connections", "N", 10000, "Open client connections allowed per listener; more are closed at once. 0 = no cap.")
 }
 
 // validateSecurity checks the TLS, auth and limit settings.
-func (c *Config) validateSecurity() []error {
-	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
-	}
+func (c *Config) validateSecurity(p *problems) {
 	pair := func(a, b string, av, bv string) {
 		if (av == "") != (bv == "") {
-			bad("--%s and --%s go together", a, b)
+			p.add("--%s and --%s go together", a, b)
 		}
 	}
 	pair("tls-cert-path", "tls-key-path", c.TLS.CertPath, c.TLS.KeyPath)
 	pair("client-cert-path", "client-key-path", c.TLS.ClientCertPath, c.TLS.ClientKeyPath)
-	for _, p := range c.TLS.CACertPaths {
-		if strings.TrimSpace(p) == "" {
-			bad("--ca-cert-paths: empty path")
+	for _, path := range c.TLS.CACertPaths {
+		if strings.TrimSpace(path) == "" {
+			p.add("--ca-cert-paths: empty path")
 		}
 	}
 
 	pair("jwt-issuer", "jwt-audience", c.Auth.JWTIssuer, c.Auth.JWTAudience)
 	if c.Auth.JWTJWKSURI != "" && c.Auth.JWTIssuer == "" {
-		bad("--jwt-jwks-uri needs --jwt-issuer and --jwt-audience")
+		p.add("--jwt-jwks-uri needs --jwt-issuer and --jwt-audience")
 	}
 	if v := c.Auth.JWTIssuer; v != "" {
 		if err := checkHTTPURL(v); err != nil {
-			bad("--jwt-issuer %q: %v", v, err)
+			p.add("--jwt-issuer %q: %v", v, err)
 		}
 	}
 	if v := c.Auth.JWTJWKSURI; v != "" {
 		if err := checkHTTPURL(v); err != nil {
-			bad("--jwt-jwks-uri %q: %v", v, err)
+			p.add("--jwt-jwks-uri %q: %v", v, err)
 		}
 	}
 	if c.Auth.JWTEnabled() {
 		if strings.TrimSpace(c.Auth.JWTRoleClaim) == "" {
-			bad("--jwt-role-claim must not be empty")
+			p.add("--jwt-role-claim must not be empty")
 		}
 		if strings.TrimSpace(c.Auth.JWTAdminRole) == "" {
-			bad("--jwt-admin-role must not be empty")
+			p.add("--jwt-admin-role must not be empty")
 		}
 	}
 	for _, o := range c.Auth.CORSAllowedOrigins {
 		if err := checkOrigin(o); err != nil {
-			bad("--cors-allowed-origins %q: %v", o, err)
+			p.add("--cors-allowed-origins %q: %v", o, err)
 		}
 	}
 
@@ -187,16 +177,15 @@ func (c *Config) validateSecurity() []error {
 		{"idle-timeout-secs", c.Limits.IdleTimeout},
 	} {
 		if d.v <= 0 {
-			bad("--%s must be positive, got %v", d.name, d.v)
+			p.add("--%s must be positive, got %v", d.name, d.v)
 		}
 	}
 	if n := c.Limits.MaxHeaderBytes; n < 4<<10 || n > 64<<20 {
-		bad("--max-header-bytes must be between 4KiB and 64MiB, got %d", n)
+		p.add("--max-header-bytes must be between 4KiB and 64MiB, got %d", n)
 	}
 	if c.Limits.MaxConnections < 0 {
-		bad("--max-connections must not be negative, got %d", c.Limits.MaxConnections)
+		p.add("--max-connections must not be negative, got %d", c.Limits.MaxConnections)
 	}
-	return errs
 }
 
 // checkHTTPURL accepts an absolute http(s) URL with a host and no fragment.
@@ -231,28 +220,6 @@ func checkOrigin(s string) error {
 		return errors.New("an origin has no path, query, fragment or user info")
 	}
 	return nil
-}
-
-// securityLogValue is the startup log's view of the security settings; paths
-// only, never key material.
-func (c *Config) securityLogValue() slog.Attr {
-	return slog.Group("security",
-		slog.Bool("tls", c.TLS.Enabled()),
-		slog.String("tls_cert_path", c.TLS.CertPath),
-		slog.Any("ca_cert_paths", c.TLS.CACertPaths),
-		slog.String("client_cert_path", c.TLS.ClientCertPath),
-		slog.String("api_keys_file", c.Auth.APIKeysFile),
-		slog.String("jwt_issuer", c.Auth.JWTIssuer),
-		slog.String("jwt_audience", c.Auth.JWTAudience),
-		slog.String("jwt_jwks_uri", redactURL(c.Auth.JWTJWKSURI)),
-		slog.Any("cors_allowed_origins", c.Auth.CORSAllowedOrigins),
-		slog.Duration("read_header_timeout", c.Limits.ReadHeaderTimeout),
-		slog.Duration("body_read_timeout", c.Limits.BodyReadTimeout),
-		slog.Duration("write_timeout", c.Limits.WriteTimeout),
-		slog.Duration("idle_timeout", c.Limits.IdleTimeout),
-		slog.Int64("max_header_bytes", c.Limits.MaxHeaderBytes),
-		slog.Int("max_connections", c.Limits.MaxConnections),
-	)
 }
 
 // commaListValue is a repeatable flag whose values may also list several

@@ -157,7 +157,7 @@ var smgLines = []smgLine{
 		line: "--worker-urls http://w1:8000 http://w2:8000 --max-concurrent-requests 100 --rate-limit-tokens-per-second 100 " +
 			"--queue-size 200 --queue-timeout-secs 30",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "concurrency", c.SMG.Concurrency, ConcurrencyConfig{MaxConcurrent: 100, QueueSize: 200, QueueTimeout: 30 * time.Second, TokensPerSecond: 100})
+			eq(t, "concurrency", c.Concurrency, ConcurrencyConfig{MaxConcurrent: 100, QueueSize: 200, QueueTimeout: 30 * time.Second, TokensPerSecond: 100})
 		},
 	},
 	{
@@ -167,9 +167,9 @@ var smgLines = []smgLine{
 			"--cb-failure-threshold 10 --cb-success-threshold 3 --cb-timeout-duration-secs 60 --cb-window-duration-secs 120",
 		check: func(t *testing.T, c *Config) {
 			eq(t, "workers", len(workerURLs(c, RoleRegular)), 3)
-			eq(t, "concurrency", c.SMG.Concurrency, ConcurrencyConfig{MaxConcurrent: 150, QueueSize: 300, QueueTimeout: 30 * time.Second})
+			eq(t, "concurrency", c.Concurrency, ConcurrencyConfig{MaxConcurrent: 150, QueueSize: 300, QueueTimeout: 30 * time.Second})
 			eq(t, "retry", c.Retry, RetryConfig{MaxRetries: 3, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second, BackoffMultiplier: 2, JitterFactor: 0.2})
-			eq(t, "cb window", c.SMG.CBWindow, 120*time.Second)
+			eq(t, "cb window", c.Breaker.Window, 120*time.Second)
 		},
 	},
 	{
@@ -177,8 +177,8 @@ var smgLines = []smgLine{
 		line: "--worker-urls http://w1:8000 http://w2:8000 --cb-failure-threshold 5 --cb-success-threshold 2 --cb-timeout-duration-secs 30 " +
 			"--cb-window-duration-secs 60",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "breaker", c.Breaker, BreakerConfig{FailureThreshold: 5, SuccessThreshold: 2, Timeout: 30 * time.Second})
-			eq(t, "cb window", c.SMG.CBWindow, 60*time.Second)
+			eq(t, "breaker", c.Breaker, BreakerConfig{FailureThreshold: 5, SuccessThreshold: 2, Timeout: 30 * time.Second, Window: 60 * time.Second})
+			eq(t, "cb window", c.Breaker.Window, 60*time.Second)
 		},
 	},
 	{
@@ -186,8 +186,8 @@ var smgLines = []smgLine{
 		line:   "--policy manual --worker-urls http://w1:8000 http://w2:8000 --assignment-mode min_load --max-idle-secs 14400 --eviction-interval 120",
 		check: func(t *testing.T, c *Config) {
 			eq(t, "policy", c.Placement.Policy, "manual")
-			eq(t, "assignment", c.SMG.AssignmentMode, "min_load")
-			eq(t, "idle", c.SMG.StickyIdle, 4*time.Hour)
+			eq(t, "assignment", c.Placement.AssignmentMode, "min_load")
+			eq(t, "idle", c.Placement.StickyIdle, 4*time.Hour)
 			eq(t, "eviction (alias of --eviction-interval-secs)", c.Placement.EvictionInterval, 120*time.Second)
 		},
 	},
@@ -205,49 +205,49 @@ var smgLines = []smgLine{
 		source: "docs: getting-started/monitoring.md, Prometheus",
 		line:   "--worker-urls http://worker:8000 --prometheus-port 29000 --prometheus-host 0.0.0.0",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "metrics listener", []any{c.SMG.MetricsHost, c.SMG.MetricsPort}, []any{"0.0.0.0", 29000})
+			eq(t, "metrics listener", []any{c.Telemetry.MetricsHost, c.Telemetry.MetricsPort}, []any{"0.0.0.0", 29000})
 		},
 	},
 	{
 		source: "docs: getting-started/logging.md, File logging",
 		line:   "--worker-urls http://worker:8000 --log-dir /var/log/smg --log-level info",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "log dir", c.SMG.LogDir, "/var/log/smg")
+			eq(t, "log dir", c.Telemetry.LogDir, "/var/log/smg")
 		},
 	},
 	{
 		source: "docs: getting-started/logging.md, Enable OTEL with logging",
 		line:   "--worker-urls http://worker:8000 --enable-trace --otlp-traces-endpoint localhost:4317 --log-level info",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "trace", []any{c.SMG.EnableTrace, c.Telemetry.OTLPTracesEndpoint}, []any{true, "localhost:4317"})
+			eq(t, "trace", []any{c.Telemetry.EnableTrace, c.Telemetry.OTLPTracesEndpoint}, []any{true, "localhost:4317"})
 		},
 	},
 	{
 		source: "docs: reference/configuration.md, --request-id-headers example",
 		line:   "--request-id-headers x-request-id x-trace-id x-correlation-id",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "request id headers", c.SMG.RequestIDHeaders, []string{"x-request-id", "x-trace-id", "x-correlation-id"})
+			eq(t, "request id headers", c.Server.RequestIDHeaders, []string{"x-request-id", "x-trace-id", "x-correlation-id"})
 		},
 	},
 	{
 		source: "docs: reference/metrics.md, custom buckets",
 		line:   "--prometheus-duration-buckets 0.01 0.1 0.5 1 5 10",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "buckets", c.SMG.DurationBuckets, []float64{0.01, 0.1, 0.5, 1, 5, 10})
+			eq(t, "buckets", c.Telemetry.DurationBuckets, []float64{0.01, 0.1, 0.5, 1, 5, 10})
 		},
 	},
 	{
 		source: "docs: concepts/reliability/graceful-shutdown.md, dedicated probe port (container args)",
 		line:   "--health-check-port 30001",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "health check port", c.SMG.HealthCheckPort, 30001)
+			eq(t, "health check port", c.Server.HealthCheckPort, 30001)
 		},
 	},
 	{
 		source: "docs: getting-started/multiple-workers.md, IGW mode",
 		line:   "--enable-igw --host 0.0.0.0 --port 30000",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "inert", c.SMG.Inert, []string{"enable-igw"})
+			eq(t, "inert", c.InertSMGFlags, []string{"enable-igw"})
 		},
 	},
 	{
@@ -255,7 +255,7 @@ var smgLines = []smgLine{
 		line:   "launch --worker-urls grpc://localhost:50051 --model-path meta-llama/Llama-3.1-8B-Instruct --policy round_robin --host 0.0.0.0 --port 30000",
 		check: func(t *testing.T, c *Config) {
 			eq(t, "workers", c.Workers.Initial, []WorkerFlag{{URL: "grpc://localhost:50051", Role: RoleRegular, Protocol: ProtocolGRPC}})
-			eq(t, "inert", c.SMG.Inert, []string{"model-path"})
+			eq(t, "inert", c.InertSMGFlags, []string{"model-path"})
 		},
 	},
 	{
@@ -268,7 +268,7 @@ var smgLines = []smgLine{
 		line: "--worker-urls http://w1:8000 http://w2:8000 --policy power_of_two --max-concurrent-requests 50 --queue-size 25 --queue-timeout-secs 5 " +
 			"--health-check-interval-secs 5 --request-timeout-secs 30",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "concurrency", c.SMG.Concurrency, ConcurrencyConfig{MaxConcurrent: 50, QueueSize: 25, QueueTimeout: 5 * time.Second})
+			eq(t, "concurrency", c.Concurrency, ConcurrencyConfig{MaxConcurrent: 50, QueueSize: 25, QueueTimeout: 5 * time.Second})
 			eq(t, "request timeout", c.Server.RequestTimeout, 30*time.Second)
 		},
 	},
@@ -282,10 +282,10 @@ var smgLines = []smgLine{
 			"--health-failure-threshold 3 --health-success-threshold 2 --health-check-timeout-secs 5 --health-check-interval-secs 60 " +
 			"--health-check-endpoint /health --prometheus-port 29000 --log-level info",
 		check: func(t *testing.T, c *Config) {
-			eq(t, "concurrency off", c.SMG.Concurrency.Enabled(), false)
+			eq(t, "concurrency off", c.Concurrency.Enabled(), false)
 			eq(t, "payload", c.Server.MaxPayloadSize, int64(536870912))
-			eq(t, "metrics port", c.SMG.MetricsPort, 29000)
-			eq(t, "inert", c.SMG.Inert, []string{"block-size"})
+			eq(t, "metrics port", c.Telemetry.MetricsPort, 29000)
+			eq(t, "inert", c.InertSMGFlags, []string{"block-size"})
 		},
 	},
 }
@@ -343,13 +343,13 @@ func TestSMGIssueFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "routing key headers", c.SMG.RoutingKeyHeaders, []string{"x-tenant-session", "x-smg-routing-key"})
-	eq(t, "remove unhealthy", c.SMG.RemoveUnhealthyWorkers, true)
-	eq(t, "drain settle", c.SMG.DrainSettle, time.Duration(0))
-	eq(t, "idle timeout", c.SMG.UpstreamIdleTimeout, 4*time.Second)
+	eq(t, "routing key headers", c.Placement.RoutingKeyHeaders, []string{"x-tenant-session", "x-smg-routing-key"})
+	eq(t, "remove unhealthy", c.Health.RemoveUnhealthyWorkers, true)
+	eq(t, "drain settle", c.Workers.DrainSettle, time.Duration(0))
+	eq(t, "idle timeout", c.Workers.UpstreamIdleTimeout, 4*time.Second)
 	eq(t, "eviction", c.Placement.EvictionInterval, 30*time.Second)
-	eq(t, "sticky idle", c.SMG.StickyIdle, time.Minute)
-	eq(t, "threads", c.SMG.RuntimeWorkerThreads, 3)
+	eq(t, "sticky idle", c.Placement.StickyIdle, time.Minute)
+	eq(t, "threads", c.Server.RuntimeWorkerThreads, 3)
 }
 
 // TestSMGLoadMonitorInterval: SMG's --load-monitor-interval is the engine-load poll interval, and
@@ -447,11 +447,11 @@ func TestSMGFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq(t, "limit", c.SMG.Concurrency.MaxConcurrent, 8)
-	eq(t, "headers", c.SMG.RequestIDHeaders, []string{"x-a", "x-b"})
-	eq(t, "buckets", c.SMG.DurationBuckets, []float64{0.1, 1})
+	eq(t, "limit", c.Concurrency.MaxConcurrent, 8)
+	eq(t, "headers", c.Server.RequestIDHeaders, []string{"x-a", "x-b"})
+	eq(t, "buckets", c.Telemetry.DurationBuckets, []float64{0.1, 1})
 	eq(t, "eviction", c.Placement.EvictionInterval, time.Minute)
-	eq(t, "inert", c.SMG.Inert, []string{"enable-igw"})
+	eq(t, "inert", c.InertSMGFlags, []string{"enable-igw"})
 
 	_, err = parseNoEnv("--config", writeFile(t, "enable-mesh: true\n"))
 	if err == nil || !strings.Contains(err.Error(), "--enable-mesh is not supported") {

@@ -35,8 +35,8 @@ func TestPrometheusHostFollowsHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.SMG.MetricsHost != tc.want {
-			t.Errorf("%v: metrics host %q, want %q", tc.args, c.SMG.MetricsHost, tc.want)
+		if c.Telemetry.MetricsHost != tc.want {
+			t.Errorf("%v: metrics host %q, want %q", tc.args, c.Telemetry.MetricsHost, tc.want)
 		}
 	}
 }

@@ -65,40 +65,35 @@ func (s *flagSet) registerTenants() {
 	s.int(&c.Tenants.MetricsMaxTenants, "tenant-metrics-max-tenants", "N", 20, "Tenants named in metric labels (the weighted ones, then the first seen); the rest are reported as \"other\".")
 }
 
-func (c *Config) validateTenants() []error {
-	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...))
-	}
+func (c *Config) validateTenants(p *problems) {
 	t := c.Tenants
 	if t.Fairness != "on" && t.Fairness != "off" {
-		bad("--tenant-fairness must be on or off, got %q", t.Fairness)
+		p.add("--tenant-fairness must be on or off, got %q", t.Fairness)
 	}
 	if t.JWTClaim != "" && !c.Auth.JWTEnabled() {
-		bad("--tenant-jwt-claim needs --jwt-issuer")
+		p.add("--tenant-jwt-claim needs --jwt-issuer")
 	}
 	if t.APIKeyIDs && c.Auth.APIKeysFile == "" && c.Server.APIKey == "" {
-		bad("--tenant-api-key-ids needs --api-keys-file (or --api-key)")
+		p.add("--tenant-api-key-ids needs --api-keys-file (or --api-key)")
 	}
 	if t.Header != "" && !validHeaderName(t.Header) {
-		bad("--tenant-header %q is not a header name", t.Header)
+		p.add("--tenant-header %q is not a header name", t.Header)
 	}
 	if t.MaxQueued < 0 {
-		bad("--tenant-max-queued must be at least 0, got %d", t.MaxQueued)
+		p.add("--tenant-max-queued must be at least 0, got %d", t.MaxQueued)
 	}
 	if t.MetricsMaxTenants < 0 {
-		bad("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
+		p.add("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
 	}
 	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0 || t.BudgetsOn()) {
-		bad("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
+		p.add("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
 	}
 	if t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
-		bad("--tenant-tokens-per-minute and --tenant-requests-per-minute must be at least 0")
+		p.add("--tenant-tokens-per-minute and --tenant-requests-per-minute must be at least 0")
 	}
 	if t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0) && !c.Admission.Enabled() {
-		bad("--tenant-weights and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker")
+		p.add("--tenant-weights and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker")
 	}
-	return errs
 }
 
 // tenantWeightsValue is a T=W,... flag; values accumulate over repeats.

@@ -27,6 +27,9 @@ func (v durationValue) String() string {
 	return strconv.FormatFloat(float64(*v.p)/float64(v.unit), 'f', -1, 64)
 }
 
+// Get returns the duration, for the startup summary.
+func (v durationValue) Get() any { return *v.p }
+
 func (v durationValue) Set(s string) error {
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil {
@@ -51,6 +54,9 @@ func (v sizeValue) String() string {
 	}
 	return strconv.FormatInt(*v.p, 10)
 }
+
+// Get returns the byte count, for the startup summary.
+func (v sizeValue) Get() any { return *v.p }
 
 func (v sizeValue) Set(s string) error {
 	n, err := ParseSize(s)
@@ -130,8 +136,17 @@ func (v secretValue) String() string {
 
 func (v secretValue) Set(s string) error { *v.p = Secret(s); return nil }
 
+// Get returns the Secret itself, which logs as "[redacted]".
+func (v secretValue) Get() any { return *v.p }
+
 // logLevelValue is a flag holding one of the four slog levels by name.
 type logLevelValue struct{ p *slog.Level }
+
+// newLogLevel binds a log level flag to p, with its default.
+func newLogLevel(p *slog.Level, def slog.Level) logLevelValue {
+	*p = def
+	return logLevelValue{p}
+}
 
 func parseLogLevel(s string) (slog.Level, bool) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
