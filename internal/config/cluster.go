@@ -48,26 +48,22 @@ type ClusterConfig struct {
 // Enabled reports whether cluster admission is on.
 func (c ClusterConfig) Enabled() bool { return c.Mode != CoordinationOff && c.Mode != "" }
 
-// resolveClusterMode fills in the default mode: static when peers are given.
-func (c *Config) resolveClusterMode() {
-	if c.Cluster.Mode == "" {
-		c.Cluster.Mode = CoordinationOff
-		if len(c.Cluster.Peers) > 0 {
-			c.Cluster.Mode = CoordinationStatic
-		}
+// mode is the mode in force: the one given, else static when peers are given, else off. finish
+// stores it; Validate reads it too, for configurations built by hand.
+func (c ClusterConfig) mode() string {
+	switch {
+	case c.Mode != "":
+		return c.Mode
+	case len(c.Peers) > 0:
+		return CoordinationStatic
 	}
+	return CoordinationOff
 }
 
 // validateCluster checks the cluster admission settings against each other, admission and the mode.
 func (c *Config) validateCluster(p *problems) {
 	cc := c.Cluster
-	mode := cc.Mode
-	if mode == "" {
-		mode = CoordinationOff
-		if len(cc.Peers) > 0 {
-			mode = CoordinationStatic
-		}
-	}
+	mode := cc.mode()
 	switch mode {
 	case CoordinationOff, CoordinationStatic, CoordinationKubernetes:
 	default:

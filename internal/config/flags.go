@@ -458,7 +458,7 @@ func (s *flagSet) finish() {
 	if c.Telemetry.EnableTrace && c.Telemetry.OTLPTracesEndpoint == "" {
 		c.Telemetry.OTLPTracesEndpoint = smgOTLPDefault
 	}
-	c.resolveClusterMode()
+	c.Cluster.Mode = c.Cluster.mode()
 	slices.Sort(c.InertSMGFlags)
 	c.InertSMGFlags = slices.Compact(c.InertSMGFlags)
 }

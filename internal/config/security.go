@@ -126,20 +126,15 @@ func (s *flagSet) registerSecurity() {
 
 // validateSecurity checks the TLS, auth and limit settings.
 func (c *Config) validateSecurity(p *problems) {
-	pair := func(a, b string, av, bv string) {
-		if (av == "") != (bv == "") {
-			p.add("--%s and --%s go together", a, b)
-		}
-	}
-	pair("tls-cert-path", "tls-key-path", c.TLS.CertPath, c.TLS.KeyPath)
-	pair("client-cert-path", "client-key-path", c.TLS.ClientCertPath, c.TLS.ClientKeyPath)
+	p.together("tls-cert-path", "tls-key-path", c.TLS.CertPath, c.TLS.KeyPath)
+	p.together("client-cert-path", "client-key-path", c.TLS.ClientCertPath, c.TLS.ClientKeyPath)
 	for _, path := range c.TLS.CACertPaths {
 		if strings.TrimSpace(path) == "" {
 			p.add("--ca-cert-paths: empty path")
 		}
 	}
 
-	pair("jwt-issuer", "jwt-audience", c.Auth.JWTIssuer, c.Auth.JWTAudience)
+	p.together("jwt-issuer", "jwt-audience", c.Auth.JWTIssuer, c.Auth.JWTAudience)
 	if c.Auth.JWTJWKSURI != "" && c.Auth.JWTIssuer == "" {
 		p.add("--jwt-jwks-uri needs --jwt-issuer and --jwt-audience")
 	}

@@ -41,6 +41,13 @@ func (p *problems) posDur(name string, d time.Duration) {
 	}
 }
 
+// together reports two flags of which only one is given.
+func (p *problems) together(a, b, av, bv string) {
+	if (av == "") != (bv == "") {
+		p.add("--%s and --%s go together", a, b)
+	}
+}
+
 func (p *problems) atLeast(name string, v, lowest int) {
 	if v < lowest {
 		p.add("--%s must be at least %d, got %d", name, lowest, v)
