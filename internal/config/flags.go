@@ -67,7 +67,7 @@ func newFlagSet() *flagSet {
 		cfg:     c,
 		metavar: map[string]string{},
 		aliases: map[string]bool{},
-		unbound: map[string]bool{"worker-urls": true, "prefill": true, "decode": true},
+		unbound: map[string]bool{},
 	}
 	// Parse returns errors and prints help itself, so the flag package's own
 	// output (error line plus full usage on every mistake) is silenced.
@@ -107,10 +107,10 @@ func newFlagSet() *flagSet {
 	s.add(floatListValue{&c.Telemetry.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the request duration and time-to-first-token histograms, in seconds; repeatable, or several after one flag.")
 
 	s.section("Workers")
-	s.add(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
+	s.addUnbound(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
 	s.bool(&c.Workers.PDDisaggregation, "pd-disaggregation", "Prefill/decode disaggregated mode: route each request to a prefill and a decode worker.")
-	s.add(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
-	s.add(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
+	s.addUnbound(prefillListValue{&s.prefill}, "prefill", "URL [PORT]", "Prefill worker, optionally followed by its bootstrap port (or \"none\"); repeatable; needs --pd-disaggregation.")
+	s.addUnbound(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
 	s.int(&c.Workers.DPSize, "dp-size", "N", 0, "Data-parallel ranks of workers given by flags whose engine does not report dp_size in its server info (SGLang does); 0 = one rank.")
 	s.str(&c.Workers.KVConnector, "kv-connector", "NAME", "nixl", "KV connector of vLLM workers that do not show theirs: nixl or mooncake. A vLLM prefill engine whose Mooncake bootstrap server answers /query is detected as mooncake.")
 	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
@@ -270,6 +270,12 @@ func (s *flagSet) size(p *int64, name, metavar string, def int64, usage string) 
 	s.add(sizeValue{p}, name, metavar, usage)
 }
 
+// addUnbound registers a flag whose value the flag set keeps raw until finish makes it a setting.
+func (s *flagSet) addUnbound(v flag.Value, name, metavar, usage string) {
+	s.add(v, name, metavar, usage)
+	s.unbound[name] = true
+}
+
 // alias registers name as a second name of the setting target, sharing its value.
 func (s *flagSet) alias(name, target, usage string) {
 	s.fs.Var(s.fs.Lookup(target).Value, name, usage)
@@ -425,6 +431,10 @@ func isBoolFlag(f *flag.Flag) bool {
 //   - --prometheus-host defaults to --host;
 //   - --enable-trace without --otlp-traces-endpoint exports to SMG's default endpoint;
 //   - --admission-coordination defaults to static when --admission-peers is given (cluster.go).
+//
+// The engine-load interval in force, 1 s instead of the default when a decision reads the loads and
+// no interval was given, is computed on read instead ([Config.LoadMonitorInterval]), so that a
+// configuration changed by hand after parsing still gets it.
 func (s *flagSet) finish() {
 	c := s.cfg
 	c.explicit = map[string]bool{}
