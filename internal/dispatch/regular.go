@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -22,6 +23,10 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 	}
 	if w.Rank() >= 0 && w.Protocol() == worker.ProtocolSGLang {
 		// A data-parallel engine: placement chose the rank (io_struct.py routed_dp_rank).
+		br, err := r.withJSON(br)
+		if err != nil {
+			return nil, err
+		}
 		body, err := body.RoutedRank(br.Body, w.Rank())
 		if err != nil {
 			return nil, apierror.InvalidRequest("", "cannot add the data-parallel rank hint: "+err.Error())
@@ -35,9 +40,15 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 
 // single sends the client's body to one worker and relays its answer (regular mode, and PD requests
 // that need no prefill leg).
+// A typed request goes to a worker-protocol worker as its call (a regular worker gets Decode without
+// a handshake, as from a JSON body).
 func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w *worker.Worker, leg string) (*Response, error) {
+	s, err := x.singleSender(r, br, w)
+	if err != nil {
+		return nil, err
+	}
 	load := x.acquireLoad(w)
-	resp, err := x.call(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.callWith(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), s, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(w, load)
 		return nil, err
@@ -45,6 +56,21 @@ func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w
 	out := x.response(resp, br, w, nil)
 	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(w, load) }}
 	return out, nil
+}
+
+// singleSender is what single sends: the typed call when the worker speaks the worker protocol over
+// the gateway's own transport, else the JSON body.
+func (x *Dispatcher) singleSender(r *Request, br *body.Request, w *worker.Worker) (legSender, error) {
+	if c := r.typedCall(); c != nil && w.Protocol() == worker.ProtocolGRPC {
+		if t := backend.WorkerRPC(x.d.HTTP); t != nil {
+			return rpcLeg{t: t, call: c}, nil
+		}
+	}
+	br, err := r.withJSON(br)
+	if err != nil {
+		return nil, err
+	}
+	return jsonLeg(br.Body), nil
 }
 
 func (x *Dispatcher) acquireLoad(w *worker.Worker) *worker.LoadGuard {

@@ -1,7 +1,9 @@
 // Package openai implements sluice.openai.v1.OpenAIService — the OpenAI API as typed protobuf over
-// Connect, gRPC and gRPC-Web — on the same dispatch core as the REST surface. Requests become OpenAI JSON
-// (protojson with proto names, extra_body merged as top-level fields); engine JSON and SSE chunks become
-// messages again (unknown fields dropped).
+// Connect, gRPC and gRPC-Web — on the same dispatch core as the REST surface. A chat or completions
+// request reaches workers that speak sluice's worker protocol as messages, converted from the client's
+// (typed.go), and is rendered as OpenAI JSON (protojson with proto names, extra_body merged as
+// top-level fields) only for a leg that needs JSON; other requests go as that JSON. Engine JSON and
+// SSE chunks become messages again (unknown fields dropped).
 package openai
 
 import (
@@ -32,6 +34,8 @@ var (
 type Service struct {
 	openaiv1.UnimplementedOpenAIServiceServer
 	d *dispatch.Dispatcher
+	// onJSON, when set, is told each time a request is rendered as JSON (tests of the typed path).
+	onJSON func(dispatch.Route)
 }
 
 // New builds the service on a dispatcher.
@@ -78,11 +82,23 @@ func requestBody(m proto.Message, stream bool) ([]byte, error) {
 }
 
 func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message, stream bool, h http.Header) (*dispatch.Response, error) {
-	body, err := requestBody(m, stream)
-	if err != nil {
-		return nil, apierror.InvalidRequest("", "cannot encode request: "+err.Error()).Connect()
+	render := func() ([]byte, error) {
+		if s.onJSON != nil {
+			s.onJSON(route)
+		}
+		return requestBody(m, stream)
 	}
-	resp, err := s.d.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: h})
+	req := &dispatch.Request{Route: route, Header: h}
+	if br, call := typedRequest(m, stream); br != nil {
+		req.Typed = &dispatch.Typed{Parsed: br, Call: call, JSON: render} // typed.go
+	} else {
+		body, err := render()
+		if err != nil {
+			return nil, apierror.InvalidRequest("", "cannot encode request: "+err.Error()).Connect()
+		}
+		req.Body = body
+	}
+	resp, err := s.d.Do(ctx, req)
 	if err != nil {
 		return nil, wire(err)
 	}
