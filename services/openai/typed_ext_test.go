@@ -177,7 +177,9 @@ func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // connectClient gives a Connect client the grpc-go client's interface, so one loop drives both.
-type connectClient struct{ c openaiv1connect.OpenAIServiceClient }
+type connectClient struct {
+	c openaiv1connect.OpenAIServiceClient
+}
 
 func (c connectClient) CreateChatCompletion(ctx context.Context, in *openaiv1.CreateChatCompletionRequest, _ ...grpc.CallOption) (*openaiv1.ChatCompletion, error) {
 	return c.c.CreateChatCompletion(ctx, in)
