@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 )
 
 // What the gateway measures of one answered request, for metrics and the request span: its time to
@@ -95,7 +96,8 @@ type meter struct {
 	// streamCut: the stream failed while the request's own context was done (the client left, the
 	// request timed out): not the worker's failure.
 	streamCut bool
-	body      []byte // non-streamed: the answer, up to maxUsageBody
+	body      []byte            // non-streamed: the answer, up to maxUsageBody
+	answer    *workerrpc.Answer // non-streamed: the answer as messages, when it came so
 }
 
 // Frames is the events of a streamed answer, for the surfaces to relay one by one.
@@ -217,7 +219,7 @@ func (u *unaryBody) Read(p []byte) (int, error) {
 // newMeter starts observing resp; it wraps a non-streamed body to read its usage.
 func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Request, strip bool, resp *Response) *meter {
 	m := &meter{x: x, ctx: ctx, start: start, status: resp.Status, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
-		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
+		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd, answer: resp.answer}
 	resp.meter = m
 	if !resp.Stream {
 		if resp.length > 0 && resp.length <= maxUsageBody {
@@ -244,6 +246,9 @@ func (m *meter) finish() {
 		s.Usage, s.HasUsage = m.usage, m.hasUsage
 	case len(m.body) > 0:
 		s.Usage, s.HasUsage = body.UnaryUsage(m.route, m.body)
+	case m.answer != nil: // read as messages, not as JSON
+		s.Usage = body.Usage{Prompt: int64(m.answer.PromptTokens), Completion: int64(m.answer.CompletionTokens)}
+		s.HasUsage = true
 	}
 	if m.stream && !m.first.IsZero() {
 		s.TTFT = m.first.Sub(m.start)

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -93,7 +95,8 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 		h.Set("Content-Type", ct)
 	}
 	h.Set(HeaderWorker, decode.URL())
-	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength}
+	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength,
+		answer: answerOf(resp)}
 	if prefill != nil {
 		h.Set(HeaderPrefillWorker, prefill.URL())
 		out.PrefillWorker = prefill.URL()
@@ -104,4 +107,13 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 
 func isEventStream(ct string) bool {
 	return strings.HasPrefix(ct, "text/event-stream")
+}
+
+// answerOf is the typed answer of a leg's response (callWith wraps its body to end the leg's span).
+func answerOf(resp *http.Response) *workerrpc.Answer {
+	var b io.Reader = resp.Body
+	if oc, ok := b.(*onClose); ok {
+		b = oc.ReadCloser
+	}
+	return workerrpc.AnswerOf(b)
 }

@@ -114,7 +114,13 @@ type Response struct {
 	// carried it, and Header holds it for the client.
 	RequestID string
 
-	pd     *pdTiming // the PD legs' timing, when the answer had a prefill leg
-	meter  *meter    // observes the answer (set by Do)
-	length int64     // the worker's Content-Length, -1 when it sent none
+	answer *workerrpc.Answer // the worker's answer as messages, when the call asked for it
+	pd     *pdTiming         // the PD legs' timing, when the answer had a prefill leg
+	meter  *meter            // observes the answer (set by Do)
+	length int64             // the worker's Content-Length, -1 when it sent none
 }
+
+// Answer returns a whole answer as the worker protocol gave it, when the request's typed call asked
+// for one (workerrpc.Call.WithTypedAnswer) and a worker-protocol worker answered; nil otherwise. The
+// body then renders the same answer as JSON if read; either way the caller must Close it.
+func (r *Response) Answer() *workerrpc.Answer { return r.answer }

@@ -22,6 +22,7 @@ import (
 	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -34,8 +35,9 @@ var (
 type Service struct {
 	openaiv1.UnimplementedOpenAIServiceServer
 	d *dispatch.Dispatcher
-	// onJSON, when set, is told each time a request is rendered as JSON (tests of the typed path).
-	onJSON func(dispatch.Route)
+	// onJSON and onJSONAnswer, when set, are told each time a request is rendered as JSON, and each
+	// time a whole answer is read from JSON (tests of the typed path).
+	onJSON, onJSONAnswer func(dispatch.Route)
 }
 
 // New builds the service on a dispatcher.
@@ -90,6 +92,9 @@ func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message,
 	}
 	req := &dispatch.Request{Route: route, Header: h}
 	if br, call := typedRequest(m, stream); br != nil {
+		if !stream {
+			call = call.WithTypedAnswer() // answer.go
+		}
 		req.Typed = &dispatch.Typed{Parsed: br, Call: call, JSON: render} // typed.go
 	} else {
 		body, err := render()
@@ -113,12 +118,21 @@ func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message,
 	return resp, nil
 }
 
-func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, out T) (T, error) {
+// unary answers a whole request: from the worker's messages when it came so (fromAnswer; nil for a
+// request that has no typed answer), else by reading the engine JSON.
+func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, out T,
+	fromAnswer func(*workerrpc.Answer) T) (T, error) {
 	resp, err := s.do(ctx, route, req, false, h)
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
+	if a := resp.Answer(); a != nil && fromAnswer != nil {
+		return fromAnswer(a), nil
+	}
+	if s.onJSONAnswer != nil {
+		s.onJSONAnswer(route)
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return out, wire(err)
@@ -162,7 +176,7 @@ func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.
 
 // CreateChatCompletion returns a whole chat completion.
 func (s *Service) CreateChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest) (*openaiv1.ChatCompletion, error) {
-	return unary(ctx, s, dispatch.RouteChat, req, callHeader(ctx), &openaiv1.ChatCompletion{})
+	return unary(ctx, s, dispatch.RouteChat, req, callHeader(ctx), &openaiv1.ChatCompletion{}, chatFromAnswer)
 }
 
 // StreamChatCompletion streams chat completion chunks.
@@ -172,7 +186,7 @@ func (s *Service) StreamChatCompletion(ctx context.Context, req *openaiv1.Create
 
 // CreateCompletion returns a whole text completion.
 func (s *Service) CreateCompletion(ctx context.Context, req *openaiv1.CreateCompletionRequest) (*openaiv1.Completion, error) {
-	return unary(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), &openaiv1.Completion{})
+	return unary(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), &openaiv1.Completion{}, completionFromAnswer)
 }
 
 // StreamCompletion streams text completion chunks.

@@ -73,8 +73,9 @@ func typedCases() []typedCase {
 
 // TestTypedPathThroughEverySurface sends the same requests through REST, Connect, gRPC and gRPC-Web
 // to simulated engines and compares content and usage. With engines speaking the worker protocol
-// (PD and regular), no typed request may be rendered as JSON; with HTTP engines it must be (which
-// shows the hook sees the JSON path when it is taken).
+// (PD and regular), no typed request may be rendered as JSON and no whole answer read from JSON
+// (streamed answers still are: SSE chunks); with HTTP engines both must happen (which shows the hooks
+// see the JSON path when it is taken).
 func TestTypedPathThroughEverySurface(t *testing.T) {
 	grpcURL := func(e *sim.Engine) string { return strings.Replace(e.URL(), "http://", "grpc://", 1) }
 	for _, tp := range []struct {
@@ -106,8 +107,9 @@ func TestTypedPathThroughEverySurface(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			a := startGateway(t, append(tp.args(c), "--model-id", "sim-model")...)
-			var rendered atomic.Int64
-			typedURL, grpcAddr := serveTyped(t, openai.NewWithJSONHook(a.Dispatcher, func(dispatch.Route) { rendered.Add(1) }))
+			var rendered, read atomic.Int64
+			typedURL, grpcAddr := serveTyped(t, openai.NewWithJSONHooks(a.Dispatcher,
+				func(dispatch.Route) { rendered.Add(1) }, func(dispatch.Route) { read.Add(1) }))
 			restURL := "http://" + a.Addr()
 			clients := map[string]openaiv1.OpenAIServiceClient{
 				"connect":  connectClient{openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, typedURL)},
@@ -128,6 +130,9 @@ func TestTypedPathThroughEverySurface(t *testing.T) {
 			}
 			if n := rendered.Load(); tp.wantJSON != (n > 0) {
 				t.Errorf("typed requests rendered as JSON %d times; want JSON %v", n, tp.wantJSON)
+			}
+			if n := read.Load(); tp.wantJSON != (n > 0) {
+				t.Errorf("whole answers read from JSON %d times; want JSON %v", n, tp.wantJSON)
 			}
 		})
 	}

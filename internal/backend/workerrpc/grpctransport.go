@@ -286,6 +286,9 @@ func (t *GRPCTransport) decodeUnary(req *http.Request, wc *workerClients, call *
 	if err != nil {
 		return rpcErrorResponse(req, err)
 	}
+	if call.typedAnswer && call.route != body.RouteGenerate {
+		return answerResponse(req, call, meta, samples), nil
+	}
 	return jsonResponse(req, http.StatusOK, renderFinal(call, meta, samples)), nil
 }
 
