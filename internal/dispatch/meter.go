@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -178,6 +179,58 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 	}
 	m.frames++
 	return data, true
+}
+
+// Chunks is the events of a streamed answer a worker-protocol worker gave as messages, for a typed
+// surface to relay: metered as Frames meters the same events' SSE.
+type Chunks struct {
+	s      *workerrpc.Stream
+	m      *meter
+	legCtx context.Context
+}
+
+// Chunks returns the typed events of a streamed answer when the request's typed call asked for them
+// (workerrpc.Call.WithTypedAnswer) and a worker-protocol worker answered; nil otherwise (read Frames).
+func (r *Response) Chunks() *Chunks {
+	if r.chunks == nil {
+		return nil
+	}
+	return &Chunks{s: r.chunks, m: r.meter, legCtx: r.legCtx}
+}
+
+// Stream is the answer's id, created and model.
+func (c *Chunks) Stream() *workerrpc.Stream { return c.s }
+
+// Next returns the next chunk to relay; io.EOF at the end. The usage chunk the client did not ask for
+// is dropped, as Frames drops it.
+func (c *Chunks) Next() (*workerrpc.Chunk, error) {
+	for {
+		ch, err := c.s.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && c.legCtx != nil && c.legCtx.Err() != nil {
+				err = fmt.Errorf("request aborted: %w", context.Cause(c.legCtx)) // as legBody says it
+			}
+			if c.m != nil {
+				c.m.streamEnded(err)
+			}
+			return nil, err
+		}
+		m := c.m
+		if m == nil {
+			return ch, nil
+		}
+		if m.first.IsZero() {
+			m.first = time.Now()
+		}
+		if ch.Usage {
+			m.usage, m.hasUsage = body.Usage{Prompt: int64(ch.PromptTokens), Completion: int64(ch.CompletionTokens)}, true
+			if m.strip {
+				continue
+			}
+		}
+		m.frames++
+		return ch, nil
+	}
 }
 
 // generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).

@@ -96,7 +96,7 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 	}
 	h.Set(HeaderWorker, decode.URL())
 	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength,
-		answer: answerOf(resp)}
+		answer: answerOf(resp), chunks: chunksOf(resp)}
 	if prefill != nil {
 		h.Set(HeaderPrefillWorker, prefill.URL())
 		out.PrefillWorker = prefill.URL()
@@ -116,4 +116,13 @@ func answerOf(resp *http.Response) *workerrpc.Answer {
 		b = oc.ReadCloser
 	}
 	return workerrpc.AnswerOf(b)
+}
+
+// chunksOf is the typed stream of a leg's response, like answerOf.
+func chunksOf(resp *http.Response) *workerrpc.Stream {
+	var b io.Reader = resp.Body
+	if oc, ok := b.(*onClose); ok {
+		b = oc.ReadCloser
+	}
+	return workerrpc.StreamOf(b)
 }

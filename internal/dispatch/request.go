@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"sync"
@@ -115,6 +116,8 @@ type Response struct {
 	RequestID string
 
 	answer *workerrpc.Answer // the worker's answer as messages, when the call asked for it
+	chunks *workerrpc.Stream // likewise, a streamed one
+	legCtx context.Context   // the PD legs' context, for the reason a typed stream broke off
 	pd     *pdTiming         // the PD legs' timing, when the answer had a prefill leg
 	meter  *meter            // observes the answer (set by Do)
 	length int64             // the worker's Content-Length, -1 when it sent none

@@ -92,9 +92,7 @@ func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message,
 	}
 	req := &dispatch.Request{Route: route, Header: h}
 	if br, call := typedRequest(m, stream); br != nil {
-		if !stream {
-			call = call.WithTypedAnswer() // answer.go
-		}
+		call = call.WithTypedAnswer()                                     // answer.go
 		req.Typed = &dispatch.Typed{Parsed: br, Call: call, JSON: render} // typed.go
 	} else {
 		body, err := render()
@@ -143,12 +141,21 @@ func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Rout
 	return out, nil
 }
 
-func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, send func(T) error, mk func() T) error {
+// streaming relays a streamed answer: from the worker's messages when it came so (fromChunk), else by
+// reading the engine's SSE chunks.
+func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, send func(T) error, mk func() T,
+	fromChunk func(*workerrpc.Stream, *workerrpc.Chunk) T) error {
 	resp, err := s.do(ctx, route, req, true, h)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if ch := resp.Chunks(); ch != nil {
+		return relayChunks(ch, send, fromChunk)
+	}
+	if s.onJSONAnswer != nil {
+		s.onJSONAnswer(route)
+	}
 	r := resp.Frames()
 	for {
 		data, err := r.Next()
@@ -181,7 +188,8 @@ func (s *Service) CreateChatCompletion(ctx context.Context, req *openaiv1.Create
 
 // StreamChatCompletion streams chat completion chunks.
 func (s *Service) StreamChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest, st *connect.ServerStream[openaiv1.ChatCompletionChunk]) error {
-	return streaming(ctx, s, dispatch.RouteChat, req, callHeader(ctx), st.Send, func() *openaiv1.ChatCompletionChunk { return &openaiv1.ChatCompletionChunk{} })
+	return streaming(ctx, s, dispatch.RouteChat, req, callHeader(ctx), st.Send, func() *openaiv1.ChatCompletionChunk { return &openaiv1.ChatCompletionChunk{} },
+		chatChunk)
 }
 
 // CreateCompletion returns a whole text completion.
@@ -191,7 +199,8 @@ func (s *Service) CreateCompletion(ctx context.Context, req *openaiv1.CreateComp
 
 // StreamCompletion streams text completion chunks.
 func (s *Service) StreamCompletion(ctx context.Context, req *openaiv1.CreateCompletionRequest, st *connect.ServerStream[openaiv1.Completion]) error {
-	return streaming(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), st.Send, func() *openaiv1.Completion { return &openaiv1.Completion{} })
+	return streaming(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), st.Send, func() *openaiv1.Completion { return &openaiv1.Completion{} },
+		completionChunk)
 }
 
 // ListModels lists the models the workers serve.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -264,7 +265,7 @@ func typedOutcome(t *testing.T, cl openaiv1.OpenAIServiceClient, tc typedCase) o
 		}
 		for {
 			m, err := st.Recv()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
@@ -293,7 +294,7 @@ func typedOutcome(t *testing.T, cl openaiv1.OpenAIServiceClient, tc typedCase) o
 		}
 		for {
 			m, err := st.Recv()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
