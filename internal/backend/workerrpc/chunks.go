@@ -54,7 +54,7 @@ type Stream struct {
 	pending []streamEvent
 	events  <-chan streamEvent
 	live    int
-	ended   bool // the usage chunk (if any) went out, or an error ended the stream
+	ended   bool                     // the usage chunk (if any) went out, or an error ended the stream
 	last    *workerv1.DecodeResponse // the message of the last chunk (Read renders from it)
 
 	buf      []byte // Read's rendering
