@@ -274,9 +274,11 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		// The tokenizer and the decode KV reservation read the JSON body.
 		rc := *r
 		rc.typed = ts
-		if br, err = rc.withJSON(br); err != nil {
+		jbr, err := rc.withJSON(br)
+		if err != nil {
 			return nil, br.Model, err
 		}
+		br = jbr
 	}
 	preq, err := placementRequest(br, r.Header, x.cfg.RoutingKeyHeaders)
 	if err != nil {

@@ -25,15 +25,15 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 	}
 	if w.Rank() >= 0 && w.Protocol() == worker.ProtocolSGLang {
 		// A data-parallel engine: placement chose the rank (io_struct.py routed_dp_rank).
-		br, err := r.withJSON(br)
+		jbr, err := r.withJSON(br)
 		if err != nil {
 			return nil, err
 		}
-		body, err := body.RoutedRank(br.Body, w.Rank())
+		body, err := body.RoutedRank(jbr.Body, w.Rank())
 		if err != nil {
 			return nil, apierror.InvalidRequest("", "cannot add the data-parallel rank hint: "+err.Error())
 		}
-		ranked := *br
+		ranked := *jbr
 		ranked.Body = body
 		br = &ranked
 	}
@@ -41,9 +41,8 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 }
 
 // single sends the client's body to one worker and relays its answer (regular mode, and PD requests
-// that need no prefill leg).
-// A typed request goes to a worker-protocol worker as its call (a regular worker gets Decode without
-// a handshake, as from a JSON body).
+// that need no prefill leg). A typed request goes to a worker-protocol worker as its call (a regular
+// worker gets Decode without a handshake, as from a JSON body).
 func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w *worker.Worker, leg string) (*Response, error) {
 	s, err := x.singleSender(r, br, w)
 	if err != nil {
