@@ -382,3 +382,43 @@ func restOutcome(t *testing.T, base string, tc typedCase) outcome {
 	}
 	return out
 }
+
+// TestTypedStreamBrokenOff: a worker-protocol engine that dies mid-stream (a transport failure after
+// the head) ends the typed stream with an error, for Connect and gRPC alike, after the chunks it did
+// send, and without falling back to SSE.
+func TestTypedStreamBrokenOff(t *testing.T) {
+	c, err := sim.StartCluster(t.Context(), sim.ClusterConfig{Regular: 1, Mode: sim.ModeInstant,
+		Engine: sim.Config{GRPC: true, Faults: sim.Faults{DieAfterTokens: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	a := startGateway(t, "--worker-urls", strings.Replace(c.Engines[0].URL(), "http://", "grpc://", 1), "--model-id", "sim-model")
+	var read atomic.Int64
+	typedURL, grpcAddr := serveTyped(t, openai.NewWithJSONHooks(a.Dispatcher, nil, func(dispatch.Route) { read.Add(1) }))
+	clients := map[string]openaiv1.OpenAIServiceClient{
+		"connect": connectClient{openaiv1connect.NewOpenAIServiceClient(http.DefaultClient, typedURL)},
+		"grpc":    openaiv1.NewOpenAIServiceClient(grpcConn(t, grpcAddr)),
+	}
+	msgs := []*openaiv1.ChatMessage{{Role: "user", Content: structpb.NewStringValue("tell me a long story")}}
+	for name, cl := range clients {
+		st, err := cl.StreamChatCompletion(t.Context(), &openaiv1.CreateChatCompletionRequest{Model: "sim-model", Messages: msgs, MaxTokens: ptr[int32](32)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		chunks := 0
+		for {
+			_, err = st.Recv()
+			if err != nil {
+				break
+			}
+			chunks++
+		}
+		if errors.Is(err, io.EOF) || chunks == 0 || chunks > 3 {
+			t.Errorf("%s: %d chunks, then %v; want the chunks sent, then an error", name, chunks, err)
+		}
+	}
+	if n := read.Load(); n != 0 {
+		t.Errorf("%d streams read from SSE", n)
+	}
+}
