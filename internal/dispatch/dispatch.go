@@ -266,9 +266,19 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 }
 
 func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Response, string, error) {
-	br, err := body.ParseRequest(r.Route, r.Body)
+	br, ts, err := parse(r)
 	if err != nil {
 		return nil, "", classifyRequestError(err)
+	}
+	if ts != nil && (x.wantsTokens() || x.d.Admission.DecodeKVKnown()) {
+		// The tokenizer and the decode KV reservation read the JSON body.
+		rc := *r
+		rc.typed = ts
+		jbr, err := rc.withJSON(br)
+		if err != nil {
+			return nil, br.Model, err
+		}
+		br = jbr
 	}
 	preq, err := placementRequest(br, r.Header, x.cfg.RoutingKeyHeaders)
 	if err != nil {
@@ -306,10 +316,23 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 	// Response.Frames drops the usage chunk again before the client sees it.
 	strip := false
 	if br.Stream && br.Route != body.RouteGenerate && !br.IncludeUsage {
-		if body, ok := body.WithStreamUsage(br.Body); ok {
+		if ts != nil && br.Body == nil {
+			ts.usage, strip = true, true // the JSON, if rendered, and the call ask for it alike
+		} else if body, ok := body.WithStreamUsage(br.Body); ok {
 			bc := *br
 			bc.Body, br, strip = body, &bc, true
 		}
+	}
+	if ts != nil {
+		if r.Typed.Call != nil {
+			ts.call = r.Typed.Call.WithRequestID(r.RequestID)
+			if strip {
+				ts.call = ts.call.WithStreamUsage()
+			}
+		}
+		rc := *r // do not write into the caller's request
+		rc.typed = ts
+		r = &rc
 	}
 
 	res, rateHeader, err := x.reserveBudget(r, br)
@@ -364,6 +387,21 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		case <-t.C:
 		}
 	}
+}
+
+// parse reads the request's routing fields: a typed request's as its surface gave them (with the
+// per-request state of its typed path), else body.ParseRequest's.
+func parse(r *Request) (*body.Request, *typedState, error) {
+	if r.Typed == nil {
+		br, err := body.ParseRequest(r.Route, r.Body)
+		return br, nil, err
+	}
+	if r.Typed.Parsed == nil || r.Typed.JSON == nil {
+		return nil, nil, errors.New("dispatch: a typed request needs its parsed fields and its JSON")
+	}
+	br := *r.Typed.Parsed
+	br.Body = nil
+	return &br, &typedState{fn: r.Typed.JSON}, nil
 }
 
 // requestAttributes names the request on its span with OpenTelemetry's GenAI conventions.

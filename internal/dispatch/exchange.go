@@ -135,6 +135,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	}
 	out := x.response(resp, br, dw, pw)
 	out.pd = timing
+	out.legCtx = legCtx
 	finish := func() {
 		x.awaitPrefill(ctx, prefillDone)
 		cancelLegs(errRequestEnded)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 )
 
 // What the gateway measures of one answered request, for metrics and the request span: its time to
@@ -95,7 +97,8 @@ type meter struct {
 	// streamCut: the stream failed while the request's own context was done (the client left, the
 	// request timed out): not the worker's failure.
 	streamCut bool
-	body      []byte // non-streamed: the answer, up to maxUsageBody
+	body      []byte            // non-streamed: the answer, up to maxUsageBody
+	answer    *workerrpc.Answer // non-streamed: the answer as messages, when it came so
 }
 
 // Frames is the events of a streamed answer, for the surfaces to relay one by one.
@@ -178,6 +181,58 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 	return data, true
 }
 
+// Chunks is the events of a streamed answer a worker-protocol worker gave as messages, for a typed
+// surface to relay: metered as Frames meters the same events' SSE.
+type Chunks struct {
+	s      *workerrpc.Stream
+	m      *meter
+	legCtx context.Context
+}
+
+// Chunks returns the typed events of a streamed answer when the request's typed call asked for them
+// (workerrpc.Call.WithTypedAnswer) and a worker-protocol worker answered; nil otherwise (read Frames).
+func (r *Response) Chunks() *Chunks {
+	if r.chunks == nil {
+		return nil
+	}
+	return &Chunks{s: r.chunks, m: r.meter, legCtx: r.legCtx}
+}
+
+// Stream is the answer's id, created and model.
+func (c *Chunks) Stream() *workerrpc.Stream { return c.s }
+
+// Next returns the next chunk to relay; io.EOF at the end. The usage chunk the client did not ask for
+// is dropped, as Frames drops it.
+func (c *Chunks) Next() (*workerrpc.Chunk, error) {
+	for {
+		ch, err := c.s.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && c.legCtx != nil && c.legCtx.Err() != nil {
+				err = fmt.Errorf("request aborted: %w", context.Cause(c.legCtx)) // as legBody says it
+			}
+			if c.m != nil {
+				c.m.streamEnded(err)
+			}
+			return nil, err
+		}
+		m := c.m
+		if m == nil {
+			return ch, nil
+		}
+		if m.first.IsZero() {
+			m.first = time.Now()
+		}
+		if ch.Usage {
+			m.usage, m.hasUsage = body.Usage{Prompt: int64(ch.PromptTokens), Completion: int64(ch.CompletionTokens)}, true
+			if m.strip {
+				continue
+			}
+		}
+		m.frames++
+		return ch, nil
+	}
+}
+
 // generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).
 func (m *meter) generateFrame(data []byte) {
 	i, u, ok := body.GenerateFrameUsage(data)
@@ -217,7 +272,7 @@ func (u *unaryBody) Read(p []byte) (int, error) {
 // newMeter starts observing resp; it wraps a non-streamed body to read its usage.
 func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Request, strip bool, resp *Response) *meter {
 	m := &meter{x: x, ctx: ctx, start: start, status: resp.Status, route: br.Route, model: br.Model, stream: resp.Stream, strip: strip,
-		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd}
+		streams: br.Prompts() * max(br.N, 1), worker: resp.Worker, pd: resp.pd, answer: resp.answer}
 	resp.meter = m
 	if !resp.Stream {
 		if resp.length > 0 && resp.length <= maxUsageBody {
@@ -244,6 +299,9 @@ func (m *meter) finish() {
 		s.Usage, s.HasUsage = m.usage, m.hasUsage
 	case len(m.body) > 0:
 		s.Usage, s.HasUsage = body.UnaryUsage(m.route, m.body)
+	case m.answer != nil: // read as messages, not as JSON
+		s.Usage = body.Usage{Prompt: int64(m.answer.PromptTokens), Completion: int64(m.answer.CompletionTokens)}
+		s.HasUsage = true
 	}
 	if m.stream && !m.first.IsZero() {
 		s.TTFT = m.first.Sub(m.start)

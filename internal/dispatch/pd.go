@@ -130,6 +130,15 @@ func (x *Dispatcher) pd(ctx context.Context, r *Request, br *body.Request, preq 
 			slot.Release(admission.ReleaseFailed)
 			return nil, errors.New("dispatch: no PD flow for handoff " + pw.Handoff().String())
 		}
+		if pw.Handoff() != worker.HandoffWorkerRPC {
+			// The HTTP flows rewrite the JSON body per leg; the worker-RPC flow takes the typed call.
+			jbr, err := r.withJSON(br)
+			if err != nil {
+				slot.Release(admission.ReleaseFailed)
+				return nil, err
+			}
+			br = jbr
+		}
 		return ad.run(ctx, &pdAttempt{r: r, br: br, preq: preq, slot: slot, pw: pw, dw: dw})
 	})
 }

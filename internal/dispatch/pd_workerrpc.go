@@ -37,7 +37,12 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	if typed := p.typed(a, dw, host, port, rooms, asList); typed != nil {
 		return x.exchange(ctx, a.r, a.br, a.pw, dw, legBodies{typed: typed}, a.slot, merge)
 	}
-	withRooms, err := body.InjectBootstrap(a.br.Body, host, port, rooms, asList)
+	br, err := a.r.withJSON(a.br)
+	if err != nil {
+		a.slot.Release(admission.ReleaseFailed)
+		return nil, err
+	}
+	withRooms, err := body.InjectBootstrap(br.Body, host, port, rooms, asList)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
@@ -45,20 +50,29 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	return x.exchange(ctx, a.r, a.br, a.pw, dw, sameBody(withRooms), a.slot, merge)
 }
 
-// typed builds the typed leg both workers are sent, converted once from the client's body with the
-// handshake set on the messages; nil sends the JSON body instead: when the gateway's client has no
-// worker-protocol transport of its own (an injected client), or when the conversion refuses the
-// body, so that the transport answers it exactly as before (the same 400, the same metrics).
+// typed builds the typed leg both workers are sent, with the handshake set on the messages: a typed
+// client's call as its surface built it, else one converted once from the client's body. nil sends
+// the JSON body instead: when the gateway's client has no worker-protocol transport of its own (an
+// injected client), or when the conversion refuses the body, so that the transport answers it exactly
+// as before (the same 400, the same metrics).
 func (p workerRPCPD) typed(a *pdAttempt, dw *worker.Worker, host string, port int, rooms []uint64, asList bool) legSender {
 	t := backend.WorkerRPC(p.x.d.HTTP)
 	if t == nil || a.pw.Protocol() != worker.ProtocolGRPC || dw.Protocol() != worker.ProtocolGRPC {
 		return nil
 	}
-	call, err := workerrpc.BuildCall(a.br.Route, a.br.Body, a.r.RequestID)
-	if err != nil {
+	call := a.r.typedCall()
+	if call == nil && a.br.Body != nil {
+		c, err := workerrpc.BuildCall(a.br.Route, a.br.Body, a.r.RequestID)
+		if err != nil {
+			return nil
+		}
+		call = c
+	}
+	if call == nil {
 		return nil
 	}
-	if call, err = call.WithBootstrap(host, port, rooms, asList); err != nil {
+	call, err := call.WithBootstrap(host, port, rooms, asList)
+	if err != nil {
 		return nil
 	}
 	return rpcLeg{t: t, call: call}

@@ -2,12 +2,15 @@ package dispatch
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -22,11 +25,15 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 	}
 	if w.Rank() >= 0 && w.Protocol() == worker.ProtocolSGLang {
 		// A data-parallel engine: placement chose the rank (io_struct.py routed_dp_rank).
-		body, err := body.RoutedRank(br.Body, w.Rank())
+		jbr, err := r.withJSON(br)
+		if err != nil {
+			return nil, err
+		}
+		body, err := body.RoutedRank(jbr.Body, w.Rank())
 		if err != nil {
 			return nil, apierror.InvalidRequest("", "cannot add the data-parallel rank hint: "+err.Error())
 		}
-		ranked := *br
+		ranked := *jbr
 		ranked.Body = body
 		br = &ranked
 	}
@@ -34,10 +41,15 @@ func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, 
 }
 
 // single sends the client's body to one worker and relays its answer (regular mode, and PD requests
-// that need no prefill leg).
+// that need no prefill leg). A typed request goes to a worker-protocol worker as its call (a regular
+// worker gets Decode without a handshake, as from a JSON body).
 func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w *worker.Worker, leg string) (*Response, error) {
+	s, err := x.singleSender(r, br, w)
+	if err != nil {
+		return nil, err
+	}
 	load := x.acquireLoad(w)
-	resp, err := x.call(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), br.Body, r, nil) //nolint:bodyclose // closed through Response.Close
+	resp, err := x.callWith(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), s, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
 		x.releaseLoad(w, load)
 		return nil, err
@@ -45,6 +57,21 @@ func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w
 	out := x.response(resp, br, w, nil)
 	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(w, load) }}
 	return out, nil
+}
+
+// singleSender is what single sends: the typed call when the worker speaks the worker protocol over
+// the gateway's own transport, else the JSON body.
+func (x *Dispatcher) singleSender(r *Request, br *body.Request, w *worker.Worker) (legSender, error) {
+	if c := r.typedCall(); c != nil && w.Protocol() == worker.ProtocolGRPC {
+		if t := backend.WorkerRPC(x.d.HTTP); t != nil {
+			return rpcLeg{t: t, call: c}, nil
+		}
+	}
+	br, err := r.withJSON(br)
+	if err != nil {
+		return nil, err
+	}
+	return jsonLeg(br.Body), nil
 }
 
 func (x *Dispatcher) acquireLoad(w *worker.Worker) *worker.LoadGuard {
@@ -67,7 +94,8 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 		h.Set("Content-Type", ct)
 	}
 	h.Set(HeaderWorker, decode.URL())
-	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength}
+	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength,
+		answer: answerOf(resp), chunks: chunksOf(resp)}
 	if prefill != nil {
 		h.Set(HeaderPrefillWorker, prefill.URL())
 		out.PrefillWorker = prefill.URL()
@@ -78,4 +106,22 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 
 func isEventStream(ct string) bool {
 	return strings.HasPrefix(ct, "text/event-stream")
+}
+
+// answerOf is the typed answer of a leg's response (callWith wraps its body to end the leg's span).
+func answerOf(resp *http.Response) *workerrpc.Answer {
+	var b io.Reader = resp.Body
+	if oc, ok := b.(*onClose); ok {
+		b = oc.ReadCloser
+	}
+	return workerrpc.AnswerOf(b)
+}
+
+// chunksOf is the typed stream of a leg's response, like answerOf.
+func chunksOf(resp *http.Response) *workerrpc.Stream {
+	var b io.Reader = resp.Body
+	if oc, ok := b.(*onClose); ok {
+		b = oc.ReadCloser
+	}
+	return workerrpc.StreamOf(b)
 }

@@ -1,10 +1,14 @@
 package dispatch
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"sync"
 
+	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 )
 
 // Route is an inference endpoint.
@@ -27,8 +31,69 @@ type Request struct {
 	// RequestID names the request in logs, spans and upstream (X-Request-Id); when empty, the client's
 	// X-Request-Id header, else a generated UUID.
 	RequestID string
+	// Typed, when set, is the request as a typed surface holds it; Body is then ignored.
+	Typed *Typed
 
-	tenant string // set by Do from Config.Tenants
+	tenant string      // set by Do from Config.Tenants
+	typed  *typedState // set by Do for a typed request
+}
+
+// Typed is a request that a typed surface (services/openai) holds as messages: it reaches a worker
+// speaking sluice's worker protocol as Call, with no JSON in between, and is rendered as JSON only for
+// a leg that needs it (an HTTP engine, a body rewrite, the tokenizer).
+type Typed struct {
+	// Parsed holds the routing fields, validated as body.ParseRequest would have (its Body is nil).
+	Parsed *body.Request
+	// Call is the request in the worker protocol's terms (workerrpc.NewCall), without request id.
+	Call *workerrpc.Call
+	// JSON renders the client's body; called at most once per request.
+	JSON func() ([]byte, error)
+}
+
+// typedState is a typed request's per-request part: its call named with the request id, and its JSON
+// rendered once, for every attempt and leg that needs it.
+type typedState struct {
+	call  *workerrpc.Call // nil: the surface could not build one, every leg takes JSON
+	once  sync.Once
+	fn    func() ([]byte, error)
+	usage bool // Do asks the engine for the stream's usage (body.WithStreamUsage)
+	b     []byte
+	err   error
+}
+
+func (t *typedState) json() ([]byte, error) {
+	t.once.Do(func() {
+		t.b, t.err = t.fn()
+		if t.err == nil && t.usage {
+			if b, ok := body.WithStreamUsage(t.b); ok {
+				t.b = b
+			}
+		}
+	})
+	return t.b, t.err
+}
+
+// withJSON returns br with a JSON body: br itself unless r is typed and br has none yet, else a copy
+// with the typed request rendered. Every flow that reads or rewrites the body calls it first.
+func (r *Request) withJSON(br *body.Request) (*body.Request, error) {
+	if br.Body != nil || r.typed == nil {
+		return br, nil
+	}
+	b, err := r.typed.json()
+	if err != nil {
+		return nil, apierror.InvalidRequest("", "cannot encode request: "+err.Error())
+	}
+	bc := *br
+	bc.Body = b
+	return &bc, nil
+}
+
+// typedCall returns the worker-protocol call of a typed request, nil for a JSON one.
+func (r *Request) typedCall() *workerrpc.Call {
+	if r.typed == nil {
+		return nil
+	}
+	return r.typed.call
 }
 
 // Response is the decode (or regular) worker's response, ready to relay. The caller must Close it:
@@ -50,7 +115,15 @@ type Response struct {
 	// carried it, and Header holds it for the client.
 	RequestID string
 
-	pd     *pdTiming // the PD legs' timing, when the answer had a prefill leg
-	meter  *meter    // observes the answer (set by Do)
-	length int64     // the worker's Content-Length, -1 when it sent none
+	answer *workerrpc.Answer // the worker's answer as messages, when the call asked for it
+	chunks *workerrpc.Stream // likewise, a streamed one
+	legCtx context.Context   // the PD legs' context, for the reason a typed stream broke off
+	pd     *pdTiming         // the PD legs' timing, when the answer had a prefill leg
+	meter  *meter            // observes the answer (set by Do)
+	length int64             // the worker's Content-Length, -1 when it sent none
 }
+
+// Answer returns a whole answer as the worker protocol gave it, when the request's typed call asked
+// for one (workerrpc.Call.WithTypedAnswer) and a worker-protocol worker answered; nil otherwise. The
+// body then renders the same answer as JSON if read; either way the caller must Close it.
+func (r *Response) Answer() *workerrpc.Answer { return r.answer }

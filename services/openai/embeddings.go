@@ -18,5 +18,5 @@ func (s *Service) CreateEmbedding(ctx context.Context, req *openaiv1.CreateEmbed
 		r.ExtraBody = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	r.ExtraBody.Fields["encoding_format"] = structpb.NewStringValue("float")
-	return unary(ctx, s, body.RouteEmbeddings, r, callHeader(ctx), &openaiv1.CreateEmbeddingResponse{})
+	return unary(ctx, s, body.RouteEmbeddings, r, callHeader(ctx), &openaiv1.CreateEmbeddingResponse{}, nil)
 }

@@ -1,7 +1,9 @@
 // Package openai implements sluice.openai.v1.OpenAIService — the OpenAI API as typed protobuf over
-// Connect, gRPC and gRPC-Web — on the same dispatch core as the REST surface. Requests become OpenAI JSON
-// (protojson with proto names, extra_body merged as top-level fields); engine JSON and SSE chunks become
-// messages again (unknown fields dropped).
+// Connect, gRPC and gRPC-Web — on the same dispatch core as the REST surface. A chat or completions
+// request reaches workers that speak sluice's worker protocol as messages, converted from the client's
+// (typed.go), and is rendered as OpenAI JSON (protojson with proto names, extra_body merged as
+// top-level fields) only for a leg that needs JSON; other requests go as that JSON. Engine JSON and
+// SSE chunks become messages again (unknown fields dropped).
 package openai
 
 import (
@@ -20,6 +22,7 @@ import (
 	openaiv1 "github.com/sluicegw/sluice/gen/sluice/openai/v1"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/dispatch"
 )
 
@@ -32,6 +35,9 @@ var (
 type Service struct {
 	openaiv1.UnimplementedOpenAIServiceServer
 	d *dispatch.Dispatcher
+	// onJSON and onJSONAnswer, when set, are told each time a request is rendered as JSON, and each
+	// time a whole answer is read from JSON (tests of the typed path).
+	onJSON, onJSONAnswer func(dispatch.Route)
 }
 
 // New builds the service on a dispatcher.
@@ -78,11 +84,24 @@ func requestBody(m proto.Message, stream bool) ([]byte, error) {
 }
 
 func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message, stream bool, h http.Header) (*dispatch.Response, error) {
-	body, err := requestBody(m, stream)
-	if err != nil {
-		return nil, apierror.InvalidRequest("", "cannot encode request: "+err.Error()).Connect()
+	render := func() ([]byte, error) {
+		if s.onJSON != nil {
+			s.onJSON(route)
+		}
+		return requestBody(m, stream)
 	}
-	resp, err := s.d.Do(ctx, &dispatch.Request{Route: route, Body: body, Header: h})
+	req := &dispatch.Request{Route: route, Header: h}
+	if br, call := typedRequest(m, stream); br != nil {
+		call = call.WithTypedAnswer()                                     // answer.go
+		req.Typed = &dispatch.Typed{Parsed: br, Call: call, JSON: render} // typed.go
+	} else {
+		body, err := render()
+		if err != nil {
+			return nil, apierror.InvalidRequest("", "cannot encode request: "+err.Error()).Connect()
+		}
+		req.Body = body
+	}
+	resp, err := s.d.Do(ctx, req)
 	if err != nil {
 		return nil, wire(err)
 	}
@@ -97,12 +116,21 @@ func (s *Service) do(ctx context.Context, route dispatch.Route, m proto.Message,
 	return resp, nil
 }
 
-func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, out T) (T, error) {
+// unary answers a whole request: from the worker's messages when it came so (fromAnswer; nil for a
+// request that has no typed answer), else by reading the engine JSON.
+func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, out T,
+	fromAnswer func(*workerrpc.Answer) T) (T, error) {
 	resp, err := s.do(ctx, route, req, false, h)
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
+	if a := resp.Answer(); a != nil && fromAnswer != nil {
+		return fromAnswer(a), nil
+	}
+	if s.onJSONAnswer != nil {
+		s.onJSONAnswer(route)
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return out, wire(err)
@@ -113,12 +141,21 @@ func unary[T proto.Message](ctx context.Context, s *Service, route dispatch.Rout
 	return out, nil
 }
 
-func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, send func(T) error, mk func() T) error {
+// streaming relays a streamed answer: from the worker's messages when it came so (fromChunk), else by
+// reading the engine's SSE chunks.
+func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.Route, req proto.Message, h http.Header, send func(T) error, mk func() T,
+	fromChunk func(*workerrpc.Stream, *workerrpc.Chunk) T) error {
 	resp, err := s.do(ctx, route, req, true, h)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if ch := resp.Chunks(); ch != nil {
+		return relayChunks(ch, send, fromChunk)
+	}
+	if s.onJSONAnswer != nil {
+		s.onJSONAnswer(route)
+	}
 	r := resp.Frames()
 	for {
 		data, err := r.Next()
@@ -146,22 +183,24 @@ func streaming[T proto.Message](ctx context.Context, s *Service, route dispatch.
 
 // CreateChatCompletion returns a whole chat completion.
 func (s *Service) CreateChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest) (*openaiv1.ChatCompletion, error) {
-	return unary(ctx, s, dispatch.RouteChat, req, callHeader(ctx), &openaiv1.ChatCompletion{})
+	return unary(ctx, s, dispatch.RouteChat, req, callHeader(ctx), &openaiv1.ChatCompletion{}, chatFromAnswer)
 }
 
 // StreamChatCompletion streams chat completion chunks.
 func (s *Service) StreamChatCompletion(ctx context.Context, req *openaiv1.CreateChatCompletionRequest, st *connect.ServerStream[openaiv1.ChatCompletionChunk]) error {
-	return streaming(ctx, s, dispatch.RouteChat, req, callHeader(ctx), st.Send, func() *openaiv1.ChatCompletionChunk { return &openaiv1.ChatCompletionChunk{} })
+	return streaming(ctx, s, dispatch.RouteChat, req, callHeader(ctx), st.Send, func() *openaiv1.ChatCompletionChunk { return &openaiv1.ChatCompletionChunk{} },
+		chatChunk)
 }
 
 // CreateCompletion returns a whole text completion.
 func (s *Service) CreateCompletion(ctx context.Context, req *openaiv1.CreateCompletionRequest) (*openaiv1.Completion, error) {
-	return unary(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), &openaiv1.Completion{})
+	return unary(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), &openaiv1.Completion{}, completionFromAnswer)
 }
 
 // StreamCompletion streams text completion chunks.
 func (s *Service) StreamCompletion(ctx context.Context, req *openaiv1.CreateCompletionRequest, st *connect.ServerStream[openaiv1.Completion]) error {
-	return streaming(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), st.Send, func() *openaiv1.Completion { return &openaiv1.Completion{} })
+	return streaming(ctx, s, dispatch.RouteCompletions, req, callHeader(ctx), st.Send, func() *openaiv1.Completion { return &openaiv1.Completion{} },
+		completionChunk)
 }
 
 // ListModels lists the models the workers serve.

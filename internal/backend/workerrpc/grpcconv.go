@@ -101,6 +101,7 @@ type grpcCall struct {
 	bootstrap    []*workerv1.Bootstrap // nil, one (shared) or one per sub-request
 	kv           *workerv1.KVTransferParams
 	inputLogprob bool
+	typedAnswer  bool // a unary decode answer is kept as an Answer (answer.go)
 }
 
 func (c *grpcCall) subs() int { return len(c.prompts) * c.n }

@@ -286,6 +286,9 @@ func (t *GRPCTransport) decodeUnary(req *http.Request, wc *workerClients, call *
 	if err != nil {
 		return rpcErrorResponse(req, err)
 	}
+	if call.typedAnswer && call.route != body.RouteGenerate {
+		return answerResponse(req, call, meta, samples), nil
+	}
 	return jsonResponse(req, http.StatusOK, renderFinal(call, meta, samples)), nil
 }
 
@@ -336,6 +339,13 @@ func (t *GRPCTransport) decodeStream(req *http.Request, wc *workerClients, call 
 		}
 	}
 
+	if call.typedAnswer && call.route != body.RouteGenerate {
+		var once sync.Once
+		st := &Stream{ID: meta.id, Created: meta.created, Model: meta.model, ctx: ctx, call: call, meta: meta,
+			samples: make([]sample, subs), pending: pending, events: events, live: subs}
+		st.stop = func() { once.Do(stop) }
+		return streamResponse(req, st), nil
+	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	w := &sseWriter{call: call, meta: meta, samples: make([]sample, subs), pw: pw}
@@ -348,18 +358,22 @@ func (t *GRPCTransport) decodeStream(req *http.Request, wc *workerClients, call 
 		}
 		pw.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
-	resp := &http.Response{
+	return streamResponse(req, &streamBody{pr: pr, cancel: cancel, done: done}), nil
+}
+
+// streamResponse is the head of a streamed answer.
+func streamResponse(req *http.Request, b io.ReadCloser) *http.Response {
+	return &http.Response{
 		Status:        "200 OK",
 		StatusCode:    http.StatusOK,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        http.Header{"Content-Type": {"text/event-stream"}, "Cache-Control": {"no-cache"}},
-		Body:          &streamBody{pr: pr, cancel: cancel, done: done},
+		Body:          b,
 		ContentLength: -1,
 		Request:       req,
 	}
-	return resp, nil
 }
 
 // pump reads one Decode stream into events until it ends or ctx is done.

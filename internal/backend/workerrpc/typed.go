@@ -83,3 +83,72 @@ func (t *GRPCTransport) Send(ctx context.Context, workerURL, role string, c *Cal
 	}
 	return t.run(req, base, role, c.route, c.c)
 }
+
+// CallSpec is a generation request a typed surface already holds as messages (services/openai's
+// sluice.openai.v1 requests): the fields BuildCall would read from the JSON body, given directly, so
+// that such a request reaches a worker with no JSON in between.
+type CallSpec struct {
+	Route body.Route // RouteChat or RouteCompletions
+	Model string
+	// Prompts are the prompts in order (chat: one, RenderChatPrompt's text); Batched says the client
+	// sent a list of them.
+	Prompts []*workerv1.Prompt
+	Batched bool
+	// N is the number of samples per prompt, 1 to body.MaxN.
+	N            int
+	Stream       bool
+	IncludeUsage bool
+	// Sampling is shared by every sub-request and must not be modified afterwards.
+	Sampling *workerv1.SamplingParams
+}
+
+// NewCall builds a Call from spec, refusing what BuildCall would refuse of the same request.
+func NewCall(spec CallSpec) (*Call, error) {
+	if spec.Route != body.RouteChat && spec.Route != body.RouteCompletions {
+		return nil, fmt.Errorf("workerrpc: NewCall: route %s is not typed", spec.Route)
+	}
+	if len(spec.Prompts) == 0 {
+		return nil, body.Invalid("", "a request needs a prompt")
+	}
+	if spec.N < 1 || spec.N > body.MaxN {
+		return nil, body.Invalid("n", "n must be between 1 and %d", body.MaxN)
+	}
+	sp := spec.Sampling
+	if sp == nil {
+		sp = &workerv1.SamplingParams{}
+	}
+	return &Call{route: spec.Route, c: &grpcCall{route: spec.Route, model: spec.Model, prompts: spec.Prompts,
+		batched: spec.Batched, n: spec.N, stream: spec.Stream, includeUsage: spec.IncludeUsage, sampling: sp}}, nil
+}
+
+// WithRequestID returns a copy of c whose RPCs are named id (sub-requests id-0, id-1, ...), as
+// BuildCall's requestID does.
+func (c *Call) WithRequestID(id string) *Call {
+	cc := *c.c
+	cc.requestID = id
+	return &Call{route: c.route, c: &cc}
+}
+
+// WithStreamUsage returns a copy of c that ends a streamed answer with the usage chunk, as
+// body.WithStreamUsage asks of a JSON body (dispatch meters every stream's usage).
+func (c *Call) WithStreamUsage() *Call {
+	cc := *c.c
+	cc.includeUsage = true
+	return &Call{route: c.route, c: &cc}
+}
+
+// DecodeRequests returns the sub-requests as a decode worker receives them, in order (for tests
+// comparing two ways of building a Call).
+func (c *Call) DecodeRequests() []*workerv1.DecodeRequest {
+	out := make([]*workerv1.DecodeRequest, c.c.subs())
+	for i := range out {
+		out[i] = c.c.decodeRequest(i, true)
+	}
+	return out
+}
+
+// Shape reports what the answer's form depends on beyond the messages: streamed, with a usage
+// chunk, the prompts given as a list.
+func (c *Call) Shape() (stream, includeUsage, batched bool) {
+	return c.c.stream, c.c.includeUsage, c.c.batched
+}
