@@ -252,12 +252,17 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		s.note("targets, engines and the load generator run as separate processes; CPU from /proc/<pid>/stat utime+stime")
 	}
 
-	targets := []*overheadTarget{{name: tDirect, url: framesURL, close: func() error { return nil }}}
+	var targets []*overheadTarget
 	add := func(t *overheadTarget) {
 		targets = append(targets, t)
 		stops = append(stops, t.close)
 	}
-	if o.NoNginx {
+	if !o.PDOnly {
+		add(&overheadTarget{name: tDirect, url: framesURL, close: func() error { return nil }})
+	}
+	if o.PDOnly {
+		s.note("only the PD targets (--pd-only)")
+	} else if o.NoNginx {
 		s.note("nginx skipped (--no-nginx)")
 	} else if bin, err := findNginx(o.InstallNginx, o.Log); err != nil {
 		s.note("nginx baseline skipped: %v", err)
@@ -288,11 +293,14 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		add(&overheadTarget{name: name, url: u, pd: pd, pids: func() []int { return []int{c.pid()} }, close: c.stop})
 		return nil
 	}
-	if err := baselineTarget(tRP, false, []string{"reverseproxy", "--upstream", framesURL}, func() (http.Handler, error) {
+	rp := func() (http.Handler, error) {
 		u, err := url.Parse(framesURL)
 		return baseline.NewReverseProxy(u), err
-	}); err != nil {
-		return fail(err)
+	}
+	if !o.PDOnly {
+		if err := baselineTarget(tRP, false, []string{"reverseproxy", "--upstream", framesURL}, rp); err != nil {
+			return fail(err)
+		}
 	}
 	gw := func(name string, pd bool, flags []string) error {
 		flags = append(flags, "--disable-health-check", "--policy", "cache_aware", "--max-connections", "0",
@@ -314,8 +322,10 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		add(t)
 		return nil
 	}
-	if err := gw(tSluice, false, []string{"--worker-urls", framesURL}); err != nil {
-		return fail(err)
+	if !o.PDOnly {
+		if err := gw(tSluice, false, []string{"--worker-urls", framesURL}); err != nil {
+			return fail(err)
+		}
 	}
 	bp := strconv.Itoa(bootstrapPort)
 	if err := baselineTarget(tBarePD, true, []string{"pd", "--prefill", prefillURL, "--bootstrap-port", bp, "--decode", decodeURL},
