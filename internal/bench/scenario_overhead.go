@@ -89,6 +89,9 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 		p = overheadParams{dur: 400 * time.Millisecond, warm: 100 * time.Millisecond, rounds: 1, rate: 300, pdRate: 200, conc: 16,
 			spacedRate: 50, b2bRat: 200, n1: 1, n2: 9, gapUS: 2000, streams: 100}
 	}
+	if o.PDRate > 0 {
+		p.pdRate = o.PDRate
+	}
 	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
 		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
 		s.res.Measurements[k] = v
@@ -120,7 +123,7 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 				order = append(order[k:], order[:k]...)
 			}
 			for _, t := range order {
-				if (t.pd && !l.pd) || (!t.pd && !l.regular) {
+				if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream) {
 					continue
 				}
 				c, err := runOverheadCell(ctx, s, p, round, l, t)
