@@ -2,6 +2,7 @@ package body
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -126,4 +127,26 @@ func hasDuplicateKeys(s string) bool {
 		return false
 	}
 	return dup(json.RawMessage(s)) || dup(top["sampling_params"])
+}
+
+// BenchmarkMaxOutputTokens compares the scanner with the json.Unmarshal it replaced, on a chat body
+// like the overhead scenario's (a 64-token prompt, max_tokens 8) and on a 2k-token one.
+func BenchmarkMaxOutputTokens(b *testing.B) {
+	for _, words := range []int{64, 2048} {
+		body := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"` +
+			strings.Repeat("word ", words) + `"}],"max_tokens":8,"stream":false}`)
+		for _, impl := range []struct {
+			name string
+			f    func([]byte) int64
+		}{{"scan", MaxOutputTokens}, {"json", maxOutputTokensJSON}} {
+			b.Run(impl.name+"/words="+strconv.Itoa(words), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if impl.f(body) != 8 {
+						b.Fatal("wrong bound")
+					}
+				}
+			})
+		}
+	}
 }
