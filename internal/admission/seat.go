@@ -47,6 +47,10 @@ type seatState struct {
 	inflight   int
 	tokens     int64 // decode KV reservations of the seats held
 	prefilling int   // seats whose request still holds its prefill slot
+	// shownLimit is the seat bound last given to DecodeMetrics.SetSeatLimit (when limitShown): a
+	// grant reports the bound only when it changed, a label lookup less per request.
+	shownLimit int
+	limitShown bool
 }
 
 // Seat is the admission of one PD request on one decode worker. It is held
@@ -127,8 +131,17 @@ func (c *Controller) grantSeatLocked(worker string) *Seat {
 	ss.tokens += cost
 	ss.prefilling++
 	c.dm.SetSeats(worker, ss.inflight)
-	c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
+	c.showSeatLimitLocked(worker, ss)
 	return &Seat{c: c, worker: worker, ss: ss, cost: cost, prefilling: true}
+}
+
+// showSeatLimitLocked reports decode worker's seat bound to the metrics when it differs from the
+// one last reported for ss (a settings change shows at the next grant, as before).
+func (c *Controller) showSeatLimitLocked(worker string, ss *seatState) {
+	if l := c.seatLimitLocked(worker); !ss.limitShown || ss.shownLimit != l {
+		ss.shownLimit, ss.limitShown = l, true
+		c.dm.SetSeatLimit(worker, l)
+	}
 }
 
 // endPrefillLocked records that a seat's request no longer holds its prefill
@@ -203,8 +216,8 @@ func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 		c.decCap[worker] = dc
 	}
 	c.noteKVKnownLocked()
-	if _, ok := c.seats[worker]; ok {
-		c.dm.SetSeatLimit(worker, c.seatLimitLocked(worker))
+	if ss, ok := c.seats[worker]; ok {
+		c.showSeatLimitLocked(worker, ss)
 	}
 	if c.queued > 0 {
 		c.dispatchAllLocked()

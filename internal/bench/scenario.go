@@ -29,6 +29,9 @@ type ScenarioOptions struct {
 	SimBin       string // overhead: the simulator binary (default: built from the module)
 	BaselineBin  string // overhead: the baseline servers' binary (default: built from the module)
 	Rounds       int    // overhead: interleaved rounds (default 3; 1 when short)
+	PDOnly       bool   // overhead: only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads
+	// PDRate is overhead's PD JSON open-loop rate (default 1000 req/s; 200 when short).
+	PDRate float64
 	// DecodeGateFlags are the gateway flags of decode-bound's "on" runs (nil: DefaultDecodeGateFlags).
 	DecodeGateFlags []string
 	// Progress receives the load generator's per-second lines; nil prints none.
@@ -215,6 +218,8 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.SimBin, "sim-bin", "", "overhead: sluice-sim binary (default: go build ./cmd/sluice-sim)")
 	fs.StringVar(&o.BaselineBin, "baseline-bin", "", "overhead: sluice-baseline binary (default: go build ./cmd/sluice-baseline)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "overhead: interleaved rounds (default 3, 1 with --short)")
+	fs.Float64Var(&o.PDRate, "pd-rate", 0, "overhead: arrival rate of the PD JSON open loop (default 1000 req/s, 200 with --short); lower it on a loaded machine, where the engines cannot keep up")
+	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads (CPU per request, e.g. the decode seats' ratio; no streams, no memory)")
 	gate := fs.String("decode-gate-flags", dbGateFlagsDef, "decode-bound: gateway flags of the runs with the decode gate on (space separated)")
 	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -89,6 +89,9 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 		p = overheadParams{dur: 400 * time.Millisecond, warm: 100 * time.Millisecond, rounds: 1, rate: 300, pdRate: 200, conc: 16,
 			spacedRate: 50, b2bRat: 200, n1: 1, n2: 9, gapUS: 2000, streams: 100}
 	}
+	if o.PDRate > 0 {
+		p.pdRate = o.PDRate
+	}
 	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
 		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
 		s.res.Measurements[k] = v
@@ -120,7 +123,7 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 				order = append(order[k:], order[:k]...)
 			}
 			for _, t := range order {
-				if (t.pd && !l.pd) || (!t.pd && !l.regular) {
+				if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream) {
 					continue
 				}
 				c, err := runOverheadCell(ctx, s, p, round, l, t)
@@ -252,12 +255,17 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		s.note("targets, engines and the load generator run as separate processes; CPU from /proc/<pid>/stat utime+stime")
 	}
 
-	targets := []*overheadTarget{{name: tDirect, url: framesURL, close: func() error { return nil }}}
+	var targets []*overheadTarget
 	add := func(t *overheadTarget) {
 		targets = append(targets, t)
 		stops = append(stops, t.close)
 	}
-	if o.NoNginx {
+	if !o.PDOnly {
+		add(&overheadTarget{name: tDirect, url: framesURL, close: func() error { return nil }})
+	}
+	if o.PDOnly {
+		s.note("only the PD targets (--pd-only)")
+	} else if o.NoNginx {
 		s.note("nginx skipped (--no-nginx)")
 	} else if bin, err := findNginx(o.InstallNginx, o.Log); err != nil {
 		s.note("nginx baseline skipped: %v", err)
@@ -288,11 +296,14 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		add(&overheadTarget{name: name, url: u, pd: pd, pids: func() []int { return []int{c.pid()} }, close: c.stop})
 		return nil
 	}
-	if err := baselineTarget(tRP, false, []string{"reverseproxy", "--upstream", framesURL}, func() (http.Handler, error) {
+	rp := func() (http.Handler, error) {
 		u, err := url.Parse(framesURL)
 		return baseline.NewReverseProxy(u), err
-	}); err != nil {
-		return fail(err)
+	}
+	if !o.PDOnly {
+		if err := baselineTarget(tRP, false, []string{"reverseproxy", "--upstream", framesURL}, rp); err != nil {
+			return fail(err)
+		}
 	}
 	gw := func(name string, pd bool, flags []string) error {
 		flags = append(flags, "--disable-health-check", "--policy", "cache_aware", "--max-connections", "0",
@@ -314,8 +325,10 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		add(t)
 		return nil
 	}
-	if err := gw(tSluice, false, []string{"--worker-urls", framesURL}); err != nil {
-		return fail(err)
+	if !o.PDOnly {
+		if err := gw(tSluice, false, []string{"--worker-urls", framesURL}); err != nil {
+			return fail(err)
+		}
 	}
 	bp := strconv.Itoa(bootstrapPort)
 	if err := baselineTarget(tBarePD, true, []string{"pd", "--prefill", prefillURL, "--bootstrap-port", bp, "--decode", decodeURL},

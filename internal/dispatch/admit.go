@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
@@ -94,35 +93,12 @@ func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placem
 	return ar
 }
 
-// maxOutputTokens is the request's output bound per sample, for the decode KV reservation: chat's
-// max_completion_tokens, else max_tokens (OpenAI), or /generate's sampling_params.max_new_tokens; 0
-// when absent or unreadable (the reservation is then the prompt alone). It decodes the body once more,
-// so it runs only when some decode worker's KV capacity is known (Config.DecodeKVReservation).
-func maxOutputTokens(br *body.Request) int64 {
-	var b struct {
-		MaxTokens           *int64 `json:"max_tokens"`
-		MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-		SamplingParams      *struct {
-			MaxNewTokens *int64 `json:"max_new_tokens"`
-		} `json:"sampling_params"`
-	}
-	if json.Unmarshal(br.Body, &b) != nil {
-		return 0
-	}
-	var n *int64
-	switch {
-	case b.MaxCompletionTokens != nil:
-		n = b.MaxCompletionTokens
-	case b.MaxTokens != nil:
-		n = b.MaxTokens
-	case b.SamplingParams != nil:
-		n = b.SamplingParams.MaxNewTokens
-	}
-	if n == nil || *n < 0 {
-		return 0
-	}
-	return *n
-}
+// maxOutputTokens is the request's output bound per sample, for the decode KV reservation
+// (body.MaxOutputTokens: chat's max_completion_tokens, else max_tokens, or /generate's
+// sampling_params.max_new_tokens; 0 when absent or unreadable, the reservation is then the prompt
+// alone). It reads the body once more, so it runs only when some decode worker's KV capacity is known
+// (Config.DecodeKVReservation).
+func maxOutputTokens(br *body.Request) int64 { return body.MaxOutputTokens(br.Body) }
 
 func (x *Dispatcher) charsPerToken() float64 {
 	if x.cfg.CharsPerToken > 0 {

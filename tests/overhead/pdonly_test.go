@@ -1,0 +1,56 @@
+package overhead
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/bench"
+)
+
+// TestOverheadScenarioPDOnly runs the short overhead scenario with --pd-only in process: only the PD
+// targets run (the three of them, each answering), and only they have rows in the per-request table.
+// Like TestOverheadScenarioShort, it checks the measurement, never what it measured.
+func TestOverheadScenarioPDOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts simulators, baselines and gateways")
+	}
+	res, err := bench.RunScenario(context.Background(), "overhead",
+		bench.ScenarioOptions{OutDir: t.TempDir(), Short: true, InProcess: true, PDOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdTargets := []string{"sluice-pd-seats", "sluice-pd", "bare-pd"} // longest suffix first
+	succeeded := map[string]int{}
+	for _, r := range res.Runs {
+		i := slices.IndexFunc(pdTargets, func(tg string) bool { return strings.HasSuffix(r.Label, "-"+tg) })
+		if i < 0 {
+			t.Errorf("run %s is not of a PD target", r.Label)
+			continue
+		}
+		succeeded[pdTargets[i]] += r.Summary.Succeeded
+		if r.Summary.Failed > 0 {
+			t.Errorf("run %s: %d of %d requests failed", r.Label, r.Summary.Failed, r.Summary.Sent)
+		}
+	}
+	for _, tg := range pdTargets {
+		if succeeded[tg] == 0 {
+			t.Errorf("%s answered no request: %v", tg, succeeded)
+		}
+	}
+	var perRequest []string
+	for _, row := range res.Table[min(1, len(res.Table)):] {
+		perRequest = append(perRequest, row[1])
+	}
+	for _, tg := range pdTargets {
+		if !slices.Contains(perRequest, tg) {
+			t.Errorf("per-request table has no %s row: %v", tg, res.Table)
+		}
+	}
+	for _, tg := range []string{"direct", "reverseproxy", "sluice", "nginx"} {
+		if slices.Contains(perRequest, tg) {
+			t.Errorf("per-request table has a %s row with --pd-only: %v", tg, res.Table)
+		}
+	}
+}
