@@ -10,6 +10,7 @@ import (
 // Requests admitted but still queued for the prefill executor are reported as waiting, as SGLang's
 // get_load counts its waiting queue, in every load report the gateway reads.
 func TestLoadReportsCountPrefillQueueAsWaiting(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{PrefillTokensPerSec: 1000})
 	c := testClient(t)
 	prompt := strings.Repeat("word ", 2000) // 2000 tokens: 2 s of prefill each
