@@ -179,7 +179,7 @@ func TestRefill(t *testing.T) {
 			t.Fatalf("in flight = %d, want 3 (the refill admitted one more than capacity)", st.Inflight)
 		}
 		// Ten idle seconds fill the bucket to its capacity, not beyond.
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // fake time inside the synctest bubble: the idle period under test
 		if st := l.Status(); st.Tokens != 2 {
 			t.Fatalf("tokens after a long idle = %v, want the capacity 2", st.Tokens)
 		}

@@ -328,7 +328,7 @@ func TestUnknownModelNeverRegistered(t *testing.T) {
 	h.engines.set(url, "served-model")
 	w := h.next("decode added once the model is known", kind(worker.EventAdded, url)).Worker
 	// The registry announces the worker before register clears the pod's refusal.
-	for deadline := time.Now().Add(5 * time.Second); h.disc.Refused() != 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); h.disc.Refused() != 0; time.Sleep(time.Millisecond) { // polling interval; the count is re-checked
 		if time.Now().After(deadline) {
 			t.Fatalf("refused = %d after registration, want 0", h.disc.Refused())
 		}

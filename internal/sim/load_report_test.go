@@ -28,7 +28,7 @@ func TestLoadReportsCountPrefillQueueAsWaiting(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("three requests never admitted with two queued for prefill: %+v", e.totalSnapshot())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling interval; the snapshot is re-checked
 	}
 	_, loads := get(t, c, e.URL()+"/v1/loads")
 	if !strings.Contains(string(loads), `"num_running_reqs":1,`) || !strings.Contains(string(loads), `"num_waiting_reqs":2,`) {

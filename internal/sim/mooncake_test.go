@@ -375,7 +375,7 @@ func TestTransferStore(t *testing.T) {
 			t.Errorf("%d entries left, want only c", len(s.entries))
 		}
 		// Published records expire after the TTL and are bounded.
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // fake time inside the synctest bubble: past the records' TTL
 		s.publish("d", rec)
 		s.publish("e", rec)
 		s.publish("f", rec)

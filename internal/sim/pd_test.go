@@ -350,7 +350,7 @@ func TestRendezvous(t *testing.T) {
 		}
 		// A record nobody claims expires.
 		z.publish(9, kvRecord{})
-		time.Sleep(2 * time.Minute)
+		time.Sleep(2 * time.Minute) // fake time inside the synctest bubble: past the record's TTL
 		z.publish(10, kvRecord{})
 		z.mu.Lock()
 		_, kept9 := z.rooms[9]

@@ -189,13 +189,13 @@ func TestHealthCheckerTimeoutAndStop(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { hc.Run(ctx); close(done) }()
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // fake time inside the synctest bubble: past the probe timeout
 		synctest.Wait()
 		if got := w.Health(); got != HealthNotReady {
 			t.Fatalf("health after timed-out probe = %v, want not_ready", got)
 		}
 		// Now a probe is in flight for the next round; cancel mid-probe.
-		time.Sleep(time.Minute + time.Second)
+		time.Sleep(time.Minute + time.Second) // fake time: into the next round, whose probe hangs
 		synctest.Wait()
 		cancel()
 		<-done

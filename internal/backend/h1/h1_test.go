@@ -397,7 +397,7 @@ func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine's close never reached the pooled connection")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polling interval: a peer's close is seen only by probing the socket
 	}
 	resp, err = h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
