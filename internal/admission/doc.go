@@ -146,4 +146,21 @@
 // below the slots held revokes nothing, and setting caps lets the heads
 // select. A wait span whose request a cap held back carries
 // sluice.admission.share_limited=true.
+//
+// # Where things are
+//
+// Every file below works under the one mutex of controller.go; each holds
+// one flow:
+//
+//   - controller.go: the Controller type, its state, New and the lock;
+//   - acquire.go: Acquire, the admission-off path and the fast path;
+//   - grant.go: capacity checks, the token charge, grant and give-back;
+//   - heads.go: enqueue, the heads' selection, dispatch, wait and leave;
+//   - displace.go: displacement from a full queue, early rejection's
+//     predicted wait, rejection counts;
+//   - update.go: Update, Wake and RemoveWorker (settings and worker events);
+//   - queue.go: queues and bands; slot.go: Slot and Guard; seat.go: decode
+//     seats; fair.go: tenants; caps.go: cluster shares; adaptive.go:
+//     adaptive limits; drain.go: shutdown; settings.go, errors.go,
+//     metrics.go, status.go: the types they name.
 package admission

@@ -105,3 +105,11 @@ func (a *App) checkKubeAccess(client kubernetes.Interface, usedFor string, perms
 	}
 	return err
 }
+
+// newDiscovery builds Kubernetes service discovery when --service-discovery is on.
+func (a *App) newDiscovery(cfg *config.Config, client kubernetes.Interface) error {
+	if !cfg.Discovery.Enabled {
+		return nil
+	}
+	return a.newPodDiscovery(cfg, client)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/server"
+	"github.com/sluicegw/sluice/internal/telemetry"
 	"github.com/sluicegw/sluice/internal/tlsconf"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -100,4 +101,18 @@ func (a *App) Scheme() string {
 		return "https"
 	}
 	return "http"
+}
+
+// newSecurity builds the security metrics, TLS and authentication, and returns the TLS of the calls
+// to engines.
+func (a *App) newSecurity() (*tls.Config, error) {
+	a.Security = telemetry.NewSecurityMetrics(a.Prom)
+	upstreamTLS, err := a.setupTLS()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.setupAuth(upstreamTLS); err != nil {
+		return nil, err
+	}
+	return upstreamTLS, nil
 }

@@ -31,6 +31,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseKeys(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		in      string
@@ -83,6 +84,7 @@ func TestParseKeys(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
+	t.Parallel()
 	keys, err := auth.ParseKeys([]byte("a sk-aaaa\nb sk-bbbb admin\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +134,7 @@ func status(ctx context.Context, err error) (int, string) {
 }
 
 func TestKeysFileReload(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(path, []byte("team-a sk-team-a\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -183,6 +186,7 @@ func TestKeysFileReload(t *testing.T) {
 }
 
 func TestStaticKeysAndRoles(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(path, []byte("user sk-user\nops sk-ops admin\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -324,6 +328,7 @@ func (p *idp) token(t *testing.T, kid string, c claims) string {
 }
 
 func TestJWT(t *testing.T) {
+	t.Parallel()
 	p := newIDP(t)
 	p.addKey(t, "k1", false)
 	p.addKey(t, "k2", true)
@@ -397,6 +402,7 @@ func TestJWT(t *testing.T) {
 }
 
 func TestJWTRoleClaimPath(t *testing.T) {
+	t.Parallel()
 	p := newIDP(t)
 	p.addKey(t, "k1", false)
 	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{
@@ -415,6 +421,7 @@ func TestJWTRoleClaimPath(t *testing.T) {
 }
 
 func TestJWTUnreachableIssuer(t *testing.T) {
+	t.Parallel()
 	p := newIDP(t)
 	p.addKey(t, "k1", false)
 	tok := p.token(t, "k1", claims{Claims: jwt.Claims{Issuer: "http://127.0.0.1:1", Subject: "x",
@@ -452,6 +459,7 @@ func unsigned(t *testing.T, c claims) string {
 
 // The tenant claim is read at a dotted path; a claim that is not a string gives no tenant.
 func TestJWTTenantClaim(t *testing.T) {
+	t.Parallel()
 	p := newIDP(t)
 	p.addKey(t, "k1", false)
 	a, err := auth.New(auth.Config{JWT: &auth.JWTConfig{

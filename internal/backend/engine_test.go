@@ -50,6 +50,7 @@ func testClient(t *testing.T) *http.Client {
 }
 
 func TestDiscoverModels(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, _ := engineServer(t, map[string]route{
 		"GET /v1/models": {200, `{"object":"list","data":[{"id":"a","object":"model"},{"id":""},{"id":"b"}]}`},
@@ -79,6 +80,7 @@ func TestDiscoverModels(t *testing.T) {
 // Detection follows the Rust gateway's detect_backend.rs: owned_by, then /version, then server info.
 // Each row's engine answers only what that engine serves (engine-protocols.md §3).
 func TestDetect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sglangInfo := `{"model_path":"m","tp_size":1,"dp_size":4,"disaggregation_mode":"prefill","disaggregation_bootstrap_port":8998}`
 	tests := []struct {
@@ -157,6 +159,7 @@ func TestDetect(t *testing.T) {
 }
 
 func TestFetchLoad(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name    string
@@ -188,6 +191,7 @@ func TestFetchLoad(t *testing.T) {
 // Older SGLang has no /v1/loads: GET /get_load answers a list per data-parallel rank whose num_reqs
 // counts running and waiting requests (io_struct.py GetLoadReqOutput).
 func TestFetchLoadGetLoadFallback(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, hits := engineServer(t, map[string]route{
 		"GET /get_load": {200, `[{"dp_rank":0,"num_reqs":5,"num_waiting_reqs":2,"num_tokens":100},{"dp_rank":1,"num_reqs":1,"num_waiting_reqs":0,"num_tokens":7}]`},
@@ -211,6 +215,7 @@ func TestFetchLoadGetLoadFallback(t *testing.T) {
 // vLLM reports its load only as Prometheus gauges (vllm/v1/metrics/loggers.py); they are read with the
 // Prometheus text parser and summed over series.
 func TestFetchLoadVLLMMetrics(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const exposition = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -244,6 +249,7 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
 }
 
 func TestFlushCacheAndProbeHTTP(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, hits := engineServer(t, map[string]route{
 		"POST /flush_cache":    {200, `ok`},
@@ -279,6 +285,7 @@ func TestFlushCacheAndProbeHTTP(t *testing.T) {
 
 // grpc:// metadata calls go through NewHTTPClient's grpc:// transport (pass-through to h2c).
 func TestGRPCLoadAndProbe(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := &fakeWorker{load: func(context.Context) (*workerv1.GetLoadResponse, error) {
 		return &workerv1.GetLoadResponse{RunningRequests: 3, WaitingRequests: 4, KvUsage: 0.5}, nil

@@ -19,6 +19,7 @@ import (
 )
 
 func TestForwardHeaders(t *testing.T) {
+	t.Parallel()
 	src := http.Header{
 		"Authorization":          {"Bearer client"},
 		"X-Request-Id":           {"r1"},
@@ -61,6 +62,7 @@ func TestForwardHeaders(t *testing.T) {
 }
 
 func TestUpstreamDo(t *testing.T) {
+	t.Parallel()
 	type seen struct {
 		method, path, ctype, accept, auth, reqID, body string
 	}
@@ -118,6 +120,7 @@ func TestUpstreamDo(t *testing.T) {
 }
 
 func TestNewHTTPClientNoRedirects(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusFound)
 	}))
@@ -144,6 +147,7 @@ func TestNewHTTPClientNoRedirects(t *testing.T) {
 // TestNewPostRequest: the split URL is the one url.Parse gives for base+path, with the body, its
 // length and GetBody as http.NewRequest sets them.
 func TestNewPostRequest(t *testing.T) {
+	t.Parallel()
 	for _, base := range []string{"http://127.0.0.1:8000", "http://h:1/", "http://h:1/prefix", "https://engine.example",
 		"http://u:p@h:1", "http://h:1/a?x=1", "grpc://h:2"} {
 		req, err := NewPostRequest(t.Context(), base, "/v1/chat/completions", []byte(`{"a":1}`))
@@ -169,6 +173,7 @@ func TestNewPostRequest(t *testing.T) {
 // TestRoundTripErrorsAsClientDo: the direct round trip fails with the same error http.Client.Do
 // gives.
 func TestRoundTripErrorsAsClientDo(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +198,7 @@ func TestRoundTripErrorsAsClientDo(t *testing.T) {
 // engine requires), never through h1Transport, which speaks no TLS; the caller's config is not
 // written to.
 func TestUpstreamTransportByScheme(t *testing.T) {
+	t.Parallel()
 	ca := tlstest.NewCA(t, "engine CA")
 	srvLeaf, cliLeaf := ca.Issue(t, "engine"), ca.Issue(t, "gateway")
 	pair := func(l *tlstest.Leaf) tls.Certificate {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestMooncakeEngineIDs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, hits := engineServer(t, map[string]route{
 		"GET /query": {200, `{"1":{"engine_id":"b"},"0":{"engine_id":"a"}}`},
@@ -38,6 +39,7 @@ func TestMooncakeEngineIDs(t *testing.T) {
 }
 
 func TestMooncakeBodies(t *testing.T) {
+	t.Parallel()
 	p, err := body.MooncakePrefillBody([]byte(`{"model":"m","stream":true,"stream_options":{},"max_completion_tokens":7}`), "xfer-1")
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestStatusClasses(t *testing.T) {
+	t.Parallel()
 	for code := 100; code < 600; code++ {
 		retry := code == 408 || code == 429 || code == 500 || code == 502 || code == 503 || code == 504
 		if got := IsRetryableStatus(code); got != retry {
@@ -15,6 +16,7 @@ func TestStatusClasses(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultBackoff()
 	tests := []struct {
 		name    string
@@ -43,6 +45,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestBackoffBounds(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultBackoff()
 	for attempt := range 30 {
 		base := Backoff(attempt, cfg, nil)

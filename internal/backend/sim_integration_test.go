@@ -65,6 +65,7 @@ func call(t *testing.T, up *backend.Upstream, role, target, path string, body []
 }
 
 func TestSimSGLangPD(t *testing.T) {
+	t.Parallel()
 	prefill, decode := startCluster(t, sim.ProtocolSGLang)
 	client := backend.NewHTTPClient(backend.HTTPClientOptions{})
 	t.Cleanup(client.CloseIdleConnections)
@@ -123,6 +124,7 @@ func TestSimSGLangPD(t *testing.T) {
 }
 
 func TestSimVLLMPD(t *testing.T) {
+	t.Parallel()
 	prefill, decode := startCluster(t, sim.ProtocolVLLM)
 	client := backend.NewHTTPClient(backend.HTTPClientOptions{})
 	t.Cleanup(client.CloseIdleConnections)

@@ -20,6 +20,7 @@ import (
 // `sluice capacity` prints a recommendation per role with its reasoning; -o json and the REST
 // route carry the same numbers, and /metrics exports the gauge autoscalers read.
 func TestCapacityAgainstLiveGateway(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, err := sim.StartCluster(ctx, sim.ClusterConfig{Prefill: 1, Decode: 1, Logger: testenv.Logger()})
 	if err != nil {
@@ -125,6 +126,7 @@ func TestCapacityAgainstLiveGateway(t *testing.T) {
 }
 
 func TestCapacityUsageErrors(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	if code := Main(t.Context(), []string{"capacity", "extra"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no arguments") {
 		t.Errorf("sluice capacity extra: exit %d, stderr %q", code, errOut.String())

@@ -9,6 +9,7 @@ import (
 )
 
 func TestSetDecodeLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in        string
 		wantLimit *int32
@@ -37,6 +38,7 @@ func ptr[T any](v T) *T { return &v }
 
 // sluice top sums a data-parallel decode engine's rank seats into its row.
 func TestTopShowsDecodeSeats(t *testing.T) {
+	t.Parallel()
 	s := &topSnapshot{at: time.Unix(0, 0), admission: &adminv1.AdmissionStatus{
 		Enabled:  true,
 		Settings: &adminv1.AdmissionSettings{MaxInflightPerWorker: 4, QueueSize: 8, DecodeMaxInflightPerWorker: 2},

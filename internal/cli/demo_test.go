@@ -28,6 +28,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // The demo samples its traces, so a first look at its /metrics (OpenMetrics, as Prometheus scrapes)
 // shows trace-id exemplars.
 func TestDemoMetricsCarryExemplars(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := make(chan int, 1)

@@ -11,6 +11,7 @@ import (
 // Asking a command group for help prints its usage on stdout and exits 0; a missing subcommand is
 // still an error.
 func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		code int

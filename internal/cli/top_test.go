@@ -24,6 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // queued, `sluice top` shows the worker's slots full, the queue, and — on a terminal — redraws in
 // place; a rejection between two refreshes shows as a rate.
 func TestTopAgainstLiveGateway(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, err := sim.StartCluster(ctx, sim.ClusterConfig{Prefill: 1, Decode: 1, Mode: sim.ModeInstant, Logger: testenv.Logger()})
 	if err != nil {

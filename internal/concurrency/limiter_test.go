@@ -61,6 +61,7 @@ func pending(ch <-chan result) bool {
 }
 
 func TestLimitQueueAndFIFO(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, concurrency.Config{Capacity: 2, QueueSize: 2, QueueTimeout: time.Minute})
 		a, b := mustAcquire(t, l), mustAcquire(t, l)
@@ -100,6 +101,7 @@ func TestLimitQueueAndFIFO(t *testing.T) {
 }
 
 func TestQueueTimeout(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, concurrency.Config{Capacity: 1, QueueSize: 5, QueueTimeout: 3 * time.Second})
 		held := mustAcquire(t, l)
@@ -120,6 +122,7 @@ func TestQueueTimeout(t *testing.T) {
 }
 
 func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, concurrency.Config{Capacity: 1, QueueSize: 1, QueueTimeout: time.Minute})
 		held := mustAcquire(t, l)
@@ -145,6 +148,7 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 }
 
 func TestNoQueueRejectsAtOnce(t *testing.T) {
+	t.Parallel()
 	l := newLimiter(t, concurrency.Config{Capacity: 1, QueueSize: 0, QueueTimeout: time.Second})
 	p := mustAcquire(t, l)
 	if _, err := l.Acquire(context.Background()); !errors.Is(err, concurrency.ErrQueueFull) {
@@ -157,6 +161,7 @@ func TestNoQueueRejectsAtOnce(t *testing.T) {
 // TestRefill: with a refill rate the bucket gains tokens over time, up to its capacity, and a waiter
 // is granted by the refill alone — so, as in SMG, more than Capacity requests may be in flight.
 func TestRefill(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, concurrency.Config{Capacity: 2, QueueSize: 4, QueueTimeout: time.Minute, RefillPerSecond: 2})
 		mustAcquire(t, l)
@@ -174,7 +179,7 @@ func TestRefill(t *testing.T) {
 			t.Fatalf("in flight = %d, want 3 (the refill admitted one more than capacity)", st.Inflight)
 		}
 		// Ten idle seconds fill the bucket to its capacity, not beyond.
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // fake time inside the synctest bubble: the idle period under test
 		if st := l.Status(); st.Tokens != 2 {
 			t.Fatalf("tokens after a long idle = %v, want the capacity 2", st.Tokens)
 		}
@@ -184,6 +189,7 @@ func TestRefill(t *testing.T) {
 // TestRefillHeadHandover: when the head of the queue leaves, the next waiter takes over the refill
 // timer and is granted by the refill.
 func TestRefillHeadHandover(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		l := newLimiter(t, concurrency.Config{Capacity: 1, QueueSize: 4, QueueTimeout: time.Minute, RefillPerSecond: 0.1})
 		mustAcquire(t, l)
@@ -207,6 +213,7 @@ func TestRefillHeadHandover(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []concurrency.Config{
 		{Capacity: 0, QueueTimeout: time.Second},
 		{Capacity: 1, QueueSize: -1, QueueTimeout: time.Second},
@@ -222,6 +229,7 @@ func TestConfigErrors(t *testing.T) {
 // TestHammer: concurrent acquire/release/cancel never lets more than Capacity requests in at once
 // without refill, and gives every token back.
 func TestHammer(t *testing.T) {
+	t.Parallel()
 	const capacity, workers, rounds = 3, 16, 200
 	reg := prometheus.NewRegistry()
 	l, err := concurrency.New(concurrency.Config{Capacity: capacity, QueueSize: 8, QueueTimeout: time.Second},

@@ -214,6 +214,7 @@ func (h *harness) byURL(url string) (*worker.Worker, bool) {
 // TestPodLifecycle walks one prefill pod through added, ready, unready, ready again, IP change and
 // termination with a request in flight, checking the registry's events at each step.
 func TestPodLifecycle(t *testing.T) {
+	t.Parallel()
 	h := start(t, pdConfig(), nil)
 	const url1, url2 = "http://10.0.0.1:30000", "http://10.0.0.5:30000"
 	pod := mkPod("prefill-0", prefillLabels("m1"), "", false, func(p *corev1.Pod) {
@@ -289,6 +290,7 @@ func TestPodLifecycle(t *testing.T) {
 // TestDeletedPodRemovedAfterGrace: a deleted pod's worker is drained and removed once the pod's grace
 // period has passed, even with a request still in flight.
 func TestDeletedPodRemovedAfterGrace(t *testing.T) {
+	t.Parallel()
 	zero := int64(0)
 	h := start(t, pdConfig(), nil, mkPod("decode-0", decodeLabels("m1"), "10.0.1.1", true, func(p *corev1.Pod) {
 		p.Spec.TerminationGracePeriodSeconds = &zero
@@ -308,6 +310,7 @@ func TestDeletedPodRemovedAfterGrace(t *testing.T) {
 // TestUnknownModelNeverRegistered: without a model in the pod's metadata or from the engine the pod is
 // not registered; once the engine names one, a retry registers it.
 func TestUnknownModelNeverRegistered(t *testing.T) {
+	t.Parallel()
 	h := start(t, pdConfig(), nil)
 	const url = "http://10.0.2.1:30000"
 	h.engines.set(url, "unknown")
@@ -325,7 +328,7 @@ func TestUnknownModelNeverRegistered(t *testing.T) {
 	h.engines.set(url, "served-model")
 	w := h.next("decode added once the model is known", kind(worker.EventAdded, url)).Worker
 	// The registry announces the worker before register clears the pod's refusal.
-	for deadline := time.Now().Add(5 * time.Second); h.disc.Refused() != 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); h.disc.Refused() != 0; time.Sleep(time.Millisecond) { // polling interval; the count is re-checked
 		if time.Now().After(deadline) {
 			t.Fatalf("refused = %d after registration, want 0", h.disc.Refused())
 		}
@@ -338,6 +341,7 @@ func TestUnknownModelNeverRegistered(t *testing.T) {
 // TestPeriodicRelistRepairsMissedEvents: every watch swallows its events, as a broken watch would;
 // the periodic re-list alone must add the new pod and remove the deleted one.
 func TestPeriodicRelistRepairsMissedEvents(t *testing.T) {
+	t.Parallel()
 	cfg := pdConfig()
 	cfg.Resync = 100 * time.Millisecond
 	var watchers []*watch.FakeWatcher
@@ -373,6 +377,7 @@ func TestPeriodicRelistRepairsMissedEvents(t *testing.T) {
 // TestWatchErrorsBackOffAndResume: list and watch fail for a while; the registry keeps its worker,
 // failures are counted, and once the API server answers again new pods are discovered.
 func TestWatchErrorsBackOffAndResume(t *testing.T) {
+	t.Parallel()
 	var failWatch atomic.Bool
 	failWatch.Store(true)
 	var lists atomic.Int64
@@ -410,6 +415,7 @@ func TestWatchErrorsBackOffAndResume(t *testing.T) {
 // TestQueuedRequestServedByNewPod: a request waiting in prefill admission (the only prefill worker is
 // at its limit) is granted on a prefill pod discovered while it waits.
 func TestQueuedRequestServedByNewPod(t *testing.T) {
+	t.Parallel()
 	h := start(t, pdConfig(), nil, mkPod("prefill-a", prefillLabels("m1"), "10.0.5.1", true))
 	adm, err := admission.New(admission.Settings{MaxInflightPerWorker: 1, QueueSize: 10, QueueTimeout: 30 * time.Second}, admission.Deps{})
 	if err != nil {
@@ -468,6 +474,7 @@ func TestQueuedRequestServedByNewPod(t *testing.T) {
 // TestFlagWorkersCoexist: a worker registered by a flag is never touched; a pod at the same address is
 // left out until the flag worker goes away.
 func TestFlagWorkersCoexist(t *testing.T) {
+	t.Parallel()
 	h := start(t, pdConfig(), nil)
 	const url = "http://10.0.6.1:30000"
 	flagW, err := h.reg.Add(worker.Spec{URL: url, Role: worker.RoleDecode, Protocol: worker.ProtocolSGLang, Models: []string{"m1"}, Source: worker.SourceFlag})
@@ -495,6 +502,7 @@ func TestFlagWorkersCoexist(t *testing.T) {
 }
 
 func TestNewRejects(t *testing.T) {
+	t.Parallel()
 	good := pdConfig()
 	deps := Deps{Client: fake.NewClientset(), Registry: worker.NewRegistry(worker.RegistryOptions{}), Completer: &engines{}}
 	for _, tt := range []struct {

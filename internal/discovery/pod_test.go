@@ -13,6 +13,7 @@ import (
 )
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	pd := classifier{
 		pd:              true,
 		prefillSelector: map[string]string{"app": "sglang", "role": "prefill"},
@@ -96,6 +97,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestListSelector(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		c    classifier
@@ -114,6 +116,7 @@ func TestListSelector(t *testing.T) {
 }
 
 func TestKnownModels(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		models []string
 		want   bool
@@ -127,6 +130,7 @@ func TestKnownModels(t *testing.T) {
 // TestKVEventsAnnotation: the events endpoint of a pod, with the engine's own bind hosts ("*" or none)
 // resolved to the pod's IP; a bad one refuses the pod.
 func TestKVEventsAnnotation(t *testing.T) {
+	t.Parallel()
 	c := classifier{selector: map[string]string{"app": "vllm"}, port: 8000}
 	for _, tt := range []struct{ raw, want string }{
 		{"tcp://*:5557?replay=tcp://*:5558", "tcp://10.0.0.9:5557?replay=tcp://10.0.0.9:5558"},

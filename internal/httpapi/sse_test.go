@@ -42,6 +42,7 @@ func (f *flushRecorder) Flush() {
 // that arrives alone is flushed at once, without waiting for the next; a partial frame waits for its
 // end; the relay stops at [DONE].
 func TestRelaySSEFrameAccurate(t *testing.T) {
+	t.Parallel()
 	pr, pw := io.Pipe()
 	rec := &flushRecorder{h: http.Header{}, flushes: make(chan flushed)}
 	resp := &dispatch.Response{Body: pr, Stream: true}

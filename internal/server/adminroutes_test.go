@@ -10,6 +10,7 @@ import (
 // TestAdminAllowedMatchesHTTPRules reads the admin API's REST rules and checks that adminAllowed names
 // each rule's method for its path, and no method the rules lack.
 func TestAdminAllowedMatchesHTTPRules(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile("../../proto/sluice/admin/v1/admin_http.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // Allow header naming the path's methods, on every kind of route: probes, metrics, the OpenAI REST
 // surface, the admin REST API.
 func TestMethodNotAllowedEverywhere(t *testing.T) {
+	t.Parallel()
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("# metrics\n")) })
 	_, srv := newServer(t, server.Options{Admin: fakeAdmin{}, REST: httpapi.New(httpapi.Options{}), Metrics: metrics})
 	cases := []struct{ method, path, allow string }{
@@ -48,6 +49,7 @@ func TestMethodNotAllowedEverywhere(t *testing.T) {
 // A body declared as anything but JSON on a JSON route is a 415; JSON with parameters, a +json type
 // and no Content-Type at all reach the route.
 func TestJSONRoutesRefuseOtherMediaTypes(t *testing.T) {
+	t.Parallel()
 	_, srv := newServer(t, server.Options{Admin: fakeAdmin{}})
 	for _, tc := range []struct {
 		ct     string
@@ -83,6 +85,7 @@ func TestJSONRoutesRefuseOtherMediaTypes(t *testing.T) {
 // Admin REST parse errors are in the client's terms: no "proto:", no "(line 1:18)", the field's API
 // name in param.
 func TestAdminParseErrorsInPlainLanguage(t *testing.T) {
+	t.Parallel()
 	_, srv := newServer(t, server.Options{Admin: fakeAdmin{}})
 	cases := []struct{ body, param, message string }{
 		{`{"uri":"http://x"}`, "uri", `unknown field "uri" (line 1, column 2)`},

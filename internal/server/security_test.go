@@ -21,6 +21,7 @@ import (
 )
 
 func TestCORS(t *testing.T) {
+	t.Parallel()
 	rest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	_, exact := newServer(t, server.Options{REST: rest, Admin: fakeAdmin{}, CORSAllowedOrigins: []string{"https://app.example.com"}})
 	_, wildcard := newServer(t, server.Options{REST: rest, CORSAllowedOrigins: []string{"*"}})
@@ -99,6 +100,7 @@ func TestCORS(t *testing.T) {
 }
 
 func TestAdminSecurityHeadersAndBodyLimit(t *testing.T) {
+	t.Parallel()
 	rest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	_, srv := newServer(t, server.Options{REST: rest, Admin: fakeAdmin{}, AdminMaxBytes: 1024, HSTS: true})
 
@@ -198,6 +200,7 @@ func (c *connCounter) IncRejected(string)      { c.mu.Lock(); c.rejected++; c.mu
 func (c *connCounter) get() (int, int)         { c.mu.Lock(); defer c.mu.Unlock(); return c.open, c.rejected }
 
 func TestListenLimits(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 
 	t.Run("connection cap", func(t *testing.T) {
@@ -270,6 +273,7 @@ func TestListenLimits(t *testing.T) {
 }
 
 func TestBodyAndWriteTimeouts(t *testing.T) {
+	t.Parallel()
 	readErr := make(chan error, 1)
 	writeErr := make(chan error, 1)
 	mux := http.NewServeMux()

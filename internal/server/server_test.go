@@ -114,6 +114,7 @@ func openAIError(t *testing.T, r response) (code, typ, message string) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	_, srv := newServer(t, server.Options{})
 	r := do(t, srv.Client(), http.MethodGet, srv.URL+"/health", "", nil)
 	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"status":"ok"}` {
@@ -122,6 +123,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		ready      func() error
@@ -156,6 +158,7 @@ func TestReadiness(t *testing.T) {
 }
 
 func TestReadinessReasonIsValidJSON(t *testing.T) {
+	t.Parallel()
 	reason := "worker http://a answered \x7f\xff"
 	_, srv := newServer(t, server.Options{Ready: func() error { return errors.New(reason) }})
 	r := do(t, srv.Client(), http.MethodGet, srv.URL+"/readiness", "", nil)
@@ -166,6 +169,7 @@ func TestReadinessReasonIsValidJSON(t *testing.T) {
 }
 
 func TestUnknownPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		method, path string
 	}{
@@ -189,6 +193,7 @@ func TestUnknownPath(t *testing.T) {
 }
 
 func TestAdminREST(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		method     string
@@ -228,6 +233,7 @@ func TestAdminREST(t *testing.T) {
 }
 
 func TestAdminAuth(t *testing.T) {
+	t.Parallel()
 	_, srv := newServer(t, server.Options{Admin: fakeAdmin{}, AdminAuth: bearer(adminKey)})
 	authed := http.Header{"Authorization": {"Bearer " + adminKey}}
 
@@ -303,6 +309,7 @@ func TestAdminAuth(t *testing.T) {
 }
 
 func TestInferenceAuthGuardsREST(t *testing.T) {
+	t.Parallel()
 	rest := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok "+r.URL.Path) })
 	_, srv := newServer(t, server.Options{REST: rest, InferenceAuth: bearer("k")})
 	tests := []struct {
@@ -332,6 +339,7 @@ func TestInferenceAuthGuardsREST(t *testing.T) {
 }
 
 func TestGRPCHealth(t *testing.T) {
+	t.Parallel()
 	notReady := errors.New("no healthy decode worker")
 	tests := []struct {
 		name     string
@@ -370,6 +378,7 @@ func TestGRPCHealth(t *testing.T) {
 }
 
 func TestSeparateAdmin(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		separate      bool

@@ -40,6 +40,7 @@ func rawExchange(t *testing.T, addr, raw string) (*http.Response, []byte) {
 }
 
 func TestNetHTTPErrorsAreJSON(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	addr := listen(t, ok, server.ListenOptions{MaxHeaderBytes: 1024, ReadHeaderTimeout: time.Hour})
 
@@ -88,6 +89,7 @@ func TestNetHTTPErrorsAreJSON(t *testing.T) {
 // The normal path is untouched: keep-alive requests, a handler's own plain-text 400 with Connection:
 // close, and h2c with prior knowledge.
 func TestWireErrConnLeavesNormalAnswersAlone(t *testing.T) {
+	t.Parallel()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/plain400" {
 			w.Header().Set("Connection", "close")

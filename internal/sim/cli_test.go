@@ -31,6 +31,7 @@ func (s *syncBuffer) String() string {
 }
 
 func TestParseFlags(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		args    []string
@@ -91,6 +92,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestMainCluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	var stdout, stderr syncBuffer
 	code := make(chan int, 1)
@@ -134,6 +136,7 @@ func TestMainCluster(t *testing.T) {
 }
 
 func TestStartClusterBasePort(t *testing.T) {
+	t.Parallel()
 	// Find a free range by listening on port 0, then use the port after it as a base.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -164,6 +167,7 @@ func TestStartClusterBasePort(t *testing.T) {
 // TestClusterNullBootstrapPort: in a cluster, SGLang decodes fall back to the prefill's bootstrap port,
 // so a gateway that sends bootstrap_port null gets a working rendezvous.
 func TestClusterNullBootstrapPort(t *testing.T) {
+	t.Parallel()
 	c, err := StartCluster(t.Context(), ClusterConfig{Prefill: 1, Decode: 1, Mode: ModeInstant})
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +187,7 @@ func TestClusterNullBootstrapPort(t *testing.T) {
 // TestMainClusterMooncakeDP: a vLLM Mooncake cluster with DP ranks from the command line prints the
 // prefill's bootstrap port, whose /query lists one engine per rank.
 func TestMainClusterMooncakeDP(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	var stdout, stderr syncBuffer
 	code := make(chan int, 1)

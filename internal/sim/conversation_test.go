@@ -38,6 +38,7 @@ func namedEvents(t *testing.T, body []byte) (names []string, data []map[string]a
 }
 
 func TestResponsesAPI(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Models: []string{"m"}})
 	c := testClient(t)
 	status, body := post(t, c, e.URL()+"/v1/responses", `{"model":"m","instructions":"be brief","input":"say hello","max_output_tokens":3}`)
@@ -94,6 +95,7 @@ func TestResponsesAPI(t *testing.T) {
 }
 
 func TestMessagesAPI(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolSGLang, Models: []string{"m"}})
 	c := testClient(t)
 	status, body := post(t, c, e.URL()+"/v1/messages", `{"model":"m","max_tokens":2,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`)
@@ -132,6 +134,7 @@ func TestMessagesAPI(t *testing.T) {
 // to chat. An SGLang decode engine refuses a request without a bootstrap room; a vLLM decode engine
 // computes the prompt itself.
 func TestConversationDisaggregation(t *testing.T) {
+	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolSGLang, Role: RoleDecode, Models: []string{"m"}})
 	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Role: RoleDecode, Models: []string{"m"}})
 	c := testClient(t)

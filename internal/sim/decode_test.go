@@ -47,6 +47,7 @@ func pdLegs(ctx context.Context, t *testing.T, c *http.Client, p, d *Engine, n, 
 }
 
 func TestSGLangDecodePreallocation(t *testing.T) {
+	t.Parallel()
 	base := Config{Protocol: ProtocolSGLang, Seed: 3, BootstrapTimeout: 20 * time.Second}
 	pcfg, dcfg := base, base
 	pcfg.Role = RolePrefill
@@ -114,6 +115,7 @@ func TestSGLangDecodePreallocation(t *testing.T) {
 // A prefill whose decode cannot pre-allocate in time fails in KVPoll.Bootstrapping, and the decode in
 // KVPoll.WaitingForInput: the burst-wider-than-the-window failure SGLang users see.
 func TestSGLangDecodePreallocationTimesOut(t *testing.T) {
+	t.Parallel()
 	base := Config{Protocol: ProtocolSGLang, Seed: 3, BootstrapTimeout: 2 * time.Second}
 	pcfg, dcfg := base, base
 	pcfg.Role = RolePrefill

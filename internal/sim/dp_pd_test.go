@@ -10,6 +10,7 @@ import (
 // TestSGLangPDRanks drives an SGLang prefill with 4 DP ranks and a decode with 2, sending the two legs
 // as a gateway does, with consistent, missing and wrong rank hints.
 func TestSGLangPDRanks(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Seed: 5, BootstrapTimeout: 300 * time.Millisecond}
 	pcfg, dcfg := base, base
 	pcfg.Role, pcfg.DPSize = RolePrefill, 4
@@ -134,6 +135,7 @@ func TestSGLangPDRanks(t *testing.T) {
 }
 
 func TestSGLangBootstrapRoutes(t *testing.T) {
+	t.Parallel()
 	p := startEngine(t, Config{Role: RolePrefill, Mode: ModeInstant, DPSize: 4, BlockSize: 32})
 	c := testClient(t)
 	boot := "http://127.0.0.1:" + strconv.Itoa(p.BootstrapPort())

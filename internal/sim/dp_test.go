@@ -66,6 +66,7 @@ func onlyRank(counts []int64, rank int) bool {
 }
 
 func TestDPRankChoice(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, DPSize: 4})
 	c := testClient(t)
 	const body = `{"model":"sim-model","messages":[{"role":"user","content":"which rank"}],"max_tokens":2}`
@@ -143,6 +144,7 @@ func TestDPRankChoice(t *testing.T) {
 }
 
 func TestDPPrefixCachePerRank(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{DPSize: 2, PrefillTokensPerSec: 1e7, ITLBase: time.Microsecond, ITLPerSeq: time.Nanosecond})
 	c := testClient(t)
 	type usage struct {
@@ -201,6 +203,7 @@ func TestDPPrefixCachePerRank(t *testing.T) {
 }
 
 func TestDPLoadsPerRank(t *testing.T) {
+	t.Parallel()
 	// A long decode pinned to rank 2 keeps that rank busy while the load routes are read.
 	e := startEngine(t, Config{DPSize: 4, ITLBase: 20 * time.Millisecond, PrefillTokensPerSec: 1e7})
 	c := testClient(t)
@@ -288,6 +291,7 @@ func TestDPLoadsPerRank(t *testing.T) {
 // prompt) on a 4-rank engine, once pinning each conversation to a rank and once letting the engine
 // round-robin (what a gateway that ignores ranks gets), and compares prefix cache hits and prefill time.
 func TestRankAwarenessKeepsTheCache(t *testing.T) {
+	t.Parallel()
 	const convs, turns = 7, 6 // 7: round robin does not line up with the 4 ranks
 	run := func(t *testing.T, pinned bool) (hitRate float64, ttft time.Duration) {
 		var total time.Duration

@@ -42,6 +42,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestFaultErrorRate(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, GRPC: true})
 	c := testClient(t)
 	setFaults(t, c, e, `{"error_rate":1,"error_status":503}`)
@@ -74,6 +75,7 @@ func TestFaultErrorRate(t *testing.T) {
 }
 
 func TestFaultScopes(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant})
 	c := testClient(t)
 	setFaults(t, c, e, `{"error_rate":1,"error_status":429,"roles":["decode"]}`)
@@ -90,6 +92,7 @@ func TestFaultScopes(t *testing.T) {
 }
 
 func TestFaultHang(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant})
 	c := testClient(t)
 	setFaults(t, c, e, `{"hang":true}`)
@@ -121,6 +124,7 @@ func TestFaultHang(t *testing.T) {
 }
 
 func TestFaultHangEndsOnClose(t *testing.T) {
+	t.Parallel()
 	e, err := New(Config{Mode: ModeInstant, Faults: Faults{Hang: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +150,7 @@ func TestFaultHangEndsOnClose(t *testing.T) {
 }
 
 func TestFaultDieAfterTokens(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, InstantOutputTokens: 50})
 	c := testClient(t)
 	setFaults(t, c, e, `{"die_after_tokens":3}`)
@@ -187,6 +192,7 @@ func TestFaultDieAfterTokens(t *testing.T) {
 }
 
 func TestFaultFailHealth(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant})
 	c := testClient(t)
 	setFaults(t, c, e, `{"fail_health":true}`)
@@ -214,6 +220,7 @@ func dialHealth(t *testing.T, url string) error {
 }
 
 func TestFaultRefuseConnections(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant})
 	c := testClient(t)
 	url := e.URL()
@@ -239,6 +246,7 @@ func TestFaultRefuseConnections(t *testing.T) {
 }
 
 func TestFaultLatencySynctest(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, func(c *Config) { c.Mode = ModeInstant })
 		h := e.routes()
@@ -263,6 +271,7 @@ func TestFaultLatencySynctest(t *testing.T) {
 }
 
 func TestFaultSlownessSynctest(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, nil)
 		h := e.routes()
@@ -290,6 +299,7 @@ func TestFaultSlownessSynctest(t *testing.T) {
 func jsonString(s string) string { return string(jsonx.AppendString(nil, s)) }
 
 func TestFaultDieAfterTokensRPC(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, GRPC: true, Faults: Faults{DieAfterTokens: 2}})
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)

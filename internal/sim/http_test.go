@@ -98,6 +98,7 @@ func decodeJSON[T any](t *testing.T, b []byte) T {
 }
 
 func TestHTTPErrors(t *testing.T) {
+	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant})
 	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM})
 	c := testClient(t)
@@ -153,6 +154,7 @@ func TestHTTPErrors(t *testing.T) {
 }
 
 func TestGenerateNative(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, Seed: 3})
 	c := testClient(t)
 	type meta struct {
@@ -210,6 +212,7 @@ func TestGenerateNative(t *testing.T) {
 }
 
 func TestOpenAIShapes(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, Models: []string{"m1", "m2"}})
 	c := testClient(t)
 
@@ -313,6 +316,7 @@ var sortStrings = cmp.Transformer("sort", func(in []string) []string {
 })
 
 func TestSGLangServerInfo(t *testing.T) {
+	t.Parallel()
 	p := startEngine(t, Config{Role: RolePrefill, Mode: ModeInstant, DPSize: 4})
 	d := startEngine(t, Config{Role: RoleDecode, Mode: ModeInstant, BootstrapPort: 9100})
 	r := startEngine(t, Config{Mode: ModeInstant, ContextLength: 4096})
@@ -353,6 +357,7 @@ func TestSGLangServerInfo(t *testing.T) {
 }
 
 func TestInfoEndpoints(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant})
 	c := testClient(t)
 	if status, body := get(t, c, e.URL()+"/get_model_info"); status != 200 || !bytes.Contains(body, []byte(`"model_path":"sim-model"`)) {
@@ -432,6 +437,7 @@ func TestInfoEndpoints(t *testing.T) {
 }
 
 func TestRealisticOverHTTP(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Seed: 1})
 	c := testClient(t)
 	body := `{"prompt":` + jsonString(words(400, "")) + `,"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`

@@ -10,6 +10,7 @@ import (
 // Requests admitted but still queued for the prefill executor are reported as waiting, as SGLang's
 // get_load counts its waiting queue, in every load report the gateway reads.
 func TestLoadReportsCountPrefillQueueAsWaiting(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{PrefillTokensPerSec: 1000})
 	c := testClient(t)
 	prompt := strings.Repeat("word ", 2000) // 2000 tokens: 2 s of prefill each
@@ -27,7 +28,7 @@ func TestLoadReportsCountPrefillQueueAsWaiting(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("three requests never admitted with two queued for prefill: %+v", e.totalSnapshot())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling interval; the snapshot is re-checked
 	}
 	_, loads := get(t, c, e.URL()+"/v1/loads")
 	if !strings.Contains(string(loads), `"num_running_reqs":1,`) || !strings.Contains(string(loads), `"num_waiting_reqs":2,`) {

@@ -70,6 +70,7 @@ func runTimed(ctx context.Context, e *Engine, sp sampleSpec) *timing {
 }
 
 func TestTokenizer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		text string
@@ -99,6 +100,7 @@ func TestTokenizer(t *testing.T) {
 }
 
 func TestPrefillTimeScalesWithUncachedTokens(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		tokens int
@@ -125,6 +127,7 @@ func TestPrefillTimeScalesWithUncachedTokens(t *testing.T) {
 }
 
 func TestRepeatedPrefixIsCached(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, nil)
 		shared := tokenPrompt(1600, 7).ids
@@ -157,6 +160,7 @@ func TestRepeatedPrefixIsCached(t *testing.T) {
 }
 
 func TestBatchingRaisesInterTokenLatency(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		batch int
@@ -189,6 +193,7 @@ func TestBatchingRaisesInterTokenLatency(t *testing.T) {
 }
 
 func TestWaitingQueueGrowsPastMaxRunning(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, func(c *Config) { c.MaxRunningRequests = 2 })
 		ctx, cancel := context.WithCancel(t.Context())
@@ -210,6 +215,7 @@ func TestWaitingQueueGrowsPastMaxRunning(t *testing.T) {
 }
 
 func TestKVBudgetLimitsRunning(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, func(c *Config) { c.KVCapacityTokens = 1000 })
 		ctx, cancel := context.WithCancel(t.Context())
@@ -242,6 +248,7 @@ func TestKVBudgetLimitsRunning(t *testing.T) {
 }
 
 func TestPrefillExecutorIsSerial(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, nil)
 		var wg sync.WaitGroup
@@ -263,6 +270,7 @@ func TestPrefillExecutorIsSerial(t *testing.T) {
 }
 
 func TestInstantModeTakesNoTime(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, func(c *Config) { c.Mode = ModeInstant })
 		tm := runTimed(t.Context(), e, sampleSpec{prompt: tokenPrompt(100000, 1), maxTokens: 100})
@@ -276,6 +284,7 @@ func TestInstantModeTakesNoTime(t *testing.T) {
 }
 
 func TestOutputDeterministicAndStops(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, func(c *Config) { c.Mode = ModeInstant; c.InstantOutputTokens = 64 })
 		p := newPrompt(appendTokens(nil, "hello there"))
@@ -302,6 +311,7 @@ func TestOutputDeterministicAndStops(t *testing.T) {
 }
 
 func TestSlownessFactorScalesModel(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, nil)
 		rf := requestFaults{slowness: 3}
@@ -317,6 +327,7 @@ func TestSlownessFactorScalesModel(t *testing.T) {
 }
 
 func TestPrefillPeakConcurrent(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := newModelEngine(t, nil)
 		h := e.routes()
@@ -377,6 +388,7 @@ func (w *headClock) Flush() {}
 // TestStreamingHeadTiming: SGLang's OpenAI routes answer a stream with its first chunk (after the
 // prefill), vLLM and SGLang's /generate at once.
 func TestStreamingHeadTiming(t *testing.T) {
+	t.Parallel()
 	prompt := jsonString(words(800, "")) // 100 ms of prefill
 	tests := []struct {
 		name  string

@@ -24,6 +24,7 @@ func mooncakeLegs(body, transferID, bootstrapAddr, engineID string) (prefill, de
 }
 
 func TestMooncakeQuery(t *testing.T) {
+	t.Parallel()
 	p := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Role: RolePrefill, DPSize: 2, EngineID: "pf"})
 	one := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Role: RolePrefill, EngineID: "solo"})
 	c := testClient(t)
@@ -56,6 +57,7 @@ func TestMooncakeQuery(t *testing.T) {
 }
 
 func TestMooncakePD(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Seed: 4, BootstrapTimeout: 300 * time.Millisecond}
 	pcfg, dcfg := base, base
 	pcfg.Role, pcfg.DPSize, pcfg.EngineID = RolePrefill, 2, "pf"
@@ -264,6 +266,7 @@ func TestMooncakePD(t *testing.T) {
 // TestVLLMLeastLoaded: without X-data-parallel-rank vLLM sends a request to the engine core with the
 // lowest waiting*4 + running.
 func TestVLLMLeastLoaded(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Protocol: ProtocolVLLM, DPSize: 3, ITLBase: 20 * time.Millisecond, PrefillTokensPerSec: 1e7})
 	c := testClient(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -304,6 +307,7 @@ func TestVLLMLeastLoaded(t *testing.T) {
 // TestNIXLWithDPRanks: a NIXL prefill's kv_transfer_params name the rank's engine id, and the pull must
 // name the rank that holds the blocks.
 func TestNIXLWithDPRanks(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Protocol: ProtocolVLLM}
 	pcfg, dcfg := base, base
 	pcfg.Role, pcfg.DPSize, pcfg.EngineID = RolePrefill, 2, "nx"
@@ -330,6 +334,7 @@ func TestNIXLWithDPRanks(t *testing.T) {
 
 // TestTransferStore checks the Mooncake store's waits, discards and expiry in simulated time.
 func TestTransferStore(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newTransferStore(time.Minute, 2)
 		rec := kvRecord{PromptTokens: 3}
@@ -370,7 +375,7 @@ func TestTransferStore(t *testing.T) {
 			t.Errorf("%d entries left, want only c", len(s.entries))
 		}
 		// Published records expire after the TTL and are bounded.
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // fake time inside the synctest bubble: past the records' TTL
 		s.publish("d", rec)
 		s.publish("e", rec)
 		s.publish("f", rec)

@@ -50,6 +50,7 @@ type sglangErr struct {
 }
 
 func TestSGLangRendezvous(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Seed: 5, BootstrapTimeout: 300 * time.Millisecond}
 	pcfg, rcfg := base, base
 	pcfg.Role = RolePrefill
@@ -285,6 +286,7 @@ func TestSGLangRendezvous(t *testing.T) {
 }
 
 func TestRecordStoreExpiry(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		s := newRecordStore(time.Minute, 3)
 		s.publish(1, kvRecord{PromptTokens: 1})
@@ -309,6 +311,7 @@ func TestRecordStoreExpiry(t *testing.T) {
 }
 
 func TestRendezvous(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		z := newRendezvous(time.Minute, 4)
 		// The prefill waits for its decode to connect; the decode then waits for the record.
@@ -347,7 +350,7 @@ func TestRendezvous(t *testing.T) {
 		}
 		// A record nobody claims expires.
 		z.publish(9, kvRecord{})
-		time.Sleep(2 * time.Minute)
+		time.Sleep(2 * time.Minute) // fake time inside the synctest bubble: past the record's TTL
 		z.publish(10, kvRecord{})
 		z.mu.Lock()
 		_, kept9 := z.rooms[9]
@@ -371,6 +374,7 @@ type vllmErr struct {
 }
 
 func TestVLLMKVTransfer(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Seed: 9}
 	pcfg, dcfg := base, base
 	pcfg.Role, dcfg.Role = RolePrefill, RoleDecode
@@ -477,6 +481,7 @@ func TestVLLMKVTransfer(t *testing.T) {
 }
 
 func TestWorkerRPC(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, GRPC: true, Seed: 2}
 	pcfg, dcfg := base, base
 	pcfg.Role, dcfg.Role = RolePrefill, RoleDecode

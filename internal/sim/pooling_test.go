@@ -11,6 +11,7 @@ import (
 )
 
 func TestEmbeddingsShapes(t *testing.T) {
+	t.Parallel()
 	for _, proto := range []Protocol{ProtocolSGLang, ProtocolVLLM} {
 		t.Run(string(proto), func(t *testing.T) {
 			e := startEngine(t, Config{Mode: ModeInstant, Protocol: proto, Models: []string{"e5"}})
@@ -80,6 +81,7 @@ func TestEmbeddingsShapes(t *testing.T) {
 }
 
 func TestRerankScoreClassifyShapes(t *testing.T) {
+	t.Parallel()
 	docs := `["paris is the capital of france","bananas are yellow","the capital of france"]`
 	sg := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolSGLang, Models: []string{"r"}})
 	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Models: []string{"r"}})
@@ -157,6 +159,7 @@ func TestRerankScoreClassifyShapes(t *testing.T) {
 }
 
 func TestTokenizeShapes(t *testing.T) {
+	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolSGLang, Models: []string{"m"}, ContextLength: 4096})
 	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Models: []string{"m"}, ContextLength: 4096})
 	c := testClient(t)

@@ -19,6 +19,7 @@ func sdkClient(t *testing.T, e *Engine) openai.Client {
 }
 
 func TestOpenAISDK(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, InstantOutputTokens: 32, Seed: 11})
 	client := sdkClient(t, e)
 	ctx := t.Context()
@@ -140,6 +141,7 @@ func TestOpenAISDK(t *testing.T) {
 
 // TestOpenAISDKEngineErrors: the official client sees each engine's 400 with its message.
 func TestOpenAISDKEngineErrors(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("word ", 100)
 	for _, proto := range []Protocol{ProtocolSGLang, ProtocolVLLM} {
 		t.Run(string(proto), func(t *testing.T) {
@@ -177,6 +179,7 @@ func TestOpenAISDKEngineErrors(t *testing.T) {
 // TestOpenAISDKDataParallel: the official client reaches a chosen DP rank with the body field SGLang
 // reads (routed_dp_rank) or the header, and the per-rank prefix cache shows in usage.
 func TestOpenAISDKDataParallel(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{DPSize: 4, Seed: 3, PrefillTokensPerSec: 1e7, ITLBase: time.Microsecond, ITLPerSeq: time.Nanosecond})
 	client := sdkClient(t, e)
 	ctx := t.Context()
@@ -217,6 +220,7 @@ func TestOpenAISDKDataParallel(t *testing.T) {
 // client on both legs: the prefill (max_tokens 1, not streamed, X-data-parallel-rank) in parallel with
 // the decode, which gets the prefill's bootstrap address and the rank's engine id.
 func TestOpenAISDKMooncake(t *testing.T) {
+	t.Parallel()
 	base := Config{Mode: ModeInstant, Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Seed: 8, BootstrapTimeout: 500 * time.Millisecond}
 	pcfg, dcfg := base, base
 	pcfg.Role, pcfg.DPSize = RolePrefill, 2

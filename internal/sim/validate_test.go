@@ -7,6 +7,7 @@ import (
 
 // TestContextLength: a prompt over the context (with max_tokens) is refused with each engine's 400.
 func TestContextLength(t *testing.T) {
+	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant, ContextLength: 64})
 	vl := startEngine(t, Config{Mode: ModeInstant, ContextLength: 64, Protocol: ProtocolVLLM})
 	c := testClient(t)
@@ -77,6 +78,7 @@ func TestContextLength(t *testing.T) {
 
 // TestSamplingValidation: invalid sampling parameters get each engine's status, shape and message.
 func TestSamplingValidation(t *testing.T) {
+	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant})
 	vl := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM})
 	c := testClient(t)
@@ -145,6 +147,7 @@ func TestSamplingValidation(t *testing.T) {
 }
 
 func TestPyFloat(t *testing.T) {
+	t.Parallel()
 	for v, want := range map[float64]string{-1: "-1.0", 0.5: "0.5", 0: "0.0", 1e-7: "1e-07", 2.5e16: "2.5e+16", 1.5: "1.5"} {
 		if got := pyFloat(v); got != want {
 			t.Errorf("pyFloat(%g) = %q, want %q", v, got, want)

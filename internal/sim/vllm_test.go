@@ -43,6 +43,7 @@ func gaugeValue(t *testing.T, families map[string]*dto.MetricFamily, name string
 }
 
 func TestVLLMRoutes(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Mode: ModeInstant, Protocol: ProtocolVLLM, Models: []string{"m1"}})
 	c := testClient(t)
 
@@ -79,6 +80,7 @@ func TestVLLMRoutes(t *testing.T) {
 
 // TestVLLMMetrics: load is in /metrics as vLLM's gauges, labelled as vLLM labels them.
 func TestVLLMMetrics(t *testing.T) {
+	t.Parallel()
 	e := startEngine(t, Config{Protocol: ProtocolVLLM, Models: []string{"m1"}, MaxRunningRequests: 1})
 	c := testClient(t)
 	for name, want := range map[string]float64{"vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0, "vllm:kv_cache_usage_perc": 0} {

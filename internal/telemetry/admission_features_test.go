@@ -12,6 +12,7 @@ import (
 )
 
 func TestAdmissionFeatureMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	m.SetInflightTokens("http://a", 4096)

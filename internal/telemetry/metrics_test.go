@@ -29,6 +29,7 @@ func familyNames(t *testing.T, reg *prometheus.Registry) []string {
 }
 
 func TestNewMetricsRegisters(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	telemetry.NewMetrics(reg)
 	// Unlabelled instruments are exported at once, and the one KV handoff that can fall back;
@@ -48,6 +49,7 @@ func TestNewMetricsRegisters(t *testing.T) {
 }
 
 func TestNewMetricsTwiceOnOneRegistryPanics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	telemetry.NewMetrics(reg)
 	defer func() {
@@ -59,6 +61,7 @@ func TestNewMetricsTwiceOnOneRegistryPanics(t *testing.T) {
 }
 
 func TestMetricsRecord(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	var none trace.SpanContext
@@ -148,6 +151,7 @@ func workerSeries(t *testing.T, reg *prometheus.Registry, w string) map[string]i
 }
 
 func TestDeleteWorker(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	var none trace.SpanContext
@@ -202,6 +206,7 @@ func TestDeleteWorker(t *testing.T) {
 }
 
 func TestWorkerGauges(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	m.AddWorkerActive("http://a", 1)
@@ -230,6 +235,7 @@ sluice_pd_prefill_admission_inflight{worker="http://a"} 4
 }
 
 func TestRegisterBreakerCollector(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	samples := []telemetry.BreakerSample{{Worker: "http://a", State: 0}, {Worker: "http://b", State: 1}, {Worker: "http://c", State: 2}}
 	scrapes := 0

@@ -16,6 +16,7 @@ import (
 )
 
 func TestModelLabel(t *testing.T) {
+	t.Parallel()
 	known := []string{"llama", "qwen"}
 	for in, want := range map[string]string{"llama": "llama", "qwen": "qwen", "gpt-5": telemetry.OtherModel, "": ""} {
 		if got := telemetry.ModelLabel(known, in); got != want {
@@ -28,6 +29,7 @@ func TestModelLabel(t *testing.T) {
 }
 
 func TestErrorClass(t *testing.T) {
+	t.Parallel()
 	for status, want := range map[int]string{
 		200: "", 302: "", 400: telemetry.ClassClientError, 404: telemetry.ClassClientError, 408: telemetry.ClassTimeout,
 		429: telemetry.ClassRateLimited, 500: telemetry.ClassServerError, 503: telemetry.ClassServerError, 504: telemetry.ClassTimeout,
@@ -42,6 +44,7 @@ func TestErrorClass(t *testing.T) {
 // exemplar, which the handler exposes when the scraper asks for OpenMetrics (as Prometheus does), and
 // leaves out of the classic text format.
 func TestExemplarsInOpenMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
@@ -85,6 +88,7 @@ func TestExemplarsInOpenMetrics(t *testing.T) {
 }
 
 func TestEngineLoadGauges(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
 	m.SetEngineLoad("http://a", 3, 7, 0.25)
@@ -113,6 +117,7 @@ sluice_worker_engine_kv_cache_usage_ratio{worker="http://a"} 0.25
 }
 
 func TestStateCollector(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	state := telemetry.State{
 		Roles: []string{"prefill", "decode"},

@@ -118,6 +118,7 @@ func view(s tracetest.SpanStub) spanView {
 }
 
 func TestRPCTracingUnary(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		call func(ctx context.Context, c adminv1connect.AdminServiceClient) error
@@ -180,6 +181,7 @@ func TestRPCTracingUnary(t *testing.T) {
 }
 
 func TestRPCTracingWithoutTraceparentStartsATrace(t *testing.T) {
+	t.Parallel()
 	f := newTracingFixture(t)
 	if _, err := f.admin.ListWorkers(t.Context(), &adminv1.ListWorkersRequest{}); err != nil {
 		t.Fatal(err)
@@ -199,6 +201,7 @@ func TestRPCTracingWithoutTraceparentStartsATrace(t *testing.T) {
 }
 
 func TestRPCTracingStreaming(t *testing.T) {
+	t.Parallel()
 	f := newTracingFixture(t)
 	stream, err := f.openai.StreamChatCompletion(withTraceparent(t.Context()), &openaiv1.CreateChatCompletionRequest{})
 	if err != nil {

@@ -36,6 +36,7 @@ func newTestBreaker(t *testing.T, cfg BreakerConfig, clk *manualClock) *Breaker 
 }
 
 func TestBreakerTransitions(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	b := newTestBreaker(t, BreakerConfig{FailureThreshold: 3, SuccessThreshold: 2, Timeout: 10 * time.Second}, clk)
 
@@ -94,6 +95,7 @@ func TestBreakerTransitions(t *testing.T) {
 }
 
 func TestBreakerRecordStatus(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		code int
 		want bool
@@ -128,6 +130,7 @@ func TestBreakerRecordStatus(t *testing.T) {
 }
 
 func TestBreakerDisabled(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	b := newTestBreaker(t, BreakerConfig{FailureThreshold: 1, Disabled: true}, clk)
 	for range 5 {
@@ -139,6 +142,7 @@ func TestBreakerDisabled(t *testing.T) {
 }
 
 func TestBreakerConfigNormalized(t *testing.T) {
+	t.Parallel()
 	got, err := BreakerConfig{}.Normalized()
 	if err != nil || got != DefaultBreakerConfig() {
 		t.Fatalf("zero config = %+v, %v; want defaults", got, err)
@@ -150,6 +154,7 @@ func TestBreakerConfigNormalized(t *testing.T) {
 
 // The lazy Open -> HalfOpen transition emits no registry event.
 func TestBreakerLazyHalfOpenNoEvent(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	reg := NewRegistry(RegistryOptions{Clock: clk.Now, StartReady: true, Breaker: BreakerConfig{FailureThreshold: 1, Timeout: time.Minute}})
 	w, err := reg.Add(Spec{URL: "http://a:1"})
@@ -176,6 +181,7 @@ func TestBreakerLazyHalfOpenNoEvent(t *testing.T) {
 }
 
 func TestBreakerConcurrent(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	b := newTestBreaker(t, BreakerConfig{FailureThreshold: 5, SuccessThreshold: 2, Timeout: time.Second}, clk)
 	var wg sync.WaitGroup
@@ -204,6 +210,7 @@ func TestBreakerConcurrent(t *testing.T) {
 // TestBreakerTransitionHook: every state change of a registered worker's breaker reaches the hook
 // once, named by the worker's URL, in order; a breaker that does not change state calls nothing.
 func TestBreakerTransitionHook(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	var mu sync.Mutex
 	var got []string

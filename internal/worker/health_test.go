@@ -57,6 +57,7 @@ func newChecker(t *testing.T, reg *Registry, p Prober, cfg HealthConfig) *Health
 }
 
 func TestHealthCheckerThresholds(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{})
 		var log eventLog
@@ -130,6 +131,7 @@ func TestHealthCheckerThresholds(t *testing.T) {
 }
 
 func TestHealthCheckerBoundedConcurrency(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{})
 		for i := range 20 {
@@ -175,6 +177,7 @@ func TestHealthCheckerBoundedConcurrency(t *testing.T) {
 // A probe that hangs is cut by the timeout and counted as a failure; Run
 // returns promptly on cancel even with probes in flight.
 func TestHealthCheckerTimeoutAndStop(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{StartReady: true})
 		w := addWorker(t, reg, Spec{URL: "http://a:1"})
@@ -186,13 +189,13 @@ func TestHealthCheckerTimeoutAndStop(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { hc.Run(ctx); close(done) }()
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // fake time inside the synctest bubble: past the probe timeout
 		synctest.Wait()
 		if got := w.Health(); got != HealthNotReady {
 			t.Fatalf("health after timed-out probe = %v, want not_ready", got)
 		}
 		// Now a probe is in flight for the next round; cancel mid-probe.
-		time.Sleep(time.Minute + time.Second)
+		time.Sleep(time.Minute + time.Second) // fake time: into the next round, whose probe hangs
 		synctest.Wait()
 		cancel()
 		<-done
@@ -203,6 +206,7 @@ func TestHealthCheckerTimeoutAndStop(t *testing.T) {
 }
 
 func TestCheckNow(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	p := newFakeProber()
 	hc := newChecker(t, reg, p, HealthConfig{SuccessThreshold: 3, FailureThreshold: 2})
@@ -251,6 +255,7 @@ func TestCheckNow(t *testing.T) {
 }
 
 func TestHTTPProber(t *testing.T) {
+	t.Parallel()
 	var status atomic.Int32
 	status.Store(200)
 	var gotAuth atomic.Value
@@ -289,6 +294,7 @@ func TestHTTPProber(t *testing.T) {
 }
 
 func TestHealthConfigNormalized(t *testing.T) {
+	t.Parallel()
 	got, err := HealthConfig{}.Normalized()
 	if err != nil || got != DefaultHealthConfig() {
 		t.Fatalf("zero config = %+v, %v; want defaults", got, err)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestLoadMonitorStoresReportsAndForgetsFailures(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{StartReady: true})
 	a := addWorker(t, reg, Spec{URL: "http://a:1"})
 	b := addWorker(t, reg, Spec{URL: "http://b:1"})
@@ -72,6 +73,7 @@ func TestLoadMonitorStoresReportsAndForgetsFailures(t *testing.T) {
 }
 
 func TestLoadMonitorRunsOnIntervalAndStopsWithItsFetches(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{StartReady: true})
 		for _, u := range []string{"http://a:1", "http://b:1", "http://c:1"} {
@@ -131,6 +133,7 @@ func TestLoadMonitorRunsOnIntervalAndStopsWithItsFetches(t *testing.T) {
 }
 
 func TestNewLoadMonitorValidates(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	f := LoadFetcherFunc(func(context.Context, *Worker) (EngineLoad, error) { return EngineLoad{}, nil })
 	for _, tt := range []struct {

@@ -32,6 +32,7 @@ func (l *transitionLog) get() []transition {
 }
 
 func TestBreakerTransitionsObserved(t *testing.T) {
+	t.Parallel()
 	clk := newManualClock()
 	log := &transitionLog{}
 	reg := NewRegistry(RegistryOptions{
@@ -78,6 +79,7 @@ func TestBreakerTransitionsObserved(t *testing.T) {
 // breaker opened while it was down becomes routable on the first passing probe, long before the breaker
 // timeout, unless KeepBreakerOpen is set.
 func TestProbeRecoversOpenBreaker(t *testing.T) {
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		clk := newManualClock()
 		reg := NewRegistry(RegistryOptions{Clock: clk.Now, Breaker: BreakerConfig{FailureThreshold: 3, Timeout: time.Hour}})

@@ -37,6 +37,7 @@ func (l *eventLog) take() []string {
 }
 
 func TestRegistryLifecycleAndEvents(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	var log eventLog
 	unsub := reg.Subscribe(log.record)
@@ -128,6 +129,7 @@ func TestRegistryLifecycleAndEvents(t *testing.T) {
 }
 
 func TestRegistryStartReady(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{StartReady: true})
 	w := addWorker(t, reg, Spec{URL: "http://a:1"})
 	if !w.Routable(timeNow()) {
@@ -136,6 +138,7 @@ func TestRegistryStartReady(t *testing.T) {
 }
 
 func TestSnapshotImmutableAndCandidates(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	addWorker(t, reg, Spec{URL: "http://p2:1", Role: RolePrefill, Models: []string{"llama"}})
 	addWorker(t, reg, Spec{URL: "http://p1:1", Role: RolePrefill, Models: []string{"llama", "qwen"}})
@@ -201,6 +204,7 @@ func TestSnapshotImmutableAndCandidates(t *testing.T) {
 // Writers from many goroutines: every subscriber sees the same order, and
 // the final snapshot agrees with the events.
 func TestRegistryConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	var l1, l2 eventLog
 	defer reg.Subscribe(l1.record)()

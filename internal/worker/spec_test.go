@@ -8,6 +8,7 @@ import (
 )
 
 func TestParseRoleProtocol(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{"regular", "prefill", "decode"} {
 		if r, err := ParseRole(s); err != nil || string(r) != s {
 			t.Errorf("ParseRole(%q) = %q, %v", s, r, err)
@@ -27,6 +28,7 @@ func TestParseRoleProtocol(t *testing.T) {
 }
 
 func TestSpecNormalized(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		in      Spec
@@ -92,6 +94,7 @@ func TestSpecNormalized(t *testing.T) {
 }
 
 func TestSpecCloneIsDeep(t *testing.T) {
+	t.Parallel()
 	s := Spec{URL: "http://h:1", Models: []string{"m"}, Labels: map[string]string{"k": "v"}}
 	c := s.Clone()
 	c.Models[0] = "x"

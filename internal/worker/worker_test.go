@@ -20,6 +20,7 @@ func addWorker(t *testing.T, reg *Registry, spec Spec) *Worker {
 }
 
 func TestLoadGuard(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	w := addWorker(t, reg, Spec{URL: "http://a:1"})
 
@@ -48,6 +49,7 @@ func TestLoadGuard(t *testing.T) {
 }
 
 func TestLoadGuardConcurrent(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	w := addWorker(t, reg, Spec{URL: "http://a:1"})
 	const goroutines, per = 8, 500
@@ -84,6 +86,7 @@ func TestLoadGuardConcurrent(t *testing.T) {
 }
 
 func TestServesModel(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	any := addWorker(t, reg, Spec{URL: "http://any:1"})
 	some := addWorker(t, reg, Spec{URL: "http://some:1", Models: []string{"m2", "m1"}})
@@ -110,6 +113,7 @@ func TestServesModel(t *testing.T) {
 }
 
 func TestDrainWaitIdle(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{StartReady: true})
 		w := addWorker(t, reg, Spec{URL: "http://a:1"})
@@ -157,6 +161,7 @@ func TestDrainWaitIdle(t *testing.T) {
 }
 
 func TestWaitIdleCancel(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		reg := NewRegistry(RegistryOptions{})
 		w := addWorker(t, reg, Spec{URL: "http://a:1"})
@@ -179,6 +184,7 @@ func TestWaitIdleCancel(t *testing.T) {
 // A data-parallel engine's rank views share its health, breaker and spec, and their loads count on the
 // engine too (WaitIdle waits for all ranks).
 func TestRankViews(t *testing.T) {
+	t.Parallel()
 	reg := NewRegistry(RegistryOptions{})
 	w, err := reg.Add(Spec{URL: "http://e:1", Role: RolePrefill, Protocol: ProtocolSGLang, DPSize: 3})
 	if err != nil {

@@ -261,7 +261,7 @@ func TestChaosSoak(t *testing.T) {
 		addWorker(t, admin, spareD, "decode")
 	})
 	// The rest (from 0.76 + grace to the end) runs without faults.
-	time.Sleep(time.Until(startTime(rec).Add(total)))
+	time.Sleep(time.Until(startTime(rec).Add(total))) // the schedule itself: the fault-free tail runs until the soak ends
 	close(stop)
 	load.Wait()
 
@@ -484,7 +484,7 @@ func checkInvariants(t *testing.T, rec *recorder) {
 func checkIdle(t *testing.T, admin adminv1connect.AdminServiceClient, base string) {
 	ctx := context.Background()
 	var last string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) { // polling interval; the condition is re-checked
 		st, err := admin.GetAdmission(ctx, &adminv1.GetAdmissionRequest{})
 		if err != nil {
 			t.Fatal(err)

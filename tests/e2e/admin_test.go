@@ -206,6 +206,7 @@ func adminClients() []adminClient {
 
 // TestAdminScenarios runs the same admin scenarios through Connect, grpc-go and REST clients.
 func TestAdminScenarios(t *testing.T) {
+	t.Parallel()
 	for _, cl := range adminClients() {
 		t.Run(cl.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -374,6 +375,7 @@ func TestAdminScenarios(t *testing.T) {
 
 // TestOpenAPICoversEveryAdminRPC: the generated OpenAPI spec has an operation for every RPC.
 func TestOpenAPICoversEveryAdminRPC(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../openapi/sluice/admin/v1/admin.swagger.json")
 	if err != nil {
 		t.Fatal(err)

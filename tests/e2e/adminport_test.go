@@ -12,6 +12,7 @@ import (
 
 // TestSeparateAdminPort: with --admin-port the admin surface lives only on its own listener.
 func TestSeparateAdminPort(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--admin-port", strconv.Itoa(testenv.FreePort(t)))
 	if gw.AdminAddr() == gw.Addr() {
 		t.Fatalf("admin shares the main address %s", gw.Addr())

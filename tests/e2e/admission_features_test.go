@@ -17,6 +17,7 @@ import (
 // REST, switches adaptation off with a fixed limit over REST, and gets a 400 naming the field for bad
 // bands.
 func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "3")
 	common := []string{"--server", gw.URL}
 	out := runCLI(t, 0, append([]string{"admission", "set", "--token-limit", "4096", "--bands", "low:-10,default:0,high:10",
@@ -99,6 +100,7 @@ func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
 // gauges), a request whose client deadline cannot be met gets an immediate 429
 // pd_prefill_queue_timeout with Retry-After, counted as predicted_timeout, and everything completes.
 func TestTokenBudgetBandsAndEarlyRejectionEndToEnd(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--disable-retries",
 		"--prefill-max-inflight-tokens-per-worker", "1000", "--prefill-queue-size", "10",
@@ -198,6 +200,7 @@ func TestTokenBudgetBandsAndEarlyRejectionEndToEnd(t *testing.T) {
 // TestLoadMonitorAndLeastLoad: with least_load the gateway polls every engine's own load report (SGLang
 // /v1/loads here) and routes by it.
 func TestLoadMonitorAndLeastLoad(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 1, Protocol: sim.ProtocolSGLang})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--prefill-policy", "least_load",
 		"--engine-load-interval-secs", "0.1", "--prefill-max-inflight-requests-per-worker", "8",

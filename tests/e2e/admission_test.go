@@ -90,6 +90,7 @@ func goPost(ctx context.Context, url, body string) <-chan result {
 // pd_prefill_queue_timeout, a cancelled client leaves the queue, the slot frees when prefill ends while
 // decode still streams, and the gauges return to 0.
 func TestAdmissionEndToEnd(t *testing.T) {
+	t.Parallel()
 	// F's decode must outlast the test's checks: a long output needs a context to match.
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
 		Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20}})

@@ -126,6 +126,7 @@ func (i *jwtIssuer) token(t *testing.T, sub string, roles ...string) string {
 // the caller's id), one with it is allowed and its mutations are audited; API keys from the file work
 // for inference; no credential ever reaches the logs.
 func TestJWTAndKeysFile(t *testing.T) {
+	t.Parallel()
 	iss := newJWTIssuer(t)
 	keysPath := filepath.Join(t.TempDir(), "api-keys")
 	const teamKey, opsKey = "sk-team-a-0123456789", "sk-ops-abcdefghij"
@@ -236,6 +237,7 @@ func TestJWTAndKeysFile(t *testing.T) {
 // TestCallerOnSpans: the server span of a REST and of a typed RPC request names the caller by key id,
 // and no span attribute carries the key.
 func TestCallerOnSpans(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	keysPath := filepath.Join(t.TempDir(), "api-keys")

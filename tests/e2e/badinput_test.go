@@ -170,6 +170,7 @@ func nestedValue(depth int) *structpb.Value {
 // worker or repeats the key, and afterwards no admission slot, queue entry or goroutine is left (goleak
 // runs after the package).
 func TestBadInputEverySurface(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--api-key", badInputKey,
 		"--prefill-max-inflight-requests-per-worker", "2", "--max-payload-size", "64KiB"}, pdArgs(c)...)...)

@@ -14,6 +14,7 @@ import (
 
 // Turning priority bands off through the admin API removes the per-band series at once.
 func TestBandSeriesRemovedWhenBandsTurnedOff(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Mode: sim.ModeInstant})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "1",
 		"--prefill-priority-bands", "low:-10,default:0,high:10"}, pdArgs(c)...)...)

@@ -47,6 +47,7 @@ type kedaTrigger struct {
 // on the external metric; both at once is refused; neither renders nothing. Every object decodes
 // strictly.
 func TestHelmChartAutoscaling(t *testing.T) {
+	t.Parallel()
 	render := func(t *testing.T, args ...string) ([]object, error) {
 		t.Helper()
 		out, err := runHelm(t, append([]string{"template", "sluice", chartDir, "--namespace", "inference"}, args...)...)
@@ -160,6 +161,7 @@ func TestHelmChartAutoscaling(t *testing.T) {
 // TestKEDAScaledObjectDecodesStrictly: the local ScaledObject type rejects a field KEDA does not
 // have, so the chart test above can fail on a misspelling.
 func TestKEDAScaledObjectDecodesStrictly(t *testing.T) {
+	t.Parallel()
 	good := "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: d}\n  triggers: [{type: prometheus, metadata: {query: q, threshold: \"1\"}}]\n"
 	if _, err := decodeStrict([]byte(good)); err != nil {
 		t.Fatalf("a valid ScaledObject: %v", err)

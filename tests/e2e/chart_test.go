@@ -176,6 +176,7 @@ func renderedConfig(t *testing.T, objs []object) (string, *config.Config) {
 }
 
 func TestHelmChart(t *testing.T) {
+	t.Parallel()
 	render := func(t *testing.T, args ...string) []object {
 		t.Helper()
 		if _, err := runHelm(t, append([]string{"lint", "--strict", chartDir}, args...)...); err != nil {
@@ -405,6 +406,7 @@ func TestHelmChart(t *testing.T) {
 // TestChartValuesListEveryFlag: every `sluice serve` flag is reachable from the chart's values: listed
 // (with its default) in values.yaml's config section, except the API keys, which come from auth.*.
 func TestChartValuesListEveryFlag(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot, chartDir, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -424,6 +426,7 @@ func TestChartValuesListEveryFlag(t *testing.T) {
 // deploy/examples/values-pd.yaml, pointed at pods made from the pod templates of
 // deploy/examples/sglang-pd.yaml (over simulated engines), routes PD requests to them as they come and go.
 func TestHelmExampleRoutesPD(t *testing.T) {
+	t.Parallel()
 	out, err := runHelm(t, "template", "sluice", chartDir, "--namespace", "inference", "-f", "deploy/examples/values-pd.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ func runCLI(t *testing.T, wantCode int, args ...string) string {
 // TestCLIAgainstRunningGateway drives `sluice workers` and `sluice admission` against a gateway and
 // parses their table and JSON output.
 func TestCLIAgainstRunningGateway(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--admin-api-key", "adm", "--prefill-max-inflight-requests-per-worker", "3")
 	common := []string{"--server", gw.URL, "--admin-api-key", "adm"}
 	with := func(args ...string) []string { return append(args, common...) }

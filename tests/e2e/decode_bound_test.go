@@ -23,6 +23,7 @@ import (
 // fast, and the backlog shows up only inside the decode engine, whose own reported waiting queue climbs
 // far above its window. Counts and the engine's reported queue only; no timings.
 func TestDecodeBoundBurstHidesInTheDecodeEngine(t *testing.T) {
+	t.Parallel()
 	const window, burst, outputTokens = 4, 40, 64
 	for _, proto := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
 		t.Run(string(proto), func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 // at once; at the end every seat and slot is back. The bound is given (2), or "auto": SGLang's own
 // window read from its server info (max_running_requests 2), vLLM's declared with --decode-window.
 func TestDecodeSeatsEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		proto sim.Protocol
@@ -159,6 +160,7 @@ func TestDecodeSeatsEndToEnd(t *testing.T) {
 // info, seats on with a window of 8: a stream reserving prompt + 2000 tokens leaves no KV room for a
 // second, which waits although seats are free, and is admitted when the first ends.
 func TestDecodeKVReservationEndToEnd(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
 		Engine: sim.Config{BootstrapTimeout: time.Minute, ITLBase: 50 * time.Millisecond, MaxRunningRequests: 8,
 			KVCapacityTokens: 3000}})

@@ -290,6 +290,7 @@ func pdDiscoveryScenario(t *testing.T, ns string, prefill, decode podTemplate, a
 
 // TestKubernetesDiscoveryPD: discovery configured with flags, as the Rust gateway's users write them.
 func TestKubernetesDiscoveryPD(t *testing.T) {
+	t.Parallel()
 	prefill := podTemplate{labels: map[string]string{"app": "sglang", "component": "prefill", "model": simModel}}
 	decode := podTemplate{labels: map[string]string{"app": "sglang", "component": "decode"}} // model from the engine
 	pdDiscoveryScenario(t, "inference", prefill, decode,

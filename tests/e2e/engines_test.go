@@ -36,6 +36,7 @@ func engineTotals(c *sim.Cluster, role sim.Role, f func(sim.Stats) int64) int64 
 }
 
 func TestEngineCasesThroughSimulator(t *testing.T) {
+	t.Parallel()
 	for _, proto := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
 		t.Run(string(proto), func(t *testing.T) {
 			c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: proto, Engine: instantEngine()})
@@ -187,6 +188,7 @@ func generateCases(t *testing.T, url string) {
 
 // The "done when", as a new user would try it.
 func TestEngineFidelityAsANewUser(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("a vLLM engine added with only a URL and a role is served with sequential PD", func(t *testing.T) {
@@ -325,6 +327,7 @@ func metricSum(t *testing.T, base, name string) float64 {
 // beyond the worker URLs: the simulator sees no rank conflict, every decode finds its KV, and a
 // conversation stays on the rank that holds its prefix.
 func TestDataParallelRanksThroughSimulator(t *testing.T) {
+	t.Parallel()
 	// Realistic engines: the instant mode keeps no prefix cache.
 	prefill := sim.Config{Mode: sim.ModeRealistic, DPSize: 4}
 	decode := sim.Config{Mode: sim.ModeRealistic, DPSize: 2}
@@ -418,6 +421,7 @@ func TestDataParallelRanksThroughSimulator(t *testing.T) {
 // A vLLM Mooncake PD pair serves chat, streaming and not; the prefill's connector is detected from
 // its bootstrap server, the decode's comes from --kv-connector.
 func TestMooncakeThroughSimulator(t *testing.T) {
+	t.Parallel()
 	eng := sim.Config{Mode: sim.ModeInstant, KVConnector: sim.ConnectorMooncake}
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: eng})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--kv-connector", "mooncake"}, pdArgs(c)...)...)

@@ -40,6 +40,7 @@ func workerByURL(t *testing.T, gw *gateway, url string) *worker.Worker {
 // TestPrefillFailureIsRetriedOnAnotherPair: a prefill engine that refuses connections fails the first
 // attempt; the decode leg is cancelled, the request is retried on the other pair and succeeds.
 func TestPrefillFailureIsRetriedOnAnotherPair(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 2, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--prefill-policy", "round_robin",
 		"--retry-initial-backoff-ms", "1", "--prefill-max-inflight-requests-per-worker", "8"}, pdArgs(c)...)...)
@@ -140,7 +141,9 @@ func TestCircuitBreakerOpensAndHalfOpens(t *testing.T) {
 	c := startCluster(t, sim.ClusterConfig{Regular: 2, Engine: instantEngine()})
 	e0, e1 := c.ByRole(sim.RoleRegular)[0], c.ByRole(sim.RoleRegular)[1]
 	gw := startGateway(t, app.Options{}, "--worker-urls", e0.URL()+","+e1.URL(), "--policy", "round_robin",
-		"--disable-retries", "--cb-failure-threshold", "2", "--cb-success-threshold", "1", "--cb-timeout-duration-secs", "0.3")
+		// The open breaker must outlast the scrape and the requests checked while it is open (0.3 s did
+		// not on a loaded machine: it half-opened early and e0's 500 reached the client).
+		"--disable-retries", "--cb-failure-threshold", "2", "--cb-success-threshold", "1", "--cb-timeout-duration-secs", "2")
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 	if err := e0.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: 500}); err != nil {
 		t.Fatal(err)
@@ -190,6 +193,7 @@ func TestCircuitBreakerOpensAndHalfOpens(t *testing.T) {
 
 // TestErrorCases: every documented client error has its status, OpenAI-shaped body and code.
 func TestErrorCases(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--api-key", "secret",
 		"--max-payload-size", "2KiB", "--prefill-max-inflight-requests-per-worker", "2"}, pdArgs(c)...)...)

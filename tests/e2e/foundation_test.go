@@ -36,6 +36,7 @@ func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
 // TestOnePortServesEveryProtocol checks the foundation: one listener answers Connect, gRPC, REST,
 // reflection, gRPC health, /metrics and /readiness.
 func TestOnePortServesEveryProtocol(t *testing.T) {
+	t.Parallel()
 	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--disable-health-check=false")
 	ctx := context.Background()
 

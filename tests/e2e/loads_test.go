@@ -16,6 +16,7 @@ import (
 // TestLoadsAndFlushReportEachWorker: loads and cache flush fan out to every worker, and a worker that
 // cannot answer is reported as such instead of hiding behind the others.
 func TestLoadsAndFlushReportEachWorker(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 2, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL()+","+c.Engines[1].URL())
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // a local_prefill skip), while a long one still goes PD (a prefill leg, the KV handed over). An
 // SGLang decode engine declared kv_both is refused at startup.
 func TestLocalPrefillEndToEnd(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation",
@@ -55,6 +56,7 @@ func TestLocalPrefillEndToEnd(t *testing.T) {
 }
 
 func TestLocalPrefillRefusesSGLangDecode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	a := newApp(t, testLogger(t), append([]string{"--port", "0", "--pd-disaggregation",
 		"--pd-local-prefill-max-tokens", "16", "--decode-kv-role", "kv_both"}, pdArgs(c)...)...)
@@ -73,6 +75,7 @@ func TestLocalPrefillRefusesSGLangDecode(t *testing.T) {
 // ends); and while the one prefill slot is held (a prefill engine that hangs), a long prompt that would
 // wait for it goes to the decode alone too (reason local_prefill_wait) instead of queueing.
 func TestLocalPrefillWithSeats(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation",
@@ -153,6 +156,7 @@ func TestLocalPrefillWithSeats(t *testing.T) {
 // listed with it and serves short prompts alone (the flag-given decode, not declared, does not); an
 // SGLang decode worker added with it is refused with a 400 that says why.
 func TestLocalPrefillKVRoleFromAdmin(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
 	pre, d0, d1 := c.ByRole(sim.RolePrefill)[0], c.ByRole(sim.RoleDecode)[0], c.ByRole(sim.RoleDecode)[1]

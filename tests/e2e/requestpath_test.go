@@ -102,6 +102,7 @@ func topologies() []topology {
 // TestOpenAISDKThroughGateway runs the official OpenAI Go SDK against the gateway in every topology:
 // chat and completions, streaming and not, n > 1.
 func TestOpenAISDKThroughGateway(t *testing.T) {
+	t.Parallel()
 	for _, tp := range topologies() {
 		t.Run(tp.name, func(t *testing.T) {
 			c := startCluster(t, tp.cluster)
@@ -184,6 +185,7 @@ func TestOpenAISDKThroughGateway(t *testing.T) {
 // TestTypedRPCMatchesREST checks that the Connect and grpc-go clients of sluice.openai.v1 get the same
 // completion as the REST surface (the simulator's output is deterministic in the prompt).
 func TestTypedRPCMatchesREST(t *testing.T) {
+	t.Parallel()
 	tp := topologies()[1] // PD, SGLang style: the richest path
 	c := startCluster(t, tp.cluster)
 	gw := startGateway(t, app.Options{}, tp.args(c)...)
@@ -257,6 +259,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TestGenerateThroughPD: SGLang's native /generate goes through PD (plain, batched, streaming), and with
 // return_logprob the prefill leg's input logprobs are merged into decode's response.
 func TestGenerateThroughPD(t *testing.T) {
+	t.Parallel()
 	tp := topologies()[1]
 	c := startCluster(t, tp.cluster)
 	gw := startGateway(t, app.Options{}, tp.args(c)...)

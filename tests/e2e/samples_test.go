@@ -16,6 +16,7 @@ import (
 // (each choice 0 on its engines, each on its own bootstrap room); like real sampling, the n choices the
 // client gets differ. A seed fixes them: seeded samples are alike, as on the engines.
 func TestSplitSamplesDiffer(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation"}, pdArgs(c)...)...)
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })

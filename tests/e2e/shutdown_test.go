@@ -15,6 +15,7 @@ import (
 // TestGracefulShutdown: on shutdown the gateway stops accepting new connections but lets a streaming
 // request that is already in flight finish.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 1}) // realistic: ~6 ms per token
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL())
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })

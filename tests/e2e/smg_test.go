@@ -117,6 +117,7 @@ func runSMGCommand(t *testing.T, args ...string) string {
 // (and a log directory, to read the listening address from) added. It serves PD as SMG would: both
 // legs on every request, the policy cache_aware.
 func TestSMGReadmePDCommandLine(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 2, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	p, d := c.ByRole(sim.RolePrefill), c.ByRole(sim.RoleDecode)
 	logDir := t.TempDir()
@@ -170,6 +171,7 @@ func TestSMGReadmePDCommandLine(t *testing.T) {
 
 // TestSMGRefusedCommandLine: a refused flag stops `sluice` with one line per flag, naming it.
 func TestSMGRefusedCommandLine(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := cli.Main(t.Context(), []string{"--worker-urls", "http://gpu1:8000", "--enable-mesh", "--mesh-peer-urls", "10.0.0.2:39527", "--history-backend", "postgres"}, &out, &errOut)
 	if code != 1 {
@@ -209,6 +211,7 @@ func readyWorkers(gw *gateway) []string {
 // TestOpenAISurfaceRegularMode: every new route, on SGLang and vLLM engines (each answered by the
 // engine's own path and shape), routed by model, with retries, metrics and trace propagation.
 func TestOpenAISurfaceRegularMode(t *testing.T) {
+	t.Parallel()
 	gw, sg, vl := mixedFleet(t, "--policy", "round_robin") // retries below move to the other engine
 	client := sdk(gw.URL)
 
@@ -390,6 +393,7 @@ func TestOpenAISurfaceRegularMode(t *testing.T) {
 
 // TestOpenAISurfacePDMode: the per-route decisions of PD mode (internal/dispatch/aux.go).
 func TestOpenAISurfacePDMode(t *testing.T) {
+	t.Parallel()
 	for _, proto := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
 		t.Run(string(proto), func(t *testing.T) {
 			c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: proto, Engine: instantEngine()})
@@ -420,6 +424,7 @@ func TestOpenAISurfacePDMode(t *testing.T) {
 
 // TestSMGRoutes: the Rust gateway's management and engine routes, with its response shapes.
 func TestSMGRoutes(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	vl := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Engine: instantEngine()})
 	probePort := testenv.FreePort(t)
@@ -563,6 +568,7 @@ func TestSMGRoutes(t *testing.T) {
 
 // TestSMGRoutesPD: the engine routes in PD mode ask prefill workers (and health_generate a pair).
 func TestSMGRoutesPD(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation"}, pdArgs(c)...)...)
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
@@ -583,6 +589,7 @@ func TestSMGRoutesPD(t *testing.T) {
 // TestSMGRoutesAuth: SMG guards its control plane with --api-key when no control-plane credential is
 // configured; sluice's SMG routes do too. The engine passthroughs need an inference credential.
 func TestSMGRoutesAuth(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL(), "--api-key", "sk-k")
 	for _, p := range []string{"/workers", "/get_loads", "/get_server_info"} {
@@ -648,7 +655,9 @@ func promValue(t *testing.T, url, name string) string {
 func TestGatewayConcurrencyLimit(t *testing.T) {
 	c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL(),
-		"--max-concurrent-requests", "1", "--queue-size", "1", "--queue-timeout-secs", "0.5")
+		// The queued request must outlast the checks made while it waits (they failed with 0.5 s on a
+		// loaded machine: it had timed out, so the next request queued instead of being refused).
+		"--max-concurrent-requests", "1", "--queue-size", "1", "--queue-timeout-secs", "3")
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 	// The one token is held by a request the engine keeps waiting.
 	if err := c.Engines[0].SetFaults(sim.Faults{Hang: true, Paths: []string{"/v1/chat/completions"}}); err != nil {
@@ -721,6 +730,7 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 // TestGatewayLimitComposesWithPrefillAdmission: in PD mode a request waiting for a prefill slot holds
 // its gateway token, so the gateway limit bounds everything inside sluice (docs/migrating-from-smg.md).
 func TestGatewayLimitComposesWithPrefillAdmission(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "1",
 		"--prefill-queue-size", "5", "--max-concurrent-requests", "2", "--queue-size", "0"}, pdArgs(c)...)...)
@@ -752,6 +762,7 @@ func TestGatewayLimitComposesWithPrefillAdmission(t *testing.T) {
 // TestManualPolicyAndHeaders: --policy manual pins a routing key to a worker; --routing-key-headers
 // and --request-id-headers name the headers.
 func TestManualPolicyAndHeaders(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 3, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	var urls []string
 	for _, e := range c.Engines {

@@ -38,6 +38,7 @@ func newApp(t *testing.T, logger *slog.Logger, args ...string) *app.App {
 
 // A port in use fails the start before any engine is asked anything.
 func TestStartupBindsBeforeProbing(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int64
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		hits.Add(1)
@@ -68,6 +69,7 @@ func TestStartupBindsBeforeProbing(t *testing.T) {
 // Flag workers get their ids in flag order even when the first engine answers last; a gateway with no
 // worker says so in a warning.
 func TestStartupWorkerIDsInFlagOrderAndNoWorkerWarning(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 3, Mode: sim.ModeInstant})
 	var gw atomic.Pointer[app.App]
 	target, err := url.Parse(c.Engines[0].URL())

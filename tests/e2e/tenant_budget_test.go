@@ -22,6 +22,7 @@ import (
 // Retry-After, Retry-After-Ms and the x-ratelimit-* headers, while another tenant is still served;
 // and the SDK's own retry, following Retry-After-Ms, gets a request through once the bucket refills.
 func TestTenantBudgetEndToEnd(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang})
 	gw := startGateway(t, app.Options{}, "--worker-urls", c.Engines[0].URL(), "--disable-retries",
 		"--tenant-header", "X-Tenant", "--tenant-budgets", "slow=0:2,fast=0:60")

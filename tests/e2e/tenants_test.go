@@ -26,6 +26,7 @@ import (
 // per-tenant queue counts: with fairness on the quiet tenant is admitted every other turn although it
 // arrived after the whole flood; with --tenant-fairness off the flood goes first, in arrival order.
 func TestTenantFairShareEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		fairness string
 		want     []string

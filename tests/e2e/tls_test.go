@@ -48,6 +48,7 @@ func servedCN(t *testing.T, addr string, roots *x509.CertPool) string {
 // no request fails, new handshakes see the new certificate, and the gRPC connection opened before the
 // rotation keeps serving.
 func TestTLSCertificateRotation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "sluice test CA")
 	certPath, keyPath := ca.Issue(t, "gateway-1").WriteFiles(t, dir, "tls")
@@ -215,6 +216,7 @@ func mtlsProxy(t *testing.T, ca *tlstest.CA, target string) string {
 // --ca-cert-paths and --client-cert-path/--client-key-path the health checks pass and requests are
 // served; without the client certificate the workers never become ready.
 func TestMTLSToWorkers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "worker CA")
 	caPath := filepath.Join(dir, "ca.pem")

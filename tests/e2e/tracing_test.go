@@ -27,6 +27,7 @@ import (
 // server span, the admission wait and slot spans and both leg spans under it, and the traceparent reaches
 // the engines.
 func TestOneTracePerRequest(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
@@ -130,6 +131,7 @@ func keys(m map[string]tracetest.SpanStub) []string {
 // event on the request span, the failed leg with error status), the n > 1 split (one span per sample,
 // each with its two legs), and carries OpenTelemetry's GenAI and HTTP attribute names.
 func TestTraceShowsRetriesSamplesAndConventions(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})

@@ -22,6 +22,7 @@ import (
 // the engine still holds the stream open. The engine is a plain http:// server, which the gateway
 // reaches through its own HTTP/1.1 transport.
 func TestClientCancelAbortsUpstream(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"before the answer", "mid-stream"} {
 		t.Run(stage, func(t *testing.T) {
 			arrived := make(chan struct{})

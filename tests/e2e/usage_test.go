@@ -16,6 +16,7 @@ import (
 // the usage chunk when it did — in every topology, n > 1 included — while sluice_tokens_total counts
 // the tokens of both.
 func TestStreamUsageWithOpenAISDK(t *testing.T) {
+	t.Parallel()
 	for _, tp := range topologies() {
 		t.Run(tp.name, func(t *testing.T) {
 			c := startCluster(t, tp.cluster)

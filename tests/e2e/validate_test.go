@@ -168,6 +168,7 @@ func postBad(t *testing.T, gwURL string) {
 // HTTP, the OpenAI SDK and the typed RPC, and no engine receives a leg; unknown fields and edge values
 // pass, and what only the engine can judge (the context length) keeps the engine's answer.
 func TestBadInputRefusedBeforeAnyLeg(t *testing.T) {
+	t.Parallel()
 	gw, _, p, d := recordedPD(t)
 	chat := gw.URL + "/v1/chat/completions"
 
@@ -268,6 +269,7 @@ func TestBadInputRefusedBeforeAnyLeg(t *testing.T) {
 // every bad input still gets its 400 (never a 429 telling the client to retry what can never work), and
 // no leg reaches an engine.
 func TestBadInputWhileQueueFull(t *testing.T) {
+	t.Parallel()
 	gw, c, p, d := recordedPD(t)
 	chat := gw.URL + "/v1/chat/completions"
 	pe := c.ByRole(sim.RolePrefill)[0]
@@ -346,6 +348,7 @@ func keyedEngine(t *testing.T, engineURL, key string, status int) *httptest.Serv
 // Authorization): no key and a wrong key get the engine's 401, the right key a 200. With a worker key of
 // the gateway's own configured, the engine's refusal is the gateway's problem: 502.
 func TestEngineAuthPassThrough(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolSGLang, Engine: instantEngine()})
 	const engineKey = "correct_api_key"
 	e401 := keyedEngine(t, c.Engines[0].URL(), engineKey, http.StatusUnauthorized)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseAux(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		route   Route
@@ -68,6 +69,7 @@ func TestParseAux(t *testing.T) {
 }
 
 func TestEnginePath(t *testing.T) {
+	t.Parallel()
 	want := map[Route][2]string{ // sglang, vllm
 		RouteEmbeddings: {"/v1/embeddings", "/v1/embeddings"},
 		RouteRerank:     {"/v1/rerank", "/rerank"},

@@ -344,6 +344,7 @@ func semantic(t *testing.T, b []byte) any {
 // TestJSONLibrariesAgree: on every benchmark body the three implementations read the same routing
 // fields and make the same edits.
 func TestJSONLibrariesAgree(t *testing.T) {
+	t.Parallel()
 	d := jsontext.NewDecoder(bytes.NewReader(nil))
 	e := jsontext.NewEncoder(io.Discard)
 	var buf bytes.Buffer

@@ -60,6 +60,7 @@ func FuzzScannerMatchesEncodingJSON(f *testing.F) {
 }
 
 func TestUnquoteSurrogates(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		raw  string
 		want string
@@ -82,6 +83,7 @@ func TestUnquoteSurrogates(t *testing.T) {
 }
 
 func TestScannerDepthLimit(t *testing.T) {
+	t.Parallel()
 	deep := `{"a":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`
 	if _, err := checkTopObject([]byte(deep)); err == nil {
 		t.Fatal("nesting beyond maxDepth accepted")
@@ -95,6 +97,7 @@ func TestScannerDepthLimit(t *testing.T) {
 // rewriteObject keeps the decoded object equal to the expected edit of the original, and keeps
 // untouched members' bytes.
 func TestRewriteObjectProperty(t *testing.T) {
+	t.Parallel()
 	keys := []string{"a", "b", "c", "d", "model", "stream"}
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(0, 5).Draw(t, "members")
@@ -158,6 +161,7 @@ func TestRewriteObjectProperty(t *testing.T) {
 }
 
 func TestRewriteObjectErrors(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{``, `[]`, `{"a":1`, `{"a":1}}`, `{"a":1} x`} {
 		if _, err := rewriteObject([]byte(body), []field{{"x", []byte("1")}}); err == nil {
 			t.Errorf("rewriteObject(%q) accepted", body)

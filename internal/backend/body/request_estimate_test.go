@@ -7,6 +7,7 @@ import (
 
 // The inputs of admission's token estimate and priority.
 func TestParseRequestPromptSizeAndPriority(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		route     Route

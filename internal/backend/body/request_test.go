@@ -11,6 +11,7 @@ import (
 )
 
 func TestParseRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		route     Route
@@ -164,6 +165,7 @@ func TestParseRequest(t *testing.T) {
 }
 
 func TestRoutePaths(t *testing.T) {
+	t.Parallel()
 	for _, r := range append([]Route{RouteChat, RouteCompletions, RouteGenerate}, AuxRoutes()...) {
 		got, ok := RouteFromPath(r.Path())
 		if !ok || got != r {

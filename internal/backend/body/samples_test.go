@@ -6,6 +6,7 @@ import (
 )
 
 func TestMergeSampleResponses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		route   Route
@@ -63,6 +64,7 @@ func TestMergeSampleResponses(t *testing.T) {
 }
 
 func TestSampleStreamMerger(t *testing.T) {
+	t.Parallel()
 	m := NewSampleStreamMerger(RouteChat)
 	steps := []struct {
 		k    int

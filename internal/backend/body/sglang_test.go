@@ -8,6 +8,7 @@ import (
 )
 
 func TestInjectBootstrap(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		body    string
@@ -112,6 +113,7 @@ func TestInjectBootstrap(t *testing.T) {
 }
 
 func TestNewRoom(t *testing.T) {
+	t.Parallel()
 	for _, v := range []uint64{0, 1, 1<<63 - 1, 1 << 63, ^uint64(0)} {
 		r := NewRoom(func() uint64 { return v })
 		if r > RoomMask || r != v&RoomMask {
@@ -129,6 +131,7 @@ func TestNewRoom(t *testing.T) {
 // Rooms go one per prompt, as mini_lb's _get_request_batch_size and the Rust gateway send them:
 // never one per sample (the engine repeats the list n times itself).
 func TestSGLangRooms(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		req    Request
@@ -156,6 +159,7 @@ func TestSGLangRooms(t *testing.T) {
 }
 
 func TestBootstrapHost(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"http://10.0.0.5:30000":       "10.0.0.5",
 		"http://prefill-0.svc:30000/": "prefill-0.svc",
@@ -170,6 +174,7 @@ func TestBootstrapHost(t *testing.T) {
 }
 
 func TestSingleSampleBody(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		route   Route
@@ -198,6 +203,7 @@ func TestSingleSampleBody(t *testing.T) {
 
 // mini_lb's generate_stream prepends the prefill's input_token_logprobs to every decode frame.
 func TestMergeStreamInputLogprobs(t *testing.T) {
+	t.Parallel()
 	prefill := []byte(`{"text":"","meta_info":{"id":"p","input_token_logprobs":[[-1,5,null]]},"index":1}`)
 	got, err := MergeStreamInputLogprobs(prefill, []byte(`{"text":"a","meta_info":{"input_token_logprobs":[[-2,6,null]]},"index":1}`))
 	if err != nil {
@@ -220,6 +226,7 @@ func TestMergeStreamInputLogprobs(t *testing.T) {
 }
 
 func TestMergeInputLogprobs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		prefill string
@@ -299,6 +306,7 @@ func BenchmarkInjectBootstrap(b *testing.B) {
 }
 
 func TestAlignRoom(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		room      uint64
 		dp, rank  int
@@ -325,6 +333,7 @@ func TestAlignRoom(t *testing.T) {
 }
 
 func TestSGLangRankHints(t *testing.T) {
+	t.Parallel()
 	body := []byte(`{"text":"x","bootstrap_room":4}`)
 	p, d, err := SGLangRankHints(body, 2, 1)
 	if err != nil {

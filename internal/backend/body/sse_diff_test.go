@@ -79,6 +79,7 @@ func FuzzSSEReaderMatchesReference(f *testing.F) {
 // TestSSEReaderNextBuffered: NextBuffered returns exactly the events complete in what was read,
 // never reads, and leaves a partial event for Next.
 func TestSSEReaderNextBuffered(t *testing.T) {
+	t.Parallel()
 	pr, pw := io.Pipe()
 	r := NewSSEReader(pr)
 	if _, ok := r.NextBuffered(); ok {

@@ -48,6 +48,7 @@ func readAll(t *testing.T, r io.Reader) ([]string, error) {
 }
 
 func TestSSEReader(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 40<<10) // longer than the bufio buffer
 	tests := []struct {
 		name    string
@@ -85,6 +86,7 @@ func TestSSEReader(t *testing.T) {
 }
 
 func TestSSEReaderErrors(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	got, err := readAll(t, io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(boom)))
 	if !errors.Is(err, boom) || len(got) != 1 {
@@ -97,6 +99,7 @@ func TestSSEReaderErrors(t *testing.T) {
 }
 
 func TestWriteSSERoundTrip(t *testing.T) {
+	t.Parallel()
 	payloads := []string{`{"a":1}`, "multi\nline", "", "[DONE]"}
 	var buf bytes.Buffer
 	for _, p := range payloads[:3] {
@@ -124,6 +127,7 @@ func TestWriteSSERoundTrip(t *testing.T) {
 }
 
 func TestIsErrorFrame(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		payload string
 		want    bool

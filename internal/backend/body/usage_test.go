@@ -6,6 +6,7 @@ import (
 )
 
 func TestScanFrameUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		frame     string
@@ -67,6 +68,7 @@ func TestScanFrameUsage(t *testing.T) {
 }
 
 func TestUnaryUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		route  Route
@@ -96,6 +98,7 @@ func TestUnaryUsage(t *testing.T) {
 }
 
 func TestGenerateFrameUsage(t *testing.T) {
+	t.Parallel()
 	idx, u, ok := GenerateFrameUsage([]byte(`{"text":"ab","meta_info":{"prompt_tokens":7,"completion_tokens":2},"index":3}`))
 	if !ok || idx != 3 || u != (Usage{7, 2}) {
 		t.Errorf("got %d %+v %v", idx, u, ok)
@@ -109,6 +112,7 @@ func TestGenerateFrameUsage(t *testing.T) {
 }
 
 func TestWithStreamUsage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, body, want string
 		wantOK           bool

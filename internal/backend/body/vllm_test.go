@@ -7,6 +7,7 @@ import (
 
 // The prefill body follows vLLM's toy_proxy_server.py send_request_to_service.
 func TestVLLMPrefillBody(t *testing.T) {
+	t.Parallel()
 	kv := `"kv_transfer_params":` + vllmPrefillKV
 	tests := []struct {
 		name string
@@ -48,6 +49,7 @@ func TestVLLMPrefillBody(t *testing.T) {
 }
 
 func TestExtractKVTransferParamsAndDecodeBody(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		resp    string

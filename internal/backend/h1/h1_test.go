@@ -108,6 +108,7 @@ func within(t *testing.T, c <-chan struct{}, what string) {
 // TestH1RequestOnTheWire: the request line, Host, Content-Length, the caller's headers and the body,
 // in one well-formed request; a header value with a line break is refused before anything is sent.
 func TestH1RequestOnTheWire(t *testing.T) {
+	t.Parallel()
 	got := make(chan string, 1)
 	url := rawServer(t, func(c net.Conn) {
 		head, body, err := readRawRequest(bufio.NewReader(c))
@@ -144,6 +145,7 @@ func TestH1RequestOnTheWire(t *testing.T) {
 
 // TestH1Responses: the framings an engine may answer with, and which leave the connection reusable.
 func TestH1Responses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, answer, method string
 		wantBody             string
@@ -216,6 +218,7 @@ func TestH1Responses(t *testing.T) {
 // TestH1Streaming: a streamed body gives each frame as the engine flushes it, before the engine
 // writes the next; the connection is reused afterwards.
 func TestH1Streaming(t *testing.T) {
+	t.Parallel()
 	next := make(chan struct{})
 	var conns atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -262,6 +265,7 @@ func TestH1Streaming(t *testing.T) {
 // TestH1Cancellation: a context that ends while the request waits for its answer, or while its body
 // streams, ends the call with the context's error at once, and the engine sees its connection go.
 func TestH1Cancellation(t *testing.T) {
+	t.Parallel()
 	for _, stage := range []string{"waiting for the head", "reading the body"} {
 		t.Run(stage, func(t *testing.T) {
 			arrived := make(chan struct{})
@@ -324,6 +328,7 @@ func TestH1Cancellation(t *testing.T) {
 // TestH1NoDuplicate: an engine that reads a request and dies without answering gets it once: the
 // call fails, it is not sent again, on a new connection or a pooled one.
 func TestH1NoDuplicate(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int64
 	url := rawServer(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
@@ -358,6 +363,7 @@ func TestH1NoDuplicate(t *testing.T) {
 // TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed is dropped before
 // use: the next request goes over a new connection and is received once.
 func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
+	t.Parallel()
 	var requests, conns atomic.Int64
 	url := rawServer(t, func(c net.Conn) {
 		conns.Add(1)
@@ -391,7 +397,7 @@ func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine's close never reached the pooled connection")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polling interval: a peer's close is seen only by probing the socket
 	}
 	resp, err = h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
@@ -412,6 +418,7 @@ func (failingConn) Write([]byte) (int, error) { return 0, syscall.EPIPE }
 // TestH1NothingWrittenIsSentOnce: when nothing of a request could be written on a pooled
 // connection, it is sent once more on a new one, and the engine receives it once.
 func TestH1NothingWrittenIsSentOnce(t *testing.T) {
+	t.Parallel()
 	var requests atomic.Int64
 	url := rawServer(t, func(c net.Conn) {
 		if _, _, err := readRawRequest(bufio.NewReader(c)); err != nil {
@@ -463,6 +470,7 @@ func FuzzH1Response(f *testing.F) {
 // idle for the idle timeout, with no later request to notice it (an engine that went away leaves no
 // open connection behind); one taken by a request before then stays open for it.
 func TestH1IdleConnectionExpires(t *testing.T) {
+	t.Parallel()
 	closed := make(chan struct{})
 	url := rawServer(t, func(c net.Conn) {
 		br := bufio.NewReader(c)

@@ -172,6 +172,7 @@ func tokens(chunks ...string) func(context.Context, *workerv1.DecodeRequest, *co
 }
 
 func TestGRPCPrefillConversion(t *testing.T) {
+	t.Parallel()
 	f := &fakeWorker{prefill: func(_ context.Context, r *workerv1.PrefillRequest) (*workerv1.PrefillResponse, error) {
 		return &workerv1.PrefillResponse{PromptTokens: 12, CachedTokens: 4}, nil
 	}}
@@ -211,6 +212,7 @@ func TestGRPCPrefillConversion(t *testing.T) {
 // vLLM-style PD through the worker protocol: the prefill's kv_transfer_params come back in vLLM's
 // JSON, survive ExtractKVTransferParams + VLLMDecodeBody, and reach Decode intact.
 func TestGRPCVLLMRoundTrip(t *testing.T) {
+	t.Parallel()
 	kv := &workerv1.KVTransferParams{DoRemotePrefill: true, RemoteEngineId: "e1", RemoteBlockIds: []uint32{3, 4}, RemoteHost: "10.0.0.9", RemotePort: 5600}
 	f := &fakeWorker{
 		prefill: func(_ context.Context, r *workerv1.PrefillRequest) (*workerv1.PrefillResponse, error) {
@@ -256,6 +258,7 @@ func TestGRPCVLLMRoundTrip(t *testing.T) {
 }
 
 func TestGRPCDecodeUnary(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		path  string
@@ -353,6 +356,7 @@ type chunk struct {
 }
 
 func TestGRPCDecodeStreamChatN2(t *testing.T) {
+	t.Parallel()
 	f := &fakeWorker{decode: tokens("a", "b", "c")}
 	addr := startWorker(t, f)
 	in := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"n":2,"messages":[{"role":"user","content":"q"}],` +
@@ -436,6 +440,7 @@ func TestGRPCDecodeStreamChatN2(t *testing.T) {
 }
 
 func TestGRPCDecodeStreamGenerateAndCompletions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		path string
@@ -488,6 +493,7 @@ func TestGRPCDecodeStreamGenerateAndCompletions(t *testing.T) {
 }
 
 func TestGRPCErrorMapping(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		code       connect.Code
 		wantStatus int
@@ -539,6 +545,7 @@ func TestGRPCErrorMapping(t *testing.T) {
 }
 
 func TestGRPCBadRequestsAndRoles(t *testing.T) {
+	t.Parallel()
 	f := &fakeWorker{decode: tokens("x")}
 	addr := startWorker(t, f)
 	tests := []struct {
@@ -592,6 +599,7 @@ func closedAddr(t *testing.T) string {
 }
 
 func TestGRPCTransportFailureIsAnError(t *testing.T) {
+	t.Parallel()
 	addr := closedAddr(t)
 	for _, c := range []struct{ role, body string }{
 		{RolePrefill, `{"text":"t"}`},
@@ -607,6 +615,7 @@ func TestGRPCTransportFailureIsAnError(t *testing.T) {
 }
 
 func TestGRPCStreamErrorAfterHead(t *testing.T) {
+	t.Parallel()
 	f := &fakeWorker{decode: func(_ context.Context, _ *workerv1.DecodeRequest, s *connect.ServerStream[workerv1.DecodeResponse]) error {
 		if err := s.Send(&workerv1.DecodeResponse{Text: "x"}); err != nil {
 			return err
@@ -635,6 +644,7 @@ func TestGRPCStreamErrorAfterHead(t *testing.T) {
 // Closing the synthesized body cancels the RPC: the worker's handler sees its context end, and no
 // goroutine of the call is left when Close returns (goleak checks the rest at the end).
 func TestGRPCBodyCloseCancelsRPC(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 3} {
 		t.Run("n="+string(rune('0'+n)), func(t *testing.T) {
 			serverDone := make(chan struct{}, n)
@@ -677,6 +687,7 @@ func TestGRPCBodyCloseCancelsRPC(t *testing.T) {
 
 // A request whose context ends while waiting for the first token gets a context error.
 func TestGRPCContextCancelBeforeHead(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{})
 	f := &fakeWorker{decode: func(ctx context.Context, _ *workerv1.DecodeRequest, _ *connect.ServerStream[workerv1.DecodeResponse]) error {
 		close(entered)

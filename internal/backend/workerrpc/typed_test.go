@@ -17,6 +17,7 @@ import (
 // TestTypedLegMatchesRoundTrip: Send with BuildCall + WithBootstrap makes the same RPCs and gives the
 // same answer as RoundTrip with the body dispatch used to send (bootstrap fields injected into it).
 func TestTypedLegMatchesRoundTrip(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		route body.Route
@@ -100,6 +101,7 @@ func TestTypedLegMatchesRoundTrip(t *testing.T) {
 
 // TestTypedLegRefusals: a call that cannot carry the handshake is refused with the 400 RoundTrip gives.
 func TestTypedLegRefusals(t *testing.T) {
+	t.Parallel()
 	call, err := BuildCall(body.RouteChat, []byte(`{"model":"m","n":2,"messages":[{"role":"user","content":"q"}]}`), "r")
 	if err != nil {
 		t.Fatal(err)
