@@ -183,6 +183,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		StickyIdle:          cfg.SMG.StickyIdle,
 		AssignmentMode:      cfg.SMG.AssignmentMode,
 		KVIndex:             a.kv.index,
+		SessionAffinity:     cfg.Tenants.SessionHeader != "",
 	})
 	if err != nil {
 		return nil, err
@@ -214,7 +215,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		DropClientAuthorization:       a.auth.InferenceProtected(),
 		IgnoreRanks:                   !cfg.Placement.DPAware,
 		RequestIDHeaders:              cfg.SMG.RequestIDHeaders,
-		RoutingKeyHeaders:             cfg.SMG.RoutingKeyHeaders,
+		RoutingKeyHeaders:             routingKeyHeaders(cfg),
 		CharsPerToken:                 cfg.Admission.CharsPerToken,
 		CheckOverload:                 cfg.Load.OverloadWaitingRequests >= 0,
 		OverloadWaitingRequests:       cfg.Load.OverloadWaitingRequests,

@@ -2,6 +2,7 @@ package app
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/config"
@@ -38,4 +39,13 @@ func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
 	}
 	return tenant.NewBudgets(tenant.BudgetConfig{
 		Default: tenant.Budget{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}, Tenants: per})
+}
+
+// routingKeyHeaders are the headers read for a request's routing key: --routing-key-headers, then
+// the session header, so an explicit routing key wins over a session.
+func routingKeyHeaders(cfg *config.Config) []string {
+	if cfg.Tenants.SessionHeader == "" {
+		return cfg.SMG.RoutingKeyHeaders
+	}
+	return append(slices.Clone(cfg.SMG.RoutingKeyHeaders), cfg.Tenants.SessionHeader)
 }
