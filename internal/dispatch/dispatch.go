@@ -344,7 +344,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 			cancel()
 			settleFailed(res, err)
 			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
-			return nil, br.Model, x.final(err)
+			return nil, br.Model, withRateHeader(x.final(err), rateHeader)
 		}
 		x.d.Metrics.IncRetry()
 		wait := backend.Backoff(attempt, x.cfg.Retry.Backoff, x.float64)
