@@ -231,7 +231,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 		}},
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
-		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry, capacity: a.Capacity}, Tracer: tracer,
+		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry, capacity: a.Capacity,
+			tenants: newTenantMetrics(a.Prom, cfg.Tenants)}, Tracer: tracer,
 		Propagator: telemetry.Propagator(), Logger: logger, Tokenizer: tokenizers,
 	})
 	if err != nil {

@@ -4,8 +4,12 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/telemetry"
 	"github.com/sluicegw/sluice/internal/tenant"
 )
 
@@ -48,4 +52,43 @@ func routingKeyHeaders(cfg *config.Config) []string {
 		return cfg.SMG.RoutingKeyHeaders
 	}
 	return append(slices.Clone(cfg.SMG.RoutingKeyHeaders), cfg.Tenants.SessionHeader)
+}
+
+// tenantMetrics records each tenant's requests under a bounded label (tenant.Labels): the tenants
+// the configuration names (weights, budgets), then the first --tenant-metrics-max-tenants seen.
+type tenantMetrics struct {
+	m      *telemetry.TenantMetrics
+	labels *tenant.Labels
+}
+
+// newTenantMetrics registers the per-tenant instruments, or returns nil without a tenant source.
+func newTenantMetrics(reg prometheus.Registerer, t config.TenantsConfig) *tenantMetrics {
+	if !t.On() {
+		return nil
+	}
+	known := slices.Sorted(maps.Keys(t.Weights))
+	for name := range t.Budgets {
+		if _, ok := t.Weights[name]; !ok {
+			known = append(known, name)
+		}
+	}
+	return &tenantMetrics{m: telemetry.NewTenantMetrics(reg), labels: tenant.NewLabels(t.MetricsMaxTenants, known...)}
+}
+
+// observe records one finished request: a refusal by its reason, an answer with its tokens. A
+// request that failed otherwise (an engine's error, the client gone) is neither.
+func (tm *tenantMetrics) observe(s *dispatch.RequestStats) {
+	if tm == nil || s.Tenant == "" {
+		return
+	}
+	switch {
+	case s.Rejection != "":
+		tm.m.IncRejection(tm.labels.Label(s.Tenant), s.Rejection)
+	case s.Worker != "":
+		label := tm.labels.Label(s.Tenant)
+		tm.m.IncAdmitted(label)
+		if s.HasUsage {
+			tm.m.AddTokens(label, s.Usage.Prompt, s.Usage.Completion)
+		}
+	}
 }

@@ -78,3 +78,12 @@ func withRateHeader(err error, h http.Header) error {
 	}
 	return e
 }
+
+// rejection is the code of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
+// or "" for any other failure.
+func rejection(err error, e *apierror.Error) string {
+	if errors.Is(err, admission.ErrRejected) || errors.Is(err, tenant.ErrRateLimited) {
+		return e.Code
+	}
+	return ""
+}

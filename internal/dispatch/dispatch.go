@@ -257,15 +257,18 @@ func (x *Dispatcher) Models() []string { return x.d.Registry.Snapshot().Models()
 // once (Metrics.ObserveRequest): a failed one here, an answered one when its response is closed.
 func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	start := time.Now()
-	resp, model, err := x.do(ctx, r, start)
+	var tenantName string
+	resp, model, err := x.do(ctx, r, start, &tenantName)
 	if err != nil {
-		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: apierror.From(err).Status,
-			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx)})
+		e := apierror.From(err)
+		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: e.Status,
+			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx), Tenant: tenantName, Rejection: rejection(err, e)})
 	}
 	return resp, err
 }
 
-func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Response, string, error) {
+// do runs Do's request; it sets *tenantName once the request's tenant is known.
+func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time, tenantName *string) (*Response, string, error) {
 	br, err := body.ParseRequest(r.Route, r.Body)
 	if err != nil {
 		return nil, "", classifyRequestError(err)
@@ -289,6 +292,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		rc := *r // do not write into the caller's request
 		rc.tenant = t
 		r = &rc
+		*tenantName = t
 	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
@@ -327,6 +331,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 			if res != nil {
 				m.settle = res.Settle
 			}
+			m.tenant = r.tenant
 			for k, vs := range rateHeader {
 				resp.Header[k] = vs
 			}
