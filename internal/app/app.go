@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if cfg.Retry.Disabled {
 		attempts = 1
 	}
-	a.budgets = tenantBudgets(cfg.Tenants)
+	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                            cfg.Mode() == config.ModePD,
 		RequestTimeout:                cfg.Server.RequestTimeout,

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/telemetry"
@@ -32,8 +33,9 @@ func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
 }
 
 // tenantBudgets are the configured budgets whenever a tenant source is on (so that the admin API can
-// set them live), or nil (no cost on the request path) without one.
-func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
+// set them live), or nil (no cost on the request path) without one. With static cluster coordination
+// they start split over the listed peers, until the first grant names the live members.
+func tenantBudgets(t config.TenantsConfig, cc config.ClusterConfig) *tenant.Budgets {
 	if !t.On() {
 		return nil
 	}
@@ -41,17 +43,14 @@ func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
 	for name, b := range t.Budgets {
 		per[name] = tenant.Budget{TokensPerMinute: b.TokensPerMinute, RequestsPerMinute: b.RequestsPerMinute}
 	}
-	return tenant.NewBudgets(tenant.BudgetConfig{
+	b := tenant.NewBudgets(tenant.BudgetConfig{
 		Default: tenant.Budget{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}, Tenants: per})
-}
-
-// routingKeyHeaders are the headers read for a request's routing key: --routing-key-headers, then
-// the session header, so an explicit routing key wins over a session.
-func routingKeyHeaders(cfg *config.Config) []string {
-	if cfg.Tenants.SessionHeader == "" {
-		return cfg.SMG.RoutingKeyHeaders
+	if cc.Mode == config.CoordinationStatic {
+		if peers, err := cluster.ParsePeers(cc.Peers); err == nil {
+			b.SetReplicas(len(peers))
+		}
 	}
-	return append(slices.Clone(cfg.SMG.RoutingKeyHeaders), cfg.Tenants.SessionHeader)
+	return b
 }
 
 // tenantMetrics records each tenant's requests under a bounded label (tenant.Labels): the tenants
@@ -91,4 +90,22 @@ func (tm *tenantMetrics) observe(s *dispatch.RequestStats) {
 			tm.m.AddTokens(label, s.Usage.Prompt, s.Usage.Completion)
 		}
 	}
+}
+
+// shareBudgets splits the tenants' budgets over the members of this replica's cluster grant
+// (cluster.Deps.OnMembers): each replica enforces an even share, so the fleet grants each tenant its
+// budget. a.budgets is set before the cluster runs.
+func (a *App) shareBudgets(members int) {
+	if a.budgets != nil {
+		a.budgets.SetReplicas(members)
+	}
+}
+
+// routingKeyHeaders are the headers read for a request's routing key: --routing-key-headers, then
+// the session header, so an explicit routing key wins over a session.
+func routingKeyHeaders(cfg *config.Config) []string {
+	if cfg.Tenants.SessionHeader == "" {
+		return cfg.SMG.RoutingKeyHeaders
+	}
+	return append(slices.Clone(cfg.SMG.RoutingKeyHeaders), cfg.Tenants.SessionHeader)
 }
