@@ -16,6 +16,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Machine-readable error codes, shared by REST bodies and RPC error details.
@@ -203,15 +204,28 @@ func (e *Error) ConnectCode() connect.Code {
 }
 
 // Connect converts e to a Connect error carrying an ErrorInfo detail whose reason is e.Code
-// (and, for 429/503, a "retry_after_seconds" metadata entry).
+// (and, for 429/503, a "retry_after_seconds" metadata entry). The REST surface's extra headers
+// travel as the error's metadata (response headers on Connect, trailers on gRPC), so a budgeted
+// tenant's rejection carries the same x-ratelimit-* and Retry-After-Ms as on REST; a retry hint is
+// also a Retry-After metadata entry and a google.rpc.RetryInfo detail, the delay gRPC clients read.
 func (e *Error) Connect() *connect.Error {
 	ce := connect.NewError(e.ConnectCode(), errors.New(e.Message))
 	info := &errdetails.ErrorInfo{Reason: e.Code, Domain: Domain}
 	if e.RetryAfter > 0 {
-		info.Metadata = map[string]string{"retry_after_seconds": strconv.Itoa(int((e.RetryAfter + time.Second - 1) / time.Second))}
+		secs := strconv.Itoa(int((e.RetryAfter + time.Second - 1) / time.Second))
+		info.Metadata = map[string]string{"retry_after_seconds": secs}
+		ce.Meta().Set("Retry-After", secs)
 	}
 	if d, err := connect.NewErrorDetail(info); err == nil {
 		ce.AddDetail(d)
+	}
+	if e.RetryAfter > 0 {
+		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(e.RetryAfter)}); err == nil {
+			ce.AddDetail(d)
+		}
+	}
+	for k, vs := range e.Header {
+		ce.Meta()[k] = append([]string(nil), vs...)
 	}
 	return ce
 }

@@ -93,7 +93,7 @@ func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http
 	}
 	r, err := cluster.New(ccfg, cluster.Deps{
 		Local: clusterLocal{adm: a.Admission, reg: a.Registry}, Token: token, HTTP: hc,
-		Kube: kube, Registerer: a.Prom, Logger: a.logger,
+		Kube: kube, Registerer: a.Prom, Logger: a.logger, OnMembers: a.shareBudgets,
 	})
 	if err != nil {
 		return err

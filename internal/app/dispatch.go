@@ -19,14 +19,14 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 	if cfg.Retry.Disabled {
 		attempts = 1
 	}
-	a.budgets = tenantBudgets(cfg.Tenants)
+	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                            cfg.Mode() == config.ModePD,
 		RequestTimeout:                cfg.Server.RequestTimeout,
 		DropClientAuthorization:       a.auth.InferenceProtected(),
 		IgnoreRanks:                   !cfg.Placement.DPAware,
 		RequestIDHeaders:              cfg.Server.RequestIDHeaders,
-		RoutingKeyHeaders:             cfg.Placement.RoutingKeyHeaders,
+		RoutingKeyHeaders:             routingKeyHeaders(cfg),
 		CharsPerToken:                 cfg.Admission.CharsPerToken,
 		CheckOverload:                 cfg.Load.OverloadWaitingRequests >= 0,
 		OverloadWaitingRequests:       cfg.Load.OverloadWaitingRequests,
@@ -42,7 +42,8 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 		}},
 	}, dispatch.Deps{
 		Registry: a.Registry, Admission: a.Admission, Policies: a.Policies,
-		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry, capacity: a.Capacity}, Tracer: tracer,
+		HTTP: httpClient, Metrics: dispatchMetrics{Metrics: a.Metrics, reg: a.Registry, capacity: a.Capacity,
+			tenants: newTenantMetrics(a.Prom, cfg.Tenants)}, Tracer: tracer,
 		Propagator: telemetry.Propagator(), Logger: logger, Tokenizer: tokenizers,
 	})
 	if err != nil {

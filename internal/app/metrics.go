@@ -45,6 +45,7 @@ type dispatchMetrics struct {
 	*telemetry.Metrics
 	reg      *worker.Registry
 	capacity *capacity.Recommender // nil unless PD mode
+	tenants  *tenantMetrics        // nil without a tenant source (tenants.go)
 }
 
 func (d dispatchMetrics) ObserveRequest(s *dispatch.RequestStats) {
@@ -60,6 +61,7 @@ func (d dispatchMetrics) ObserveRequest(s *dispatch.RequestStats) {
 		d.ObserveDecodeFirstToken(s.Handoff, s.DecodeTTFT, s.KVWait(), s.Trace)
 	}
 	observeCapacity(d.capacity, model, s)
+	d.tenants.observe(s)
 }
 
 // engineLoadSink records engine loads. A poll can end after its worker was removed: the removal

@@ -25,6 +25,7 @@ func (a *App) newPlacement(cfg *config.Config) error {
 		StickyIdle:          cfg.Placement.StickyIdle,
 		AssignmentMode:      cfg.Placement.AssignmentMode,
 		KVIndex:             a.kv.index,
+		SessionAffinity:     cfg.Tenants.SessionHeader != "",
 	})
 	return err
 }

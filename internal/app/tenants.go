@@ -2,9 +2,15 @@ package app
 
 import (
 	"maps"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/telemetry"
 	"github.com/sluicegw/sluice/internal/tenant"
 )
 
@@ -27,8 +33,9 @@ func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
 }
 
 // tenantBudgets are the configured budgets whenever a tenant source is on (so that the admin API can
-// set them live), or nil (no cost on the request path) without one.
-func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
+// set them live), or nil (no cost on the request path) without one. With static cluster coordination
+// they start split over the listed peers, until the first grant names the live members.
+func tenantBudgets(t config.TenantsConfig, cc config.ClusterConfig) *tenant.Budgets {
 	if !t.On() {
 		return nil
 	}
@@ -36,6 +43,69 @@ func tenantBudgets(t config.TenantsConfig) *tenant.Budgets {
 	for name, b := range t.Budgets {
 		per[name] = tenant.Budget{TokensPerMinute: b.TokensPerMinute, RequestsPerMinute: b.RequestsPerMinute}
 	}
-	return tenant.NewBudgets(tenant.BudgetConfig{
+	b := tenant.NewBudgets(tenant.BudgetConfig{
 		Default: tenant.Budget{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}, Tenants: per})
+	if cc.Mode == config.CoordinationStatic {
+		if peers, err := cluster.ParsePeers(cc.Peers); err == nil {
+			b.SetReplicas(len(peers))
+		}
+	}
+	return b
+}
+
+// tenantMetrics records each tenant's requests under a bounded label (tenant.Labels): the tenants
+// the configuration names (weights, budgets), then the first --tenant-metrics-max-tenants seen.
+type tenantMetrics struct {
+	m      *telemetry.TenantMetrics
+	labels *tenant.Labels
+}
+
+// newTenantMetrics registers the per-tenant instruments, or returns nil without a tenant source.
+func newTenantMetrics(reg prometheus.Registerer, t config.TenantsConfig) *tenantMetrics {
+	if !t.On() {
+		return nil
+	}
+	known := slices.Sorted(maps.Keys(t.Weights))
+	for name := range t.Budgets {
+		if _, ok := t.Weights[name]; !ok {
+			known = append(known, name)
+		}
+	}
+	return &tenantMetrics{m: telemetry.NewTenantMetrics(reg), labels: tenant.NewLabels(t.MetricsMaxTenants, known...)}
+}
+
+// observe records one finished request: a refusal by its reason, an answer with its tokens. A
+// request that failed otherwise (an engine's error, the client gone) is neither.
+func (tm *tenantMetrics) observe(s *dispatch.RequestStats) {
+	if tm == nil || s.Tenant == "" {
+		return
+	}
+	switch {
+	case s.Rejection != "":
+		tm.m.IncRejection(tm.labels.Label(s.Tenant), s.Rejection)
+	case s.Worker != "":
+		label := tm.labels.Label(s.Tenant)
+		tm.m.IncAdmitted(label)
+		if s.HasUsage {
+			tm.m.AddTokens(label, s.Usage.Prompt, s.Usage.Completion)
+		}
+	}
+}
+
+// shareBudgets splits the tenants' budgets over the members of this replica's cluster grant
+// (cluster.Deps.OnMembers): each replica enforces an even share, so the fleet grants each tenant its
+// budget. a.budgets is set before the cluster runs.
+func (a *App) shareBudgets(members int) {
+	if a.budgets != nil {
+		a.budgets.SetReplicas(members)
+	}
+}
+
+// routingKeyHeaders are the headers read for a request's routing key: --routing-key-headers, then
+// the session header, so an explicit routing key wins over a session.
+func routingKeyHeaders(cfg *config.Config) []string {
+	if cfg.Tenants.SessionHeader == "" {
+		return cfg.Placement.RoutingKeyHeaders
+	}
+	return append(slices.Clone(cfg.Placement.RoutingKeyHeaders), cfg.Tenants.SessionHeader)
 }

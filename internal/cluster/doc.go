@@ -95,6 +95,14 @@
 // A fleet whose limits differ uses the smallest positive one. Demand is what Local reports (the gateway
 // spreads its waiting requests evenly over the workers that serve their model, rounded up).
 //
+// # Tenant budgets
+//
+// Deps.OnMembers tells the gateway the number of members of the grant it enforces whenever it changes;
+// the gateway splits every tenant budget evenly over them (internal/tenant Budgets.SetReplicas). The split
+// is not demand-weighted and keeps no books: a budget is a rate, not a bound on what is held, so an even
+// split sums to the budget whatever each replica does, and a replica that loses its coordinator keeps the
+// split of its last grant.
+//
 // # Concurrency Model
 //
 // [Replica.Run] owns every goroutine the package starts and returns only after all of them ended: the

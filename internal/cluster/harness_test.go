@@ -235,6 +235,8 @@ type fleet struct {
 	cfg   Config
 	kube  kubernetes.Interface
 	nodes map[string]*node
+	// onMembers, when set, gives each replica started its Deps.OnMembers.
+	onMembers func(id string) func(int)
 }
 
 type node struct {
@@ -272,7 +274,11 @@ func (f *fleet) startDec(i int, limit, decLimit int, workers ...string) *node {
 	local := newFakeLocal(limit, workers...)
 	local.decLimit = decLimit
 	nd := &node{id: id, local: local, done: make(chan struct{})}
-	r, err := New(f.cfg, Deps{Local: nd.local, HTTP: f.net.client(id), Kube: f.kube})
+	d := Deps{Local: nd.local, HTTP: f.net.client(id), Kube: f.kube}
+	if f.onMembers != nil {
+		d.OnMembers = f.onMembers(id)
+	}
+	r, err := New(f.cfg, d)
 	if err != nil {
 		f.t.Fatal(err)
 	}

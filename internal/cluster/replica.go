@@ -254,7 +254,7 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 		r.st.coordChanges++
 		r.st.leader = leader
 	}
-	oldCaps, oldOther := r.st.caps, r.st.other
+	oldCaps, oldOther, oldMembers := r.st.caps, r.st.other, len(r.st.members)
 	if err == nil {
 		r.st.exchangeResults[resultOK]++
 		r.st.coordinator, r.st.term, r.st.version = g.coordinator, g.term, g.version
@@ -293,11 +293,14 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 				"coordinator", r.st.coordinator, "members", len(r.st.members), "share", fb, "err", err)
 		}
 	}
-	caps, other := r.st.caps, r.st.other
+	caps, other, members := r.st.caps, r.st.other, len(r.st.members)
 	changed := other != oldOther || !maps.Equal(caps, oldCaps)
 	r.mu.Unlock()
 	if changed {
 		r.d.Local.SetCaps(caps, other)
+	}
+	if members != oldMembers && members > 0 && r.d.OnMembers != nil {
+		r.d.OnMembers(members)
 	}
 }
 

@@ -25,13 +25,17 @@ type TenantsConfig struct {
 	// MaxQueued bounds one tenant's waiting requests (--tenant-max-queued; 0 = none).
 	MaxQueued int
 	// MetricsMaxTenants bounds the tenants named in metric labels, the rest being "other"
-	// (--tenant-metrics-max-tenants, default 20; the weighted tenants are always named).
+	// (--tenant-metrics-max-tenants, default 20; the weighted and budgeted tenants are always named).
 	MetricsMaxTenants int
 	// TokensPerMinute and RequestsPerMinute are every tenant's budget unless Budgets names it
 	// (--tenant-tokens-per-minute, --tenant-requests-per-minute; 0 = none).
 	TokensPerMinute, RequestsPerMinute int64
 	// Budgets are per-tenant budgets (--tenant-budgets T=TOKENS:REQUESTS,...; 0 = none of that kind).
 	Budgets map[string]TenantBudget
+	// SessionHeader names a conversation's session (--session-header, e.g. x-session-id; "" = off):
+	// it is read as a routing key after --routing-key-headers, and cache_aware and kv_aware keep a
+	// request with a routing key on the worker its key used last (internal/placement session.go).
+	SessionHeader string
 }
 
 // TenantBudget is one tenant's tokens and requests per minute (0 = no limit of that kind).
@@ -62,7 +66,10 @@ func (s *flagSet) registerTenants() {
 	s.int64(&c.Tenants.TokensPerMinute, "tenant-tokens-per-minute", "N", 0, "Every tenant's token budget per minute (prompt tokens reserved on arrival, settled on the reported usage); beyond it 429 rate_limit_exceeded with Retry-After and x-ratelimit-* headers; 0 = none.")
 	s.int64(&c.Tenants.RequestsPerMinute, "tenant-requests-per-minute", "N", 0, "Every tenant's request budget per minute; 0 = none.")
 	s.add(tenantBudgetsValue{&c.Tenants.Budgets}, "tenant-budgets", "T=TOKENS:REQUESTS,...", "Per-tenant budgets per minute, overriding the two above for the tenants named (0 = no limit of that kind).")
-	s.int(&c.Tenants.MetricsMaxTenants, "tenant-metrics-max-tenants", "N", 20, "Tenants named in metric labels (the weighted ones, then the first seen); the rest are reported as \"other\".")
+	s.int(&c.Tenants.MetricsMaxTenants, "tenant-metrics-max-tenants", "N", 20, "Tenants named in metric labels besides those --tenant-weights and --tenant-budgets name (first seen first); the rest are reported as \"other\".")
+
+	s.section("Session affinity (agents)")
+	s.str(&c.Tenants.SessionHeader, "session-header", "HEADER", "", "Request header naming a conversation's session, read as a routing key after --routing-key-headers; cache_aware and kv_aware then keep a request with a routing key on the worker its key used last while that worker is healthy, below its limits and not overloaded by the balance thresholds (keys idle --max-idle-secs are forgotten); empty = off.")
 }
 
 func (c *Config) validateTenants(p *problems) {
@@ -87,6 +94,13 @@ func (c *Config) validateTenants(p *problems) {
 	}
 	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0 || t.BudgetsOn()) {
 		p.add("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
+	}
+	if t.SessionHeader != "" && !validHeaderName(t.SessionHeader) {
+		p.add("--session-header %q is not a header name", t.SessionHeader)
+	}
+	if t.SessionHeader != "" && !c.usesPolicy(PolicyCacheAware) && !c.usesPolicy(PolicyKVAware) &&
+		!c.usesPolicy(PolicyConsistentHashing) && !c.usesPolicy(PolicyManual) {
+		p.add("--session-header needs a policy that reads routing keys (cache_aware, kv_aware, consistent_hashing or manual)")
 	}
 	if t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
 		p.add("--tenant-tokens-per-minute and --tenant-requests-per-minute must be at least 0")

@@ -32,6 +32,9 @@ func TestParseTenants(t *testing.T) {
 		!cmp.Equal(c.Tenants.Budgets, map[string]TenantBudget{"a": {0, 10}, "b": {500, 0}}) {
 		t.Errorf("budgets: %v, %+v", err, c.Tenants)
 	}
+	if c, err = parseNoEnv(append(pd, "--session-header", "x-session-id")...); err != nil || c.Tenants.SessionHeader != "x-session-id" || c.Tenants.On() {
+		t.Errorf("--session-header: %v, %+v (it needs no tenant source)", err, c.Tenants)
+	}
 	if c, err = parseNoEnv(pd...); err != nil || c.Tenants.On() || c.Tenants.Fair() || c.Tenants.BudgetsOn() {
 		t.Errorf("no source: %v, tenants %+v, want off", err, c.Tenants)
 	}
@@ -56,6 +59,8 @@ func TestParseTenantsRejects(t *testing.T) {
 		{"tenant bound without admission", append(slices.Clone(pd), "--tenant-header", "X-T", "--tenant-max-queued", "3"), "act inside prefill admission, which is off"},
 		{"budgets without source", append(slices.Clone(on), "--tenant-requests-per-minute", "5"), "need a tenant source"},
 		{"bad budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=5"), "want TENANT=TOKENS:REQUESTS"},
+		{"bad session header", append(slices.Clone(pd), "--session-header", "x session"), "--session-header \"x session\" is not a header name"},
+		{"session header unread", append(slices.Clone(pd), "--policy", "round_robin", "--session-header", "x-session-id"), "--session-header needs a policy that reads routing keys"},
 		{"negative budget", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-budgets", "a=-1:2"), "non-negative"},
 	} {
 		_, err := parseNoEnv(tt.args...)

@@ -59,3 +59,31 @@ func settleFailed(res *tenant.Reservation, err error) {
 	}
 	res.Settle(-1)
 }
+
+// withRateHeader adds a budgeted tenant's x-ratelimit-* headers to a refusal after its reservation
+// (tenant_queue_full, a queue timeout, an engine's failure), since every answer of such a tenant
+// carries them; headers the error already has win.
+func withRateHeader(err error, h http.Header) error {
+	if len(h) == 0 {
+		return err
+	}
+	e := apierror.From(err)
+	if e.Header == nil {
+		e.Header = http.Header{}
+	}
+	for k, vs := range h {
+		if _, ok := e.Header[k]; !ok {
+			e.Header[k] = vs
+		}
+	}
+	return e
+}
+
+// rejection is the code of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
+// or "" for any other failure.
+func rejection(err error, e *apierror.Error) string {
+	if errors.Is(err, admission.ErrRejected) || errors.Is(err, tenant.ErrRateLimited) {
+		return e.Code
+	}
+	return ""
+}

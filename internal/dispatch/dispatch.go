@@ -257,15 +257,18 @@ func (x *Dispatcher) Models() []string { return x.d.Registry.Snapshot().Models()
 // once (Metrics.ObserveRequest): a failed one here, an answered one when its response is closed.
 func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 	start := time.Now()
-	resp, model, err := x.do(ctx, r, start)
+	var tenantName string
+	resp, model, err := x.do(ctx, r, start, &tenantName)
 	if err != nil {
-		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: apierror.From(err).Status,
-			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx)})
+		e := apierror.From(err)
+		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: e.Status,
+			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx), Tenant: tenantName, Rejection: rejection(err, e)})
 	}
 	return resp, err
 }
 
-func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Response, string, error) {
+// do runs Do's request; it sets *tenantName once the request's tenant is known.
+func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time, tenantName *string) (*Response, string, error) {
 	br, ts, err := parse(r)
 	if err != nil {
 		return nil, "", classifyRequestError(err)
@@ -299,6 +302,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 		rc := *r // do not write into the caller's request
 		rc.tenant = t
 		r = &rc
+		*tenantName = t
 	}
 	if r.RequestID == "" {
 		rc := *r // do not write into the caller's request
@@ -350,6 +354,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 			if res != nil {
 				m.settle = res.Settle
 			}
+			m.tenant = r.tenant
 			for k, vs := range rateHeader {
 				resp.Header[k] = vs
 			}
@@ -367,7 +372,7 @@ func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time) (*Resp
 			cancel()
 			settleFailed(res, err)
 			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
-			return nil, br.Model, x.final(err)
+			return nil, br.Model, withRateHeader(x.final(err), rateHeader)
 		}
 		x.d.Metrics.IncRetry()
 		wait := backend.Backoff(attempt, x.cfg.Retry.Backoff, x.float64)

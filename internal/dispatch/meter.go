@@ -48,6 +48,10 @@ type RequestStats struct {
 	Handoff         string
 	PrefillDuration time.Duration
 	DecodeTTFT      time.Duration
+	// Tenant is the request's tenant when tenancy is on (Config.Tenants), "" otherwise; Rejection the
+	// error code when its budget or admission refused it (rate_limit_exceeded, tenant_queue_full,
+	// pd_prefill_queue_full, ...), "" otherwise.
+	Tenant, Rejection string
 }
 
 // KVWait is the decode's wait for the KV cache: its time to first token minus the prefill's duration
@@ -76,6 +80,7 @@ type pdTiming struct {
 type meter struct {
 	x      *Dispatcher
 	settle func(used int64) // the tenant budget's reservation (budget.go); nil-safe Settle
+	tenant string           // RequestStats.Tenant
 	ctx    context.Context
 	start  time.Time
 	status int
@@ -287,7 +292,7 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Req
 func (m *meter) finish() {
 	now := time.Now()
 	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
-		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream}
+		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream, Tenant: m.tenant}
 	switch {
 	case m.stream && m.route == body.RouteGenerate:
 		for _, u := range m.genUsage {

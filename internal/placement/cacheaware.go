@@ -19,10 +19,13 @@ import (
 //  3. Otherwise pick the candidate holding the least text (least loaded on
 //     a tie), which spreads new prefixes.
 //
-// Every pick inserts the prompt for the chosen worker. Matching is on bytes.
+// Every pick inserts the prompt for the chosen worker. Matching is on bytes. With
+// Config.SessionAffinity a request whose routing key is pinned to a candidate that is not
+// overloaded goes there before any of these steps (session.go).
 type CacheAware struct {
-	cfg Config
-	ci  candIndex
+	cfg  Config
+	ci   candIndex
+	sess *sessions // nil: no session affinity
 
 	mu    sync.RWMutex // guards trees (the map, not the trees)
 	trees map[string]*lockedTree
@@ -34,7 +37,7 @@ type lockedTree struct {
 }
 
 func newCacheAware(cfg Config) *CacheAware {
-	return &CacheAware{cfg: cfg, trees: make(map[string]*lockedTree)}
+	return &CacheAware{cfg: cfg, sess: newSessions(cfg), trees: make(map[string]*lockedTree)}
 }
 
 // Name implements Policy.
@@ -79,6 +82,17 @@ func (p *CacheAware) Pick(cands []*worker.Worker, req *Request) int {
 	if len(cands) == 0 {
 		return -1
 	}
+	i := p.pick(cands, req, p.sess.lookup(req.RoutingKey, cands))
+	p.sess.remember(req.RoutingKey, cands[i])
+	return i
+}
+
+// pick is Pick without the session table: stuck >= 0 is the candidate the request's session is
+// pinned to, which is chosen (and learns the prompt) whatever the tree says.
+func (p *CacheAware) pick(cands []*worker.Worker, req *Request, stuck int) int {
+	if stuck >= 0 && req.Text == "" {
+		return stuck
+	}
 	if len(cands) == 1 && req.Text == "" {
 		return 0
 	}
@@ -93,7 +107,10 @@ func (p *CacheAware) Pick(cands []*worker.Worker, req *Request) int {
 	t := &lt.t
 
 	chosen := least
-	if !imb {
+	switch {
+	case stuck >= 0:
+		chosen = stuck
+	case !imb:
 		chosen = -1
 		isCand := func(id int32) bool { return cs.index(id) >= 0 }
 		matched, at := t.match(req.Text, isCand)
@@ -139,8 +156,10 @@ func (p *CacheAware) smallest(t *tree, cands []*worker.Worker, cs *candSet) int 
 }
 
 // Evict trims, in every model's tree, each worker's text down to
-// MaxTreeSize bytes, least recently used prefixes first.
+// MaxTreeSize bytes, least recently used prefixes first, and forgets session keys unused for
+// StickyIdle.
 func (p *CacheAware) Evict() {
+	p.sess.evict()
 	for _, lt := range p.snapshotTrees() {
 		lt.mu.Lock()
 		lt.t.evict(p.cfg.MaxTreeSize)
@@ -201,6 +220,9 @@ func (p *CacheAware) CachedPrefixLen(model, text, workerURL string) int {
 	matched, _ := lt.t.match(text, func(t int32) bool { return t == id })
 	return matched
 }
+
+// Sessions returns the number of session keys remembered (0 without session affinity).
+func (p *CacheAware) Sessions() int { return p.sess.len() }
 
 // TreeSize returns the bytes of text held for workerURL in model's tree.
 func (p *CacheAware) TreeSize(model, workerURL string) int {

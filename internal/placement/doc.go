@@ -18,7 +18,9 @@
 // [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
 // pick; [Manual.Evict] (keys idle too long) takes the same mutex.
 // kv_aware only reads [PrefixIndex] (the KV-event index's read locks) and its own cache_aware
-// fallback.
+// fallback. With session affinity (Config.SessionAffinity, session.go) cache_aware and kv_aware keep
+// their session keys in a map under one mutex, held for one lookup and one insert per pick, never
+// while a tree's lock is taken.
 //
 // The selection functions ([SelectPrefill], [SelectDecode], [SelectRegular])
 // read worker state through atomics (health, breaker, load) and pass the

@@ -32,11 +32,20 @@ type PrefixIndex interface {
 //
 // It falls back to cache_aware (its own instance, so its trees stay warm) for a request without
 // token ids (no tokenizer for its model) and when no candidate's events are tracked (no events
-// configured for the model's workers).
+// configured for the model's workers). With Config.SessionAffinity a request whose routing key is
+// pinned to a candidate that is not overloaded goes there first, whichever of the two decides
+// otherwise (session.go).
 type KVAware struct {
 	cfg      Config
 	index    PrefixIndex
-	fallback *CacheAware
+	fallback *CacheAware // without sessions: kv_aware keeps its own, for both paths
+	sess     *sessions
+}
+
+func newKVAware(cfg Config, index PrefixIndex) *KVAware {
+	fb := cfg
+	fb.SessionAffinity = false
+	return &KVAware{cfg: cfg, index: index, fallback: newCacheAware(fb), sess: newSessions(cfg)}
 }
 
 // NewKVAware builds kv_aware over index; a nil index always falls back to cache_aware.
@@ -45,7 +54,7 @@ func NewKVAware(cfg Config, index PrefixIndex) (*KVAware, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &KVAware{cfg: cfg, index: index, fallback: newCacheAware(cfg)}, nil
+	return newKVAware(cfg, index), nil
 }
 
 // Name implements Policy.
@@ -56,8 +65,18 @@ func (p *KVAware) Pick(cands []*worker.Worker, req *Request) int {
 	if len(cands) == 0 {
 		return -1
 	}
+	i := p.pick(cands, req, p.sess.lookup(req.RoutingKey, cands))
+	p.sess.remember(req.RoutingKey, cands[i])
+	return i
+}
+
+// pick is Pick without the session table; stuck >= 0 is the candidate the session is pinned to.
+func (p *KVAware) pick(cands []*worker.Worker, req *Request, stuck int) int {
 	if p.index == nil || len(req.TokenIDs) == 0 || !p.tracksAny(cands) {
-		return p.fallback.Pick(cands, req)
+		return p.fallback.pick(cands, req, stuck)
+	}
+	if stuck >= 0 {
+		return stuck
 	}
 	imb, least := p.fallback.imbalanced(cands)
 	if imb {
@@ -114,8 +133,11 @@ func (p *KVAware) CachedPrefixLen(model, text, workerURL string) int {
 // Forget implements Forgetter (the fallback's trees; the index follows the registry itself).
 func (p *KVAware) Forget(workerKey string) { p.fallback.Forget(workerKey) }
 
-// Evict implements Evictor (the fallback's trees).
-func (p *KVAware) Evict() { p.fallback.Evict() }
+// Evict implements Evictor (the fallback's trees and idle session keys).
+func (p *KVAware) Evict() {
+	p.sess.evict()
+	p.fallback.Evict()
+}
 
-// Run trims the fallback's trees every EvictionInterval until ctx ends.
-func (p *KVAware) Run(ctx context.Context) { p.fallback.Run(ctx) }
+// Run calls Evict every EvictionInterval until ctx ends.
+func (p *KVAware) Run(ctx context.Context) { runEvery(ctx, p.cfg.EvictionInterval, p.Evict) }

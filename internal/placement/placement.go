@@ -19,7 +19,8 @@ type Request struct {
 	// Text is the prompt text, used by cache_aware and as the implicit
 	// consistent_hashing key.
 	Text string
-	// RoutingKey is an explicit consistent_hashing key (routing-key header).
+	// RoutingKey is an explicit routing key (routing-key headers): consistent_hashing's key, manual's
+	// pin, and with Config.SessionAffinity the session cache_aware and kv_aware keep on its worker.
 	RoutingKey string
 	// TargetWorker is a strict 0-based index into the candidate order (the
 	// workers of the role serving Model, sorted by URL, whatever their
@@ -122,6 +123,10 @@ type Config struct {
 	// KVIndex is what kv_aware matches prompts against (the engines' KV-cache events); nil makes
 	// kv_aware always fall back to cache_aware.
 	KVIndex PrefixIndex
+	// SessionAffinity makes cache_aware and kv_aware keep a request with a RoutingKey on the worker
+	// its key used last while that worker is a candidate and not overloaded (session.go); keys
+	// unused for StickyIdle are forgotten.
+	SessionAffinity bool
 }
 
 // DefaultConfig returns the default configuration (the Rust gateway's
@@ -240,7 +245,7 @@ func New(name string, cfg Config) (Policy, error) {
 	case PolicyLeastLoad:
 		return LeastLoad{}, nil
 	case PolicyKVAware:
-		return &KVAware{cfg: cfg, index: cfg.KVIndex, fallback: newCacheAware(cfg)}, nil
+		return newKVAware(cfg, cfg.KVIndex), nil
 	}
 	return nil, unknownPolicy(name)
 }

@@ -17,6 +17,11 @@ import (
 // it used, as OpenAI's tokens-per-minute limit does. A request larger than a whole minute's tokens is
 // let through when the bucket is full (it then runs the bucket into debt), so it is never refused
 // forever; over any minute a tenant thus gets its budget plus at most one request.
+//
+// Across gateway replicas (cluster coordination on), each replica enforces an even share of every
+// budget, 1/m of its rate and capacity for a fleet of m (SetReplicas, re-shared as replicas come and
+// go), so the fleet grants a tenant its budget when its traffic is spread over the replicas. The
+// x-ratelimit-limit-* headers still name the whole budget; remaining and reset are this replica's.
 
 // ErrRateLimited classifies a request refused by its tenant's budget (429 rate_limit_exceeded).
 var ErrRateLimited = errors.New("tenant: rate limit exceeded")
@@ -47,6 +52,9 @@ type Budgets struct {
 	def     Budget
 	tenants map[string]Budget
 	buckets map[string]*buckets
+	// share is the part of every budget this gateway enforces: 1 alone, 1/m of a fleet of m replicas
+	// (SetReplicas), so the fleet together grants each tenant its budget.
+	share float64
 }
 
 type buckets struct {
@@ -60,8 +68,8 @@ type bucket struct {
 }
 
 // fill refills b to now at perMinute and returns its level.
-func (b *bucket) fill(now time.Time, perMinute int64) float64 {
-	c := float64(perMinute)
+func (b *bucket) fill(now time.Time, perMinute float64) float64 {
+	c := perMinute
 	if b.last.IsZero() {
 		b.level, b.last = c, now
 		return b.level
@@ -74,12 +82,12 @@ func (b *bucket) fill(now time.Time, perMinute int64) float64 {
 }
 
 // wait is how long b needs to reach need units (capped at its capacity).
-func (b *bucket) wait(need float64, perMinute int64) time.Duration {
-	need = math.Min(need, float64(perMinute))
+func (b *bucket) wait(need float64, perMinute float64) time.Duration {
+	need = math.Min(need, perMinute)
 	if b.level >= need {
 		return 0
 	}
-	return time.Duration((need - b.level) / float64(perMinute) * float64(time.Minute))
+	return time.Duration((need - b.level) / perMinute * float64(time.Minute))
 }
 
 // NewBudgets builds the budgets.
@@ -87,7 +95,7 @@ func NewBudgets(cfg BudgetConfig) *Budgets {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	b := &Budgets{now: cfg.Now, buckets: map[string]*buckets{}}
+	b := &Budgets{now: cfg.Now, buckets: map[string]*buckets{}, share: 1}
 	b.Set(cfg.Default, cfg.Tenants)
 	return b
 }
@@ -106,24 +114,63 @@ func (b *Budgets) Set(def Budget, tenants map[string]Budget) {
 	for k, v := range tenants {
 		b.tenants[k] = v
 	}
+	b.rescaleLocked(old, b.share, false)
+}
+
+// SetReplicas makes this gateway enforce its share of every budget in a fleet of n gateway replicas
+// (n < 1 counts as 1): an even split, 1/n of each rate and of each bucket's capacity, so that n
+// replicas that each see a part of a tenant's traffic grant it, together, its budget. Cluster
+// coordination calls it whenever the fleet's membership changes (internal/cluster Deps.OnMembers). A
+// tenant's buckets keep what it used, as for Set.
+func (b *Budgets) SetReplicas(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := make(map[string]Budget, len(b.buckets))
+	for t := range b.buckets {
+		old[t] = b.budgetLocked(t)
+	}
+	was := b.share
+	b.share = 1 / float64(max(n, 1))
+	b.rescaleLocked(old, was, true)
+}
+
+// rescaleLocked moves every bucket from its old budget at the old share to its budget now; with
+// proportional (a share change) each keeps the fraction of its capacity it had, so the fleet's
+// buckets together hold no more than before.
+func (b *Budgets) rescaleLocked(old map[string]Budget, oldShare float64, proportional bool) {
 	now := b.now()
 	for t, bk := range b.buckets {
 		was, is := old[t], b.budgetLocked(t)
-		bk.req.rescale(now, was.RequestsPerMinute, is.RequestsPerMinute)
-		bk.tok.rescale(now, was.TokensPerMinute, is.TokensPerMinute)
+		bk.req.rescale(now, rate(was.RequestsPerMinute, oldShare), b.rate(is.RequestsPerMinute), proportional)
+		bk.tok.rescale(now, rate(was.TokensPerMinute, oldShare), b.rate(is.TokensPerMinute), proportional)
 	}
 }
 
-// rescale moves b from capacity was to is (<= 0: no limit, a full bucket when one is set again).
-func (b *bucket) rescale(now time.Time, was, is int64) {
+// rate is a per-minute limit at a share (0: no limit).
+func rate(perMinute int64, share float64) float64 {
+	if perMinute <= 0 {
+		return 0
+	}
+	return float64(perMinute) * share
+}
+
+func (b *Budgets) rate(perMinute int64) float64 { return rate(perMinute, b.share) }
+
+// rescale moves b from capacity was to is (<= 0: no limit, a full bucket when one is set again):
+// proportionally (the same fraction full, debt included), or by adding a raise at once and capping
+// at a lowered capacity.
+func (b *bucket) rescale(now time.Time, was, is float64, proportional bool) {
 	switch {
 	case is <= 0:
 		return
 	case was <= 0:
-		b.level, b.last = float64(is), now
+		b.level, b.last = is, now
+	case proportional:
+		b.fill(now, was)
+		b.level *= is / was
 	default:
 		b.fill(now, was)
-		b.level = math.Min(float64(is), b.level+math.Max(float64(is-was), 0))
+		b.level = math.Min(is, b.level+math.Max(is-was, 0))
 	}
 }
 
@@ -219,39 +266,44 @@ func (b *Budgets) Reserve(tenant string, tokens int64) (*Reservation, Quota, err
 		b.buckets[tenant] = bk
 	}
 	var d Denied
-	if bud.RequestsPerMinute > 0 && bk.req.fill(now, bud.RequestsPerMinute) < 1 {
-		d.RetryAfter = bk.req.wait(1, bud.RequestsPerMinute)
+	rq, tk := b.rate(bud.RequestsPerMinute), b.rate(bud.TokensPerMinute)
+	// A share below one request a minute (a small budget over many replicas) lets one through on a
+	// full bucket and runs it into debt, as a large token request does.
+	if rq > 0 && bk.req.fill(now, rq) < math.Min(1, rq) {
+		d.RetryAfter = bk.req.wait(1, rq)
 	}
-	if bud.TokensPerMinute > 0 {
+	if tk > 0 {
 		// A request larger than a minute's budget waits for a full bucket, then runs it into debt.
-		if lvl := bk.tok.fill(now, bud.TokensPerMinute); lvl < math.Min(float64(tokens), float64(bud.TokensPerMinute)) {
-			if w := bk.tok.wait(float64(tokens), bud.TokensPerMinute); w > d.RetryAfter {
+		if lvl := bk.tok.fill(now, tk); lvl < math.Min(float64(tokens), tk) {
+			if w := bk.tok.wait(float64(tokens), tk); w > d.RetryAfter {
 				d.RetryAfter, d.Tokens = w, true
 			}
 		}
 	}
 	if d.RetryAfter > 0 {
-		d.Quota = quotaLocked(bk, bud)
+		d.Quota = quotaLocked(bk, bud, rq, tk)
 		return nil, d.Quota, &d
 	}
-	if bud.RequestsPerMinute > 0 {
+	if rq > 0 {
 		bk.req.level--
 	}
-	if bud.TokensPerMinute > 0 {
+	if tk > 0 {
 		bk.tok.level -= float64(tokens)
 	}
-	return &Reservation{b: b, tenant: tenant, tokens: tokens}, quotaLocked(bk, bud), nil
+	return &Reservation{b: b, tenant: tenant, tokens: tokens}, quotaLocked(bk, bud, rq, tk), nil
 }
 
-func quotaLocked(bk *buckets, bud Budget) Quota {
+// quotaLocked is the quota of bud whose buckets run at rq and tk (this replica's share): the limits
+// are the tenant's whole budget, what remains and the resets are this replica's.
+func quotaLocked(bk *buckets, bud Budget, rq, tk float64) Quota {
 	q := Quota{Budget: bud}
-	if bud.RequestsPerMinute > 0 {
+	if rq > 0 {
 		q.RemainingRequests = max(int64(math.Floor(bk.req.level)), 0)
-		q.ResetRequests = bk.req.wait(float64(bud.RequestsPerMinute), bud.RequestsPerMinute)
+		q.ResetRequests = bk.req.wait(rq, rq)
 	}
-	if bud.TokensPerMinute > 0 {
+	if tk > 0 {
 		q.RemainingTokens = max(int64(math.Floor(bk.tok.level)), 0)
-		q.ResetTokens = bk.tok.wait(float64(bud.TokensPerMinute), bud.TokensPerMinute)
+		q.ResetTokens = bk.tok.wait(tk, tk)
 	}
 	return q
 }
@@ -265,8 +317,8 @@ func (b *Budgets) sweepLocked(now time.Time) {
 	}
 	for t, bk := range b.buckets {
 		bud := b.budgetLocked(t)
-		if (bud.RequestsPerMinute <= 0 || bk.req.fill(now, bud.RequestsPerMinute) >= float64(bud.RequestsPerMinute)) &&
-			(bud.TokensPerMinute <= 0 || bk.tok.fill(now, bud.TokensPerMinute) >= float64(bud.TokensPerMinute)) {
+		rq, tk := b.rate(bud.RequestsPerMinute), b.rate(bud.TokensPerMinute)
+		if (rq <= 0 || bk.req.fill(now, rq) >= rq) && (tk <= 0 || bk.tok.fill(now, tk) >= tk) {
 			delete(b.buckets, t)
 		}
 	}
@@ -287,6 +339,7 @@ func (r *Reservation) Settle(used int64) {
 	if bk == nil || bud.TokensPerMinute <= 0 {
 		return
 	}
-	bk.tok.fill(b.now(), bud.TokensPerMinute)
-	bk.tok.level = math.Min(float64(bud.TokensPerMinute), bk.tok.level-float64(used-r.tokens))
+	tk := b.rate(bud.TokensPerMinute)
+	bk.tok.fill(b.now(), tk)
+	bk.tok.level = math.Min(tk, bk.tok.level-float64(used-r.tokens))
 }

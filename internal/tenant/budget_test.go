@@ -138,3 +138,54 @@ func TestBudgetSetLive(t *testing.T) {
 		t.Fatalf("Get = %+v, %+v", def, per)
 	}
 }
+
+// Three replicas enforcing their shares grant a fleet-wide rate within 5 % of the budget, and so do
+// the two left when one goes and they re-share; a share below one request a minute still serves.
+func TestBudgetSharesAcrossReplicas(t *testing.T) {
+	clk := newClock()
+	const tpm, rpm = 6000, 1000
+	fleet := make([]*tenant.Budgets, 3)
+	for i := range fleet {
+		fleet[i] = tenant.NewBudgets(tenant.BudgetConfig{Default: tenant.Budget{TokensPerMinute: tpm, RequestsPerMinute: rpm}, Now: clk.now})
+		fleet[i].SetReplicas(len(fleet))
+	}
+	// run offers each live replica a 25-token request every 10 ms (at least 5x the token budget)
+	// for two minutes and returns the tokens granted per minute over the second.
+	run := func(live []*tenant.Budgets) float64 {
+		var granted int64
+		for step := range 12000 {
+			if step == 6000 {
+				granted = 0 // the first minute holds the buckets' initial burst
+			}
+			for _, r := range live {
+				if res, _, err := r.Reserve("a", 25); err == nil {
+					granted += 25
+					res.Settle(25)
+				}
+			}
+			clk.add(10 * time.Millisecond)
+		}
+		return float64(granted)
+	}
+	if got := run(fleet); got < 0.95*tpm || got > 1.05*tpm {
+		t.Fatalf("3 replicas granted %.0f tokens per minute, want %d ± 5%%", got, tpm)
+	}
+	fleet = fleet[:2]
+	for _, r := range fleet {
+		r.SetReplicas(len(fleet))
+	}
+	if got := run(fleet); got < 0.95*tpm || got > 1.05*tpm {
+		t.Fatalf("2 replicas after one left granted %.0f tokens per minute, want %d ± 5%%", got, tpm)
+	}
+
+	// 2 requests a minute over 3 replicas: each replica's share is 2/3, one request on a full bucket.
+	small := tenant.NewBudgets(tenant.BudgetConfig{Default: tenant.Budget{RequestsPerMinute: 2}, Now: clk.now})
+	small.SetReplicas(3)
+	if _, q, err := small.Reserve("a", 0); err != nil || q.RequestsPerMinute != 2 {
+		t.Fatalf("a share below one request: %v, limit %d (want the whole budget named)", err, q.RequestsPerMinute)
+	}
+	_, _, err := small.Reserve("a", 0)
+	if d, ok := denied(err); !ok || d.RetryAfter != 90*time.Second {
+		t.Fatalf("second request on a 2/3-per-minute share: %v, want a 90 s denial", err)
+	}
+}
