@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// ScenarioTenants (issue #26): five tenants on a realistic 2 prefill + 2 decode SGLang-style cluster
+// whose prefill admission is the limit, named by a header (--tenant-header). Four quiet tenants each
+// offer 3/16 of the prefill capacity (just under an equal fifth) and one noisy tenant offers 1.25x
+// capacity, five times its fair share: the max-min fair share, what is left of the capacity once the
+// quiet tenants have all they ask (1/4 of it), so the total is 2x the capacity. Three variants, each on
+// a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
+// tenants' baseline), fairness off (one FIFO: --tenant-fairness off) and fairness on (deficit round
+// robin across tenants). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
+// the noisy tenant's served rate against its max-min fair share of what the run served.
+func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
+	s := newScenarioRun("tenants", o)
+	p := defaultTenantsPlan(o.Short)
+	eng := sim.DefaultConfig()
+	capacity := admPrefill * eng.PrefillTokensPerSec / float64(p.prompt)
+	quietRate, noisyRate := p.quietShare*capacity, p.noisyShare*capacity
+	s.res.Measurements["capacity_req_per_sec"] = round3(capacity)
+	s.res.Measurements["quiet_rate_each"] = round3(quietRate)
+	s.res.Measurements["noisy_rate"] = round3(noisyRate)
+	s.note("capacity from the model: %d prefill engines x %.0f tokens/s / %d-token prompts = %.2f req/s; %d quiet tenants offer %.2f req/s each (%.4gx capacity), the noisy tenant %.2f req/s (%.4gx: 5x its max-min fair share of %.4gx), total %.2fx; Poisson arrivals, streaming, max_tokens %d, %s measured after %s warm-up",
+		admPrefill, eng.PrefillTokensPerSec, p.prompt, capacity, len(p.quiet), quietRate, p.quietShare, noisyRate, p.noisyShare,
+		1-float64(len(p.quiet))*p.quietShare, p.noisyShare+float64(len(p.quiet))*p.quietShare, p.maxTokens, p.dur, p.warm)
+	s.note("gateway: %v, tenants named by %s", p.gatewayFlags, tenantHeader)
+	s.res.Table = [][]string{{"variant", "tenant", "offered req/s", "admitted req/s", "TTFT p50 ms", "TTFT p99 ms", "p99 / noisy absent",
+		"rejected (by code)", "served share", "fair share"}}
+	base := map[string]float64{} // quiet tenant -> TTFT p99 with the noisy tenant absent
+	var plots []*Result
+	for _, v := range p.variants() {
+		c, g, err := s.admissionCluster(ctx, sim.Config{}, v.flags...)
+		if err != nil {
+			return s.res, err
+		}
+		classes := p.classes(v.noisy)
+		rate := float64(len(p.quiet)) * quietRate
+		if v.noisy {
+			rate += noisyRate
+		}
+		cfg := Config{URL: g.url, Model: "sim-model", Rate: rate, Duration: p.dur, Warmup: p.warm, Stream: true, Seed: 61, SLOTTFT: p.slo,
+			Workload: WorkloadConfig{Kind: WorkloadClasses, Classes: classes}}
+		res, err := s.load(ctx, v.name, cfg, nil, nil)
+		_ = g.close()
+		c.Close()
+		if err != nil {
+			return s.res, err
+		}
+		rows := tenantRows(res, classes, p.dur, p.slo)
+		extra := map[string]any{}
+		for _, r := range rows {
+			extra[r.name] = r.sum
+			ratio := "-"
+			if b, ok := base[r.name]; ok && b > 0 {
+				ratio = fmt.Sprintf("%.2fx", r.sum.TTFT.P99/b)
+				s.res.Measurements[fmt.Sprintf("%s_p99_over_absent_%s", r.name, v.name)] = round3(r.sum.TTFT.P99 / b)
+			}
+			if !v.noisy {
+				base[r.name] = r.sum.TTFT.P99
+			}
+			s.res.Table = append(s.res.Table, []string{v.name, r.name, fmt.Sprintf("%.2f", r.offered), fmt.Sprintf("%.2f", r.sum.RequestsPerSec),
+				fms(r.sum.TTFT.P50), fms(r.sum.TTFT.P99), ratio, rejectedString(r.sum), fpct(r.servedShare), fpct(r.fairShare)})
+			if r.name != noisyTenant || v.noisy {
+				plots = append(plots, classResult(res, r.name, v.name+" "+r.name, p.slo))
+			}
+		}
+		s.res.Runs[len(s.res.Runs)-1].Extra = extra
+		s.tenantsMeasure(v.name, rows, base)
+	}
+	s.plot("tenants-ttft.svg", plots)
+	s.note("admitted = served (status 200, whole stream) per second of the measured window; fair share = the tenant's max-min fair share of the rate the run served (water-filling over the offered rates), as a share of that rate; served share likewise")
+	return s.res, nil
+}
+
+// tenantsPlan is the scenario's load and gateway settings.
+type tenantsPlan struct {
+	prompt, maxTokens      int
+	quiet                  []string
+	quietShare, noisyShare float64 // of the modelled capacity, per quiet tenant and for the noisy one
+	dur, warm, slo         time.Duration
+	gatewayFlags           []string
+}
+
+const (
+	tenantHeader = "X-Tenant"
+	noisyTenant  = "noisy"
+)
+
+func defaultTenantsPlan(short bool) tenantsPlan {
+	p := tenantsPlan{
+		prompt: 1024, maxTokens: 16,
+		quiet:      []string{"quiet-1", "quiet-2", "quiet-3", "quiet-4"},
+		quietShare: 3.0 / 16, noisyShare: 1.25,
+		dur: 60 * time.Second, warm: 5 * time.Second, slo: 2 * time.Second,
+		// The queue is sized to the SLO: the shared queue never fills (64 > 5 tenants x 8), a tenant
+		// may have 8 waiting (the noisy tenant's surplus gets tenant_queue_full at once instead of
+		// waiting out the timeout in everyone's way), and nobody waits longer than 5 s.
+		gatewayFlags: []string{"--prefill-max-inflight-requests-per-worker", "2", "--prefill-queue-size", "64",
+			"--prefill-queue-timeout-secs", "5", "--tenant-header", tenantHeader, "--tenant-max-queued", "8"},
+	}
+	if short {
+		p.dur, p.warm = 3*time.Second, 0
+	}
+	return p
+}
+
+type tenantsVariant struct {
+	name  string
+	noisy bool // the noisy tenant sends
+	flags []string
+}
+
+func (p tenantsPlan) variants() []tenantsVariant {
+	return []tenantsVariant{
+		{"noisy-absent", false, slices.Clone(p.gatewayFlags)},
+		{"fairness-off", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "off")},
+		{"fairness-on", true, slices.Clone(p.gatewayFlags)},
+	}
+}
+
+// classes is one class per tenant, each sending the tenant header, shares in proportion to the rates.
+func (p tenantsPlan) classes(noisy bool) []ClassConfig {
+	total := float64(len(p.quiet)) * p.quietShare
+	if noisy {
+		total += p.noisyShare
+	}
+	var cs []ClassConfig
+	if noisy {
+		cs = append(cs, ClassConfig{Name: noisyTenant, Share: p.noisyShare / total, PromptTokens: p.prompt, MaxTokens: p.maxTokens,
+			Header: map[string]string{tenantHeader: noisyTenant}})
+	}
+	for _, q := range p.quiet {
+		cs = append(cs, ClassConfig{Name: q, Share: p.quietShare / total, PromptTokens: p.prompt, MaxTokens: p.maxTokens,
+			Header: map[string]string{tenantHeader: q}})
+	}
+	return cs
+}
+
+// tenantsMeasure records a variant's headline figures: the worst quiet tenant's p99 against its
+// baseline, and the noisy tenant's served rate against its fair share.
+func (s *scenarioRun) tenantsMeasure(variant string, rows []tenantRow, base map[string]float64) {
+	worst := 0.0
+	var all []Record
+	for _, r := range rows {
+		if r.name == noisyTenant {
+			if r.fairShare > 0 {
+				s.res.Measurements["noisy_served_over_fair_"+variant] = round3(r.servedShare / r.fairShare)
+			}
+			continue
+		}
+		all = append(all, r.records...)
+		if b := base[r.name]; b > 0 && variant != "noisy-absent" {
+			worst = max(worst, r.sum.TTFT.P99/b)
+		}
+	}
+	q := NewDist(quietTTFTs(all))
+	s.res.Measurements["quiet_ttft_p99_ms_"+variant] = q.P99
+	if worst > 0 {
+		s.res.Measurements["worst_quiet_p99_over_absent_"+variant] = round3(worst)
+	}
+	if b, ok := s.res.Measurements["quiet_ttft_p99_ms_noisy-absent"].(float64); ok && b > 0 && variant != "noisy-absent" {
+		s.res.Measurements["all_quiet_p99_over_absent_"+variant] = round3(q.P99 / b)
+	}
+}
+
+func quietTTFTs(recs []Record) []float64 {
+	var v []float64
+	for _, r := range recs {
+		if r.OK() {
+			v = append(v, r.TTFTMS)
+		}
+	}
+	return v
+}
+
+func rejectedString(sum Summary) string {
+	n := 0
+	for _, k := range sum.ErrorsByCode {
+		n += k
+	}
+	if n == 0 {
+		return "0"
+	}
+	return strconv.Itoa(n) + " (" + countsString(sum.ErrorsByCode) + ")"
+}
