@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/sim"
@@ -12,9 +13,12 @@ import (
 
 // ScenarioTenants (issue #26): five tenants on a realistic 2 prefill + 2 decode SGLang-style cluster
 // whose prefill admission is the limit, named by a header (--tenant-header). Four quiet tenants each
-// offer 3/16 of the prefill capacity (just under an equal fifth) and one noisy tenant offers 1.25x
-// capacity, five times its fair share: the max-min fair share, what is left of the capacity once the
-// quiet tenants have all they ask (1/4 of it), so the total is 2x the capacity. Three variants, each on
+// offer 0.1x the prefill capacity (half an equal fifth) and one noisy tenant 1.6x, so the total is 2x
+// the capacity: the noisy tenant sends 8x an equal share, 2.7x its max-min fair share (what the quiet
+// tenants leave, 0.6x). The issue's "5x its fair share" and "2x overload" hold together only with
+// quiet tenants at 3/16 each, near their own equal share: measured, those queue among themselves even
+// without the noisy tenant (TTFT p99 near 1 s at 0.8 of the real capacity), so they are not quiet and
+// no policy can keep their p99. Three variants, each on
 // a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
 // tenants' baseline), fairness off (one FIFO: --tenant-fairness off) and fairness on (deficit round
 // robin across tenants). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
@@ -28,13 +32,15 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 	s.res.Measurements["capacity_req_per_sec"] = round3(capacity)
 	s.res.Measurements["quiet_rate_each"] = round3(quietRate)
 	s.res.Measurements["noisy_rate"] = round3(noisyRate)
-	s.note("capacity from the model: %d prefill engines x %.0f tokens/s / %d-token prompts = %.2f req/s; %d quiet tenants offer %.2f req/s each (%.4gx capacity), the noisy tenant %.2f req/s (%.4gx: 5x its max-min fair share of %.4gx), total %.2fx; Poisson arrivals, streaming, max_tokens %d, %s measured after %s warm-up",
-		admPrefill, eng.PrefillTokensPerSec, p.prompt, capacity, len(p.quiet), quietRate, p.quietShare, noisyRate, p.noisyShare,
-		1-float64(len(p.quiet))*p.quietShare, p.noisyShare+float64(len(p.quiet))*p.quietShare, p.maxTokens, p.dur, p.warm)
+	equal, maxMin := 1/float64(len(p.quiet)+1), 1-float64(len(p.quiet))*p.quietShare
+	s.note("capacity from the model: %d prefill engines x %.0f tokens/s / %d-token prompts = %.2f req/s; %d quiet tenants offer %.2f req/s each (%.3gx capacity, %.3gx an equal share), the noisy tenant %.2f req/s (%.3gx capacity: %.3gx an equal share, %.3gx its max-min fair share), total %.3gx; Poisson arrivals, streaming, max_tokens %d, %s measured after %s warm-up",
+		admPrefill, eng.PrefillTokensPerSec, p.prompt, capacity, len(p.quiet), quietRate, p.quietShare, p.quietShare/equal, noisyRate, p.noisyShare,
+		p.noisyShare/equal, p.noisyShare/maxMin, p.noisyShare+float64(len(p.quiet))*p.quietShare, p.maxTokens, p.dur, p.warm)
 	s.note("gateway: %v, tenants named by %s", p.gatewayFlags, tenantHeader)
 	s.res.Table = [][]string{{"variant", "tenant", "offered req/s", "admitted req/s", "TTFT p50 ms", "TTFT p99 ms", "p99 / noisy absent",
 		"rejected (by code)", "served share", "fair share"}}
 	base := map[string]float64{} // quiet tenant -> TTFT p99 with the noisy tenant absent
+	queues := [][]string{{"variant", "mean engine prefill queue (requests, both engines)"}}
 	var plots []*Result
 	for _, v := range p.variants() {
 		c, g, err := s.admissionCluster(ctx, sim.Config{}, v.flags...)
@@ -48,14 +54,31 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 		}
 		cfg := Config{URL: g.url, Model: "sim-model", Rate: rate, Duration: p.dur, Warmup: p.warm, Stream: true, Seed: 61, SLOTTFT: p.slo,
 			Workload: WorkloadConfig{Kind: WorkloadClasses, Classes: classes}}
-		res, err := s.load(ctx, v.name, cfg, nil, nil)
+		var mu sync.Mutex
+		var engineQ []float64
+		observe := func(time.Duration) {
+			n := 0
+			for _, e := range c.ByRole(sim.RolePrefill) {
+				es := e.Stats()
+				n += es.Queued + es.PrefillQueue
+			}
+			mu.Lock()
+			engineQ = append(engineQ, float64(n))
+			mu.Unlock()
+		}
+		res, err := s.load(ctx, v.name, cfg, observe, nil)
 		_ = g.close()
 		c.Close()
 		if err != nil {
 			return s.res, err
 		}
+		mu.Lock()
+		meanQ := mean0(engineQ)
+		mu.Unlock()
 		rows := tenantRows(res, classes, p.dur, p.slo)
-		extra := map[string]any{}
+		// Where the wait is: sluice's queue (by tenant) or the engines' (no tenants there).
+		extra := map[string]any{"mean_engine_prefill_queue": round3(meanQ)}
+		queues = append(queues, []string{v.name, fmt.Sprintf("%.2f", meanQ)})
 		for _, r := range rows {
 			extra[r.name] = r.sum
 			ratio := "-"
@@ -75,6 +98,7 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 		s.res.Runs[len(s.res.Runs)-1].Extra = extra
 		s.tenantsMeasure(v.name, rows, base)
 	}
+	s.section("Engine queues (sampled once a second): admission is the limit when they stay near the slots' work", queues)
 	s.plot("tenants-ttft.svg", plots)
 	s.note("admitted = served (status 200, whole stream) per second of the measured window; fair share = the tenant's max-min fair share of the rate the run served (water-filling over the offered rates), as a share of that rate; served share likewise")
 	return s.res, nil
@@ -98,12 +122,12 @@ func defaultTenantsPlan(short bool) tenantsPlan {
 	p := tenantsPlan{
 		prompt: 1024, maxTokens: 16,
 		quiet:      []string{"quiet-1", "quiet-2", "quiet-3", "quiet-4"},
-		quietShare: 3.0 / 16, noisyShare: 1.25,
+		quietShare: 0.1, noisyShare: 1.6,
 		dur: 60 * time.Second, warm: 5 * time.Second, slo: 2 * time.Second,
 		// The queue is sized to the SLO: the shared queue never fills (64 > 5 tenants x 8), a tenant
 		// may have 8 waiting (the noisy tenant's surplus gets tenant_queue_full at once instead of
 		// waiting out the timeout in everyone's way), and nobody waits longer than 5 s.
-		gatewayFlags: []string{"--prefill-max-inflight-requests-per-worker", "2", "--prefill-queue-size", "64",
+		gatewayFlags: []string{"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "64",
 			"--prefill-queue-timeout-secs", "5", "--tenant-header", tenantHeader, "--tenant-max-queued", "8"},
 	}
 	if short {
