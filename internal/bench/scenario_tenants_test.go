@@ -72,7 +72,8 @@ func TestTenantsScenarioSmoke(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"worst_quiet_p99_over_absent_fairness-on", "worst_quiet_p99_over_absent_fairness-off",
-		"noisy_served_over_fair_fairness-on", "noisy_served_over_fair_fairness-off", "quiet_ttft_p99_ms_noisy-absent"} {
+		"noisy_served_over_fair_fairness-on", "noisy_served_over_fair_fairness-off", "quiet_ttft_p99_ms_noisy-absent",
+		"quiet_ttft_p99_ms_alone_fairness-on"} {
 		if v, ok := res.Measurements[k].(float64); !ok || v <= 0 {
 			t.Errorf("measurement %s = %v", k, res.Measurements[k])
 		}
@@ -94,6 +95,28 @@ func parsePct(t *testing.T, s string) float64 {
 		t.Fatalf("share %q: %v", s, err)
 	}
 	return v / 100
+}
+
+func TestSplitBehindOwn(t *testing.T) {
+	recs := []Record{
+		{Index: 0, Class: "a", StartMS: 0, TTFTMS: 100},
+		{Index: 1, Class: "b", StartMS: 50, TTFTMS: 10},  // a's request is another tenant's
+		{Index: 2, Class: "a", StartMS: 60, TTFTMS: 100}, // behind a's first
+		{Index: 3, Class: "a", StartMS: 200, TTFTMS: 10}, // a's earlier ones have their first tokens
+	}
+	alone, behind := splitBehindOwn(recs)
+	idx := func(rs []Record) (out []int64) {
+		for _, r := range rs {
+			out = append(out, r.Index)
+		}
+		return out
+	}
+	if got := idx(alone); !slices.Equal(got, []int64{0, 1, 3}) {
+		t.Errorf("alone %v, want [0 1 3]", got)
+	}
+	if got := idx(behind); !slices.Equal(got, []int64{2}) {
+		t.Errorf("behind %v, want [2]", got)
+	}
 }
 
 func TestMaxMinFair(t *testing.T) {
