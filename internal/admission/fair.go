@@ -17,6 +17,18 @@ import (
 // gets w grants per round while it stays backlogged, and a flood delays a
 // quiet tenant by at most one round, whatever its size.
 //
+// A tenant that arrives with nothing waiting (a new one, as FQ-CoDel's new
+// flows, RFC 8290 section 4.1) is served before the backlogged ones, behind
+// only the other new tenants: it takes the turn at once when the current turn
+// has granted nothing yet (its waiter becomes the head, as a higher band's
+// would), else right after it. A sparse tenant thus waits for about one
+// grant, not for every backlogged tenant ahead of it in the ring. So that
+// this is no way to get more than a share, a tenant whose waiters are gone
+// keeps its place in the ring until the turn comes round to it and drops it:
+// one that comes back before that is not new, and waits for its place. Each
+// tenant still has one turn per round, and the tenant whose turn was put
+// off has it next.
+//
 // The cost unit is a grant (one client request), not its tokens: per-tenant
 // token use is bounded by budgets, and a request-count share keeps the head
 // stable (it changes only when the head leaves, as without tenants), so
@@ -79,15 +91,20 @@ const maxTenantWeight = 1000
 
 // fairBand is the deficit round robin of one band of one queue.
 type fairBand struct {
-	tenants map[string]*tenantQueue
-	ring    list.List     // of *tenantQueue with waiters, in turn order
-	cur     *list.Element // the tenant whose turn it is; nil iff ring is empty
+	tenants map[string]*tenantQueue // the tenants in the ring
+	ring    list.List               // of *tenantQueue, in turn order; idle ones until the turn drops them
+	cur     *list.Element           // the tenant whose turn it is, one with waiters; nil iff n == 0
+	// freshTail is the last of the new tenants that have not had their turn
+	// yet, which stand in the ring from cur (or the one after it) to
+	// freshTail; nil: none. New tenants keep their arrival order.
+	freshTail *list.Element
+	n         int // waiters in the band
 }
 
 // tenantQueue is one tenant's waiters in one band of one queue.
 type tenantQueue struct {
 	name    string
-	waiters list.List // of *waiter, arrival order
+	waiters list.List // of *waiter, arrival order; empty while idle
 	deficit int       // grants left in its current turn
 	elem    *list.Element
 }
@@ -125,10 +142,12 @@ func tenantName(t string) string {
 	return t
 }
 
-// fairAddLocked records a waiter just pushed on its arrival list.
-func (c *Controller) fairAddLocked(w *waiter) {
+// fairAddLocked records a waiter just pushed on its arrival list and
+// reports whether its tenant took the turn at once (then w may be the new
+// head).
+func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	if !c.settings.Tenants.on() {
-		return
+		return false
 	}
 	fb := &w.q.fair[w.band]
 	if fb.tenants == nil {
@@ -138,17 +157,35 @@ func (c *Controller) fairAddLocked(w *waiter) {
 	if tq == nil {
 		tq = &tenantQueue{name: w.tenant}
 		fb.tenants[w.tenant] = tq
-		tq.elem = fb.ring.PushBack(tq)
-		if fb.cur == nil {
-			fb.cur = tq.elem
-			tq.deficit = c.settings.Tenants.weight(tq.name)
+		ts := &c.settings.Tenants
+		switch {
+		case fb.cur == nil:
+			tq.elem = fb.ring.PushBack(tq)
+			fb.cur, tq.deficit, tookTurn = tq.elem, ts.weight(tq.name), true
+		case fb.freshTail != nil:
+			tq.elem = fb.ring.InsertAfter(tq, fb.freshTail)
+		case fb.turnUnstartedLocked(ts):
+			tq.elem = fb.ring.InsertBefore(tq, fb.cur)
+			fb.cur, tq.deficit, tookTurn = tq.elem, ts.weight(tq.name), true
+		default:
+			tq.elem = fb.ring.InsertAfter(tq, fb.cur)
 		}
+		fb.freshTail = tq.elem
 	}
+	fb.n++
 	w.tq, w.telem = tq, tq.waiters.PushBack(w)
 	if c.tenantQueued == nil {
 		c.tenantQueued = make(map[string]int)
 	}
 	c.tenantQueued[w.tenant]++
+	return tookTurn
+}
+
+// turnUnstartedLocked reports whether the current turn has granted nothing
+// yet.
+func (fb *fairBand) turnUnstartedLocked(ts *TenantSettings) bool {
+	tq := fb.cur.Value.(*tenantQueue)
+	return tq.deficit >= ts.weight(tq.name)
 }
 
 // fairRemoveLocked forgets a waiter leaving its queue; a granted waiter at
@@ -170,18 +207,12 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 	if isHead && w.state == granted {
 		tq.deficit--
 	}
+	fb.n--
 	switch {
-	case tq.waiters.Len() == 0:
-		next := fb.nextLocked(tq.elem)
-		if next == tq.elem {
-			next = nil // it was the only tenant
-		}
-		fb.ring.Remove(tq.elem)
-		delete(fb.tenants, tq.name)
-		if fb.cur == tq.elem {
-			fb.turnLocked(next, &c.settings.Tenants)
-		}
-	case fb.cur == tq.elem && tq.deficit <= 0:
+	case fb.n == 0:
+		*fb = fairBand{tenants: fb.tenants} // idle tenants go with the last waiter
+		clear(fb.tenants)
+	case fb.cur == tq.elem && (tq.waiters.Len() == 0 || tq.deficit <= 0):
 		fb.turnLocked(fb.nextLocked(tq.elem), &c.settings.Tenants)
 	}
 }
@@ -195,13 +226,27 @@ func (fb *fairBand) nextLocked(e *list.Element) *list.Element {
 	return fb.ring.Front()
 }
 
-// turnLocked gives the turn to e (nil: the ring is empty) with a fresh
-// deficit.
+// turnLocked gives the turn to the first tenant with waiters from e on, with
+// a fresh deficit, dropping the idle tenants it passes: their place is
+// forfeit once the turn has come round to them. The band must hold a
+// waiter; each idle tenant is dropped once, so this is O(1) amortised.
 func (fb *fairBand) turnLocked(e *list.Element, ts *TenantSettings) {
-	fb.cur = e
-	if e != nil {
+	if fb.cur == fb.freshTail {
+		fb.freshTail = nil // the last new tenant had its turn
+	}
+	for {
 		tq := e.Value.(*tenantQueue)
-		tq.deficit = ts.weight(tq.name)
+		if e == fb.freshTail {
+			fb.freshTail = nil // the new tenants before it had their turns; it has none left
+		}
+		if tq.waiters.Len() > 0 {
+			fb.cur, tq.deficit = e, ts.weight(tq.name)
+			return
+		}
+		next := fb.nextLocked(e)
+		fb.ring.Remove(e)
+		delete(fb.tenants, tq.name)
+		e = next
 	}
 }
 
@@ -224,7 +269,8 @@ func (c *Controller) refairLocked() {
 // fairPositionLocked is the position early rejection predicts for a newcomer of tenant in band:
 // positionLocked, except that with fairness the waiters of its own arrival band count only as far
 // as round robin serves them first: its tenant's n waiters ahead take n/w (its weight) turns, in
-// each of which every other tenant o gets up to its weight w_o. O(tenants of the band).
+// each of which every other tenant o gets up to its weight w_o; a new tenant waits for the new
+// tenants before it and the current turn. O(tenants of the band).
 func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	pos := c.positionLocked(q, band)
 	if q == nil || !c.settings.Tenants.Fair {
@@ -237,10 +283,25 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	}
 	tenant = tenantName(tenant)
 	ts := &c.settings.Tenants
-	mine := 0
-	if tq := fb.tenants[tenant]; tq != nil {
-		mine = tq.waiters.Len()
+	tq := fb.tenants[tenant]
+	if tq == nil {
+		// A new tenant is served after the new tenants before it, and after the
+		// current turn unless it takes the turn at once (fairAddLocked).
+		ahead := 0
+		if fb.freshTail != nil || !fb.turnUnstartedLocked(ts) {
+			cur := fb.cur.Value.(*tenantQueue)
+			ahead = min(cur.waiters.Len(), max(cur.deficit, 1))
+		}
+		for e := fb.cur.Next(); fb.freshTail != nil && e != nil; e = e.Next() {
+			f := e.Value.(*tenantQueue)
+			ahead += min(f.waiters.Len(), ts.weight(f.name))
+			if e == fb.freshTail {
+				break
+			}
+		}
+		return pos - q.bands[nb].Len() + ahead
 	}
+	mine := tq.waiters.Len()
 	turns := mine/ts.weight(tenant) + 1 // the newcomer is served in this turn of its tenant
 	ahead := mine
 	for name, tq := range fb.tenants {

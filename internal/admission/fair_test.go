@@ -269,3 +269,64 @@ func TestTenantFairEarlyRejection(t *testing.T) {
 		held.Release(admission.ReleaseCompleted)
 	})
 }
+
+// A tenant arriving with nothing waiting takes a turn that has not granted
+// yet (a sparse tenant waits about one grant, not a round), and the tenant
+// it put off goes next; one that comes back while it still has its place in
+// the ring is not new and waits for that place, so it gets no more than one
+// turn per round. Without this, d1 would wait for a2, b2 and c2.
+func TestTenantFairNewTenantGoesNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPlacement(map[string][]string{"m": {"W"}})
+		c := mustNew(t, fair(nil), admission.Deps{})
+		hold, err := c.Acquire(bg, tenantReq(p, "hold", "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := map[string]<-chan result{}
+		arrive := func(id, tenant string) {
+			waiting[id] = goAcquire(bg, c, tenantReq(p, id, tenant))
+			synctest.Wait()
+		}
+		// next releases s and returns the one caller that release admitted.
+		next := func(s *admission.Slot) (string, *admission.Slot) {
+			t.Helper()
+			s.Release(admission.ReleaseCompleted)
+			synctest.Wait()
+			for id, ch := range waiting {
+				if r, ok := done(ch); ok {
+					if r.err != nil {
+						t.Fatalf("%s: %v", id, r.err)
+					}
+					delete(waiting, id)
+					return id, r.slot
+				}
+			}
+			t.Fatal("a release admitted nobody")
+			return "", nil
+		}
+		for _, tenant := range []string{"a", "b", "c"} {
+			for i := 1; i <= 3; i++ {
+				arrive(fmt.Sprint(tenant, i), tenant)
+			}
+		}
+		var got []string
+		cur := hold
+		for len(waiting) > 0 {
+			var id string
+			id, cur = next(cur)
+			got = append(got, id)
+			switch id {
+			case "c1":
+				arrive("d1", "d") // new: before a, whose turn has granted nothing yet
+			case "d1":
+				arrive("d2", "d") // d still has its place before a: not new
+			}
+		}
+		cur.Release(admission.ReleaseCompleted)
+		want := []string{"a1", "b1", "c1", "d1", "a2", "b2", "c2", "d2", "a3", "b3", "c3"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("grant order %v, want %v", got, want)
+		}
+	})
+}

@@ -53,9 +53,9 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 		tenant: tenantName(req.Tenant),
 	}
 	w.elem = q.bands[band].PushBack(w)
-	c.fairAddLocked(w)
+	tookTurn := c.fairAddLocked(w) // fair.go: a new tenant may take the head
 	q.n++
-	if pos == 1 {
+	if pos == 1 || tookTurn && c.headLocked(q) == w {
 		// The new head; a displaced one (a lower band) stops polling at its
 		// next tick.
 		c.promoteLocked(w)

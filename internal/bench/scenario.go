@@ -86,6 +86,7 @@ func Scenarios() map[string]Scenario {
 		"priority":        ScenarioPriority,
 		"replicas":        ScenarioReplicas,
 		"scale":           ScenarioScale,
+		"tenants":         ScenarioTenants,
 		"tokens":          ScenarioTokens,
 	}
 }
