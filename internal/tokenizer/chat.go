@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -68,6 +69,14 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			return "", fmt.Errorf("%w: tools must be an array", ErrBadChat)
 		}
 	}
+	if t.fast != nil {
+		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
+			var b strings.Builder
+			if t.fast(&b, conv, chat.AddGenerationPrompt, off) {
+				return b.String(), nil
+			}
+		}
+	}
 	data["messages"] = jinja.NewList(conv)
 	data["tools"] = tools
 	data["add_generation_prompt"] = jinja.NewBool(chat.AddGenerationPrompt)
@@ -76,6 +85,21 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	return out, nil
+}
+
+// fastKwargs reports whether the template's variables are only those the fast path knows (the
+// special tokens, and chat_template_kwargs' enable_thinking as a bool), and whether thinking is off
+// (the template's `enable_thinking is false`).
+func fastKwargs(data map[string]jinja.Value, special int) (thinkingOff, ok bool) {
+	v, has := data["enable_thinking"]
+	n := special
+	if has {
+		if !v.IsBool() {
+			return false, false
+		}
+		n++
+	}
+	return has && !v.AsBool(), len(data) == n
 }
 
 // EncodeChat renders chat and tokenizes the result without adding special tokens (vLLM's default for
