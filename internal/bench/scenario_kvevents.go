@@ -67,8 +67,8 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 		{"cache-aware-3", "cache_aware, 3 replicas", "cache_aware", kvReplicas, false, nil},
 		{"round-robin-3", "round_robin, 3 replicas", "round_robin", kvReplicas, false, nil},
 		{"kv-aware-3-restart", "kv_aware, 3 replicas, an engine restarted halfway", "kv_aware", kvReplicas, true, nil},
-		{"kv-aware-3-restart-redial", "kv_aware, 3 replicas, an engine restarted halfway, --kv-events-retry-secs 0.05", "kv_aware", kvReplicas, true,
-			[]string{"--kv-events-retry-secs", "0.05"}},
+		{"kv-aware-3-restart-redial", "kv_aware, 3 replicas, an engine restarted halfway, --kv-events-retry-secs 0.5 (the redial pause capped 10x higher)", "kv_aware", kvReplicas, true,
+			[]string{"--kv-events-retry-secs", "0.5"}},
 	}
 	s.note("%d simulated vLLM engines (prefill %.0f tokens/s, block size %d, prefix cache %d tokens each) publishing KV-cache events (ZeroMQ PUB + replay ROUTER); %d concurrent conversations of %d turns (first prompt %d tokens, +%d per turn, max_tokens %d, streaming completions), turn t of conversation c sent to replica (c+t) mod replicas; %s per variant after %s warmup, fresh engines and gateways per variant",
 		kvEngines, eng.PrefillTokensPerSec, kvBlockSize, kvCacheTokens, kvConvs, kvTurns, kvFirstTokens, kvTurnTokens, kvMaxTokens, dur, warm)
