@@ -35,6 +35,11 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 	if t.template == nil {
 		return "", ErrNoTemplate
 	}
+	if t.fast != nil {
+		if out, ok := t.renderPlain(chat); ok {
+			return out, nil
+		}
+	}
 	msgs, err := parseValue(chat.Messages)
 	if err != nil {
 		return "", fmt.Errorf("%w: messages: %w", ErrBadChat, err)
@@ -71,8 +76,9 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 	}
 	if t.fast != nil {
 		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
-			var b strings.Builder
-			if t.fast(&b, conv, chat.AddGenerationPrompt, off) {
+			if ms, ok := plainMessages(conv); ok {
+				var b strings.Builder
+				t.fast(&b, ms, chat.AddGenerationPrompt, off)
 				return b.String(), nil
 			}
 		}

@@ -17,9 +17,8 @@ import (
 // generated chats and against Python's jinja2 on the oracle corpus.
 const qwen3TemplateSHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
 
-// fastTemplate renders messages (as conversationMessage builds them) for a known template; ok is
-// false when the chat's shape is not one it covers (then the engine renders it).
-type fastTemplate func(b *strings.Builder, msgs []jinja.Value, addGenerationPrompt bool, thinkingOff bool) (ok bool)
+// fastTemplate renders plain messages for a known template.
+type fastTemplate func(b *strings.Builder, ms []chatMessage, addGenerationPrompt bool, thinkingOff bool)
 
 // fastTemplateFor returns the fast path of a template source, or nil.
 func fastTemplateFor(src string) fastTemplate {
@@ -30,36 +29,40 @@ func fastTemplateFor(src string) fastTemplate {
 	return nil
 }
 
-// qwen3Message is what the template reads of a message, in the shapes the fast path covers.
-type qwen3Message struct {
+// chatMessage is what a fast path reads of a message: the shapes it covers have a string role and
+// content, and no assistant message has tool_calls or reasoning_content (those need tojson and the
+// reasoning rules; the engine renders them).
+type chatMessage struct {
 	role, content string
 }
 
-// renderQwen3 covers chats without tools in which every message has a string role and content, and
-// no assistant message has tool_calls or reasoning_content (those need tojson and the reasoning
-// rules; the engine renders them).
-func renderQwen3(b *strings.Builder, msgs []jinja.Value, addGenerationPrompt, thinkingOff bool) bool {
-	var buf [32]qwen3Message
-	ms := buf[:0]
-	size := 64
+// plainMessages returns msgs (as conversationMessage builds them) as chatMessages, or false when one
+// is not of the shapes the fast paths cover.
+func plainMessages(msgs []jinja.Value) ([]chatMessage, bool) {
+	ms := make([]chatMessage, 0, len(msgs))
 	for _, m := range msgs {
 		if !m.IsDict() {
-			return false
+			return nil, false
 		}
 		d := m.AsDict()
 		role, _ := d.Get("role")
 		content, _ := d.Get("content")
 		if !role.IsString() || !content.IsString() {
-			return false
+			return nil, false
 		}
 		if role.AsString() == "assistant" && (d.Has("tool_calls") || d.Has("reasoning_content")) {
-			return false
+			return nil, false
 		}
-		ms = append(ms, qwen3Message{role: role.AsString(), content: content.AsString()})
-		size += len(content.AsString()) + 32
+		ms = append(ms, chatMessage{role: role.AsString(), content: content.AsString()})
 	}
-	if len(ms) == 0 {
-		return false
+	return ms, len(ms) > 0
+}
+
+// renderQwen3 renders plain messages of a chat without tools.
+func renderQwen3(b *strings.Builder, ms []chatMessage, addGenerationPrompt, thinkingOff bool) {
+	size := 64
+	for _, m := range ms {
+		size += len(m.content) + 32
 	}
 	b.Grow(size)
 	// {%- if messages[0].role == 'system' %} (no tools)
@@ -126,5 +129,126 @@ func renderQwen3(b *strings.Builder, msgs []jinja.Value, addGenerationPrompt, th
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}
-	return true
+}
+
+// renderPlain is the fast path straight from the request's JSON, for the commonest chat of all: no
+// tools, chat_template_kwargs absent or only enable_thinking, and messages that are objects of a
+// string role and a string (or null) content and nothing else. Then conversationMessage would hand the
+// template just those two fields, so parsing them into template values is skipped. Anything else
+// (including every malformed request, whose error the full path reports) returns false.
+func (t *Tokenizer) renderPlain(chat Chat) (string, bool) {
+	if len(chat.Tools) > 0 && !isNull(chat.Tools) && strings.TrimSpace(string(chat.Tools)) != "[]" {
+		return "", false
+	}
+	off := false
+	if len(chat.TemplateKwargs) > 0 && !isNull(chat.TemplateKwargs) {
+		kw, err := parseValue(chat.TemplateKwargs)
+		if err != nil || !kw.IsDict() || kw.AsDict().Len() > 1 {
+			return "", false
+		}
+		if kw.AsDict().Len() == 1 {
+			v, ok := kw.AsDict().Get("enable_thinking")
+			if !ok || !v.IsBool() {
+				return "", false
+			}
+			off = !v.AsBool()
+		}
+	}
+	ms, ok := plainJSONMessages(chat.Messages)
+	if !ok {
+		return "", false
+	}
+	var b strings.Builder
+	t.fast(&b, ms, chat.AddGenerationPrompt, off)
+	return b.String(), true
+}
+
+// plainJSONMessages parses a JSON array of {"role": string, "content": string or null} objects (keys
+// once each, in either order), or returns false.
+func plainJSONMessages(raw []byte) ([]chatMessage, bool) {
+	p := jsonParser{s: string(raw)}
+	p.space()
+	if p.i >= len(p.s) || p.s[p.i] != '[' {
+		return nil, false
+	}
+	p.i++
+	var ms []chatMessage
+	for {
+		p.space()
+		if p.i >= len(p.s) || p.s[p.i] != '{' {
+			return nil, false
+		}
+		p.i++
+		var m chatMessage
+		var hasRole, hasContent bool
+		for {
+			p.space()
+			if p.i >= len(p.s) || p.s[p.i] != '"' {
+				return nil, false
+			}
+			key, err := p.str()
+			if err != nil {
+				return nil, false
+			}
+			p.space()
+			if p.i >= len(p.s) || p.s[p.i] != ':' {
+				return nil, false
+			}
+			p.i++
+			p.space()
+			if p.i >= len(p.s) {
+				return nil, false
+			}
+			var val string
+			switch {
+			case p.s[p.i] == '"':
+				if val, err = p.str(); err != nil {
+					return nil, false
+				}
+			case key == "content" && p.literal("null") == nil:
+			default:
+				return nil, false
+			}
+			switch {
+			case key == "role" && !hasRole:
+				m.role, hasRole = val, true
+			case key == "content" && !hasContent:
+				m.content, hasContent = val, true
+			default:
+				return nil, false
+			}
+			p.space()
+			if p.i >= len(p.s) {
+				return nil, false
+			}
+			if p.s[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.s[p.i] != '}' {
+				return nil, false
+			}
+			p.i++
+			break
+		}
+		if !hasRole || !hasContent {
+			return nil, false
+		}
+		ms = append(ms, m)
+		p.space()
+		if p.i >= len(p.s) {
+			return nil, false
+		}
+		if p.s[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.s[p.i] != ']' {
+			return nil, false
+		}
+		p.i++
+		break
+	}
+	p.space()
+	return ms, p.i == len(p.s)
 }

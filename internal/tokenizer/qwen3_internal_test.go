@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ardanlabs/jinja"
 	"pgregory.net/rapid"
 )
 
@@ -80,7 +79,11 @@ func TestQwen3FastPathIsTheEngine(t *testing.T) {
 			}
 			msgs = append(msgs, m)
 		}
-		chat := Chat{Messages: mustJSON(rt, msgs), AddGenerationPrompt: rapid.Bool().Draw(rt, "add_generation_prompt")}
+		raw := mustJSON(rt, msgs)
+		if rapid.Bool().Draw(rt, "indent") {
+			raw, _ = json.MarshalIndent(msgs, " ", "\t") // whitespace between every token
+		}
+		chat := Chat{Messages: raw, AddGenerationPrompt: rapid.Bool().Draw(rt, "add_generation_prompt")}
 		chat.TemplateKwargs = json.RawMessage(rapid.SampledFrom([]string{"", "null", "{}", `{"enable_thinking": false}`, `{"enable_thinking": true}`, `{"enable_thinking": 0}`, `{"other": 1}`}).Draw(rt, "kwargs"))
 		chat.Tools = json.RawMessage(rapid.SampledFrom([]string{"", "null", "[]", `[{"type": "function", "function": {"name": "f", "parameters": {}}}]`}).Draw(rt, "tools"))
 		want, werr := slow.RenderChat(chat)
@@ -104,9 +107,9 @@ func TestQwen3FastPathIsTheEngine(t *testing.T) {
 func tookFastPath(tk *Tokenizer, chat Chat) bool {
 	probe := *tk
 	called := false
-	probe.fast = func(b *strings.Builder, msgs []jinja.Value, add, off bool) bool {
-		called = tk.fast(b, msgs, add, off)
-		return called
+	probe.fast = func(b *strings.Builder, ms []chatMessage, add, off bool) {
+		called = true
+		tk.fast(b, ms, add, off)
 	}
 	_, _ = probe.RenderChat(chat)
 	return called
