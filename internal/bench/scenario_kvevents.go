@@ -67,8 +67,8 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 		{"cache-aware-3", "cache_aware, 3 replicas", "cache_aware", kvReplicas, false, nil},
 		{"round-robin-3", "round_robin, 3 replicas", "round_robin", kvReplicas, false, nil},
 		{"kv-aware-3-restart", "kv_aware, 3 replicas, an engine restarted halfway", "kv_aware", kvReplicas, true, nil},
-		{"kv-aware-3-restart-redial", "kv_aware, 3 replicas, an engine restarted halfway, --kv-events-retry-secs 0.05", "kv_aware", kvReplicas, true,
-			[]string{"--kv-events-retry-secs", "0.05"}},
+		{"kv-aware-3-restart-redial", "kv_aware, 3 replicas, an engine restarted halfway, --kv-events-retry-secs 0.5 (the redial pause capped 10x higher)", "kv_aware", kvReplicas, true,
+			[]string{"--kv-events-retry-secs", "0.5"}},
 	}
 	s.note("%d simulated vLLM engines (prefill %.0f tokens/s, block size %d, prefix cache %d tokens each) publishing KV-cache events (ZeroMQ PUB + replay ROUTER); %d concurrent conversations of %d turns (first prompt %d tokens, +%d per turn, max_tokens %d, streaming completions), turn t of conversation c sent to replica (c+t) mod replicas; %s per variant after %s warmup, fresh engines and gateways per variant",
 		kvEngines, eng.PrefillTokensPerSec, kvBlockSize, kvCacheTokens, kvConvs, kvTurns, kvFirstTokens, kvTurnTokens, kvMaxTokens, dur, warm)
@@ -96,9 +96,9 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 			s.res.Measurements[v.key+"_event_round_trip_ms_p50"] = r.roundTripP50
 			s.res.Measurements[v.key+"_event_round_trip_ms_max"] = r.roundTripMax
 			s.section("Engine restart ("+v.name+"): times from the restarted engine listening again", [][]string{
-				{"stale blocks gone from every replica's index", "direct probes sent", "first probe's latency", "after that probe's response", "event round trip p50 / max (warmup probes)", "within one round trip of it", "first load request served by it"},
-				{fms(r.recoveryMS), strconv.FormatInt(r.probes, 10), fms(r.firstProbeMS), fms(r.afterProbeMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
-					strconv.FormatBool(r.afterProbeMS <= r.roundTripMax), firstServed(r.firstRequestMS)},
+				{"stale blocks gone from every replica's index", "direct probes sent", "first probe's latency", "after the last probe's response", "event round trip p50 / max (warmup probes)", "recovery within one round trip (max)", "first load request served by it"},
+				{fms(r.recoveryMS), strconv.FormatInt(r.probes, 10), orNone(r.firstProbeMS), orNone(r.afterProbeMS), fms(r.roundTripP50) + " / " + fms(r.roundTripMax),
+					strconv.FormatBool(r.recoveryMS <= r.roundTripMax), firstServed(r.firstRequestMS)},
 			})
 		}
 	}
@@ -114,7 +114,7 @@ func ScenarioKVEvents(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	s.res.Measurements["kv_aware_3_vs_kv_aware_1"] = round3(hits["kv-aware-3"] / max(hits["kv-aware-1"], 1e-9))
 	s.plot("kv-events-ttft.svg", plots)
 	s.note("hit rate = the engines' own prefix_cache_hit_tokens / prompt_tokens (/sim/stats) over the measured window, summed over the 4 engines (the restarted engine's counters before and after); the ids the kv_aware runs send are the ones the simulator makes of the text the other runs send, so every policy offers the engines the same tokens")
-	s.note("restart: the engine's process is closed and a new one with an empty cache listens on the same HTTP and event ports; recovery = until no replica's index holds more blocks of that engine than the engine itself, while one-block probes go to the engine directly, each waited for 25 ms, until then (a stale index is noticed on the new engine's next batch; the subscriber's SUB socket redials a lost publisher every 500 ms by default, --kv-events-retry-secs); first load request = the first the gateways sent the new engine (they keep it out for a while after the failures of the restart); the event round trip is measured in the warmup: a one-block request pinned to an engine, from its response until every replica's index has the block (sluice_kv_index_blocks, gathered from each replica's metrics registry every 2 ms)")
+	s.note("restart: the engine's process is closed and a new one with an empty cache listens on the same HTTP and event ports; recovery = until no replica's index holds more blocks of that engine than the engine itself, checked for 25 ms, then again after each one-block probe sent to the engine directly (a subscriber redials a lost publisher at once, then after 5 ms doubling up to --kv-events-retry-secs while it fails, and on reconnection asks the replay socket whether the engine is a new process; without that answer the new engine's next batch tells); first load request = the first the gateways sent the new engine (they keep it out for a while after the failures of the restart); the event round trip is measured in the warmup: a one-block request pinned to an engine, from its response until every replica's index has the block (sluice_kv_index_blocks, gathered from each replica's metrics registry every 2 ms)")
 	return s.res, nil
 }
 
@@ -250,9 +250,10 @@ func startKVEngine(ctx context.Context, cfg sim.Config, s *scenarioRun) (*sim.En
 }
 
 // kvRestart closes engine i and starts a new one on its ports, then measures how long until no
-// replica's index holds stale blocks of it, and until the gateways send it load again. A stale index
-// is only noticed on the new engine's next batch, so one-block probes go to the engine directly (not
-// through a gateway), each waited for kvProbeWait, until then. It returns the closed engine's counters.
+// replica's index holds stale blocks of it, and until the gateways send it load again. Subscribers
+// notice a restart on reconnection, or else on the new engine's next batch: the indexes are checked
+// for kvProbeWait, then again after each one-block probe sent to the engine directly (not through a
+// gateway), until they are right. It returns the closed engine's counters.
 func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gateway, engines []*sim.Engine, i int) (*kvRecovery, sim.Stats, error) {
 	old := engines[i]
 	st := old.Stats()
@@ -273,20 +274,22 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 	}
 	engines[i] = e
 	t0 := time.Now()
-	rec := &kvRecovery{firstRequestMS: -1, recoveryMS: -1}
+	rec := &kvRecovery{firstRequestMS: -1, recoveryMS: -1, firstProbeMS: -1, afterProbeMS: -1}
 	direct := newRequester(hc, url, EndpointCompletions, "", false)
 	// stale reports whether a replica's index holds more blocks of the engine than it has.
 	stale := func() (bool, error) {
-		// Blocks the engine holds now, read before the indexes so that a block stored in between
-		// does not count as stale.
-		held := e.Stats().PrefixCacheUsed / kvBlockSize
-		for _, g := range gws {
-			n, err := indexedBlocks(g, url)
-			if err != nil || int64(n) > held {
+		// Blocks the engine holds, read after the indexes: an index lags its engine, so a block
+		// stored in between counts for the engine and not yet for the index (read before, it would
+		// count as stale).
+		n := make([]float64, len(gws))
+		for i, g := range gws {
+			var err error
+			if n[i], err = indexedBlocks(g, url); err != nil {
 				return true, err
 			}
 		}
-		return false, nil
+		held := e.Stats().PrefixCacheUsed / kvBlockSize
+		return slices.ContainsFunc(n, func(b float64) bool { return int64(b) > held }), nil
 	}
 	// served notes when the engine has answered a request that was not a probe.
 	served := func(rec *kvRecovery) {
@@ -295,9 +298,32 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 		}
 	}
 	deadline := t0.Add(30 * time.Second)
+	// Each round waits kvProbeWait for the indexes to be right, then probes: the subscribers notice
+	// a restart on reconnection, before the new engine publishes anything, so no probe may be needed.
+	sent := t0
 	for rec.recoveryMS < 0 {
 		if time.Now().After(deadline) {
 			return nil, st, fmt.Errorf("restart of %s: index still stale after 30s", url)
+		}
+		for time.Since(sent) < kvProbeWait {
+			served(rec)
+			bad, err := stale()
+			if err != nil {
+				return nil, st, err
+			}
+			if !bad {
+				rec.recoveryMS = ms(time.Since(t0))
+				if rec.probes > 0 {
+					rec.afterProbeMS = ms(time.Since(sent))
+				}
+				break
+			}
+			if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+				return nil, st, err
+			}
+		}
+		if rec.recoveryMS >= 0 {
+			break
 		}
 		var r Record
 		direct.do(ctx, kvProbeBody(uint32(1000+rec.probes)), nil, &r)
@@ -308,21 +334,7 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 			rec.firstProbeMS = r.E2EMS
 		}
 		rec.probes++
-		sent := time.Now()
-		for time.Since(sent) < kvProbeWait {
-			served(rec)
-			bad, err := stale()
-			if err != nil {
-				return nil, st, err
-			}
-			if !bad {
-				rec.recoveryMS, rec.afterProbeMS = ms(time.Since(t0)), ms(time.Since(sent))
-				break
-			}
-			if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
-				return nil, st, err
-			}
-		}
+		sent = time.Now()
 	}
 	// When the restarted engine next serves the load is a measurement, not a condition: a short run's
 	// load may end, or route elsewhere, first (seen in CI), so the figure is then left unmeasured (-1).
@@ -337,6 +349,14 @@ func (s *scenarioRun) kvRestart(ctx context.Context, hc *http.Client, gws []*gat
 	}
 	s.note("restart of %s: stale index gone on all %d replicas after %.1f ms (%d direct probes), first load request served by it after %.1f ms", url, len(gws), rec.recoveryMS, rec.probes, rec.firstRequestMS)
 	return rec, st, nil
+}
+
+// orNone renders a time, or "none" when unmeasured (-1: no probe was needed).
+func orNone(ms float64) string {
+	if ms < 0 {
+		return "none"
+	}
+	return fms(ms)
 }
 
 // firstServed renders the first load request's time, or says none came within the wait.

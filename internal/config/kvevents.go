@@ -16,8 +16,9 @@ type KVEventsConfig struct {
 	// repeatable): tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N], as kvevents.ParseEndpointSpec
 	// reads it.
 	Endpoints map[string]string
-	// RetryInterval is how often a subscriber redials a publisher it lost (--kv-events-retry-secs; 0:
-	// the kvevents default, 0.5 s). After an engine restart the index is stale until the redial.
+	// RetryInterval is the longest pause between a subscriber's redials of a publisher it lost
+	// (--kv-events-retry-secs; 0: the kvevents default, 0.05 s). After an engine restart the index is
+	// stale until the redial.
 	RetryInterval time.Duration
 }
 
@@ -28,7 +29,7 @@ func (s *flagSet) registerKVEvents() {
 			"the gateway reaches it, tcp://HOST:PORT, with optional ?replay=tcp://HOST:PORT (its replay ROUTER), &topic=T "+
 			"and &dp=N (rank r on the ports + r). Repeatable.")
 	s.dur(&s.cfg.KVEvents.RetryInterval, time.Second, "kv-events-retry-secs", "SECS", 0,
-		"How often a lost events publisher (a restarted engine) is redialed; its index is stale until then. 0 = 0.5 s.")
+		"The longest pause between redials of a lost events publisher (a restarted engine; the first is at once); its index is stale until then. 0 = 0.05 s.")
 }
 
 // kvEventsValue is a repeatable URL=SPEC flag. The URL is cut at the first "=": worker URLs carry

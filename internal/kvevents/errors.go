@@ -13,6 +13,11 @@ var (
 	ErrUnknownEvent = errors.New("unknown event tag")
 )
 
+// Connection errors: the publisher could not be reached; the subscriber retries.
+var (
+	ErrDial = errors.New("kvevents: publisher unreachable")
+)
+
 // Configuration errors, returned by constructors.
 var (
 	ErrConfig = errors.New("kvevents: invalid configuration")

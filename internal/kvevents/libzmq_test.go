@@ -20,7 +20,7 @@ func TestSimulatorFramesInLibzmq(t *testing.T) {
 	py := python(t)
 	for _, proto := range []sim.Protocol{sim.ProtocolVLLM, sim.ProtocolSGLang} {
 		t.Run(string(proto), func(t *testing.T) {
-			e := startSim(t, proto, sim.KVEventsConfig{})
+			e := startSim(t, proto)
 			ep := e.KVEventsEndpoints()[0]
 			const want = 3
 			cmd := exec.Command(py, "testdata/vllm_subscriber.py", ep.Publisher, ep.Replay, "3")

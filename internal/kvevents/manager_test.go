@@ -20,7 +20,7 @@ func TestManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mgr.Close()
-	a, b := startSim(t, sim.ProtocolVLLM, sim.KVEventsConfig{}), startSim(t, sim.ProtocolSGLang, sim.KVEventsConfig{})
+	a, b := startSim(t, sim.ProtocolVLLM), startSim(t, sim.ProtocolSGLang)
 	ep := func(name string, e *sim.Engine) kvevents.Endpoint {
 		x := e.KVEventsEndpoints()[0]
 		return kvevents.Endpoint{Worker: name, Publisher: x.Publisher, Replay: x.Replay}

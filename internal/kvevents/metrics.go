@@ -16,7 +16,8 @@ type Metrics interface {
 	// cleared).
 	IncGap(worker string, repaired bool)
 	// IncCleared counts index clears the subscriber decided, by reason: "gap" (unrepaired), "restart"
-	// (the sequence went back: a new engine process).
+	// (the sequence went back, or on reconnection the replay socket lacks the batch applied last: a new
+	// engine process).
 	IncCleared(worker string, reason string)
 	// IncMalformed counts frames dropped as undecodable.
 	IncMalformed(worker string)

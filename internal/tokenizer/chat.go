@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -33,6 +34,11 @@ type Chat struct {
 func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 	if t.template == nil {
 		return "", ErrNoTemplate
+	}
+	if t.fast != nil {
+		if out, ok := t.renderPlain(chat); ok {
+			return out, nil
+		}
 	}
 	msgs, err := parseValue(chat.Messages)
 	if err != nil {
@@ -68,6 +74,15 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			return "", fmt.Errorf("%w: tools must be an array", ErrBadChat)
 		}
 	}
+	if t.fast != nil {
+		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
+			if ms, ok := plainMessages(conv); ok {
+				var b strings.Builder
+				t.fast(&b, ms, chat.AddGenerationPrompt, off)
+				return b.String(), nil
+			}
+		}
+	}
 	data["messages"] = jinja.NewList(conv)
 	data["tools"] = tools
 	data["add_generation_prompt"] = jinja.NewBool(chat.AddGenerationPrompt)
@@ -76,6 +91,21 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	return out, nil
+}
+
+// fastKwargs reports whether the template's variables are only those the fast path knows (the
+// special tokens, and chat_template_kwargs' enable_thinking as a bool), and whether thinking is off
+// (the template's `enable_thinking is false`).
+func fastKwargs(data map[string]jinja.Value, special int) (thinkingOff, ok bool) {
+	v, has := data["enable_thinking"]
+	n := special
+	if has {
+		if !v.IsBool() {
+			return false, false
+		}
+		n++
+	}
+	return has && !v.AsBool(), len(data) == n
 }
 
 // EncodeChat renders chat and tokenizes the result without adding special tokens (vLLM's default for

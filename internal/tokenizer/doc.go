@@ -25,6 +25,12 @@
 //     encoding/json's maps will not do; its token stream cost more than the template itself, and
 //     jsontext's token stream about as much.
 //
+// Qwen3's template, recognised by its SHA-256, has a fast path (qwen3.go): the shapes nearly every
+// request has (no tools, messages of string role and content, no tool calls or reasoning_content) are
+// written in Go, straight from the request's JSON when the messages carry nothing else; every other
+// shape, and every error, goes through the Jinja engine. A property test checks the two agree; the
+// oracle test checks both against Python's jinja2.
+//
 // Messages reach the template as vLLM builds them (chat.go), and Render/Encode together are what vLLM
 // computes for a chat before it schedules the prompt.
 //

