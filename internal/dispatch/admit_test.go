@@ -155,8 +155,11 @@ func TestPriorityReachesAdmission(t *testing.T) {
 		}
 	}
 	send(body("first", ""), nil)
-	for len(p.recorded()) == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); len(p.recorded()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never reached the engine")
+		}
+		time.Sleep(time.Millisecond) // polling interval; the condition is re-checked
 	}
 	send(body("low", `"priority":-5,`), nil)
 	waitQueued(1)
