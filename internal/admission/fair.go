@@ -126,8 +126,9 @@ type tenantQueue struct {
 	name    string
 	waiters list.List // of *waiter, arrival order; empty while idle
 	deficit int       // grants left in its current turn
-	quantum int       // the grants its current (or, while new, first) turn started with
+	quantum int       // the grants its current turn started with
 	debt    int       // its first turn's grants beyond its weight, not yet repaid
+	fresh   bool      // new, nothing granted yet: its turn is a burst
 	elem    *list.Element
 }
 
@@ -178,8 +179,7 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	tq := fb.tenants[w.tenant]
 	if tq == nil {
 		ts := &c.settings.Tenants
-		tq = &tenantQueue{name: w.tenant, quantum: ts.burst(w.tenant)}
-		tq.deficit = tq.quantum // spent only once it has the turn
+		tq = &tenantQueue{name: w.tenant, fresh: true}
 		fb.tenants[w.tenant] = tq
 		switch {
 		case fb.cur == nil:
@@ -188,13 +188,18 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 		case fb.freshTail != nil:
 			tq.elem = fb.ring.InsertAfter(tq, fb.freshTail)
 		case fb.turnUnstartedLocked():
-			// The tenant put off keeps what it owed: its turn will be granted afresh.
-			off := fb.cur.Value.(*tenantQueue)
-			off.debt = max(0, ts.weight(off.name)-off.quantum)
+			// The tenant put off keeps what it owed (or its burst): its turn
+			// will be started afresh.
+			if off := fb.cur.Value.(*tenantQueue); !off.fresh {
+				off.debt = ts.weight(off.name) - off.quantum
+			}
 			tq.elem = fb.ring.InsertBefore(tq, fb.cur)
 			fb.cur, tookTurn = tq.elem, true
 		default:
 			tq.elem = fb.ring.InsertAfter(tq, fb.cur)
+		}
+		if tookTurn {
+			fb.startTurnLocked(tq, ts)
 		}
 		fb.freshTail = tq.elem
 	}
@@ -232,6 +237,7 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 	}
 	if isHead && w.state == granted {
 		tq.deficit--
+		tq.fresh = false
 	}
 	fb.n--
 	switch {
@@ -275,8 +281,8 @@ func (fb *fairBand) turnLocked(e *list.Element, ts *TenantSettings) {
 		case tq.debt >= w || (tq.debt > 0 && tq.waiters.Len() == 0):
 			tq.debt = max(0, tq.debt-w) // this turn repays it
 		case tq.waiters.Len() > 0:
-			tq.quantum = w - tq.debt
-			fb.cur, tq.deficit, tq.debt = e, tq.quantum, 0
+			fb.cur = e
+			fb.startTurnLocked(tq, ts)
 			return
 		default:
 			fb.ring.Remove(e)
@@ -284,6 +290,17 @@ func (fb *fairBand) turnLocked(e *list.Element, ts *TenantSettings) {
 		}
 		e = next
 	}
+}
+
+// startTurnLocked gives tq, now fb.cur, its turn's grants: a burst if it is
+// new, else its weight less what it still owes.
+func (fb *fairBand) startTurnLocked(tq *tenantQueue, ts *TenantSettings) {
+	if tq.fresh {
+		tq.quantum = ts.burst(tq.name)
+	} else {
+		tq.quantum, tq.debt = ts.weight(tq.name)-tq.debt, 0
+	}
+	tq.deficit = tq.quantum
 }
 
 // refairLocked rebuilds the per-tenant structures of every queue from the
@@ -330,7 +347,7 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 		}
 		for e := fb.cur.Next(); fb.freshTail != nil && e != nil; e = e.Next() {
 			f := e.Value.(*tenantQueue)
-			ahead += min(f.waiters.Len(), f.quantum)
+			ahead += min(f.waiters.Len(), ts.burst(f.name))
 			if e == fb.freshTail {
 				break
 			}
