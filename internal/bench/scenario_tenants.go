@@ -133,9 +133,11 @@ func defaultTenantsPlan(short bool) tenantsPlan {
 		dur: 60 * time.Second, warm: 5 * time.Second, slo: 2 * time.Second,
 		// The queue is sized to the SLO: the shared queue never fills (64 > 5 tenants x 8), a tenant
 		// may have 8 waiting (the noisy tenant's surplus gets tenant_queue_full at once instead of
-		// waiting out the timeout in everyone's way), and nobody waits longer than 5 s.
+		// waiting out the timeout in everyone's way), and nobody waits longer than 5 s. A tenant back
+		// from idle gets a burst of 4 (off by default): a quiet tenant's few queued requests go together.
 		gatewayFlags: []string{"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "64",
-			"--prefill-queue-timeout-secs", "5", "--tenant-header", tenantHeader, "--tenant-max-queued", "8"},
+			"--prefill-queue-timeout-secs", "5", "--tenant-header", tenantHeader, "--tenant-max-queued", "8",
+			"--tenant-burst", "4"},
 	}
 	if short {
 		p.dur, p.warm = 3*time.Second, 0

@@ -17,7 +17,7 @@ func TestParseTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TenantsConfig{Header: "X-Tenant", Fairness: "on", Weights: map[string]int{"a": 3, "b": 2, "c": 1},
-		MaxQueued: 10, Burst: 4, MetricsMaxTenants: 20}
+		MaxQueued: 10, Burst: 1, MetricsMaxTenants: 20}
 	if diff := cmp.Diff(want, c.Tenants); diff != "" {
 		t.Errorf("tenants (-want +got):\n%s", diff)
 	}
