@@ -17,7 +17,7 @@ import (
 func BenchmarkTenantsQueued(b *testing.B) {
 	const tenants = 1000
 	fair := on(1, 2*tenants)
-	fair.Tenants = admission.TenantSettings{Fair: true, MaxQueued: 10, Weights: map[string]int{"t0": 3}}
+	fair.Tenants = admission.TenantSettings{Fair: true, MaxQueued: 10, Weights: map[string]int{"t0": 3}, Burst: 4}
 	for _, bc := range []struct {
 		name string
 		s    admission.Settings

@@ -29,6 +29,16 @@ import (
 // tenant still has one turn per round, and the tenant whose turn was put
 // off has it next.
 //
+// A new tenant's first turn is a burst of up to max(w, Burst) grants, so
+// that the few requests a sparse tenant sends at once go back to back rather
+// than one a round behind the flood. The grants beyond w are a debt, repaid
+// by the turns it then has in the ring: each turn that comes round to it
+// idle repays w, and it stays in the ring (so is not new) until the debt is
+// paid; a turn that finds it backlogged grants w less the debt. Over any
+// interval a tenant thus gets at most its share plus Burst grants, and a
+// tenant that sends bursts at will gets no more than its weight in the long
+// run.
+//
 // The cost unit is a grant (one client request), not its tokens: per-tenant
 // token use is bounded by budgets, and a request-count share keeps the head
 // stable (it changes only when the head leaves, as without tenants), so
@@ -53,6 +63,10 @@ type TenantSettings struct {
 	// MaxQueued bounds one tenant's waiters over all queues; a newcomer
 	// beyond it is rejected with ErrTenantQueueFull. <= 0 means no bound.
 	MaxQueued int
+	// Burst is the grants a new tenant (one back from idle) may take in its
+	// first turn, repaid in its later turns; a tenant's weight when larger.
+	// <= 1: its weight, no burst. Used with Fair.
+	Burst int
 }
 
 // on reports whether admission tracks tenants at all.
@@ -65,6 +79,9 @@ func (t *TenantSettings) weight(tenant string) int {
 	return 1
 }
 
+// burst is the first turn's quantum of a tenant new to a band.
+func (t *TenantSettings) burst(tenant string) int { return max(t.weight(tenant), t.Burst) }
+
 func (t TenantSettings) clone() TenantSettings {
 	t.Weights = maps.Clone(t.Weights)
 	return t
@@ -74,6 +91,9 @@ func (t *TenantSettings) validate() error {
 	var errs []error
 	if t.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("admission: tenant max queued must be >= 0, got %d", t.MaxQueued))
+	}
+	if t.Burst < 0 || t.Burst > maxTenantWeight {
+		errs = append(errs, fmt.Errorf("admission: tenant burst must be 0-%d, got %d", maxTenantWeight, t.Burst))
 	}
 	for name, w := range t.Weights {
 		if name == "" {
@@ -86,7 +106,7 @@ func (t *TenantSettings) validate() error {
 	return errors.Join(errs...)
 }
 
-// maxTenantWeight bounds a weight, hence the grants one tenant gets in a row.
+// maxTenantWeight bounds a weight or burst, hence the grants one tenant gets in a row.
 const maxTenantWeight = 1000
 
 // fairBand is the deficit round robin of one band of one queue.
@@ -106,6 +126,9 @@ type tenantQueue struct {
 	name    string
 	waiters list.List // of *waiter, arrival order; empty while idle
 	deficit int       // grants left in its current turn
+	quantum int       // the grants its current turn started with
+	debt    int       // its first turn's grants beyond its weight, not yet repaid
+	fresh   bool      // new, nothing granted yet: its turn is a burst
 	elem    *list.Element
 }
 
@@ -155,20 +178,28 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	}
 	tq := fb.tenants[w.tenant]
 	if tq == nil {
-		tq = &tenantQueue{name: w.tenant}
-		fb.tenants[w.tenant] = tq
 		ts := &c.settings.Tenants
+		tq = &tenantQueue{name: w.tenant, fresh: true}
+		fb.tenants[w.tenant] = tq
 		switch {
 		case fb.cur == nil:
 			tq.elem = fb.ring.PushBack(tq)
-			fb.cur, tq.deficit, tookTurn = tq.elem, ts.weight(tq.name), true
+			fb.cur, tookTurn = tq.elem, true
 		case fb.freshTail != nil:
 			tq.elem = fb.ring.InsertAfter(tq, fb.freshTail)
-		case fb.turnUnstartedLocked(ts):
+		case fb.turnUnstartedLocked():
+			// The tenant put off keeps what it owed (or its burst): its turn
+			// will be started afresh.
+			if off := fb.cur.Value.(*tenantQueue); !off.fresh {
+				off.debt = ts.weight(off.name) - off.quantum
+			}
 			tq.elem = fb.ring.InsertBefore(tq, fb.cur)
-			fb.cur, tq.deficit, tookTurn = tq.elem, ts.weight(tq.name), true
+			fb.cur, tookTurn = tq.elem, true
 		default:
 			tq.elem = fb.ring.InsertAfter(tq, fb.cur)
+		}
+		if tookTurn {
+			fb.startTurnLocked(tq, ts)
 		}
 		fb.freshTail = tq.elem
 	}
@@ -183,9 +214,9 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 
 // turnUnstartedLocked reports whether the current turn has granted nothing
 // yet.
-func (fb *fairBand) turnUnstartedLocked(ts *TenantSettings) bool {
+func (fb *fairBand) turnUnstartedLocked() bool {
 	tq := fb.cur.Value.(*tenantQueue)
-	return tq.deficit >= ts.weight(tq.name)
+	return tq.deficit >= tq.quantum
 }
 
 // fairRemoveLocked forgets a waiter leaving its queue; a granted waiter at
@@ -206,11 +237,12 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 	}
 	if isHead && w.state == granted {
 		tq.deficit--
+		tq.fresh = false
 	}
 	fb.n--
 	switch {
 	case fb.n == 0:
-		*fb = fairBand{tenants: fb.tenants} // idle tenants go with the last waiter
+		*fb = fairBand{tenants: fb.tenants} // idle tenants and debts go with the last waiter: an empty band owes nobody
 		clear(fb.tenants)
 	case fb.cur == tq.elem && (tq.waiters.Len() == 0 || tq.deficit <= 0):
 		fb.turnLocked(fb.nextLocked(tq.elem), &c.settings.Tenants)
@@ -226,11 +258,15 @@ func (fb *fairBand) nextLocked(e *list.Element) *list.Element {
 	return fb.ring.Front()
 }
 
-// turnLocked gives the turn to the first tenant with waiters from e on, with
-// a fresh deficit, dropping the idle tenants it passes: their place is
-// forfeit once the turn has come round to them. The band must hold a
-// waiter; each idle tenant is dropped once, so this is O(1) amortised.
+// turnLocked ends the current turn and gives the next to the first tenant
+// from e on with waiters and a turn left after its debt, dropping the idle
+// tenants it passes that owe nothing: their place is forfeit once the turn
+// has come round to them. Each turn passed repays the tenant's weight. The
+// band must hold a waiter; each idle tenant is dropped once and each unit of
+// debt repaid once, so this is O(1) amortised.
 func (fb *fairBand) turnLocked(e *list.Element, ts *TenantSettings) {
+	old := fb.cur.Value.(*tenantQueue)
+	old.debt += max(0, old.quantum-old.deficit-ts.weight(old.name)) // a burst's grants beyond the weight
 	if fb.cur == fb.freshTail {
 		fb.freshTail = nil // the last new tenant had its turn
 	}
@@ -239,15 +275,32 @@ func (fb *fairBand) turnLocked(e *list.Element, ts *TenantSettings) {
 		if e == fb.freshTail {
 			fb.freshTail = nil // the new tenants before it had their turns; it has none left
 		}
-		if tq.waiters.Len() > 0 {
-			fb.cur, tq.deficit = e, ts.weight(tq.name)
-			return
-		}
+		w := ts.weight(tq.name)
 		next := fb.nextLocked(e)
-		fb.ring.Remove(e)
-		delete(fb.tenants, tq.name)
+		switch {
+		case tq.debt >= w || (tq.debt > 0 && tq.waiters.Len() == 0):
+			tq.debt = max(0, tq.debt-w) // this turn repays it
+		case tq.waiters.Len() > 0:
+			fb.cur = e
+			fb.startTurnLocked(tq, ts)
+			return
+		default:
+			fb.ring.Remove(e)
+			delete(fb.tenants, tq.name)
+		}
 		e = next
 	}
+}
+
+// startTurnLocked gives tq, now fb.cur, its turn's grants: a burst if it is
+// new, else its weight less what it still owes.
+func (fb *fairBand) startTurnLocked(tq *tenantQueue, ts *TenantSettings) {
+	if tq.fresh {
+		tq.quantum = ts.burst(tq.name)
+	} else {
+		tq.quantum, tq.debt = ts.weight(tq.name)-tq.debt, 0
+	}
+	tq.deficit = tq.quantum
 }
 
 // refairLocked rebuilds the per-tenant structures of every queue from the
@@ -288,13 +341,13 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 		// A new tenant is served after the new tenants before it, and after the
 		// current turn unless it takes the turn at once (fairAddLocked).
 		ahead := 0
-		if fb.freshTail != nil || !fb.turnUnstartedLocked(ts) {
+		if fb.freshTail != nil || !fb.turnUnstartedLocked() {
 			cur := fb.cur.Value.(*tenantQueue)
 			ahead = min(cur.waiters.Len(), max(cur.deficit, 1))
 		}
 		for e := fb.cur.Next(); fb.freshTail != nil && e != nil; e = e.Next() {
 			f := e.Value.(*tenantQueue)
-			ahead += min(f.waiters.Len(), ts.weight(f.name))
+			ahead += min(f.waiters.Len(), ts.burst(f.name))
 			if e == fb.freshTail {
 				break
 			}

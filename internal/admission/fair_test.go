@@ -226,6 +226,8 @@ func TestTenantSettingsValidate(t *testing.T) {
 		{Fair: true, Weights: map[string]int{"a": 0}},
 		{Fair: true, Weights: map[string]int{"": 2}},
 		{Fair: true, Weights: map[string]int{"a": 1001}},
+		{Fair: true, Burst: -1},
+		{Fair: true, Burst: 1001},
 	} {
 		s := on(1, 10)
 		s.Tenants = ts
@@ -327,6 +329,138 @@ func TestTenantFairNewTenantGoesNext(t *testing.T) {
 		want := []string{"a1", "b1", "c1", "d1", "a2", "b2", "c2", "d2", "a3", "b3", "c3"}
 		if !slices.Equal(got, want) {
 			t.Fatalf("grant order %v, want %v", got, want)
+		}
+	})
+}
+
+// A tenant back from idle is granted its burst of up to Burst back to back,
+// before the backlogged tenants' next turns, and its surplus over its weight
+// is a debt: its Burst+1-th request waits its turn and then the turns the
+// debt repays. The flood's own first turns are bursts too (a and b are new
+// when they queue), repaid the same way.
+func TestTenantFairBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPlacement(map[string][]string{"m": {"W"}})
+		s := fair(nil)
+		s.Tenants.Burst = 3
+		c := mustNew(t, s, admission.Deps{})
+		hold, err := c.Acquire(bg, tenantReq(p, "hold", "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := map[string]<-chan result{}
+		arrive := func(id, tenant string) {
+			waiting[id] = goAcquire(bg, c, tenantReq(p, id, tenant))
+			synctest.Wait()
+		}
+		for _, tenant := range []string{"a", "b"} {
+			for i := 1; i <= 6; i++ {
+				arrive(fmt.Sprint(tenant, i), tenant)
+			}
+		}
+		var got []string
+		cur := hold
+		for len(waiting) > 0 {
+			cur.Release(admission.ReleaseCompleted)
+			synctest.Wait()
+			var id string
+			for k, ch := range waiting {
+				if r, ok := done(ch); ok {
+					if r.err != nil {
+						t.Fatalf("%s: %v", k, r.err)
+					}
+					id, cur = k, r.slot
+				}
+			}
+			if id == "" {
+				t.Fatal("a release admitted nobody")
+			}
+			delete(waiting, id)
+			got = append(got, id)
+			if id == "a4" { // d is new, b's turn has granted nothing yet: d takes it
+				for i := 1; i <= 4; i++ {
+					arrive(fmt.Sprint("d", i), "d")
+				}
+			}
+		}
+		cur.Release(admission.ReleaseCompleted)
+		want := []string{
+			"a1", "a2", "a3", "b1", "b2", "b3", // first turns: bursts of 3, debts of 2
+			"a4",             // a and b repaid 2 turns each
+			"d1", "d2", "d3", // d's burst goes before the backlogged b and a
+			"b4", "a5", "b5", "a6", "b6", // d repays its 2 turns
+			"d4",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("grant order %v, want %v", got, want)
+		}
+	})
+}
+
+// A tenant that sends a burst's worth each time it has been served, against
+// a backlogged one, gets no more than its share plus one burst: each burst is
+// a debt it repays before it can be new again. Without the debt it would get
+// Burst grants to the other's one, round after round.
+func TestTenantFairBurstRepaid(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const burst = 4
+		p := newPlacement(map[string][]string{"m": {"W"}})
+		s := fair(nil)
+		s.Tenants.Burst = burst
+		c := mustNew(t, s, admission.Deps{})
+		cur, err := c.Acquire(bg, tenantReq(p, "hold", "h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type pending struct {
+			id, tenant string
+			ch         <-chan result
+		}
+		var waiting []pending
+		var grants []string
+		var backlogged []map[string]bool
+		arrive := func(id, tenant string) {
+			waiting = append(waiting, pending{id, tenant, goAcquire(bg, c, tenantReq(p, id, tenant))})
+			synctest.Wait()
+		}
+		release := func() {
+			t.Helper()
+			queued := map[string]bool{}
+			for _, w := range waiting {
+				queued[w.tenant] = true
+			}
+			cur.Release(admission.ReleaseCompleted)
+			synctest.Wait()
+			for i, w := range waiting {
+				if r, ok := done(w.ch); ok {
+					if r.err != nil {
+						t.Fatalf("%s: %v", w.id, r.err)
+					}
+					cur, waiting = r.slot, slices.Delete(waiting, i, i+1)
+					grants, backlogged = append(grants, w.tenant), append(backlogged, queued)
+					return
+				}
+			}
+			t.Fatal("a release admitted nobody")
+		}
+		for i := range 40 {
+			arrive(fmt.Sprint("y", i), "y")
+		}
+		for g := range 5 {
+			for k := range burst {
+				arrive(fmt.Sprint("x", g, ".", k), "x")
+			}
+			for slices.ContainsFunc(waiting, func(w pending) bool { return w.tenant == "x" }) {
+				release()
+			}
+			release() // x is dropped from the ring now unless it owes
+		}
+		for len(waiting) > 0 {
+			release()
+		}
+		cur.Release(admission.ReleaseCompleted)
+		if msg := shareBoundViolation(grants, backlogged, map[string]int{"x": 1, "y": 1}, burst); msg != "" {
+			t.Fatal(msg)
 		}
 	})
 }

@@ -1,6 +1,8 @@
 package admission_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 
@@ -56,4 +58,119 @@ func fairLivenessWaiter(pending []propWaiter, q string, targets map[string]strin
 		}
 	}
 	return w, !first
+}
+
+// TestPropertyTenantShareBound checks fair queueing's bound with bursts: with
+// one slot and random arrivals of three tenants (t0 weighing 2) between
+// releases, over every run of consecutive grants during which a tenant Y had
+// a waiter at each grant, any other tenant X was granted at most
+// w_X*((n_Y+B)/w_Y + 2) + B, n_Y being Y's grants in that run and B the
+// burst: its share of Y's turns (the debt Y may still owe counted as B
+// grants), one turn either side, and one burst.
+func TestPropertyTenantShareBound(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		burst := rapid.IntRange(0, 4).Draw(rt, "burst")
+		weights := map[string]int{"t0": 2, "t1": 1, "t2": 1}
+		// An op is k arrivals of a tenant (0-2), k releases (3), or t2 gaming
+		// the burst (4): it sends a burst's worth, waits for all of it and for
+		// k more grants, when without the debt it would be new again.
+		type op struct{ what, k int }
+		ops := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) op {
+			return op{rapid.IntRange(0, 4).Draw(t, "what"), rapid.IntRange(1, 5).Draw(t, "k")}
+		}), 1, 40).Draw(rt, "ops")
+		var grants []string
+		var backlogged []map[string]bool // per grant: the tenants with a waiter when it was made
+		synctest.Test(t, func(t *testing.T) {
+			s := on(1, 100)
+			s.Tenants = admission.TenantSettings{Fair: true, Weights: map[string]int{"t0": 2}, Burst: burst}
+			p := newPlacement(map[string][]string{"m": {"W"}})
+			c := mustNew(t, s, admission.Deps{})
+			cur, err := c.Acquire(bg, tenantReq(p, "hold", "x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type pending struct {
+				tenant string
+				ch     <-chan result
+			}
+			var waiting []pending
+			release := func() bool {
+				if len(waiting) == 0 {
+					return false
+				}
+				queued := map[string]bool{}
+				for _, w := range waiting {
+					queued[w.tenant] = true
+				}
+				cur.Release(admission.ReleaseCompleted)
+				synctest.Wait()
+				for i, w := range waiting {
+					if r, ok := done(w.ch); ok {
+						if r.err != nil {
+							t.Fatalf("%s: %v", w.tenant, r.err)
+						}
+						cur = r.slot
+						grants, backlogged = append(grants, w.tenant), append(backlogged, queued)
+						waiting = slices.Delete(waiting, i, i+1)
+						return true
+					}
+				}
+				t.Fatal("a release admitted nobody")
+				return false
+			}
+			arrive := func(id, tenant string) {
+				waiting = append(waiting, pending{tenant, goAcquire(bg, c, tenantReq(p, id, tenant))})
+				synctest.Wait()
+			}
+			for i, o := range ops {
+				if o.what == 4 {
+					const tenant = "t2"
+					for k := range max(burst, 1) {
+						arrive(fmt.Sprint("r", i, ".", k), tenant)
+					}
+					for slices.ContainsFunc(waiting, func(w pending) bool { return w.tenant == tenant }) {
+						release()
+					}
+					for range o.k {
+						release()
+					}
+					continue
+				}
+				for k := range o.k {
+					if o.what == 3 {
+						release()
+						continue
+					}
+					arrive(fmt.Sprint("r", i, ".", k), fmt.Sprint("t", o.what))
+				}
+			}
+			for release() {
+			}
+			cur.Release(admission.ReleaseCompleted)
+		})
+		if msg := shareBoundViolation(grants, backlogged, weights, burst); msg != "" {
+			rt.Fatal(msg)
+		}
+	})
+}
+
+// shareBoundViolation checks the bound of TestPropertyTenantShareBound on a
+// grant sequence and, per grant, the tenants that had a waiter when it was
+// made; it describes the first violation, or returns "".
+func shareBoundViolation(grants []string, backlogged []map[string]bool, weights map[string]int, burst int) string {
+	b := max(burst, 1)
+	for y, wy := range weights {
+		for i := range grants {
+			n := map[string]int{}
+			for j := i; j < len(grants) && backlogged[j][y]; j++ {
+				n[grants[j]]++
+				for x, wx := range weights {
+					if x != y && n[x]*wy > wx*(n[y]+b+2*wy)+b*wy {
+						return fmt.Sprintf("grants %d..%d of %v: %s got %d while %s, backlogged, got %d (burst %d)", i, j, grants, x, n[x], y, n[y], burst)
+					}
+				}
+			}
+		}
+	}
+	return ""
 }

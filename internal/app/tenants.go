@@ -19,7 +19,7 @@ func withTenants(s admission.Settings, t config.TenantsConfig) admission.Setting
 	if !t.On() {
 		return s
 	}
-	s.Tenants = admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued}
+	s.Tenants = admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued, Burst: t.Burst}
 	return s
 }
 

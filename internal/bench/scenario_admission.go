@@ -27,7 +27,12 @@ const (
 
 // admissionCluster starts the cluster and a gateway with the PD flags plus extra.
 func (s *scenarioRun) admissionCluster(ctx context.Context, eng sim.Config, extra ...string) (*sim.Cluster, *gateway, error) {
-	c, err := sim.StartCluster(ctx, sim.ClusterConfig{Prefill: admPrefill, Decode: admDecode, Mode: sim.ModeRealistic, Engine: eng, Logger: s.o.Logger})
+	return s.admissionClusterOf(ctx, admPrefill, admDecode, eng, extra...)
+}
+
+// admissionClusterOf is admissionCluster with prefill and decode engines of its own count.
+func (s *scenarioRun) admissionClusterOf(ctx context.Context, prefill, decode int, eng sim.Config, extra ...string) (*sim.Cluster, *gateway, error) {
+	c, err := sim.StartCluster(ctx, sim.ClusterConfig{Prefill: prefill, Decode: decode, Mode: sim.ModeRealistic, Engine: eng, Logger: s.o.Logger})
 	if err != nil {
 		return nil, nil, err
 	}

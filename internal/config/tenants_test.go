@@ -17,7 +17,7 @@ func TestParseTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TenantsConfig{Header: "X-Tenant", Fairness: "on", Weights: map[string]int{"a": 3, "b": 2, "c": 1},
-		MaxQueued: 10, MetricsMaxTenants: 20}
+		MaxQueued: 10, Burst: 1, MetricsMaxTenants: 20}
 	if diff := cmp.Diff(want, c.Tenants); diff != "" {
 		t.Errorf("tenants (-want +got):\n%s", diff)
 	}
@@ -55,6 +55,7 @@ func TestParseTenantsRejects(t *testing.T) {
 		{"weights without source", append(slices.Clone(on), "--tenant-weights", "a=2"), "need a tenant source"},
 		{"bad weight", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=0"), "weight must be an integer 1-1000"},
 		{"weight twice", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-weights", "a=2,a=3"), "given twice"},
+		{"burst 0", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-burst", "0"), "--tenant-burst must be 1-1000"},
 		{"negative bound", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-max-queued", "-1"), "--tenant-max-queued must be at least 0"},
 		{"tenant bound without admission", append(slices.Clone(pd), "--tenant-header", "X-T", "--tenant-max-queued", "3"), "act inside prefill admission, which is off"},
 		{"budgets without source", append(slices.Clone(on), "--tenant-requests-per-minute", "5"), "need a tenant source"},
