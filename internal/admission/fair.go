@@ -67,6 +67,11 @@ type TenantSettings struct {
 	// first turn, repaid in its later turns; a tenant's weight when larger.
 	// <= 1: its weight, no burst. Used with Fair.
 	Burst int
+	// UnderShareFirst serves first the tenants below their share (share.go):
+	// the head is the oldest waiter of a tenant whose recent grant rate is
+	// under its weighted share of the band's, else the round robin's. Used
+	// with Fair.
+	UnderShareFirst bool
 }
 
 // on reports whether admission tracks tenants at all.
@@ -118,7 +123,8 @@ type fairBand struct {
 	// yet, which stand in the ring from cur (or the one after it) to
 	// freshTail; nil: none. New tenants keep their arrival order.
 	freshTail *list.Element
-	n         int // waiters in the band
+	n         int        // waiters in the band
+	share     shareState // UnderShareFirst's rates and head (share.go)
 }
 
 // tenantQueue is one tenant's waiters in one band of one queue.
@@ -140,7 +146,15 @@ func (c *Controller) fairHeadLocked(q *queue, front *waiter) *waiter {
 		return front
 	}
 	fb := &q.fair[front.band]
-	return fb.cur.Value.(*tenantQueue).waiters.Front().Value.(*waiter)
+	return fb.headTenant().waiters.Front().Value.(*waiter)
+}
+
+// headTenant is the tenant whose front waiter is the band's head.
+func (fb *fairBand) headTenant() *tenantQueue {
+	if fb.share.head != nil {
+		return fb.share.head
+	}
+	return fb.cur.Value.(*tenantQueue)
 }
 
 // bandFrontLocked returns the waiter whose rank stands for h's band: its
@@ -205,6 +219,12 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	}
 	fb.n++
 	w.tq, w.telem = tq, tq.waiters.PushBack(w)
+	if c.shareArriveLocked(fb, tq) {
+		tookTurn = true
+		if f := tq.waiters.Front().Value.(*waiter); f != w && c.headLocked(w.q) == f {
+			c.promoteLocked(f) // its earlier waiter is the head now
+		}
+	}
 	if c.tenantQueued == nil {
 		c.tenantQueued = make(map[string]int)
 	}
@@ -228,6 +248,7 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 	}
 	fb := &w.q.fair[w.band]
 	isHead := fb.cur == tq.elem && tq.waiters.Front() == w.telem
+	bandHead := fb.headTenant() == tq && tq.waiters.Front() == w.telem
 	tq.waiters.Remove(w.telem)
 	w.tq, w.telem = nil, nil
 	if n := c.tenantQueued[w.tenant] - 1; n > 0 {
@@ -239,13 +260,21 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 		tq.deficit--
 		tq.fresh = false
 	}
+	if w.state == granted && c.settings.Tenants.UnderShareFirst {
+		fb.share.grant(w.tenant, c.now())
+	}
 	fb.n--
 	switch {
 	case fb.n == 0:
-		*fb = fairBand{tenants: fb.tenants} // idle tenants and debts go with the last waiter: an empty band owes nobody
+		// Idle tenants and debts go with the last waiter: an empty band owes
+		// nobody. Rates stay: they measure grants, not waiters.
+		*fb = fairBand{tenants: fb.tenants, share: shareState{rates: fb.share.rates, total: fb.share.total, perWeight: fb.share.perWeight}}
 		clear(fb.tenants)
 	case fb.cur == tq.elem && (tq.waiters.Len() == 0 || tq.deficit <= 0):
 		fb.turnLocked(fb.nextLocked(tq.elem), &c.settings.Tenants)
+	}
+	if bandHead && fb.n > 0 {
+		c.shareScanLocked(fb)
 	}
 }
 
@@ -308,7 +337,7 @@ func (fb *fairBand) startTurnLocked(tq *tenantQueue, ts *TenantSettings) {
 func (c *Controller) refairLocked() {
 	clear(c.tenantQueued)
 	for _, q := range c.active {
-		q.fair = [MaxBands]fairBand{}
+		q.fair = [MaxBands]fairBand{} // rates restart too
 		for b := range q.bands {
 			for e := q.bands[b].Front(); e != nil; e = e.Next() {
 				w := e.Value.(*waiter)

@@ -19,7 +19,8 @@ func withTenants(s admission.Settings, t config.TenantsConfig) admission.Setting
 	if !t.On() {
 		return s
 	}
-	s.Tenants = admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued, Burst: t.Burst}
+	s.Tenants = admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued, Burst: t.Burst,
+		UnderShareFirst: t.UnderShareFirst()}
 	return s
 }
 

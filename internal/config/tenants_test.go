@@ -27,6 +27,16 @@ func TestParseTenants(t *testing.T) {
 	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "off")...); err != nil || c.Tenants.Fair() {
 		t.Errorf("--tenant-fairness off: %v, fair %v", err, c != nil && c.Tenants.Fair())
 	}
+	if c != nil && c.Tenants.UnderShareFirst() {
+		t.Error("--tenant-fairness off serves nobody under share first")
+	}
+	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "share")...); err != nil ||
+		!c.Tenants.Fair() || !c.Tenants.UnderShareFirst() {
+		t.Errorf("--tenant-fairness share: %v, fair %v, under share first %v", err, c != nil && c.Tenants.Fair(), c != nil && c.Tenants.UnderShareFirst())
+	}
+	if c, err = parseNoEnv(append(pd, "--tenant-fairness", "share")...); err != nil || c.Tenants.UnderShareFirst() {
+		t.Errorf("--tenant-fairness share without a tenant source: %v, under share first %v", err, c != nil && c.Tenants.UnderShareFirst())
+	}
 	c, err = parseNoEnv(append(pd, "--tenant-header", "X-T", "--tenant-tokens-per-minute", "1000", "--tenant-budgets", "a=0:10,b=500:0")...)
 	if err != nil || !c.Tenants.BudgetsOn() || c.Tenants.TokensPerMinute != 1000 ||
 		!cmp.Equal(c.Tenants.Budgets, map[string]TenantBudget{"a": {0, 10}, "b": {500, 0}}) {
@@ -48,7 +58,7 @@ func TestParseTenantsRejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad fairness", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-fairness", "yes"), "--tenant-fairness must be on or off"},
+		{"bad fairness", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-fairness", "yes"), "--tenant-fairness must be on, share or off"},
 		{"claim without jwt", append(slices.Clone(on), "--tenant-jwt-claim", "org"), "--tenant-jwt-claim needs --jwt-issuer"},
 		{"key ids without keys", append(slices.Clone(on), "--tenant-api-key-ids"), "--tenant-api-key-ids needs --api-keys-file"},
 		{"bad header", append(slices.Clone(on), "--tenant-header", "X T"), "is not a header name"},
