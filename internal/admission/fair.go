@@ -123,8 +123,8 @@ type fairBand struct {
 	// yet, which stand in the ring from cur (or the one after it) to
 	// freshTail; nil: none. New tenants keep their arrival order.
 	freshTail *list.Element
-	n         int        // waiters in the band
-	share     shareState // UnderShareFirst's rates and head (share.go)
+	n         int         // waiters in the band
+	share     *shareState // UnderShareFirst's rates and head (share.go); nil: none yet
 }
 
 // tenantQueue is one tenant's waiters in one band of one queue.
@@ -151,7 +151,7 @@ func (c *Controller) fairHeadLocked(q *queue, front *waiter) *waiter {
 
 // headTenant is the tenant whose front waiter is the band's head.
 func (fb *fairBand) headTenant() *tenantQueue {
-	if fb.share.head != nil {
+	if fb.share != nil && fb.share.head != nil {
 		return fb.share.head
 	}
 	return fb.cur.Value.(*tenantQueue)
@@ -219,7 +219,7 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	}
 	fb.n++
 	w.tq, w.telem = tq, tq.waiters.PushBack(w)
-	if c.shareArriveLocked(fb, tq) {
+	if tq.waiters.Len() == 1 && c.shareEnterLocked(fb, tq, w) {
 		tookTurn = true
 		if f := tq.waiters.Front().Value.(*waiter); f != w && c.headLocked(w.q) == f {
 			c.promoteLocked(f) // its earlier waiter is the head now
@@ -260,22 +260,17 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 		tq.deficit--
 		tq.fresh = false
 	}
-	if w.state == granted && c.settings.Tenants.UnderShareFirst {
-		fb.share.grant(w.tenant, c.now())
-	}
 	fb.n--
 	switch {
 	case fb.n == 0:
 		// Idle tenants and debts go with the last waiter: an empty band owes
 		// nobody. Rates stay: they measure grants, not waiters.
-		*fb = fairBand{tenants: fb.tenants, share: shareState{rates: fb.share.rates, total: fb.share.total, perWeight: fb.share.perWeight}}
+		*fb = fairBand{tenants: fb.tenants, share: fb.share}
 		clear(fb.tenants)
 	case fb.cur == tq.elem && (tq.waiters.Len() == 0 || tq.deficit <= 0):
 		fb.turnLocked(fb.nextLocked(tq.elem), &c.settings.Tenants)
 	}
-	if bandHead && fb.n > 0 {
-		c.shareScanLocked(fb)
-	}
+	c.shareRemoveLocked(fb, tq, w, bandHead)
 }
 
 // nextLocked is the tenant after e in the ring, wrapping (e itself when it

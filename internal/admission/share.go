@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"container/heap"
+	"container/list"
 	"math"
 	"time"
 )
@@ -14,137 +16,251 @@ import (
 // constant shareWindow, on the controller's clock) and the band's total; a
 // tenant with waiters whose rate is below w/W of the total (W: the weights
 // of the tenants waiting or granted within the window) is under share, and
-// the head is the oldest front waiter among such tenants; with none, the
-// round robin's head as before.
+// the head is the front waiter of the under-share tenant with the lowest
+// rate per weight (the most under-served; ties: waiting longest); with none,
+// the round robin's head as before.
 //
 // The head changes only when it leaves (granted, cancelled, timed out) or
-// when a newcomer's tenant is under share while no under-share tenant has
-// waiters (fairAddLocked reports it as taking the turn), so head-only
-// selection, poll timers and wake-ups work unchanged. The threshold a
-// newcomer is judged by is the one computed when the head last changed.
+// when a tenant that starts waiting ranks before it (fairAddLocked reports
+// it as taking the turn), so head-only selection, poll timers and wake-ups
+// work unchanged.
 //
-// Bound: a tenant is put first only while its measured rate is below its
+// Bound: a tenant is put first only while its measured rate is under its
 // share, so it gets no more than its share plus what the average's lag lets
-// through: at most about one grant beyond its share per window, which a
-// tenant sending one request each time it is served cannot turn into more
-// (TestUnderShareGamingBound). Grants given this way do not spend the round
-// robin's turns: they are what max-min fairness owes the tenant anyway.
+// through; a tenant sending one request each time it is served cannot turn
+// that into more (TestTenantUnderShareGamingBound). Grants given this way do
+// not spend the round robin's turns: they are what max-min fairness owes.
 //
-// Cost: finding the head scans the band's tenants once per head change,
-// O(tenants of the band), not per request waiting.
+// Cost: O(log tenants) per grant and per tenant starting to wait. Rates are
+// kept in one epoch's scale (score = rate/w times e^((now-epoch)/window)),
+// so comparing two tenants, or one with the threshold, needs no decay.
 
 // shareWindow is the averages' time constant: long enough to span several
 // grants of a quiet tenant, short enough that a flood's past does not
 // shelter it for long.
 const shareWindow = 2 * time.Second
 
-// shareState is one band's rates and its under-share head.
+// shareState is one band's rates and its under-share head. It is shared by
+// pointer: its lists must not be copied.
 type shareState struct {
-	rates     map[string]*ewmaRate // per tenant, kept while recent (also across an empty band)
-	total     ewmaRate             // the band's grants
-	perWeight float64              // total / W at the last scan: a tenant under w*perWeight is under share
-	head      *tenantQueue         // the under-share tenant whose front is the head; nil: the round robin's
+	tenants map[string]*shareTenant // waiting, or granted within 5 windows
+	waiting shareHeap               // the tenants with waiters, lowest score first
+	recent  list.List               // of *shareTenant granted within the window, by last grant
+	old     list.List               // of *shareTenant granted 1-5 windows ago, by last grant
+	epoch   time.Time
+	total   float64      // the band's grants per window, in the epoch's scale
+	weights int          // W: of the tenants waiting or in recent
+	head    *tenantQueue // the under-share tenant whose front is the head; nil: the round robin's
 }
 
-// ewmaRate is a rate of events, decayed continuously: value at at, in events
-// per shareWindow.
-type ewmaRate struct {
-	value float64
-	at    time.Time
+// shareTenant is one tenant's rate in one band.
+type shareTenant struct {
+	name   string
+	weight int
+	score  float64 // grants per window per weight, in the epoch's scale
+	since  uint64  // seq of its front when it started waiting: the tie-break
+	last   time.Time
+	in     *list.List    // recent, old or nil
+	elem   *list.Element // in in
+	hidx   int           // in waiting; -1: not waiting
+	recent bool          // in recent
 }
 
-func (r *ewmaRate) valueAt(now time.Time) float64 {
-	if r.value == 0 || !now.After(r.at) {
-		return r.value
+func (t *shareTenant) counted() bool { return t.hidx >= 0 || t.recent }
+
+// count adds or takes t's weight from W around a change of its state.
+func (s *shareState) count(t *shareTenant, was bool) {
+	switch now := t.counted(); {
+	case now && !was:
+		s.weights += t.weight
+	case was && !now:
+		s.weights -= t.weight
 	}
-	return r.value * math.Exp(-float64(now.Sub(r.at))/float64(shareWindow))
 }
 
-func (r *ewmaRate) add(now time.Time) {
-	r.value, r.at = r.valueAt(now)+1, now
-}
-
-// grant records one grant to tenant.
-func (s *shareState) grant(tenant string, now time.Time) {
-	if s.rates == nil {
-		s.rates = make(map[string]*ewmaRate)
+// expire moves the tenants whose last grant left the window out of W and
+// forgets those gone 5 windows that are not waiting. O(1) amortised.
+func (s *shareState) expire(now time.Time) {
+	for e := s.recent.Front(); e != nil && now.Sub(e.Value.(*shareTenant).last) >= shareWindow; e = s.recent.Front() {
+		t := e.Value.(*shareTenant)
+		s.recent.Remove(e)
+		was := t.counted()
+		t.recent, t.in, t.elem = false, &s.old, s.old.PushBack(t)
+		s.count(t, was)
 	}
-	r := s.rates[tenant]
-	if r == nil {
-		r = &ewmaRate{}
-		s.rates[tenant] = r
+	for e := s.old.Front(); e != nil && now.Sub(e.Value.(*shareTenant).last) >= 5*shareWindow; e = s.old.Front() {
+		t := e.Value.(*shareTenant)
+		s.old.Remove(e)
+		t.in, t.elem = nil, nil
+		if t.hidx < 0 {
+			delete(s.tenants, t.name) // its rate is below 1 % of one grant per window
+		}
 	}
-	r.add(now)
-	s.total.add(now)
 }
 
-func (s *shareState) rateAt(tenant string, now time.Time) float64 {
-	if r := s.rates[tenant]; r != nil {
-		return r.valueAt(now)
+func (s *shareState) get(name string, weight int) *shareTenant {
+	if s.tenants == nil {
+		s.tenants = make(map[string]*shareTenant)
 	}
-	return 0
+	t := s.tenants[name]
+	if t == nil {
+		t = &shareTenant{name: name, weight: weight, hidx: -1}
+		s.tenants[name] = t
+	}
+	return t
 }
 
-// shareScanLocked recomputes the band's threshold and under-share head, and
-// forgets rates gone stale. The band holds a waiter.
-func (c *Controller) shareScanLocked(fb *fairBand) {
-	s := &fb.share
-	s.head = nil
+// enter records that tenant, of weight, started waiting with its front seq.
+func (s *shareState) enter(name string, weight int, seq uint64) *shareTenant {
+	t := s.get(name, weight)
+	was := t.counted()
+	t.since = seq
+	heap.Push(&s.waiting, t)
+	s.count(t, was)
+	return t
+}
+
+// leave records that tenant has no waiter left.
+func (s *shareState) leave(name string) {
+	t := s.tenants[name]
+	if t == nil || t.hidx < 0 {
+		return
+	}
+	was := t.counted()
+	heap.Remove(&s.waiting, t.hidx)
+	s.count(t, was)
+	if t.in == nil {
+		delete(s.tenants, t.name)
+	}
+}
+
+// grant records one grant to tenant at now.
+func (s *shareState) grant(name string, weight int, now time.Time) {
+	if s.epoch.IsZero() || now.Sub(s.epoch) > 20*shareWindow {
+		s.rebase(now)
+	}
+	f := s.scale(now)
+	t := s.get(name, weight)
+	t.score += f / float64(weight)
+	s.total += f
+	if t.hidx >= 0 {
+		heap.Fix(&s.waiting, t.hidx)
+	}
+	was := t.counted()
+	if t.in != nil {
+		t.in.Remove(t.elem)
+	}
+	t.last, t.recent, t.in = now, true, &s.recent
+	t.elem = s.recent.PushBack(t)
+	s.count(t, was)
+	s.expire(now)
+}
+
+// rebase moves the scores to now's scale, before e^(age/window) grows large;
+// every 20 windows, O(tenants). Uniform scaling keeps the heap's order.
+func (s *shareState) rebase(now time.Time) {
+	if !s.epoch.IsZero() {
+		f := 1 / s.scale(now)
+		for _, t := range s.tenants {
+			t.score *= f
+		}
+		s.total *= f
+	}
+	s.epoch = now
+}
+
+func (s *shareState) scale(now time.Time) float64 {
+	return math.Exp(float64(now.Sub(s.epoch)) / float64(shareWindow))
+}
+
+// under reports whether t's rate is below its share w/W of the total.
+func (s *shareState) under(t *shareTenant) bool {
+	return s.weights > 0 && t.score*float64(s.weights) < s.total
+}
+
+// lowest is the waiting tenant with the lowest rate per weight, if it is
+// under share; else nil.
+func (s *shareState) lowest(now time.Time) *shareTenant {
+	s.expire(now)
+	if len(s.waiting) == 0 || !s.under(s.waiting[0]) {
+		return nil
+	}
+	return s.waiting[0]
+}
+
+// shareHeap is a min-heap of tenants by score, then by waiting longest.
+type shareHeap []*shareTenant
+
+func (h shareHeap) Len() int { return len(h) }
+func (h shareHeap) Less(i, j int) bool {
+	if h[i].score != h[j].score {
+		return h[i].score < h[j].score
+	}
+	return h[i].since < h[j].since
+}
+func (h shareHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *shareHeap) Push(x any) {
+	t := x.(*shareTenant)
+	t.hidx = len(*h)
+	*h = append(*h, t)
+}
+func (h *shareHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.hidx = -1
+	return t
+}
+
+// shareOn reports whether the band serves under-share tenants first.
+func (c *Controller) shareOn() bool {
 	ts := &c.settings.Tenants
-	if !ts.Fair || !ts.UnderShareFirst {
+	return ts.Fair && ts.UnderShareFirst
+}
+
+// shareEnterLocked records that tq started waiting (its first waiter w) and
+// reports whether it takes the head: it is under share and ranks before the
+// under-share head, if any.
+func (c *Controller) shareEnterLocked(fb *fairBand, tq *tenantQueue, w *waiter) bool {
+	if !c.shareOn() {
+		return false
+	}
+	if fb.share == nil {
+		fb.share = &shareState{}
+	}
+	s := fb.share
+	s.enter(tq.name, c.settings.Tenants.weight(tq.name), w.seq)
+	if t := s.lowest(c.now()); t != nil && t.name == tq.name {
+		s.head = tq
+		return true
+	}
+	return false
+}
+
+// shareRemoveLocked records a waiter of tq leaving (granted or not) and,
+// when it was the band's head, chooses the next under-share head. The
+// round robin's state is already updated.
+func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter, bandHead bool) {
+	s := fb.share
+	if s == nil || !c.shareOn() {
 		return
 	}
 	now := c.now()
-	weights := 0
-	for _, tq := range fb.tenants {
-		if tq.waiters.Len() > 0 {
-			weights += ts.weight(tq.name)
-		}
+	if w.state == granted {
+		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now)
 	}
-	for name, r := range s.rates {
-		if tq := fb.tenants[name]; tq != nil && tq.waiters.Len() > 0 {
-			continue
-		}
-		switch age := now.Sub(r.at); {
-		case age < shareWindow:
-			weights += ts.weight(name)
-		case age > 5*shareWindow: // its rate is below 1 % of one grant per window
-			delete(s.rates, name)
-		}
+	if tq.waiters.Len() == 0 {
+		s.leave(tq.name)
 	}
-	total := s.total.valueAt(now)
-	s.perWeight = 0
-	if total <= 0 || weights == 0 {
+	if !bandHead && s.head != nil {
 		return
 	}
-	s.perWeight = total / float64(weights)
-	var best *waiter
-	for _, tq := range fb.tenants {
-		e := tq.waiters.Front()
-		if e == nil || s.rateAt(tq.name, now) >= s.perWeight*float64(ts.weight(tq.name)) {
-			continue
-		}
-		if f := e.Value.(*waiter); best == nil || f.seq < best.seq {
-			best = f
-		}
+	s.head = nil
+	if t := s.lowest(now); t != nil {
+		s.head = fb.tenants[t.name]
 	}
-	if best != nil {
-		s.head = best.tq
-	}
-}
-
-// shareArriveLocked lets tq, which a waiter just joined, become the
-// under-share head when there is none and it is under share by the last
-// threshold; it reports whether it did.
-func (c *Controller) shareArriveLocked(fb *fairBand, tq *tenantQueue) bool {
-	s := &fb.share
-	ts := &c.settings.Tenants
-	if !ts.Fair || !ts.UnderShareFirst || s.head != nil || s.perWeight <= 0 {
-		return false
-	}
-	if s.rateAt(tq.name, c.now()) >= s.perWeight*float64(ts.weight(tq.name)) {
-		return false
-	}
-	s.head = tq
-	return true
 }

@@ -44,9 +44,10 @@ func (c *Controller) Update(s Settings) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tenancy := c.settings.Tenants.on()
+	share := c.shareOn()
 	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
-	if c.settings.Tenants.on() != tenancy {
+	if c.settings.Tenants.on() != tenancy || c.shareOn() != share { // share.go's heads go with the mode
 		c.refairLocked()
 	}
 	c.noteKVKnownLocked()
