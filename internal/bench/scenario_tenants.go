@@ -22,10 +22,11 @@ import (
 // tenants leave, 0.6x). The "5x its fair share" and "2x overload" hold together only with
 // quiet tenants at 3/16 each, near their own equal share: measured, those queue among themselves even
 // without the noisy tenant (TTFT p99 near 1 s at 0.8 of the real capacity), so they are not quiet and
-// no policy can keep their p99. Three variants, each on
+// no policy can keep their p99. Four variants, each on
 // a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
-// tenants' baseline), fairness off (one FIFO: --tenant-fairness off) and fairness on (deficit round
-// robin across tenants). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
+// tenants' baseline), fairness off (one FIFO: --tenant-fairness off), fairness on (deficit round
+// robin across tenants) and fairness share (--tenant-fairness share: the tenants under their share
+// of recent grants first, admission share.go). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
 // the noisy tenant's served rate against its max-min fair share of what the run served.
 func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("tenants", o)
@@ -156,6 +157,7 @@ func (p tenantsPlan) variants() []tenantsVariant {
 		{"noisy-absent", false, slices.Clone(p.gatewayFlags)},
 		{"fairness-off", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "off")},
 		{"fairness-on", true, slices.Clone(p.gatewayFlags)},
+		{"fairness-share", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "share")},
 	}
 }
 

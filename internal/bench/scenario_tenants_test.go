@@ -25,7 +25,7 @@ func TestTenantsScenarioSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res.Markdown())
-	if got, want := len(res.Table)-1, 4+5+5; got != want {
+	if got, want := len(res.Table)-1, 4+5+5+5; got != want {
 		t.Fatalf("%d table rows, want %d:\n%s", got, want, res.Markdown())
 	}
 	p := defaultTenantsPlan(true)
@@ -73,7 +73,7 @@ func TestTenantsScenarioSmoke(t *testing.T) {
 	}
 	for _, k := range []string{"worst_quiet_p99_over_absent_fairness-on", "worst_quiet_p99_over_absent_fairness-off",
 		"noisy_served_over_fair_fairness-on", "noisy_served_over_fair_fairness-off", "quiet_ttft_p99_ms_noisy-absent",
-		"quiet_ttft_p99_ms_alone_fairness-on"} {
+		"quiet_ttft_p99_ms_alone_fairness-on", "worst_quiet_p99_over_absent_fairness-share", "noisy_served_over_fair_fairness-share"} {
 		if v, ok := res.Measurements[k].(float64); !ok || v <= 0 {
 			t.Errorf("measurement %s = %v", k, res.Measurements[k])
 		}
