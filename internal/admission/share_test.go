@@ -117,20 +117,24 @@ func TestTenantUnderShareBurstFirst(t *testing.T) {
 }
 
 // Bound: a tenant that sends one request each time it is served (so it is
-// always waiting, never new) against backlogged floods gets no more than its
-// weighted share in the long run, give or take the averages' lag: it is put
-// first only while its measured rate is under its share.
+// always waiting, never new), or a burst each time it has none waiting,
+// against backlogged floods gets no more than its weighted share in the long
+// run, give or take the averages' lag: it is put first only while its
+// measured rate is under its share, and its rate outlives its absences.
 func TestTenantUnderShareGamingBound(t *testing.T) {
 	for _, tc := range []struct {
 		weights map[string]int
 		floods  []string
+		burst   int // g sends this many each time it has none waiting; 0: one each time it is served
 	}{
-		{nil, []string{"f"}},
-		{nil, []string{"f", "e"}},
-		{map[string]int{"g": 3}, []string{"f"}},
-		{map[string]int{"f": 3}, []string{"f", "e"}},
+		{nil, []string{"f"}, 0},
+		{nil, []string{"f", "e"}, 0},
+		{map[string]int{"g": 3}, []string{"f"}, 0},
+		{map[string]int{"f": 3}, []string{"f", "e"}, 0},
+		{nil, []string{"f"}, 5},
+		{nil, []string{"f", "e"}, 20},
 	} {
-		t.Run(fmt.Sprint(tc.weights, tc.floods), func(t *testing.T) {
+		t.Run(fmt.Sprint(tc.weights, tc.floods, tc.burst), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := newShareRig(t, tc.weights, true)
 				weight := func(n string) int {
@@ -151,7 +155,14 @@ func TestTenantUnderShareGamingBound(t *testing.T) {
 				gGot := 0
 				for i := range grants {
 					tenant := r.next()
-					r.arrive(fmt.Sprint(tenant, "+", i), tenant) // floods stay backlogged; g sends one each time it is served
+					switch {
+					case tenant != "g" || tc.burst == 0: // floods stay backlogged; g sends one each time it is served
+						r.arrive(fmt.Sprint(tenant, "+", i), tenant)
+					case !slices.ContainsFunc(r.waiting, func(w shareWaiter) bool { return w.tenant == "g" }):
+						for k := range tc.burst { // g comes back from idle with a burst, at once
+							r.arrive(fmt.Sprint("g+", i, ".", k), "g")
+						}
+					}
 					if i >= warm && tenant == "g" {
 						gGot++
 					}
