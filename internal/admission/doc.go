@@ -160,7 +160,8 @@
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
 //   - queue.go: queues and bands; slot.go: Slot and Guard; seat.go: decode
-//     seats; fair.go: tenants; caps.go: cluster shares; adaptive.go:
+//     seats; fair.go: tenants; share.go: tenants under their share first;
+//     caps.go: cluster shares; adaptive.go:
 //     adaptive limits; drain.go: shutdown; settings.go, errors.go,
 //     metrics.go, status.go: the types they name.
 package admission
