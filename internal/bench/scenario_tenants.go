@@ -26,11 +26,15 @@ import (
 // a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
 // tenants' baseline), fairness off (one FIFO: --tenant-fairness off), fairness on (deficit round
 // robin across tenants) and fairness share (--tenant-fairness share: the tenants under their share
-// of recent grants first, admission share.go). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
+// of recent grants first, admission share.go). --engines N runs N prefill and N decode engines
+// instead of four (the capacity and the offered rates scale with them). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
 // the noisy tenant's served rate against its max-min fair share of what the run served.
 func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("tenants", o)
 	p := defaultTenantsPlan(o.Short)
+	if o.Engines > 0 {
+		p.prefill, p.decode = o.Engines, o.Engines
+	}
 	eng := sim.DefaultConfig()
 	capacity := float64(p.prefill) * eng.PrefillTokensPerSec / float64(p.prompt)
 	quietRate, noisyRate := p.quietShare*capacity, p.noisyShare*capacity
