@@ -123,6 +123,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err := a.newAdmission(cfg, tracer); err != nil { // admission.go
 		return nil, err
 	}
+	// The budgets come before the cluster, which spreads their live changes and sets their shares.
+	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)                                 // tenants.go
 	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil { // cluster.go
 		return nil, err
 	}

@@ -91,10 +91,14 @@ func (a *App) newCluster(cfg *config.Config, kube kubernetes.Interface, hc *http
 	if a.serverTLS != nil {
 		ccfg.Scheme = "https"
 	}
-	r, err := cluster.New(ccfg, cluster.Deps{
+	deps := cluster.Deps{
 		Local: clusterLocal{adm: a.Admission, reg: a.Registry}, Token: token, HTTP: hc,
-		Kube: kube, Registerer: a.Prom, Logger: a.logger, OnMembers: a.shareBudgets,
-	})
+		Kube: kube, Registerer: a.Prom, Logger: a.logger,
+	}
+	if a.budgets != nil {
+		deps.Budgets = a.budgets
+	}
+	r, err := cluster.New(ccfg, deps)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 	if cfg.Retry.Disabled {
 		attempts = 1
 	}
-	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)
 	a.Dispatcher, err = dispatch.New(dispatch.Config{
 		PD:                            cfg.Mode() == config.ModePD,
 		RequestTimeout:                cfg.Server.RequestTimeout,

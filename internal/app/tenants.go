@@ -34,8 +34,10 @@ func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
 }
 
 // tenantBudgets are the configured budgets whenever a tenant source is on (so that the admin API can
-// set them live), or nil (no cost on the request path) without one. With static cluster coordination
-// they start split over the listed peers, until the first grant names the live members.
+// set them live), or nil (no cost on the request path) without one. With cluster coordination they
+// are the cluster's Deps.Budgets (a.budgets is set before the cluster is built): live changes reach
+// every replica and each enforces its demand-weighted share of every budget. With static coordination
+// they start split evenly over the listed peers, until the first grant.
 func tenantBudgets(t config.TenantsConfig, cc config.ClusterConfig) *tenant.Budgets {
 	if !t.On() {
 		return nil
@@ -90,15 +92,6 @@ func (tm *tenantMetrics) observe(s *dispatch.RequestStats) {
 		if s.HasUsage {
 			tm.m.AddTokens(label, s.Usage.Prompt, s.Usage.Completion)
 		}
-	}
-}
-
-// shareBudgets splits the tenants' budgets over the members of this replica's cluster grant
-// (cluster.Deps.OnMembers): each replica enforces an even share, so the fleet grants each tenant its
-// budget. a.budgets is set before the cluster runs.
-func (a *App) shareBudgets(members int) {
-	if a.budgets != nil {
-		a.budgets.SetReplicas(members)
 	}
 }
 

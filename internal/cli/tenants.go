@@ -19,6 +19,8 @@ import (
 const tenantsUsage = `usage: sluice tenants budgets get
        sluice tenants budgets set [--default TOKENS:REQUESTS] [--tenant T=TOKENS:REQUESTS ...]
   set replaces every budget (per minute; 0 = no limit of that kind); tenants not named get the default.
+  It applies at once on the --server gateway and, with cluster coordination on, on every replica within
+  about two exchange periods.
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,6 +57,8 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		out = resp.GetBudgets()
+		// The answer is this replica's; the note goes to stderr, so the table and JSON stay parseable.
+		fmt.Fprintln(stderr, "applied on this gateway; with cluster coordination on, every replica enforces it within about two exchange periods")
 	} else {
 		in := &adminv1.TenantBudgets{Tenants: map[string]*adminv1.TenantBudget{}}
 		if in.Default, err = parseBudget(def); err != nil {
@@ -77,6 +81,8 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		out = resp.GetBudgets()
+		// The answer is this replica's; the note goes to stderr, so the table and JSON stay parseable.
+		fmt.Fprintln(stderr, "applied on this gateway; with cluster coordination on, every replica enforces it within about two exchange periods")
 	}
 	if af.output == "json" {
 		return printJSON(stdout, out)

@@ -147,8 +147,7 @@ type Deps struct {
 	Logger     *slog.Logger
 	// Now is the clock (default time.Now). Timers use package time, which testing/synctest controls.
 	Now func() time.Time
-	// OnMembers, when set, is told the number of members of the grant this replica enforces whenever it
-	// changes (the first grant included), from the exchange loop and without its locks held; it must not
-	// block. The tenants' budgets are split by it (internal/tenant Budgets.SetReplicas).
-	OnMembers func(members int)
+	// Budgets, when set, are the tenants' budgets: coordination spreads their live changes over the
+	// fleet and sets the fraction of each budget this replica enforces (budgets.go).
+	Budgets TenantBudgets
 }

@@ -23,6 +23,8 @@ type report struct {
 	// other is the cap on workers not in workers.
 	other   int
 	leaving bool
+	// tenants is nil when the replica enforces no tenant shares (an older version, or no budgets).
+	tenants *tenantReport
 }
 
 type workerReport struct{ inflight, demand, cap int }
@@ -46,6 +48,12 @@ type grant struct {
 	limit       int
 	decodeLimit int
 	members     []string
+	// budgets is the newest version of the tenant budgets (nil: the coordinator shares none);
+	// tenantShares the fraction of each listed tenant's budget, defaultTenantShare of the others (0:
+	// none given, split evenly over members).
+	budgets            *budgetSet
+	tenantShares       map[string]float64
+	defaultTenantShare float64
 }
 
 func (g *grant) shareOf(w string) int {
@@ -88,6 +96,10 @@ type coordinator struct {
 	assumed    int            // even splits counted for unreachable members never heard from
 	assumedDec int            // the same, of the decode seat limit
 	members    map[string]*member
+	// budgets is the newest version of the tenant budgets reported (kept across terms: see budgets.go);
+	// tenantDefault the fraction of the budgets of tenants not shared by demand, in the last round.
+	budgets       budgetSet
+	tenantDefault float64
 }
 
 type member struct {
@@ -105,6 +117,8 @@ type member struct {
 	holdSince map[string]time.Time
 	lastHeld  map[string]time.Time
 	state     string // of the last round
+	// tenantShares is the fraction of each tenant's budget of the last round (nil: none by demand).
+	tenantShares map[string]float64
 }
 
 func newCoordinator(self string, lease, period time.Duration, now func() time.Time, peers *peerTable) *coordinator {
@@ -202,6 +216,7 @@ func (c *coordinator) exchange(r report) (*grant, error) {
 	wasFollowing := m.known && now.Sub(m.lastReport) < c.lease
 	m.learn(r, c.term)
 	m.lastReport = now
+	c.learnBudgetsLocked(r)
 	if !wasFollowing || now.Sub(c.planned) >= c.period {
 		c.planLocked(now)
 	}
@@ -370,6 +385,7 @@ func (c *coordinator) planLocked(now time.Time) {
 	if changed {
 		c.rebalances++
 	}
+	c.planTenantsLocked(live, following)
 }
 
 // idsLocked lists every member the source lists and every member that reported in this term (a pod whose
@@ -391,7 +407,10 @@ func (c *coordinator) idsLocked() []string {
 // unknown.
 func (c *coordinator) grantLocked(m *member) *grant {
 	g := &grant{coordinator: c.self, term: c.term, lease: c.lease, shares: map[string]int{}, limit: c.limit, decodeLimit: c.decLimit,
-		members: slices.Clone(c.live)}
+		members: slices.Clone(c.live), budgets: c.budgetsForLocked(m)}
+	if g.budgets != nil {
+		g.tenantShares, g.defaultTenantShare = m.tenantShares, c.tenantDefault
+	}
 	ws := maps.Clone(m.target)
 	for w := range m.rep.workers {
 		if _, ok := ws[w]; !ok {

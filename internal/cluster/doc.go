@@ -97,11 +97,38 @@
 //
 // # Tenant budgets
 //
-// Deps.OnMembers tells the gateway the number of members of the grant it enforces whenever it changes;
-// the gateway splits every tenant budget evenly over them (internal/tenant Budgets.SetReplicas). The split
-// is not demand-weighted and keeps no books: a budget is a rate, not a bound on what is held, so an even
-// split sums to the budget whatever each replica does, and a replica that loses its coordinator keeps the
-// split of its last grant.
+// With Deps.Budgets set (the gateway's tenant budgets, internal/tenant Budgets; budgets.go), the exchange
+// also carries the tenants' budgets and their demand. A budget is a rate, not a bound on what is held, so
+// none of the books above are kept for it: each round simply splits every budget into fractions that sum
+// to 1 over the members.
+//
+//   - Live changes. SetTenantBudgets on one replica applies there at once under a version newer than any
+//     it knows (a Lamport counter, the replica id breaking ties: tenant.Version). Each report names the
+//     version a replica enforces, with the budgets when it is newer than the one its last grant named; the
+//     coordinator keeps the newest it was sent (across terms too) and names it in every grant, with the
+//     budgets when the member's is older; a replica applies only a newer version (keeping what its tenants
+//     used). A coordinator elected later knows nothing at first, names an older version, and so is sent
+//     the newest at the next report: an election never rolls budgets back. Every replica enforces a change
+//     within about two exchange periods. The budgets given by flags are version 0: a replica started
+//     later with other flags adopts the fleet's live budgets, and flags that differ between replicas stay
+//     each replica's own until the first live change.
+//   - Shares by demand. Each report lists the recent demand (EWMA rates of requests and reserved tokens,
+//     refused ones included) of at most MaxTenantDemand tenants with a budget, the largest first. Each
+//     round gives every member its fraction of each tenant listed anywhere (tenantFractions): a member that
+//     does not report counts at its even split 1/m, and the reporting ones share the rest in proportion to
+//     their demand plus a floor of 1/20 of the mean (an idle member keeps about 1/(21m), so it serves a
+//     tenant's first requests at once). Tenants listed nowhere, and all of them from an older coordinator,
+//     keep the even split 1/m. A replica whose lease ends without a new grant falls back to the even split
+//     over the members of its last grant; before its first grant it splits evenly over the static peers.
+//   - Overshoot. The fractions of one round sum to 1, but a member enforces those of its last grant, so for
+//     up to an exchange period fractions of two rounds are in force at once and the fleet may grant a
+//     tenant more than its rate (and a member cut off keeps its fraction for a lease before falling back).
+//     Buckets move proportionally on every change, so what the fleet holds never exceeds one minute's
+//     budget by more than that.
+//   - Mixed versions. An older replica ignores the new fields: it enforces 1/m of every budget, which is
+//     how the coordinator counts it (it reports no tenant_shares), so the fractions still sum to 1; it
+//     neither sends nor applies live changes, which then stay on the replicas where they were made. Under
+//     an older coordinator, newer replicas get no fractions and split evenly.
 //
 // # Concurrency Model
 //

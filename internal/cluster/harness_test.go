@@ -235,8 +235,8 @@ type fleet struct {
 	cfg   Config
 	kube  kubernetes.Interface
 	nodes map[string]*node
-	// onMembers, when set, gives each replica started its Deps.OnMembers.
-	onMembers func(id string) func(int)
+	// budgets, when set, gives each replica started its Deps.Budgets.
+	budgets func(id string) TenantBudgets
 }
 
 type node struct {
@@ -275,8 +275,8 @@ func (f *fleet) startDec(i int, limit, decLimit int, workers ...string) *node {
 	local.decLimit = decLimit
 	nd := &node{id: id, local: local, done: make(chan struct{})}
 	d := Deps{Local: nd.local, HTTP: f.net.client(id), Kube: f.kube}
-	if f.onMembers != nil {
-		d.OnMembers = f.onMembers(id)
+	if f.budgets != nil {
+		d.Budgets = f.budgets(id)
 	}
 	r, err := New(f.cfg, d)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicegw/sluice/gen/sluice/cluster/v1/clusterv1connect"
+	"github.com/sluicegw/sluice/internal/tenant"
 )
 
 // Replica is this gateway's part in cluster admission: it reports its usage to the coordinator every
@@ -69,6 +70,11 @@ type replicaState struct {
 	lastErr         string
 	coordChanges    int64
 	exchangeResults [numResults]int64
+	// Tenant budgets (budgets.go): the version the last grant named, and the shares last enforced.
+	budgetsAck    tenant.Version
+	tenantsSet    bool
+	tenantDefault float64
+	tenantShares  map[string]float64
 }
 
 // Exchange results (a metric label).
@@ -146,6 +152,9 @@ func (r *Replica) Run(ctx context.Context, self string) error {
 		kube = &kubeElection{r: r}
 		r.elect = kube
 	}
+	if r.d.Budgets != nil {
+		r.d.Budgets.SetOrigin(self)
+	}
 	r.started.Store(true)
 	r.log.Info("cluster admission started", "mode", r.cfg.Mode, "replica", self, "period", r.cfg.Period, "lease", r.cfg.Lease)
 
@@ -200,6 +209,9 @@ func (r *Replica) tick(ctx context.Context) {
 		r.coord.stop()
 	}
 	rep := r.report()
+	if r.d.Budgets != nil {
+		rep.tenants = r.tenantsReport()
+	}
 	sent := r.now()
 	var g *grant
 	var err error
@@ -254,7 +266,7 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 		r.st.coordChanges++
 		r.st.leader = leader
 	}
-	oldCaps, oldOther, oldMembers := r.st.caps, r.st.other, len(r.st.members)
+	oldCaps, oldOther, wasFallback := r.st.caps, r.st.other, r.st.fallback
 	if err == nil {
 		r.st.exchangeResults[resultOK]++
 		r.st.coordinator, r.st.term, r.st.version = g.coordinator, g.term, g.version
@@ -295,12 +307,16 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 	}
 	caps, other, members := r.st.caps, r.st.other, len(r.st.members)
 	changed := other != oldOther || !maps.Equal(caps, oldCaps)
+	fellBack := r.st.fallback && !wasFallback
 	r.mu.Unlock()
 	if changed {
 		r.d.Local.SetCaps(caps, other)
 	}
-	if members != oldMembers && members > 0 && r.d.OnMembers != nil {
-		r.d.OnMembers(members)
+	if r.d.Budgets != nil {
+		if err != nil {
+			g = nil
+		}
+		r.settleTenants(g, fellBack, members)
 	}
 }
 

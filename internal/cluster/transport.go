@@ -97,6 +97,13 @@ func fromExchangeRequest(req *clusterv1.ExchangeRequest) (report, error) {
 		}
 		rep.workers[w.GetWorker()] = workerReport{inflight: int(w.GetInflight()), demand: int(w.GetDemand()), cap: int(w.GetCap())}
 	}
+	if req.GetTenantShares() {
+		tr, err := fromTenantReport(req)
+		if err != nil {
+			return report{}, err
+		}
+		rep.tenants = tr
+	}
 	return rep, nil
 }
 
@@ -109,11 +116,18 @@ func toUsage(ws map[string]workerReport) []*clusterv1.WorkerUsage {
 }
 
 func toExchangeRequest(rep report) *clusterv1.ExchangeRequest {
-	return &clusterv1.ExchangeRequest{
+	req := &clusterv1.ExchangeRequest{
 		ProtocolVersion: ProtocolVersion, Replica: rep.replica, Incarnation: rep.incarnation, Term: rep.term,
 		Version: rep.version, Limit: int32(rep.limit), Workers: toUsage(rep.workers), DefaultCap: int32(rep.other),
 		Leaving: rep.leaving, DecodeLimit: int32(rep.decodeLimit),
 	}
+	if tr := rep.tenants; tr != nil {
+		req.TenantShares, req.TenantDemandTruncated, req.Budgets = true, tr.truncated, toBudgets(tr.budgets)
+		for _, d := range tr.demand {
+			req.TenantDemand = append(req.TenantDemand, &clusterv1.TenantDemand{Tenant: d.Tenant, RequestsPerSecond: d.Requests, TokensPerSecond: d.Tokens})
+		}
+	}
+	return req
 }
 
 func toExchangeResponse(g *grant) *clusterv1.ExchangeResponse {
@@ -123,6 +137,12 @@ func toExchangeResponse(g *grant) *clusterv1.ExchangeResponse {
 	}
 	for w, s := range g.shares {
 		resp.Shares = append(resp.Shares, &clusterv1.WorkerShare{Worker: w, Share: int32(s)})
+	}
+	if g.budgets != nil {
+		resp.Budgets, resp.DefaultTenantShare = toBudgets(*g.budgets), g.defaultTenantShare
+		for t, s := range g.tenantShares {
+			resp.TenantShares = append(resp.TenantShares, &clusterv1.TenantShare{Tenant: t, Share: s})
+		}
 	}
 	return resp
 }
@@ -143,6 +163,23 @@ func fromExchangeResponse(resp *clusterv1.ExchangeResponse) (*grant, error) {
 			return nil, fmt.Errorf("%w: share %d for worker %q", ErrBadRequest, s.GetShare(), s.GetWorker())
 		}
 		g.shares[s.GetWorker()] = int(s.GetShare())
+	}
+	if resp.GetBudgets() != nil {
+		bs, err := fromBudgets(resp.GetBudgets())
+		if err != nil {
+			return nil, err
+		}
+		g.budgets = &bs
+		if g.defaultTenantShare = resp.GetDefaultTenantShare(); !validShare(g.defaultTenantShare) && g.defaultTenantShare != 0 {
+			return nil, fmt.Errorf("%w: default tenant share %v", ErrBadRequest, g.defaultTenantShare)
+		}
+		g.tenantShares = make(map[string]float64, len(resp.GetTenantShares()))
+		for _, ts := range resp.GetTenantShares() {
+			if ts.GetTenant() == "" || !validShare(ts.GetShare()) {
+				return nil, fmt.Errorf("%w: tenant share %v for tenant %q", ErrBadRequest, ts.GetShare(), ts.GetTenant())
+			}
+			g.tenantShares[ts.GetTenant()] = ts.GetShare()
+		}
 	}
 	return g, nil
 }

@@ -18,10 +18,18 @@ import (
 // let through when the bucket is full (it then runs the bucket into debt), so it is never refused
 // forever; over any minute a tenant thus gets its budget plus at most one request.
 //
-// Across gateway replicas (cluster coordination on), each replica enforces an even share of every
-// budget, 1/m of its rate and capacity for a fleet of m (SetReplicas, re-shared as replicas come and
-// go), so the fleet grants a tenant its budget when its traffic is spread over the replicas. The
-// x-ratelimit-limit-* headers still name the whole budget; remaining and reset are this replica's.
+// Across gateway replicas (cluster coordination on), each replica enforces a share of every budget:
+// a fraction of its rate and capacity, the fractions of one tenant summing to 1 over the fleet. Before
+// the first grant, and whenever this replica has no coordinator, that is an even split, 1/m for a fleet
+// of m (SetReplicas); with a coordinator it follows demand (SetShares, budget_shares.go): each replica
+// reports the recent rate its tenants ask for (Demand) and the coordinator hands each replica its
+// demand-weighted fraction, so a tenant whose traffic all lands on one replica gets about its whole
+// budget there. Fractions from grants of different rounds may be in force at once for up to an
+// exchange period, so the fleet's rate can overshoot a budget transiently by that much; a bucket
+// moves proportionally on every change, so the buckets together never hold more than one budget's
+// minute. Live changes carry a version (budget_version.go) that the coordination spreads to every
+// replica. The x-ratelimit-limit-* headers name the whole budget; remaining and reset are this
+// replica's.
 
 // ErrRateLimited classifies a request refused by its tenant's budget (429 rate_limit_exceeded).
 var ErrRateLimited = errors.New("tenant: rate limit exceeded")
@@ -52,13 +60,21 @@ type Budgets struct {
 	def     Budget
 	tenants map[string]Budget
 	buckets map[string]*buckets
-	// share is the part of every budget this gateway enforces: 1 alone, 1/m of a fleet of m replicas
-	// (SetReplicas), so the fleet together grants each tenant its budget.
-	share float64
+	// share is the part of every budget this gateway enforces for a tenant not in shares: 1 alone, 1/m
+	// of a fleet of m replicas (SetReplicas); shares are the demand-weighted fractions of a coordinator's
+	// grant (SetShares). Together the fleet grants each tenant its budget.
+	share  float64
+	shares map[string]float64
+	// version names the budgets in force (budget_version.go); origin names this replica in the versions
+	// of its own live changes.
+	version Version
+	origin  string
 }
 
 type buckets struct {
 	req, tok bucket
+	// demand is the recent rate the tenant asked for here, refused requests included (Demand).
+	demand demand
 }
 
 // bucket is a token bucket in units; its capacity is one minute's rate.
@@ -96,53 +112,62 @@ func NewBudgets(cfg BudgetConfig) *Budgets {
 		cfg.Now = time.Now
 	}
 	b := &Budgets{now: cfg.Now, buckets: map[string]*buckets{}, share: 1}
-	b.Set(cfg.Default, cfg.Tenants)
+	// The configured budgets are version 0: any live change anywhere in the fleet supersedes them.
+	b.replaceLocked(Version{}, cfg.Default, cfg.Tenants)
 	return b
 }
 
-// Set replaces the budgets live. A tenant's buckets keep what it used: a raised budget adds the
-// difference at once, a lowered one caps the level at the new capacity.
+// Set replaces the budgets live: a change made here, under a version newer than any this replica
+// knows (budget_version.go), which cluster coordination then spreads to the fleet. A tenant's buckets
+// keep what it used: a raised budget adds the difference at once, a lowered one caps the level at the
+// new capacity.
 func (b *Budgets) Set(def Budget, tenants map[string]Budget) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old := make(map[string]Budget, len(b.buckets))
-	for t := range b.buckets {
-		old[t] = b.budgetLocked(t)
-	}
+	b.replaceLocked(Version{Counter: b.version.Counter + 1, Origin: b.origin}, def, tenants)
+}
+
+// replaceLocked makes def and tenants, under version v, the budgets in force.
+func (b *Budgets) replaceLocked(v Version, def Budget, tenants map[string]Budget) {
+	old := b.snapshotLocked()
 	b.def = def
 	b.tenants = make(map[string]Budget, len(tenants))
 	for k, v := range tenants {
 		b.tenants[k] = v
 	}
-	b.rescaleLocked(old, b.share, false)
+	b.version = v
+	b.rescaleLocked(old, false)
 }
 
-// SetReplicas makes this gateway enforce its share of every budget in a fleet of n gateway replicas
-// (n < 1 counts as 1): an even split, 1/n of each rate and of each bucket's capacity, so that n
-// replicas that each see a part of a tenant's traffic grant it, together, its budget. Cluster
-// coordination calls it whenever the fleet's membership changes (internal/cluster Deps.OnMembers). A
-// tenant's buckets keep what it used, as for Set.
-func (b *Budgets) SetReplicas(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	old := make(map[string]Budget, len(b.buckets))
+// SetReplicas makes this gateway enforce an even split of every budget in a fleet of n gateway
+// replicas (n < 1 counts as 1): 1/n of each rate and of each bucket's capacity for every tenant, so
+// that n replicas that each see a part of a tenant's traffic grant it, together, its budget. It is
+// SetShares(1/n, nil): before the first grant, and when a replica loses its coordinator.
+func (b *Budgets) SetReplicas(n int) { b.SetShares(1/float64(max(n, 1)), nil) }
+
+// bucketBudget is what a bucket pair was sized for: a budget at a share.
+type bucketBudget struct {
+	Budget
+	share float64
+}
+
+func (b *Budgets) snapshotLocked() map[string]bucketBudget {
+	old := make(map[string]bucketBudget, len(b.buckets))
 	for t := range b.buckets {
-		old[t] = b.budgetLocked(t)
+		old[t] = bucketBudget{b.budgetLocked(t), b.shareLocked(t)}
 	}
-	was := b.share
-	b.share = 1 / float64(max(n, 1))
-	b.rescaleLocked(old, was, true)
+	return old
 }
 
-// rescaleLocked moves every bucket from its old budget at the old share to its budget now; with
+// rescaleLocked moves every bucket from its old budget and share to its budget and share now; with
 // proportional (a share change) each keeps the fraction of its capacity it had, so the fleet's
 // buckets together hold no more than before.
-func (b *Budgets) rescaleLocked(old map[string]Budget, oldShare float64, proportional bool) {
+func (b *Budgets) rescaleLocked(old map[string]bucketBudget, proportional bool) {
 	now := b.now()
 	for t, bk := range b.buckets {
-		was, is := old[t], b.budgetLocked(t)
-		bk.req.rescale(now, rate(was.RequestsPerMinute, oldShare), b.rate(is.RequestsPerMinute), proportional)
-		bk.tok.rescale(now, rate(was.TokensPerMinute, oldShare), b.rate(is.TokensPerMinute), proportional)
+		was, is, share := old[t], b.budgetLocked(t), b.shareLocked(t)
+		bk.req.rescale(now, rate(was.RequestsPerMinute, was.share), rate(is.RequestsPerMinute, share), proportional)
+		bk.tok.rescale(now, rate(was.TokensPerMinute, was.share), rate(is.TokensPerMinute, share), proportional)
 	}
 }
 
@@ -154,7 +179,13 @@ func rate(perMinute int64, share float64) float64 {
 	return float64(perMinute) * share
 }
 
-func (b *Budgets) rate(perMinute int64) float64 { return rate(perMinute, b.share) }
+// shareLocked is the part of tenant's budget this replica enforces.
+func (b *Budgets) shareLocked(tenant string) float64 {
+	if s, ok := b.shares[tenant]; ok {
+		return s
+	}
+	return b.share
+}
 
 // rescale moves b from capacity was to is (<= 0: no limit, a full bucket when one is set again):
 // proportionally (the same fraction full, debt included), or by adding a raise at once and capping
@@ -265,8 +296,10 @@ func (b *Budgets) Reserve(tenant string, tokens int64) (*Reservation, Quota, err
 		bk = &buckets{}
 		b.buckets[tenant] = bk
 	}
+	bk.demand.add(now, 1, float64(tokens))
 	var d Denied
-	rq, tk := b.rate(bud.RequestsPerMinute), b.rate(bud.TokensPerMinute)
+	share := b.shareLocked(tenant)
+	rq, tk := rate(bud.RequestsPerMinute, share), rate(bud.TokensPerMinute, share)
 	// A share below one request a minute (a small budget over many replicas) lets one through on a
 	// full bucket and runs it into debt, as a large token request does.
 	if rq > 0 && bk.req.fill(now, rq) < math.Min(1, rq) {
@@ -316,9 +349,10 @@ func (b *Budgets) sweepLocked(now time.Time) {
 		return
 	}
 	for t, bk := range b.buckets {
-		bud := b.budgetLocked(t)
-		rq, tk := b.rate(bud.RequestsPerMinute), b.rate(bud.TokensPerMinute)
-		if (rq <= 0 || bk.req.fill(now, rq) >= rq) && (tk <= 0 || bk.tok.fill(now, tk) >= tk) {
+		bud, share := b.budgetLocked(t), b.shareLocked(t)
+		rq, tk := rate(bud.RequestsPerMinute, share), rate(bud.TokensPerMinute, share)
+		// A tenant still asking here keeps its bucket, so its demand is still reported.
+		if (rq <= 0 || bk.req.fill(now, rq) >= rq) && (tk <= 0 || bk.tok.fill(now, tk) >= tk) && bk.demand.idle(now) {
 			delete(b.buckets, t)
 		}
 	}
@@ -339,7 +373,7 @@ func (r *Reservation) Settle(used int64) {
 	if bk == nil || bud.TokensPerMinute <= 0 {
 		return
 	}
-	tk := b.rate(bud.TokensPerMinute)
+	tk := rate(bud.TokensPerMinute, b.shareLocked(r.tenant))
 	bk.tok.fill(b.now(), tk)
 	bk.tok.level = math.Min(tk, bk.tok.level-float64(used-r.tokens))
 }

@@ -18,7 +18,8 @@ func (s *Service) GetTenantBudgets(context.Context, *adminv1.GetTenantBudgetsReq
 	return &adminv1.GetTenantBudgetsResponse{Budgets: budgetsToProto(s.d.Budgets)}, nil
 }
 
-// SetTenantBudgets replaces the tenants' budgets.
+// SetTenantBudgets replaces the tenants' budgets: applied here at once; with cluster coordination on,
+// every replica enforces them within about two exchange periods (internal/cluster, "Tenant budgets").
 func (s *Service) SetTenantBudgets(_ context.Context, req *adminv1.SetTenantBudgetsRequest) (*adminv1.SetTenantBudgetsResponse, error) {
 	if s.d.Budgets == nil {
 		return nil, errNoTenants()

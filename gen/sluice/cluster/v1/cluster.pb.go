@@ -125,9 +125,20 @@ type ExchangeRequest struct {
 	Leaving bool `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	// The caller's configured decode seat limit per decode worker (--decode-max-inflight-requests-per-worker;
 	// 0 when seats are off): the limit of the "decode:" keys; the fleet's is the smallest positive one.
-	DecodeLimit   int32 `protobuf:"varint,10,opt,name=decode_limit,json=decodeLimit,proto3" json:"decode_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DecodeLimit int32 `protobuf:"varint,10,opt,name=decode_limit,json=decodeLimit,proto3" json:"decode_limit,omitempty"`
+	// The caller enforces the tenant_shares of its grants (and reports tenant_demand). A replica that does
+	// not (an older version) enforces an even split of every tenant budget over the grant's members, and the
+	// coordinator counts it so.
+	TenantShares bool `protobuf:"varint,11,opt,name=tenant_shares,json=tenantShares,proto3" json:"tenant_shares,omitempty"`
+	// The version of the tenant budgets the caller enforces; with their body when that version is newer than
+	// the one the caller's last grant named, so that a live change made on the caller reaches the coordinator.
+	Budgets *TenantBudgets `protobuf:"bytes,12,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	// The recent demand of the caller's tenants that have a budget, largest first, at most 256.
+	TenantDemand []*TenantDemand `protobuf:"bytes,13,rep,name=tenant_demand,json=tenantDemand,proto3" json:"tenant_demand,omitempty"`
+	// The caller had more tenants with demand than it listed; each left out asked for no more than the last listed.
+	TenantDemandTruncated bool `protobuf:"varint,14,opt,name=tenant_demand_truncated,json=tenantDemandTruncated,proto3" json:"tenant_demand_truncated,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ExchangeRequest) Reset() {
@@ -230,6 +241,293 @@ func (x *ExchangeRequest) GetDecodeLimit() int32 {
 	return 0
 }
 
+func (x *ExchangeRequest) GetTenantShares() bool {
+	if x != nil {
+		return x.TenantShares
+	}
+	return false
+}
+
+func (x *ExchangeRequest) GetBudgets() *TenantBudgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *ExchangeRequest) GetTenantDemand() []*TenantDemand {
+	if x != nil {
+		return x.TenantDemand
+	}
+	return nil
+}
+
+func (x *ExchangeRequest) GetTenantDemandTruncated() bool {
+	if x != nil {
+		return x.TenantDemandTruncated
+	}
+	return false
+}
+
+// TenantBudgets are the tenant budgets of one version (budgets per minute; 0: no limit of that kind).
+type TenantBudgets struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version: a Lamport counter, the live changes of the fleet's replicas in order (0: the budgets of the
+	// startup flags), and the id of the replica that made the change, which breaks ties (the greater wins).
+	Counter uint64 `protobuf:"varint,1,opt,name=counter,proto3" json:"counter,omitempty"`
+	Origin  string `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The budgets follow (otherwise only the version is named).
+	Full bool `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
+	// Every tenant's budget unless tenants names it.
+	Default *TenantBudget `protobuf:"bytes,4,opt,name=default,proto3" json:"default,omitempty"`
+	// Per-tenant budgets.
+	Tenants       []*TenantBudget `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBudgets) Reset() {
+	*x = TenantBudgets{}
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBudgets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBudgets) ProtoMessage() {}
+
+func (x *TenantBudgets) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBudgets.ProtoReflect.Descriptor instead.
+func (*TenantBudgets) Descriptor() ([]byte, []int) {
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TenantBudgets) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+func (x *TenantBudgets) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *TenantBudgets) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *TenantBudgets) GetDefault() *TenantBudget {
+	if x != nil {
+		return x.Default
+	}
+	return nil
+}
+
+func (x *TenantBudgets) GetTenants() []*TenantBudget {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// TenantBudget is one tenant's budget per minute.
+type TenantBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant name (empty for the default).
+	Tenant            string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	TokensPerMinute   int64  `protobuf:"varint,2,opt,name=tokens_per_minute,json=tokensPerMinute,proto3" json:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64  `protobuf:"varint,3,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantBudget) Reset() {
+	*x = TenantBudget{}
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBudget) ProtoMessage() {}
+
+func (x *TenantBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBudget.ProtoReflect.Descriptor instead.
+func (*TenantBudget) Descriptor() ([]byte, []int) {
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TenantBudget) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantBudget) GetTokensPerMinute() int64 {
+	if x != nil {
+		return x.TokensPerMinute
+	}
+	return 0
+}
+
+func (x *TenantBudget) GetRequestsPerMinute() int64 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+// TenantDemand is one tenant's recent demand on a replica (exponentially weighted rates, refused requests
+// included).
+type TenantDemand struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Tenant            string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RequestsPerSecond float64                `protobuf:"fixed64,2,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	TokensPerSecond   float64                `protobuf:"fixed64,3,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantDemand) Reset() {
+	*x = TenantDemand{}
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantDemand) ProtoMessage() {}
+
+func (x *TenantDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantDemand.ProtoReflect.Descriptor instead.
+func (*TenantDemand) Descriptor() ([]byte, []int) {
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TenantDemand) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantDemand) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *TenantDemand) GetTokensPerSecond() float64 {
+	if x != nil {
+		return x.TokensPerSecond
+	}
+	return 0
+}
+
+// TenantShare is the fraction of one tenant's budget a replica enforces.
+type TenantShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Share         float64                `protobuf:"fixed64,2,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantShare) Reset() {
+	*x = TenantShare{}
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantShare) ProtoMessage() {}
+
+func (x *TenantShare) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
+func (*TenantShare) Descriptor() ([]byte, []int) {
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TenantShare) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantShare) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 // WorkerShare is one worker's granted share.
 type WorkerShare struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -243,7 +541,7 @@ type WorkerShare struct {
 
 func (x *WorkerShare) Reset() {
 	*x = WorkerShare{}
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +553,7 @@ func (x *WorkerShare) String() string {
 func (*WorkerShare) ProtoMessage() {}
 
 func (x *WorkerShare) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +566,7 @@ func (x *WorkerShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerShare.ProtoReflect.Descriptor instead.
 func (*WorkerShare) Descriptor() ([]byte, []int) {
-	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerShare) GetWorker() string {
@@ -306,14 +604,23 @@ type ExchangeResponse struct {
 	DecodeLimit int32 `protobuf:"varint,9,opt,name=decode_limit,json=decodeLimit,proto3" json:"decode_limit,omitempty"`
 	// The live members the coordinator counts, its own id included, in order: a replica that loses its
 	// coordinator falls back to an even split of the limit over these (never above its last share).
-	Members       []string `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Members []string `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
+	// The newest tenant budgets the coordinator knows: always the version, with the body when the caller's
+	// reported version is older (the caller applies a newer one). Absent from an older coordinator.
+	Budgets *TenantBudgets `protobuf:"bytes,10,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	// The fraction of each listed tenant's budget the caller enforces (weighted by the members' reported
+	// demand); the fractions of a tenant sum to 1 over the members.
+	TenantShares []*TenantShare `protobuf:"bytes,11,rep,name=tenant_shares,json=tenantShares,proto3" json:"tenant_shares,omitempty"`
+	// The fraction of the budget of every tenant not listed: 1 / the number of members. 0 from an older
+	// coordinator: the caller then splits every budget evenly over the members.
+	DefaultTenantShare float64 `protobuf:"fixed64,12,opt,name=default_tenant_share,json=defaultTenantShare,proto3" json:"default_tenant_share,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExchangeResponse) Reset() {
 	*x = ExchangeResponse{}
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +632,7 @@ func (x *ExchangeResponse) String() string {
 func (*ExchangeResponse) ProtoMessage() {}
 
 func (x *ExchangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +645,7 @@ func (x *ExchangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeResponse.ProtoReflect.Descriptor instead.
 func (*ExchangeResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExchangeResponse) GetCoordinator() string {
@@ -404,6 +711,27 @@ func (x *ExchangeResponse) GetMembers() []string {
 	return nil
 }
 
+func (x *ExchangeResponse) GetBudgets() *TenantBudgets {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *ExchangeResponse) GetTenantShares() []*TenantShare {
+	if x != nil {
+		return x.TenantShares
+	}
+	return nil
+}
+
+func (x *ExchangeResponse) GetDefaultTenantShare() float64 {
+	if x != nil {
+		return x.DefaultTenantShare
+	}
+	return 0
+}
+
 // PingRequest announces the caller.
 type PingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +749,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +761,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +774,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PingRequest) GetProtocolVersion() uint32 {
@@ -502,7 +830,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +842,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_sluice_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +855,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_sluice_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PingResponse) GetReplica() string {
@@ -595,7 +923,7 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1a\n" +
 	"\binflight\x18\x02 \x01(\x05R\binflight\x12\x16\n" +
 	"\x06demand\x18\x03 \x01(\x05R\x06demand\x12\x10\n" +
-	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\xd4\x02\n" +
+	"\x03cap\x18\x04 \x01(\x05R\x03cap\"\xb3\x04\n" +
 	"\x0fExchangeRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
@@ -608,10 +936,31 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"defaultCap\x12\x18\n" +
 	"\aleaving\x18\t \x01(\bR\aleaving\x12!\n" +
 	"\fdecode_limit\x18\n" +
-	" \x01(\x05R\vdecodeLimit\";\n" +
+	" \x01(\x05R\vdecodeLimit\x12#\n" +
+	"\rtenant_shares\x18\v \x01(\bR\ftenantShares\x12:\n" +
+	"\abudgets\x18\f \x01(\v2 .sluice.cluster.v1.TenantBudgetsR\abudgets\x12D\n" +
+	"\rtenant_demand\x18\r \x03(\v2\x1f.sluice.cluster.v1.TenantDemandR\ftenantDemand\x126\n" +
+	"\x17tenant_demand_truncated\x18\x0e \x01(\bR\x15tenantDemandTruncated\"\xcb\x01\n" +
+	"\rTenantBudgets\x12\x18\n" +
+	"\acounter\x18\x01 \x01(\x04R\acounter\x12\x16\n" +
+	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x12\n" +
+	"\x04full\x18\x03 \x01(\bR\x04full\x129\n" +
+	"\adefault\x18\x04 \x01(\v2\x1f.sluice.cluster.v1.TenantBudgetR\adefault\x129\n" +
+	"\atenants\x18\x05 \x03(\v2\x1f.sluice.cluster.v1.TenantBudgetR\atenants\"\x82\x01\n" +
+	"\fTenantBudget\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12*\n" +
+	"\x11tokens_per_minute\x18\x02 \x01(\x03R\x0ftokensPerMinute\x12.\n" +
+	"\x13requests_per_minute\x18\x03 \x01(\x03R\x11requestsPerMinute\"\x82\x01\n" +
+	"\fTenantDemand\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12.\n" +
+	"\x13requests_per_second\x18\x02 \x01(\x01R\x11requestsPerSecond\x12*\n" +
+	"\x11tokens_per_second\x18\x03 \x01(\x01R\x0ftokensPerSecond\";\n" +
+	"\vTenantShare\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05share\x18\x02 \x01(\x01R\x05share\";\n" +
 	"\vWorkerShare\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
-	"\x05share\x18\x02 \x01(\x05R\x05share\"\xc3\x02\n" +
+	"\x05share\x18\x02 \x01(\x05R\x05share\"\xf6\x03\n" +
 	"\x10ExchangeResponse\x12 \n" +
 	"\vcoordinator\x18\x01 \x01(\tR\vcoordinator\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
@@ -621,7 +970,11 @@ const file_sluice_cluster_v1_cluster_proto_rawDesc = "" +
 	"\rdefault_share\x18\x06 \x01(\x05R\fdefaultShare\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12!\n" +
 	"\fdecode_limit\x18\t \x01(\x05R\vdecodeLimit\x12\x18\n" +
-	"\amembers\x18\b \x03(\tR\amembers\"\x8e\x01\n" +
+	"\amembers\x18\b \x03(\tR\amembers\x12:\n" +
+	"\abudgets\x18\n" +
+	" \x01(\v2 .sluice.cluster.v1.TenantBudgetsR\abudgets\x12C\n" +
+	"\rtenant_shares\x18\v \x03(\v2\x1e.sluice.cluster.v1.TenantShareR\ftenantShares\x120\n" +
+	"\x14default_tenant_share\x18\f \x01(\x01R\x12defaultTenantShare\"\x8e\x01\n" +
 	"\vPingRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12 \n" +
@@ -654,30 +1007,40 @@ func file_sluice_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_sluice_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_sluice_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_sluice_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_sluice_cluster_v1_cluster_proto_goTypes = []any{
 	(*WorkerUsage)(nil),         // 0: sluice.cluster.v1.WorkerUsage
 	(*ExchangeRequest)(nil),     // 1: sluice.cluster.v1.ExchangeRequest
-	(*WorkerShare)(nil),         // 2: sluice.cluster.v1.WorkerShare
-	(*ExchangeResponse)(nil),    // 3: sluice.cluster.v1.ExchangeResponse
-	(*PingRequest)(nil),         // 4: sluice.cluster.v1.PingRequest
-	(*PingResponse)(nil),        // 5: sluice.cluster.v1.PingResponse
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(*TenantBudgets)(nil),       // 2: sluice.cluster.v1.TenantBudgets
+	(*TenantBudget)(nil),        // 3: sluice.cluster.v1.TenantBudget
+	(*TenantDemand)(nil),        // 4: sluice.cluster.v1.TenantDemand
+	(*TenantShare)(nil),         // 5: sluice.cluster.v1.TenantShare
+	(*WorkerShare)(nil),         // 6: sluice.cluster.v1.WorkerShare
+	(*ExchangeResponse)(nil),    // 7: sluice.cluster.v1.ExchangeResponse
+	(*PingRequest)(nil),         // 8: sluice.cluster.v1.PingRequest
+	(*PingResponse)(nil),        // 9: sluice.cluster.v1.PingResponse
+	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
 }
 var file_sluice_cluster_v1_cluster_proto_depIdxs = []int32{
-	0, // 0: sluice.cluster.v1.ExchangeRequest.workers:type_name -> sluice.cluster.v1.WorkerUsage
-	6, // 1: sluice.cluster.v1.ExchangeResponse.lease:type_name -> google.protobuf.Duration
-	2, // 2: sluice.cluster.v1.ExchangeResponse.shares:type_name -> sluice.cluster.v1.WorkerShare
-	0, // 3: sluice.cluster.v1.PingResponse.workers:type_name -> sluice.cluster.v1.WorkerUsage
-	1, // 4: sluice.cluster.v1.AdmissionCoordinationService.Exchange:input_type -> sluice.cluster.v1.ExchangeRequest
-	4, // 5: sluice.cluster.v1.AdmissionCoordinationService.Ping:input_type -> sluice.cluster.v1.PingRequest
-	3, // 6: sluice.cluster.v1.AdmissionCoordinationService.Exchange:output_type -> sluice.cluster.v1.ExchangeResponse
-	5, // 7: sluice.cluster.v1.AdmissionCoordinationService.Ping:output_type -> sluice.cluster.v1.PingResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: sluice.cluster.v1.ExchangeRequest.workers:type_name -> sluice.cluster.v1.WorkerUsage
+	2,  // 1: sluice.cluster.v1.ExchangeRequest.budgets:type_name -> sluice.cluster.v1.TenantBudgets
+	4,  // 2: sluice.cluster.v1.ExchangeRequest.tenant_demand:type_name -> sluice.cluster.v1.TenantDemand
+	3,  // 3: sluice.cluster.v1.TenantBudgets.default:type_name -> sluice.cluster.v1.TenantBudget
+	3,  // 4: sluice.cluster.v1.TenantBudgets.tenants:type_name -> sluice.cluster.v1.TenantBudget
+	10, // 5: sluice.cluster.v1.ExchangeResponse.lease:type_name -> google.protobuf.Duration
+	6,  // 6: sluice.cluster.v1.ExchangeResponse.shares:type_name -> sluice.cluster.v1.WorkerShare
+	2,  // 7: sluice.cluster.v1.ExchangeResponse.budgets:type_name -> sluice.cluster.v1.TenantBudgets
+	5,  // 8: sluice.cluster.v1.ExchangeResponse.tenant_shares:type_name -> sluice.cluster.v1.TenantShare
+	0,  // 9: sluice.cluster.v1.PingResponse.workers:type_name -> sluice.cluster.v1.WorkerUsage
+	1,  // 10: sluice.cluster.v1.AdmissionCoordinationService.Exchange:input_type -> sluice.cluster.v1.ExchangeRequest
+	8,  // 11: sluice.cluster.v1.AdmissionCoordinationService.Ping:input_type -> sluice.cluster.v1.PingRequest
+	7,  // 12: sluice.cluster.v1.AdmissionCoordinationService.Exchange:output_type -> sluice.cluster.v1.ExchangeResponse
+	9,  // 13: sluice.cluster.v1.AdmissionCoordinationService.Ping:output_type -> sluice.cluster.v1.PingResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_sluice_cluster_v1_cluster_proto_init() }
@@ -691,7 +1054,7 @@ func file_sluice_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_cluster_v1_cluster_proto_rawDesc), len(file_sluice_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
