@@ -11,33 +11,69 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 )
 
+// fairMode is one of --tenant-fairness's modes in admission's terms.
+type fairMode int
+
+const (
+	modeOff        fairMode = iota // one FIFO (a per-tenant bound may still apply)
+	modeRoundRobin                 // deficit round robin
+	modeShare                      // under-share tenants first, round robin otherwise
+)
+
+func (m fairMode) String() string { return [...]string{"off", "round-robin", "share"}[m] }
+
+// apply returns ts with m's fairness; weights, bound and burst are kept.
+func (m fairMode) apply(ts admission.TenantSettings) admission.TenantSettings {
+	ts.Fair, ts.UnderShareFirst = m != modeOff, m == modeShare
+	return ts
+}
+
 // TestPropertyTenantInvariants runs the invariants of
-// TestPropertyAdmissionInvariants with three tenants, fair queueing (t0
-// weighing 2) and a per-tenant queue bound: the same checks hold, with FIFO
-// within each tenant of each queue instead of within each queue, and
-// tenant_queue_full among the expected outcomes.
+// TestPropertyAdmissionInvariants with three tenants (t0 weighing 2), a
+// fairness mode drawn (off, round robin or share, with or without a burst)
+// and a per-tenant queue bound: the same checks hold (head-only selection,
+// no overtaking of a strict target, cancellation, no lost wake-up, each
+// slot released once), with FIFO within each tenant of each queue instead
+// of within each queue, and tenant_queue_full among the expected outcomes.
+// With live modes, each update switches to the mode it drew, which rebuilds
+// the per-tenant state around the waiters (tenancy itself goes off and on
+// when the mode is off and there is no bound).
 func TestPropertyTenantInvariants(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		limit := rapid.IntRange(1, 3).Draw(rt, "limit")
-		size := rapid.IntRange(0, 4).Draw(rt, "size")
-		ts := admission.TenantSettings{
-			Fair:      rapid.Bool().Draw(rt, "fair"),
+		limit := rapid.IntRange(1, 2).Draw(rt, "limit")
+		size := rapid.IntRange(0, 8).Draw(rt, "size")
+		mode := fairMode(rapid.IntRange(0, 2).Draw(rt, "mode"))
+		live := rapid.Bool().Draw(rt, "live")
+		ts := mode.apply(admission.TenantSettings{
 			Weights:   map[string]int{"t0": 2},
 			MaxQueued: rapid.IntRange(0, 2).Draw(rt, "maxQueued"),
+			Burst:     rapid.IntRange(0, 3).Draw(rt, "burst"),
+		})
+		if mode == modeOff && ts.MaxQueued == 0 && !live {
+			ts.MaxQueued = 1 // else tenancy is off throughout: TestPropertyAdmissionInvariants
 		}
-		if !ts.Fair && ts.MaxQueued == 0 {
-			ts.Fair = true
+		// Longer runs than the seed's, with more arrivals and drained at
+		// most at the end: the orders of the round robin and of share mode
+		// need several queued grants of several tenants.
+		ops := rapid.SliceOfN(genOpOf(tenantOpKinds, false), 40, 120).Draw(rt, "ops")
+		if rapid.IntRange(0, 9).Draw(rt, "drain") == 0 {
+			ops = append(ops, op{Kind: opDrain})
 		}
-		ops := rapid.SliceOfN(genOp(), 1, 50).Draw(rt, "ops")
 		var problems []string
 		synctest.Test(t, func(t *testing.T) {
-			problems = runProperty(limit, size, ops, ts)
+			problems = runProperty(limit, size, ops, ts, live)
 		})
 		if len(problems) > 0 {
 			rt.Fatalf("invariants broken:\n%v", problems)
 		}
 	})
 }
+
+// tenantOpKinds weigh the ops of TestPropertyTenantInvariants towards
+// arrivals and releases, so that queues stay long.
+var tenantOpKinds = []opKind{opAcquire, opAcquire, opAcquire, opAcquire, opAcquire, opAcquire,
+	opRelease, opRelease, opRelease, opRelease, opCancel, opAdvance, opAdvance,
+	opRemoveWorker, opAddWorker, opToggleBreaker, opUpdate, opWake}
 
 // fairLivenessWaiter returns a waiter of queue q that stands for its head in
 // the liveness check: any of them when they all share one target (so that
