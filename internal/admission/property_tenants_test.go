@@ -2,9 +2,11 @@ package admission_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -209,4 +211,98 @@ func shareBoundViolation(grants []string, backlogged []map[string]bool, weights 
 		}
 	}
 	return ""
+}
+
+// shareWindow is admission's share.go constant of the same name (the
+// averages' time constant, 2 s), which the bound below depends on.
+const shareWindow = 2 * time.Second
+
+// TestPropertyShareFairness checks share mode's long-run fairness: with one
+// slot, 2-4 tenants of weights 1-4 all backlogged throughout and prefills of
+// random lengths, after each grant every tenant's grants stay within a bound
+// of its weighted max-min share (with all backlogged, w_i/W of the grants).
+//
+// The bound the averages permit: let r_i be tenant i's grants decayed with
+// time constant tau (each grant adds 1, then e^(-age/tau)) over its weight.
+// Share mode grants the tenant of lowest r_i whenever they are not all equal
+// (the lowest is then under the weighted mean, its share), the round robin
+// otherwise, and decay scales all alike; so the spread max r - min r never
+// exceeds the largest step, M = 1/w_min (a grant lifts the lowest by at most
+// M; if it becomes the highest the spread is at most M, else it does not
+// grow). Checked first, from the grant times. Since dG_i = w_i (dr_i + r_i
+// dt/tau), G_i/w_i = r_i(t) + (1/tau) * integral of r_i up to t, so for any two
+// tenants |G_i/w_i - G_j/w_j| <= M (1 + t/tau), and as the weighted mean of
+// G_j/w_j is n/W: |G_i - w_i n/W| <= w_i M (1 + t/tau), t being the time since
+// the first grant. The t/tau term is the averages' lag: they forget, so an
+// excess as old as several windows is no longer corrected.
+func TestPropertyShareFairness(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		k := rapid.IntRange(2, 4).Draw(rt, "tenants")
+		weights := map[string]int{}
+		names := make([]string, k)
+		wmin, wsum := math.MaxInt, 0
+		for i := range names {
+			names[i] = fmt.Sprint("t", i)
+			weights[names[i]] = rapid.IntRange(1, 4).Draw(rt, "weight")
+			wmin, wsum = min(wmin, weights[names[i]]), wsum+weights[names[i]]
+		}
+		prefills := rapid.SliceOfN(rapid.SampledFrom([]time.Duration{
+			time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 60 * time.Millisecond, 300 * time.Millisecond,
+		}), 1, 8).Draw(rt, "prefills")
+		n := rapid.IntRange(50, 250).Draw(rt, "grants")
+		m := 1 / float64(wmin)
+		const eps = 1e-9
+		var problem string
+		synctest.Test(t, func(t *testing.T) {
+			r := newShareRig(t, weights, true)
+			for _, name := range names {
+				for j := range 3 { // each keeps 3 waiting: one comes back as one is granted
+					r.arrive(fmt.Sprint(name, ".", j), name)
+				}
+			}
+			got := map[string]int{}
+			decayed := map[string]float64{}
+			var start, last time.Time
+			for i := range n {
+				tenant := r.nextAfter(prefills[i%len(prefills)])
+				now := time.Now()
+				if i == 0 {
+					start, last = now, now
+				}
+				decay := math.Exp(-float64(now.Sub(last)) / float64(shareWindow))
+				for name := range decayed {
+					decayed[name] *= decay
+				}
+				last = now
+				got[tenant]++
+				decayed[tenant] += 1 / float64(weights[tenant])
+				r.arrive(fmt.Sprint(tenant, "+", i), tenant)
+				if problem != "" {
+					continue
+				}
+				lo, hi := math.Inf(1), math.Inf(-1)
+				for _, name := range names {
+					lo, hi = min(lo, decayed[name]), max(hi, decayed[name])
+				}
+				if hi-lo > m+eps {
+					problem = fmt.Sprintf("grant %d: decayed grants per weight spread %.3f, above 1/w_min = %.3f (%v)", i, hi-lo, m, decayed)
+					continue
+				}
+				bound := func(name string) float64 {
+					return float64(weights[name]) * m * (1 + float64(now.Sub(start))/float64(shareWindow))
+				}
+				for _, name := range names {
+					share := float64(weights[name]) * float64(i+1) / float64(wsum)
+					if math.Abs(float64(got[name])-share) > bound(name)+eps {
+						problem = fmt.Sprintf("after %d grants (%v): %s got %d, share %.1f, bound %.1f (%v)",
+							i+1, now.Sub(start), name, got[name], share, bound(name), got)
+					}
+				}
+			}
+			r.drain()
+		})
+		if problem != "" {
+			rt.Fatal(problem)
+		}
+	})
 }

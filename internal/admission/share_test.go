@@ -48,7 +48,13 @@ func (r *shareRig) arrive(id, tenant string) {
 // returns the tenant granted it.
 func (r *shareRig) next() string {
 	r.t.Helper()
-	time.Sleep(10 * time.Millisecond) // synctest's clock: the grant rates need time to pass
+	return r.nextAfter(10 * time.Millisecond)
+}
+
+// nextAfter is next after a prefill of d.
+func (r *shareRig) nextAfter(d time.Duration) string {
+	r.t.Helper()
+	time.Sleep(d) // synctest's clock: the grant rates need time to pass
 	r.cur.Release(admission.ReleaseCompleted)
 	synctest.Wait()
 	for i, w := range r.waiting {
