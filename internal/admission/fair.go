@@ -345,9 +345,11 @@ func (c *Controller) refairLocked() {
 
 // fairPositionLocked is the position early rejection predicts for a newcomer of tenant in band:
 // positionLocked, except that with fairness the waiters of its own arrival band count only as far
-// as round robin serves them first: its tenant's n waiters ahead take n/w (its weight) turns, in
-// each of which every other tenant o gets up to its weight w_o; a new tenant waits for the new
-// tenants before it and the current turn. O(tenants of the band).
+// as they are served first. In share mode, for a tenant still under its share when the newcomer's
+// turn comes, that is share.go's prediction (shareAheadLocked). Otherwise, the round robin's: its
+// tenant's n waiters ahead take n/w (its weight) turns, in each of which every other tenant o gets
+// up to its weight w_o; a new tenant waits for the new tenants before it and the current turn.
+// O(tenants of the band).
 func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	pos := c.positionLocked(q, band)
 	if q == nil || !c.settings.Tenants.Fair {
@@ -361,6 +363,15 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	tenant = tenantName(tenant)
 	ts := &c.settings.Tenants
 	tq := fb.tenants[tenant]
+	if c.shareOn() {
+		mine := 0
+		if tq != nil {
+			mine = tq.waiters.Len()
+		}
+		if ahead, ok := c.shareAheadLocked(fb, tenant, mine); ok {
+			return pos - q.bands[nb].Len() + ahead
+		}
+	}
 	if tq == nil {
 		// A new tenant is served after the new tenants before it, and after the
 		// current turn unless it takes the turn at once (fairAddLocked).

@@ -31,6 +31,10 @@ import (
 // that into more (TestTenantUnderShareGamingBound). Grants given this way do
 // not spend the round robin's turns: they are what max-min fairness owes.
 //
+// Early rejection predicts a newcomer's position from the same order
+// (shareAheadLocked): while its tenant stays under its share, only the
+// tenants whose rate per weight is below its own count before it.
+//
 // Cost: O(log tenants) per grant and per tenant starting to wait. Rates are
 // kept in one epoch's scale (score = rate/w times e^((now-epoch)/window)),
 // so comparing two tenants, or one with the threshold, needs no decay.
@@ -263,4 +267,92 @@ func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter,
 	if t := s.lowest(now); t != nil {
 		s.head = fb.tenants[t.name]
 	}
+}
+
+// shareAheadLocked predicts, for early rejection, how many waiters of fb are
+// granted before a newcomer of tenant, which has mine waiters ahead of it in
+// the band; ok is false when its tenant would not be under its share by then
+// (the round robin's prediction applies). Its tenant's rate per weight, lifted
+// by the mine grants before it, is the newcomer's level: each other waiting
+// tenant below that level is served until it reaches it (at most its
+// waiters), nobody above it is, and the head, which keeps its place until it
+// leaves, goes first. Grants are counted at now's scale, without the decay
+// until they are made. O(tenants below the level): the heap is walked only
+// where it holds them.
+func (c *Controller) shareAheadLocked(fb *fairBand, tenant string, mine int) (ahead int, ok bool) {
+	s := fb.share
+	if s == nil || s.epoch.IsZero() {
+		return 0, false // no grant measured yet: nobody is under share
+	}
+	now := c.now()
+	s.expire(now)
+	p := sharePrediction{fb: fb, tenant: tenant, since: math.MaxUint64} // a newcomer's front is the latest
+	w, weights := c.settings.Tenants.weight(tenant), s.weights
+	if t := s.tenants[tenant]; t != nil {
+		p.level, w = t.score, t.weight
+		if t.hidx >= 0 {
+			p.since = t.since
+		}
+		if !t.counted() {
+			weights += w
+		}
+	} else {
+		weights += w
+	}
+	if p.level*float64(weights) >= s.total {
+		return 0, false // over its share already
+	}
+	p.step = s.scale(now)
+	p.level += float64(mine) * p.step / float64(w)
+	p.head = fb.headTenant()
+	p.walk(0)
+	ahead = mine + p.ahead
+	if p.head.name != tenant && !p.headSeen && ahead > 0 {
+		ahead++ // the head leaves first; a newcomer with nobody before it takes its place
+	}
+	if p.level*float64(weights) >= s.total+float64(ahead)*p.step {
+		return 0, false // over its share by its turn
+	}
+	return ahead, true
+}
+
+// sharePrediction is shareAheadLocked's walk of the waiting heap.
+type sharePrediction struct {
+	fb       *fairBand
+	tenant   string
+	level    float64      // the newcomer's tenant's score when the newcomer is its front
+	since    uint64       // its tie-break
+	step     float64      // one grant's score per weight unit, at now's scale
+	head     *tenantQueue // the band's head's tenant
+	ahead    int          // the other tenants' grants before the newcomer
+	headSeen bool         // the head's tenant is among them
+}
+
+// walk counts the tenants below the level in the subtree of the heap at i;
+// a node above it has only tenants above it below.
+func (p *sharePrediction) walk(i int) {
+	h := p.fb.share.waiting
+	if i >= len(h) {
+		return
+	}
+	t := h[i]
+	if t.score > p.level || (t.score == p.level && t.since > p.since) {
+		return
+	}
+	if tq := p.fb.tenants[t.name]; t.name != p.tenant && tq != nil {
+		// Its grants until its score reaches the level, and one more if it
+		// wins the tie there (it has waited longer).
+		x := (p.level - t.score) * float64(t.weight) / p.step
+		if r := math.Round(x); math.Abs(x-r) < 1e-9 {
+			x = r // sums of equal steps: a tie, not a rounding error
+		}
+		n := int(math.Ceil(x))
+		if t.since < p.since {
+			n = int(math.Floor(x)) + 1
+		}
+		p.ahead += min(n, tq.waiters.Len())
+		p.headSeen = p.headSeen || tq == p.head
+	}
+	p.walk(2*i + 1)
+	p.walk(2*i + 2)
 }
