@@ -68,9 +68,9 @@ type TenantSettings struct {
 	// <= 1: its weight, no burst. Used with Fair.
 	Burst int
 	// UnderShareFirst serves first the tenants below their share (share.go):
-	// the head is the oldest waiter of a tenant whose recent grant rate is
-	// under its weighted share of the band's, else the round robin's. Used
-	// with Fair.
+	// the head is the front waiter of the tenant whose recent grant rate per
+	// weight is lowest, if that is under its weighted share of the band's,
+	// else the round robin's. Used with Fair.
 	UnderShareFirst bool
 }
 
