@@ -31,6 +31,10 @@ import (
 // that into more (TestTenantUnderShareGamingBound). Grants given this way do
 // not spend the round robin's turns: they are what max-min fairness owes.
 //
+// Rates measure grants, not waiters: a queue dropped as it empties leaves
+// its rates for the next queue of its key (keepSharesLocked), so a flood
+// that pauses until nobody waits is still over its share when it is back.
+//
 // Early rejection predicts a newcomer's position from the same order
 // (shareAheadLocked): while its tenant stays under its share, only the
 // tenants whose rate per weight is below its own count before it.
@@ -241,6 +245,62 @@ func (c *Controller) shareEnterLocked(fb *fairBand, tq *tenantQueue, w *waiter) 
 	if t := s.lowest(c.now()); t != nil && t.name == tq.name {
 		s.head = tq
 		return true
+	}
+	return false
+}
+
+// keepSharesLocked keeps the rates of q, dropped as it empties, for the
+// next queue of its key, so that a flood's rate outlives a moment with
+// nobody waiting; rates with no grant for 5 windows are forgotten. It also
+// forgets the kept rates gone stale meanwhile: O(keys kept), as queues
+// empty.
+func (c *Controller) keepSharesLocked(q *queue) {
+	if !c.shareOn() {
+		return
+	}
+	now := c.now()
+	for key, kept := range c.keptShares {
+		if !liveShares(kept, now) {
+			delete(c.keptShares, key)
+		}
+	}
+	kept := new([MaxBands]*shareState)
+	for b := range q.fair {
+		kept[b] = q.fair[b].share
+	}
+	if liveShares(kept, now) {
+		if c.keptShares == nil {
+			c.keptShares = make(map[string]*[MaxBands]*shareState)
+		}
+		c.keptShares[q.key] = kept
+	}
+}
+
+// restoreSharesLocked gives a new queue the rates kept for its key.
+func (c *Controller) restoreSharesLocked(q *queue) {
+	kept := c.keptShares[q.key]
+	if kept == nil {
+		return
+	}
+	delete(c.keptShares, q.key)
+	for b, s := range kept {
+		if s != nil {
+			s.head = nil // the tenants it named went with the old queue
+		}
+		q.fair[b].share = s
+	}
+}
+
+// liveShares reports whether some band of kept still has a tenant granted
+// within 5 windows.
+func liveShares(kept *[MaxBands]*shareState, now time.Time) bool {
+	for _, s := range kept {
+		if s != nil {
+			s.expire(now)
+			if s.recent.Len() > 0 || s.old.Len() > 0 {
+				return true
+			}
+		}
 	}
 	return false
 }

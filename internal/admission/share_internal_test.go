@@ -105,3 +105,49 @@ func sharePredictionRun(t *testing.T, arrivals []string) (predicted, got int) {
 	}
 	return predicted, got
 }
+
+// The rates kept for an emptied queue go when another queue empties 5
+// windows after their last grant, so model keys do not accumulate.
+func TestKeptSharesAreForgotten(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c, err := New(Settings{MaxInflightPerWorker: 1, QueueSize: 100, QueueTimeout: time.Hour,
+		Tenants: TenantSettings{Fair: true, UnderShareFirst: true}}, Deps{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := func(hasCap func(string) bool) (string, error) {
+		if hasCap("W") {
+			return "W", nil
+		}
+		return "", ErrNoCapacity
+	}
+	// served queues one request of model behind the held slot and grants it.
+	served := func(model string) {
+		held, err := c.Acquire(t.Context(), Request{Queue: model, Select: sel, Tenant: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		w, _ := c.enqueueLocked(Request{Queue: model, Select: sel, Tenant: "a"})
+		c.mu.Unlock()
+		held.Release(ReleaseCompleted)
+		if w.state != granted {
+			t.Fatalf("%s: the queued request was not granted", model)
+		}
+		w.slot.Release(ReleaseCompleted)
+	}
+	served("m1")
+	if c.keptShares["m1"] == nil {
+		t.Fatal("m1's rates not kept as its queue emptied")
+	}
+	now = now.Add(5*shareWindow - time.Millisecond)
+	served("m2")
+	if c.keptShares["m1"] == nil || c.keptShares["m2"] == nil {
+		t.Fatalf("kept %v, want m1's (granted under 5 windows ago) and m2's", c.keptShares)
+	}
+	now = now.Add(2 * time.Millisecond)
+	served("m2")
+	if _, ok := c.keptShares["m1"]; ok || c.keptShares["m2"] == nil {
+		t.Fatalf("kept %v, want m2's only: m1's last grant is 5 windows old", c.keptShares)
+	}
+}

@@ -273,3 +273,35 @@ func TestTenantShareEarlyRejection(t *testing.T) {
 		})
 	}
 }
+
+// A flood's rate outlives a moment with nobody waiting (the empty queue is
+// dropped, its rates kept for the next queue of the model): served ten
+// times, one request queued at a time, then with three more queued behind
+// a quiet tenant's burst of three, the flood is over its share and the
+// burst goes first. Without the kept rates the first grant would go to the
+// round robin's head, the flood's.
+func TestTenantShareRatesOutliveAnEmptyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newShareRig(t, nil, true)
+		for i := range 10 {
+			r.arrive(fmt.Sprint("w", i), "f")
+			if got := r.next(); got != "f" {
+				t.Fatalf("warm grant %d to %s", i, got)
+			}
+		}
+		for i := range 3 {
+			r.arrive(fmt.Sprint("f", i), "f")
+		}
+		for i := range 3 {
+			r.arrive(fmt.Sprint("q", i), "q")
+		}
+		var got []string
+		for len(r.waiting) > 0 {
+			got = append(got, r.next())
+		}
+		r.drain()
+		if want := []string{"q", "q", "q", "f", "f", "f"}; !slices.Equal(got, want) {
+			t.Fatalf("grants %v, want %v", got, want)
+		}
+	})
+}
