@@ -72,7 +72,7 @@ func sharePredictionRun(t *testing.T, arrivals []string) (predicted, got int) {
 		t.Fatal("a release granted nobody")
 		return nil
 	}
-	enqueue("flood") // one always waits: an empty queue is dropped with its rates
+	enqueue("flood") // one always waits: a backlog, as in a flood
 	for range 21 {
 		enqueue("flood")
 		now = now.Add(time.Second)

@@ -218,8 +218,7 @@ func TestTenantShareEarlyRejection(t *testing.T) {
 				defer cancel()
 				// 21 queued grants of the flood one second apart: the release
 				// rate is about 1/s, and the flood's rate is measured. One of
-				// its requests always waits, since an empty queue is dropped
-				// with its rates.
+				// its requests always waits (a backlog, as in a flood).
 				held := mustAdmit(t, "flood", goAcquireNow(c, tenantReq(p, "flood", "flood")))
 				next := goAcquire(ctx, c, tenantReq(p, "warm", "flood"))
 				synctest.Wait()
