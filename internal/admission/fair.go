@@ -343,7 +343,6 @@ func (fb *fairBand) startTurnLocked(tq *tenantQueue, ts *TenantSettings) {
 // arrival lists, after tenancy was turned on or off live. Turns restart.
 func (c *Controller) refairLocked() {
 	clear(c.tenantQueued)
-	clear(c.keptShares)
 	for _, q := range c.active {
 		q.fair = [MaxBands]fairBand{} // rates restart too
 		for b := range q.bands {

@@ -142,8 +142,9 @@ func (s *shareState) leave(name string) {
 	}
 }
 
-// grant records one grant to tenant at now.
-func (s *shareState) grant(name string, weight int, now time.Time) {
+// grant records one grant to tenant at now; last says it was its last
+// waiter (it leaves the heap here, once, rather than moving in it first).
+func (s *shareState) grant(name string, weight int, now time.Time, last bool) {
 	if s.epoch.IsZero() || now.Sub(s.epoch) > 20*shareWindow {
 		s.rebase(now)
 	}
@@ -151,16 +152,24 @@ func (s *shareState) grant(name string, weight int, now time.Time) {
 	t := s.get(name, weight)
 	t.score += f / float64(weight)
 	s.total += f
-	if t.hidx >= 0 {
+	was := t.counted()
+	switch {
+	case t.hidx >= 0 && last:
+		heap.Remove(&s.waiting, t.hidx)
+	case t.hidx >= 0:
 		heap.Fix(&s.waiting, t.hidx)
 	}
-	was := t.counted()
-	if t.in != nil {
-		t.in.Remove(t.elem)
+	if t.in == &s.recent {
+		s.recent.MoveToBack(t.elem) // no allocation per grant
+	} else {
+		if t.in != nil {
+			t.in.Remove(t.elem)
+		}
+		t.recent, t.in = true, &s.recent
+		t.elem = s.recent.PushBack(t)
 	}
-	t.last, t.recent, t.in = now, true, &s.recent
-	t.elem = s.recent.PushBack(t)
-	s.count(t, was)
+	t.last = now
+	s.count(t, was) // recent now: still in W if it left the heap
 	s.expire(now)
 }
 
@@ -315,7 +324,7 @@ func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter,
 	}
 	now := c.now()
 	if w.state == granted {
-		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now)
+		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now, tq.waiters.Len() == 0)
 	}
 	if tq.waiters.Len() == 0 {
 		s.leave(tq.name)
