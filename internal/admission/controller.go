@@ -162,6 +162,9 @@ type Controller struct {
 	seatReleases rateEstimator
 
 	tenantQueued map[string]int // waiters by tenant, with tenancy on (fair.go)
+	// keptShares are the rates of queues dropped when they emptied, for the
+	// next queue of their key (share.go).
+	keptShares map[string]*[MaxBands]*shareState
 }
 
 type workerState struct {

@@ -29,6 +29,14 @@
 //     timeout is rejected at once ([ErrPredictedTimeout]);
 //   - adaptive limits (Adaptive): each worker's request limit moves inside a
 //     range from the measured prefill time per token (adaptive.go);
+//   - tenants (Tenants): FIFO within a tenant and, across the tenants of a
+//     band, one of three orders: one FIFO (Fair off; a per-tenant queue
+//     bound, MaxQueued, may still apply: [ErrTenantQueueFull]), weighted
+//     deficit round robin (Fair; fair.go), or under-share first (Fair and
+//     UnderShareFirst, the gateway's default; share.go): the tenants whose
+//     recent grants are under their weighted share of the band's go first,
+//     most under-served first, and the round robin orders the rest. Early
+//     rejection predicts a newcomer's position from the order in force;
 //   - decode seats (DecodeMaxInflightPerWorker, DecodeAuto; seat.go): a PD
 //     request is admitted only when its prefill slot AND a seat on its decode
 //     worker (per DP rank where ranks are known) are free, chosen together by
@@ -160,7 +168,9 @@
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
 //   - queue.go: queues and bands; slot.go: Slot and Guard; seat.go: decode
-//     seats; fair.go: tenants; share.go: tenants under their share first;
+//     seats; fair.go: tenants, the round robin and its predicted
+//     positions; share.go: under-share first, its rates and its predicted
+//     positions;
 //     caps.go: cluster shares; adaptive.go:
 //     adaptive limits; drain.go: shutdown; settings.go, errors.go,
 //     metrics.go, status.go: the types they name.

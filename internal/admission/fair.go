@@ -68,9 +68,9 @@ type TenantSettings struct {
 	// <= 1: its weight, no burst. Used with Fair.
 	Burst int
 	// UnderShareFirst serves first the tenants below their share (share.go):
-	// the head is the oldest waiter of a tenant whose recent grant rate is
-	// under its weighted share of the band's, else the round robin's. Used
-	// with Fair.
+	// the head is the front waiter of the tenant whose recent grant rate per
+	// weight is lowest, if that is under its weighted share of the band's,
+	// else the round robin's. Used with Fair.
 	UnderShareFirst bool
 }
 
@@ -125,6 +125,10 @@ type fairBand struct {
 	freshTail *list.Element
 	n         int         // waiters in the band
 	share     *shareState // UnderShareFirst's rates and head (share.go); nil: none yet
+	// multi are the tenants with 2 waiters or more: the only ones whose
+	// waiters the round robin may not all serve before a newcomer's turn
+	// (fairPositionLocked).
+	multi list.List // of *tenantQueue
 }
 
 // tenantQueue is one tenant's waiters in one band of one queue.
@@ -136,6 +140,7 @@ type tenantQueue struct {
 	debt    int       // its first turn's grants beyond its weight, not yet repaid
 	fresh   bool      // new, nothing granted yet: its turn is a burst
 	elem    *list.Element
+	multi   *list.Element // in fairBand.multi; nil: under 2 waiters
 }
 
 // fairHeadLocked returns the head of front's band: front itself without
@@ -219,6 +224,9 @@ func (c *Controller) fairAddLocked(w *waiter) (tookTurn bool) {
 	}
 	fb.n++
 	w.tq, w.telem = tq, tq.waiters.PushBack(w)
+	if tq.waiters.Len() == 2 {
+		tq.multi = fb.multi.PushBack(tq)
+	}
 	if tq.waiters.Len() == 1 && c.shareEnterLocked(fb, tq, w) {
 		tookTurn = true
 		if f := tq.waiters.Front().Value.(*waiter); f != w && c.headLocked(w.q) == f {
@@ -251,6 +259,10 @@ func (c *Controller) fairRemoveLocked(w *waiter) {
 	bandHead := fb.headTenant() == tq && tq.waiters.Front() == w.telem
 	tq.waiters.Remove(w.telem)
 	w.tq, w.telem = nil, nil
+	if tq.waiters.Len() == 1 {
+		fb.multi.Remove(tq.multi)
+		tq.multi = nil
+	}
 	if n := c.tenantQueued[w.tenant] - 1; n > 0 {
 		c.tenantQueued[w.tenant] = n
 	} else {
@@ -345,9 +357,11 @@ func (c *Controller) refairLocked() {
 
 // fairPositionLocked is the position early rejection predicts for a newcomer of tenant in band:
 // positionLocked, except that with fairness the waiters of its own arrival band count only as far
-// as round robin serves them first: its tenant's n waiters ahead take n/w (its weight) turns, in
-// each of which every other tenant o gets up to its weight w_o; a new tenant waits for the new
-// tenants before it and the current turn. O(tenants of the band).
+// as they are served first. In share mode, for a tenant still under its share when the newcomer's
+// turn comes, that is share.go's prediction (shareAheadLocked). Otherwise, the round robin's: its
+// tenant's n waiters ahead take n/w (its weight) turns, in each of which every other tenant o gets
+// up to its weight w_o; a new tenant waits for the new tenants before it and the current turn.
+// O(tenants with 2 waiters or more, and new tenants).
 func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	pos := c.positionLocked(q, band)
 	if q == nil || !c.settings.Tenants.Fair {
@@ -361,6 +375,15 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 	tenant = tenantName(tenant)
 	ts := &c.settings.Tenants
 	tq := fb.tenants[tenant]
+	if c.shareOn() {
+		mine := 0
+		if tq != nil {
+			mine = tq.waiters.Len()
+		}
+		if ahead, ok := c.shareAheadLocked(fb, tenant, mine); ok {
+			return pos - q.bands[nb].Len() + ahead
+		}
+	}
 	if tq == nil {
 		// A new tenant is served after the new tenants before it, and after the
 		// current turn unless it takes the turn at once (fairAddLocked).
@@ -378,12 +401,13 @@ func (c *Controller) fairPositionLocked(q *queue, band int, tenant string) int {
 		}
 		return pos - q.bands[nb].Len() + ahead
 	}
-	mine := tq.waiters.Len()
-	turns := mine/ts.weight(tenant) + 1 // the newcomer is served in this turn of its tenant
-	ahead := mine
-	for name, tq := range fb.tenants {
-		if name != tenant {
-			ahead += min(tq.waiters.Len(), turns*ts.weight(name))
+	// Every waiter of the band is ahead but those beyond another tenant's
+	// turns*w_o, which only a tenant with 2 waiters or more can have.
+	turns := tq.waiters.Len()/ts.weight(tenant) + 1 // the newcomer is served in this turn of its tenant
+	ahead := fb.n
+	for e := fb.multi.Front(); e != nil; e = e.Next() {
+		if o := e.Value.(*tenantQueue); o != tq {
+			ahead -= max(0, o.waiters.Len()-turns*ts.weight(o.name))
 		}
 	}
 	return pos - q.bands[nb].Len() + ahead

@@ -34,6 +34,7 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	pos := c.positionLocked(q, band)
 	if q == nil {
 		q = &queue{key: req.Queue}
+		c.restoreSharesLocked(q)
 		c.queues[req.Queue] = q
 		c.active = append(c.active, q)
 	}
@@ -97,6 +98,7 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 	c.metrics.AddQueued(q.key, -1)
 	c.bandCountLocked(w.band, -1)
 	if q.n == 0 {
+		c.keepSharesLocked(q)
 		delete(c.queues, q.key)
 		if i := slices.Index(c.active, q); i >= 0 {
 			c.active = slices.Delete(c.active, i, i+1)

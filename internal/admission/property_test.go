@@ -42,6 +42,7 @@ type op struct {
 	Limit  int           // update (0 = off)
 	Size   int           // update
 	Tenant int           // acquire: its tenant, t0-t2 (ignored without tenancy)
+	Mode   fairMode      // update: the fairness mode, in runs that change it live
 }
 
 var propWorkers = []string{"W0", "W1", "W2"}
@@ -49,11 +50,16 @@ var propWorkers = []string{"W0", "W1", "W2"}
 const propTimeout = 3 * time.Second
 
 func genOp() *rapid.Generator[op] {
-	kinds := []opKind{opAcquire, opAcquire, opAcquire, opAcquire, opRelease, opRelease, opRelease,
-		opCancel, opAdvance, opAdvance, opRemoveWorker, opAddWorker, opToggleBreaker, opUpdate, opWake}
+	return genOpOf([]opKind{opAcquire, opAcquire, opAcquire, opAcquire, opRelease, opRelease, opRelease,
+		opCancel, opAdvance, opAdvance, opRemoveWorker, opAddWorker, opToggleBreaker, opUpdate, opWake}, true)
+}
+
+// genOpOf draws ops of kinds (each as often as it is listed) and, rarely,
+// a drain when drain is set.
+func genOpOf(kinds []opKind, drain bool) *rapid.Generator[op] {
 	return rapid.Custom(func(t *rapid.T) op {
 		// Rare, since everything after a drain is refused.
-		if rapid.IntRange(0, 63).Draw(t, "drain") == 0 {
+		if drain && rapid.IntRange(0, 63).Draw(t, "drain") == 0 {
 			return op{Kind: opDrain}
 		}
 		o := op{Kind: rapid.SampledFrom(kinds).Draw(t, "kind")}
@@ -72,6 +78,7 @@ func genOp() *rapid.Generator[op] {
 		case opUpdate:
 			o.Limit = rapid.IntRange(0, 3).Draw(t, "limit")
 			o.Size = rapid.IntRange(0, 4).Draw(t, "size")
+			o.Mode = fairMode(rapid.IntRange(0, 2).Draw(t, "mode"))
 		}
 		return o
 	})
@@ -92,7 +99,7 @@ func TestPropertyAdmissionInvariants(t *testing.T) {
 		ops := rapid.SliceOfN(genOp(), 1, 50).Draw(rt, "ops")
 		var problems []string
 		synctest.Test(t, func(t *testing.T) {
-			problems = runProperty(limit, size, ops, admission.TenantSettings{})
+			problems = runProperty(limit, size, ops, admission.TenantSettings{}, false)
 		})
 		if len(problems) > 0 {
 			rt.Fatalf("invariants broken:\n%v", problems)
@@ -113,11 +120,17 @@ type propSlot struct {
 	stale   bool // its worker was removed since the grant
 }
 
-func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (problems []string) {
+// runProperty runs ops and returns the invariants they broke. With
+// liveModes, each update also switches tenants to the fairness mode it drew.
+func runProperty(limit, size int, ops []op, tenants admission.TenantSettings, liveModes bool) (problems []string) {
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	cur := tenants
 	settings := func(limit, size int) admission.Settings {
-		return admission.Settings{MaxInflightPerWorker: limit, QueueSize: size, QueueTimeout: propTimeout, Tenants: tenants}
+		return admission.Settings{MaxInflightPerWorker: limit, QueueSize: size, QueueTimeout: propTimeout, Tenants: cur}
 	}
+	// FIFO holds within each tenant whenever fairness is or was on (a switch
+	// to one FIFO leaves earlier grants out of arrival order).
+	perTenant := tenants.Fair || liveModes
 	m := newFakeMetrics()
 	m.setLimit(limit)
 	p := newPlacement(map[string][]string{"q0": {"W0", "W1"}, "q1": {"W1", "W2"}})
@@ -132,7 +145,7 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 			fifo = append(fifo, fmt.Sprintf("bad id %q", pk.id))
 			return
 		}
-		if tenants.Fair { // FIFO within a tenant only
+		if perTenant { // FIFO within a tenant only
 			q += pk.id[strings.IndexByte(pk.id, '@'):]
 		}
 		if seq <= lastSeq[q] {
@@ -206,7 +219,7 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 				continue
 			}
 			seen[q] = true
-			if tenants.Fair {
+			if cur.Fair {
 				// The head is some waiter of q, not necessarily the oldest.
 				var ok bool
 				if w, ok = fairLivenessWaiter(pending, q, targets); !ok {
@@ -295,6 +308,9 @@ func runProperty(limit, size int, ops []op, tenants admission.TenantSettings) (p
 			dirty = true
 		case opUpdate:
 			m.setLimit(o.Limit)
+			if liveModes {
+				cur = o.Mode.apply(tenants)
+			}
 			if err := c.Update(settings(o.Limit, o.Size)); err != nil {
 				fail("step %d: Update: %v", i, err)
 			}

@@ -31,6 +31,14 @@ import (
 // that into more (TestTenantUnderShareGamingBound). Grants given this way do
 // not spend the round robin's turns: they are what max-min fairness owes.
 //
+// Rates measure grants, not waiters: a queue dropped as it empties leaves
+// its rates for the next queue of its key (keepSharesLocked), so a flood
+// that pauses until nobody waits is still over its share when it is back.
+//
+// Early rejection predicts a newcomer's position from the same order
+// (shareAheadLocked): while its tenant stays under its share, only the
+// tenants whose rate per weight is below its own count before it.
+//
 // Cost: O(log tenants) per grant and per tenant starting to wait. Rates are
 // kept in one epoch's scale (score = rate/w times e^((now-epoch)/window)),
 // so comparing two tenants, or one with the threshold, needs no decay.
@@ -134,8 +142,9 @@ func (s *shareState) leave(name string) {
 	}
 }
 
-// grant records one grant to tenant at now.
-func (s *shareState) grant(name string, weight int, now time.Time) {
+// grant records one grant to tenant at now; last says it was its last
+// waiter (it leaves the heap here, once, rather than moving in it first).
+func (s *shareState) grant(name string, weight int, now time.Time, last bool) {
 	if s.epoch.IsZero() || now.Sub(s.epoch) > 20*shareWindow {
 		s.rebase(now)
 	}
@@ -143,16 +152,24 @@ func (s *shareState) grant(name string, weight int, now time.Time) {
 	t := s.get(name, weight)
 	t.score += f / float64(weight)
 	s.total += f
-	if t.hidx >= 0 {
+	was := t.counted()
+	switch {
+	case t.hidx >= 0 && last:
+		heap.Remove(&s.waiting, t.hidx)
+	case t.hidx >= 0:
 		heap.Fix(&s.waiting, t.hidx)
 	}
-	was := t.counted()
-	if t.in != nil {
-		t.in.Remove(t.elem)
+	if t.in == &s.recent {
+		s.recent.MoveToBack(t.elem) // no allocation per grant
+	} else {
+		if t.in != nil {
+			t.in.Remove(t.elem)
+		}
+		t.recent, t.in = true, &s.recent
+		t.elem = s.recent.PushBack(t)
 	}
-	t.last, t.recent, t.in = now, true, &s.recent
-	t.elem = s.recent.PushBack(t)
-	s.count(t, was)
+	t.last = now
+	s.count(t, was) // recent now: still in W if it left the heap
 	s.expire(now)
 }
 
@@ -241,6 +258,62 @@ func (c *Controller) shareEnterLocked(fb *fairBand, tq *tenantQueue, w *waiter) 
 	return false
 }
 
+// keepSharesLocked keeps the rates of q, dropped as it empties, for the
+// next queue of its key, so that a flood's rate outlives a moment with
+// nobody waiting; rates with no grant for 5 windows are forgotten. It also
+// forgets the kept rates gone stale meanwhile: O(keys kept), as queues
+// empty.
+func (c *Controller) keepSharesLocked(q *queue) {
+	if !c.shareOn() {
+		return
+	}
+	now := c.now()
+	for key, kept := range c.keptShares {
+		if !liveShares(kept, now) {
+			delete(c.keptShares, key)
+		}
+	}
+	kept := new([MaxBands]*shareState)
+	for b := range q.fair {
+		kept[b] = q.fair[b].share
+	}
+	if liveShares(kept, now) {
+		if c.keptShares == nil {
+			c.keptShares = make(map[string]*[MaxBands]*shareState)
+		}
+		c.keptShares[q.key] = kept
+	}
+}
+
+// restoreSharesLocked gives a new queue the rates kept for its key.
+func (c *Controller) restoreSharesLocked(q *queue) {
+	kept := c.keptShares[q.key]
+	if kept == nil {
+		return
+	}
+	delete(c.keptShares, q.key)
+	for b, s := range kept {
+		if s != nil {
+			s.head = nil // the tenants it named went with the old queue
+		}
+		q.fair[b].share = s
+	}
+}
+
+// liveShares reports whether some band of kept still has a tenant granted
+// within 5 windows.
+func liveShares(kept *[MaxBands]*shareState, now time.Time) bool {
+	for _, s := range kept {
+		if s != nil {
+			s.expire(now)
+			if s.recent.Len() > 0 || s.old.Len() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // shareRemoveLocked records a waiter of tq leaving (granted or not) and,
 // when it was the band's head, chooses the next under-share head. The
 // round robin's state is already updated.
@@ -251,7 +324,7 @@ func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter,
 	}
 	now := c.now()
 	if w.state == granted {
-		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now)
+		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now, tq.waiters.Len() == 0)
 	}
 	if tq.waiters.Len() == 0 {
 		s.leave(tq.name)
@@ -263,4 +336,92 @@ func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter,
 	if t := s.lowest(now); t != nil {
 		s.head = fb.tenants[t.name]
 	}
+}
+
+// shareAheadLocked predicts, for early rejection, how many waiters of fb are
+// granted before a newcomer of tenant, which has mine waiters ahead of it in
+// the band; ok is false when its tenant would not be under its share by then
+// (the round robin's prediction applies). Its tenant's rate per weight, lifted
+// by the mine grants before it, is the newcomer's level: each other waiting
+// tenant below that level is served until it reaches it (at most its
+// waiters), nobody above it is, and the head, which keeps its place until it
+// leaves, goes first. Grants are counted at now's scale, without the decay
+// until they are made. O(tenants below the level): the heap is walked only
+// where it holds them.
+func (c *Controller) shareAheadLocked(fb *fairBand, tenant string, mine int) (ahead int, ok bool) {
+	s := fb.share
+	if s == nil || s.epoch.IsZero() {
+		return 0, false // no grant measured yet: nobody is under share
+	}
+	now := c.now()
+	s.expire(now)
+	p := sharePrediction{fb: fb, tenant: tenant, since: math.MaxUint64} // a newcomer's front is the latest
+	w, weights := c.settings.Tenants.weight(tenant), s.weights
+	if t := s.tenants[tenant]; t != nil {
+		p.level, w = t.score, t.weight
+		if t.hidx >= 0 {
+			p.since = t.since
+		}
+		if !t.counted() {
+			weights += w
+		}
+	} else {
+		weights += w
+	}
+	if p.level*float64(weights) >= s.total {
+		return 0, false // over its share already
+	}
+	p.step = s.scale(now)
+	p.level += float64(mine) * p.step / float64(w)
+	p.head = fb.headTenant()
+	p.walk(0)
+	ahead = mine + p.ahead
+	if p.head.name != tenant && !p.headSeen && ahead > 0 {
+		ahead++ // the head leaves first; a newcomer with nobody before it takes its place
+	}
+	if p.level*float64(weights) >= s.total+float64(ahead)*p.step {
+		return 0, false // over its share by its turn
+	}
+	return ahead, true
+}
+
+// sharePrediction is shareAheadLocked's walk of the waiting heap.
+type sharePrediction struct {
+	fb       *fairBand
+	tenant   string
+	level    float64      // the newcomer's tenant's score when the newcomer is its front
+	since    uint64       // its tie-break
+	step     float64      // one grant's score per weight unit, at now's scale
+	head     *tenantQueue // the band's head's tenant
+	ahead    int          // the other tenants' grants before the newcomer
+	headSeen bool         // the head's tenant is among them
+}
+
+// walk counts the tenants below the level in the subtree of the heap at i;
+// a node above it has only tenants above it below.
+func (p *sharePrediction) walk(i int) {
+	h := p.fb.share.waiting
+	if i >= len(h) {
+		return
+	}
+	t := h[i]
+	if t.score > p.level || (t.score == p.level && t.since > p.since) {
+		return
+	}
+	if tq := p.fb.tenants[t.name]; t.name != p.tenant && tq != nil {
+		// Its grants until its score reaches the level, and one more if it
+		// wins the tie there (it has waited longer).
+		x := (p.level - t.score) * float64(t.weight) / p.step
+		if r := math.Round(x); math.Abs(x-r) < 1e-9 {
+			x = r // sums of equal steps: a tie, not a rounding error
+		}
+		n := int(math.Ceil(x))
+		if t.since < p.since {
+			n = int(math.Floor(x)) + 1
+		}
+		p.ahead += min(n, tq.waiters.Len())
+		p.headSeen = p.headSeen || tq == p.head
+	}
+	p.walk(2*i + 1)
+	p.walk(2*i + 2)
 }

@@ -1,6 +1,8 @@
 package admission_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,7 +50,13 @@ func (r *shareRig) arrive(id, tenant string) {
 // returns the tenant granted it.
 func (r *shareRig) next() string {
 	r.t.Helper()
-	time.Sleep(10 * time.Millisecond) // synctest's clock: the grant rates need time to pass
+	return r.nextAfter(10 * time.Millisecond)
+}
+
+// nextAfter is next after a prefill of d.
+func (r *shareRig) nextAfter(d time.Duration) string {
+	r.t.Helper()
+	time.Sleep(d) // synctest's clock: the grant rates need time to pass
 	r.cur.Release(admission.ReleaseCompleted)
 	synctest.Wait()
 	for i, w := range r.waiting {
@@ -180,4 +188,119 @@ func TestTenantUnderShareGamingBound(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Early rejection in share mode predicts a quiet tenant's position from the
+// tenants under their share, not from the round robin's turns. Behind a
+// flood served at about one grant a second (alone, so not under its share)
+// with 4 waiting, and a 4.5 s timeout: the quiet tenant's burst of three is
+// predicted to go first, at positions 1-3, and waits; its fourth would
+// follow one of the flood's (the quiet rate per weight is above the flood's
+// by then), at 5: rejected. The round robin puts the quiet tenant's second
+// behind the flood's next turn (position 4) and its third behind two (6):
+// the third and fourth are rejected. The flood's newcomers are rejected in
+// both.
+func TestTenantShareEarlyRejection(t *testing.T) {
+	for _, tc := range []struct {
+		mode      fairMode
+		quietKept int // of the quiet tenant's 4
+	}{
+		{modeShare, 3},
+		{modeRoundRobin, 2},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newPlacement(map[string][]string{"m": {"A"}})
+				s := early(4500 * time.Millisecond)
+				s.Tenants = tc.mode.apply(admission.TenantSettings{})
+				c := mustNew(t, s, admission.Deps{})
+				ctx, cancel := context.WithCancel(bg)
+				defer cancel()
+				// 21 queued grants of the flood one second apart: the release
+				// rate is about 1/s, and the flood's rate is measured. One of
+				// its requests always waits (a backlog, as in a flood).
+				held := mustAdmit(t, "flood", goAcquireNow(c, tenantReq(p, "flood", "flood")))
+				next := goAcquire(ctx, c, tenantReq(p, "warm", "flood"))
+				synctest.Wait()
+				for i := range 21 {
+					ch := goAcquire(ctx, c, tenantReq(p, fmt.Sprint("warm", i), "flood"))
+					synctest.Wait()
+					time.Sleep(time.Second)
+					held.Release(admission.ReleaseCompleted)
+					synctest.Wait()
+					held, next = mustAdmit(t, "warm", next), ch
+				}
+				waiting := []<-chan result{next} // the flood's first waiter
+				try := func(id, tenant string) bool {
+					ch := goAcquire(ctx, c, tenantReq(p, id, tenant))
+					synctest.Wait()
+					if r, ok := done(ch); ok {
+						if !errors.Is(r.err, admission.ErrPredictedTimeout) {
+							t.Fatalf("%s: %v, want waiting or a predicted timeout", id, r.err)
+						}
+						return false
+					}
+					waiting = append(waiting, ch)
+					return true
+				}
+				for i := range 3 { // positions 2-4: within 4.5 s
+					if !try(fmt.Sprint("flood", i), "flood") {
+						t.Fatalf("flood's %d-th rejected, want it waiting", i+2)
+					}
+				}
+				if try("flood3", "flood") {
+					t.Fatal("flood's 5th waits, want a predicted timeout")
+				}
+				var kept []string
+				for i := 1; i <= 4; i++ {
+					if id := fmt.Sprint("q", i); try(id, "quiet") {
+						kept = append(kept, id)
+					}
+				}
+				if want := []string{"q1", "q2", "q3", "q4"}[:tc.quietKept]; !slices.Equal(kept, want) {
+					t.Errorf("quiet requests waiting %v, want %v", kept, want)
+				}
+				if try("flood4", "flood") {
+					t.Error("flood's newcomer after the quiet burst waits, want a predicted timeout")
+				}
+				cancel()
+				for _, ch := range waiting {
+					<-ch
+				}
+				held.Release(admission.ReleaseCompleted)
+			})
+		})
+	}
+}
+
+// A flood's rate outlives a moment with nobody waiting (the empty queue is
+// dropped, its rates kept for the next queue of the model): served ten
+// times, one request queued at a time, then with three more queued behind
+// a quiet tenant's burst of three, the flood is over its share and the
+// burst goes first. Without the kept rates the first grant would go to the
+// round robin's head, the flood's.
+func TestTenantShareRatesOutliveAnEmptyQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newShareRig(t, nil, true)
+		for i := range 10 {
+			r.arrive(fmt.Sprint("w", i), "f")
+			if got := r.next(); got != "f" {
+				t.Fatalf("warm grant %d to %s", i, got)
+			}
+		}
+		for i := range 3 {
+			r.arrive(fmt.Sprint("f", i), "f")
+		}
+		for i := range 3 {
+			r.arrive(fmt.Sprint("q", i), "q")
+		}
+		var got []string
+		for len(r.waiting) > 0 {
+			got = append(got, r.next())
+		}
+		r.drain()
+		if want := []string{"q", "q", "q", "f", "f", "f"}; !slices.Equal(got, want) {
+			t.Fatalf("grants %v, want %v", got, want)
+		}
+	})
 }

@@ -74,7 +74,7 @@ func TestDefault(t *testing.T) {
 			MaxHeaderBytes: 64 << 10, MaxConnections: 10000,
 		},
 		Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
-		Tenants:     TenantsConfig{Fairness: "on", Burst: 1, MetricsMaxTenants: 20},
+		Tenants:     TenantsConfig{Fairness: "share", Burst: 1, MetricsMaxTenants: 20},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

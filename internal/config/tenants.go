@@ -17,9 +17,11 @@ type TenantsConfig struct {
 	JWTClaim string
 	// Header is the request header naming the tenant of callers no credential names (--tenant-header).
 	Header string
-	// Fairness is "on" (default), "share" or "off" (--tenant-fairness): fair queueing across tenants
-	// within a band, whenever a source is set; "share" also serves first the tenants below their
-	// share of recent grants (admission TenantSettings.UnderShareFirst).
+	// Fairness is "share" (default), "round-robin" or "off" (--tenant-fairness): fair queueing
+	// across tenants within a band, whenever a source is set. round-robin is weighted deficit round
+	// robin; share also serves first the tenants below their share of recent grants (admission
+	// TenantSettings.UnderShareFirst). "on", the round robin's name when it was the default, is
+	// taken as the default, so command lines that turned fairness on keep the fairest mode.
 	Fairness string
 	// Weights are tenants' shares in fair queueing, 1 for a tenant not named (--tenant-weights T=W,...).
 	Weights map[string]int
@@ -58,10 +60,18 @@ func (t TenantsConfig) BudgetsOn() bool {
 func (t TenantsConfig) On() bool { return t.APIKeyIDs || t.JWTClaim != "" || t.Header != "" }
 
 // Fair reports whether fair queueing across tenants is on.
-func (t TenantsConfig) Fair() bool { return t.On() && t.Fairness != "off" }
+func (t TenantsConfig) Fair() bool { return t.On() && t.Fairness != FairnessOff }
 
 // UnderShareFirst reports whether fair queueing also serves the tenants under their share first.
-func (t TenantsConfig) UnderShareFirst() bool { return t.Fair() && t.Fairness == "share" }
+func (t TenantsConfig) UnderShareFirst() bool { return t.Fair() && t.Fairness != FairnessRoundRobin }
+
+// The values of --tenant-fairness.
+const (
+	FairnessShare      = "share"
+	FairnessRoundRobin = "round-robin"
+	FairnessOff        = "off"
+	fairnessOn         = "on" // FairnessShare's alias
+)
 
 func (s *flagSet) registerTenants() {
 	c := s.cfg
@@ -69,7 +79,7 @@ func (s *flagSet) registerTenants() {
 	s.bool(&c.Tenants.APIKeyIDs, "tenant-api-key-ids", "The id of the API key a caller authenticated with (--api-keys-file's ID column) names its tenant; the most trusted source.")
 	s.str(&c.Tenants.JWTClaim, "tenant-jwt-claim", "NAME", "", "JWT claim (dots descend into objects) naming the caller's tenant; needs --jwt-issuer. Trusted after API key ids.")
 	s.str(&c.Tenants.Header, "tenant-header", "HEADER", "", "Request header naming the tenant of callers no credential names; the least trusted source. Callers named by no source share the tenant \"default\".")
-	s.str(&c.Tenants.Fairness, "tenant-fairness", "on|share|off", "on", "With a tenant source and prefill admission on: within a priority band, admission serves tenants by weighted deficit round robin, FIFO within a tenant; share = also serve first, oldest first, the tenants whose grants over the last ~2 s are below their weighted share (max-min fairness: a tenant under its share never waits behind one over it); off = one FIFO.")
+	s.str(&c.Tenants.Fairness, "tenant-fairness", "share|round-robin|off", FairnessShare, "With a tenant source and prefill admission on, how admission orders tenants within a priority band, FIFO within a tenant: share (default; on is the same) = first the tenants whose grants over the last ~2 s are below their weighted share, most under-served first (max-min fairness: a tenant under its share never waits behind one over it), else weighted deficit round robin; round-robin = the round robin alone (a quiet tenant's requests go one a turn between a flood's); off = one FIFO.")
 	s.add(tenantWeightsValue{&c.Tenants.Weights}, "tenant-weights", "T=W,...", "Tenants' weights in fair queueing (grants per round, 1-1000); tenants not named weigh 1.")
 	s.int(&c.Tenants.Burst, "tenant-burst", "N", 1, "In fair queueing, the requests a tenant back from idle is granted back to back in its first turn (at least its weight), repaid from its later turns: over any interval a tenant gets at most its share plus N; 1 (default) = one turn of its weight, 1-1000.")
 	s.int(&c.Tenants.MaxQueued, "tenant-max-queued", "N", 0, "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 = no bound.")
@@ -84,8 +94,10 @@ func (s *flagSet) registerTenants() {
 
 func (c *Config) validateTenants(p *problems) {
 	t := c.Tenants
-	if t.Fairness != "on" && t.Fairness != "share" && t.Fairness != "off" {
-		p.add("--tenant-fairness must be on, share or off, got %q", t.Fairness)
+	switch t.Fairness {
+	case FairnessShare, FairnessRoundRobin, FairnessOff, fairnessOn:
+	default:
+		p.add("--tenant-fairness must be share, round-robin or off, got %q", t.Fairness)
 	}
 	if t.JWTClaim != "" && !c.Auth.JWTEnabled() {
 		p.add("--tenant-jwt-claim needs --jwt-issuer")

@@ -16,23 +16,28 @@ func TestParseTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := TenantsConfig{Header: "X-Tenant", Fairness: "on", Weights: map[string]int{"a": 3, "b": 2, "c": 1},
+	want := TenantsConfig{Header: "X-Tenant", Fairness: "share", Weights: map[string]int{"a": 3, "b": 2, "c": 1},
 		MaxQueued: 10, Burst: 1, MetricsMaxTenants: 20}
 	if diff := cmp.Diff(want, c.Tenants); diff != "" {
 		t.Errorf("tenants (-want +got):\n%s", diff)
 	}
-	if !c.Tenants.Fair() {
-		t.Error("a tenant source turns fairness on")
+	if !c.Tenants.Fair() || !c.Tenants.UnderShareFirst() {
+		t.Error("a tenant source turns fairness on, in share mode")
 	}
-	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "off")...); err != nil || c.Tenants.Fair() {
-		t.Errorf("--tenant-fairness off: %v, fair %v", err, c != nil && c.Tenants.Fair())
-	}
-	if c != nil && c.Tenants.UnderShareFirst() {
-		t.Error("--tenant-fairness off serves nobody under share first")
-	}
-	if c, err = parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", "share")...); err != nil ||
-		!c.Tenants.Fair() || !c.Tenants.UnderShareFirst() {
-		t.Errorf("--tenant-fairness share: %v, fair %v, under share first %v", err, c != nil && c.Tenants.Fair(), c != nil && c.Tenants.UnderShareFirst())
+	for _, tt := range []struct {
+		value       string
+		fair, share bool
+	}{
+		{"share", true, true},
+		{"on", true, true}, // the round robin's name when it was the default: now the default
+		{"round-robin", true, false},
+		{"off", false, false},
+	} {
+		c, err := parseNoEnv(append(pd, "--tenant-header", "X-Tenant", "--tenant-fairness", tt.value)...)
+		if err != nil || c.Tenants.Fair() != tt.fair || c.Tenants.UnderShareFirst() != tt.share {
+			t.Errorf("--tenant-fairness %s: %v, fair %v, under share first %v; want %v, %v", tt.value, err,
+				c != nil && c.Tenants.Fair(), c != nil && c.Tenants.UnderShareFirst(), tt.fair, tt.share)
+		}
 	}
 	if c, err = parseNoEnv(append(pd, "--tenant-fairness", "share")...); err != nil || c.Tenants.UnderShareFirst() {
 		t.Errorf("--tenant-fairness share without a tenant source: %v, under share first %v", err, c != nil && c.Tenants.UnderShareFirst())
@@ -58,7 +63,7 @@ func TestParseTenantsRejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad fairness", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-fairness", "yes"), "--tenant-fairness must be on, share or off"},
+		{"bad fairness", append(slices.Clone(on), "--tenant-header", "X-T", "--tenant-fairness", "yes"), "--tenant-fairness must be share, round-robin or off"},
 		{"claim without jwt", append(slices.Clone(on), "--tenant-jwt-claim", "org"), "--tenant-jwt-claim needs --jwt-issuer"},
 		{"key ids without keys", append(slices.Clone(on), "--tenant-api-key-ids"), "--tenant-api-key-ids needs --api-keys-file"},
 		{"bad header", append(slices.Clone(on), "--tenant-header", "X T"), "is not a header name"},

@@ -23,19 +23,24 @@ import (
 // --tenant-max-queued it gets its own 429 tenant_queue_full while the quiet tenant's requests still
 // queue. Then the slot is freed one request at a time (each admitted request hangs in the engine until
 // its client goes away), and the order in which the tenants are admitted is read from admission's
-// per-tenant queue counts: with fairness on the quiet tenant is admitted every other turn although it
-// arrived after the whole flood; with --tenant-fairness off the flood goes first, in arrival order.
+// per-tenant queue counts. With the round robin the quiet tenant is admitted every other turn although
+// it arrived after the whole flood; in share mode (the default) too, since no grant has been measured
+// when the quiet requests arrive: the first goes to the round robin's head (noisy), and from there
+// each goes to the tenant of the lower recent rate (under its share), which alternates. With
+// --tenant-fairness off the flood goes first, in arrival order.
 func TestTenantFairShareEndToEnd(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		fairness string
 		want     []string
 	}{
-		{"on", []string{"noisy", "quiet", "noisy", "quiet", "noisy"}},
+		{"share", []string{"noisy", "quiet", "noisy", "quiet", "noisy"}},
+		{"round-robin", []string{"noisy", "quiet", "noisy", "quiet", "noisy"}},
 		{"off", []string{"noisy", "noisy", "noisy", "quiet", "quiet"}},
 	} {
 		t.Run("fairness "+tt.fairness, func(t *testing.T) {
-			got := runTenantFlood(t, tt.fairness)
+			t.Parallel()
+			got := runTenantFlood(t, tt.fairness, 0, 2)
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("admission order by tenant %v, want %v", got, tt.want)
 			}
@@ -43,7 +48,34 @@ func TestTenantFairShareEndToEnd(t *testing.T) {
 	}
 }
 
-func runTenantFlood(t *testing.T, fairness string) []string {
+// TestTenantQuietBurstEndToEnd: the flood of TestTenantFairShareEndToEnd is served for six turns
+// first (it keeps three waiting), so that its rate is measured; then the quiet tenant sends a burst of
+// three. In share mode (the default) the quiet tenant is under its share, its rate well below the
+// flood's: its three requests all go before the flood's next. The round robin interleaves them, one a
+// turn.
+func TestTenantQuietBurstEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		fairness string
+		want     []string
+	}{
+		{"share", []string{"quiet", "quiet", "quiet", "noisy", "noisy", "noisy"}},
+		{"round-robin", []string{"quiet", "noisy", "quiet", "noisy", "quiet", "noisy"}},
+	} {
+		t.Run("fairness "+tt.fairness, func(t *testing.T) {
+			t.Parallel()
+			got := runTenantFlood(t, tt.fairness, 6, 3)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("admission order by tenant after the quiet burst %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// runTenantFlood runs the flood with the --tenant-fairness value given: the noisy tenant holds the
+// slot and keeps three waiting for warm turns, then quiet requests arrive; it returns the tenants in
+// the order they were admitted from then on.
+func runTenantFlood(t *testing.T, fairness string, warm, quiet int) []string {
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
 		Engine: sim.Config{BootstrapTimeout: time.Minute}})
 	keys := filepath.Join(t.TempDir(), "keys")
@@ -61,7 +93,7 @@ func runTenantFlood(t *testing.T, fairness string) []string {
 	client := func(key string) openai.Client {
 		return openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 	}
-	noisy, quiet := client("sk-noisy-0123456789"), client("sk-quiet-0123456789")
+	noisy, quietC := client("sk-noisy-0123456789"), client("sk-quiet-0123456789")
 	params := openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(2),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
 
@@ -104,21 +136,9 @@ func runTenantFlood(t *testing.T, fairness string) []string {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Code != "tenant_queue_full" {
 		t.Fatalf("noisy over its bound: %v, want 429 tenant_queue_full", err)
 	}
-	// The quiet tenant still queues: the flood's refusal is its own.
-	for i := 1; i <= 2; i++ {
-		k := start(quiet, "quiet")
-		calls = append(calls, k)
-		waiting["quiet"] = append(waiting["quiet"], k)
-		waitFor(t, fmt.Sprintf("quiet #%d queued", i), 10*time.Second, func() bool { return queued()["quiet"] == i })
-	}
-	if rej := scrape(t, gw.URL, "sluice_pd_prefill_admission_rejections_total"); rej["queue=sim-model,reason=tenant_queue_full"] != 1 {
-		t.Errorf("rejections %v, want one tenant_queue_full", rej)
-	}
-
-	// Free the slot one request at a time; whichever tenant's queue count drops was admitted, and
-	// within a tenant it is the oldest waiter (FIFO).
-	var order []string
-	for cur := holder; ; {
+	// next frees the slot held by cur and returns the tenant admitted to it (whichever tenant's queue
+	// count drops; within a tenant it is the oldest waiter, FIFO) and its call; "" once nobody waits.
+	next := func(cur *call) (string, *call) {
 		before := queued()
 		cur.cancel()
 		if err := <-cur.done; err == nil {
@@ -126,7 +146,7 @@ func runTenantFlood(t *testing.T, fairness string) []string {
 		}
 		cur.done <- nil // for the deferred drain
 		if len(before) == 0 {
-			break
+			return "", nil
 		}
 		var admitted string
 		waitFor(t, "the next admission", 10*time.Second, func() bool {
@@ -139,8 +159,37 @@ func runTenantFlood(t *testing.T, fairness string) []string {
 			}
 			return false
 		})
-		order = append(order, admitted)
-		cur, waiting[admitted] = waiting[admitted][0], waiting[admitted][1:]
+		k := waiting[admitted][0]
+		waiting[admitted] = waiting[admitted][1:]
+		return admitted, k
 	}
-	return order
+	// Warm turns: the noisy tenant is served and queues another each time.
+	cur := holder
+	for i := range warm {
+		var tenant string
+		if tenant, cur = next(cur); tenant != "noisy" {
+			t.Fatalf("warm turn %d admitted %q, want noisy", i, tenant)
+		}
+		k := start(noisy, "noisy")
+		calls = append(calls, k)
+		waiting["noisy"] = append(waiting["noisy"], k)
+		waitFor(t, "noisy back to 3 queued", 10*time.Second, func() bool { return queued()["noisy"] == 3 })
+	}
+	// The quiet tenant still queues: the flood's refusal is its own.
+	for i := 1; i <= quiet; i++ {
+		k := start(quietC, "quiet")
+		calls = append(calls, k)
+		waiting["quiet"] = append(waiting["quiet"], k)
+		waitFor(t, fmt.Sprintf("quiet #%d queued", i), 10*time.Second, func() bool { return queued()["quiet"] == i })
+	}
+	if rej := scrape(t, gw.URL, "sluice_pd_prefill_admission_rejections_total"); rej["queue=sim-model,reason=tenant_queue_full"] != 1 {
+		t.Errorf("rejections %v, want one tenant_queue_full", rej)
+	}
+
+	var order []string
+	for tenant := ""; ; order = append(order, tenant) {
+		if tenant, cur = next(cur); cur == nil {
+			return order
+		}
+	}
 }
