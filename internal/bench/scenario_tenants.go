@@ -24,9 +24,9 @@ import (
 // without the noisy tenant (TTFT p99 near 1 s at 0.8 of the real capacity), so they are not quiet and
 // no policy can keep their p99. Four variants, each on
 // a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
-// tenants' baseline), fairness off (one FIFO: --tenant-fairness off), fairness on (deficit round
-// robin across tenants) and fairness share (--tenant-fairness share: the tenants under their share
-// of recent grants first, admission share.go). --engines N runs N prefill and N decode engines
+// tenants' baseline), fairness off (one FIFO: --tenant-fairness off), round robin (deficit round
+// robin across tenants: --tenant-fairness round-robin) and share (the default: the tenants under
+// their share of recent grants first, admission share.go). --engines N runs N prefill and N decode engines
 // instead of four (the capacity and the offered rates scale with them). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
 // the noisy tenant's served rate against its max-min fair share of what the run served.
 func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
@@ -160,8 +160,8 @@ func (p tenantsPlan) variants() []tenantsVariant {
 	return []tenantsVariant{
 		{"noisy-absent", false, slices.Clone(p.gatewayFlags)},
 		{"fairness-off", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "off")},
-		{"fairness-on", true, slices.Clone(p.gatewayFlags)},
-		{"fairness-share", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "share")},
+		{"fairness-round-robin", true, append(slices.Clone(p.gatewayFlags), "--tenant-fairness", "round-robin")},
+		{"fairness-share", true, slices.Clone(p.gatewayFlags)}, // the default with a tenant source
 	}
 }
 

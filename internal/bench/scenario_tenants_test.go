@@ -71,9 +71,9 @@ func TestTenantsScenarioSmoke(t *testing.T) {
 			t.Errorf("variant %s: served shares add up to %.3f, fair shares to %.3f, want 1", v, sh[0], sh[1])
 		}
 	}
-	for _, k := range []string{"worst_quiet_p99_over_absent_fairness-on", "worst_quiet_p99_over_absent_fairness-off",
-		"noisy_served_over_fair_fairness-on", "noisy_served_over_fair_fairness-off", "quiet_ttft_p99_ms_noisy-absent",
-		"quiet_ttft_p99_ms_alone_fairness-on", "worst_quiet_p99_over_absent_fairness-share", "noisy_served_over_fair_fairness-share"} {
+	for _, k := range []string{"worst_quiet_p99_over_absent_fairness-round-robin", "worst_quiet_p99_over_absent_fairness-off",
+		"noisy_served_over_fair_fairness-round-robin", "noisy_served_over_fair_fairness-off", "quiet_ttft_p99_ms_noisy-absent",
+		"quiet_ttft_p99_ms_alone_fairness-round-robin", "worst_quiet_p99_over_absent_fairness-share", "noisy_served_over_fair_fairness-share"} {
 		if v, ok := res.Measurements[k].(float64); !ok || v <= 0 {
 			t.Errorf("measurement %s = %v", k, res.Measurements[k])
 		}
