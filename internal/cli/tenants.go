@@ -51,14 +51,13 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	var out *adminv1.TenantBudgets
+	var state *adminv1.TenantBudgetsState
 	if sub == "get" {
 		resp, err := c.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{})
 		if err != nil {
 			return err
 		}
-		out = resp.GetBudgets()
-		// The answer is this replica's; the note goes to stderr, so the table and JSON stay parseable.
-		fmt.Fprintln(stderr, "applied on this gateway; with cluster coordination on, every replica enforces it within about two exchange periods")
+		out, state = resp.GetBudgets(), resp.GetState()
 	} else {
 		in := &adminv1.TenantBudgets{Tenants: map[string]*adminv1.TenantBudget{}}
 		if in.Default, err = parseBudget(def); err != nil {
@@ -80,23 +79,51 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		out = resp.GetBudgets()
-		// The answer is this replica's; the note goes to stderr, so the table and JSON stay parseable.
-		fmt.Fprintln(stderr, "applied on this gateway; with cluster coordination on, every replica enforces it within about two exchange periods")
+		out, state = resp.GetBudgets(), resp.GetState()
 	}
 	if af.output == "json" {
-		return printJSON(stdout, out)
+		return printJSON(stdout, &adminv1.GetTenantBudgetsResponse{Budgets: out, State: state})
 	}
+	// Where the budgets stand goes to stderr, so the table stays parseable.
+	fmt.Fprintln(stderr, budgetsStateText(sub, state))
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tTOKENS/MIN\tREQUESTS/MIN")
-	row := func(name string, b *adminv1.TenantBudget) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", name, limitText(b.GetTokensPerMinute()), limitText(b.GetRequestsPerMinute()))
+	fmt.Fprintln(tw, "TENANT\tTOKENS/MIN\tREQUESTS/MIN\tSHARE HERE")
+	row := func(name string, b *adminv1.TenantBudget, share float64) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, limitText(b.GetTokensPerMinute()), limitText(b.GetRequestsPerMinute()), shareText(share))
 	}
-	row("(default)", out.GetDefault())
+	row("(default)", out.GetDefault(), state.GetDefaultShare())
 	for _, name := range slices.Sorted(maps.Keys(out.GetTenants())) {
-		row(name, out.GetTenants()[name])
+		share, ok := state.GetShares()[name]
+		if !ok {
+			share = state.GetDefaultShare()
+		}
+		row(name, out.GetTenants()[name], share)
 	}
 	return tw.Flush()
+}
+
+// budgetsStateText says which version of the budgets is in force and whether it is the fleet's.
+func budgetsStateText(sub string, st *adminv1.TenantBudgetsState) string {
+	v := "version 0 (the startup flags)"
+	if st.GetVersion() > 0 {
+		v = fmt.Sprintf("version %d", st.GetVersion())
+		if st.GetVersionOrigin() != "" {
+			v += " (set on " + st.GetVersionOrigin() + ")"
+		}
+	}
+	where := "this gateway's alone (no cluster coordination)"
+	if st.GetFleet() {
+		where = "the fleet's: each replica enforces the share shown for it"
+		if sub == "set" {
+			where += "; applied here, on every other replica within about two exchange periods"
+		}
+	}
+	return "budgets " + v + ", " + where
+}
+
+// shareText is a fraction of a budget as a percentage.
+func shareText(f float64) string {
+	return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
 }
 
 func limitText(n int32) string {

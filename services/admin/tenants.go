@@ -15,7 +15,7 @@ func (s *Service) GetTenantBudgets(context.Context, *adminv1.GetTenantBudgetsReq
 	if s.d.Budgets == nil {
 		return nil, errNoTenants()
 	}
-	return &adminv1.GetTenantBudgetsResponse{Budgets: budgetsToProto(s.d.Budgets)}, nil
+	return &adminv1.GetTenantBudgetsResponse{Budgets: budgetsToProto(s.d.Budgets), State: s.budgetsState()}, nil
 }
 
 // SetTenantBudgets replaces the tenants' budgets: applied here at once; with cluster coordination on,
@@ -39,7 +39,16 @@ func (s *Service) SetTenantBudgets(_ context.Context, req *adminv1.SetTenantBudg
 		}
 	}
 	s.d.Budgets.Set(def, per)
-	return &adminv1.SetTenantBudgetsResponse{Budgets: budgetsToProto(s.d.Budgets)}, nil
+	return &adminv1.SetTenantBudgetsResponse{Budgets: budgetsToProto(s.d.Budgets), State: s.budgetsState()}, nil
+}
+
+// budgetsState is how the budgets stand here: their version, whether cluster coordination makes them
+// the fleet's, and the shares this gateway enforces.
+func (s *Service) budgetsState() *adminv1.TenantBudgetsState {
+	v := s.d.Budgets.Version()
+	def, per := s.d.Budgets.Shares()
+	return &adminv1.TenantBudgetsState{Version: v.Counter, VersionOrigin: v.Origin, Fleet: s.d.Cluster != nil,
+		DefaultShare: def, Shares: per}
 }
 
 func errNoTenants() error {

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
+	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/tenant"
 )
 
@@ -27,13 +28,26 @@ func TestTenantBudgets(t *testing.T) {
 		b.GetTenants()["a"].GetRequestsPerMinute() != 7 {
 		t.Fatalf("budgets now %v", b)
 	}
+	// Without cluster coordination the budgets are this gateway's alone, enforced whole, and the live
+	// change is version 1 over the flags' 0.
+	if st := resp.GetState(); st.GetVersion() != 1 || st.GetFleet() || st.GetDefaultShare() != 1 || len(st.GetShares()) != 0 {
+		t.Fatalf("state after one live change: %v", st)
+	}
 	_, err = s.SetTenantBudgets(ctx, &adminv1.SetTenantBudgetsRequest{Budgets: &adminv1.TenantBudgets{
 		Tenants: map[string]*adminv1.TenantBudget{"a": {TokensPerMinute: -1}}}})
 	refusedParam(t, err, "budgets.tenants[a]")
 	_, err = s.SetTenantBudgets(ctx, &adminv1.SetTenantBudgetsRequest{Budgets: &adminv1.TenantBudgets{
 		Tenants: map[string]*adminv1.TenantBudget{"": {}}}})
 	refusedParam(t, err, "budgets.tenants")
-	if got, _ := s.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{}); got.GetBudgets().GetTenants()["a"].GetRequestsPerMinute() != 7 {
+	got, _ := s.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{})
+	if got.GetBudgets().GetTenants()["a"].GetRequestsPerMinute() != 7 || got.GetState().GetVersion() != 1 {
 		t.Fatalf("a refused set changed the budgets: %v", got)
+	}
+	// In a fleet the state says so and names this replica's shares.
+	s.d.Cluster = func() *cluster.Status { return &cluster.Status{} }
+	s.d.Budgets.SetShares(0.5, map[string]float64{"a": 0.9})
+	got, _ = s.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{})
+	if st := got.GetState(); !st.GetFleet() || st.GetDefaultShare() != 0.5 || st.GetShares()["a"] != 0.9 {
+		t.Fatalf("state in a fleet: %v", st)
 	}
 }

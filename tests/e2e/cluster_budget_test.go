@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,28 @@ func budgetsOf(t *testing.T, gw *gateway) string {
 		t.Fatalf("GET budgets: %d %s", resp.StatusCode, body)
 	}
 	return string(body)
+}
+
+// budgetsState is the state part of `sluice tenants budgets get -o json`.
+type budgetsState struct {
+	Version       string             `json:"version"` // a uint64, a JSON string in protojson
+	VersionOrigin string             `json:"version_origin"`
+	Fleet         bool               `json:"fleet"`
+	DefaultShare  float64            `json:"default_share"`
+	Shares        map[string]float64 `json:"shares"`
+}
+
+// budgetsStateOf reads gw's budgets state through the CLI.
+func budgetsStateOf(t *testing.T, gw *gateway) budgetsState {
+	t.Helper()
+	out := runCLI(t, 0, "tenants", "budgets", "get", "--server", gw.URL, "--admin-api-key", "fleet-secret", "-o", "json")
+	var resp struct {
+		State budgetsState `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("budgets get -o json: %v\n%s", err, out)
+	}
+	return resp.State
 }
 
 // tenantHammer sends tenant's requests to url from clients clients, each at most 100 a second (the
@@ -95,6 +118,11 @@ func TestClusterTenantBudgets(t *testing.T) {
 	}
 	resp.Body.Close()
 	waitFor(t, "the budgets set on B answered by A", 5*time.Second, func() bool { return strings.Contains(budgetsOf(t, a), `"x"`) })
+	// A says (sluice tenants budgets get, over Connect) whose change it enforces, and that the budgets
+	// are the fleet's.
+	if st := budgetsStateOf(t, a); !st.Fleet || st.Version == "" || st.VersionOrigin != rs.ids[1] {
+		t.Fatalf("A's budgets state after B's change: %+v", st)
+	}
 	// A enforces it too: x's one request a minute (A's share of it lets one through) and no more.
 	xctx, xcancel := context.WithCancel(context.Background())
 	hx := hammer(xctx, t, a.URL, "x", 1)
@@ -109,6 +137,9 @@ func TestClusterTenantBudgets(t *testing.T) {
 	h := hammer(ctx, t, a.URL, "a", 2)
 	waitFor(t, "a limited on A", 5*time.Second, func() bool { return h.limited.Load() > 0 })
 	waitFor(t, "a warmed up", 5*time.Second, func() bool { return h.limited.Load() > 50 })
+	if st := budgetsStateOf(t, a); st.Shares["a"] <= 0.5 {
+		t.Errorf("A enforces %v of the budget of a tenant sending only to it, want most of it (state %+v)", st.Shares["a"], st)
+	}
 	start, okStart := time.Now(), h.ok.Load()
 	waitFor(t, "a measured for 4 s", 10*time.Second, func() bool { return time.Since(start) >= 4*time.Second })
 	served, elapsed := h.ok.Load()-okStart, time.Since(start)

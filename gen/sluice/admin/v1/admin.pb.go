@@ -3328,7 +3328,9 @@ func (*GetTenantBudgetsRequest) Descriptor() ([]byte, []int) {
 type GetTenantBudgetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The budgets.
-	Budgets       *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	Budgets *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	// How they stand on the answering gateway.
+	State         *TenantBudgetsState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3370,6 +3372,99 @@ func (x *GetTenantBudgetsResponse) GetBudgets() *TenantBudgets {
 	return nil
 }
 
+func (x *GetTenantBudgetsResponse) GetState() *TenantBudgetsState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// TenantBudgetsState is how the budgets stand on the answering gateway.
+type TenantBudgetsState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Version of the budgets in force: a counter each live change raises (0: the startup flags').
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The replica (cluster replica id) whose live change the version is; empty for the startup flags or
+	// without cluster coordination.
+	VersionOrigin string `protobuf:"bytes,2,opt,name=version_origin,json=versionOrigin,proto3" json:"version_origin,omitempty"`
+	// The budgets are the fleet's: cluster coordination carries a live change to every replica (within
+	// about two exchange periods) and each replica enforces a share of each budget. False: this gateway's
+	// alone.
+	Fleet bool `protobuf:"varint,3,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	// The fraction of each budget this gateway enforces (1 alone; with fleet, weighted by where each
+	// tenant's demand is): default_share for every tenant not in shares.
+	DefaultShare float64 `protobuf:"fixed64,4,opt,name=default_share,json=defaultShare,proto3" json:"default_share,omitempty"`
+	// Per-tenant fractions, by tenant name.
+	Shares        map[string]float64 `protobuf:"bytes,5,rep,name=shares,proto3" json:"shares,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBudgetsState) Reset() {
+	*x = TenantBudgetsState{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBudgetsState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBudgetsState) ProtoMessage() {}
+
+func (x *TenantBudgetsState) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBudgetsState.ProtoReflect.Descriptor instead.
+func (*TenantBudgetsState) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *TenantBudgetsState) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TenantBudgetsState) GetVersionOrigin() string {
+	if x != nil {
+		return x.VersionOrigin
+	}
+	return ""
+}
+
+func (x *TenantBudgetsState) GetFleet() bool {
+	if x != nil {
+		return x.Fleet
+	}
+	return false
+}
+
+func (x *TenantBudgetsState) GetDefaultShare() float64 {
+	if x != nil {
+		return x.DefaultShare
+	}
+	return 0
+}
+
+func (x *TenantBudgetsState) GetShares() map[string]float64 {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
 // SetTenantBudgetsRequest replaces the tenants' budgets.
 type SetTenantBudgetsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3381,7 +3476,7 @@ type SetTenantBudgetsRequest struct {
 
 func (x *SetTenantBudgetsRequest) Reset() {
 	*x = SetTenantBudgetsRequest{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3488,7 @@ func (x *SetTenantBudgetsRequest) String() string {
 func (*SetTenantBudgetsRequest) ProtoMessage() {}
 
 func (x *SetTenantBudgetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3501,7 @@ func (x *SetTenantBudgetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantBudgetsRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantBudgetsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetTenantBudgetsRequest) GetBudgets() *TenantBudgets {
@@ -3420,14 +3515,16 @@ func (x *SetTenantBudgetsRequest) GetBudgets() *TenantBudgets {
 type SetTenantBudgetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The budgets.
-	Budgets       *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	Budgets *TenantBudgets `protobuf:"bytes,1,opt,name=budgets,proto3" json:"budgets,omitempty"`
+	// How they stand on the answering gateway (the version of this change; whether it reaches the fleet).
+	State         *TenantBudgetsState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantBudgetsResponse) Reset() {
 	*x = SetTenantBudgetsResponse{}
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3536,7 @@ func (x *SetTenantBudgetsResponse) String() string {
 func (*SetTenantBudgetsResponse) ProtoMessage() {}
 
 func (x *SetTenantBudgetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,12 +3549,19 @@ func (x *SetTenantBudgetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantBudgetsResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantBudgetsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetTenantBudgetsResponse) GetBudgets() *TenantBudgets {
 	if x != nil {
 		return x.Budgets
+	}
+	return nil
+}
+
+func (x *SetTenantBudgetsResponse) GetState() *TenantBudgetsState {
+	if x != nil {
+		return x.State
 	}
 	return nil
 }
@@ -3734,13 +3838,24 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\fTenantsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.sluice.admin.v1.TenantBudgetR\x05value:\x028\x01\"\x19\n" +
-	"\x17GetTenantBudgetsRequest\"T\n" +
+	"\x17GetTenantBudgetsRequest\"\x8f\x01\n" +
 	"\x18GetTenantBudgetsResponse\x128\n" +
-	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"S\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\x129\n" +
+	"\x05state\x18\x02 \x01(\v2#.sluice.admin.v1.TenantBudgetsStateR\x05state\"\x94\x02\n" +
+	"\x12TenantBudgetsState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12%\n" +
+	"\x0eversion_origin\x18\x02 \x01(\tR\rversionOrigin\x12\x14\n" +
+	"\x05fleet\x18\x03 \x01(\bR\x05fleet\x12#\n" +
+	"\rdefault_share\x18\x04 \x01(\x01R\fdefaultShare\x12G\n" +
+	"\x06shares\x18\x05 \x03(\v2/.sluice.admin.v1.TenantBudgetsState.SharesEntryR\x06shares\x1a9\n" +
+	"\vSharesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"S\n" +
 	"\x17SetTenantBudgetsRequest\x128\n" +
-	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"T\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"\x8f\x01\n" +
 	"\x18SetTenantBudgetsResponse\x128\n" +
-	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets2\xbb\t\n" +
+	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\x129\n" +
+	"\x05state\x18\x02 \x01(\v2#.sluice.admin.v1.TenantBudgetsStateR\x05state2\xbb\t\n" +
 	"\fAdminService\x12X\n" +
 	"\vListWorkers\x12#.sluice.admin.v1.ListWorkersRequest\x1a$.sluice.admin.v1.ListWorkersResponse\x12R\n" +
 	"\tGetWorker\x12!.sluice.admin.v1.GetWorkerRequest\x1a\".sluice.admin.v1.GetWorkerResponse\x12R\n" +
@@ -3771,7 +3886,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),               // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                   // 1: sluice.admin.v1.Worker
@@ -3819,18 +3934,20 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*TenantBudgets)(nil),            // 43: sluice.admin.v1.TenantBudgets
 	(*GetTenantBudgetsRequest)(nil),  // 44: sluice.admin.v1.GetTenantBudgetsRequest
 	(*GetTenantBudgetsResponse)(nil), // 45: sluice.admin.v1.GetTenantBudgetsResponse
-	(*SetTenantBudgetsRequest)(nil),  // 46: sluice.admin.v1.SetTenantBudgetsRequest
-	(*SetTenantBudgetsResponse)(nil), // 47: sluice.admin.v1.SetTenantBudgetsResponse
-	nil,                              // 48: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                              // 49: sluice.admin.v1.Worker.LabelsEntry
-	nil,                              // 50: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                              // 51: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	nil,                              // 52: sluice.admin.v1.TenantBudgets.TenantsEntry
-	(*durationpb.Duration)(nil),      // 53: google.protobuf.Duration
+	(*TenantBudgetsState)(nil),       // 46: sluice.admin.v1.TenantBudgetsState
+	(*SetTenantBudgetsRequest)(nil),  // 47: sluice.admin.v1.SetTenantBudgetsRequest
+	(*SetTenantBudgetsResponse)(nil), // 48: sluice.admin.v1.SetTenantBudgetsResponse
+	nil,                              // 49: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                              // 50: sluice.admin.v1.Worker.LabelsEntry
+	nil,                              // 51: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                              // 52: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	nil,                              // 53: sluice.admin.v1.TenantBudgets.TenantsEntry
+	nil,                              // 54: sluice.admin.v1.TenantBudgetsState.SharesEntry
+	(*durationpb.Duration)(nil),      // 55: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	48, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	49, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	49, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	50, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -3840,75 +3957,78 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	26, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	26, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	50, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	51, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	53, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	55, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	53, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	55, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	25, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	51, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	52, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
 	24, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
 	27, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
 	23, // 24: sluice.admin.v1.AdmissionStatus.decode_workers:type_name -> sluice.admin.v1.DecodeSeats
-	53, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	55, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
 	28, // 26: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	53, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	55, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
 	29, // 28: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	53, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	55, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
 	20, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	53, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	55, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
 	21, // 32: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	33, // 33: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
 	32, // 34: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
 	36, // 35: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	53, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
-	53, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
+	55, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
+	55, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
 	39, // 38: sluice.admin.v1.CapacityRecommendation.inputs:type_name -> sluice.admin.v1.CapacityInputs
-	53, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
-	53, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
-	53, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
+	55, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
+	55, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
+	55, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
 	40, // 42: sluice.admin.v1.GetCapacityResponse.recommendations:type_name -> sluice.admin.v1.CapacityRecommendation
 	42, // 43: sluice.admin.v1.TenantBudgets.default:type_name -> sluice.admin.v1.TenantBudget
-	52, // 44: sluice.admin.v1.TenantBudgets.tenants:type_name -> sluice.admin.v1.TenantBudgets.TenantsEntry
+	53, // 44: sluice.admin.v1.TenantBudgets.tenants:type_name -> sluice.admin.v1.TenantBudgets.TenantsEntry
 	43, // 45: sluice.admin.v1.GetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
-	43, // 46: sluice.admin.v1.SetTenantBudgetsRequest.budgets:type_name -> sluice.admin.v1.TenantBudgets
-	43, // 47: sluice.admin.v1.SetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
-	42, // 48: sluice.admin.v1.TenantBudgets.TenantsEntry.value:type_name -> sluice.admin.v1.TenantBudget
-	3,  // 49: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 50: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 51: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 52: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 53: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 54: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 55: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	30, // 56: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	31, // 57: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	35, // 58: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	38, // 59: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
-	44, // 60: sluice.admin.v1.AdminService.GetTenantBudgets:input_type -> sluice.admin.v1.GetTenantBudgetsRequest
-	46, // 61: sluice.admin.v1.AdminService.SetTenantBudgets:input_type -> sluice.admin.v1.SetTenantBudgetsRequest
-	4,  // 62: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 63: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 64: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 65: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 66: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 67: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 68: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 69: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	34, // 70: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	37, // 71: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	41, // 72: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
-	45, // 73: sluice.admin.v1.AdminService.GetTenantBudgets:output_type -> sluice.admin.v1.GetTenantBudgetsResponse
-	47, // 74: sluice.admin.v1.AdminService.SetTenantBudgets:output_type -> sluice.admin.v1.SetTenantBudgetsResponse
-	62, // [62:75] is the sub-list for method output_type
-	49, // [49:62] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	46, // 46: sluice.admin.v1.GetTenantBudgetsResponse.state:type_name -> sluice.admin.v1.TenantBudgetsState
+	54, // 47: sluice.admin.v1.TenantBudgetsState.shares:type_name -> sluice.admin.v1.TenantBudgetsState.SharesEntry
+	43, // 48: sluice.admin.v1.SetTenantBudgetsRequest.budgets:type_name -> sluice.admin.v1.TenantBudgets
+	43, // 49: sluice.admin.v1.SetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
+	46, // 50: sluice.admin.v1.SetTenantBudgetsResponse.state:type_name -> sluice.admin.v1.TenantBudgetsState
+	42, // 51: sluice.admin.v1.TenantBudgets.TenantsEntry.value:type_name -> sluice.admin.v1.TenantBudget
+	3,  // 52: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 53: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 54: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 55: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 56: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 57: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 58: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	30, // 59: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	31, // 60: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	35, // 61: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	38, // 62: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
+	44, // 63: sluice.admin.v1.AdminService.GetTenantBudgets:input_type -> sluice.admin.v1.GetTenantBudgetsRequest
+	47, // 64: sluice.admin.v1.AdminService.SetTenantBudgets:input_type -> sluice.admin.v1.SetTenantBudgetsRequest
+	4,  // 65: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 66: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 67: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 68: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 69: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 70: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 71: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 72: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	34, // 73: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	37, // 74: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	41, // 75: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
+	45, // 76: sluice.admin.v1.AdminService.GetTenantBudgets:output_type -> sluice.admin.v1.GetTenantBudgetsResponse
+	48, // 77: sluice.admin.v1.AdminService.SetTenantBudgets:output_type -> sluice.admin.v1.SetTenantBudgetsResponse
+	65, // [65:78] is the sub-list for method output_type
+	52, // [52:65] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -3924,7 +4044,7 @@ func file_sluice_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -69,7 +69,8 @@ type AdminServiceClient interface {
 	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
 	// GetTenantBudgets returns the tenants' token and request budgets.
 	GetTenantBudgets(ctx context.Context, in *GetTenantBudgetsRequest, opts ...grpc.CallOption) (*GetTenantBudgetsResponse, error)
-	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
+	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error)
 }
 
@@ -242,7 +243,8 @@ type AdminServiceServer interface {
 	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)
 	// GetTenantBudgets returns the tenants' token and request budgets.
 	GetTenantBudgets(context.Context, *GetTenantBudgetsRequest) (*GetTenantBudgetsResponse, error)
-	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
+	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }

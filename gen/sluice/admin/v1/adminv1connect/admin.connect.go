@@ -100,7 +100,8 @@ type AdminServiceClient interface {
 	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
 	// GetTenantBudgets returns the tenants' token and request budgets.
 	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
-	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
+	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 
@@ -357,7 +358,8 @@ type AdminServiceHandler interface {
 	GetCapacity(context.Context, *v1.GetCapacityRequest) (*v1.GetCapacityResponse, error)
 	// GetTenantBudgets returns the tenants' token and request budgets.
 	GetTenantBudgets(context.Context, *v1.GetTenantBudgetsRequest) (*v1.GetTenantBudgetsResponse, error)
-	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
+	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
 }
 

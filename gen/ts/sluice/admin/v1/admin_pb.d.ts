@@ -1892,6 +1892,13 @@ export declare type GetTenantBudgetsResponse = Message<"sluice.admin.v1.GetTenan
    * @generated from field: sluice.admin.v1.TenantBudgets budgets = 1;
    */
   budgets?: TenantBudgets | undefined;
+
+  /**
+   * How they stand on the answering gateway.
+   *
+   * @generated from field: sluice.admin.v1.TenantBudgetsState state = 2;
+   */
+  state?: TenantBudgetsState | undefined;
 };
 
 /**
@@ -1899,6 +1906,58 @@ export declare type GetTenantBudgetsResponse = Message<"sluice.admin.v1.GetTenan
  * Use `create(GetTenantBudgetsResponseSchema)` to create a new message.
  */
 export declare const GetTenantBudgetsResponseSchema: GenMessage<GetTenantBudgetsResponse>;
+
+/**
+ * TenantBudgetsState is how the budgets stand on the answering gateway.
+ *
+ * @generated from message sluice.admin.v1.TenantBudgetsState
+ */
+export declare type TenantBudgetsState = Message<"sluice.admin.v1.TenantBudgetsState"> & {
+  /**
+   * Version of the budgets in force: a counter each live change raises (0: the startup flags').
+   *
+   * @generated from field: uint64 version = 1;
+   */
+  version: bigint;
+
+  /**
+   * The replica (cluster replica id) whose live change the version is; empty for the startup flags or
+   * without cluster coordination.
+   *
+   * @generated from field: string version_origin = 2;
+   */
+  versionOrigin: string;
+
+  /**
+   * The budgets are the fleet's: cluster coordination carries a live change to every replica (within
+   * about two exchange periods) and each replica enforces a share of each budget. False: this gateway's
+   * alone.
+   *
+   * @generated from field: bool fleet = 3;
+   */
+  fleet: boolean;
+
+  /**
+   * The fraction of each budget this gateway enforces (1 alone; with fleet, weighted by where each
+   * tenant's demand is): default_share for every tenant not in shares.
+   *
+   * @generated from field: double default_share = 4;
+   */
+  defaultShare: number;
+
+  /**
+   * Per-tenant fractions, by tenant name.
+   *
+   * @generated from field: map<string, double> shares = 5;
+   */
+  shares: { [key: string]: number };
+};
+
+/**
+ * Describes the message sluice.admin.v1.TenantBudgetsState.
+ * Use `create(TenantBudgetsStateSchema)` to create a new message.
+ */
+export declare const TenantBudgetsStateSchema: GenMessage<TenantBudgetsState>;
 
 /**
  * SetTenantBudgetsRequest replaces the tenants' budgets.
@@ -1932,6 +1991,13 @@ export declare type SetTenantBudgetsResponse = Message<"sluice.admin.v1.SetTenan
    * @generated from field: sluice.admin.v1.TenantBudgets budgets = 1;
    */
   budgets?: TenantBudgets | undefined;
+
+  /**
+   * How they stand on the answering gateway (the version of this change; whether it reaches the fleet).
+   *
+   * @generated from field: sluice.admin.v1.TenantBudgetsState state = 2;
+   */
+  state?: TenantBudgetsState | undefined;
 };
 
 /**
@@ -2068,7 +2134,8 @@ export declare const AdminService: GenService<{
     output: typeof GetTenantBudgetsResponseSchema;
   },
   /**
-   * SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels).
+   * SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
+   * with cluster coordination on every other replica within about two exchange periods.
    *
    * @generated from rpc sluice.admin.v1.AdminService.SetTenantBudgets
    */
