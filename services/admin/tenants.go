@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"math"
 	"net/http"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
@@ -47,7 +48,7 @@ func (s *Service) SetTenantBudgets(_ context.Context, req *adminv1.SetTenantBudg
 func (s *Service) budgetsState() *adminv1.TenantBudgetsState {
 	v := s.d.Budgets.Version()
 	def, per := s.d.Budgets.Shares()
-	return &adminv1.TenantBudgetsState{Version: v.Counter, VersionOrigin: v.Origin, Fleet: s.d.Cluster != nil,
+	return &adminv1.TenantBudgetsState{Version: uint32(min(v.Counter, math.MaxUint32)), VersionOrigin: v.Origin, Fleet: s.d.Cluster != nil,
 		DefaultShare: def, Shares: per}
 }
 

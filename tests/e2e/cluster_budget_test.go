@@ -30,7 +30,7 @@ func budgetsOf(t *testing.T, gw *gateway) string {
 
 // budgetsState is the state part of `sluice tenants budgets get -o json`.
 type budgetsState struct {
-	Version       string             `json:"version"` // a uint64, a JSON string in protojson
+	Version       uint32             `json:"version"`
 	VersionOrigin string             `json:"version_origin"`
 	Fleet         bool               `json:"fleet"`
 	DefaultShare  float64            `json:"default_share"`
@@ -120,7 +120,7 @@ func TestClusterTenantBudgets(t *testing.T) {
 	waitFor(t, "the budgets set on B answered by A", 5*time.Second, func() bool { return strings.Contains(budgetsOf(t, a), `"x"`) })
 	// A says (sluice tenants budgets get, over Connect) whose change it enforces, and that the budgets
 	// are the fleet's.
-	if st := budgetsStateOf(t, a); !st.Fleet || st.Version == "" || st.VersionOrigin != rs.ids[1] {
+	if st := budgetsStateOf(t, a); !st.Fleet || st.Version == 0 || st.VersionOrigin != rs.ids[1] {
 		t.Fatalf("A's budgets state after B's change: %+v", st)
 	}
 	// A enforces it too: x's one request a minute (A's share of it lets one through) and no more.

@@ -3382,8 +3382,9 @@ func (x *GetTenantBudgetsResponse) GetState() *TenantBudgetsState {
 // TenantBudgetsState is how the budgets stand on the answering gateway.
 type TenantBudgetsState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Version of the budgets in force: a counter each live change raises (0: the startup flags').
-	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Version of the budgets in force: a counter each live change raises (0: the startup flags'; 32-bit
+	// like every admin integer, saturating).
+	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The replica (cluster replica id) whose live change the version is; empty for the startup flags or
 	// without cluster coordination.
 	VersionOrigin string `protobuf:"bytes,2,opt,name=version_origin,json=versionOrigin,proto3" json:"version_origin,omitempty"`
@@ -3430,7 +3431,7 @@ func (*TenantBudgetsState) Descriptor() ([]byte, []int) {
 	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
-func (x *TenantBudgetsState) GetVersion() uint64 {
+func (x *TenantBudgetsState) GetVersion() uint32 {
 	if x != nil {
 		return x.Version
 	}
@@ -3843,7 +3844,7 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\x129\n" +
 	"\x05state\x18\x02 \x01(\v2#.sluice.admin.v1.TenantBudgetsStateR\x05state\"\x94\x02\n" +
 	"\x12TenantBudgetsState\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\x12%\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x0eversion_origin\x18\x02 \x01(\tR\rversionOrigin\x12\x14\n" +
 	"\x05fleet\x18\x03 \x01(\bR\x05fleet\x12#\n" +
 	"\rdefault_share\x18\x04 \x01(\x01R\fdefaultShare\x12G\n" +

@@ -1914,11 +1914,12 @@ export declare const GetTenantBudgetsResponseSchema: GenMessage<GetTenantBudgets
  */
 export declare type TenantBudgetsState = Message<"sluice.admin.v1.TenantBudgetsState"> & {
   /**
-   * Version of the budgets in force: a counter each live change raises (0: the startup flags').
+   * Version of the budgets in force: a counter each live change raises (0: the startup flags'; 32-bit
+   * like every admin integer, saturating).
    *
-   * @generated from field: uint64 version = 1;
+   * @generated from field: uint32 version = 1;
    */
-  version: bigint;
+  version: number;
 
   /**
    * The replica (cluster replica id) whose live change the version is; empty for the startup flags or
