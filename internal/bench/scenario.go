@@ -34,6 +34,8 @@ type ScenarioOptions struct {
 	PDRate float64
 	// Engines is tenants' prefill engines and decode engines each (default 4).
 	Engines int
+	// Duration is tenants' measured time per variant (default 60 s).
+	Duration time.Duration
 	// DecodeGateFlags are the gateway flags of decode-bound's "on" runs (nil: DefaultDecodeGateFlags).
 	DecodeGateFlags []string
 	// Progress receives the load generator's per-second lines; nil prints none.
@@ -224,6 +226,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&o.PDRate, "pd-rate", 0, "overhead: arrival rate of the PD JSON open loop (default 1000 req/s, 200 with --short); lower it on a loaded machine, where the engines cannot keep up")
 	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads (CPU per request, e.g. the decode seats' ratio; no streams, no memory)")
 	fs.IntVar(&o.Engines, "engines", 0, "tenants: prefill engines and decode engines each (default 4); the non-preemptive floor of a quiet request's wait falls with the number of prefill slots")
+	fs.DurationVar(&o.Duration, "duration", 0, "tenants: measured time per variant (default 60s); a tenant's p99 over a minute rests on its two slowest of ~200 requests")
 	gate := fs.String("decode-gate-flags", dbGateFlagsDef, "decode-bound: gateway flags of the runs with the decode gate on (space separated)")
 	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -27,13 +27,17 @@ import (
 // tenants' baseline), fairness off (one FIFO: --tenant-fairness off), round robin (deficit round
 // robin across tenants: --tenant-fairness round-robin) and share (the default: the tenants under
 // their share of recent grants first, admission share.go). --engines N runs N prefill and N decode engines
-// instead of four (the capacity and the offered rates scale with them). It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
+// instead of four (the capacity and the offered rates scale with them); --duration sets the measured
+// time per variant. It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
 // the noisy tenant's served rate against its max-min fair share of what the run served.
 func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("tenants", o)
 	p := defaultTenantsPlan(o.Short)
 	if o.Engines > 0 {
 		p.prefill, p.decode = o.Engines, o.Engines
+	}
+	if o.Duration > 0 {
+		p.dur = o.Duration
 	}
 	eng := sim.DefaultConfig()
 	capacity := float64(p.prefill) * eng.PrefillTokensPerSec / float64(p.prompt)
