@@ -190,6 +190,12 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	w.side = side
 	if pos == 1 {
 		w.q.side = side // the new head: what holds it back holds the queue back
+	} else if c.headLocked(w.q) == w {
+		// Fairness made the newcomer the head of a queue with waiters (a new
+		// tenant's turn, a tenant under its share) without the fast path's
+		// select: it selects now, as a new head does, not at its first poll
+		// while a worker may be free.
+		c.dispatchQueueLocked(w.q)
 	}
 	seats := c.seatsOnLocked()
 	c.mu.Unlock()

@@ -464,3 +464,68 @@ func TestTenantFairBurstRepaid(t *testing.T) {
 		}
 	})
 }
+
+// TestNewTenantHeadSelectsAtOnce: a tenant that takes the head of a queue
+// with waiters (the round robin's new-tenant turn, or share mode's
+// under-share head) selects at once, without waiting for a release or its
+// first poll, when a worker is free: the old head waits only because its
+// strict target is full. Found by TestPropertyTenantInvariants (the
+// newcomer waited a poll interval while W2 had capacity).
+func TestNewTenantHeadSelectsAtOnce(t *testing.T) {
+	for _, share := range []bool{false, true} {
+		t.Run(fmt.Sprintf("share=%v", share), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newPlacement(map[string][]string{"m": {"W1", "W2"}})
+				c := mustNew(t, admission.Settings{MaxInflightPerWorker: 1, QueueSize: 10, QueueTimeout: time.Hour,
+					Tenants: admission.TenantSettings{Fair: true, UnderShareFirst: share}}, admission.Deps{})
+				strict := func(id string) admission.Request {
+					r := p.req("m", id, "W1")
+					r.Tenant = "a"
+					return r
+				}
+				held, err := c.Acquire(bg, strict("a1"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// a is served once from the queue and still has a waiter (a
+				// backlogged tenant, not a new one), which waits for W1 while W2
+				// stays free.
+				second := goAcquire(bg, c, strict("a2"))
+				synctest.Wait()
+				waiting := goAcquire(bg, c, strict("a3"))
+				synctest.Wait()
+				held.Release(admission.ReleaseCompleted)
+				synctest.Wait()
+				r2, ok := done(second)
+				if !ok || r2.err != nil {
+					t.Fatalf("a2 after the release: %v %v", ok, r2.err)
+				}
+				held = r2.slot
+				if _, ok := done(waiting); ok {
+					t.Fatal("a3 was admitted past W1's limit")
+				}
+				newcomer := goAcquire(bg, c, tenantReq(p, "b1", "b"))
+				synctest.Wait() // no time passes: no poll, no release
+				r, ok := done(newcomer)
+				if !ok {
+					t.Fatal("the new tenant's request, now the head, waits while W2 is free")
+				}
+				if r.err != nil || r.slot.Worker() != "W2" {
+					t.Fatalf("b1: %v on %v, want W2", r.err, r.slot)
+				}
+				r.slot.Release(admission.ReleaseCompleted)
+				synctest.Wait()
+				if _, ok := done(waiting); ok {
+					t.Fatal("a3 was admitted past W1's limit")
+				}
+				held.Release(admission.ReleaseCompleted)
+				synctest.Wait()
+				if r, ok := done(waiting); !ok || r.err != nil {
+					t.Fatalf("a3 after W1 freed: %v %v", ok, r.err)
+				} else {
+					r.slot.Release(admission.ReleaseCompleted)
+				}
+			})
+		})
+	}
+}

@@ -83,11 +83,15 @@ func pokeLocked(w *waiter) {
 	}
 }
 
-// removeLocked takes w out of its queue and reports whether it was the
-// head. Empty queues are dropped so model keys do not accumulate.
-func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
+// removeLocked takes w out of its queue and reports whether the queue has a
+// new head, which it promotes. That is not only when w was the head: with
+// fairness or bands, taking out another waiter (a band's oldest, a tenant's
+// last) can move the head too, and a new head that nobody lets select
+// would wait while capacity is free. Empty queues are dropped so model keys
+// do not accumulate.
+func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q := w.q
-	wasHead = c.headLocked(q) == w
+	before := c.headLocked(q)
 	q.bands[w.band].Remove(w.elem)
 	c.fairRemoveLocked(w)
 	w.elem = nil
@@ -103,10 +107,11 @@ func (c *Controller) removeLocked(w *waiter) (wasHead bool) {
 		if i := slices.Index(c.active, q); i >= 0 {
 			c.active = slices.Delete(c.active, i, i+1)
 		}
-	} else if wasHead {
-		c.promoteLocked(c.headLocked(q))
+	} else if after := c.headLocked(q); after != before {
+		c.promoteLocked(after)
+		return true
 	}
-	return wasHead
+	return false
 }
 
 // tryHeadLocked lets q's head select once. It reports whether the head left
@@ -274,9 +279,9 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		return nil, w.err
 	}
 	q := w.q
-	wasHead := c.removeLocked(w)
+	newHead := c.removeLocked(w)
 	c.observeWaiterLocked(w, "")
-	if wasHead {
+	if newHead {
 		c.dispatchQueueLocked(q)
 	}
 	if why == QueueTimeout {
