@@ -56,8 +56,10 @@
 // turn round robin over 3 gateway replicas, onto 4 engines publishing KV-cache events, and compares the
 // engines' own prefix-cache hit rate and TTFT for kv_aware, cache_aware and round_robin against one
 // replica, with an engine restarted mid-run; tenants drives four quiet tenants and one noisy tenant
-// (named by a header) at 2x the prefill capacity with the noisy tenant absent, fair queueing off and
-// on, and reports each tenant's TTFT, admitted rate, rejections and served against fair share.
+// (named by a header, prompts lognormal 256-4,096 tokens or --prompts) at 2x the prefill capacity with
+// the noisy tenant absent, fair queueing off, round robin and share, and reports each tenant's TTFT,
+// admitted rate, rejections and served against fair share, next to a model's best for a gate that
+// never preempts.
 // Short mode shrinks every duration to seconds.
 //
 // # Concurrency Model

@@ -36,6 +36,12 @@ type ScenarioOptions struct {
 	Engines int
 	// Duration is tenants' measured time per variant (default 60 s).
 	Duration time.Duration
+	// Prompts is tenants' prompt lengths in tokens: "N" (every prompt N) or "LO-HI" (lognormal between
+	// them, the median at their geometric mean); "" is 256-4096.
+	Prompts string
+	// Variants restricts tenants to these variants (noisy-absent, fairness-off, fairness-round-robin,
+	// fairness-share); nil runs them all.
+	Variants []string
 	// DecodeGateFlags are the gateway flags of decode-bound's "on" runs (nil: DefaultDecodeGateFlags).
 	DecodeGateFlags []string
 	// Progress receives the load generator's per-second lines; nil prints none.
@@ -227,12 +233,17 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads (CPU per request, e.g. the decode seats' ratio; no streams, no memory)")
 	fs.IntVar(&o.Engines, "engines", 0, "tenants: prefill engines and decode engines each (default 4); the non-preemptive floor of a quiet request's wait falls with the number of prefill slots")
 	fs.DurationVar(&o.Duration, "duration", 0, "tenants: measured time per variant (default 60s); a tenant's p99 over a minute rests on its two slowest of ~200 requests")
+	fs.StringVar(&o.Prompts, "prompts", "", "tenants: prompt lengths in tokens, N (every prompt N) or LO-HI (lognormal between them, the median at their geometric mean, the bounds at ±2 sigma); default 256-4096. Equal prompts are the worst case for the quiet tenants' p99 ratio: its baseline is the bare prefill, and the flood's prefills, started together, end together")
+	variants := fs.String("variants", "", "tenants: comma-separated variants to run (noisy-absent, fairness-off, fairness-round-robin, fairness-share; default all; a ratio needs noisy-absent)")
 	gate := fs.String("decode-gate-flags", dbGateFlagsDef, "decode-bound: gateway flags of the runs with the decode gate on (space separated)")
 	progress := fs.Bool("progress", false, "print the load generator's per-second progress lines")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	o.DecodeGateFlags = strings.Fields(*gate)
+	if *variants != "" {
+		o.Variants = strings.Split(*variants, ",")
+	}
 	o.Log = stderr
 	if *progress {
 		o.Progress = stderr

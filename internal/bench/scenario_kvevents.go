@@ -464,6 +464,29 @@ func gaugeSum(reg prometheus.Gatherer, metric, name, value string) (float64, err
 	return total, nil
 }
 
+// histMean is the mean of a histogram over all its label sets (its sum over its count), 0 when empty.
+func histMean(reg prometheus.Gatherer, metric string) (float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetHistogram().GetSampleSum()
+			n += m.GetHistogram().GetSampleCount()
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return sum / float64(n), nil
+}
+
 func endpointPort(ep string) (int, error) {
 	i := strings.LastIndexByte(ep, ':')
 	if i < 0 {

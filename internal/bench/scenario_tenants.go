@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,14 +25,24 @@ import (
 // tenants leave, 0.6x). The "5x its fair share" and "2x overload" hold together only with
 // quiet tenants at 3/16 each, near their own equal share: measured, those queue among themselves even
 // without the noisy tenant (TTFT p99 near 1 s at 0.8 of the real capacity), so they are not quiet and
-// no policy can keep their p99. Four variants, each on
-// a fresh cluster and gateway with the same admission flags: the noisy tenant absent (the quiet
-// tenants' baseline), fairness off (one FIFO: --tenant-fairness off), round robin (deficit round
-// robin across tenants: --tenant-fairness round-robin) and share (the default: the tenants under
-// their share of recent grants first, admission share.go). --engines N runs N prefill and N decode engines
-// instead of four (the capacity and the offered rates scale with them); --duration sets the measured
-// time per variant. It reports per tenant TTFT p50/p99, admitted req/s, rejections by code, and
-// the noisy tenant's served rate against its max-min fair share of what the run served.
+// no policy can keep their p99.
+//
+// Prompt lengths are lognormal between 256 and 4,096 tokens (median 1,024), the same for every tenant,
+// as real prompts vary; --prompts N makes them all N. Equal prompts are the worst case for the ratio:
+// the baseline's p99 is then the bare prefill, and the flood's prefills, which it starts together, end
+// together for the rest of the run (nothing but jitter moves their phases apart), so a quiet request
+// waits for the whole cohort instead of the first of four spread-out prefills. The report gives, from
+// a model (scenario_tenants_ideal.go), the best any gate that never preempts could do with the same
+// rates and lengths, to read the measured ratio against.
+//
+// Four variants, each on a fresh cluster and gateway with the same admission flags (--variants picks
+// some): the noisy tenant absent (the quiet tenants' baseline), fairness off (one FIFO:
+// --tenant-fairness off), round robin (deficit round robin across tenants: --tenant-fairness
+// round-robin) and share (the default: the tenants under their share of recent grants first, admission
+// share.go). --engines N runs N prefill and N decode engines instead of four (the capacity and the
+// offered rates scale with them); --duration sets the measured time per variant. It reports per tenant
+// TTFT p50/p99, admitted req/s, rejections by code, and the noisy tenant's served rate against its
+// max-min fair share of what the run served.
 func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	s := newScenarioRun("tenants", o)
 	p := defaultTenantsPlan(o.Short)
@@ -39,23 +52,50 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 	if o.Duration > 0 {
 		p.dur = o.Duration
 	}
+	if o.Prompts != "" {
+		if err := p.setPrompts(o.Prompts); err != nil {
+			return s.res, err
+		}
+	}
+	variants, err := p.chosen(o.Variants)
+	if err != nil {
+		return s.res, err
+	}
 	eng := sim.DefaultConfig()
-	capacity := float64(p.prefill) * eng.PrefillTokensPerSec / float64(p.prompt)
+	meanPrompt := p.class("", 1).MeanPromptTokens()
+	capacity := float64(p.prefill) * eng.PrefillTokensPerSec / meanPrompt
 	quietRate, noisyRate := p.quietShare*capacity, p.noisyShare*capacity
 	s.res.Measurements["capacity_req_per_sec"] = round3(capacity)
 	s.res.Measurements["quiet_rate_each"] = round3(quietRate)
 	s.res.Measurements["noisy_rate"] = round3(noisyRate)
 	equal, maxMin := 1/float64(len(p.quiet)+1), 1-float64(len(p.quiet))*p.quietShare
-	s.note("capacity from the model: %d prefill engines x %.0f tokens/s / %d-token prompts = %.2f req/s; %d quiet tenants offer %.2f req/s each (%.3gx capacity, %.3gx an equal share), the noisy tenant %.2f req/s (%.3gx capacity: %.3gx an equal share, %.3gx its max-min fair share), total %.3gx; Poisson arrivals, streaming, max_tokens %d, %s measured after %s warm-up",
-		p.prefill, eng.PrefillTokensPerSec, p.prompt, capacity, len(p.quiet), quietRate, p.quietShare, p.quietShare/equal, noisyRate, p.noisyShare,
+	s.res.Measurements["mean_prompt_tokens"] = round3(meanPrompt)
+	prompts := fmt.Sprintf("every prompt %d tokens", p.prompt)
+	if p.promptMax > 0 {
+		prompts = fmt.Sprintf("prompts lognormal between %d and %d tokens (median %d, the bounds at ±2 sigma), the same for every tenant", p.promptMin, p.promptMax, p.prompt)
+	}
+	s.note("%s; capacity from the model: %d prefill engines x %.0f tokens/s / %.0f-token mean prompts = %.2f req/s; %d quiet tenants offer %.2f req/s each (%.3gx capacity, %.3gx an equal share), the noisy tenant %.2f req/s (%.3gx capacity: %.3gx an equal share, %.3gx its max-min fair share), total %.3gx; Poisson arrivals, streaming, max_tokens %d, %s measured after %s warm-up",
+		prompts, p.prefill, eng.PrefillTokensPerSec, meanPrompt, capacity, len(p.quiet), quietRate, p.quietShare, p.quietShare/equal, noisyRate, p.noisyShare,
 		p.noisyShare/equal, p.noisyShare/maxMin, p.noisyShare+float64(len(p.quiet))*p.quietShare, p.maxTokens, p.dur, p.warm)
 	s.note("gateway: %v, tenants named by %s", p.gatewayFlags, tenantHeader)
+	flood, alone := idealGate(p.prefill, float64(len(p.quiet))*quietRate, p.prefillTime(eng.PrefillTokensPerSec, 0.02), 200000, 61)
+	s.res.Measurements["ideal_quiet_p99_over_absent"] = round3(flood / alone)
+	s.note("the best a gate that never preempts can do (a model: %d slots, the quiet requests strictly first, the same rates and prompt lengths, no decode or network): quiet TTFT p99 %.0f ms under the flood against %.0f ms without it, %.2fx",
+		p.prefill, 1000*flood, 1000*alone, flood/alone)
+	if p.promptMax == 0 {
+		// Equal prefills that start together end together: the flood fills every slot at once, and
+		// nothing but jitter moves their phases apart afterwards.
+		inStep, _ := idealGate(p.prefill, float64(len(p.quiet))*quietRate, p.prefillTime(eng.PrefillTokensPerSec, 0), 200000, 61)
+		s.res.Measurements["ideal_in_step_quiet_p99_over_absent"] = round3(inStep / alone)
+		s.note("that is with the slots' phases spread (prefill times within 2%%); with equal prefills in step, as the flood starts them, a quiet request waits for all of them to end: %.0f ms, %.2fx",
+			1000*inStep, inStep/alone)
+	}
 	s.res.Table = [][]string{{"variant", "tenant", "offered req/s", "admitted req/s", "TTFT p50 ms", "TTFT p99 ms", "p99 / noisy absent",
 		"rejected (by code)", "served share", "fair share"}}
 	base := map[string]float64{} // quiet tenant -> TTFT p99 with the noisy tenant absent
-	queues := [][]string{{"variant", fmt.Sprintf("mean engine prefill queue (requests, %d engines)", p.prefill)}}
+	queues := [][]string{{"variant", fmt.Sprintf("mean engine prefill queue (requests, %d engines)", p.prefill), "mean admission wait ms", "mean prefill leg ms"}}
 	var plots []*Result
-	for _, v := range p.variants() {
+	for _, v := range variants {
 		c, g, err := s.admissionClusterOf(ctx, p.prefill, p.decode, sim.Config{}, v.flags...)
 		if err != nil {
 			return s.res, err
@@ -80,6 +120,10 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 			mu.Unlock()
 		}
 		res, err := s.load(ctx, v.name, cfg, observe, nil)
+		// Where a request's time went, on average: the wait for a slot, and the prefill leg, which holds
+		// the slot (the engine's prefill, the KV handoff and the answer).
+		wait, _ := histMean(g.app.Prom, "sluice_pd_prefill_admission_wait_seconds")
+		leg, _ := histMean(g.app.Prom, "sluice_pd_prefill_duration_seconds")
 		_ = g.close()
 		c.Close()
 		if err != nil {
@@ -90,8 +134,9 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 		mu.Unlock()
 		rows := tenantRows(res, classes, p.dur, p.slo)
 		// Where the wait is: sluice's queue (by tenant) or the engines' (no tenants there).
-		extra := map[string]any{"mean_engine_prefill_queue": round3(meanQ)}
-		queues = append(queues, []string{v.name, fmt.Sprintf("%.2f", meanQ)})
+		extra := map[string]any{"mean_engine_prefill_queue": round3(meanQ), "mean_admission_wait_ms": round3(1000 * wait),
+			"mean_prefill_leg_ms": round3(1000 * leg)}
+		queues = append(queues, []string{v.name, fmt.Sprintf("%.2f", meanQ), fmt.Sprintf("%.1f", 1000*wait), fmt.Sprintf("%.1f", 1000*leg)})
 		for _, r := range rows {
 			extra[r.name] = r.sum
 			ratio := "-"
@@ -111,7 +156,7 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 		s.res.Runs[len(s.res.Runs)-1].Extra = extra
 		s.tenantsMeasure(v.name, rows, base)
 	}
-	s.section("Engine queues (sampled once a second): admission is the limit when they stay near the slots' work", queues)
+	s.section("Engine queues (sampled once a second; admission is the limit when they stay near the slots' work), and the gateway's mean wait for a slot and mean prefill leg (which holds it), every request of the run", queues)
 	s.plot("tenants-ttft.svg", plots)
 	s.note("quiet_ttft_p99_ms_alone_* and _behind_own_*: the quiet requests that arrived with none of their tenant's earlier requests still waiting for its first token, and the others (round robin serves a tenant once a round, so its own burst waits a round per request)")
 	s.note("admitted = served (status 200, whole stream) per second of the measured window; fair share = the tenant's max-min fair share of the rate the run served (water-filling over the offered rates), as a share of that rate; served share likewise")
@@ -122,6 +167,7 @@ func ScenarioTenants(ctx context.Context, o ScenarioOptions) (*ScenarioResult, e
 type tenantsPlan struct {
 	prefill, decode        int // engines
 	prompt, maxTokens      int
+	promptMin, promptMax   int // when set, prompt lengths are lognormal between them (median prompt)
 	quiet                  []string
 	quietShare, noisyShare float64 // of the modelled capacity, per quiet tenant and for the noisy one
 	dur, warm, slo         time.Duration
@@ -136,7 +182,7 @@ const (
 func defaultTenantsPlan(short bool) tenantsPlan {
 	p := tenantsPlan{
 		prefill: 4, decode: 4, // a slot frees every 1/4 prefill under the flood, not every 1/2 (the floor of a non-preemptive wait)
-		prompt: 1024, maxTokens: 16,
+		prompt: 1024, maxTokens: 16, promptMin: 256, promptMax: 4096,
 		quiet:      []string{"quiet-1", "quiet-2", "quiet-3", "quiet-4"},
 		quietShare: 0.1, noisyShare: 1.6,
 		dur: 60 * time.Second, warm: 5 * time.Second, slo: 2 * time.Second,
@@ -177,14 +223,70 @@ func (p tenantsPlan) classes(noisy bool) []ClassConfig {
 	}
 	var cs []ClassConfig
 	if noisy {
-		cs = append(cs, ClassConfig{Name: noisyTenant, Share: p.noisyShare / total, PromptTokens: p.prompt, MaxTokens: p.maxTokens,
-			Header: map[string]string{tenantHeader: noisyTenant}})
+		cs = append(cs, p.class(noisyTenant, p.noisyShare/total))
 	}
 	for _, q := range p.quiet {
-		cs = append(cs, ClassConfig{Name: q, Share: p.quietShare / total, PromptTokens: p.prompt, MaxTokens: p.maxTokens,
-			Header: map[string]string{tenantHeader: q}})
+		cs = append(cs, p.class(q, p.quietShare/total))
 	}
 	return cs
+}
+
+// prefillTime draws a request's prefill time in seconds as the simulator takes it (prompt tokens at
+// tokensPerSec); equal prompts' times vary by jitter (a fraction), which lets slots that end together
+// drift apart.
+func (p tenantsPlan) prefillTime(tokensPerSec, jitter float64) func(*rand.Rand) float64 {
+	if p.promptMax == 0 {
+		return func(r *rand.Rand) float64 {
+			return float64(p.prompt) / tokensPerSec * (1 - jitter/2 + jitter*r.Float64())
+		}
+	}
+	return func(r *rand.Rand) float64 {
+		return float64(drawLength(r, DistLognormal, p.promptMin, p.promptMax)) / tokensPerSec
+	}
+}
+
+// class is a tenant's requests: the plan's prompts, the tenant's header.
+func (p tenantsPlan) class(tenant string, share float64) ClassConfig {
+	c := ClassConfig{Name: tenant, Share: share, PromptTokens: p.prompt, MaxTokens: p.maxTokens, Header: map[string]string{tenantHeader: tenant}}
+	if p.promptMax > 0 {
+		c.PromptTokens, c.PromptTokensMin, c.PromptTokensMax = 0, p.promptMin, p.promptMax
+	}
+	return c
+}
+
+// setPrompts sets the prompt lengths from "N" or "LO-HI".
+func (p *tenantsPlan) setPrompts(spec string) error {
+	lo, hi, ranged := strings.Cut(spec, "-")
+	a, err := strconv.Atoi(lo)
+	b := a
+	if err == nil && ranged {
+		b, err = strconv.Atoi(hi)
+	}
+	if err != nil || a < 1 || b < a {
+		return fmt.Errorf("%w: tenants prompts %q: want N or LO-HI with 1 <= LO <= HI", ErrInvalidConfig, spec)
+	}
+	p.prompt, p.promptMin, p.promptMax = a, 0, 0
+	if b > a {
+		p.prompt, p.promptMin, p.promptMax = int(math.Round(math.Sqrt(float64(a)*float64(b)))), a, b
+	}
+	return nil
+}
+
+// chosen returns the variants named (all when none is).
+func (p tenantsPlan) chosen(names []string) ([]tenantsVariant, error) {
+	all := p.variants()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []tenantsVariant
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(v tenantsVariant) bool { return v.name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: tenants variant %q: want one of noisy-absent, fairness-off, fairness-round-robin, fairness-share", ErrInvalidConfig, n)
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
 }
 
 // tenantsMeasure records a variant's headline figures: the worst quiet tenant's p99 against its

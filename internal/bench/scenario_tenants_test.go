@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -140,5 +141,47 @@ func TestMaxMinFair(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTenantsPlanOptions: --prompts sets equal or lognormal prompt lengths (the capacity follows their
+// mean), --variants picks variants by name, and bad values are configuration errors.
+func TestTenantsPlanOptions(t *testing.T) {
+	for _, c := range []struct {
+		spec               string
+		prompt, lo, hi     int
+		meanAbove, meanMax float64
+	}{
+		{"1024", 1024, 0, 0, 1023.9, 1024},
+		{"256-4096", 1024, 256, 4096, 1200, 1350}, // a lognormal's mean is above its median
+		{"1004-1044", 1024, 1004, 1044, 1023, 1026},
+	} {
+		p := defaultTenantsPlan(false)
+		if err := p.setPrompts(c.spec); err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		if p.prompt != c.prompt || p.promptMin != c.lo || p.promptMax != c.hi {
+			t.Errorf("%s: prompt %d in [%d, %d], want %d in [%d, %d]", c.spec, p.prompt, p.promptMin, p.promptMax, c.prompt, c.lo, c.hi)
+		}
+		if m := p.class("x", 1).MeanPromptTokens(); m <= c.meanAbove || m > c.meanMax {
+			t.Errorf("%s: mean prompt %.1f, want in (%.1f, %.1f]", c.spec, m, c.meanAbove, c.meanMax)
+		}
+	}
+	for _, bad := range []string{"", "0", "x", "10-5", "5-", "-5"} {
+		p := defaultTenantsPlan(false)
+		if err := p.setPrompts(bad); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("prompts %q: %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+	p := defaultTenantsPlan(false)
+	vs, err := p.chosen([]string{"fairness-share", "noisy-absent"})
+	if err != nil || len(vs) != 2 || vs[0].name != "fairness-share" || vs[1].name != "noisy-absent" {
+		t.Errorf("chosen: %v, %v", vs, err)
+	}
+	if all, _ := p.chosen(nil); len(all) != 4 {
+		t.Errorf("no names chose %d variants, want 4", len(all))
+	}
+	if _, err := p.chosen([]string{"fairness-on"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("unknown variant: %v", err)
 	}
 }

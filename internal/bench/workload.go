@@ -45,12 +45,24 @@ type WorkloadConfig struct {
 
 // ClassConfig is one class of the classes workload: a request is of this class with probability Share
 // (shares are normalised), has a user message of PromptTokens, asks for MaxTokens, and carries Header.
+// With PromptTokensMax set the user message's length is drawn per request instead, lognormal between
+// PromptTokensMin and PromptTokensMax as the dist workload draws it (real prompts are not all one length).
 type ClassConfig struct {
-	Name         string            `json:"name"`
-	Share        float64           `json:"share"`
-	PromptTokens int               `json:"prompt_tokens"`
-	MaxTokens    int               `json:"max_tokens"`
-	Header       map[string]string `json:"header,omitempty"`
+	Name            string            `json:"name"`
+	Share           float64           `json:"share"`
+	PromptTokens    int               `json:"prompt_tokens"`
+	PromptTokensMin int               `json:"prompt_tokens_min,omitempty"`
+	PromptTokensMax int               `json:"prompt_tokens_max,omitempty"`
+	MaxTokens       int               `json:"max_tokens"`
+	Header          map[string]string `json:"header,omitempty"`
+}
+
+// MeanPromptTokens is the class's expected prompt length.
+func (c ClassConfig) MeanPromptTokens() float64 {
+	if c.PromptTokensMax == 0 {
+		return float64(c.PromptTokens)
+	}
+	return lognormalMean(c.PromptTokensMin, c.PromptTokensMax)
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of a run.
@@ -66,8 +78,12 @@ func (w *WorkloadConfig) validate() error {
 	case WorkloadClasses:
 		total := 0.0
 		for _, c := range w.Classes {
-			if c.Name == "" || !(c.Share > 0) || c.PromptTokens < 1 || c.MaxTokens < 1 {
-				bad("class %q: needs a name, a positive share, prompt and max tokens >= 1", c.Name)
+			prompt := c.PromptTokens >= 1
+			if c.PromptTokensMin != 0 || c.PromptTokensMax != 0 {
+				prompt = c.PromptTokensMin >= 1 && c.PromptTokensMax >= c.PromptTokensMin
+			}
+			if c.Name == "" || !(c.Share > 0) || !prompt || c.MaxTokens < 1 {
+				bad("class %q: needs a name, a positive share, prompt tokens >= 1 (or bounds 1 <= min <= max) and max tokens >= 1", c.Name)
 			}
 			total += c.Share
 		}
@@ -173,7 +189,11 @@ func (g *Generator) Prompt(i int64) Prompt {
 		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), pt)}}, MaxTokens: mt}
 	case WorkloadClasses:
 		c := g.ClassOf(i)
-		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), c.PromptTokens)}}, MaxTokens: c.MaxTokens,
+		pt := c.PromptTokens
+		if c.PromptTokensMax > 0 {
+			pt = drawLength(rand.New(rand.NewPCG(g.seed, uint64(i)^0xc1a55)), DistLognormal, c.PromptTokensMin, c.PromptTokensMax)
+		}
+		return Prompt{Messages: []Message{{"user", Text(mixSeed(g.seed, 1, uint64(i)), pt)}}, MaxTokens: c.MaxTokens,
 			Class: c.Name, Header: c.Header}
 	case WorkloadPrefix:
 		conv, turn, prefix := g.ConversationOf(i)
@@ -219,6 +239,19 @@ func drawLength(r *rand.Rand, dist string, lo, hi int) int {
 	mu, sigma := (llo+lhi)/2, (lhi-llo)/4
 	v := int(math.Round(math.Exp(mu + sigma*r.NormFloat64())))
 	return min(max(v, lo), hi)
+}
+
+// lognormalMean is the mean of drawLength's lognormal on [lo, hi] (rounding aside): the bounds at
+// ±2 sigma take the clamped tails, and the part between them is e^(mu+sigma^2/2)·(Φ(2-sigma)-Φ(-2-sigma)).
+func lognormalMean(lo, hi int) float64 {
+	if lo == hi {
+		return float64(lo)
+	}
+	llo, lhi := math.Log(float64(lo)), math.Log(float64(hi))
+	mu, sigma := (llo+lhi)/2, (lhi-llo)/4
+	phi := func(x float64) float64 { return (1 + math.Erf(x/math.Sqrt2)) / 2 }
+	tail := phi(-2)
+	return tail*float64(lo) + tail*float64(hi) + math.Exp(mu+sigma*sigma/2)*(phi(2-sigma)-phi(-2-sigma))
 }
 
 // mixSeed derives a seed from a base seed and a path of integers (splitmix64 finaliser per step).

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -45,10 +46,47 @@ func TestClassesWorkload(t *testing.T) {
 		{Kind: WorkloadClasses},
 		{Kind: WorkloadClasses, Classes: []ClassConfig{{Name: "x", Share: 0, PromptTokens: 1, MaxTokens: 1}}},
 		{Kind: WorkloadClasses, Classes: []ClassConfig{{Name: "", Share: 1, PromptTokens: 1, MaxTokens: 1}}},
+		{Kind: WorkloadClasses, Classes: []ClassConfig{{Name: "x", Share: 1, PromptTokensMin: 8, PromptTokensMax: 4, MaxTokens: 1}}},
+		{Kind: WorkloadClasses, Classes: []ClassConfig{{Name: "x", Share: 1, PromptTokens: 16, PromptTokensMin: 0, PromptTokensMax: 4, MaxTokens: 1}}},
 	} {
 		if _, err := NewGenerator(bad, 1); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+// TestClassesSpreadPrompts: a class with prompt bounds draws each request's length between them,
+// deterministically, with the median at their geometric mean and the mean that MeanPromptTokens
+// (the tenants scenario's capacity) says.
+func TestClassesSpreadPrompts(t *testing.T) {
+	c := ClassConfig{Name: "spread", Share: 1, PromptTokensMin: 256, PromptTokensMax: 4096, MaxTokens: 4}
+	g, err := NewGenerator(WorkloadConfig{Kind: WorkloadClasses, Classes: []ClassConfig{c}}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	lengths := make([]float64, 0, n)
+	sum := 0.0
+	for i := range int64(n) {
+		p := g.Prompt(i)
+		w := len(strings.Fields(p.Messages[0].Content))
+		if w < 256 || w > 4096 {
+			t.Fatalf("prompt %d: %d words, outside [256, 4096]", i, w)
+		}
+		if q := g.Prompt(i); q.Messages[0].Content != p.Messages[0].Content {
+			t.Fatal("not deterministic")
+		}
+		lengths = append(lengths, float64(w))
+		sum += float64(w)
+	}
+	if med := NewDist(lengths).P50; med < 950 || med > 1100 {
+		t.Errorf("median %v words, want about 1024", med)
+	}
+	if mean, want := sum/n, c.MeanPromptTokens(); math.Abs(mean-want)/want > 0.02 {
+		t.Errorf("mean %.1f words, MeanPromptTokens %.1f", mean, want)
+	}
+	if fixed := (ClassConfig{PromptTokens: 100}).MeanPromptTokens(); fixed != 100 {
+		t.Errorf("fixed class mean %v, want 100", fixed)
 	}
 }
 
