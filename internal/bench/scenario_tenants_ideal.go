@@ -14,12 +14,13 @@ import (
 // and without it. Nothing of the gateway, the engines' decode or the network is in it, so its ratio
 // is the floor of what the scenario can measure: a work-conserving gate cannot leave a slot idle for
 // a quiet request that has not arrived, so a quiet arrival under the flood waits for the first of the
-// running prefills to end.
-func idealGate(slots int, quietRate float64, prefill func(*rand.Rand) float64, requests int, seed uint64) (flood, alone float64) {
-	return idealGateRun(slots, quietRate, prefill, requests, seed, true), idealGateRun(slots, quietRate, prefill, requests, seed, false)
+// running prefills to end. With random, the waiting quiet requests are served in random order instead
+// (what "the most under-served tenant first" comes to between quiet tenants of nearly equal rates).
+func idealGate(slots int, quietRate float64, prefill func(*rand.Rand) float64, requests int, seed uint64, random bool) (flood, alone float64) {
+	return idealGateRun(slots, quietRate, prefill, requests, seed, true, random), idealGateRun(slots, quietRate, prefill, requests, seed, false, random)
 }
 
-func idealGateRun(slots int, quietRate float64, prefill func(*rand.Rand) float64, requests int, seed uint64, noisy bool) float64 {
+func idealGateRun(slots int, quietRate float64, prefill func(*rand.Rand) float64, requests int, seed uint64, noisy, random bool) float64 {
 	r := rand.New(rand.NewPCG(seed, 0x1dea1))
 	var ends endHeap // running prefills' end times
 	var waiting []float64
@@ -28,8 +29,12 @@ func idealGateRun(slots int, quietRate float64, prefill func(*rand.Rand) float64
 	fill := func(now float64) {
 		for free > 0 && len(waiting) > 0 {
 			s := prefill(r)
-			ttft = append(ttft, now-waiting[0]+s)
-			waiting = waiting[1:]
+			k := 0
+			if random {
+				k = r.IntN(len(waiting))
+			}
+			ttft = append(ttft, now-waiting[k]+s)
+			waiting = slices.Delete(waiting, k, k+1)
 			heap.Push(&ends, now+s)
 			free--
 		}
