@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
 )
@@ -472,6 +473,51 @@ func scrapeGauge(ctx context.Context, hc *http.Client, url, name string) (float6
 		return 0, err
 	}
 	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// gaugeSum sums the gauge samples of metric whose label name has the value value.
+func gaugeSum(reg prometheus.Gatherer, metric, name, value string) (float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == name && l.GetValue() == value {
+					total += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
+// histMean is the mean of a histogram over all its label sets (its sum over its count), 0 when empty.
+func histMean(reg prometheus.Gatherer, metric string) (float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetHistogram().GetSampleSum()
+			n += m.GetHistogram().GetSampleCount()
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return sum / float64(n), nil
 }
 
 func numCPU() int { return runtime.NumCPU() }

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -440,51 +438,6 @@ func kvWarmSubscribers(ctx context.Context, hc *http.Client, gws []*gateway, eng
 // load took tens of ms, coarser than the event round trip it is compared with).
 func indexedBlocks(g *gateway, workerURL string) (float64, error) {
 	return gaugeSum(g.app.Prom, "sluice_kv_index_blocks", "worker", workerURL)
-}
-
-// gaugeSum sums the gauge samples of metric whose label name has the value value.
-func gaugeSum(reg prometheus.Gatherer, metric, name, value string) (float64, error) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0, err
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == name && l.GetValue() == value {
-					total += m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return total, nil
-}
-
-// histMean is the mean of a histogram over all its label sets (its sum over its count), 0 when empty.
-func histMean(reg prometheus.Gatherer, metric string) (float64, error) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0, err
-	}
-	var sum float64
-	var n uint64
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetHistogram().GetSampleSum()
-			n += m.GetHistogram().GetSampleCount()
-		}
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	return sum / float64(n), nil
 }
 
 func endpointPort(ep string) (int, error) {

@@ -70,6 +70,6 @@ func (h *endHeap) Push(x any)        { *h = append(*h, x.(float64)) }
 func (h *endHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
-	*h = slices.Delete(old, len(old)-1, len(old))
+	*h = old[:len(old)-1]
 	return x
 }
