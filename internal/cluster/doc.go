@@ -56,8 +56,10 @@
 // # Failures
 //
 //   - A replica that stops hearing from its coordinator keeps its share until the lease ends, then falls
-//     back to an even split of N over the members of its last grant (floor, one more for the first
-//     N mod m), never above its last granted share. The fallback only ever lowers what it may hold.
+//     back to an even split of N over the members of its last grant and those the membership source
+//     lists (floor, one more for the first N mod m; a member back since that grant counts, as its
+//     coordinator counts us), never above its last granted share. The fallback only ever lowers what it
+//     may hold.
 //   - The coordinator counts a member that stopped reporting at the larger of its reservation and its
 //     even split (the reservation shrinks as the member's Ping answers show its slots drain), and a member
 //     it cannot reach and never heard from in this term at its even split, once two leases of the term

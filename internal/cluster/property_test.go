@@ -105,3 +105,21 @@ func runBoundProperty(t *testing.T, limit, decLimit int, ops []propOp) string {
 	}
 	return ""
 }
+
+// TestBoundRestartBehindOneWayCut is a case TestBoundProperty found: replica 0 dies, its limit-1 slot
+// goes to replica 1, and it restarts where nobody can reach it though it reaches them. The others then
+// follow it, cannot exchange, and fall back; replica 1's fallback was an even split over its last
+// grant's members (itself and replica 2), 1, while replica 0 counted it at its even split over all
+// three, 0, and took the slot too.
+func TestBoundRestartBehindOneWayCut(t *testing.T) {
+	ops := []propOp{
+		{Kind: "kill", Replica: 0}, {Kind: "cut", Replica: 2, To: 0}, {Kind: "step", D: testLease},
+		{Kind: "arrive", Replica: 1, Worker: 1, N: 2}, {Kind: "cut", Replica: 1, To: 0}, {Kind: "restart", Replica: 0},
+		{Kind: "step", D: 2 * testLease}, {Kind: "arrive", Replica: 0, Worker: 1, N: 2},
+	}
+	synctest.Test(t, func(t *testing.T) {
+		if problem := runBoundProperty(t, 1, 5, ops); problem != "" {
+			t.Error(problem)
+		}
+	})
+}

@@ -66,6 +66,7 @@ type replicaState struct {
 	caps            map[string]int // enforced
 	other           int
 	fallback        bool
+	fallbackOver    int            // members the fallback's even split is over
 	demand          map[string]Use // last reported
 	lastErr         string
 	coordChanges    int64
@@ -258,7 +259,8 @@ func (r *Replica) capLocked(w string) int {
 }
 
 // settle enforces a grant, or falls back when the lease has ended: then each share becomes the smaller
-// of the last granted share and an even split of the limit over the members of the last grant.
+// of the last granted share and an even split of the limit over the members of the last grant and those
+// the membership source lists.
 func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 	now := r.now()
 	r.mu.Lock()
@@ -289,9 +291,13 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 			r.st.exchangeResults[resultFailed]++
 		}
 		r.st.lastErr = err.Error()
-		if r.st.granted != nil && !r.st.fallback && !now.Before(r.st.leaseEnd) {
-			fb := fallbackShare(r.st.limit, r.st.members, r.self)
-			fbDec := fallbackShare(r.st.decodeLimit, r.st.members, r.self)
+		// The even split is over the last grant's members and every member the source lists: one that
+		// came back after that grant (a restart behind a one-way cut) is counted by its coordinator at
+		// its own even split over all of them, so ours must leave it that. Recomputed while the set grows.
+		if over := fallbackMembers(r.st.members, r.peers.members()); r.st.granted != nil && !now.Before(r.st.leaseEnd) &&
+			(!r.st.fallback || len(over) != r.st.fallbackOver) {
+			fb := fallbackShare(r.st.limit, over, r.self)
+			fbDec := fallbackShare(r.st.decodeLimit, over, r.self)
 			caps := make(map[string]int, len(r.st.granted))
 			for w, s := range r.st.granted {
 				caps[w] = min(s, limitOf(w, fb, fbDec))
@@ -300,9 +306,11 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 			if r.st.decodeLimit > 0 { // other caps decode keys too
 				other = min(other, fbDec)
 			}
-			r.st.caps, r.st.other, r.st.fallback = caps, other, true
-			r.log.Warn("cluster admission lease ended without a new grant; falling back to an even split",
-				"coordinator", r.st.coordinator, "members", len(r.st.members), "share", fb, "err", err)
+			if !r.st.fallback {
+				r.log.Warn("cluster admission lease ended without a new grant; falling back to an even split",
+					"coordinator", r.st.coordinator, "members", len(over), "share", fb, "err", err)
+			}
+			r.st.caps, r.st.other, r.st.fallback, r.st.fallbackOver = caps, other, true, len(over)
 		}
 	}
 	caps, other, members := r.st.caps, r.st.other, len(r.st.members)
@@ -318,6 +326,13 @@ func (r *Replica) settle(leader string, g *grant, err error, sent time.Time) {
 		}
 		r.settleTenants(g, fellBack, members)
 	}
+}
+
+// fallbackMembers is the sorted union of a grant's members and the members the source lists.
+func fallbackMembers(granted, listed []string) []string {
+	out := slices.Concat(granted, listed)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // client returns the coordination client of a peer.
