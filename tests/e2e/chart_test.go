@@ -150,6 +150,19 @@ func find[T any](t *testing.T, objs []object, kind string) T {
 	return zero
 }
 
+// findNamed is the rendered object of this kind and name.
+func findNamed[T metav1.Object](t *testing.T, objs []object, kind, name string) T {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind == kind && o.obj.(T).GetName() == name {
+			return o.obj.(T)
+		}
+	}
+	var zero T
+	t.Fatalf("no %s %s rendered", kind, name)
+	return zero
+}
+
 func kinds(objs []object) []string {
 	var ks []string
 	for _, o := range objs {
@@ -247,16 +260,18 @@ func TestHelmChart(t *testing.T) {
 
 	t.Run("PD example values", func(t *testing.T) {
 		objs := render(t, "-f", "deploy/examples/values-pd.yaml")
-		want := []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceMonitor"}
+		// Two Roles and bindings: discovery's, and cluster admission's (the example's two replicas share
+		// the per-worker limit).
+		want := []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceMonitor"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Fatalf("kinds = %v, want %v", got, want)
 		}
-		role := find[*rbacv1.Role](t, objs, "Role")
+		role := findNamed[*rbacv1.Role](t, objs, "Role", "sluice-discovery")
 		if role.Namespace != "inference" || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"pods"}) ||
 			!slices.Equal(role.Rules[0].Verbs, []string{"list", "watch"}) || !slices.Equal(role.Rules[0].APIGroups, []string{""}) {
 			t.Errorf("role = %+v, want list/watch on pods in inference only", role)
 		}
-		rb := find[*rbacv1.RoleBinding](t, objs, "RoleBinding")
+		rb := findNamed[*rbacv1.RoleBinding](t, objs, "RoleBinding", "sluice-discovery")
 		sa := find[*corev1.ServiceAccount](t, objs, "ServiceAccount")
 		if rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa.Name {
 			t.Errorf("role binding = %+v", rb)
@@ -282,9 +297,12 @@ func TestHelmChart(t *testing.T) {
 		_, cfg := renderedConfig(t, objs)
 		dc := cfg.Discovery
 		if !dc.Enabled || cfg.Mode() != config.ModePD || dc.Namespace != "inference" || dc.Port != 30000 ||
-			config.FormatSelector(dc.PrefillSelector) != "app.kubernetes.io/name=sglang,sluice.ai/role=prefill" ||
-			dc.ModelIDFrom.String() != "label:sluice.ai/model" || cfg.Admission.MaxInflightPerWorker != 4 {
+			config.FormatSelector(dc.PrefillSelector) != "app.kubernetes.io/name=sglang,sluice.dev/role=prefill" ||
+			dc.ModelIDFrom.String() != "label:sluice.dev/model" || cfg.Admission.MaxInflightPerWorker != 4 {
 			t.Errorf("rendered config: mode %s, discovery %+v, admission %+v", cfg.Mode(), dc, cfg.Admission)
+		}
+		if cfg.Cluster.Mode != config.CoordinationKubernetes || *d.Spec.Replicas != 2 {
+			t.Errorf("the example's %d replicas must share its per-worker limit: admission coordination %q", *d.Spec.Replicas, cfg.Cluster.Mode)
 		}
 		if d.Spec.Template.Spec.TerminationGracePeriodSeconds == nil || *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 135 {
 			t.Errorf("termination grace = %v, want shutdown-grace-period-secs 120 + 15", d.Spec.Template.Spec.TerminationGracePeriodSeconds)
@@ -427,7 +445,9 @@ func TestChartValuesListEveryFlag(t *testing.T) {
 // deploy/examples/sglang-pd.yaml (over simulated engines), routes PD requests to them as they come and go.
 func TestHelmExampleRoutesPD(t *testing.T) {
 	t.Parallel()
-	out, err := runHelm(t, "template", "sluice", chartDir, "--namespace", "inference", "-f", "deploy/examples/values-pd.yaml")
+	// One gateway here: the replicas' shared limit is tests/kube's TestClusterAdmissionOnAPIServer.
+	out, err := runHelm(t, "template", "sluice", chartDir, "--namespace", "inference", "-f", "deploy/examples/values-pd.yaml",
+		"--set", "config.admission-coordination=off")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,8 +473,8 @@ func TestHelmExampleRoutesPD(t *testing.T) {
 			for k, v := range md.Labels {
 				labels[k] = v
 			}
-			labels["sluice.ai/model"] = simModel // the simulators serve sim-model
-			templates[md.Labels["sluice.ai/role"]] = podTemplate{labels: labels, annotations: md.Annotations}
+			labels["sluice.dev/model"] = simModel // the simulators serve sim-model
+			templates[md.Labels["sluice.dev/role"]] = podTemplate{labels: labels, annotations: md.Annotations}
 		}
 	}
 	if len(templates) != 2 || templates["prefill"].annotations["sglang.ai/bootstrap-port"] == "" {

@@ -70,7 +70,7 @@ func enginePort(engines map[string]*sim.Engine) int {
 // enginePod is a pod of deploy/examples/sglang-pd.yaml's Deployments: the labels the example values select on.
 func enginePod(name, role string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		"app.kubernetes.io/name": "sglang", "sluice.ai/role": role, "sluice.ai/model": model,
+		"app.kubernetes.io/name": "sglang", "sluice.dev/role": role, "sluice.dev/model": model,
 	}}}
 }
 
@@ -158,7 +158,7 @@ func TestDiscoveryWithChartRBAC(t *testing.T) {
 	gwPort := testenv.FreePort(t, gwIP)
 	objs := renderChart(t, ns, "deploy/examples/values-pd.yaml", "serviceMonitor.enabled=false",
 		"config.port="+strconv.Itoa(gwPort), "config.service-discovery-port="+strconv.Itoa(enginePort),
-		"config.health-check-interval-secs=1")
+		"config.health-check-interval-secs=1", "config.admission-coordination=off") // one gateway: TestClusterAdmissionOnAPIServer runs the fleet
 	rel := install(t, cp, ns, objs)
 	k := &kubelet{t: t, c: cp.Admin, ns: ns}
 
