@@ -37,10 +37,11 @@ var errStillUndetected = errors.New("the engine answers health but not yet GET /
 // operator gave (Spec.Given), when the engine first answers after registering unanswered, or when w
 // comes back from NotReady (an engine restarted as another kind is noticed). Where the answer
 // changes the spec, w is replaced under its id; otherwise only its DetectPending mark is cleared.
-// Discovery's workers are left to discovery, which re-detects a pod that becomes ready again.
+// A discovered worker's Given holds discovery's own facts (address, role, the pod's model and
+// bootstrap port), which Complete keeps, so it is detected the same way.
 func (a *App) redetect(ctx context.Context, w *worker.Worker) (*worker.Worker, error) {
 	cur := w.Spec()
-	if cur.Given == nil || cur.Managed() {
+	if cur.Given == nil {
 		return w, nil
 	}
 	got, err := a.completeSpec(ctx, *cur.Given)
