@@ -52,6 +52,7 @@ func (a *App) newHealth(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	checker.SetRedetect(a.redetect) // a.detector is built later in New and read only after Start
 	a.checker = checker
 	return nil
 }

@@ -71,15 +71,7 @@ func (a *App) registerInitial(ctx context.Context) error {
 			}
 			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag,
 				KVEvents: a.cfg.KVEvents.Endpoints[wf.URL]}
-			if specs[i], errs[i] = a.detector.Complete(ctx, spec); errs[i] == nil && specs[i].DPSize == 0 && specs[i].Protocol != worker.ProtocolGRPC {
-				specs[i].DPSize = a.cfg.Workers.DPSize
-			}
-			if errs[i] == nil && specs[i].Role == worker.RoleDecode && specs[i].DecodeWindow == 0 {
-				specs[i].DecodeWindow = a.cfg.Admission.DecodeWindow
-			}
-			if errs[i] == nil && specs[i].Role == worker.RoleDecode {
-				specs[i].KVRole = a.cfg.Workers.DecodeKVRole // Registry.Add refuses it on an SGLang engine
-			}
+			specs[i], errs[i] = a.completeSpec(ctx, spec)
 		})
 	}
 	wg.Wait()

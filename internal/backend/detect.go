@@ -3,7 +3,9 @@ package backend
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -29,6 +31,10 @@ type Detection struct {
 	Info *ServerInfoFields
 	// Err is the first failure, for logs, when nothing could be detected.
 	Err error
+	// Reached reports whether the engine answered any probe at all (an HTTP status counts). An
+	// engine that did not is still starting, or gone: what it is stays unknown, and the caller asks
+	// again when it answers rather than assuming its configured runtime.
+	Reached bool
 }
 
 // ServerInfoFields are the parts of SGLang's server info (its server args) a gateway checks against
@@ -71,6 +77,7 @@ func (u *Upstream) Detect(ctx context.Context, baseURL string) Detection {
 	base := strings.TrimSuffix(baseURL, "/")
 	var d Detection
 	models, ownedBy, err := u.listModels(ctx, base)
+	d.Reached = answered(err)
 	if err == nil {
 		d.Models = models
 	} else {
@@ -82,7 +89,9 @@ func (u *Upstream) Detect(ctx context.Context, baseURL string) Detection {
 	case "vllm":
 		d.Protocol, d.Source = "vllm", DetectedByOwnedBy
 	default:
-		if err := u.call(ctx, http.MethodGet, base+"/version", nil); err == nil {
+		err := u.call(ctx, http.MethodGet, base+"/version", nil)
+		d.Reached = d.Reached || answered(err)
+		if err == nil {
 			d.Protocol, d.Source = "vllm", DetectedByVersion
 		} else if d.Err == nil {
 			d.Err = err
@@ -90,6 +99,7 @@ func (u *Upstream) Detect(ctx context.Context, baseURL string) Detection {
 	}
 	if d.Protocol == "" || d.Protocol == "sglang" {
 		info, err := u.ServerInfo(ctx, base)
+		d.Reached = d.Reached || answered(err)
 		if err == nil {
 			if d.Protocol == "" {
 				d.Protocol, d.Source = "sglang", DetectedByServerInfo
@@ -103,6 +113,13 @@ func (u *Upstream) Detect(ctx context.Context, baseURL string) Detection {
 		d.Err = nil
 	}
 	return d
+}
+
+// answered reports whether a call reached the engine: it succeeded, or the engine answered with a
+// status or a body. Only a transport failure (connection refused, a timeout, a reset) did not.
+func answered(err error) bool {
+	var ue *url.Error
+	return err == nil || !errors.As(err, &ue)
 }
 
 // listModels reads GET /v1/models: the model ids and the first model's owned_by.

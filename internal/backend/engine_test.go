@@ -94,7 +94,7 @@ func TestDetect(t *testing.T) {
 				"GET /v1/models":       {200, `{"data":[{"id":"m","owned_by":"sglang"}]}`},
 				"GET /get_server_info": {200, sglangInfo},
 			},
-			want: Detection{Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"},
+			want: Detection{Reached: true, Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"},
 				Info: &ServerInfoFields{DisaggregationMode: "prefill", BootstrapPort: 8998, DPSize: 4}},
 		},
 		{
@@ -103,7 +103,7 @@ func TestDetect(t *testing.T) {
 				"GET /v1/models": {200, `{"data":[{"id":"m","owned_by":"vllm"}]}`},
 				"GET /version":   {200, `{"version":"0.11.0"}`},
 			},
-			want: Detection{Protocol: "vllm", Source: DetectedByOwnedBy, Models: []string{"m"}},
+			want: Detection{Reached: true, Protocol: "vllm", Source: DetectedByOwnedBy, Models: []string{"m"}},
 		},
 		{
 			name: "vllm by /version when owned_by names no engine, even if it serves /server_info",
@@ -112,14 +112,14 @@ func TestDetect(t *testing.T) {
 				"GET /version":     {200, `{"version":"0.11.0"}`},
 				"GET /server_info": {200, `{"vllm_config":"..."}`},
 			},
-			want: Detection{Protocol: "vllm", Source: DetectedByVersion, Models: []string{"m"}},
+			want: Detection{Reached: true, Protocol: "vllm", Source: DetectedByVersion, Models: []string{"m"}},
 		},
 		{
 			name: "older sglang by /server_info",
 			routes: map[string]route{
 				"GET /server_info": {200, `{"tp_size":1,"disaggregation_mode":"null"}`},
 			},
-			want: Detection{Protocol: "sglang", Source: DetectedByServerInfo, Info: &ServerInfoFields{DisaggregationMode: "null"}},
+			want: Detection{Reached: true, Protocol: "sglang", Source: DetectedByServerInfo, Info: &ServerInfoFields{DisaggregationMode: "null"}},
 		},
 		{
 			name: "nvidia-branded sglang",
@@ -127,7 +127,7 @@ func TestDetect(t *testing.T) {
 				"GET /v1/models":       {200, `{"data":[{"id":"m","owned_by":"nvidia"}]}`},
 				"GET /get_server_info": {200, `{"dp_size":"2"}`},
 			},
-			want: Detection{Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"}, Info: &ServerInfoFields{DPSize: 2}},
+			want: Detection{Reached: true, Protocol: "sglang", Source: DetectedByOwnedBy, Models: []string{"m"}, Info: &ServerInfoFields{DPSize: 2}},
 		},
 	}
 	for _, tt := range tests {
@@ -147,8 +147,16 @@ func TestDetect(t *testing.T) {
 	}
 	t.Run("an engine that answers nothing", func(t *testing.T) {
 		got := (&Upstream{Client: testClient(t)}).Detect(ctx, "http://"+closedAddr(t))
-		if got.Protocol != "" || got.Err == nil {
-			t.Errorf("Detect(closed) = %+v, want no protocol and an error", got)
+		if got.Protocol != "" || got.Err == nil || got.Reached {
+			t.Errorf("Detect(closed) = %+v, want no protocol, an error, and not reached", got)
+		}
+	})
+	t.Run("an engine that answers with errors only", func(t *testing.T) {
+		url, hits := engineServer(t, map[string]route{})
+		got := (&Upstream{Client: testClient(t)}).Detect(ctx, url)
+		close(hits)
+		if got.Protocol != "" || got.Err == nil || !got.Reached {
+			t.Errorf("Detect(404 everywhere) = %+v, want no protocol, an error, and reached (the configured runtime applies)", got)
 		}
 	})
 	t.Run("grpc scheme", func(t *testing.T) {

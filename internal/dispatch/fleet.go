@@ -32,8 +32,9 @@ type Detector struct {
 // (unless given; how it was decided goes to ProtocolSource), the models, and from SGLang's server
 // info the bootstrap port of a prefill worker and the dp size. A worker whose engine reports a
 // disaggregation mode other than its configured role is refused with an error wrapping
-// worker.ErrInvalidSpec. An engine that cannot be reached keeps the defaults: it will not become
-// routable before its health checks pass anyway.
+// worker.ErrInvalidSpec. An engine that cannot be reached yet (it loads for minutes) is returned with
+// DetectPending set and nothing guessed: the health checker runs Complete again from spec.Given when
+// the engine first answers, and only then makes it ready. The returned spec's Given is spec as passed.
 func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec, error) {
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -46,8 +47,14 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		logger = slog.New(slog.DiscardHandler)
 	}
 
+	given := spec.Clone()
+	given.Given, given.DetectPending = nil, false
+	spec.Given = &given
 	det := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).Detect(ctx, spec.URL)
 	detected, _ := worker.ParseProtocol(det.Protocol)
+	if detected == "" && !det.Reached {
+		return d.pending(spec, det.Err, logger), nil
+	}
 	switch {
 	case det.Source == backend.DetectedByURLScheme: // grpc:// and grpcs:// speak the worker protocol
 		spec.Protocol, spec.ProtocolSource = worker.ProtocolGRPC, worker.ProtocolFromURLScheme
@@ -100,6 +107,24 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		}
 	}
 	return spec, nil
+}
+
+// pending marks a spec whose engine did not answer: it is registered, but not made ready before the
+// health checker has asked it again (Spec.DetectPending). Until then the protocol is a placeholder the
+// worker is never routed with; nothing else is guessed, so detection later starts from what was given.
+func (d *Detector) pending(spec worker.Spec, err error, logger *slog.Logger) worker.Spec {
+	spec.DetectPending = true
+	if spec.Protocol == "" {
+		spec.Protocol, spec.ProtocolSource = d.DefaultProtocol, worker.ProtocolPending
+		if spec.Protocol == "" {
+			spec.Protocol = worker.ProtocolSGLang
+		}
+	} else {
+		spec.ProtocolSource = worker.ProtocolFromConfig
+	}
+	logger.Info("engine not answering yet; it is asked what it is when it first passes a health check, and not routed before",
+		"url", spec.URL, "err", err)
+	return spec
 }
 
 // completeVLLM decides a vLLM worker's KV connector. vLLM does not tell over HTTP, but a Mooncake

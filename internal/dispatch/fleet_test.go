@@ -2,10 +2,12 @@ package dispatch
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -114,5 +116,34 @@ func TestDetectorComplete(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An engine that is not listening yet (it loads for minutes) is not given the configured runtime:
+// its spec is pending detection, with nothing guessed, and Given is what detection starts from later.
+func TestDetectorCompleteUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	d := &Detector{HTTP: &http.Client{}, DefaultProtocol: worker.ProtocolVLLM, DefaultModels: []string{"dflt"}, Timeout: 2 * time.Second}
+	for _, configured := range []worker.Protocol{"", worker.ProtocolSGLang} {
+		spec := worker.Spec{URL: url, Role: worker.RolePrefill, Protocol: configured, Labels: map[string]string{"a": "b"}}
+		got, err := d.Complete(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSource, wantProto := worker.ProtocolPending, worker.ProtocolVLLM
+		if configured != "" {
+			wantSource, wantProto = worker.ProtocolFromConfig, configured
+		}
+		if !got.DetectPending || got.ProtocolSource != wantSource || got.Protocol != wantProto || len(got.Models) != 0 || got.KVConnector != "" {
+			t.Errorf("configured %q: Complete(unreachable) = %+v; want pending, %s by %s, no models guessed", configured, got, wantProto, wantSource)
+		}
+		if got.Given == nil || got.Given.Protocol != configured || got.Given.DetectPending || got.Given.Labels["a"] != "b" {
+			t.Errorf("configured %q: Given = %+v, want the spec as passed", configured, got.Given)
+		}
 	}
 }

@@ -84,17 +84,26 @@ type HealthConfig struct {
 	// worker turns its open breaker half-open (Breaker.ProbeSucceeded), so a
 	// restarted engine gets traffic as soon as it is seen serving.
 	KeepBreakerOpen bool
+	// PendingInterval and PendingMaxInterval pace the probes of workers that
+	// have never been ready (an engine still loading when it was registered):
+	// the first after PendingInterval (1s), then twice as long each time up
+	// to PendingMaxInterval (2s, at most Interval), so a late engine serves
+	// within seconds instead of waiting SuccessThreshold rounds of Interval.
+	PendingInterval    time.Duration
+	PendingMaxInterval time.Duration
 }
 
 // DefaultHealthConfig returns the default health check configuration.
 func DefaultHealthConfig() HealthConfig {
 	return HealthConfig{
-		Interval:         60 * time.Second,
-		Timeout:          5 * time.Second,
-		SuccessThreshold: 2,
-		FailureThreshold: 3,
-		Endpoint:         "/health",
-		Concurrency:      16,
+		Interval:           60 * time.Second,
+		Timeout:            5 * time.Second,
+		SuccessThreshold:   2,
+		FailureThreshold:   3,
+		Endpoint:           "/health",
+		Concurrency:        16,
+		PendingInterval:    time.Second,
+		PendingMaxInterval: 2 * time.Second,
 	}
 }
 
@@ -120,6 +129,9 @@ func (c HealthConfig) Normalized() (HealthConfig, error) {
 	}
 	dur("interval", &c.Interval, d.Interval)
 	dur("timeout", &c.Timeout, d.Timeout)
+	dur("pending interval", &c.PendingInterval, d.PendingInterval)
+	dur("pending max interval", &c.PendingMaxInterval, d.PendingMaxInterval)
+	c.PendingMaxInterval = max(min(c.PendingMaxInterval, c.Interval), c.PendingInterval)
 	num("success threshold", &c.SuccessThreshold, d.SuccessThreshold)
 	num("failure threshold", &c.FailureThreshold, d.FailureThreshold)
 	num("concurrency", &c.Concurrency, d.Concurrency)
@@ -139,11 +151,31 @@ type HealthChecker struct {
 	cfg    HealthConfig
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	counters map[*Worker]*healthCounters
+	// redetect asks a worker's engine again what it is (see SetRedetect); nil means never.
+	redetect Redetector
+
+	mu        sync.Mutex
+	counters  map[*Worker]*healthCounters
+	pending   map[*Worker]*pendingPace // fast probing of workers never ready yet
+	detecting map[*Worker]bool         // a detection in flight, so two probes never run it at once
+	detectErr map[*Worker]string       // the last detection failure logged, to log each once
+	wasReady  map[*Worker]bool         // made ready at least once by this checker
 }
 
 type healthCounters struct{ successes, failures int }
+
+// pendingPace is when a pending worker is probed next, and the wait after that.
+type pendingPace struct {
+	next  time.Time
+	delay time.Duration
+}
+
+// Redetector asks w's engine what it is, after a probe passed, when w.Spec().DetectPending is set
+// (the engine never answered detection) or w is NotReady (it may have come back as another kind).
+// It returns the worker to go on with: w itself (its spec updated in place or unchanged), or the
+// worker that replaced it under the same id when what the engine says changed. An error keeps the
+// worker from becoming ready on this probe.
+type Redetector func(ctx context.Context, w *Worker) (*Worker, error)
 
 // NewHealthChecker returns a checker over reg. A nil probe means an
 // HTTPProber on cfg.Endpoint; a nil logger discards.
@@ -158,8 +190,13 @@ func NewHealthChecker(reg *Registry, probe Prober, cfg HealthConfig, logger *slo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &HealthChecker{reg: reg, probe: probe, cfg: cfg, logger: logger, counters: map[*Worker]*healthCounters{}}, nil
+	return &HealthChecker{reg: reg, probe: probe, cfg: cfg, logger: logger, counters: map[*Worker]*healthCounters{},
+		pending: map[*Worker]*pendingPace{}, detecting: map[*Worker]bool{}, detectErr: map[*Worker]string{}, wasReady: map[*Worker]bool{}}, nil
 }
+
+// SetRedetect installs the detection a passing probe runs first where it is due (see Redetector).
+// Call it before Run and before the first CheckNow.
+func (c *HealthChecker) SetRedetect(fn Redetector) { c.redetect = fn }
 
 // Config returns the normalised configuration.
 func (c *HealthChecker) Config() HealthConfig { return c.cfg }
@@ -171,6 +208,9 @@ func (c *HealthChecker) Run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { c.runPending(ctx) })
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -181,6 +221,84 @@ func (c *HealthChecker) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// runPending probes the workers that were never ready on their own fast pace (pendingRound) until
+// ctx is done.
+func (c *HealthChecker) runPending(ctx context.Context) {
+	t := time.NewTicker(c.cfg.PendingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.pendingRound(ctx)
+	}
+}
+
+// fastProbedLocked reports whether w is probed on the pending pace: it has not been ready since it
+// was registered (Pending, or NotReady after failing as a pending worker), or its engine never
+// answered detection. A worker that was ready and failed keeps the Interval's pace.
+func (c *HealthChecker) fastProbedLocked(w *Worker) bool {
+	switch w.Health() {
+	case HealthPending:
+		return true
+	case HealthNotReady:
+		return !c.wasReady[w] || w.s.spec.Load().DetectPending
+	}
+	return false
+}
+
+// pendingRound probes each fast-probed worker whose time has come, as CheckNow does (back to back
+// while it passes), and doubles its wait up to PendingMaxInterval when it is still not ready.
+func (c *HealthChecker) pendingRound(ctx context.Context) {
+	now := time.Now()
+	var due []*Worker
+	c.mu.Lock()
+	for w := range c.pending {
+		if w.Removed() || !c.fastProbedLocked(w) {
+			delete(c.pending, w)
+		}
+	}
+	for _, w := range c.reg.Snapshot().All() {
+		if !c.fastProbedLocked(w) {
+			continue
+		}
+		p := c.pending[w]
+		if p == nil {
+			p = &pendingPace{next: now, delay: c.cfg.PendingInterval}
+			c.pending[w] = p
+		}
+		if !now.Add(c.cfg.PendingInterval / 2).Before(p.next) { // the tick's own period is not added to the pace
+			due = append(due, w)
+		}
+	}
+	c.mu.Unlock()
+
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for _, w := range due {
+		select {
+		case <-ctx.Done():
+		case sem <- struct{}{}:
+			wg.Go(func() {
+				defer func() { <-sem }()
+				// Back to back: a worker never ready has no history for the threshold to guard.
+				w, _ = c.checkUntilSettled(ctx, w, true)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if p := c.pending[w]; p != nil {
+					p.delay = min(2*p.delay, c.cfg.PendingMaxInterval)
+					p.next = time.Now().Add(p.delay)
+				}
+			})
+			continue
+		}
+		break
+	}
+	wg.Wait()
 }
 
 // round probes all non-draining workers with bounded concurrency and waits
@@ -197,7 +315,7 @@ func (c *HealthChecker) round(ctx context.Context) {
 		case sem <- struct{}{}:
 			wg.Go(func() {
 				defer func() { <-sem }()
-				_ = c.checkOnce(ctx, w) // apply() has recorded the outcome
+				_, _ = c.checkOnce(ctx, w) // apply() has recorded the outcome
 			})
 			continue
 		}
@@ -214,21 +332,66 @@ func (c *HealthChecker) prune() {
 	for w := range c.counters {
 		if w.Removed() {
 			delete(c.counters, w)
+			delete(c.detectErr, w)
+			delete(c.wasReady, w)
 		}
 	}
 }
 
-// checkOnce probes w once and applies the result. It returns the probe error.
-// A probe cut short by ctx (shutdown) is not counted.
-func (c *HealthChecker) checkOnce(ctx context.Context, w *Worker) error {
+// checkOnce probes w once and applies the result. It returns the worker the
+// result was applied to (w, or the worker detection replaced it with) and the
+// probe's error. A probe cut short by ctx (shutdown) is not counted, nor one
+// that passed while another probe of w runs its detection.
+func (c *HealthChecker) checkOnce(ctx context.Context, w *Worker) (*Worker, error) {
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	err := c.probe.Probe(pctx, w)
 	cancel()
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return w, context.Cause(ctx)
+	}
+	if err == nil && c.redetect != nil && (w.s.spec.Load().DetectPending || w.Health() == HealthNotReady) {
+		nw, derr, ran := c.detect(ctx, w)
+		switch {
+		case !ran:
+			return w, nil
+		case ctx.Err() != nil:
+			return w, context.Cause(ctx)
+		case derr != nil:
+			err = fmt.Errorf("engine answers health but detection failed: %w", derr)
+		case nw != nil:
+			w = nw // the probe passed on the same engine: it counts for the replacement
+		}
 	}
 	c.apply(w, err)
-	return err
+	return w, err
+}
+
+// detect runs the Redetector on w unless another probe already does (ran false). A failure is
+// logged once per distinct message: a worker refused for its role is probed every few seconds.
+func (c *HealthChecker) detect(ctx context.Context, w *Worker) (nw *Worker, err error, ran bool) {
+	c.mu.Lock()
+	if c.detecting[w] {
+		c.mu.Unlock()
+		return nil, nil, false
+	}
+	c.detecting[w] = true
+	c.mu.Unlock()
+
+	nw, err = c.redetect(ctx, w)
+
+	c.mu.Lock()
+	delete(c.detecting, w)
+	logIt := false
+	if err == nil {
+		delete(c.detectErr, w)
+	} else if msg := err.Error(); c.detectErr[w] != msg && ctx.Err() == nil {
+		c.detectErr[w], logIt = msg, true
+	}
+	c.mu.Unlock()
+	if logIt {
+		c.logger.Warn("worker answers health but is not made ready: detection failed", "id", w.ID(), "url", w.URL(), "err", err)
+	}
+	return nw, err, true
 }
 
 // apply updates w's counters with one probe result and changes its health
@@ -247,6 +410,9 @@ func (c *HealthChecker) apply(w *Worker, probeErr error) {
 		hc.successes++
 		if cur != HealthReady && hc.successes >= c.cfg.SuccessThreshold {
 			next = HealthReady
+		}
+		if next == HealthReady {
+			c.wasReady[w] = true
 		}
 	} else {
 		hc.successes = 0
@@ -293,15 +459,23 @@ func (c *HealthChecker) CheckNow(ctx context.Context, id string) (Health, error)
 	if w.Health() == HealthDraining {
 		return HealthDraining, nil
 	}
+	w, err := c.checkUntilSettled(ctx, w, w.Health() == HealthPending)
+	return w.Health(), err
+}
+
+// checkUntilSettled probes w once, or with backToBack while it passes up to
+// SuccessThreshold times until it is ready (see CheckNow). It returns the
+// worker it ended on (detection may have replaced w) and the last probe error.
+func (c *HealthChecker) checkUntilSettled(ctx context.Context, w *Worker, backToBack bool) (*Worker, error) {
 	tries := 1
-	if w.Health() == HealthPending {
+	if backToBack {
 		tries = c.cfg.SuccessThreshold
 	}
 	var err error
 	for range tries {
-		if err = c.checkOnce(ctx, w); err != nil || w.Health() != HealthPending {
+		if w, err = c.checkOnce(ctx, w); err != nil || w.Health() == HealthReady || w.Health() == HealthDraining {
 			break
 		}
 	}
-	return w.Health(), err
+	return w, err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -318,7 +319,7 @@ func (r *Registry) Replace(id string, spec Spec) (*Worker, error) {
 }
 
 // Update changes a worker's mutable spec fields (labels, API key, bootstrap
-// port) in place, copy-on-write. fn receives a deep copy; changing the URL,
+// port, DetectPending) in place, copy-on-write. fn receives a deep copy; changing the URL,
 // role, protocol or models is rejected (use Replace).
 func (r *Registry) Update(id string, fn func(*Spec)) error {
 	r.emitMu.Lock()
@@ -342,6 +343,13 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 	if err := next.Validate(); err != nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if g := next.Given; g != nil {
+		// What the operator changes later is what detection must start from next time too.
+		g.Labels, g.APIKey = maps.Clone(next.Labels), next.APIKey
+		if next.BootstrapPort != cur.BootstrapPort {
+			g.BootstrapPort = next.BootstrapPort
+		}
 	}
 	w.s.spec.Store(&next)
 	r.mu.Unlock()

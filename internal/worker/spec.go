@@ -203,6 +203,15 @@ type Spec struct {
 	// (empty otherwise); shown in the admin API, never used for routing.
 	Namespace string
 	Pod       string
+	// Given is what the operator gave for this worker before detection filled in the rest (nil when
+	// no detection ran). Detection runs again from it when the engine first answers (DetectPending)
+	// and when a worker that was not ready comes back, so an engine restarted as another kind is
+	// noticed.
+	Given *Spec
+	// DetectPending is set while the engine has not answered detection: its protocol, models, PD role,
+	// bootstrap port and ranks are unknown, so the health checker does not make it ready before it
+	// has asked again (and the worker is not routed before).
+	DetectPending bool
 }
 
 // How a worker's protocol was decided, as reported by the admin API.
@@ -213,6 +222,7 @@ const (
 	ProtocolFromVersion    = "version"         // GET /version answered: vLLM
 	ProtocolFromServerInfo = "server_info"     // GET /get_server_info or /server_info answered: SGLang
 	ProtocolFromDefault    = "default"         // the engine answered none of them: the configured runtime
+	ProtocolPending        = "pending"         // the engine has not answered yet: asked again when it does
 )
 
 // Source is where a worker's registration came from.
@@ -234,6 +244,10 @@ func (s Spec) Managed() bool { return s.Source == SourceKubernetes }
 func (s Spec) Clone() Spec {
 	s.Models = slices.Clone(s.Models)
 	s.Labels = maps.Clone(s.Labels)
+	if s.Given != nil {
+		g := s.Given.Clone()
+		s.Given = &g
+	}
 	return s
 }
 
