@@ -85,8 +85,8 @@ A burst that overflows the queue (watch for 429 pd_prefill_queue_full):
   for i in $(seq 40); do curl -s -o /dev/null -w '%%{http_code}\n' %s/v1/completions \
     -H 'Content-Type: application/json' -d '{"model":"sim-model","prompt":"'$i' '$(printf 'x%%.0s' $(seq 4000))'","max_tokens":64}' & done; wait
 
-Watch it live in another terminal:
-  sluice top --server %s
+Watch it live in another terminal (from the directory where you built ./sluice):
+  ./sluice top --server %s
 
 Or with Prometheus and Grafana: scrape %s/metrics, load deploy/prometheus/sluice-rules.yaml and
 import deploy/grafana/sluice.json; docs/metrics.md has the queries (which prefill worker is saturated,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -71,5 +72,81 @@ func TestDemoMetricsCarryExemplars(t *testing.T) {
 	mresp.Body.Close()
 	if !regexp.MustCompile(`sluice_request_duration_seconds_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}"\}`).Match(body) {
 		t.Errorf("no trace_id exemplar on sluice_request_duration_seconds in the demo's metrics")
+	}
+}
+
+// The README's quick start builds ./sluice, runs ./sluice demo, and shows the commands to try beside it:
+// every ./sluice command it shows after the demo is one the demo prints (with the demo's address), so
+// a reader can paste either. The quick start's first sh block is read from the README itself.
+func TestDemoPrintsTheQuickStartCommands(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, qs, ok := strings.Cut(string(readme), "\n## Quick start\n")
+	if !ok {
+		t.Fatal("README.md has no ## Quick start section")
+	}
+	_, block, ok := strings.Cut(qs, "```sh\n")
+	if ok {
+		block, _, ok = strings.Cut(block, "```")
+	}
+	if !ok {
+		t.Fatal("the README's quick start has no sh block")
+	}
+	build := regexp.MustCompile(`(?m)^go build -o (\S+) \./cmd/sluice\b`).FindStringSubmatch(block)
+	if build == nil {
+		t.Fatalf("the quick start does not build the binary with go build -o:\n%s", block)
+	}
+	bin := "./" + strings.TrimPrefix(build[1], "./")
+	var demoSeen bool
+	var shown []string
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, " #") // a trailing comment is the README's, not the command's
+		line = strings.TrimSpace(line)
+		switch {
+		case line == bin+" demo":
+			demoSeen = true
+		case demoSeen && strings.HasPrefix(line, bin+" "):
+			shown = append(shown, line)
+		}
+	}
+	if !demoSeen || len(shown) == 0 {
+		t.Fatalf("the quick start should run %s demo and then show a %s command to try (%s top ...):\n%s", bin, bin, bin, block)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, []string{"demo", "--port", "0"}, &out, io.Discard) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("demo exit %d", code)
+		}
+	}()
+	gatewayLine := regexp.MustCompile(`gateway:\s+(http://\S+)`)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "Press Ctrl-C"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo printed no instructions:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval; the output is re-read
+	}
+	printed := out.String()
+	m := gatewayLine.FindStringSubmatch(printed)
+	if m == nil {
+		t.Fatalf("the demo printed no gateway URL:\n%s", printed)
+	}
+	// The README shows the demo's default address; this demo listens on a free port.
+	const readmeBase = "http://127.0.0.1:30000"
+	for _, cmd := range shown {
+		want := strings.ReplaceAll(cmd, readmeBase, m[1])
+		if !strings.Contains(printed, "  "+want+"\n") {
+			t.Errorf("the README's quick start shows %q, the demo does not print it (as %q):\n%s", cmd, want, printed)
+		}
+	}
+	if regexp.MustCompile(`(?m)^\s+sluice `).MatchString(printed) {
+		t.Errorf("the demo prints a bare sluice command; the quick start builds %s:\n%s", bin, printed)
 	}
 }
