@@ -162,7 +162,7 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, workersUsage)
 		return fmt.Errorf("unknown workers subcommand %q", sub)
 	}
-	if err := fs.Parse(reorder(args)); err != nil {
+	if err := parseFlags(fs, reorder(args), stderr); err != nil {
 		return err
 	}
 	c, err := af.client()
@@ -278,7 +278,7 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.StringVar(&adaptive, "adaptive", "", "adaptive per-worker limit range MIN:MAX, or off")
 		fs.StringVar(&decodeLimit, "decode-limit", "", "decode seats per decode worker (per rank): N, auto (each engine's own window) or off")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	c, err := af.client()

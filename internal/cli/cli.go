@@ -110,3 +110,28 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
 }
+
+// parseFlags parses a subcommand's flags. The flag package's own output is silenced while it parses,
+// because it prints the error and the usage and Main prints the error again: here the usage is printed
+// once, to stderr, and the error (with the closest flag for a mistyped one) is returned for Main to
+// print, once.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	fs.Usage()
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		if near := config.SuggestFlag(fs, name); near != "" {
+			return fmt.Errorf("unknown flag --%s of %s: did you mean --%s?", name, fs.Name(), near)
+		}
+		return fmt.Errorf("unknown flag --%s of %s (sluice %s --help lists them)", name, fs.Name(), fs.Name())
+	}
+	return err
+}

@@ -187,6 +187,8 @@ func TestParseRejects(t *testing.T) {
 		{"bool flag with separate value", []string{"--pd-disaggregation", "true"}, `unexpected argument "true": boolean flags take their value as --name=true`},
 		{"positional argument", []string{"extra"}, `unexpected argument "extra"`},
 		{"unknown flag", []string{"--polcy", "random"}, "unknown flag --polcy: neither a sluice flag nor a Rust gateway (SMG) flag"},
+		{"mistyped flag suggests the closest", []string{"--polcy", "random"}, "did you mean --policy?"},
+		{"mistyped prefill suggests --prefill", []string{"--pd-disaggregation", "--prefil", "http://p:1"}, "unknown flag --prefil: neither a sluice flag nor a Rust gateway (SMG) flag; did you mean --prefill?"},
 		{"missing config file", []string{"--config", "/nonexistent/sluice.yaml"}, "config file: open /nonexistent/sluice.yaml"},
 	}
 	for _, tt := range tests {
