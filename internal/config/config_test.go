@@ -52,8 +52,8 @@ func TestDefault(t *testing.T) {
 			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
 			StickyIdle:        4 * time.Hour, AssignmentMode: "random",
 		},
-		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
-			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
+		Admission: AdmissionConfig{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: 60 * time.Second,
+			MaxInflightTokensPerWorker: 0, CharsPerToken: 4, PriorityAging: 10 * time.Second},
 		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1, DecodeOverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
