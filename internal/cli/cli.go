@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
@@ -132,6 +133,16 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 			return fmt.Errorf("unknown flag --%s of %s: did you mean --%s?", name, fs.Name(), near)
 		}
 		return fmt.Errorf("unknown flag --%s of %s (sluice %s --help lists them)", name, fs.Name(), fs.Name())
+	}
+	if _, rest, ok := strings.Cut(err.Error(), " for flag -"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isDur := g.Get().(time.Duration); isDur {
+					return fmt.Errorf("%w (a duration takes a unit: 5s, 500ms, 2m)", err)
+				}
+			}
+		}
 	}
 	return err
 }

@@ -82,7 +82,7 @@ func TestFlagErrorsOnceWithSuggestion(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"admission", "set", "--queue-timeout", "5"}, `invalid value "5" for flag -queue-timeout`},
+		{[]string{"admission", "set", "--queue-timeout", "5"}, `invalid value "5" for flag -queue-timeout: parse error (a duration takes a unit: 5s, 500ms, 2m)`},
 		{[]string{"admission", "set", "--queue-timout", "5s"}, "did you mean --queue-timeout?"},
 		{[]string{"admission", "set", "--limt", "3"}, "did you mean --limit?"},
 		{[]string{"workers", "list", "--rol", "prefill"}, "did you mean --role?"},
