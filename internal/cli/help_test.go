@@ -86,7 +86,7 @@ func TestFlagErrorsOnceWithSuggestion(t *testing.T) {
 		{[]string{"admission", "set", "--queue-timout", "5s"}, "did you mean --queue-timeout?"},
 		{[]string{"admission", "set", "--limt", "3"}, "did you mean --limit?"},
 		{[]string{"workers", "list", "--rol", "prefill"}, "did you mean --role?"},
-		{[]string{"tenants", "budgets", "set", "--defualt", "1:1"}, "did you mean --default?"},
+		{[]string{"tenants", "budgets", "set", "--defalt", "1:1"}, "did you mean --default?"},
 		{[]string{"capacity", "--servr", "http://x"}, "did you mean --server?"},
 		{[]string{"top", "--servr", "http://x"}, "did you mean --server?"},
 		{[]string{"serve", "--prefil", "http://p:1"}, "did you mean --prefill?"},
