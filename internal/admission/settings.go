@@ -9,7 +9,7 @@ import (
 
 // Defaults of the command-line flags (see DESIGN.md §3).
 const (
-	DefaultMaxInflightPerWorker = -1
+	DefaultMaxInflightPerWorker = 0 // off
 	DefaultQueueSize            = 100
 	DefaultQueueTimeout         = 60 * time.Second
 	// DefaultPollInterval is how often the head of a queue re-selects without

@@ -415,3 +415,19 @@ func TestNeedFromKnownParameters(t *testing.T) {
 		t.Errorf("DecodeNeed with 16 seats = %d, want 4", n)
 	}
 }
+
+// A light load needs one prefill worker, and the reason says so in words that agree with the count
+// ("1 worker keeps", not "1 workers keep"), the way sluice capacity prints it.
+func TestReasonCountsOneWorker(t *testing.T) {
+	t.Parallel()
+	f := newFluid(t, Config{SLOTTFT: 100 * time.Millisecond, SLOITL: 20 * time.Millisecond})
+	f.lambda = 2
+	f.run(40 * time.Second)
+	p := f.rec(RolePrefill)
+	if p.Target != 1 {
+		t.Fatalf("prefill target %d, want 1 (%s)", p.Target, p.Reason)
+	}
+	if !strings.Contains(p.Reason, "Erlang C: 1 worker keeps") || strings.Contains(p.Reason, "1 workers") {
+		t.Errorf("prefill reason %q: want \"1 worker keeps\" and no \"1 workers\"", p.Reason)
+	}
+}

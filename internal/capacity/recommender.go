@@ -426,8 +426,8 @@ func (r *Recommender) sizePrefill(name string, in Inputs, ws []Worker, busy int)
 		if r.cfg.SLOTTFT > 0 {
 			slo = fmt.Sprintf("the %s TTFT SLO", r.cfg.SLOTTFT)
 		}
-		rec.Reason = fmt.Sprintf("%.2f req/s × %.0f prompt tokens at %.0f tokens per busy worker-second is %.2f busy workers (Little's law, service %.3fs); Erlang C: %d workers keep wait plus service within %s",
-			in.ArrivalRate, in.PromptTokens, in.PrefillRate, rec.OfferedLoad, s, n, slo)
+		rec.Reason = fmt.Sprintf("%.2f req/s × %.0f prompt tokens at %.0f tokens per busy worker-second is %.2f busy workers (Little's law, service %.3fs); Erlang C: %s wait plus service within %s",
+			in.ArrivalRate, in.PromptTokens, in.PrefillRate, rec.OfferedLoad, s, workersVerb(n, "keeps", "keep"), slo)
 		if !meets {
 			rec.Reason += "; the SLO cannot be met by adding workers (one prefill alone takes longer)"
 		}
@@ -494,18 +494,34 @@ func (r *Recommender) sizeDecode(name string, in Inputs, ws []Worker, busy int) 
 		rec.OfferedLoad = in.DecodeBusy
 		rec.Target, rec.Sized = decodeWorkers(rec.OfferedLoad, perWorker), true
 		rec.band(perWorker)
-		rec.Reason = fmt.Sprintf("%.1f sequences in flight; %s; with a √L margin: %d workers", in.DecodeBusy, why, rec.Target)
+		rec.Reason = fmt.Sprintf("%.1f sequences in flight; %s; with a √L margin: %s", in.DecodeBusy, why, workers(rec.Target))
 	default:
 		rec.OfferedLoad = in.ArrivalRate * in.OutputTokens * hold
 		rec.Target, rec.Sized = decodeWorkers(rec.OfferedLoad, perWorker), true
 		rec.band(perWorker)
-		rec.Reason = fmt.Sprintf("%.2f req/s × %.0f output tokens × %.1fms per token is %.1f sequences in flight (Little's law); %s; with a √L margin: %d workers",
-			in.ArrivalRate, in.OutputTokens, hold*1e3, rec.OfferedLoad, why, rec.Target)
+		rec.Reason = fmt.Sprintf("%.2f req/s × %.0f output tokens × %.1fms per token is %.1f sequences in flight (Little's law); %s; with a √L margin: %s",
+			in.ArrivalRate, in.OutputTokens, hold*1e3, rec.OfferedLoad, why, workers(rec.Target))
 	}
 	return rec
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// workers is "1 worker" or "n workers".
+func workers(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", n)
+}
+
+// workersVerb is workers(n) followed by the verb agreeing with it.
+func workersVerb(n int, one, many string) string {
+	if n == 1 {
+		return workers(n) + " " + one
+	}
+	return workers(n) + " " + many
+}
 
 // band sets a decode recommendation's deadband targets.
 func (rec *Recommendation) band(perWorker float64) {
@@ -554,7 +570,7 @@ func (r *Recommender) hysteresis(now time.Time, st *roleState, rec *Recommendati
 		rec.Reason += fmt.Sprintf("; holding %d until %s before scaling down to %d", st.recommended, rec.HoldUntil.UTC().Format(time.TimeOnly), st.holdMax)
 	}
 	if rec.Floor > rec.Target && rec.Floor == rec.Recommended {
-		rec.Reason += fmt.Sprintf("; %d workers are busy now, so not fewer", rec.Floor)
+		rec.Reason += fmt.Sprintf("; %s busy now, so not fewer", workersVerb(rec.Floor, "is", "are"))
 	}
 }
 

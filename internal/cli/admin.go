@@ -162,7 +162,7 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, workersUsage)
 		return fmt.Errorf("unknown workers subcommand %q", sub)
 	}
-	if err := fs.Parse(reorder(args)); err != nil {
+	if err := parseFlags(fs, reorder(args), stderr); err != nil {
 		return err
 	}
 	c, err := af.client()
@@ -268,17 +268,17 @@ func admissionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var bands, adaptive, decodeLimit string
 	var early bool
 	if sub == "set" {
-		fs.IntVar(&limit, "limit", 0, "max in-flight prefill requests per worker (<= 0 turns admission off); a fixed limit turns adaptation off")
+		fs.IntVar(&limit, "limit", 0, "max in-flight prefill requests per worker; 0 turns admission off (a negative N counts as 0), as admission get shows it; a fixed limit turns adaptation off")
 		fs.IntVar(&queue, "queue-size", 0, "max waiting requests")
 		fs.DurationVar(&timeout, "queue-timeout", 0, "max wait for a slot, e.g. 30s")
-		fs.Int64Var(&tokenLimit, "token-limit", 0, "max estimated prompt tokens in prefill per worker (<= 0 removes the bound)")
+		fs.Int64Var(&tokenLimit, "token-limit", 0, "max estimated prompt tokens in prefill per worker; 0 removes the bound (a negative N counts as 0)")
 		fs.StringVar(&bands, "bands", "", "priority bands NAME:MIN,... lowest first (\"\" turns priorities off)")
 		fs.DurationVar(&aging, "aging", 0, "a waiting request rises one band per this much wait, e.g. 10s")
 		fs.BoolVar(&early, "early-rejection", false, "reject at once requests whose predicted wait exceeds their timeout")
 		fs.StringVar(&adaptive, "adaptive", "", "adaptive per-worker limit range MIN:MAX, or off")
-		fs.StringVar(&decodeLimit, "decode-limit", "", "decode seats per decode worker (per rank): N, auto (each engine's own window) or off")
+		fs.StringVar(&decodeLimit, "decode-limit", "", "decode seats per decode worker (per rank): N, auto (each engine's own window), or off (= 0)")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	c, err := af.client()

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
@@ -109,4 +110,39 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		logger.Info("Rust gateway (SMG) flags accepted; sluice already behaves as they ask (sluice serve --help says why)", "flags", cfg.InertSMGFlags)
 	}
 	return app.Run(ctx, cfg, app.Options{Logger: logger})
+}
+
+// parseFlags parses a subcommand's flags. The flag package's own output is silenced while it parses,
+// because it prints the error and the usage and Main prints the error again: here the usage is printed
+// once, to stderr, and the error (with the closest flag for a mistyped one) is returned for Main to
+// print, once.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	fs.Usage()
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		if near := config.SuggestFlag(fs, name); near != "" {
+			return fmt.Errorf("unknown flag --%s of %s: did you mean --%s?", name, fs.Name(), near)
+		}
+		return fmt.Errorf("unknown flag --%s of %s (sluice %s --help lists them)", name, fs.Name(), fs.Name())
+	}
+	if _, rest, ok := strings.Cut(err.Error(), " for flag -"); ok {
+		name, _, _ := strings.Cut(rest, ":")
+		if f := fs.Lookup(name); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isDur := g.Get().(time.Duration); isDur {
+					return fmt.Errorf("%w (a duration takes a unit: 5s, 500ms, 2m)", err)
+				}
+			}
+		}
+	}
+	return err
 }

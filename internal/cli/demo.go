@@ -27,7 +27,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefillN := fs.Int("prefill", 2, "simulated prefill engines")
 	decodeN := fs.Int("decode", 2, "simulated decode engines")
 	protocol := fs.String("protocol", "sglang", "engine protocol: sglang or vllm")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	logger := NewLogger(stderr, config.TelemetryConfig{})

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"connectrpc.com/connect"
+
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 )
 
@@ -24,7 +26,7 @@ const tenantsUsage = `usage: sluice tenants budgets get
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
 
 func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && isHelp(args[0]) {
+	if (len(args) > 0 && isHelp(args[0])) || (len(args) > 1 && args[0] == "budgets" && isHelp(args[1])) {
 		fmt.Fprintln(stdout, tenantsUsage)
 		return nil
 	}
@@ -43,7 +45,7 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&def, "default", "0:0", "every other tenant's TOKENS:REQUESTS per minute")
 		fs.Var(&per, "tenant", "one tenant's T=TOKENS:REQUESTS per minute; repeatable")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	c, err := af.client()
@@ -54,6 +56,15 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var state *adminv1.TenantBudgetsState
 	if sub == "get" {
 		resp, err := c.GetTenantBudgets(ctx, &adminv1.GetTenantBudgetsRequest{})
+		if budgetsOff(err) {
+			// A question with an answer: the gateway has no tenants, so no budgets apply.
+			if af.output == "json" {
+				fmt.Fprintln(stderr, budgetsOffText)
+				return printJSON(stdout, &adminv1.GetTenantBudgetsResponse{})
+			}
+			fmt.Fprintln(stdout, budgetsOffText)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -100,6 +111,15 @@ func tenantsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		row(name, out.GetTenants()[name], share)
 	}
 	return tw.Flush()
+}
+
+// budgetsOffText answers budgets get on a gateway without a tenant source.
+const budgetsOffText = "tenant budgets are off on this gateway: no tenant source is set (sluice serve --tenant-api-key-ids, --tenant-jwt-claim or --tenant-header), so no budget applies"
+
+// budgetsOff reports whether err is the gateway saying it has no tenant source (services/admin
+// errNoTenants), which for a read means "budgets are off", not a failure.
+func budgetsOff(err error) bool {
+	return connect.CodeOf(err) == connect.CodeInvalidArgument && strings.Contains(err.Error(), "need a tenant source")
 }
 
 // budgetsStateText says which version of the budgets is in force and whether it is the fleet's.

@@ -40,7 +40,7 @@ func topCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	interval := fs.Duration("interval", 2*time.Second, "time between refreshes")
 	n := fs.Int("n", 0, "refreshes before exiting; 0 = until interrupted on a terminal, 1 otherwise")
 	loads := fs.Bool("loads", false, "also ask every engine for its own load at each refresh")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *interval <= 0 {

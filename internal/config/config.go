@@ -217,7 +217,8 @@ type PlacementConfig struct {
 // AdmissionConfig holds per-worker prefill admission (PD mode only).
 type AdmissionConfig struct {
 	// MaxInflightPerWorker bounds in-flight client requests per prefill worker
-	// (--prefill-max-inflight-requests-per-worker, default -1; <= 0 = off).
+	// (--prefill-max-inflight-requests-per-worker, default 0 = off; a negative
+	// value is taken as 0).
 	MaxInflightPerWorker int
 	// QueueSize bounds the requests waiting for a slot (--prefill-queue-size,
 	// default 100; 0 = never wait, reject at once).
@@ -227,7 +228,8 @@ type AdmissionConfig struct {
 	QueueTimeout time.Duration
 	// MaxInflightTokensPerWorker bounds the estimated prompt tokens in
 	// prefill per prefill worker, alone or with the request limit
-	// (--prefill-max-inflight-tokens-per-worker, default -1; <= 0 = off).
+	// (--prefill-max-inflight-tokens-per-worker, default 0 = off; a negative
+	// value is taken as 0).
 	MaxInflightTokensPerWorker int64
 	// CharsPerToken turns prompt text into estimated tokens
 	// (--prefill-token-estimate-chars-per-token, default 4).

@@ -52,8 +52,8 @@ func TestDefault(t *testing.T) {
 			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
 			StickyIdle:        4 * time.Hour, AssignmentMode: "random",
 		},
-		Admission: AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: 60 * time.Second,
-			MaxInflightTokensPerWorker: -1, CharsPerToken: 4, PriorityAging: 10 * time.Second},
+		Admission: AdmissionConfig{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: 60 * time.Second,
+			MaxInflightTokensPerWorker: 0, CharsPerToken: 4, PriorityAging: 10 * time.Second},
 		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1, DecodeOverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,
@@ -187,6 +187,8 @@ func TestParseRejects(t *testing.T) {
 		{"bool flag with separate value", []string{"--pd-disaggregation", "true"}, `unexpected argument "true": boolean flags take their value as --name=true`},
 		{"positional argument", []string{"extra"}, `unexpected argument "extra"`},
 		{"unknown flag", []string{"--polcy", "random"}, "unknown flag --polcy: neither a sluice flag nor a Rust gateway (SMG) flag"},
+		{"mistyped flag suggests the closest", []string{"--polcy", "random"}, "did you mean --policy?"},
+		{"mistyped prefill suggests --prefill", []string{"--pd-disaggregation", "--prefil", "http://p:1"}, "unknown flag --prefil: neither a sluice flag nor a Rust gateway (SMG) flag; did you mean --prefill?"},
 		{"missing config file", []string{"--config", "/nonexistent/sluice.yaml"}, "config file: open /nonexistent/sluice.yaml"},
 	}
 	for _, tt := range tests {

@@ -24,10 +24,10 @@ func TestParseAdmissionFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := c.Admission
-	if !a.Enabled() || a.MaxInflightPerWorker != -1 {
+	if !a.Enabled() || a.MaxInflightPerWorker != 0 {
 		t.Errorf("a token budget alone turns admission on: %+v", a)
 	}
-	want := AdmissionConfig{MaxInflightPerWorker: -1, QueueSize: 100, QueueTimeout: time.Minute,
+	want := AdmissionConfig{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: time.Minute,
 		MaxInflightTokensPerWorker: 16384, CharsPerToken: 3.5,
 		PriorityBands: []PriorityBand{{"low", -10}, {"default", 0}, {"high", 10}}, PriorityAging: 2500 * time.Millisecond,
 		EarlyRejection: true, AdaptiveMin: 2, AdaptiveMax: 32}

@@ -148,10 +148,10 @@ func newFlagSet() *flagSet {
 	s.str(&c.Placement.AssignmentMode, "assignment-mode", "MODE", AssignRandom, "manual: how a new routing key gets its worker: random (default), min_load, min_group (fewest keys) or delegate (= min_load).")
 
 	s.section("Prefill admission (PD mode)")
-	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", -1, "In-flight client requests allowed per prefill worker; <= 0 = admission off.")
+	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", 0, "In-flight client requests allowed per prefill worker; 0 = admission off (a negative N counts as 0).")
 	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
 	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", 60*sec, "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
-	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", -1, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; <= 0 = off.")
+	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", 0, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; 0 = off (a negative N counts as 0).")
 	s.float(&c.Admission.CharsPerToken, "prefill-token-estimate-chars-per-token", "F", 4, "Token estimate: characters of prompt text per token (token-id prompts count exactly). Needs a token budget.")
 	s.add(bandsValue{&c.Admission.PriorityBands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
 	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", 10*sec, "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
@@ -162,7 +162,7 @@ func newFlagSet() *flagSet {
 
 	s.section("Decode seats (PD mode): the gate also bounds each decode worker")
 	s.add(decodeLimitValue{&c.Admission.DecodeMaxInflightPerWorker, &c.Admission.DecodeAuto}, "decode-max-inflight-requests-per-worker", "N|auto",
-		"PD requests allowed per decode worker (per data-parallel rank), from admission until the decode leg ends; a request needs a free prefill slot and a free decode seat, else it waits in the one queue (429 pd_decode_queue_full / pd_decode_queue_timeout when decode held it back). auto = each engine's own window (SGLang server info max_running_requests per rank, else the declared --decode-window); <= 0 = off.")
+		"PD requests allowed per decode worker (per data-parallel rank), from admission until the decode leg ends; a request needs a free prefill slot and a free decode seat, else it waits in the one queue (429 pd_decode_queue_full / pd_decode_queue_timeout when decode held it back). auto = each engine's own window (SGLang server info max_running_requests per rank, else the declared --decode-window); 0 = off (a negative N counts as 0).")
 	s.int(&c.Admission.DecodeWindow, "decode-window", "N", 0, "Declared running window per rank of decode workers given by flags whose engine does not report one (vLLM: its --max-num-seqs), used by --decode-max-inflight-requests-per-worker auto; 0 = unknown.")
 	s.int64(&c.Admission.LocalPrefillMaxTokens, "pd-local-prefill-max-tokens", "T", 0, "A PD request whose estimated uncached prompt is below T tokens goes to its decode worker alone when that worker is a vLLM engine of KV role kv_both (--decode-kv-role), which prefills it itself; 0 = off. With decode seats the local request holds a seat there, and one that would wait for a prefill slot while such a worker has a seat goes there alone too.")
 	s.str(&c.Workers.DecodeKVRole, "decode-kv-role", "ROLE", "", "Declared KV connector role of flag-given vLLM decode workers: kv_both (the engine can also prefill alone, for --pd-local-prefill-max-tokens) or empty. Refused for SGLang decode workers, which cannot prefill on their own.")
@@ -444,6 +444,11 @@ func (s *flagSet) finish() {
 			c.explicit[a.target] = true
 		}
 	}
+	// Off has one spelling, 0, the one the admin API reports and takes back; a negative bound (the old
+	// default, -1, or "auto"'s placeholder) is off too.
+	c.Admission.MaxInflightPerWorker = max(c.Admission.MaxInflightPerWorker, 0)
+	c.Admission.MaxInflightTokensPerWorker = max(c.Admission.MaxInflightTokensPerWorker, 0)
+	c.Admission.DecodeMaxInflightPerWorker = max(c.Admission.DecodeMaxInflightPerWorker, 0)
 	if c.Placement.PrefillPolicy == "" {
 		c.Placement.PrefillPolicy = c.Placement.Policy
 	}

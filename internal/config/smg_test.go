@@ -544,3 +544,27 @@ func TestEverySMGFlagKnown(t *testing.T) {
 		t.Errorf("%d SMG flags listed, want 173 (165 long flags + 8 aliases)", len(smgMainRsFlags))
 	}
 }
+
+// The help of SMG's tokenizer flags matches what sluice does: it loads tokenizers, from --tokenizer-path
+// only; none of them says it loads no tokenizer.
+func TestSMGTokenizerFlagsHelp(t *testing.T) {
+	t.Parallel()
+	var help bytes.Buffer
+	if _, err := parse([]string{"--help"}, &help, func(string) (string, bool) { return "", false }); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if strings.Contains(help.String(), "loads no tokenizer") {
+		t.Errorf("sluice serve --help still says sluice loads no tokenizer")
+	}
+	s := newFlagSet()
+	for _, name := range []string{"model-path", "model", "disable-tokenizer-autoload", "tokenizer-cache-enable-l0",
+		"tokenizer-cache-l0-max-entries", "tokenizer-cache-enable-l1", "tokenizer-cache-l1-max-memory"} {
+		f := s.fs.Lookup(name)
+		if f == nil {
+			t.Fatalf("--%s is not a flag", name)
+		}
+		if !strings.Contains(f.Usage, "--tokenizer-path") || strings.Contains(f.Usage, "loads no tokenizer") {
+			t.Errorf("--%s help %q: want it to say tokenizers come from --tokenizer-path", name, f.Usage)
+		}
+	}
+}

@@ -36,7 +36,11 @@ func (s *flagSet) smgArgs(args []string) ([]string, error) {
 		}
 		f := s.fs.Lookup(name)
 		if f == nil {
-			refused = append(refused, fmt.Errorf("unknown flag --%s: neither a sluice flag nor a Rust gateway (SMG) flag; see sluice serve --help and docs/migrating-from-smg.md", name))
+			hint := "see sluice serve --help and docs/migrating-from-smg.md"
+			if near := suggestFlag(s.fs, name); near != "" {
+				hint = "did you mean --" + near + "? (" + hint + ")"
+			}
+			refused = append(refused, fmt.Errorf("unknown flag --%s: neither a sluice flag nor a Rust gateway (SMG) flag; %s", name, hint))
 			continue
 		}
 		switch {

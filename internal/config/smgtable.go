@@ -155,17 +155,20 @@ var smgInert = []struct {
 	{"disable-load-monitoring", "", argBool, nil, "Accepted: sluice polls engine loads every --engine-load-interval-secs (faster when least_load or the overload check reads them); 0 stops the polling."},
 	{"engine-metrics", "", argBool, nil, "Accepted: sluice always exports engine loads as sluice_worker_engine_* gauges, polled every --engine-load-interval-secs."},
 	{"block-size", "N", argOne, checkPositive, "Accepted: sluice's cache_aware matches prompt text; the block size only shapes SMG's token trees (its Helm chart always passes it)."},
-	{"model-path", "PATH", argOne, nil, "Accepted: sluice loads a tokenizer only from --tokenizer-path; engines tokenize."},
-	{"model", "PATH", argOne, nil, "Accepted (alias of --model-path): sluice loads a tokenizer only from --tokenizer-path."},
+	{"model-path", "PATH", argOne, nil, "Accepted, not used: sluice loads a model's tokenizer only from the local directory given to --tokenizer-path (at startup; no hub download), for /tokenize and kv_aware's token ids; other models' prompts are routed by text and the engines tokenize."},
+	{"model", "PATH", argOne, nil, "Accepted, not used (alias of --model-path): sluice loads a model's tokenizer only from --tokenizer-path."},
 	{"chat-template", "PATH", argOne, nil, "Accepted: engines apply their chat template (SMG uses this only in its gRPC pipeline)."},
-	{"disable-tokenizer-autoload", "", argBool, nil, "Accepted: sluice loads no tokenizer."},
-	{"tokenizer-cache-enable-l0", "", argBool, nil, "Accepted: sluice loads no tokenizer."},
-	{"tokenizer-cache-l0-max-entries", "N", argOne, checkUint, "Accepted: sluice loads no tokenizer."},
-	{"tokenizer-cache-enable-l1", "", argBool, nil, "Accepted: sluice loads no tokenizer."},
-	{"tokenizer-cache-l1-max-memory", "BYTES", argOne, checkUint, "Accepted: sluice loads no tokenizer."},
+	{"disable-tokenizer-autoload", "", argBool, nil, "Accepted: sluice never loads a tokenizer on its own (nothing from --model-path, no hub download): only the --tokenizer-path directories, at startup."},
+	{"tokenizer-cache-enable-l0", "", argBool, nil, tokenizerCacheReason},
+	{"tokenizer-cache-l0-max-entries", "N", argOne, checkUint, tokenizerCacheReason},
+	{"tokenizer-cache-enable-l1", "", argBool, nil, tokenizerCacheReason},
+	{"tokenizer-cache-l1-max-memory", "BYTES", argOne, checkUint, tokenizerCacheReason},
 	{"reasoning-parser", "NAME", argOne, nil, "Accepted: HTTP engines parse reasoning themselves (SMG uses this only in its gRPC pipeline)."},
 	{"tool-call-parser", "NAME", argOne, nil, "Accepted: HTTP engines parse tool calls themselves (SMG uses this only in its gRPC pipeline)."},
 }
+
+// tokenizerCacheReason is the help of SMG's tokenizer cache flags.
+const tokenizerCacheReason = "Accepted, not used: the tokenizers sluice loads (--tokenizer-path) keep a bounded cache of their own, with nothing to tune."
 
 func checkUint(s string) error {
 	if _, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64); err != nil {

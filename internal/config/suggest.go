@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// SuggestFlag names the flag of fs a mistyped name most likely meant (see suggestFlag); the CLI's
+// subcommands use it for "did you mean".
+func SuggestFlag(fs *flag.FlagSet, name string) string { return suggestFlag(fs, name) }
+
 // suggestFlag names the flag a mistyped key most likely meant: the same name with dashes for
 // underscores, else the nearest flag name by edit distance when it is close (at most a third of the
 // key's length, and 3). "" when nothing is close.

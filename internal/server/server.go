@@ -138,10 +138,10 @@ func NewHandlers(o Options) (*Handlers, error) {
 		path, h := adminv1connect.NewAdminServiceHandler(o.Admin, adminOpts...)
 		adminMux.Handle(path, adminRoute(guardRPC(h, o.AdminAuth)))
 		gw := runtime.NewServeMux(
-			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			runtime.WithMarshalerOption(runtime.MIMEWildcard, adminJSON{&runtime.JSONPb{
 				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-			}),
+			}}),
 			runtime.WithErrorHandler(restErrorHandler),
 			runtime.WithRoutingErrorHandler(restRoutingErrorHandler),
 		)

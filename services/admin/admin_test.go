@@ -59,20 +59,22 @@ func TestRegularWorkerRefusedByPDGateway(t *testing.T) {
 	}
 }
 
-func TestNegativeLimitsRefused(t *testing.T) {
+// Off is 0, the value GetAdmission reports; a negative bound is taken as 0 (as the serve flags take
+// it), not refused, so that no spelling of off is a 400.
+func TestNegativeLimitsAreOff(t *testing.T) {
 	s, _ := newTestService(t, true)
 	ctx := context.Background()
-	limit, tokens := int32(-1), int32(-5)
-	_, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &limit})
-	refusedParam(t, err, "max_inflight_per_worker")
-	_, err = s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightTokensPerWorker: &tokens})
-	refusedParam(t, err, "max_inflight_tokens_per_worker")
-	if got := s.d.Admission.Settings(); got.MaxInflightPerWorker != 2 || got.MaxInflightTokensPerWorker != 0 {
-		t.Errorf("settings changed by refused updates: %+v", got)
+	limit, tokens, decode := int32(-1), int32(-5), int32(-1)
+	resp, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &limit,
+		MaxInflightTokensPerWorker: &tokens, DecodeMaxInflightPerWorker: &decode})
+	if err != nil {
+		t.Fatalf("negative bounds: %v", err)
 	}
-	zero := int32(0)
-	if _, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{MaxInflightPerWorker: &zero}); err != nil {
-		t.Errorf("0 (off): %v", err)
+	if got := s.d.Admission.Settings(); got.MaxInflightPerWorker != 0 || got.MaxInflightTokensPerWorker != 0 || got.DecodeMaxInflightPerWorker != 0 {
+		t.Errorf("negative bounds stored as %+v, want 0 (off)", got)
+	}
+	if set := resp.GetStatus().GetSettings(); resp.GetStatus().GetEnabled() || set.GetMaxInflightPerWorker() != 0 || set.GetMaxInflightTokensPerWorker() != 0 {
+		t.Errorf("status after negative bounds: %v", resp.GetStatus())
 	}
 }
 

@@ -17,13 +17,15 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 	st := s.d.Admission.Status()
 	out := &adminv1.AdmissionStatus{
 		Enabled: st.Settings.Enabled(),
+		// Off is reported as 0 whatever negative value set it (the serve flags took -1 once, "auto"
+		// stores -1 as the decode bound), so that these settings PATCHed back change nothing.
 		Settings: &adminv1.AdmissionSettings{
-			MaxInflightPerWorker:       int32(st.Settings.MaxInflightPerWorker),
+			MaxInflightPerWorker:       int32(max(st.Settings.MaxInflightPerWorker, 0)),
 			QueueSize:                  int32(st.Settings.QueueSize),
 			QueueTimeout:               durationpb.New(st.Settings.QueueTimeout),
-			MaxInflightTokensPerWorker: clamp32(st.Settings.MaxInflightTokensPerWorker),
+			MaxInflightTokensPerWorker: clamp32(max(st.Settings.MaxInflightTokensPerWorker, 0)),
 			EarlyRejection:             st.Settings.EarlyRejection,
-			DecodeMaxInflightPerWorker: int32(st.Settings.DecodeMaxInflightPerWorker),
+			DecodeMaxInflightPerWorker: int32(max(st.Settings.DecodeMaxInflightPerWorker, 0)),
 			DecodeAuto:                 st.Settings.DecodeAuto,
 		},
 		Queued:          int32(st.QueuedTotal),
@@ -115,14 +117,13 @@ func (s *Service) GetAdmission(context.Context, *adminv1.GetAdmissionRequest) (*
 }
 
 // UpdateAdmission applies new settings at once; unset fields keep their value. A new request limit
-// without an adaptive range sets a fixed limit: it turns adaptation off.
+// without an adaptive range sets a fixed limit: it turns adaptation off. The bounds that can be off
+// (request limit, token bound, decode bound) are off at 0, the value GetAdmission reports for off; a
+// negative value is taken as 0, as the serve flags take it, so no spelling of off is refused.
 func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissionRequest) (*adminv1.UpdateAdmissionResponse, error) {
 	set := s.d.Admission.Settings()
 	if req.MaxInflightPerWorker != nil {
-		if req.GetMaxInflightPerWorker() < 0 {
-			return nil, invalid("max_inflight_per_worker", "max_inflight_per_worker must be >= 0 (0 turns admission off), got %d", req.GetMaxInflightPerWorker())
-		}
-		set.MaxInflightPerWorker = int(req.GetMaxInflightPerWorker())
+		set.MaxInflightPerWorker = int(max(req.GetMaxInflightPerWorker(), 0))
 		if req.AdaptiveLimit == nil {
 			set.Adaptive = admission.AdaptiveLimit{}
 		}
@@ -144,10 +145,7 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		set.QueueTimeout = d
 	}
 	if req.MaxInflightTokensPerWorker != nil {
-		if req.GetMaxInflightTokensPerWorker() < 0 {
-			return nil, invalid("max_inflight_tokens_per_worker", "max_inflight_tokens_per_worker must be >= 0 (0 turns the token budget off), got %d", req.GetMaxInflightTokensPerWorker())
-		}
-		set.MaxInflightTokensPerWorker = int64(req.GetMaxInflightTokensPerWorker())
+		set.MaxInflightTokensPerWorker = int64(max(req.GetMaxInflightTokensPerWorker(), 0))
 	}
 	if req.PriorityAging != nil {
 		if err := req.GetPriorityAging().CheckValid(); err != nil {
@@ -175,7 +173,7 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		set.EarlyRejection = req.GetEarlyRejection()
 	}
 	if req.DecodeMaxInflightPerWorker != nil {
-		set.DecodeMaxInflightPerWorker = int(req.GetDecodeMaxInflightPerWorker())
+		set.DecodeMaxInflightPerWorker = int(max(req.GetDecodeMaxInflightPerWorker(), 0))
 	}
 	if req.DecodeAuto != nil {
 		set.DecodeAuto = req.GetDecodeAuto()

@@ -87,3 +87,19 @@ func TestCLIAgainstRunningGateway(t *testing.T) {
 	runCLI(t, 1, with("workers", "rm", "no-such-id")...)
 	runCLI(t, 1, with("admission", "set", "--queue-size", "-1")...)
 }
+
+// TestCLIBudgetsGetWithoutTenants: on a gateway without a tenant source, `sluice tenants budgets get`
+// answers (exit 0) that budgets are off, in both output forms; set is still refused.
+func TestCLIBudgetsGetWithoutTenants(t *testing.T) {
+	t.Parallel()
+	gw := startGateway(t, app.Options{})
+	out := runCLI(t, 0, "tenants", "budgets", "get", "--server", gw.URL)
+	if !strings.Contains(out, "tenant budgets are off") || !strings.Contains(out, "--tenant-header") {
+		t.Fatalf("budgets get without tenants:\n%s", out)
+	}
+	var resp map[string]any
+	if err := json.Unmarshal([]byte(runCLI(t, 0, "tenants", "budgets", "get", "--server", gw.URL, "-o", "json")), &resp); err != nil {
+		t.Fatalf("budgets get -o json: %v", err)
+	}
+	runCLI(t, 1, "tenants", "budgets", "set", "--server", gw.URL, "--default", "10:1")
+}
