@@ -363,14 +363,16 @@ func (c *Controller) sideOfLocked(err error) Side {
 //
 // It runs the pair selection once as a probe in which no decode worker has
 // a seat (so, as the SelectPair contract asks, no stateful prefill policy
-// runs and nothing is picked), recording whether one really had a seat:
+// runs and nothing is picked), recording whether one really had a seat and
+// whether a prefill worker it asked about had a slot:
 //
 //   - ErrNoSeat and no decode worker really had a seat: decode (unless the
 //     seats are full only with requests still in prefill: sideOfLocked);
-//   - ErrNoCapacity alone: no prefill worker has a slot: prefill;
-//   - otherwise (a decode worker has a seat for it, so it waits only for
-//     the waiters ahead; a final error): q's side, what held its head back
-//     at its last try.
+//   - ErrNoCapacity alone, or a decode worker had a seat and no prefill
+//     worker was seen with a slot: prefill;
+//   - otherwise (a seat and a slot both free: it waits only for the
+//     waiters ahead; a final error): q's side, what held its head back at
+//     its last try.
 //
 // With seats off, or without a pair selection, it is old, the side known
 // so far, as before.
@@ -385,18 +387,25 @@ func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(str
 	hit := c.caps.hit // the probe's refusals are no cap's doing for the request
 	c.bindLocked(tokens, cached)
 	c.curDecode = decTok
-	seatFree := false
+	seatFree, slotFree := false, false
 	noSeat := func(worker string) bool {
 		seatFree = seatFree || c.hasSeatLocked(worker)
 		return false
 	}
-	_, _, err := callSelectPair(pair, c.hasCap, noSeat)
+	hasSlot := func(worker string) bool {
+		ok := c.hasCapacityLocked(worker)
+		slotFree = slotFree || ok
+		return ok
+	}
+	_, _, err := callSelectPair(pair, hasSlot, noSeat)
 	c.unbindLocked()
 	c.caps.hit = hit
 	switch {
 	case errors.Is(err, ErrNoSeat) && !seatFree:
 		return c.sideOfLocked(err)
 	case errors.Is(err, ErrNoCapacity) && !errors.Is(err, ErrNoSeat):
+		return SidePrefill
+	case errors.Is(err, ErrNoSeat) && !slotFree:
 		return SidePrefill
 	}
 	return fallback
