@@ -119,7 +119,8 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	if q != nil {
 		side = q.side
 	}
-	if q == nil || c.outranksHeadLocked(q, band) {
+	fast := q == nil || c.outranksHeadLocked(q, band)
+	if fast {
 		// Fast path: nobody waits for this pool, or every waiter ranks
 		// below this request (a higher priority band).
 		c.bindLocked(req.Tokens, req.CachedTokens)
@@ -159,6 +160,9 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	var victim *waiter
 	if c.queued >= c.settings.QueueSize {
 		if victim = c.victimLocked(band); victim == nil {
+			if !fast {
+				side = c.refusalSideLocked(q, req, side)
+			}
 			info.side, info.sideKnown = side, c.seatsOnLocked()
 			if side == SideDecode {
 				c.rejectLocked(req.Queue, DecodeQueueFull)
@@ -177,7 +181,14 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		}
 		if c.predictedWaitLocked(c.fairPositionLocked(q, band, req.Tenant)) > timeout {
 			c.rejectLocked(req.Queue, PredictedTimeout)
+			if !fast {
+				side = c.refusalSideLocked(q, req, side)
+			}
+			info.side, info.sideKnown = side, c.seatsOnLocked()
 			c.mu.Unlock()
+			if side == SideDecode {
+				return nil, info, errDecodePredicted
+			}
 			return nil, info, errPredicted
 		}
 	}
@@ -210,6 +221,13 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		c.mu.Unlock()
 	}
 	return slot, info, err
+}
+
+// refusalSideLocked is the side that holds req back now, refused behind the
+// waiters of q (the fast path's selection has just said it otherwise): a
+// probe of its own pair selection (sideNowLocked), not the head's last try.
+func (c *Controller) refusalSideLocked(q *queue, req Request, side Side) Side {
+	return c.sideNowLocked(q, req.SelectPair, req.Tokens, req.CachedTokens, req.DecodeTokens, side)
 }
 
 // callSelect runs the callback; a panic becomes that request's error rather

@@ -37,7 +37,11 @@ func (c *Controller) victimLocked(band int) *waiter {
 // displaceLocked ends victim's wait with ErrDisplaced.
 func (c *Controller) displaceLocked(victim *waiter) {
 	q := victim.q
+	victim.side = c.sideOfWaiterLocked(victim) // before removeLocked drops its selection
 	victim.err, victim.state = errDisplaced, failed
+	if victim.side == SideDecode {
+		victim.err = errDecodeDisplaced
+	}
 	c.observeWaitLocked(q.key, "", c.now().Sub(victim.enq), victim.band)
 	c.rejectLocked(q.key, Displaced)
 	if c.removeLocked(victim) {

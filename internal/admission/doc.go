@@ -43,8 +43,9 @@
 //     [Request.SelectPair] under the one lock, with a decode KV reservation
 //     (prompt + max_tokens) against the decode worker's KV capacity when it
 //     is known ([Controller.SetDecodeCapacity]). Rejections name the side
-//     that held the head back ([ErrDecodeQueueFull], [ErrDecodeQueueTimeout]
-//     when it was decode; the prefill errors otherwise), and
+//     that holds the request back when it is refused ([ErrDecodeQueueFull],
+//     [ErrDecodeQueueTimeout] when it is decode, also for a displacement or
+//     a predicted timeout; the prefill errors otherwise), and
 //     [Controller.RetryAfterFor] answers from that side's release rate.
 //     A pair selection may also grant a seat alone (local prefill: the
 //     decode worker computes the prompt; [Slot.SeatOnly]), by the same
@@ -84,8 +85,14 @@
 // returns both, so "free slot and free seat" is the same atomic step. A seat
 // release wakes the heads exactly as a slot release does (a head may wait
 // for either), and the head remembers which side held it back (the queue
-// too, for newcomers rejected behind it). FIFO, strict targets, the head
-// poll, cancellation and timeout are unchanged: the side only picks the
+// too). Only the head selects, so a waiter's side is judged again when it is
+// refused (a timeout, a displacement; a newcomer behind waiters refused for a
+// full queue or a predicted timeout): its pair selection runs once as a probe
+// in which no decode worker has a seat, so no stateful policy runs and
+// nothing is picked, and the side is decode when no decode worker has a seat
+// for it, prefill when no prefill worker has a slot, else the queue's
+// (seat.go, sideNowLocked). FIFO, strict targets, the head poll,
+// cancellation and timeout are unchanged: the side only picks the
 // rejection's name. A seat is held from the pair's choice, so a decode can be
 // out of seats only because their requests are still in prefill; the side is
 // then prefill (seat.go, fullByPrefillLocked), since the decode waits for the

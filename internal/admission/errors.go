@@ -41,12 +41,16 @@ var (
 	// wait exceeded its timeout, so it was rejected on arrival. It is
 	// returned wrapped in ErrQueueTimeout too (same code,
 	// pd_prefill_queue_timeout: the timeout was certain), but counted under
-	// its own outcome.
+	// its own outcome. When the decode side holds the request back (decode
+	// seats), it is wrapped in ErrDecodeQueueTimeout instead
+	// (pd_decode_queue_timeout).
 	ErrPredictedTimeout = errors.New("predicted prefill queue wait exceeds the timeout")
 	// ErrDisplaced: with priority bands, the request waited in a full queue
 	// and a request of a higher band took its place. It is returned wrapped
 	// in ErrQueueFull too (code pd_prefill_queue_full), but counted under
-	// its own outcome.
+	// its own outcome. When the decode side holds the waiter back (decode
+	// seats), it is wrapped in ErrDecodeQueueFull instead
+	// (pd_decode_queue_full).
 	ErrDisplaced = errors.New("displaced from the full prefill queue by a higher-priority request")
 	// ErrDecodeQueueFull: like ErrQueueFull, but the decode side (no free
 	// seat) held the head back. Code pd_decode_queue_full.
@@ -72,10 +76,13 @@ var (
 	errDisplaced     = fmt.Errorf("%w: %w: %w", ErrRejected, ErrQueueFull, ErrDisplaced)
 	errDecodeFull    = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueFull)
 	errDecodeTimeout = fmt.Errorf("%w: %w", ErrRejected, ErrDecodeQueueTimeout)
-	errTenantFull    = fmt.Errorf("%w: %w", ErrRejected, ErrTenantQueueFull)
-	errShuttingDown  = fmt.Errorf("%w: %w", ErrRejected, ErrShuttingDown)
-	errNilSelect     = errors.New("admission: Request.Select is nil")
-	errEmptyWorker   = errors.New("admission: Select returned neither a worker nor an error")
+	// The decode side's displacement and predicted timeout.
+	errDecodePredicted = fmt.Errorf("%w: %w: %w", ErrRejected, ErrDecodeQueueTimeout, ErrPredictedTimeout)
+	errDecodeDisplaced = fmt.Errorf("%w: %w: %w", ErrRejected, ErrDecodeQueueFull, ErrDisplaced)
+	errTenantFull      = fmt.Errorf("%w: %w", ErrRejected, ErrTenantQueueFull)
+	errShuttingDown    = fmt.Errorf("%w: %w", ErrRejected, ErrShuttingDown)
+	errNilSelect       = errors.New("admission: Request.Select is nil")
+	errEmptyWorker     = errors.New("admission: Select returned neither a worker nor an error")
 )
 
 // cancelled builds the error for a request whose context ended: it matches
@@ -141,18 +148,18 @@ func OutcomeOf(err error) Outcome {
 		return Admitted
 	case errors.Is(err, ErrShuttingDown):
 		return ShuttingDown
+	case errors.Is(err, ErrDisplaced): // either side's
+		return Displaced
+	case errors.Is(err, ErrPredictedTimeout): // either side's
+		return PredictedTimeout
 	case errors.Is(err, ErrDecodeQueueFull):
 		return DecodeQueueFull
 	case errors.Is(err, ErrDecodeQueueTimeout):
 		return DecodeQueueTimeout
 	case errors.Is(err, ErrTenantQueueFull):
 		return TenantQueueFull
-	case errors.Is(err, ErrDisplaced):
-		return Displaced
 	case errors.Is(err, ErrQueueFull):
 		return QueueFull
-	case errors.Is(err, ErrPredictedTimeout):
-		return PredictedTimeout
 	case errors.Is(err, ErrQueueTimeout):
 		return QueueTimeout
 	case errors.Is(err, ErrCancelled), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

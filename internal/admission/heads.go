@@ -279,6 +279,11 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		return nil, w.err
 	}
 	q := w.q
+	if why == QueueTimeout {
+		// Name the side that holds it back now, not the one it met at its
+		// last try (only the head tries).
+		w.side = c.sideOfWaiterLocked(w)
+	}
 	newHead := c.removeLocked(w)
 	c.observeWaiterLocked(w, "")
 	if newHead {

@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -68,7 +69,8 @@ func genSeatOp(withLocal bool) *rapid.Generator[seatOp] {
 // what the test holds, the queue holds exactly the blocked callers, pairs are
 // granted in arrival order, and (unless a veto changed without an event) no
 // head waits while a pair with a free slot and a free seat exists: no lost
-// wake-up. At the end every counter is 0.
+// wake-up. A waiter refused (timeout, full queue) names the side that holds
+// it back when it is refused. At the end every counter is 0.
 func TestPropertySeatInvariants(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		seats := rapid.IntRange(1, 3).Draw(rt, "seats")
@@ -144,8 +146,17 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 	var held []*seatHeld
 	seq := 0
 
+	// refused are the waiters a step's collect found refused (timeouts, full
+	// queues), and granted how many it found granted.
+	type refusal struct {
+		id  string
+		err error
+	}
+	var refused []refusal
+	granted := 0
 	collect := func(step int) {
 		synctest.Wait()
+		refused, granted = refused[:0], 0
 		kept := pending[:0]
 		for _, w := range pending {
 			r, ok := done(w.ch)
@@ -156,6 +167,7 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 			w.cancel()
 			switch {
 			case r.err == nil:
+				granted++
 				if r.slot.Seat() == nil {
 					fail("step %d: %s admitted without a seat", step, w.id)
 					continue
@@ -170,6 +182,8 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 				held = append(held, &seatHeld{slot: r.slot, prefill: r.slot.Worker(), decodeWork: r.slot.Seat().Worker(), slotDone: r.slot.SeatOnly()})
 			case admission.OutcomeOf(r.err) == admission.Unavailable:
 				fail("step %d: %s: unexpected error %v", step, w.id, r.err)
+			case errors.Is(r.err, admission.ErrRejected):
+				refused = append(refused, refusal{w.id, r.err})
 			}
 		}
 		pending = kept
@@ -221,7 +235,45 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 		}
 	}
 
+	// sideOf is the side that holds request id back in the held state, as the
+	// fake placement answers (decode first): decode when no decode worker it
+	// may use has a seat, unless some decode worker is full only with seats
+	// whose requests are still in prefill; prefill when it has a seat but no
+	// prefill worker has a slot. ok is false when both are free (it waits
+	// for the waiters ahead) or it needs no slot.
+	sideOf := func(id string) (side string, ok bool) {
+		slots, seatsHeld, prefilling := map[string]int{}, map[string]int{}, map[string]int{}
+		for _, h := range held {
+			if !h.slotDone {
+				slots[h.prefill]++
+			}
+			if !h.seatDone {
+				seatsHeld[h.decodeWork]++
+				if !h.slotDone {
+					prefilling[h.decodeWork]++
+				}
+			}
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, d := range propDecode {
+			if tg := targets[id]; (tg == "" || tg == d) && !p.vetoed[d] && seatsHeld[d] < curSeats {
+				if modes[id] != modePair || slots["P0"] < prefillLimit || slots["P1"] < prefillLimit {
+					return "", false
+				}
+				return "prefill", true
+			}
+		}
+		for _, d := range propDecode {
+			if prefilling[d] > 0 && seatsHeld[d] >= curSeats && seatsHeld[d]-prefilling[d] < curSeats {
+				return "prefill", true
+			}
+		}
+		return "decode", true
+	}
+
 	for i, o := range ops {
+		stable := !dirty // no head could be granted at the start of the step
 		switch o.Kind {
 		case seatAcquire:
 			seq++
@@ -285,6 +337,20 @@ func runSeatProperty(seats, size int, ops []seatOp) (problems []string) {
 		}
 		held = kept
 		collect(i)
+		// A refusal names the side that holds the request back when it is
+		// refused (issue #32 point 3), not the one met when it joined. Only
+		// where the state is known throughout the step: no grant, no release.
+		if stable && granted == 0 && (o.Kind == seatAdvance || o.Kind == seatAcquire) {
+			for _, r := range refused {
+				got := "prefill"
+				if errors.Is(r.err, admission.ErrDecodeQueueTimeout) || errors.Is(r.err, admission.ErrDecodeQueueFull) {
+					got = "decode"
+				}
+				if want, ok := sideOf(r.id); ok && got != want {
+					fail("step %d: %s refused as %v (%s side), but %s holds it back", i, r.id, r.err, got, want)
+				}
+			}
+		}
 		check(i)
 	}
 	for _, w := range pending {

@@ -351,3 +351,67 @@ func (c *Controller) sideOfLocked(err error) Side {
 	}
 	return SidePrefill
 }
+
+// sideNowLocked is the side that holds a request back now, at its refusal
+// (a timeout, a displacement, a full queue or a predicted timeout behind
+// waiters), for a request of queue q with pair selection pair and cost
+// inputs tokens, cached and decTok. A waiter's side is otherwise only what
+// held it back at its last try, and only the head tries: a waiter that
+// joined while prefill was full keeps naming prefill after the prefills
+// are over and the decode is full, so its rejection would send an operator
+// to scale the wrong pool.
+//
+// It runs the pair selection once as a probe in which no decode worker has
+// a seat (so, as the SelectPair contract asks, no stateful prefill policy
+// runs and nothing is picked), recording whether one really had a seat and
+// whether a prefill worker it asked about had a slot:
+//
+//   - ErrNoSeat and no decode worker really had a seat: decode (unless the
+//     seats are full only with requests still in prefill: sideOfLocked);
+//   - ErrNoCapacity alone, or a decode worker had a seat and no prefill
+//     worker was seen with a slot: prefill;
+//   - otherwise (a seat and a slot both free: it waits only for the
+//     waiters ahead; a final error): q's side, what held its head back at
+//     its last try.
+//
+// With seats off, or without a pair selection, it is old, the side known
+// so far, as before.
+func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(string) bool) (string, string, error), tokens int64, cached func(string) int64, decTok int64, old Side) Side {
+	if pair == nil || !c.settings.Enabled() || !c.seatsOnLocked() {
+		return old
+	}
+	fallback := old
+	if q != nil {
+		fallback = q.side
+	}
+	hit := c.caps.hit // the probe's refusals are no cap's doing for the request
+	c.bindLocked(tokens, cached)
+	c.curDecode = decTok
+	seatFree, slotFree := false, false
+	noSeat := func(worker string) bool {
+		seatFree = seatFree || c.hasSeatLocked(worker)
+		return false
+	}
+	hasSlot := func(worker string) bool {
+		ok := c.hasCapacityLocked(worker)
+		slotFree = slotFree || ok
+		return ok
+	}
+	_, _, err := callSelectPair(pair, hasSlot, noSeat)
+	c.unbindLocked()
+	c.caps.hit = hit
+	switch {
+	case errors.Is(err, ErrNoSeat) && !seatFree:
+		return c.sideOfLocked(err)
+	case errors.Is(err, ErrNoCapacity) && !errors.Is(err, ErrNoSeat):
+		return SidePrefill
+	case errors.Is(err, ErrNoSeat) && !slotFree:
+		return SidePrefill
+	}
+	return fallback
+}
+
+// sideOfWaiterLocked is sideNowLocked for a waiter still in its queue.
+func (c *Controller) sideOfWaiterLocked(w *waiter) Side {
+	return c.sideNowLocked(w.q, w.pair, w.tokens, w.cached, w.decTok, w.side)
+}

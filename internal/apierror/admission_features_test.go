@@ -18,6 +18,9 @@ func TestFromFeatureRejections(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: %w: %w", admission.ErrRejected, admission.ErrQueueTimeout, admission.ErrPredictedTimeout), apierror.CodeQueueTimeout, "predicted wait"},
 		{fmt.Errorf("%w: %w: %w", admission.ErrRejected, admission.ErrQueueFull, admission.ErrDisplaced), apierror.CodeQueueFull, "higher-priority"},
+		// The same refusals when the decode side holds the request back name decode.
+		{fmt.Errorf("%w: %w: %w", admission.ErrRejected, admission.ErrDecodeQueueTimeout, admission.ErrPredictedTimeout), apierror.CodeDecodeQueueTimeout, "predicted wait for a decode seat"},
+		{fmt.Errorf("%w: %w: %w", admission.ErrRejected, admission.ErrDecodeQueueFull, admission.ErrDisplaced), apierror.CodeDecodeQueueFull, "higher-priority"},
 	} {
 		e := apierror.From(tt.err)
 		if e.Status != http.StatusTooManyRequests || e.Code != tt.code || !strings.Contains(e.Message, tt.in) {

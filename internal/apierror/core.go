@@ -32,6 +32,10 @@ func fromCore(err error) *Error {
 			WithRetryAfter(shuttingDownRetryAfter)
 	case errors.Is(err, admission.ErrTenantQueueFull):
 		return New(http.StatusTooManyRequests, CodeTenantQueueFull, "this tenant's share of the admission queue is full, retry later", err)
+	case errors.Is(err, admission.ErrDisplaced) && errors.Is(err, admission.ErrDecodeQueueFull):
+		return New(http.StatusTooManyRequests, CodeDecodeQueueFull, "a higher-priority request took this request's place in the full admission queue while every decode worker was at its in-flight bound, retry later", err)
+	case errors.Is(err, admission.ErrPredictedTimeout) && errors.Is(err, admission.ErrDecodeQueueTimeout):
+		return New(http.StatusTooManyRequests, CodeDecodeQueueTimeout, "the predicted wait for a decode seat exceeds the timeout, retry later", err)
 	case errors.Is(err, admission.ErrDecodeQueueFull):
 		return New(http.StatusTooManyRequests, CodeDecodeQueueFull, "every decode worker is at its in-flight bound and the admission queue is full, retry later", err)
 	case errors.Is(err, admission.ErrDecodeQueueTimeout):
