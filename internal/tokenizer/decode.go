@@ -28,20 +28,20 @@ const (
 	tokComplete             // its bytes are whole UTF-8 characters, so a stream can emit them as they are
 )
 
-// tokenBytes is what Hugging Face's ByteLevel decoder makes of one token (tokenizers'
+// appendTokenBytes appends what Hugging Face's ByteLevel decoder makes of one token (tokenizers'
 // decoders/byte_level.rs): its runes mapped back through GPT-2's table, or, when a rune is not in the
-// table (an added token such as "<|im_end|>\n"), the token's own UTF-8. Added tokens take that path
-// too, which is how their content comes out as written.
-func tokenBytes(tok string) string {
-	b := make([]byte, 0, len(tok))
+// table (an added token such as "<|im_end|>\n"), the token's own UTF-8. Added tokens go through it too;
+// printable ASCII stands for itself, so "<|im_end|>" comes out as written.
+func appendTokenBytes(dst []byte, tok string) []byte {
+	n := len(dst)
 	for _, r := range tok {
 		c, ok := runeByte(r)
 		if !ok {
-			return tok
+			return append(dst[:n], tok...)
 		}
-		b = append(b, c)
+		dst = append(dst, c)
 	}
-	return string(b)
+	return dst
 }
 
 func runeByte(r rune) (byte, bool) {
@@ -67,11 +67,21 @@ var unprintable = func() (t [256 - 188]byte) {
 func (t *Tokenizer) setDecoding(added []addedToken) {
 	t.text = make([]string, len(t.tokens))
 	t.flags = make([]uint8, len(t.tokens))
+	// All the tokens' bytes in one string: a string each would be 150k objects more for the GC.
+	var all []byte
+	ends := make([]int, len(t.tokens))
 	for id, tok := range t.tokens {
+		all = appendTokenBytes(all, tok)
+		ends[id] = len(all)
+	}
+	text := string(all)
+	start := 0
+	for id, tok := range t.tokens {
+		s := text[start:ends[id]]
+		start = ends[id]
 		if tok == "" {
 			continue
 		}
-		s := tokenBytes(tok)
 		t.text[id] = s
 		t.flags[id] = tokKnown
 		if utf8.ValidString(s) {
