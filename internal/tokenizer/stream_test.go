@@ -32,8 +32,8 @@ func TestDecodeStreamUnknownID(t *testing.T) {
 	}
 }
 
-// streamOf decodes ids one Step at a time, checking that no Step writes U+FFFD for bytes a later id
-// could still complete.
+// streamOf is the text of ids decoded one Step at a time and flushed. Equal to Decode's, it shows no Step
+// wrote U+FFFD for bytes a later id completed: Decode has the character there.
 func streamOf(t *testing.T, tk *tokenizer.Tokenizer, ids []int, skip bool) string {
 	t.Helper()
 	d := tk.NewDecodeStream(skip)

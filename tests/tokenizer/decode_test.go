@@ -100,8 +100,8 @@ func TestDecodeMatchesHuggingFacePort(t *testing.T) {
 	}
 }
 
-// TestDecodeStreamMatchesDecode: on Qwen3's vocabulary, the stream's text is Decode's, and no Step
-// writes U+FFFD for a character the ids spell whole.
+// TestDecodeStreamMatchesDecode: on Qwen3's vocabulary, the stream's text is Decode's (so no Step wrote
+// U+FFFD for a character split over ids).
 func TestDecodeStreamMatchesDecode(t *testing.T) {
 	tk := requireQwen3(t)
 	for i, c := range decodeCases(t, tk) {
