@@ -31,6 +31,12 @@
 // shape, and every error, goes through the Jinja engine. A property test checks the two agree; the
 // oracle test checks both against Python's jinja2.
 //
+// Back to text: [Tokenizer.Decode] is Hugging Face's decode (ByteLevel decoder, from_utf8_lossy's
+// U+FFFD per maximal invalid subsequence, skip_special_tokens, clean_up_tokenization_spaces when the
+// config sets it), and [DecodeStream] streams the same text token by token for generation, holding only
+// the bytes of an unfinished character. An added token whose runes are all in GPT-2's table decodes
+// through it, as in tokenizers (Rust); the JS port writes it as it is (no Qwen token is such).
+//
 // Messages reach the template as vLLM builds them (chat.go), and Render/Encode together are what vLLM
 // computes for a chat before it schedules the prompt.
 //

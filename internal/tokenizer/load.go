@@ -25,6 +25,9 @@ type Tokenizer struct {
 	nfc         bool
 	added       addedTokens
 	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
+	text        []string        // by id: the token's bytes, as Decode joins them (decode.go)
+	flags       []uint8         // by id: tokKnown, tokSpecial, tokComplete
+	cleanUp     bool            // tokenizer_config's clean_up_tokenization_spaces
 	template    *jinja.Template // nil without a chat_template
 	fast        fastTemplate    // the template's fast path (qwen3.go), or nil
 	special     map[string]string
@@ -177,6 +180,7 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		}
 		t.tokens[a.ID] = a.Content
 	}
+	t.setDecoding(added)
 	return nil
 }
 
@@ -270,6 +274,9 @@ type tokenizerConfig struct {
 	EOS          json.RawMessage `json:"eos_token"`
 	PAD          json.RawMessage `json:"pad_token"`
 	UNK          json.RawMessage `json:"unk_token"`
+	// Absent means false, transformers' default since v4.45 (the JS port still defaults to true).
+	CleanUp           bool              `json:"clean_up_tokenization_spaces"`
+	AdditionalSpecial []json.RawMessage `json:"additional_special_tokens"`
 }
 
 func (t *Tokenizer) loadConfig(dir string) error {
@@ -289,6 +296,17 @@ func (t *Tokenizer) loadConfig(dir string) error {
 			t.special[name] = s
 		}
 	}
+	t.cleanUp = tc.CleanUp
+	specials := map[string]bool{}
+	for _, s := range t.special {
+		specials[s] = true
+	}
+	for _, raw := range tc.AdditionalSpecial {
+		if s, ok := tokenString(raw); ok {
+			specials[s] = true
+		}
+	}
+	t.markSpecial(specials)
 	src, err := chatTemplate(tc.ChatTemplate)
 	if err != nil {
 		return fmt.Errorf("%w: %s/tokenizer_config.json: %w", ErrUnsupported, dir, err)

@@ -103,3 +103,63 @@ func longChat(b *testing.B) tokenizer.Chat {
 	b.Fatal("corpus.json has no chat named long")
 	return tokenizer.Chat{}
 }
+
+// BenchmarkDecodeStream2k streams a 2,048-token generation of mixed text (the corpus's prompts: CJK,
+// emoji split over tokens, code, special tokens) through a DecodeStream, as the gateway would for one
+// streamed response; ns/token and allocs/token are per streamed token.
+func BenchmarkDecodeStream2k(b *testing.B) {
+	gatewayGC(b)
+	tk := requireQwen3(b)
+	ids := mixedIDs(b, tk, 2048)
+	b.ReportAllocs()
+	cpu := cpuTime(b)
+	for b.Loop() {
+		d := tk.NewDecodeStream(false)
+		for _, id := range ids {
+			if _, err := d.Step(id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d.Flush()
+	}
+	perToken(b, cpu, len(ids))
+}
+
+// BenchmarkDecode2k decodes the same ids at once, for comparison.
+func BenchmarkDecode2k(b *testing.B) {
+	gatewayGC(b)
+	tk := requireQwen3(b)
+	ids := mixedIDs(b, tk, 2048)
+	b.ReportAllocs()
+	cpu := cpuTime(b)
+	for b.Loop() {
+		if _, err := tk.Decode(ids, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perToken(b, cpu, len(ids))
+}
+
+func perToken(b *testing.B, cpu time.Duration, n int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/token")
+	b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N)/float64(n), "cpu-ns/token")
+}
+
+// mixedIDs is the corpus's prompts tokenized, repeated to n ids.
+func mixedIDs(b *testing.B, tk *tokenizer.Tokenizer, n int) []int {
+	raw, err := os.ReadFile("corpus.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c corpus
+	if err := json.Unmarshal(raw, &c); err != nil {
+		b.Fatal(err)
+	}
+	var ids []int
+	for len(ids) < n {
+		for _, p := range c.Prompts {
+			ids = tk.AppendEncode(ids, p)
+		}
+	}
+	return ids[:n]
+}

