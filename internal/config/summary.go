@@ -59,6 +59,9 @@ func (c *Config) effectiveLogValue() slog.Attr {
 		attrs = append(attrs, slog.String("tenant_max_queued",
 			strconv.Itoa(c.Tenants.MaxQueued)+" (default with a tenant source: half of --prefill-queue-size; --tenant-max-queued off for none)"))
 	}
+	if ws := c.ExposureWarnings(); len(ws) > 0 {
+		attrs = append(attrs, slog.Any("warnings", ws))
+	}
 	return slog.Group("effective", attrs...)
 }
 
