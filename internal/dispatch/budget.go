@@ -76,11 +76,16 @@ func withRateHeader(err error, h http.Header) error {
 	return e
 }
 
-// rejection is the code of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
-// or "" for any other failure.
+// rejection is the reason of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
+// or "" for any other failure: admission's outcome name, the reason label of
+// sluice_pd_prefill_admission_rejections_total (queue_full, not the client's pd_prefill_queue_full),
+// so the tenant and admission metrics can be joined on it; a budget's refusal is rate_limit_exceeded.
 func rejection(err error, e *apierror.Error) string {
-	if errors.Is(err, admission.ErrRejected) || errors.Is(err, tenant.ErrRateLimited) {
+	switch {
+	case errors.Is(err, tenant.ErrRateLimited):
 		return e.Code
+	case errors.Is(err, admission.ErrRejected):
+		return admission.OutcomeOf(err).String()
 	}
 	return ""
 }
