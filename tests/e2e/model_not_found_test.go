@@ -24,13 +24,13 @@ func TestUnknownModelNamesIt(t *testing.T) {
 	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation"}, pdArgs(c)...)...)
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "sim-modle",
+	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "sim-mdl",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" {
 		t.Fatalf("unknown model: %v, want 404 model_not_found", err)
 	}
-	if !strings.Contains(apiErr.Message, "The model `sim-modle` does not exist") {
+	if !strings.Contains(apiErr.Message, "The model `sim-mdl` does not exist") {
 		t.Errorf("message %q does not name the model", apiErr.Message)
 	}
 }
