@@ -81,7 +81,9 @@ type Error struct {
 	Param string
 	// Message is shown to the client: it must not contain secrets.
 	Message string
-	// RetryAfter, when positive, is sent as Retry-After (rounded up to whole seconds).
+	// RetryAfter, when positive, is sent as Retry-After (rounded up to whole seconds) and as
+	// Retry-After-Ms (rounded up to milliseconds), which the official OpenAI SDKs read first: a
+	// 300 ms estimate is not stretched to a whole second.
 	RetryAfter time.Duration
 	// Allow, on a 405, lists the methods the path serves (sent as Allow).
 	Allow []string
@@ -161,6 +163,7 @@ func (e *Error) WriteHTTP(w http.ResponseWriter) {
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+		h.Set("Retry-After-Ms", retryAfterMs(e.RetryAfter))
 	}
 	if len(e.Allow) > 0 {
 		h.Set("Allow", strings.Join(e.Allow, ", "))
@@ -215,6 +218,7 @@ func (e *Error) Connect() *connect.Error {
 		secs := strconv.Itoa(int((e.RetryAfter + time.Second - 1) / time.Second))
 		info.Metadata = map[string]string{"retry_after_seconds": secs}
 		ce.Meta().Set("Retry-After", secs)
+		ce.Meta().Set("Retry-After-Ms", retryAfterMs(e.RetryAfter))
 	}
 	if d, err := connect.NewErrorDetail(info); err == nil {
 		ce.AddDetail(d)
@@ -228,6 +232,11 @@ func (e *Error) Connect() *connect.Error {
 		ce.Meta()[k] = append([]string(nil), vs...)
 	}
 	return ce
+}
+
+// retryAfterMs is d in whole milliseconds, rounded up, for Retry-After-Ms.
+func retryAfterMs(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
 }
 
 // pinned gives the wire form of codes whose RPC code and HTTP status do not follow the status-based

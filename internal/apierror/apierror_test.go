@@ -94,6 +94,11 @@ func TestFrom(t *testing.T) {
 			want: wire{404, "not_found_error", apierror.CodeModelNotFound, "", "no worker serves the requested model"},
 		},
 		{
+			name: "model not found names the model",
+			err:  &placement.ModelNotFoundError{Model: "gpt-x"},
+			want: wire{404, "not_found_error", apierror.CodeModelNotFound, "", "The model `gpt-x` does not exist: no worker serves it"},
+		},
+		{
 			name: "no healthy workers as placement returns it",
 			err:  fmt.Errorf("%w: %w", placement.ErrUnavailable, placement.ErrNoHealthyWorkers),
 			want: wire{503, "service_unavailable_error", apierror.CodeNoAvailableWorkers, "", "no healthy worker is available for the requested model"},
@@ -402,11 +407,12 @@ func TestCodeStringWithoutDetail(t *testing.T) {
 
 func TestWriteHTTP(t *testing.T) {
 	tests := []struct {
-		name           string
-		err            *apierror.Error
-		wantStatus     int
-		wantRetryAfter string
-		wantBody       string
+		name             string
+		err              *apierror.Error
+		wantStatus       int
+		wantRetryAfter   string
+		wantRetryAfterMs string
+		wantBody         string
 	}{
 		{
 			name:       "param null when empty",
@@ -424,22 +430,22 @@ func TestWriteHTTP(t *testing.T) {
 			name:           "retry after rounds 1.2s up to 2",
 			err:            apierror.New(429, apierror.CodeQueueFull, "full", nil).WithRetryAfter(1200 * time.Millisecond),
 			wantStatus:     429,
-			wantRetryAfter: "2",
-			wantBody:       `{"error":{"message":"full","type":"rate_limit_error","param":null,"code":"pd_prefill_queue_full"}}`,
+			wantRetryAfter: "2", wantRetryAfterMs: "1200",
+			wantBody: `{"error":{"message":"full","type":"rate_limit_error","param":null,"code":"pd_prefill_queue_full"}}`,
 		},
 		{
 			name:           "retry after of whole seconds is kept",
 			err:            apierror.New(503, apierror.CodeNoAvailableWorkers, "none", nil).WithRetryAfter(time.Second),
 			wantStatus:     503,
-			wantRetryAfter: "1",
-			wantBody:       `{"error":{"message":"none","type":"service_unavailable_error","param":null,"code":"no_available_workers"}}`,
+			wantRetryAfter: "1", wantRetryAfterMs: "1000",
+			wantBody: `{"error":{"message":"none","type":"service_unavailable_error","param":null,"code":"no_available_workers"}}`,
 		},
 		{
 			name:           "retry after of 1ns rounds up to 1",
 			err:            apierror.New(429, apierror.CodeQueueTimeout, "slow", nil).WithRetryAfter(time.Nanosecond),
 			wantStatus:     429,
-			wantRetryAfter: "1",
-			wantBody:       `{"error":{"message":"slow","type":"rate_limit_error","param":null,"code":"pd_prefill_queue_timeout"}}`,
+			wantRetryAfter: "1", wantRetryAfterMs: "1",
+			wantBody: `{"error":{"message":"slow","type":"rate_limit_error","param":null,"code":"pd_prefill_queue_timeout"}}`,
 		},
 		{
 			name:       "message with quotes is escaped",
@@ -463,6 +469,9 @@ func TestWriteHTTP(t *testing.T) {
 			}
 			if _, ok := rec.Header()["Retry-After"]; !ok && tt.wantRetryAfter != "" {
 				t.Error("Retry-After header missing")
+			}
+			if got := rec.Header().Get("Retry-After-Ms"); got != tt.wantRetryAfterMs {
+				t.Errorf("Retry-After-Ms = %q, want %q (milliseconds, rounded up, beside Retry-After)", got, tt.wantRetryAfterMs)
 			}
 			if diff := cmp.Diff(tt.wantBody+"\n", rec.Body.String()); diff != "" {
 				t.Errorf("body mismatch (-want +got):\n%s", diff)

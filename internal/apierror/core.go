@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
@@ -49,6 +50,10 @@ func fromCore(err error) *Error {
 	case errors.Is(err, admission.ErrQueueTimeout):
 		return New(http.StatusTooManyRequests, CodeQueueTimeout, "timed out waiting for a prefill admission slot, retry later", err)
 	case errors.Is(err, placement.ErrModelNotFound):
+		var mnf *placement.ModelNotFoundError
+		if errors.As(err, &mnf) && mnf.Model != "" {
+			return New(http.StatusNotFound, CodeModelNotFound, modelNotFoundMessage(mnf.Model), err)
+		}
 		return New(http.StatusNotFound, CodeModelNotFound, "no worker serves the requested model", err)
 	case errors.Is(err, placement.ErrInvalidTarget):
 		e := New(http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
@@ -69,6 +74,18 @@ func fromCore(err error) *Error {
 		return New(http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
 	}
 	return nil
+}
+
+// maxModelInMessage bounds the model name quoted back in an error message: the name is the client's.
+const maxModelInMessage = 256
+
+// modelNotFoundMessage names the model, as OpenAI's own model_not_found does, so a client that typed
+// the name wrong sees which name the gateway read.
+func modelNotFoundMessage(model string) string {
+	if len(model) > maxModelInMessage {
+		model = strings.ToValidUTF8(model[:maxModelInMessage], "") + "..."
+	}
+	return "The model `" + model + "` does not exist: no worker serves it"
 }
 
 // FromUpstream relays a worker's error response: its status, with the message, type, code and param

@@ -48,6 +48,18 @@ func declareDecodeWindow(adm *admission.Controller, w *worker.Worker) {
 	}
 }
 
+// warnUnboundedDecode warns when a decode worker joins (by flag, admin API or discovery) under decode
+// seats auto without a known window: its engine reports none (vLLM) and none was declared, so
+// admission bounds it by nothing. `sluice admission get` lists it with limit none.
+func (a *App) warnUnboundedDecode(w *worker.Worker) {
+	if w.Role() != worker.RoleDecode || w.Spec().DecodeWindow > 0 || !a.Admission.Settings().DecodeAuto {
+		return
+	}
+	a.logger.Warn("decode worker has no running window: under --decode-max-inflight-requests-per-worker auto its decode seats are unbounded",
+		"worker", w.URL(), "protocol", w.Spec().Protocol,
+		"fix", "declare it: --decode-window N (flag workers), sluice workers add --decode-window N, or the pod annotation sluice.dev/decode-window (vLLM: its --max-num-seqs)")
+}
+
 // newLoadMonitor builds the one poller of the engines' own load reports, or nil when
 // --engine-load-interval-secs is 0: every worker's engine is asked the way its protocol offers it
 // (backend.Upstream.FetchLoad), with the worker's API key. The readings serve three readers: the

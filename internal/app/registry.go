@@ -82,6 +82,7 @@ func (a *App) onEvent(ev worker.Event) {
 	}
 	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced {
 		declareDecodeWindow(a.Admission, ev.Worker)
+		a.warnUnboundedDecode(ev.Worker)
 	}
 	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced || ev.Kind == worker.EventRemoved {
 		a.kv.notify()

@@ -42,6 +42,7 @@ func (a *App) newServers(cfg *config.Config, tracer trace.Tracer, tokenizers fun
 		REST:          rest,
 		Metrics:       telemetry.MetricsHandler(a.Prom),
 		Ready:         a.Ready,
+		Warnings:      cfg.ExposureWarnings(),
 		SeparateAdmin: cfg.Server.AdminPort != 0,
 		Internal:      a.clusterService(),
 		Pprof:         cfg.Telemetry.Pprof,

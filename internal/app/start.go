@@ -23,6 +23,9 @@ func (a *App) Start(ctx context.Context) error {
 		a.logger.Warn("no worker configured: every inference request fails until one is added",
 			"add", "sluice workers add --url URL --role "+a.firstRole()+" (or --worker-urls, --prefill/--decode, --service-discovery)")
 	}
+	for _, w := range a.cfg.ExposureWarnings() {
+		a.logger.Warn("API open to the network: "+w, "addr", a.main.Addr().String())
+	}
 	if err := a.registerInitial(ctx); err != nil {
 		_ = a.Shutdown(context.Background())
 		return err

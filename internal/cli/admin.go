@@ -117,7 +117,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 const workersUsage = `usage: sluice workers list [--role R] [--model M] [--health H]
        sluice workers get ID
-       sluice workers add --url URL --role prefill|decode|regular [--protocol P] [--model M]... [--bootstrap-port N] [--label k=v]... [--kv-events SPEC]
+       sluice workers add --url URL --role prefill|decode|regular [--protocol P] [--model M]... [--bootstrap-port N] [--label k=v]... [--kv-events SPEC] [--decode-window N] [--kv-role kv_both]
        sluice workers drain ID [--remove]
        sluice workers rm ID
 common flags: --server URL, --admin-api-key KEY (or $SLUICE_ADMIN_API_KEY), -o table|json`
@@ -141,7 +141,8 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var models listFlag
 	labels := labelsFlag{}
 	var remove bool
-	var kvEvents string
+	var kvEvents, kvRole string
+	var decodeWindow int
 	switch sub {
 	case "list":
 		fs.StringVar(&role, "role", "", "only this role")
@@ -155,6 +156,8 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.IntVar(&bootstrap, "bootstrap-port", 0, "bootstrap port of a prefill worker")
 		fs.Var(labels, "label", "label key=value (repeatable)")
 		fs.StringVar(&kvEvents, "kv-events", "", "the engine's KV-cache events endpoint, tcp://HOST:PORT[?replay=tcp://HOST:PORT&dp=N] (kv_aware)")
+		fs.IntVar(&decodeWindow, "decode-window", 0, "running window per data-parallel rank of a decode worker whose engine reports none (vLLM: its --max-num-seqs); the decode seat bound under --decode-max-inflight-requests-per-worker auto; 0 = unknown (unbounded)")
+		fs.StringVar(&kvRole, "kv-role", "", "KV connector role of a vLLM decode worker: kv_both (it also prefills alone, for --pd-local-prefill-max-tokens); empty = none")
 	case "drain":
 		fs.BoolVar(&remove, "remove", false, "remove the worker once idle")
 	case "get", "rm":
@@ -202,9 +205,12 @@ func workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if bootstrap < 0 || bootstrap > 65535 {
 			return fmt.Errorf("--bootstrap-port %d out of range", bootstrap)
 		}
+		if decodeWindow < 0 || decodeWindow > 1<<20 {
+			return fmt.Errorf("--decode-window %d out of range 0..%d", decodeWindow, 1<<20)
+		}
 		resp, err := c.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{
 			Url: url, Role: role, Protocol: protocol, Models: models, BootstrapPort: uint32(bootstrap), Labels: labels,
-			KvEvents: kvEvents,
+			KvEvents: kvEvents, DecodeWindow: uint32(decodeWindow), KvRole: kvRole,
 		}})
 		if err != nil {
 			return err
@@ -462,7 +468,17 @@ func printAdmission(w io.Writer, st *adminv1.AdmissionStatus) error {
 	if len(st.GetDecodeWorkers()) > 0 {
 		fmt.Fprintln(tw, "DECODE WORKER\tSEATS\tLIMIT\tWINDOW")
 		for _, x := range st.GetDecodeWorkers() {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", x.GetWorker(), x.GetInflight(), x.GetLimit(), x.GetWindow())
+			limit, window := strconv.Itoa(int(x.GetLimit())), strconv.Itoa(int(x.GetWindow()))
+			if x.GetLimit() <= 0 {
+				limit = "none"
+			}
+			if x.GetWindow() <= 0 {
+				window = "unknown"
+				if st.GetSettings().GetDecodeAuto() && x.GetLimit() <= 0 {
+					window = "unknown (unbounded: declare --decode-window)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", x.GetWorker(), x.GetInflight(), limit, window)
 		}
 	}
 	for _, m := range cl.GetReplicas() {

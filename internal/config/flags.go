@@ -474,6 +474,7 @@ func (s *flagSet) finish() {
 		c.Telemetry.OTLPTracesEndpoint = smgOTLPDefault
 	}
 	c.Cluster.Mode = c.Cluster.mode()
+	c.defaultTenantMaxQueued()
 	slices.Sort(c.InertSMGFlags)
 	c.InertSMGFlags = slices.Compact(c.InertSMGFlags)
 }

@@ -46,7 +46,7 @@ func (c *Config) effectiveLogValue() slog.Attr {
 		}
 		workers = append(workers, slog.String(strconv.Itoa(i), v))
 	}
-	return slog.Group("effective",
+	attrs := []any{
 		slog.String("mode", string(c.Mode())),
 		slog.Attr{Key: "workers", Value: slog.GroupValue(workers...)},
 		slog.Bool("admission", c.Admission.Enabled()),
@@ -54,7 +54,15 @@ func (c *Config) effectiveLogValue() slog.Attr {
 		slog.Bool("tls", c.TLS.Enabled()),
 		slog.Bool("cluster_admission", c.Cluster.Enabled()),
 		slog.Duration("engine_load_interval", c.LoadMonitorInterval()),
-	)
+	}
+	if c.Tenants.MaxQueuedDefaulted {
+		attrs = append(attrs, slog.String("tenant_max_queued",
+			strconv.Itoa(c.Tenants.MaxQueued)+" (default with a tenant source: half of --prefill-queue-size; --tenant-max-queued off for none)"))
+	}
+	if ws := c.ExposureWarnings(); len(ws) > 0 {
+		attrs = append(attrs, slog.Any("warnings", ws))
+	}
+	return slog.Group("effective", attrs...)
 }
 
 // summaryValue is a flag's value for the log: typed where the flag.Value says its type (numbers,

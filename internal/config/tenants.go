@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,8 +26,13 @@ type TenantsConfig struct {
 	Fairness string
 	// Weights are tenants' shares in fair queueing, 1 for a tenant not named (--tenant-weights T=W,...).
 	Weights map[string]int
-	// MaxQueued bounds one tenant's waiting requests (--tenant-max-queued; 0 = none).
+	// MaxQueued bounds one tenant's waiting requests (--tenant-max-queued; 0 or "off" = none). Not
+	// given, it is half of --prefill-queue-size (at least 1) whenever a tenant source is set and
+	// admission is on (MaxQueuedDefaulted reports it): without a bound a single tenant's flood fills
+	// the shared queue and every other tenant, fair queueing or not, gets 429 pd_prefill_queue_full.
 	MaxQueued int
+	// MaxQueuedDefaulted reports that MaxQueued was derived from the queue size, not given.
+	MaxQueuedDefaulted bool
 	// Burst is the grants a tenant back from idle may take in its first turn, repaid in its later
 	// turns (--tenant-burst, default 1 = its weight). Opt-in: a flood that starts from idle also
 	// gets its burst ahead of the tenants that arrive just after it, and in the tenants scenario a
@@ -82,7 +88,7 @@ func (s *flagSet) registerTenants() {
 	s.str(&c.Tenants.Fairness, "tenant-fairness", "share|round-robin|off", FairnessShare, "With a tenant source and prefill admission on, how admission orders tenants within a priority band, FIFO within a tenant: share (default; on is the same) = first the tenants whose grants over the last ~2 s are below their weighted share, most under-served first (max-min fairness: a tenant under its share never waits behind one over it), else weighted deficit round robin; round-robin = the round robin alone (a quiet tenant's requests go one a turn between a flood's); off = one FIFO.")
 	s.add(tenantWeightsValue{&c.Tenants.Weights}, "tenant-weights", "T=W,...", "Tenants' weights in fair queueing (grants per round, 1-1000); tenants not named weigh 1.")
 	s.int(&c.Tenants.Burst, "tenant-burst", "N", 1, "In fair queueing, the requests a tenant back from idle is granted back to back in its first turn (at least its weight), repaid from its later turns: over any interval a tenant gets at most its share plus N; 1 (default) = one turn of its weight, 1-1000.")
-	s.int(&c.Tenants.MaxQueued, "tenant-max-queued", "N", 0, "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 = no bound.")
+	s.add(tenantMaxQueuedValue{&c.Tenants.MaxQueued}, "tenant-max-queued", "N|off", "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 or off = no bound. Default with a tenant source and admission on: half of --prefill-queue-size (at least 1), so that one tenant's flood leaves the other half of the shared queue to the other tenants instead of filling it (then they would get 429 pd_prefill_queue_full however fair the order); without a tenant source, no bound.")
 	s.int64(&c.Tenants.TokensPerMinute, "tenant-tokens-per-minute", "N", 0, "Every tenant's token budget per minute (prompt tokens reserved on arrival, settled on the reported usage); beyond it 429 rate_limit_exceeded with Retry-After and x-ratelimit-* headers; 0 = none.")
 	s.int64(&c.Tenants.RequestsPerMinute, "tenant-requests-per-minute", "N", 0, "Every tenant's request budget per minute; 0 = none.")
 	s.add(tenantBudgetsValue{&c.Tenants.Budgets}, "tenant-budgets", "T=TOKENS:REQUESTS,...", "Per-tenant budgets per minute, overriding the two above for the tenants named (0 = no limit of that kind).")
@@ -117,7 +123,7 @@ func (c *Config) validateTenants(p *problems) {
 	if t.MetricsMaxTenants < 0 {
 		p.add("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
 	}
-	if !t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0 || t.BudgetsOn()) {
+	if !t.On() && (len(t.Weights) > 0 || (t.MaxQueued > 0 && !t.MaxQueuedDefaulted) || t.BudgetsOn()) {
 		p.add("--tenant-weights, --tenant-max-queued and tenant budgets need a tenant source (--tenant-api-key-ids, --tenant-jwt-claim or --tenant-header)")
 	}
 	if t.SessionHeader != "" && !validHeaderName(t.SessionHeader) {
@@ -133,6 +139,44 @@ func (c *Config) validateTenants(p *problems) {
 	if t.On() && (len(t.Weights) > 0 || t.MaxQueued > 0) && !c.Admission.Enabled() {
 		p.add("--tenant-weights and --tenant-max-queued act inside prefill admission, which is off; set --prefill-max-inflight-requests-per-worker")
 	}
+}
+
+// defaultTenantMaxQueued derives --tenant-max-queued when it was not given: half of
+// --prefill-queue-size (at least 1) with a tenant source and admission on. Half, not less, so a
+// tenant's burst still queues; not more, so a flood leaves room for everyone else (two floods
+// together can still fill the queue, but each of them alone cannot).
+func (c *Config) defaultTenantMaxQueued() {
+	if c.explicit["tenant-max-queued"] || !c.Tenants.On() || !c.Admission.Enabled() || c.Admission.QueueSize <= 0 {
+		return
+	}
+	c.Tenants.MaxQueued = max(1, c.Admission.QueueSize/2)
+	c.Tenants.MaxQueuedDefaulted = true
+}
+
+// tenantMaxQueuedValue is --tenant-max-queued: a number of requests, or "off" (= 0, no bound).
+type tenantMaxQueuedValue struct{ p *int }
+
+func (v tenantMaxQueuedValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v tenantMaxQueuedValue) Get() any { return *v.p }
+
+func (v tenantMaxQueuedValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "off") || strings.EqualFold(s, "none") {
+		*v.p = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New(`want a number of requests or "off"`)
+	}
+	*v.p = n
+	return nil
 }
 
 // tenantWeightsValue is a T=W,... flag; values accumulate over repeats.

@@ -85,3 +85,37 @@ func TestParseTenantsRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantMaxQueuedDefault: with a tenant source and admission on, --tenant-max-queued not given is
+// half of --prefill-queue-size, so one tenant's flood cannot fill the shared queue; given (a number,
+// 0 or off) it wins; with no tenant source there is no bound.
+func TestTenantMaxQueuedDefault(t *testing.T) {
+	pd := []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1",
+		"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "20"}
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		want      int
+		defaulted bool
+	}{
+		{"tenant source", []string{"--tenant-header", "x-tenant"}, 10, true},
+		{"explicit", []string{"--tenant-header", "x-tenant", "--tenant-max-queued", "3"}, 3, false},
+		{"explicit off", []string{"--tenant-header", "x-tenant", "--tenant-max-queued", "off"}, 0, false},
+		{"explicit 0", []string{"--tenant-header", "x-tenant", "--tenant-max-queued", "0"}, 0, false},
+		{"no tenant source", nil, 0, false},
+		{"queue of one", []string{"--tenant-header", "x-tenant", "--prefill-queue-size", "1"}, 1, true},
+	} {
+		c, err := parseNoEnv(append(slices.Clone(pd), tt.args...)...)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if c.Tenants.MaxQueued != tt.want || c.Tenants.MaxQueuedDefaulted != tt.defaulted {
+			t.Errorf("%s: max queued %d (defaulted %v), want %d (%v)", tt.name, c.Tenants.MaxQueued,
+				c.Tenants.MaxQueuedDefaulted, tt.want, tt.defaulted)
+		}
+	}
+	// A tenant source without admission stays valid: there is no queue to share.
+	if _, err := parseNoEnv("--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1", "--tenant-header", "x-tenant"); err != nil {
+		t.Errorf("tenant source without admission: %v", err)
+	}
+}

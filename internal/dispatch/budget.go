@@ -4,8 +4,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
@@ -16,7 +14,7 @@ import (
 // Per-tenant budgets (Config.Budgets, internal/tenant): a request takes one request and its estimated
 // prompt tokens from its tenant's budget when it arrives, before admission, and is refused with 429
 // rate_limit_exceeded when either is spent. The refusal carries Retry-After (whole seconds) and
-// Retry-After-Ms, which the official OpenAI SDKs prefer, so their retry waits as long as needed; every
+// Retry-After-Ms (as every refusal with a retry hint does), which the official OpenAI SDKs prefer, so their retry waits as long as needed; every
 // answer of a tenant with a budget carries OpenAI's x-ratelimit-* headers. The reservation is settled
 // on the usage the engine reports when the response ends; a request admission refused used no tokens.
 
@@ -32,8 +30,7 @@ func (x *Dispatcher) reserveBudget(r *Request, br *body.Request) (*tenant.Reserv
 	if errors.As(err, &d) {
 		e := apierror.New(http.StatusTooManyRequests, apierror.CodeRateLimitExceeded,
 			"this tenant's "+budgetKind(d)+" per minute are spent, retry after the Retry-After delay", err).WithRetryAfter(d.RetryAfter)
-		e.Header = q.Header()
-		e.Header.Set("Retry-After-Ms", strconv.FormatInt(int64((d.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
+		e.Header = q.Header() // Retry-After-Ms comes with Retry-After (apierror)
 		return nil, nil, e
 	}
 	if res == nil {
@@ -79,11 +76,16 @@ func withRateHeader(err error, h http.Header) error {
 	return e
 }
 
-// rejection is the code of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
-// or "" for any other failure.
+// rejection is the reason of a refusal by the tenant's budget or by admission (RequestStats.Rejection),
+// or "" for any other failure: admission's outcome name, the reason label of
+// sluice_pd_prefill_admission_rejections_total (queue_full, not the client's pd_prefill_queue_full),
+// so the tenant and admission metrics can be joined on it; a budget's refusal is rate_limit_exceeded.
 func rejection(err error, e *apierror.Error) string {
-	if errors.Is(err, admission.ErrRejected) || errors.Is(err, tenant.ErrRateLimited) {
+	switch {
+	case errors.Is(err, tenant.ErrRateLimited):
 		return e.Code
+	case errors.Is(err, admission.ErrRejected):
+		return admission.OutcomeOf(err).String()
 	}
 	return ""
 }

@@ -29,6 +29,15 @@ var (
 	ErrNoCompatibleWorkers = errors.New("no routable worker speaks a compatible KV handoff")
 )
 
+// ModelNotFoundError is ErrModelNotFound naming the model asked for, so the client's error can name
+// it; errors.Is(err, ErrModelNotFound) holds.
+type ModelNotFoundError struct{ Model string }
+
+func (e *ModelNotFoundError) Error() string { return fmt.Sprintf("%v: %q", ErrModelNotFound, e.Model) }
+
+// Is makes a ModelNotFoundError match ErrModelNotFound.
+func (e *ModelNotFoundError) Is(target error) bool { return target == ErrModelNotFound }
+
 // Prebuilt so the hot rejection paths (an admission head polling while all
 // workers are full) do not allocate.
 var (
@@ -89,7 +98,7 @@ var bufPool = sync.Pool{New: func() any {
 func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, hasCapacity func(*worker.Worker) bool, now time.Time) (*worker.Worker, error) {
 	cands := snap.Candidates(role, req.Model)
 	if len(cands) == 0 {
-		return nil, ErrModelNotFound
+		return nil, &ModelNotFoundError{Model: req.Model}
 	}
 	if req.TargetWorker >= 0 {
 		if req.TargetWorker >= len(cands) {

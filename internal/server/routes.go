@@ -38,9 +38,9 @@ func liveness(w http.ResponseWriter, _ *http.Request) {
 
 // probeHandler serves only the probes, for --health-check-port: no middleware, no auth, nothing a
 // saturated main port could hold up.
-func probeHandler(ready func() error) http.Handler {
+func probeHandler(ready func() error, warnings []string) http.Handler {
 	mux := http.NewServeMux()
-	mountProbes(mux, ready)
+	mountProbes(mux, ready, warnings)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, mux, "/") })
 	return mux
 }

@@ -55,6 +55,8 @@ type Options struct {
 	Metrics http.Handler
 	// Ready reports whether the gateway can serve (nil error) for /readiness and gRPC health.
 	Ready func() error
+	// Warnings are shown in /health's "warnings" (what the settings leave open: config.ExposureWarnings).
+	Warnings []string
 	// HandlerOptions are added to every Connect handler (interceptors).
 	HandlerOptions []connect.HandlerOption
 	// SeparateAdmin leaves the admin routes out of Handler; AdminHandler serves them instead.
@@ -174,7 +176,7 @@ func NewHandlers(o Options) (*Handlers, error) {
 	}
 	main.Handle(grpchealth.NewHandler(&healthChecker{ready: o.Ready}))
 
-	mountProbes(main, o.Ready)
+	mountProbes(main, o.Ready, o.Warnings)
 	mountRoutes(main, adminMux, adminRoute, o.Routes)
 	outer := func(h http.Handler) http.Handler {
 		return newCORS(o.CORSAllowedOrigins).wrap(withDeadlines(h, o.BodyReadTimeout, o.WriteTimeout))
@@ -186,18 +188,24 @@ func NewHandlers(o Options) (*Handlers, error) {
 	if o.SeparateAdmin {
 		adminMux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NoRoute(w, r, adminMux, "/") })
 	}
-	hs := &Handlers{Main: outer(main), Probe: probeHandler(o.Ready), Metrics: metricsHandler(o.Metrics)}
+	hs := &Handlers{Main: outer(main), Probe: probeHandler(o.Ready, o.Warnings), Metrics: metricsHandler(o.Metrics)}
 	if o.SeparateAdmin {
 		hs.Admin = outer(adminMux)
 	}
 	return hs, nil
 }
 
-// mountProbes serves /health, /liveness and /readiness on mux.
-func mountProbes(mux *http.ServeMux, ready func() error) {
+// mountProbes serves /health, /liveness and /readiness on mux. /health lists warnings, when there are
+// any, beside its status: an operator checking the gateway sees that an API is open to the network.
+func mountProbes(mux *http.ServeMux, ready func() error, warnings []string) {
+	health := []byte(`{"status":"ok"}` + "\n")
+	if len(warnings) > 0 {
+		b, _ := json.Marshal(map[string]any{"status": "ok", "warnings": warnings})
+		health = append(b, '\n')
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		_, _ = w.Write(health)
 	})
 	mux.HandleFunc("GET /liveness", liveness)
 	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, _ *http.Request) {

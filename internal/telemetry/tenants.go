@@ -20,7 +20,7 @@ func NewTenantMetrics(reg prometheus.Registerer) *TenantMetrics {
 		}, []string{"tenant"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tenant_rejections_total",
-			Help: "Client requests of a tenant refused by its budget or by admission, by reason (the error code: rate_limit_exceeded, tenant_queue_full, pd_prefill_queue_full, ...).",
+			Help: "Client requests of a tenant refused by its budget or by admission, by reason: rate_limit_exceeded (budget), else the reason of sluice_pd_prefill_admission_rejections_total (queue_full, queue_timeout, tenant_queue_full, decode_queue_full, ...).",
 		}, []string{"tenant", "reason"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tenant_tokens_total",

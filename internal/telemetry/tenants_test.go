@@ -22,7 +22,7 @@ func TestTenantMetricsRecord(t *testing.T) {
 # HELP sluice_tenant_admitted_total Client requests of a tenant that passed its budget and admission and were answered by an engine.
 # TYPE sluice_tenant_admitted_total counter
 sluice_tenant_admitted_total{tenant="a"} 2
-# HELP sluice_tenant_rejections_total Client requests of a tenant refused by its budget or by admission, by reason (the error code: rate_limit_exceeded, tenant_queue_full, pd_prefill_queue_full, ...).
+# HELP sluice_tenant_rejections_total Client requests of a tenant refused by its budget or by admission, by reason: rate_limit_exceeded (budget), else the reason of sluice_pd_prefill_admission_rejections_total (queue_full, queue_timeout, tenant_queue_full, decode_queue_full, ...).
 # TYPE sluice_tenant_rejections_total counter
 sluice_tenant_rejections_total{reason="rate_limit_exceeded",tenant="b"} 1
 # HELP sluice_tenant_tokens_total Tokens of a tenant's answered requests as the engines reported them, by type (input, output).

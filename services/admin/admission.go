@@ -11,6 +11,7 @@ import (
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/cluster"
+	"github.com/sluicegw/sluice/internal/worker"
 )
 
 func (s *Service) status() *adminv1.AdmissionStatus {
@@ -36,7 +37,11 @@ func (s *Service) status() *adminv1.AdmissionStatus {
 		ReleaseRate:     st.ReleaseRate,
 		SeatReleaseRate: st.SeatReleaseRate,
 	}
-	for _, k := range slices.Sorted(maps.Keys(st.Seats)) {
+	seats := st.Seats
+	if st.Settings.DecodeAuto {
+		seats = s.withUnboundedDecode(st)
+	}
+	for _, k := range slices.Sorted(maps.Keys(seats)) {
 		out.DecodeWorkers = append(out.DecodeWorkers, &adminv1.DecodeSeats{Worker: k, Inflight: int32(st.Seats[k]),
 			Limit: int32(st.SeatLimits[k]), Window: int32(st.DecodeCapacity[k].Window)})
 	}
@@ -195,4 +200,30 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		"adaptive_min", set.Adaptive.Min, "adaptive_max", set.Adaptive.Max,
 		"decode_limit", set.DecodeMaxInflightPerWorker, "decode_auto", set.DecodeAuto)
 	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
+}
+
+// withUnboundedDecode adds to the seat table, under decode seats auto, every registered decode worker
+// (and rank) whose window is unknown: admission bounds it by nothing, and leaving it out of the table
+// (as admission's status does until it holds a seat) hid that from the operator. Its row shows limit
+// and window 0, which the CLI prints as none (unbounded) and unknown.
+func (s *Service) withUnboundedDecode(st admission.Status) map[string]int {
+	if s.d.Registry == nil {
+		return st.Seats
+	}
+	out := maps.Clone(st.Seats)
+	if out == nil {
+		out = map[string]int{}
+	}
+	for _, w := range s.d.Registry.Snapshot().ByRole(worker.RoleDecode) {
+		keys := []string{w.Key()}
+		for _, r := range w.Ranks() {
+			keys = append(keys, r.Key())
+		}
+		for _, k := range keys {
+			if _, ok := out[k]; !ok {
+				out[k] = 0
+			}
+		}
+	}
+	return out
 }

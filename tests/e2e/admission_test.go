@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,12 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("overflow: status %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Retry-After-Ms, which the OpenAI SDKs read first, is the same hint to the millisecond.
+	if secs, err1 := strconv.Atoi(resp.Header.Get("Retry-After")); err1 != nil {
+		t.Fatalf("Retry-After %q: %v", resp.Header.Get("Retry-After"), err1)
+	} else if ms, err2 := strconv.Atoi(resp.Header.Get("Retry-After-Ms")); err2 != nil || ms <= 0 || (ms+999)/1000 != secs {
+		t.Fatalf("Retry-After-Ms %q beside Retry-After %d: want the same delay in milliseconds", resp.Header.Get("Retry-After-Ms"), secs)
 	}
 	if e := decodeError(t, resp); e.Error.Code != "pd_prefill_queue_full" {
 		t.Fatalf("overflow code %q, want pd_prefill_queue_full", e.Error.Code)
