@@ -40,8 +40,13 @@
 // of old snapshots and guards, but is never routable again.
 //
 // The [HealthChecker] owns its goroutines: [HealthChecker.Run] starts at most
-// HealthConfig.Concurrency probes at a time and returns only after all of
-// them have finished, once its context is done. The [LoadMonitor] does the
+// HealthConfig.Concurrency probes at a time in each of its two loops (every
+// worker once per Interval; workers never ready yet on a pace of their own,
+// 1 s backing off to 2 s) and returns only after all of them have finished,
+// once its context is done. A passing probe of a worker whose engine has not
+// answered detection (Spec.DetectPending), or of a NotReady worker, first
+// runs the injected [Redetector], at most one at a time per worker, and the
+// worker is made ready only if it succeeds. The [LoadMonitor] does the
 // same with its load fetches ([LoadMonitor.Run]); it is the only writer of
 // [Worker.EngineLoad].
 package worker

@@ -277,51 +277,49 @@ func (c *HealthChecker) pendingRound(ctx context.Context) {
 	}
 	c.mu.Unlock()
 
+	c.probeEach(ctx, due, func(w *Worker) {
+		// Back to back: a worker never ready has no history for the threshold to guard.
+		w, _ = c.checkUntilSettled(ctx, w, true)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if p := c.pending[w]; p != nil {
+			p.delay = min(2*p.delay, c.cfg.PendingMaxInterval)
+			p.next = time.Now().Add(p.delay)
+		}
+	})
+}
+
+// probeEach runs probe on each worker, at most Concurrency at once, and returns when all have
+// finished; once ctx is done it starts no more.
+func (c *HealthChecker) probeEach(ctx context.Context, ws []*Worker, probe func(*Worker)) {
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for _, w := range due {
+	defer wg.Wait()
+	for _, w := range ws {
 		select {
 		case <-ctx.Done():
+			return
 		case sem <- struct{}{}:
-			wg.Go(func() {
-				defer func() { <-sem }()
-				// Back to back: a worker never ready has no history for the threshold to guard.
-				w, _ = c.checkUntilSettled(ctx, w, true)
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				if p := c.pending[w]; p != nil {
-					p.delay = min(2*p.delay, c.cfg.PendingMaxInterval)
-					p.next = time.Now().Add(p.delay)
-				}
-			})
-			continue
 		}
-		break
+		wg.Go(func() {
+			defer func() { <-sem }()
+			probe(w)
+		})
 	}
-	wg.Wait()
 }
 
 // round probes all non-draining workers with bounded concurrency and waits
 // for every probe.
 func (c *HealthChecker) round(ctx context.Context) {
-	sem := make(chan struct{}, c.cfg.Concurrency)
-	var wg sync.WaitGroup
+	var ws []*Worker
 	for _, w := range c.reg.Snapshot().All() {
-		if w.Health() == HealthDraining {
-			continue
+		if w.Health() != HealthDraining {
+			ws = append(ws, w)
 		}
-		select {
-		case <-ctx.Done():
-		case sem <- struct{}{}:
-			wg.Go(func() {
-				defer func() { <-sem }()
-				_, _ = c.checkOnce(ctx, w) // apply() has recorded the outcome
-			})
-			continue
-		}
-		break
 	}
-	wg.Wait()
+	c.probeEach(ctx, ws, func(w *Worker) {
+		_, _ = c.checkOnce(ctx, w) // apply() has recorded the outcome
+	})
 	c.prune()
 }
 
