@@ -33,14 +33,18 @@ func (h *Handler) registerAux() {
 			h.mux.Handle("POST "+path, h.passthrough(route, path))
 		case body.RouteTokenize:
 			h.mux.Handle("POST "+path, h.tokenize(h.inference(route, path)))
+		case body.RouteDetokenize:
+			h.mux.Handle("POST "+path, h.detokenize(h.inference(route, path)))
 		default:
 			h.mux.Handle("POST "+path, h.inference(route, path))
 		}
 	}
 	// SMG (and vLLM) also serve rerank without the /v1 prefix.
 	h.mux.Handle("POST /rerank", h.inference(body.RouteRerank, "/rerank"))
-	// vLLM serves tokenize without the /v1 prefix too (tokenize.go answers both with a tokenizer).
+	// vLLM serves tokenize and detokenize without the /v1 prefix too (tokenize.go answers both with a
+	// tokenizer).
 	h.mux.Handle("POST /tokenize", h.tokenize(h.inference(body.RouteTokenize, "/tokenize")))
+	h.mux.Handle("POST /detokenize", h.detokenize(h.inference(body.RouteDetokenize, "/detokenize")))
 }
 
 // passthrough serves a route whose stream is relayed as the engine sends it. It is the chat handler

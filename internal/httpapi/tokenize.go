@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -106,4 +107,65 @@ func tokenizeLocally(tk *tokenizer.Tokenizer, req *tokenizeRequest) (*tokenizeRe
 		resp.TokenStrs = &strs
 	}
 	return resp, nil
+}
+
+// detokenizeRequest and detokenizeResponse are vLLM's DetokenizeRequest and DetokenizeResponse
+// (vllm/entrypoints/serve/tokenize/protocol.py); vLLM answers with tokenizer.decode(tokens), special
+// tokens kept.
+type detokenizeRequest struct {
+	Model  string `json:"model"`
+	Tokens []int  `json:"tokens"`
+}
+
+type detokenizeResponse struct {
+	Prompt string `json:"prompt"`
+}
+
+// detokenize answers /detokenize and /v1/detokenize itself for a model it has a tokenizer for, as
+// tokenize does; other requests go to forward (an engine). An id outside the vocabulary is a 400
+// naming tokens[i] (Hugging Face would drop it and answer text nobody sent).
+func (h *Handler) detokenize(forward http.Handler) http.Handler {
+	if h.o.Tokenizer == nil {
+		return forward
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, e := readBody(w, r, h.o.MaxPayloadSize)
+		if e != nil {
+			e.WriteHTTP(w)
+			return
+		}
+		var head struct {
+			Model string `json:"model"`
+		}
+		var tk *tokenizer.Tokenizer
+		if json.Unmarshal(body, &head) == nil {
+			tk = h.o.Tokenizer(head.Model)
+		}
+		if tk == nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			forward.ServeHTTP(w, r)
+			return
+		}
+		var req detokenizeRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			apierror.InvalidRequest("tokens", "tokens must be a list of token ids: "+err.Error()).WriteHTTP(w)
+			return
+		}
+		if req.Tokens == nil {
+			apierror.InvalidRequest("tokens", "tokens is required: the token ids to turn into text").WriteHTTP(w)
+			return
+		}
+		text, err := tk.Decode(req.Tokens, false)
+		var ute *tokenizer.UnknownTokenError
+		switch {
+		case errors.As(err, &ute):
+			apierror.InvalidRequest("tokens", fmt.Sprintf("tokens[%d]: token id %d is not in model %s's vocabulary", ute.Index, ute.ID, req.Model)).WriteHTTP(w)
+			return
+		case err != nil:
+			apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, err.Error(), err).WriteHTTP(w)
+			return
+		}
+		writeJSON(w, http.StatusOK, detokenizeResponse{Prompt: text})
+	})
 }

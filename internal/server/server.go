@@ -124,8 +124,9 @@ func NewHandlers(o Options) (*Handlers, error) {
 		rest := guard(limited(requireJSON(o.REST), o.Concurrency, false), o.InferenceAuth)
 		main.Handle("/v1/", rest)
 		main.Handle("/generate", rest)
-		main.Handle("/rerank", rest)   // SMG's native rerank path
-		main.Handle("/tokenize", rest) // vLLM's tokenize path
+		main.Handle("/rerank", rest)     // SMG's native rerank path
+		main.Handle("/tokenize", rest)   // vLLM's tokenize path
+		main.Handle("/detokenize", rest) // vLLM's detokenize path
 	}
 
 	adminMux := main

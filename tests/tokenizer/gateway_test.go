@@ -187,3 +187,60 @@ func TestGatewayRefusesBadTokenizerPath(t *testing.T) {
 		t.Fatalf("app.New: %v, want an error naming --tokenizer-path m=%s and tokenizer.json", err, dir)
 	}
 }
+
+// TestGatewayDetokenize: the gateway answers /detokenize and /v1/detokenize itself, in vLLM's shape
+// ({"model", "tokens"} -> {"prompt"}, special tokens kept as vLLM's tokenizer.decode keeps them), with
+// the oracle's text; an id outside the vocabulary and a malformed list are 400s naming tokens.
+func TestGatewayDetokenize(t *testing.T) {
+	tk := requireQwen3(t)
+	base, model := startGateway(t)
+	cases := []decodeCase{{IDs: tk.Encode(decodeTexts[1])}, {IDs: tk.Encode(decodeTexts[5])}, {IDs: []int{}}}
+	want := jsDecode(t, cases)
+	for i, c := range cases {
+		for _, path := range []string{"/detokenize", "/v1/detokenize"} {
+			status, raw := postRaw(t, base+path, map[string]any{"model": model, "tokens": c.IDs})
+			var ans struct {
+				Prompt *string `json:"prompt"`
+			}
+			if err := json.Unmarshal(raw, &ans); err != nil || status != http.StatusOK || ans.Prompt == nil || *ans.Prompt != want[i] {
+				t.Errorf("POST %s case %d: %d %s, want 200 with prompt %q", path, i, status, raw, want[i])
+			}
+		}
+	}
+	for name, body := range map[string]map[string]any{
+		"unknown id":  {"model": model, "tokens": []int{9707, 1 << 30}},
+		"negative id": {"model": model, "tokens": []int{-1}},
+		"not a list":  {"model": model, "tokens": "hello"},
+		"missing":     {"model": model},
+	} {
+		status, raw := postRaw(t, base+"/v1/detokenize", body)
+		var ans tokenizeAnswer
+		if err := json.Unmarshal(raw, &ans); err != nil || status != http.StatusBadRequest || ans.Error == nil ||
+			!strings.Contains(string(raw), `"param":"tokens"`) {
+			t.Errorf("%s: %d %s, want 400 OpenAI error JSON with param tokens", name, status, raw)
+		}
+	}
+}
+
+func postRaw(t *testing.T, url string, body any) (int, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, raw
+}
