@@ -1,0 +1,224 @@
+// Package stop decides where a generation ends and how much of its decoded text a client may see so
+// far: stop strings, stop token ids, the model's end-of-sequence ids, min_tokens and max_tokens,
+// applied as vLLM and SGLang apply them, to text the gateway decoded itself from an engine's token ids.
+// It knows nothing of transports or tokenizers: it is fed one generated token's id and text at a time.
+//
+// Where the semantics come from (vLLM v1, SGLang):
+//
+//   - A stop string ends the text where it begins (vllm/v1/engine/detokenizer.py, check_stop_strings;
+//     SGLang's detokenizer_manager.py trim_matched_stop); with IncludeStopStr (vLLM's
+//     include_stop_str_in_output, SGLang's no_stop_trim) it ends the text where the stop string ends.
+//     Text after it, even in the same token, is dropped.
+//   - After each token only matches that end in the token's new text count, as check_stop_strings
+//     searches from 1-new_char_count-len(stop). When one token completes several stop strings, the one
+//     completing first wins (ties: the earlier in the list), so the result does not depend on how the
+//     text was cut into tokens; vLLM's loop returns the first in list order that occurs, which differs
+//     only when one token completes two stop strings at different places.
+//   - A stop token id (StopTokenIDs, or an EOS id unless IgnoreEOS) ends the generation and its text is
+//     not output unless IncludeStopStr (BaseIncrementalDetokenizer.update skips the last token from
+//     detokenization when stop_terminated and not include_stop_str_in_output; SGLang trims the last id
+//     unless no_stop_trim). The stop strings are not checked on that token, as vLLM skips them.
+//   - vLLM reports stop_reason as the matched string or the stop_token_ids entry, and None for the
+//     primary EOS (v1/core/sched/utils.py check_stop). The generation_config's other eos ids become
+//     stop_token_ids unless ignore_eos (sampling_params.py, update_from_generation_config), so they are
+//     reported by id: that is [Params.GenerationEOS].
+//   - min_tokens: no stop token before min_tokens tokens were generated (vLLM masks them in the
+//     sampler, MinTokensLogitsProcessor) and no stop string that ends in the text of those tokens
+//     (vLLM's detokenizer moves its stop check offset past them).
+//   - max_tokens ends the generation with finish_reason "length" (check_stop), unless the same token
+//     matched a stop string or a stop token, which vLLM's output processor reports as "stop".
+//
+// The text held back is only what could still become a stop string: the longest suffix of the text not
+// yet emitted that is a proper prefix of some stop string. vLLM holds back max(len(stop))-1 characters
+// always; the text emitted in total is the same.
+package stop
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Params are a request's stop settings.
+type Params struct {
+	Stop         []string // stop strings; none may be empty (vLLM rejects "": it matches everywhere)
+	StopTokenIDs []int    // reported by id
+	// EOS are the model's end ids reported as stop_reason None (vLLM's primary eos_token_id);
+	// GenerationEOS the generation_config's others, which vLLM reports by id. IgnoreEOS disables both.
+	EOS           []int
+	GenerationEOS []int
+	IgnoreEOS     bool
+	MinTokens     int  // no stop before this many tokens were generated
+	MaxTokens     int  // 0: no limit
+	IncludeStop   bool // include_stop_str_in_output / no_stop_trim: the matched stop string or token stays in the text
+}
+
+// End says why a generation ended.
+type End struct {
+	Reason     string // "stop" or "length"; "" while it goes on
+	StopString string // the stop string matched, or ""
+	// StopToken is the stop token id that ended it, or -1: a stop string, an EOS (vLLM's stop_reason
+	// None) or the length.
+	StopToken int
+}
+
+// Matcher applies Params to one generation's tokens. It is not safe for concurrent use.
+type Matcher struct {
+	stops       [][]byte
+	maxStop     int   // the longest stop string's length in bytes
+	stopIDs     []int // StopTokenIDs and GenerationEOS unless IgnoreEOS
+	eos         []int
+	minTokens   int
+	maxTokens   int
+	includeStop bool
+
+	n int // tokens fed
+	// buf is the text's tail: what is not emitted yet, after up to maxStop-1 bytes that are, which a
+	// stop string completed by the next token may begin in. sent is how much of buf is emitted.
+	buf  []byte
+	sent int
+	end  End
+}
+
+// New checks p and starts a Matcher.
+func New(p Params) (*Matcher, error) {
+	if p.MinTokens < 0 || p.MaxTokens < 0 {
+		return nil, fmt.Errorf("stop: min_tokens %d and max_tokens %d must not be negative", p.MinTokens, p.MaxTokens)
+	}
+	if p.MaxTokens > 0 && p.MinTokens > p.MaxTokens {
+		return nil, fmt.Errorf("stop: min_tokens %d is more than max_tokens %d", p.MinTokens, p.MaxTokens)
+	}
+	m := &Matcher{
+		stopIDs:     p.StopTokenIDs,
+		minTokens:   p.MinTokens,
+		maxTokens:   p.MaxTokens,
+		includeStop: p.IncludeStop,
+		end:         End{StopToken: -1},
+	}
+	for _, s := range p.Stop {
+		if s == "" {
+			return nil, errors.New("stop: a stop string is empty")
+		}
+		m.stops = append(m.stops, []byte(s))
+		m.maxStop = max(m.maxStop, len(s))
+	}
+	if !p.IgnoreEOS {
+		m.eos = p.EOS
+		m.stopIDs = append(slices.Clip(m.stopIDs), p.GenerationEOS...)
+	}
+	return m, nil
+}
+
+// Feed takes the next generated token's id and its decoded text (a DecodeStream's Step) and returns the
+// text now safe to emit. done says the generation ended with this token: emit is then the rest of the
+// text, and [Matcher.Result] says why. Feeding after done returns "", true.
+func (m *Matcher) Feed(id int, text string) (emit string, done bool) {
+	if m.end.Reason != "" {
+		return "", true
+	}
+	m.n++
+	stopsAllowed := m.n > m.minTokens
+	if stopsAllowed && (slices.Contains(m.stopIDs, id) || slices.Contains(m.eos, id)) {
+		if m.includeStop {
+			m.buf = append(m.buf, text...)
+		}
+		m.end.Reason = "stop"
+		if slices.Contains(m.stopIDs, id) {
+			m.end.StopToken = id // else an EOS: vLLM's stop_reason None
+		}
+		return m.emitTo(len(m.buf)), true
+	}
+	old := len(m.buf)
+	m.buf = append(m.buf, text...)
+	if stopsAllowed && len(text) > 0 {
+		if s, start := m.match(old); s >= 0 {
+			end := start
+			if m.includeStop {
+				end += len(m.stops[s])
+			}
+			m.end.Reason, m.end.StopString = "stop", string(m.stops[s])
+			return m.emitTo(end), true
+		}
+	}
+	if m.maxTokens > 0 && m.n >= m.maxTokens {
+		m.end.Reason = "length"
+		return m.emitTo(len(m.buf)), true
+	}
+	hold := 0
+	if !m.includeStop {
+		// With the stop string kept, a match only trims what follows it in its own token's text,
+		// so nothing already seen needs holding.
+		hold = m.holdBack()
+	}
+	emit = m.emitTo(len(m.buf) - hold)
+	if keep := max(len(m.buf)-m.sent, m.maxStop-1); len(m.buf) > keep {
+		drop := len(m.buf) - keep
+		m.buf = append(m.buf[:0], m.buf[drop:]...)
+		m.sent -= drop
+	}
+	return emit, false
+}
+
+// emitTo emits buf up to i.
+func (m *Matcher) emitTo(i int) string {
+	s := string(m.buf[m.sent:i])
+	m.sent = i
+	return s
+}
+
+// match finds the stop string completing first in buf's text from old on (the new token's), and where
+// it starts; -1 if none. A match ending earlier was looked for when that text came, or lies in the
+// first min_tokens tokens' text, where stops do not count.
+func (m *Matcher) match(old int) (stop, start int) {
+	stop, start = -1, 0
+	bestEnd := len(m.buf) + 1
+	for i, s := range m.stops {
+		from := max(0, old-len(s)+1)
+		j := bytes.Index(m.buf[from:], s)
+		if j < 0 {
+			continue
+		}
+		if end := from + j + len(s); end < bestEnd {
+			stop, start, bestEnd = i, from+j, end
+		}
+	}
+	return stop, start
+}
+
+// holdBack is the length of the longest suffix of the unemitted text that is a proper prefix of a stop
+// string: text that a later token could turn into a stop string.
+func (m *Matcher) holdBack() int {
+	best := 0
+	p := m.buf[m.sent:]
+	for _, s := range m.stops {
+		for k := min(len(s)-1, len(p)); k > best; k-- {
+			if bytes.HasSuffix(p, s[:k]) {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Finish ends a generation that Feed did not end (the engine stopped on its own, or the stream broke
+// off) and returns the text still held back: no stop string can begin in it any more. When the tokens
+// reached MaxTokens without Feed saying done (MaxTokens 0 and the engine's own limit), the caller knows
+// the reason; Result stays as it was.
+func (m *Matcher) Finish() string {
+	if m.end.Reason != "" {
+		return ""
+	}
+	return m.emitTo(len(m.buf))
+}
+
+// Result is why the generation ended; Reason is "" while it has not.
+func (m *Matcher) Result() End {
+	return m.end
+}
+
+// Held is how many bytes of decoded text the Matcher is holding back.
+func (m *Matcher) Held() int {
+	return len(m.buf) - m.sent
+}
