@@ -40,6 +40,8 @@ import (
 	"slices"
 )
 
+const compactAt = 512
+
 // Params are a request's stop settings.
 type Params struct {
 	Stop         []string // stop strings; none may be empty (vLLM rejects "": it matches everywhere)
@@ -65,20 +67,25 @@ type End struct {
 
 // Matcher applies Params to one generation's tokens. It is not safe for concurrent use.
 type Matcher struct {
-	stops       [][]byte
-	maxStop     int   // the longest stop string's length in bytes
-	stopIDs     []int // StopTokenIDs and GenerationEOS unless IgnoreEOS
-	eos         []int
-	minTokens   int
-	maxTokens   int
-	includeStop bool
+	stops   [][]byte
+	maxStop int // the longest stop string's length in bytes
+	// Bytes some stop string ends with, and bytes one begins with: a token whose text has none of the
+	// first cannot complete a stop, and text with none of the second near its end holds nothing back,
+	// which is most tokens, checked without a search.
+	lastByte, firstByte [256]bool
+	stopIDs             []int // StopTokenIDs and GenerationEOS unless IgnoreEOS
+	eos                 []int
+	minTokens           int
+	maxTokens           int
+	includeStop         bool
 
 	n int // tokens fed
 	// buf is the text's tail: what is not emitted yet, after up to maxStop-1 bytes that are, which a
 	// stop string completed by the next token may begin in. sent is how much of buf is emitted.
-	buf  []byte
-	sent int
-	end  End
+	buf       []byte
+	sent      int
+	compactAt int // compactAt, but a test's few bytes
+	end       End
 }
 
 // New checks p and starts a Matcher.
@@ -95,6 +102,7 @@ func New(p Params) (*Matcher, error) {
 		maxTokens:   p.MaxTokens,
 		includeStop: p.IncludeStop,
 		end:         End{StopToken: -1},
+		compactAt:   compactAt,
 	}
 	for _, s := range p.Stop {
 		if s == "" {
@@ -102,6 +110,8 @@ func New(p Params) (*Matcher, error) {
 		}
 		m.stops = append(m.stops, []byte(s))
 		m.maxStop = max(m.maxStop, len(s))
+		m.lastByte[s[len(s)-1]] = true
+		m.firstByte[s[0]] = true
 	}
 	if !p.IgnoreEOS {
 		m.eos = p.EOS
@@ -119,31 +129,32 @@ func (m *Matcher) Feed(id int, text string) (emit string, done bool) {
 	}
 	m.n++
 	stopsAllowed := m.n > m.minTokens
+	old := len(m.buf)
 	if stopsAllowed && (slices.Contains(m.stopIDs, id) || slices.Contains(m.eos, id)) {
-		if m.includeStop {
-			m.buf = append(m.buf, text...)
+		if !m.includeStop {
+			text = ""
 		}
+		m.buf = append(m.buf, text...)
 		m.end.Reason = "stop"
 		if slices.Contains(m.stopIDs, id) {
 			m.end.StopToken = id // else an EOS: vLLM's stop_reason None
 		}
-		return m.emitTo(len(m.buf)), true
+		return m.emitTo(len(m.buf), text, old), true
 	}
-	old := len(m.buf)
 	m.buf = append(m.buf, text...)
-	if stopsAllowed && len(text) > 0 {
+	if stopsAllowed && m.mayComplete(text) {
 		if s, start := m.match(old); s >= 0 {
 			end := start
 			if m.includeStop {
 				end += len(m.stops[s])
 			}
 			m.end.Reason, m.end.StopString = "stop", string(m.stops[s])
-			return m.emitTo(end), true
+			return m.emitTo(end, text, old), true
 		}
 	}
 	if m.maxTokens > 0 && m.n >= m.maxTokens {
 		m.end.Reason = "length"
-		return m.emitTo(len(m.buf)), true
+		return m.emitTo(len(m.buf), text, old), true
 	}
 	hold := 0
 	if !m.includeStop {
@@ -151,20 +162,36 @@ func (m *Matcher) Feed(id int, text string) (emit string, done bool) {
 		// so nothing already seen needs holding.
 		hold = m.holdBack()
 	}
-	emit = m.emitTo(len(m.buf) - hold)
-	if keep := max(len(m.buf)-m.sent, m.maxStop-1); len(m.buf) > keep {
-		drop := len(m.buf) - keep
+	emit = m.emitTo(len(m.buf)-hold, text, old)
+	// Drop emitted text a stop string can no longer begin in, a few hundred bytes at a time rather
+	// than a copy every token.
+	if drop := len(m.buf) - max(len(m.buf)-m.sent, m.maxStop-1); drop >= m.compactAt {
 		m.buf = append(m.buf[:0], m.buf[drop:]...)
 		m.sent -= drop
 	}
 	return emit, false
 }
 
-// emitTo emits buf up to i.
-func (m *Matcher) emitTo(i int) string {
-	s := string(m.buf[m.sent:i])
+// emitTo emits buf up to i. text is the fed token's text, at old in buf: when all that is emitted
+// lies in it, as it does whenever nothing was held, the emit is a substring of it and costs no copy.
+func (m *Matcher) emitTo(i int, text string, old int) string {
+	var s string
+	if m.sent >= old {
+		s = text[m.sent-old : i-old]
+	} else {
+		s = string(m.buf[m.sent:i])
+	}
 	m.sent = i
 	return s
+}
+
+func (m *Matcher) mayComplete(text string) bool {
+	for i := range len(text) {
+		if m.lastByte[text[i]] {
+			return true
+		}
+	}
+	return false
 }
 
 // match finds the stop string completing first in buf's text from old on (the new token's), and where
@@ -187,19 +214,22 @@ func (m *Matcher) match(old int) (stop, start int) {
 }
 
 // holdBack is the length of the longest suffix of the unemitted text that is a proper prefix of a stop
-// string: text that a later token could turn into a stop string.
+// string: text that a later token could turn into a stop string. Such a suffix begins with a stop
+// string's first byte within the last maxStop-1 bytes, so most tokens cost a few table lookups.
 func (m *Matcher) holdBack() int {
-	best := 0
 	p := m.buf[m.sent:]
-	for _, s := range m.stops {
-		for k := min(len(s)-1, len(p)); k > best; k-- {
-			if bytes.HasSuffix(p, s[:k]) {
-				best = k
-				break
+	for j := max(0, len(p)-(m.maxStop-1)); j < len(p); j++ {
+		if !m.firstByte[p[j]] {
+			continue
+		}
+		tail := p[j:]
+		for _, s := range m.stops {
+			if len(s) > len(tail) && bytes.HasPrefix(s, tail) {
+				return len(tail)
 			}
 		}
 	}
-	return best
+	return 0
 }
 
 // Finish ends a generation that Feed did not end (the engine stopped on its own, or the stream broke
@@ -210,7 +240,7 @@ func (m *Matcher) Finish() string {
 	if m.end.Reason != "" {
 		return ""
 	}
-	return m.emitTo(len(m.buf))
+	return m.emitTo(len(m.buf), "", len(m.buf))
 }
 
 // Result is why the generation ended; Reason is "" while it has not.

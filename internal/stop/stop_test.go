@@ -261,7 +261,7 @@ func TestMatchesReference(t *testing.T) {
 			maxRunes = max(maxRunes, utf8.RuneCountInString(s))
 		}
 
-		m, err := stop.New(p)
+		m, err := stop.NewCompacting(p, rapid.SampledFrom([]int{1, 2, 5, 512}).Draw(t, "compactAt"))
 		if err != nil {
 			t.Fatal(err)
 		}
