@@ -22,11 +22,13 @@
 //     primary EOS (v1/core/sched/utils.py check_stop). The generation_config's other eos ids become
 //     stop_token_ids unless ignore_eos (sampling_params.py, update_from_generation_config), so they are
 //     reported by id: that is [Params.GenerationEOS].
-//   - min_tokens: no stop token before min_tokens tokens were generated (vLLM masks them in the
-//     sampler, MinTokensLogitsProcessor) and no stop string that ends in the text of those tokens
-//     (vLLM's detokenizer moves its stop check offset past them).
-//   - max_tokens ends the generation with finish_reason "length" (check_stop), unless the same token
-//     matched a stop string or a stop token, which vLLM's output processor reports as "stop".
+//   - min_tokens: the first min_tokens tokens are not stop tokens (vLLM masks stop and EOS ids in the
+//     sampler while fewer than min_tokens were generated; check_stop's own guard, num_output_tokens <
+//     min_tokens, would let the min_tokens-th stop, which the sampler never lets happen), and no stop
+//     string counts that ends in their text (vLLM's detokenizer moves its stop check offset past it).
+//   - max_tokens ends the generation with finish_reason "length" unless the same token is a stop token
+//     (check_stop tests EOS and stop_token_ids before the length) or completes a stop string (the
+//     output processor turns a length finish with a stop string into "stop").
 //
 // The text held back is only what could still become a stop string: the longest suffix of the text not
 // yet emitted that is a proper prefix of some stop string. vLLM holds back max(len(stop))-1 characters
@@ -40,6 +42,7 @@ import (
 	"slices"
 )
 
+// compactAt is how many bytes of emitted text are dropped at once.
 const compactAt = 512
 
 // Params are a request's stop settings.
@@ -84,7 +87,7 @@ type Matcher struct {
 	// stop string completed by the next token may begin in. sent is how much of buf is emitted.
 	buf       []byte
 	sent      int
-	compactAt int // compactAt, but a test's few bytes
+	compactAt int // the const, or a test's few bytes
 	end       End
 }
 
@@ -232,10 +235,10 @@ func (m *Matcher) holdBack() int {
 	return 0
 }
 
-// Finish ends a generation that Feed did not end (the engine stopped on its own, or the stream broke
-// off) and returns the text still held back: no stop string can begin in it any more. When the tokens
-// reached MaxTokens without Feed saying done (MaxTokens 0 and the engine's own limit), the caller knows
-// the reason; Result stays as it was.
+// Finish is for a stream that ended without Feed saying done (the engine stopped on its own, or the
+// stream broke off): it returns the text still held back, which no stop string can complete any more.
+// Result stays as it was: the caller knows why the engine ended. Feed itself ends a generation at
+// MaxTokens, with Reason "length".
 func (m *Matcher) Finish() string {
 	if m.end.Reason != "" {
 		return ""
