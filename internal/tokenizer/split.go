@@ -16,7 +16,7 @@ const (
 	patternDeepSeekDigits = `\p{N}{1,3}`
 	patternDeepSeekCJK    = "[一-龥\u3040-ゟ゠-ヿ]+"
 	patternDeepSeekRest   = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
-	// gpt-oss (tiktoken's o200k_base).
+	// gpt-oss (tiktoken's o200k_base), scanned by hand (o200k.go); regexp2 checks the scanner.
 	patternO200k = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	// GPT-2's, which ByteLevel applies itself when use_regex is true (tokenizers' pre_tokenizers/byte_level.rs).
 	patternGPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
@@ -25,7 +25,6 @@ const (
 // regexFamilies are the pattern sequences Load hands to regexp2, whole: each was checked as a sequence.
 var regexFamilies = [][]string{
 	{patternDeepSeekDigits, patternDeepSeekCJK, patternDeepSeekRest},
-	{patternO200k},
 	{patternGPT2},
 }
 

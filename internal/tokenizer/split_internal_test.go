@@ -18,7 +18,8 @@ var splitTexts = []string{
 // randomText mixes the runes the patterns classify differently, so the two implementations meet every
 // alternative and every boundary between them.
 func randomText(r *rand.Rand, n int) string {
-	runes := []rune("aZé日カ한1٣①'sStTlLrReEvVdDmM \t\n\r\u00a0\u3000\u2028.,!?/\\-_😀\u0301\u0085")
+	// ǅ is Lt, ʰ Lm, 日 Lo, U+0301 and U+0903 marks.
+	runes := []rune("aZé日カ한1٣①'sStTlLrReEvVdDmM \t\n\r\u00a0\u3000\u2028.,!?/\\-_😀\u0301\u0085ǅʰÉ\u0903")
 	var b strings.Builder
 	for range n {
 		b.WriteRune(runes[r.IntN(len(runes))])
@@ -36,8 +37,8 @@ func handPieces(s string, digits int) []string {
 	return out
 }
 
-// TestHandScannerIsTheRegex: the hand scanner splits as regexp2 does with the pattern it stands for,
-// Qwen2's and Llama 3's, on the texts and on random mixes of the runes the pattern distinguishes.
+// TestHandScannerIsTheRegex: the hand scanners split as regexp2 does with the patterns they stand for,
+// Qwen2's, Llama 3's and o200k's, on the texts and on random mixes of the runes the patterns distinguish.
 func TestHandScannerIsTheRegex(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -59,6 +60,22 @@ func TestHandScannerIsTheRegex(t *testing.T) {
 			if got := handPieces(s, p.digits); !slices.Equal(got, want) {
 				t.Errorf("digits %d, %q:\n hand   %q\n regexp2 %q", p.digits, s, got, want)
 			}
+		}
+	}
+	rs, err := newRegexSplit([]string{patternO200k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range texts {
+		var want, got []string
+		rs.each(s, func(w string) { want = append(want, w) })
+		for i := 0; i < len(s); {
+			e := nextPieceO200k(s, i)
+			got = append(got, s[i:e])
+			i = e
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("o200k %q:\n hand   %q\n regexp2 %q", s, got, want)
 		}
 	}
 }

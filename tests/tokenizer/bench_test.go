@@ -166,8 +166,8 @@ func mixedIDs(b *testing.B, tk *tokenizer.Tokenizer, n int) []int {
 }
 
 // BenchmarkEncodeFamilies2k tokenizes the same mixed text (the corpus's prompts, joined until Qwen3 makes
-// 2,048 tokens of them) with each family's tokenizer, warm cache: Qwen3 and Llama 3 split by hand,
-// DeepSeek V3, gpt-oss and GPT-2 through regexp2. cpu-ns/token is per token that family made.
+// 2,048 tokens of them) with each family's tokenizer, warm cache: Qwen3, Llama 3 and gpt-oss split by
+// hand, DeepSeek V3 and GPT-2 through regexp2. cpu-ns/token is per token that family made.
 func BenchmarkEncodeFamilies2k(b *testing.B) {
 	raw, err := os.ReadFile("corpus.json")
 	if err != nil {
