@@ -16,6 +16,10 @@ type bpe struct {
 
 	// Words repeat; the cache keeps their ids (wordCache).
 	cache wordCache
+
+	// With model.ignore_merges (Llama 3, gpt-oss), a word that is a token is that token, whatever its
+	// merges would make (tokenizers' BPE::tokenize_with_cache); keyed by the token's bytes.
+	whole map[string]int
 }
 
 // wordCache maps words to their ids. Hits, nearly every word of a running gateway, read an immutable
@@ -91,6 +95,9 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	}
 	if ids, ok := m.cache.get(word); ok {
 		return append(dst, ids...)
+	}
+	if id, ok := m.whole[word]; ok {
+		return append(dst, id)
 	}
 	start := len(dst)
 	dst = m.mergeWord(dst, word)

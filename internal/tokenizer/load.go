@@ -23,6 +23,11 @@ var (
 type Tokenizer struct {
 	model       *bpe
 	nfc         bool
+	digits      int        // the hand scanner's digits per piece (pretokenize.go), when split is nil
+	o200k       bool       // gpt-oss's pattern, scanned by hand (o200k.go)
+	split       regexSplit // the other families' split patterns, or nil
+	prefix      []int      // the special tokens encode(add_special_tokens=True) puts before the text
+	suffix      []int      // and after it
 	added       addedTokens
 	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
 	text        []string        // by id: the token's bytes, as Decode joins them (decode.go)
@@ -40,6 +45,7 @@ type tokenizerJSON struct {
 	Normalizer  json.RawMessage `json:"normalizer"`
 	PreTok      json.RawMessage `json:"pre_tokenizer"`
 	PostProc    json.RawMessage `json:"post_processor"`
+	Decoder     json.RawMessage `json:"decoder"`
 	Model       struct {
 		Type                    string          `json:"type"`
 		Dropout                 *float64        `json:"dropout"`
@@ -60,6 +66,7 @@ type addedToken struct {
 	LStrip     bool   `json:"lstrip"`
 	RStrip     bool   `json:"rstrip"`
 	Special    bool   `json:"special"`
+	Normalized bool   `json:"normalized"`
 }
 
 type component struct {
@@ -75,6 +82,18 @@ type component struct {
 	Invert         bool   `json:"invert"`
 	AddPrefixSpace bool   `json:"add_prefix_space"`
 	UseRegex       bool   `json:"use_regex"`
+	// TemplateProcessing's single sequence: special tokens around the text ($A).
+	Single []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int `json:"ids"`
+	} `json:"special_tokens"`
 }
 
 // Load reads a Hugging Face model directory: tokenizer.json (required), tokenizer_config.json (for the
@@ -107,8 +126,6 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		return errors.New("model.dropout is set")
 	case m.ByteFallback:
 		return errors.New("model.byte_fallback is set (only byte-level BPE)")
-	case m.IgnoreMerges:
-		return errors.New("model.ignore_merges is set")
 	case m.ContinuingSubwordPrefix != "" || m.EndOfWordSuffix != "":
 		return errors.New("model.continuing_subword_prefix or end_of_word_suffix is set")
 	}
@@ -118,7 +135,10 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 	if err := t.loadPreTokenizer(tj.PreTok); err != nil {
 		return err
 	}
-	if err := checkPostProcessor(tj.PostProc); err != nil {
+	if err := t.loadPostProcessor(tj.PostProc); err != nil {
+		return err
+	}
+	if err := checkDecoder(tj.Decoder); err != nil {
 		return err
 	}
 	b := &bpe{merges: make(map[uint64]merge, len(m.Vocab)), cache: wordCache{max: 1 << 16, maxBytes: 64}}
@@ -154,6 +174,11 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		if a.Content == "" {
 			return fmt.Errorf("added token %d is empty", a.ID)
 		}
+		if a.Normalized && t.nfc {
+			// Matched on the normalized text in tokenizers; here every added token is matched on the raw
+			// text, which is the same only without a normalizer.
+			return fmt.Errorf("added token %q is normalized and the normalizer is NFC", a.Content)
+		}
 		added = append(added, a)
 	}
 	t.added = newAddedTokens(added)
@@ -181,6 +206,14 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		t.tokens[a.ID] = a.Content
 	}
 	t.setDecoding(added)
+	if m.IgnoreMerges {
+		b.whole = make(map[string]int, len(m.Vocab))
+		var buf []byte
+		for tok, id := range m.Vocab {
+			buf = appendTokenBytes(buf[:0], tok)
+			b.whole[string(buf)] = id
+		}
+	}
 	return nil
 }
 
@@ -213,6 +246,9 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("normalizer: %w", err)
 	}
+	if c.Type == "Sequence" && len(c.Normalizers) == 0 {
+		return nil // DeepSeek V3's: normalizes nothing
+	}
 	if c.Type == "Sequence" && len(c.Normalizers) == 1 {
 		c = c.Normalizers[0]
 	}
@@ -223,31 +259,58 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 	return nil
 }
 
-// loadPreTokenizer accepts Sequence[Split(known pattern, Isolated), ByteLevel(no prefix space, no regex)].
+// loadPreTokenizer accepts Isolated regex Splits (one, or a Sequence of them) ending in a ByteLevel
+// without add_prefix_space, or a ByteLevel alone with use_regex (GPT-2's pattern), when every pattern
+// is one this package implements: Qwen2's, Llama 3's and o200k's by hand, the others (split.go) by regexp2.
 func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil || isNull(raw) {
 		return fmt.Errorf("pre_tokenizer: missing or unreadable: %w", err)
 	}
-	if c.Type != "Sequence" || len(c.Pretokenizers) != 2 {
-		return fmt.Errorf("pre_tokenizer %q (only Sequence[Split, ByteLevel])", c.Type)
+	steps := []component{c}
+	if c.Type == "Sequence" {
+		steps = c.Pretokenizers
 	}
-	sp, bl := c.Pretokenizers[0], c.Pretokenizers[1]
-	if sp.Type != "Split" || sp.Behavior != "Isolated" || sp.Invert || sp.Pattern.Regex == nil {
-		return fmt.Errorf("pre_tokenizer[0] %q %q (only an Isolated regex Split)", sp.Type, sp.Behavior)
+	if len(steps) == 0 || steps[len(steps)-1].Type != "ByteLevel" {
+		return fmt.Errorf("pre_tokenizer %q (only Splits then a ByteLevel)", c.Type)
 	}
-	if *sp.Pattern.Regex != patternQwen2 {
-		return fmt.Errorf("pre_tokenizer split pattern %q is not one this package implements", *sp.Pattern.Regex)
+	bl := steps[len(steps)-1]
+	if bl.AddPrefixSpace {
+		return errors.New("pre_tokenizer ByteLevel add_prefix_space is set")
 	}
-	if bl.Type != "ByteLevel" || bl.AddPrefixSpace || bl.UseRegex {
-		return fmt.Errorf("pre_tokenizer[1] %q (only ByteLevel without add_prefix_space and use_regex)", bl.Type)
+	var patterns []string
+	for i, sp := range steps[:len(steps)-1] {
+		if sp.Type != "Split" || sp.Behavior != "Isolated" || sp.Invert || sp.Pattern.Regex == nil {
+			return fmt.Errorf("pre_tokenizer[%d] %q %q (only an Isolated regex Split)", i, sp.Type, sp.Behavior)
+		}
+		patterns = append(patterns, *sp.Pattern.Regex)
 	}
-	return nil
+	if bl.UseRegex {
+		patterns = append(patterns, patternGPT2)
+	}
+	switch {
+	case len(patterns) == 1 && patterns[0] == patternQwen2:
+		t.digits = 1
+		return nil
+	case len(patterns) == 1 && patterns[0] == patternLlama3:
+		t.digits = 3
+		return nil
+	case len(patterns) == 1 && patterns[0] == patternO200k:
+		t.o200k = true
+		return nil
+	}
+	if !slices.ContainsFunc(regexFamilies, func(f []string) bool { return slices.Equal(f, patterns) }) {
+		return fmt.Errorf("pre_tokenizer split patterns %q are not a sequence this package implements", patterns)
+	}
+	var err error
+	t.split, err = newRegexSplit(patterns)
+	return err
 }
 
-// checkPostProcessor accepts processors that add nothing to a single sequence: ByteLevel (offsets only)
-// or none. A TemplateProcessing that adds a BOS is not implemented.
-func checkPostProcessor(raw json.RawMessage) error {
+// loadPostProcessor accepts ByteLevel (offsets only), none, and a TemplateProcessing whose single
+// sequence is special tokens around the text (Llama 3's BOS), alone or after a ByteLevel in a Sequence;
+// it keeps those tokens for EncodeSpecial.
+func (t *Tokenizer) loadPostProcessor(raw json.RawMessage) error {
 	if isNull(raw) {
 		return nil
 	}
@@ -255,8 +318,55 @@ func checkPostProcessor(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return fmt.Errorf("post_processor: %w", err)
 	}
-	if c.Type != "ByteLevel" {
-		return fmt.Errorf("post_processor %q (only ByteLevel or none)", c.Type)
+	procs := []component{c}
+	if c.Type == "Sequence" {
+		procs = c.Processors
+	}
+	for i, p := range procs {
+		switch p.Type {
+		case "ByteLevel":
+		case "TemplateProcessing":
+			if err := t.loadTemplateProcessing(p); err != nil {
+				return fmt.Errorf("post_processor[%d] TemplateProcessing: %w", i, err)
+			}
+		default:
+			return fmt.Errorf("post_processor[%d] %q (only ByteLevel and TemplateProcessing)", i, p.Type)
+		}
+	}
+	return nil
+}
+
+func (t *Tokenizer) loadTemplateProcessing(p component) error {
+	seen := false
+	for _, piece := range p.Single {
+		switch {
+		case piece.Sequence != nil && piece.Sequence.ID == "A" && !seen:
+			seen = true
+		case piece.SpecialToken != nil:
+			st, ok := p.SpecialTokens[piece.SpecialToken.ID]
+			if !ok {
+				return fmt.Errorf("single names %q, which special_tokens lacks", piece.SpecialToken.ID)
+			}
+			if seen {
+				t.suffix = append(t.suffix, st.IDs...)
+			} else {
+				t.prefix = append(t.prefix, st.IDs...)
+			}
+		default:
+			return errors.New("single is not special tokens around one sequence $A")
+		}
+	}
+	if !seen {
+		return errors.New("single lacks the sequence $A")
+	}
+	return nil
+}
+
+// checkDecoder accepts the ByteLevel decoder, the one Decode implements.
+func checkDecoder(raw json.RawMessage) error {
+	var c component
+	if isNull(raw) || json.Unmarshal(raw, &c) != nil || c.Type != "ByteLevel" {
+		return fmt.Errorf("decoder %s (only ByteLevel)", strings.TrimSpace(string(raw)))
 	}
 	return nil
 }
@@ -277,6 +387,9 @@ type tokenizerConfig struct {
 	// Absent means false, transformers' default since v4.45 (the JS port still defaults to true).
 	CleanUp           bool              `json:"clean_up_tokenization_spaces"`
 	AdditionalSpecial []json.RawMessage `json:"additional_special_tokens"`
+	TokenizerClass    string            `json:"tokenizer_class"`
+	AddBOS            *bool             `json:"add_bos_token"`
+	AddEOS            *bool             `json:"add_eos_token"`
 }
 
 func (t *Tokenizer) loadConfig(dir string) error {
@@ -297,6 +410,9 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		}
 	}
 	t.cleanUp = tc.CleanUp
+	if err := t.llamaPostProcessor(&tc); err != nil {
+		return fmt.Errorf("%w: %s/tokenizer_config.json: %w", ErrUnsupported, dir, err)
+	}
 	specials := map[string]bool{}
 	for _, s := range t.special {
 		specials[s] = true
@@ -330,6 +446,34 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		if json.Unmarshal(b, &mc) == nil {
 			t.maxModelLen = mc.MaxPos
 		}
+	}
+	return nil
+}
+
+// llamaPostProcessor does what transformers' LlamaTokenizerFast does at load (update_post_processor):
+// it replaces tokenizer.json's post-processor with BOS before the text unless add_bos_token is false, and
+// EOS after it if add_eos_token is true. DeepSeek V3 declares that class, so Python's encode (and vLLM's
+// completion prompt) starts with <｜begin▁of▁sentence｜>, though its tokenizer.json adds nothing; the
+// JS port does not do this.
+func (t *Tokenizer) llamaPostProcessor(tc *tokenizerConfig) error {
+	if tc.TokenizerClass != "LlamaTokenizerFast" {
+		return nil
+	}
+	t.prefix, t.suffix = nil, nil
+	for _, e := range []struct {
+		name string
+		on   bool
+		dst  *[]int
+	}{{"bos_token", tc.AddBOS == nil || *tc.AddBOS, &t.prefix}, {"eos_token", tc.AddEOS != nil && *tc.AddEOS, &t.suffix}} {
+		if !e.on {
+			continue
+		}
+		tok, ok := t.special[e.name]
+		id := slices.Index(t.tokens, tok)
+		if !ok || id < 0 {
+			return fmt.Errorf("tokenizer_class LlamaTokenizerFast adds %s, which names no token", e.name)
+		}
+		*e.dst = []int{id}
 	}
 	return nil
 }

@@ -5,9 +5,13 @@ import (
 	"unicode/utf8"
 )
 
-// patternQwen2 is the split pattern this package scans by hand, as tokenizer.json spells it (pre_tokenizer
-// Split, behavior Isolated) for Qwen2, Qwen2.5 and Qwen3.
-const patternQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+// The split patterns this package scans by hand, as tokenizer.json spells them (pre_tokenizer Split,
+// behavior Isolated): Qwen2, Qwen2.5 and Qwen3's, and Llama 3's, which differs only in taking digits
+// three at a time (\p{N}{1,3}), so one scanner serves both with the run's bound as a parameter.
+const (
+	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
 
 // \s, \p{L} and \p{N} as Oniguruma (Hugging Face tokenizers' regex engine) reads them with Unicode:
 // \s is the White_Space property, which is what unicode.IsSpace tests.
@@ -62,11 +66,12 @@ func decode(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-// nextPiece returns the end of the piece of patternQwen2 that starts at i (i < len(s)), trying the
+// nextPiece returns the end of the piece of patternQwen2 (digits 1) or patternLlama3 (digits 3) that
+// starts at i (i < len(s)), trying the
 // pattern's alternatives in order as the regex engine does. Every rune belongs to a piece (the last
 // alternatives match any whitespace, the others every other rune class), so Isolated splitting is the
 // sequence of matches.
-func nextPiece(s string, i int) int {
+func nextPiece(s string, i, digits int) int {
 	r, n := decode(s, i)
 	// 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if r == '\'' {
@@ -83,9 +88,17 @@ func nextPiece(s string, i int) int {
 			return letters(s, i+n+n2)
 		}
 	}
-	// 3. \p{N}: one digit per piece
+	// 3. \p{N}{1,digits}: greedy, so a run of digits is cut into pieces of that many from its start.
 	if isNumber(r) {
-		return i + n
+		e := i + n
+		for k := 1; k < digits && e < len(s); k++ {
+			r2, n2 := decode(s, e)
+			if !isNumber(r2) {
+				break
+			}
+			e += n2
+		}
+		return e
 	}
 	// 4. ' ?[^\s\p{L}\p{N}]+[\r\n]*'
 	j := i
@@ -98,7 +111,12 @@ func nextPiece(s string, i int) int {
 		}
 		return e
 	}
-	// Only whitespace is left: r is \s here (a letter, number or other symbol matched above).
+	return whitespace(s, i, r, n)
+}
+
+// whitespace matches the patterns' last three alternatives at i, where r (n bytes) is \s: a letter,
+// number or other symbol matched an earlier one.
+func whitespace(s string, i int, r rune, n int) int {
 	end := i + n
 	lastNL := -1
 	if isNewline(r) {

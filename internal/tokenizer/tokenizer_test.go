@@ -39,6 +39,8 @@ type fixture struct {
 	pattern string
 	model   string
 	config  map[string]any
+	decoder string // JSON, ByteLevel's when empty
+	post    string // JSON, ByteLevel's when empty
 }
 
 // write makes a model directory: ids 0-255 are the bytes, then each merge's result, then added tokens.
@@ -66,7 +68,8 @@ func (f fixture) write(t testing.TB) string {
 			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": pattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
 		}},
-		"post_processor": map[string]any{"type": "ByteLevel"},
+		"post_processor": orJSON(f.post, `{"type": "ByteLevel"}`),
+		"decoder":        orJSON(f.decoder, `{"type": "ByteLevel"}`),
 		"model":          map[string]any{"type": model, "vocab": vocab, "merges": f.merges},
 	}
 	dir := t.TempDir()
@@ -75,6 +78,13 @@ func (f fixture) write(t testing.TB) string {
 		writeJSON(t, filepath.Join(dir, "tokenizer_config.json"), f.config)
 	}
 	return dir
+}
+
+func orJSON(s, def string) json.RawMessage {
+	if s == "" {
+		s = def
+	}
+	return json.RawMessage(s)
 }
 
 func writeJSON(t testing.TB, path string, v any) {
@@ -140,7 +150,13 @@ func TestLoadRejectsWhatItDoesNotImplement(t *testing.T) {
 		wantErr string
 	}{
 		{"unigram", fixture{model: "Unigram"}, `model.type "Unigram"`},
-		{"other pattern", fixture{pattern: `\p{N}{1,3}`}, "split pattern"},
+		{"other pattern", fixture{pattern: `\p{N}{1,4}`}, "split pattern"},
+		// DeepSeek V3's first split is implemented only as the first of its three.
+		{"part of a family", fixture{pattern: `\p{N}{1,3}`}, "split pattern"},
+		{"no decoder", fixture{decoder: "null"}, "decoder"},
+		{"other decoder", fixture{decoder: `{"type": "Metaspace"}`}, "decoder"},
+		{"bos and pair", fixture{post: `{"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B"}}]}`}, "TemplateProcessing"},
+		{"other post processor", fixture{post: `{"type": "BertProcessing"}`}, "post_processor"},
 		{"lstrip", fixture{added: []map[string]any{{"id": 300, "content": "<m>", "lstrip": true}}}, "lstrip"},
 		{"template", fixture{config: map[string]any{"chat_template": "{% if %}"}}, "chat_template"},
 	}

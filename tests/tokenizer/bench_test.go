@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -162,4 +163,44 @@ func mixedIDs(b *testing.B, tk *tokenizer.Tokenizer, n int) []int {
 		}
 	}
 	return ids[:n]
+}
+
+// BenchmarkEncodeFamilies2k tokenizes the same mixed text (the corpus's prompts, joined until Qwen3 makes
+// 2,048 tokens of them) with each family's tokenizer, warm cache: Qwen3, Llama 3 and gpt-oss split by
+// hand, DeepSeek V3 and GPT-2 through regexp2. cpu-ns/token is per token that family made.
+func BenchmarkEncodeFamilies2k(b *testing.B) {
+	raw, err := os.ReadFile("corpus.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c corpus
+	if err := json.Unmarshal(raw, &c); err != nil {
+		b.Fatal(err)
+	}
+	qwen := requireQwen3(b)
+	var sb strings.Builder
+	for len(qwen.Encode(sb.String())) < 2048 {
+		for _, p := range c.Prompts {
+			sb.WriteString(p)
+			sb.WriteString("\n\n")
+		}
+	}
+	text := sb.String()
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gpt2"} {
+		b.Run(name, func(b *testing.B) {
+			gatewayGC(b)
+			tk := qwen
+			if name != "qwen3" {
+				tk = requireFamily(b, name)
+			}
+			n := len(tk.Encode(text))
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
+				tk.Encode(text)
+			}
+			b.ReportMetric(float64(n), "tokens/op")
+			perToken(b, cpu, n)
+		})
+	}
 }

