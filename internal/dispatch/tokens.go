@@ -74,7 +74,9 @@ func (x *Dispatcher) promptTokens(br *body.Request) []uint32 {
 		if br.Text == "" {
 			return nil
 		}
-		return toUint32(tk.Encode(br.Text))
+		// vLLM's completions and SGLang's /generate tokenize a text prompt with add_special_tokens
+		// (Llama 3's <|begin_of_text|>), so the ids the router matches must carry it too.
+		return toUint32(tk.EncodeSpecial(br.Text))
 	}
 	return nil
 }

