@@ -47,19 +47,11 @@ func (h *Handler) tokenize(forward http.Handler) http.Handler {
 		return forward
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, e := readBody(w, r, h.o.MaxPayloadSize)
-		if e != nil {
-			e.WriteHTTP(w)
+		body, tk, ok := h.modelTokenizer(w, r)
+		if !ok {
 			return
 		}
-		var head struct {
-			Model string `json:"model"`
-		}
 		var req tokenizeRequest
-		var tk *tokenizer.Tokenizer
-		if json.Unmarshal(body, &head) == nil {
-			tk = h.o.Tokenizer(head.Model)
-		}
 		if tk != nil {
 			if err := json.Unmarshal(body, &req); err != nil {
 				apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, "invalid tokenize request: "+err.Error(), err).WriteHTTP(w)
@@ -132,17 +124,9 @@ func (h *Handler) detokenize(forward http.Handler) http.Handler {
 		return forward
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, e := readBody(w, r, h.o.MaxPayloadSize)
-		if e != nil {
-			e.WriteHTTP(w)
+		body, tk, ok := h.modelTokenizer(w, r)
+		if !ok {
 			return
-		}
-		var head struct {
-			Model string `json:"model"`
-		}
-		var tk *tokenizer.Tokenizer
-		if json.Unmarshal(body, &head) == nil {
-			tk = h.o.Tokenizer(head.Model)
 		}
 		if tk == nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -171,4 +155,22 @@ func (h *Handler) detokenize(forward http.Handler) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, detokenizeResponse{Prompt: text})
 	})
+}
+
+// modelTokenizer reads the request body and returns it with the tokenizer of the model it names (nil
+// when the gateway has none, or the body names no model it can read); ok is false when the body could
+// not be read, and the error is written.
+func (h *Handler) modelTokenizer(w http.ResponseWriter, r *http.Request) (body []byte, tk *tokenizer.Tokenizer, ok bool) {
+	body, e := readBody(w, r, h.o.MaxPayloadSize)
+	if e != nil {
+		e.WriteHTTP(w)
+		return nil, nil, false
+	}
+	var head struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &head) == nil {
+		tk = h.o.Tokenizer(head.Model)
+	}
+	return body, tk, true
 }

@@ -66,29 +66,12 @@ type tokenizeAnswer struct {
 
 func post(t *testing.T, url string, body any) (int, tokenizeAnswer) {
 	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	status, raw := postRaw(t, url, body)
 	var ans tokenizeAnswer
 	if err := json.Unmarshal(raw, &ans); err != nil {
-		t.Fatalf("POST %s answered %d %q: %v", url, resp.StatusCode, raw, err)
+		t.Fatalf("POST %s answered %d %q: %v", url, status, raw, err)
 	}
-	return resp.StatusCode, ans
+	return status, ans
 }
 
 // TestGatewayTokenize: the gateway answers /tokenize and /v1/tokenize itself for the model it has a
