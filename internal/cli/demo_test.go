@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
@@ -42,15 +44,13 @@ func TestDemoMetricsCarryExemplars(t *testing.T) {
 	}()
 	gatewayLine := regexp.MustCompile(`gateway:\s+(http://\S+)`)
 	var base string
-	for deadline := time.Now().Add(30 * time.Second); base == ""; {
+	if !poll.Wait(30*time.Second, func() bool {
 		if m := gatewayLine.FindStringSubmatch(out.String()); m != nil {
 			base = m[1]
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo printed no gateway URL:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval; the output is re-read
+		return base != ""
+	}) {
+		t.Fatalf("the demo printed no gateway URL:\n%s", out.String())
 	}
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4}`))
@@ -127,11 +127,8 @@ func TestDemoPrintsTheQuickStartCommands(t *testing.T) {
 		}
 	}()
 	gatewayLine := regexp.MustCompile(`gateway:\s+(http://\S+)`)
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "Press Ctrl-C"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo printed no instructions:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval; the output is re-read
+	if !poll.Wait(30*time.Second, func() bool { return strings.Contains(out.String(), "Press Ctrl-C") }) {
+		t.Fatalf("the demo printed no instructions:\n%s", out.String())
 	}
 	printed := out.String()
 	m := gatewayLine.FindStringSubmatch(printed)

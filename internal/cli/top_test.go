@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/tests/testenv"
 )
 
@@ -136,11 +137,5 @@ func (a *afterFirstFrame) Write(p []byte) (int, error) {
 // waitUntil polls cond until it holds, failing after 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval; cond is re-checked
-	}
+	poll.Until(t, what, 10*time.Second, cond)
 }

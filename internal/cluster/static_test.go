@@ -14,6 +14,7 @@ import (
 
 	clusterv1 "github.com/sluicegw/sluice/gen/sluice/cluster/v1"
 	"github.com/sluicegw/sluice/gen/sluice/cluster/v1/clusterv1connect"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 func TestParsePeers(t *testing.T) {
@@ -106,10 +107,7 @@ func TestServiceErrors(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx, self) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.started.Load() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polling for Run's start, with a deadline
-	}
+	poll.Until(t, "Run to start", 5*time.Second, r.started.Load)
 
 	for _, tc := range []struct {
 		name string

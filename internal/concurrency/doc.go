@@ -18,7 +18,7 @@
 //
 // # Concurrency Model
 //
-// One mutex guards the token count, its refill clock and the FIFO list of waiters (x/sync/semaphore
+// One mutex guards the token count, its refill clock and the FIFO list of waiters (internal/waitq, x/sync/semaphore
 // style). A waiter is owned by the goroutine that called Acquire: a grant removes it from the list
 // and closes its ready channel under the mutex. New requests never overtake waiters. Releases grant
 // in the releaser's goroutine. With a refill rate only the head of the queue keeps a timer, for the

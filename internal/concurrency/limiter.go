@@ -1,7 +1,6 @@
 package concurrency
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/waitq"
 )
 
 // Rejections. Both wrap ErrRejected.
@@ -77,13 +78,11 @@ type Limiter struct {
 	tokens   float64   // available, 0..Capacity
 	last     time.Time // last refill
 	inflight int       // permits held
-	waiters  list.List // of *waiter, FIFO
+	waiters  waitq.Queue[waiter]
 }
 
 type waiter struct {
-	ready   chan struct{} // closed on grant
-	nudge   chan struct{} // capacity 1: "you are the head now" (re-arm the refill timer)
-	granted bool          // set under mu with the close of ready
+	nudge chan struct{} // capacity 1: "you are the head now" (re-arm the refill timer)
 }
 
 // New builds a limiter with a full bucket.
@@ -155,11 +154,10 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 		l.mu.Unlock()
 		return nil, ErrQueueFull
 	}
-	w := &waiter{ready: make(chan struct{}), nudge: make(chan struct{}, 1)}
-	elem := l.waiters.PushBack(w)
+	w := l.waiters.Push(waiter{nudge: make(chan struct{}, 1)})
 	l.metrics.SetQueued(l.waiters.Len())
 	start := l.now()
-	refill := l.refillTimerLocked(elem)
+	refill := l.refillTimerLocked(w)
 	l.mu.Unlock()
 
 	timeout := time.NewTimer(l.cfg.QueueTimeout)
@@ -175,13 +173,13 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 			refillC = refill.C
 		}
 		select {
-		case <-w.ready:
+		case <-w.Ready():
 			l.mu.Lock()
 			l.metrics.ObserveWait(l.now().Sub(start))
 			p := l.grantedLocked()
 			l.mu.Unlock()
 			return p, nil
-		case <-w.nudge:
+		case <-w.Value.nudge:
 		case <-refillC:
 			refill = nil
 			l.mu.Lock()
@@ -189,34 +187,34 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 			l.mu.Unlock()
 		case <-ctx.Done():
 			l.mu.Lock()
-			if w.granted { // the grant raced in: give it back, cancellation wins
+			if w.Granted() { // the grant raced in: give it back, cancellation wins
 				l.tokens = min(l.tokens+1, float64(l.cfg.Capacity))
 				l.grantLocked()
 			} else {
-				l.removeLocked(elem)
+				l.removeLocked(w)
 			}
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		case <-timeout.C:
 			l.mu.Lock()
-			if w.granted { // granted just in time: keep it
+			if w.Granted() { // granted just in time: keep it
 				l.metrics.ObserveWait(l.now().Sub(start))
 				p := l.grantedLocked()
 				l.mu.Unlock()
 				return p, nil
 			}
-			l.removeLocked(elem)
+			l.removeLocked(w)
 			l.metrics.IncRejection("queue_timeout")
 			l.mu.Unlock()
 			return nil, ErrQueueTimeout
 		}
 		// Woken to re-check (nudged as the new head, or the refill timer fired without a grant).
 		l.mu.Lock()
-		if !w.granted {
+		if !w.Granted() {
 			if refill != nil {
 				refill.Stop()
 			}
-			refill = l.refillTimerLocked(elem)
+			refill = l.refillTimerLocked(w)
 		}
 		l.mu.Unlock()
 	}
@@ -243,25 +241,22 @@ func (l *Limiter) refillLocked() {
 // grantLocked hands tokens to waiters, oldest first, and nudges a new head.
 func (l *Limiter) grantLocked() {
 	l.refillLocked()
-	granted := false
-	for e := l.waiters.Front(); e != nil && l.tokens >= 1; e = l.waiters.Front() {
-		w := e.Value.(*waiter)
-		l.waiters.Remove(e)
+	granted := l.waiters.GrantWhile(func(waiter) bool {
+		if l.tokens < 1 {
+			return false
+		}
 		l.tokens--
-		w.granted = true
-		close(w.ready)
-		granted = true
-	}
-	if granted {
+		return true
+	})
+	if granted > 0 {
 		l.metrics.SetQueued(l.waiters.Len())
 		l.nudgeHeadLocked()
 	}
 }
 
 // removeLocked takes a waiter that gave up out of the queue; a new head is nudged.
-func (l *Limiter) removeLocked(e *list.Element) {
-	wasHead := l.waiters.Front() == e
-	l.waiters.Remove(e)
+func (l *Limiter) removeLocked(w *waitq.Waiter[waiter]) {
+	_, wasHead := l.waiters.Cancel(w)
 	l.metrics.SetQueued(l.waiters.Len())
 	if wasHead {
 		l.nudgeHeadLocked()
@@ -274,7 +269,7 @@ func (l *Limiter) nudgeHeadLocked() {
 	}
 	if f := l.waiters.Front(); f != nil {
 		select {
-		case f.Value.(*waiter).nudge <- struct{}{}:
+		case f.Value.nudge <- struct{}{}:
 		default:
 		}
 	}
@@ -282,8 +277,8 @@ func (l *Limiter) nudgeHeadLocked() {
 
 // refillTimerLocked returns a timer for when the head's token will have accrued, or nil when e is
 // not the head or nothing refills.
-func (l *Limiter) refillTimerLocked(e *list.Element) *time.Timer {
-	if l.cfg.RefillPerSecond <= 0 || l.waiters.Front() != e {
+func (l *Limiter) refillTimerLocked(w *waitq.Waiter[waiter]) *time.Timer {
+	if l.cfg.RefillPerSecond <= 0 || l.waiters.Front() != w {
 		return nil
 	}
 	need := (1 - l.tokens) / l.cfg.RefillPerSecond

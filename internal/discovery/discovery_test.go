@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -328,10 +329,8 @@ func TestUnknownModelNeverRegistered(t *testing.T) {
 	h.engines.set(url, "served-model")
 	w := h.next("decode added once the model is known", kind(worker.EventAdded, url)).Worker
 	// The registry announces the worker before register clears the pod's refusal.
-	for deadline := time.Now().Add(5 * time.Second); h.disc.Refused() != 0; time.Sleep(time.Millisecond) { // polling interval; the count is re-checked
-		if time.Now().After(deadline) {
-			t.Fatalf("refused = %d after registration, want 0", h.disc.Refused())
-		}
+	if !poll.Wait(5*time.Second, func() bool { return h.disc.Refused() == 0 }) {
+		t.Fatalf("refused = %d after registration, want 0", h.disc.Refused())
 	}
 	if !slices.Equal(w.Models(), []string{"served-model"}) {
 		t.Fatalf("models = %v", w.Models())
@@ -397,12 +396,8 @@ func TestWatchErrorsBackOffAndResume(t *testing.T) {
 	}, mkPod("decode-0", decodeLabels("m1"), "10.0.4.1", true))
 	const url = "http://10.0.4.1:30000"
 	h.next("pod discovered despite a failed first list", health(worker.HealthReady, url))
-	deadline := time.Now().Add(10 * time.Second)
-	for h.disc.WatchFailures() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("watch failures = %d, want >= 2", h.disc.WatchFailures())
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval; the condition is re-checked
+	if !poll.Wait(10*time.Second, func() bool { return h.disc.WatchFailures() >= 2 }) {
+		t.Fatalf("watch failures = %d, want >= 2", h.disc.WatchFailures())
 	}
 	if w, ok := h.byURL(url); !ok || w.Health() != worker.HealthReady {
 		t.Fatal("the worker was lost or unready while the watch failed")
@@ -448,13 +443,7 @@ func TestQueuedRequestServedByNewPod(t *testing.T) {
 		s, err := adm.Acquire(ctx, req)
 		second <- result{s, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for adm.Status().QueuedTotal != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("second request never queued")
-		}
-		time.Sleep(time.Millisecond) // polling interval; the condition is re-checked
-	}
+	poll.Until(t, "the second request queued", 10*time.Second, func() bool { return adm.Status().QueuedTotal == 1 })
 
 	h.create(mkPod("prefill-b", prefillLabels("m1"), "10.0.5.2", true))
 	select {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // python finds a Python 3 with Debian's python3-zmq and python3-msgpack (.ci/run installs them). With
@@ -146,13 +147,7 @@ func (m *countingMetrics) snapshot() (gaps map[bool]int, cleared map[string]int,
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, what, 15*time.Second, cond)
 }
 
 func seqTokens(from, to uint32) []uint32 {

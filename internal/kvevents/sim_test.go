@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/tests/testenv/eventsim"
 )
 
@@ -151,16 +152,7 @@ func TestSimulatorEvents(t *testing.T) {
 
 // within polls cond for up to d.
 func within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return poll.Wait(d, cond)
 }
 
 // TestSimulatorJoinMidStream: a subscriber joining an engine whose replay buffer no longer reaches

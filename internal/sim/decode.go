@@ -62,33 +62,13 @@ func (s *scheduler) preallocate(ctx context.Context, need int64) error {
 		s.mu.Unlock()
 		return nil
 	}
-	w := &admitWaiter{need: need, ready: make(chan struct{})}
-	elem := s.preWaiting.PushBack(w)
+	w := s.preWaiting.Push(need)
 	s.maxWaiting = max(s.maxWaiting, s.waiting.Len()+s.preWaiting.Len())
 	s.mu.Unlock()
-
-	select {
-	case <-w.ready:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		select {
-		case <-w.ready:
-			// Granted while we were giving up: hand the grant back.
-			s.preHeld--
-			s.kvUsed -= need
-			s.grantPreLocked()
-			s.grantLocked()
-		default:
-			isFront := s.preWaiting.Front() == elem
-			s.preWaiting.Remove(elem)
-			if isFront {
-				s.grantPreLocked()
-			}
-		}
-		return ctx.Err()
-	}
+	return s.wait(ctx, &s.preWaiting, w, func() {
+		s.preHeld--
+		s.kvUsed -= need
+	})
 }
 
 // releasePrealloc gives back a pre-allocated request's slot and KV.
@@ -108,20 +88,14 @@ func (s *scheduler) preFits(need int64) bool {
 // grantPreLocked pre-allocates waiters from the front while they fit (pop_preallocated breaks at the
 // first that does not).
 func (s *scheduler) grantPreLocked() {
-	for {
-		e := s.preWaiting.Front()
-		if e == nil {
-			return
-		}
-		w := e.Value.(*admitWaiter)
-		if !s.preFits(w.need) {
-			return
+	s.preWaiting.GrantWhile(func(need int64) bool {
+		if !s.preFits(need) {
+			return false
 		}
 		s.preHeld++
-		s.kvUsed += w.need
-		s.preWaiting.Remove(e)
-		close(w.ready)
-	}
+		s.kvUsed += need
+		return true
+	})
 }
 
 // preallocateDecode is an SGLang decode sample's pre-allocation, bounded by what is left of its

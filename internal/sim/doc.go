@@ -220,7 +220,7 @@
 // The bootstrap rendezvous (one per DP rank) is a mutex-guarded map of rooms whose channels are closed on
 // the handshake and on publication; a waiter that gives up re-checks under the lock and drops a room
 // nobody holds. The Mooncake transfer store (one per DP rank) works the same way by transfer_id. Each
-// rank's scheduler (admission queue, KV accounting) and prefill executor are mutex-guarded lists of
+// rank's scheduler (admission queue, KV accounting) and prefill executor are mutex-guarded internal/waitq lists of
 // waiters, each with its own channel closed to grant (golang.org/x/sync/semaphore style); cancellation
 // re-checks under the lock and gives back a grant that raced with it. The decode batch size and the round
 // robin counter are atomics; what decodes learn from bootstrap servers is cached under a mutex. All waiting uses plain timers and

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // Requests admitted but still queued for the prefill executor are reported as waiting, as SGLang's
@@ -20,15 +22,8 @@ func TestLoadReportsCountPrefillQueueAsWaiting(t *testing.T) {
 		wg.Go(func() { post(t, c, e.URL()+"/v1/chat/completions", body) })
 	}
 	defer wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if s := e.totalSnapshot(); s.running == 3 && s.prefillWaiting == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("three requests never admitted with two queued for prefill: %+v", e.totalSnapshot())
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval; the snapshot is re-checked
+	if !poll.Wait(10*time.Second, func() bool { s := e.totalSnapshot(); return s.running == 3 && s.prefillWaiting == 2 }) {
+		t.Fatalf("three requests never admitted with two queued for prefill: %+v", e.totalSnapshot())
 	}
 	_, loads := get(t, c, e.URL()+"/v1/loads")
 	if !strings.Contains(string(loads), `"num_running_reqs":1,`) || !strings.Contains(string(loads), `"num_waiting_reqs":2,`) {

@@ -1,10 +1,11 @@
 package sim
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/sluicegw/sluice/internal/waitq"
 )
 
 // errTooLong: the request needs more KV than the engine has; it could never run.
@@ -18,23 +19,18 @@ type scheduler struct {
 	kvCap      int64
 	running    int
 	kvUsed     int64
-	waiting    list.List // of *admitWaiter
+	waiting    waitq.Queue[int64] // of the KV tokens each needs
 	maxWaiting int
 
 	prefillBusy    bool
-	prefillWaiting list.List // of chan struct{}
+	prefillWaiting waitq.Queue[struct{}]
 
 	// The pre-allocation stage of an SGLang decode (decode.go); preSlots 0 means the rank has none.
 	// preHeld requests hold a request slot and their KV (counted in kvUsed) from pre-allocation
 	// until their decode ends; preWaiting are the requests still waiting for one, FIFO.
 	preSlots   int
 	preHeld    int
-	preWaiting list.List // of *admitWaiter
-}
-
-type admitWaiter struct {
-	need  int64
-	ready chan struct{} // closed when granted
+	preWaiting waitq.Queue[int64]
 }
 
 func newScheduler(maxRunning int, kvCap int64) *scheduler {
@@ -59,30 +55,32 @@ func (s *scheduler) admit(ctx context.Context, need int64) error {
 		s.mu.Unlock()
 		return nil
 	}
-	w := &admitWaiter{need: need, ready: make(chan struct{})}
-	elem := s.waiting.PushBack(w)
+	w := s.waiting.Push(need)
 	s.maxWaiting = max(s.maxWaiting, s.waiting.Len()+s.preWaiting.Len())
 	s.mu.Unlock()
+	return s.wait(ctx, &s.waiting, w, func() {
+		s.running--
+		s.kvUsed -= need
+	})
+}
 
+// wait blocks until w is granted or ctx ends. On giving up it settles the race under the lock: a grant
+// already made is handed back with giveBack; otherwise w leaves q. Either way the lists are granted
+// again, since what w held or blocked may now fit the waiters behind it.
+func (s *scheduler) wait(ctx context.Context, q *waitq.Queue[int64], w *waitq.Waiter[int64], giveBack func()) error {
 	select {
-	case <-w.ready:
+	case <-w.Ready():
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		select {
-		case <-w.ready:
-			// Granted while we were giving up: hand the grant back.
-			s.running--
-			s.kvUsed -= need
+		if granted, wasFront := q.Cancel(w); granted {
+			giveBack()
 			s.grantLocked()
 			s.grantPreLocked()
-		default:
-			isFront := s.waiting.Front() == elem
-			s.waiting.Remove(elem)
-			if isFront {
-				s.grantLocked()
-			}
+		} else if wasFront {
+			s.grantLocked()
+			s.grantPreLocked()
 		}
 		return ctx.Err()
 	}
@@ -100,20 +98,14 @@ func (s *scheduler) release(need int64) {
 
 // grantLocked admits waiters from the front while they fit; strictly FIFO so a large request is not starved.
 func (s *scheduler) grantLocked() {
-	for {
-		e := s.waiting.Front()
-		if e == nil {
-			return
-		}
-		w := e.Value.(*admitWaiter)
-		if !s.fits(w.need) {
-			return
+	s.waiting.GrantWhile(func(need int64) bool {
+		if !s.fits(need) {
+			return false
 		}
 		s.running++
-		s.kvUsed += w.need
-		s.waiting.Remove(e)
-		close(w.ready)
-	}
+		s.kvUsed += need
+		return true
+	})
 }
 
 // acquirePrefill blocks until the prefill executor is free, FIFO. On success call releasePrefill once.
@@ -124,20 +116,16 @@ func (s *scheduler) acquirePrefill(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	ready := make(chan struct{})
-	elem := s.prefillWaiting.PushBack(ready)
+	w := s.prefillWaiting.Push(struct{}{})
 	s.mu.Unlock()
 	select {
-	case <-ready:
+	case <-w.Ready():
 		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		select {
-		case <-ready:
+		if granted, _ := s.prefillWaiting.Cancel(w); granted {
 			s.handOffPrefillLocked()
-		default:
-			s.prefillWaiting.Remove(elem)
 		}
 		return ctx.Err()
 	}
@@ -151,13 +139,12 @@ func (s *scheduler) releasePrefill() {
 
 // handOffPrefillLocked passes the (busy) executor to the next waiter, or frees it.
 func (s *scheduler) handOffPrefillLocked() {
-	e := s.prefillWaiting.Front()
-	if e == nil {
+	w := s.prefillWaiting.Front()
+	if w == nil {
 		s.prefillBusy = false
 		return
 	}
-	s.prefillWaiting.Remove(e)
-	close(e.Value.(chan struct{}))
+	s.prefillWaiting.Grant(w)
 }
 
 type schedSnapshot struct {

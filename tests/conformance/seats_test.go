@@ -15,6 +15,7 @@ import (
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/tests/testenv"
 )
 
@@ -164,13 +165,10 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} %K
 			// The gateway re-exports what it read: once its gauge shows the engine's KV usage, the veto
 			// has the same report.
 			want, _ := strconv.ParseFloat(tc.kv, 64)
-			deadline := time.Now().Add(10 * time.Second)
-			for v, ok := gatewayGauge(t, gw.URL, "sluice_worker_engine_kv_cache_usage_ratio", d.srv.URL); !ok || v != want; v, ok = gatewayGauge(t, gw.URL, "sluice_worker_engine_kv_cache_usage_ratio", d.srv.URL) {
-				if time.Now().After(deadline) {
-					t.Fatal("the gateway never read the decode engine's vllm:kv_cache_usage_perc")
-				}
-				time.Sleep(20 * time.Millisecond) // polling interval; the condition is re-checked
-			}
+			poll.Until(t, "the gateway to read the decode engine's vllm:kv_cache_usage_perc", 10*time.Second, func() bool {
+				v, ok := gatewayGauge(t, gw.URL, "sluice_worker_engine_kv_cache_usage_ratio", d.srv.URL)
+				return ok && v == want
+			})
 			resp, err := http.Post(gw.URL+"/v1/chat/completions", "application/json", //nolint:noctx // loopback
 				strings.NewReader(`{`+chatMsgs+`,"max_tokens":8}`))
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/tests/testenv"
 )
 
@@ -79,13 +80,7 @@ func pdArgs(c *sim.Cluster) []string {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation: cond is re-checked
-	}
+	poll.Until(t, what, timeout, cond)
 }
 
 func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/internal/worker"
 	"github.com/sluicegw/sluice/tests/testenv/eventsim"
 )
@@ -152,14 +153,5 @@ func TestKVAwareRoutesByEngineEvents(t *testing.T) {
 
 // waitBriefly polls cond for a short while (an event round trip on loopback); false when it never held.
 func waitBriefly(cond func() bool) bool {
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return poll.Wait(300*time.Millisecond, cond)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // newApp builds (does not start) a gateway from serve flags.
@@ -83,10 +84,7 @@ func TestStartupWorkerIDsInFlagOrderAndNoWorkerWarning(t *testing.T) {
 		// completion-ordered registration did) or a bound passes (registration in flag order waits
 		// for every engine first).
 		once.Do(func() {
-			deadline := time.Now().Add(2 * time.Second)
-			for a := gw.Load(); time.Now().Before(deadline) && (a == nil || a.Registry.Snapshot().Len() < 2); a = gw.Load() {
-				time.Sleep(10 * time.Millisecond) // polling interval; the condition is re-checked
-			}
+			poll.Wait(2*time.Second, func() bool { a := gw.Load(); return a != nil && a.Registry.Snapshot().Len() >= 2 })
 		})
 		proxy.ServeHTTP(w, r)
 	}))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // TestTenantRejectionReasonMatchesAdmission: a request refused by a full prefill queue is counted with
@@ -67,10 +68,7 @@ func TestTenantRejectionReasonMatchesAdmission(t *testing.T) {
 	}
 	// The tenant metrics count the request when it ends, which may be just after its answer was read.
 	var rej map[string]float64
-	deadline := time.Now().Add(5 * time.Second)
-	for rej = scrape(t, gw.URL, "sluice_tenant_rejections_total"); len(rej) == 0 && time.Now().Before(deadline); rej = scrape(t, gw.URL, "sluice_tenant_rejections_total") {
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation: the scrape is re-checked
-	}
+	poll.Wait(5*time.Second, func() bool { rej = scrape(t, gw.URL, "sluice_tenant_rejections_total"); return len(rej) > 0 })
 	if len(rej) != 1 || rej["reason=queue_full,tenant=a"] != 1 {
 		t.Errorf("tenant rejections %v, want one with admission's reason queue_full", rej)
 	}

@@ -214,7 +214,7 @@ func (g *gateway) waitHealthy(t *testing.T) {
 				return
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling interval: the child process's /health is re-checked
 	}
 	t.Fatalf("gateway %s not healthy after 2m\n%s", g.pod, g.proc.tail())
 }
@@ -228,7 +228,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 		if err = cond(); err == nil {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling interval: cond (API-server reads) is re-checked
 	}
 	t.Fatalf("%s: not within %s: %v", what, d, err)
 }

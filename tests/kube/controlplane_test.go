@@ -193,7 +193,7 @@ func (cp *controlPlane) waitReady() {
 		if cp.apiserver.exited() {
 			t.Fatalf("kube-apiserver exited:\n%s", cp.apiserver.tail())
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polling interval: /readyz of a child process is re-checked; each check is a request
 	}
 	t.Fatalf("kube-apiserver not ready after 3m (%v):\n%s", last, cp.apiserver.tail())
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/dispatch"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -100,14 +101,7 @@ func TestKVAwareRoutesChatsByTheirTokens(t *testing.T) {
 		if err != nil {
 			t.Fatalf("pinned completion: %v", err)
 		}
-		deadline := time.Now().Add(300 * time.Millisecond)
-		for blocks(url) <= before {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return true
+		return poll.Wait(300*time.Millisecond, func() bool { return blocks(url) > before })
 	}
 	cands := a.Registry.Snapshot().Candidates(worker.RoleRegular, model)
 	if len(cands) != 3 {

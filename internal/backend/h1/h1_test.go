@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 func newTestH1() *Transport {
@@ -392,13 +393,8 @@ func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 	if len(pooled) != 1 {
 		t.Fatalf("%d pooled connections, want 1", len(pooled))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for connAlive(pooled[0].c) {
-		if time.Now().After(deadline) {
-			t.Fatal("the engine's close never reached the pooled connection")
-		}
-		time.Sleep(time.Millisecond) // polling interval: a peer's close is seen only by probing the socket
-	}
+	// A peer's close is seen only by probing the socket.
+	poll.Until(t, "the engine's close to reach the pooled connection", 10*time.Second, func() bool { return !connAlive(pooled[0].c) })
 	resp, err = h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
 		t.Fatalf("request after the engine closed the idle connection: %v", err)
