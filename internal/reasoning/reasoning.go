@@ -166,7 +166,8 @@ func partialSuffix(s string, tags []string) int {
 	best := 0
 	for _, t := range tags {
 		for n := min(len(s), len(t)-1); n > best; n-- {
-			if strings.HasSuffix(s, t[:n]) {
+			// Most candidates fail on the last byte: check it before the rest.
+			if t[n-1] == s[len(s)-1] && strings.HasSuffix(s, t[:n]) {
 				best = n
 				break
 			}

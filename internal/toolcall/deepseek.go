@@ -76,30 +76,33 @@ func (deepseek) step(p *Parser, final bool) bool {
 		}
 		return false
 	case dArgs:
-		if i := strings.Index(p.buf, dsCallEnd); i >= 0 {
-			body := strings.TrimSpace(p.buf[:i])
+		raw := p.takeRaw()
+		// Search only what was not searched, less a tag's length that may have been cut.
+		from := max(0, p.searched-len(dsCallEnd)+1)
+		if i := strings.Index(raw[from:], dsCallEnd); i >= 0 {
+			i += from
+			body := strings.TrimSpace(raw[:i])
 			args, fenced := strings.CutSuffix(body, "```")
 			args = strings.TrimSpace(args)
-			if fenced {
-				p.args(args)
-			}
-			p.endCall(fenced && json.Valid([]byte(args)))
-			p.buf, p.mode = p.buf[i+len(dsCallEnd):], dSection
+			ok := fenced && p.finalArgs(args)
+			p.endCall(ok && json.Valid([]byte(args)))
+			p.buf, p.mode = raw[i+len(dsCallEnd):], dSection
 			return true
 		}
+		p.searched = len(raw)
 		if final {
 			p.endCall(false)
-			p.buf, p.mode = "", dText
+			p.mode = dText
 			return false
 		}
 		// Stream all but what may still be the closing fence: trailing whitespace, up to three
 		// backticks, whitespace, and a partial end tag.
-		s := p.buf[:len(p.buf)-partialSuffix(p.buf, dsCallEnd)]
+		s := raw[:len(raw)-partialSuffix(raw, dsCallEnd)]
 		s = strings.TrimRight(s, " \t\r\n")
 		for n := 0; n < 3 && strings.HasSuffix(s, "`"); n++ {
 			s = s[:len(s)-1]
 		}
-		p.args(strings.TrimSpace(s))
+		p.args(strings.TrimRight(strings.TrimLeft(s, " \t\r\n"), " \t\r\n"))
 		return false
 	default: // dSkip
 		if i := strings.Index(p.buf, dsCallEnd); i >= 0 {

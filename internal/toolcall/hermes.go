@@ -56,19 +56,20 @@ func (h *hermes) step(p *Parser, final bool) bool {
 		}
 		return false
 	case hArgs:
-		end := h.scan.object(p.buf)
+		raw := p.takeRaw()
+		end := h.scan.object(raw)
 		if end < 0 {
 			if final {
 				p.endCall(false)
-				p.buf, p.mode = "", hText
+				p.mode = hText
 				return false
 			}
-			p.args(p.buf[:h.scan.pos])
+			p.args(raw)
 			return false
 		}
-		p.args(p.buf[:end])
-		h.valid = json.Valid([]byte(p.buf[:end]))
-		p.buf, p.mode = p.buf[end:], hTail
+		p.args(raw[:end])
+		h.valid = json.Valid([]byte(raw[:end]))
+		p.buf, p.mode = raw[end:], hTail
 		return true
 	case hTail:
 		if i := strings.Index(p.buf, hermesClose); i >= 0 {

@@ -117,8 +117,10 @@ type Parser struct {
 	afterCall bool
 	ws        string
 	// the call being parsed
-	calls   int    // calls announced so far
-	emitted string // arguments streamed of the current call
+	calls    int             // calls announced so far
+	emitted  string          // arguments streamed of the current call
+	raw      strings.Builder // the current call's argument text so far (hermes.go, deepseek.go)
+	searched int             // how much of raw was searched for the end of the arguments
 	// whole-answer bookkeeping
 	markers bool         // a call marker was seen
 	bad     map[int]bool // announced calls that turned out malformed
@@ -211,26 +213,43 @@ func (p *Parser) content(s string) {
 
 // startCall announces a call.
 func (p *Parser) startCall(name string) {
-	p.ws, p.afterCall, p.emitted = "", false, ""
+	p.ws, p.afterCall, p.emitted, p.searched = "", false, "", 0
+	p.raw.Reset()
 	p.out.Calls = append(p.out.Calls, CallDelta{Index: p.calls, ID: p.newID(), Name: name})
 	p.calls++
 }
 
-// args streams the current call's arguments: s is all of them known so far.
+// args streams the current call's arguments: s is all of them known so far, which extends what was
+// streamed (only the new part is looked at, so a long call costs linear time).
 func (p *Parser) args(s string) {
-	if !strings.HasPrefix(s, p.emitted) {
-		// Only a malformed call can end with arguments that do not extend what was streamed.
-		p.bad[p.calls-1] = true
+	if len(s) <= len(p.emitted) {
 		return
 	}
-	if d := s[len(p.emitted):]; d != "" {
-		p.emitted = s
-		if n := len(p.out.Calls); n > 0 && p.out.Calls[n-1].Index == p.calls-1 && p.out.Calls[n-1].ID == "" {
-			p.out.Calls[n-1].Arguments += d
-		} else {
-			p.out.Calls = append(p.out.Calls, CallDelta{Index: p.calls - 1, Arguments: d})
-		}
+	d := s[len(p.emitted):]
+	p.emitted = s
+	if n := len(p.out.Calls); n > 0 && p.out.Calls[n-1].Index == p.calls-1 && p.out.Calls[n-1].ID == "" {
+		p.out.Calls[n-1].Arguments += d
+	} else {
+		p.out.Calls = append(p.out.Calls, CallDelta{Index: p.calls - 1, Arguments: d})
 	}
+}
+
+// finalArgs streams the rest of the current call's arguments once they are known in full; a call
+// whose final arguments do not extend what was streamed (only a malformed one) is marked bad.
+func (p *Parser) finalArgs(s string) bool {
+	if !strings.HasPrefix(s, p.emitted) {
+		return false
+	}
+	p.args(s)
+	return true
+}
+
+// take moves the unconsumed input into raw, the growing text of the current call's arguments (a
+// strings.Builder, so appending costs no copy of what is already there).
+func (p *Parser) takeRaw() string {
+	p.raw.WriteString(p.buf)
+	p.buf = ""
+	return p.raw.String()
 }
 
 // endCall ends the current call; ok is false for a malformed one.
@@ -246,7 +265,8 @@ func partialSuffix(s string, tags ...string) int {
 	best := 0
 	for _, t := range tags {
 		for n := min(len(s), len(t)-1); n > best; n-- {
-			if strings.HasSuffix(s, t[:n]) {
+			// Most candidates fail on the last byte: check it before the rest.
+			if t[n-1] == s[len(s)-1] && strings.HasSuffix(s, t[:n]) {
 				best = n
 				break
 			}
