@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/toolcall"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -27,6 +28,8 @@ func fromCore(err error) *Error {
 		return ae.APIError()
 	}
 	switch {
+	case errors.Is(err, toolcall.ErrNoToolParser):
+		return InvalidRequest("tools", err.Error())
 	case errors.Is(err, admission.ErrShuttingDown):
 		// A fixed second, not the release-rate estimate: the retry is for another replica.
 		return New(http.StatusServiceUnavailable, CodeShuttingDown, "the gateway is shutting down, retry on another replica", err).

@@ -27,7 +27,7 @@ func (a *App) newServers(cfg *config.Config, tracer trace.Tracer, tokenizers fun
 	if err != nil {
 		return err
 	}
-	openai := openaisvc.New(a.Dispatcher)
+	openai := openaisvc.New(a.Dispatcher).WithTokenizers(tokenizers)
 	rest := httpapi.New(httpapi.Options{
 		Dispatcher: a.Dispatcher, MaxPayloadSize: cfg.Server.MaxPayloadSize, Metrics: a.Metrics,
 		Tracer: tracer, Propagator: telemetry.Propagator(), Logger: logger, SpanAttributes: principalAttrs,

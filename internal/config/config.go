@@ -69,6 +69,8 @@ type Config struct {
 	Concurrency ConcurrencyConfig
 	// Tokenizer names the models the gateway tokenizes itself (tokenizer.go).
 	Tokenizer TokenizerConfig
+	// Parsers names each model's reasoning and tool-call parsers (parsers.go).
+	Parsers ParsersConfig
 	// KVEvents names the engines' KV-cache event endpoints (kvevents.go).
 	KVEvents KVEventsConfig
 	// Capacity holds the SLOs of the capacity recommendation (capacity.go).

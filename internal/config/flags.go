@@ -42,7 +42,8 @@ func isRepeatable(name string) bool {
 	return name == "worker-urls" || name == "prefill" || name == "decode" || isSelectorFlag(name) ||
 		name == "ca-cert-paths" || name == "cors-allowed-origins" ||
 		name == "routing-key-headers" || name == "request-id-headers" || name == "prometheus-duration-buckets" ||
-		name == "admission-peers" || name == "tokenizer-path"
+		name == "admission-peers" || name == "tokenizer-path" ||
+		name == "reasoning-parser" || name == "tool-call-parser"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -128,6 +129,7 @@ func newFlagSet() *flagSet {
 	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
 
 	s.registerTokenizer() // tokenizer.go
+	s.registerParsers()   // parsers.go
 	s.registerKVEvents()  // kvevents.go
 	s.registerCapacity()  // capacity.go
 

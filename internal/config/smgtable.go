@@ -163,8 +163,6 @@ var smgInert = []struct {
 	{"tokenizer-cache-l0-max-entries", "N", argOne, checkUint, tokenizerCacheReason},
 	{"tokenizer-cache-enable-l1", "", argBool, nil, tokenizerCacheReason},
 	{"tokenizer-cache-l1-max-memory", "BYTES", argOne, checkUint, tokenizerCacheReason},
-	{"reasoning-parser", "NAME", argOne, nil, "Accepted: HTTP engines parse reasoning themselves (SMG uses this only in its gRPC pipeline)."},
-	{"tool-call-parser", "NAME", argOne, nil, "Accepted: HTTP engines parse tool calls themselves (SMG uses this only in its gRPC pipeline)."},
 }
 
 // tokenizerCacheReason is the help of SMG's tokenizer cache flags.

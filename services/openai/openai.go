@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 	"github.com/sluicegw/sluice/internal/dispatch"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
 var (
@@ -38,6 +39,8 @@ type Service struct {
 	// onJSON and onJSONAnswer, when set, are told each time a request is rendered as JSON, and each
 	// time a whole answer is read from JSON (tests of the typed path).
 	onJSON, onJSONAnswer func(dispatch.Route)
+	// tokenizers, when set, returns a model's tokenizer for Tokenize and Detokenize (tokenize.go).
+	tokenizers func(model string) *tokenizer.Tokenizer
 }
 
 // New builds the service on a dispatcher.

@@ -219,6 +219,14 @@ func (c connectClient) CreateEmbedding(ctx context.Context, in *openaiv1.CreateE
 	return c.c.CreateEmbedding(ctx, in)
 }
 
+func (c connectClient) Tokenize(ctx context.Context, in *openaiv1.TokenizeRequest, _ ...grpc.CallOption) (*openaiv1.TokenizeResponse, error) {
+	return c.c.Tokenize(ctx, in)
+}
+
+func (c connectClient) Detokenize(ctx context.Context, in *openaiv1.DetokenizeRequest, _ ...grpc.CallOption) (*openaiv1.DetokenizeResponse, error) {
+	return c.c.Detokenize(ctx, in)
+}
+
 // connectStream reads a Connect server stream as grpc-go's: Recv until io.EOF.
 type connectStream[T any] struct {
 	grpc.ServerStreamingClient[T]

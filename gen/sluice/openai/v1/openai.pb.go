@@ -1677,6 +1677,309 @@ func (x *CreateEmbeddingResponse) GetUsage() *EmbeddingUsage {
 	return nil
 }
 
+// TokenizeRequest is vLLM's TokenizeRequest: a prompt (TokenizeCompletionRequest) or a chat
+// (TokenizeChatRequest); exactly one of prompt and messages.
+type TokenizeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model whose tokenizer to use.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Text to tokenize.
+	Prompt *string `protobuf:"bytes,2,opt,name=prompt,proto3,oneof" json:"prompt,omitempty"`
+	// Chat to render with the model's template and tokenize.
+	Messages []*ChatMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Whether the rendered chat ends with the assistant's generation prompt (default true).
+	AddGenerationPrompt *bool `protobuf:"varint,4,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
+	// Render the last message open, for the model to continue (answered by an engine).
+	ContinueFinalMessage bool `protobuf:"varint,5,opt,name=continue_final_message,json=continueFinalMessage,proto3" json:"continue_final_message,omitempty"`
+	// Also return each token's string.
+	ReturnTokenStrs bool `protobuf:"varint,6,opt,name=return_token_strs,json=returnTokenStrs,proto3" json:"return_token_strs,omitempty"`
+	// A chat template of the request's own (answered by an engine).
+	ChatTemplate *string `protobuf:"bytes,7,opt,name=chat_template,json=chatTemplate,proto3,oneof" json:"chat_template,omitempty"`
+	// Extra variables of the chat template, such as enable_thinking.
+	ChatTemplateKwargs *structpb.Struct `protobuf:"bytes,8,opt,name=chat_template_kwargs,json=chatTemplateKwargs,proto3" json:"chat_template_kwargs,omitempty"`
+	// Tools offered to the model, rendered by the template.
+	Tools []*structpb.Struct `protobuf:"bytes,9,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Whether the tokenizer adds its special tokens, such as a BOS (default true for a prompt, false for
+	// a chat, whose template writes its own).
+	AddSpecialTokens *bool `protobuf:"varint,10,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TokenizeRequest) Reset() {
+	*x = TokenizeRequest{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeRequest) ProtoMessage() {}
+
+func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
+func (*TokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TokenizeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetPrompt() string {
+	if x != nil && x.Prompt != nil {
+		return *x.Prompt
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetAddGenerationPrompt() bool {
+	if x != nil && x.AddGenerationPrompt != nil {
+		return *x.AddGenerationPrompt
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetContinueFinalMessage() bool {
+	if x != nil {
+		return x.ContinueFinalMessage
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetReturnTokenStrs() bool {
+	if x != nil {
+		return x.ReturnTokenStrs
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetChatTemplate() string {
+	if x != nil && x.ChatTemplate != nil {
+		return *x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetChatTemplateKwargs() *structpb.Struct {
+	if x != nil {
+		return x.ChatTemplateKwargs
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetTools() []*structpb.Struct {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *TokenizeRequest) GetAddSpecialTokens() bool {
+	if x != nil && x.AddSpecialTokens != nil {
+		return *x.AddSpecialTokens
+	}
+	return false
+}
+
+// TokenizeResponse is vLLM's TokenizeResponse.
+type TokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of tokens.
+	Count int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The model's context length, when known.
+	MaxModelLen int32 `protobuf:"varint,2,opt,name=max_model_len,json=maxModelLen,proto3" json:"max_model_len,omitempty"`
+	// Token ids.
+	Tokens []int32 `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// Each token's string, when return_token_strs was set.
+	TokenStrs     []string `protobuf:"bytes,4,rep,name=token_strs,json=tokenStrs,proto3" json:"token_strs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeResponse) Reset() {
+	*x = TokenizeResponse{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeResponse) ProtoMessage() {}
+
+func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
+func (*TokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TokenizeResponse) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetMaxModelLen() int32 {
+	if x != nil {
+		return x.MaxModelLen
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetTokenStrs() []string {
+	if x != nil {
+		return x.TokenStrs
+	}
+	return nil
+}
+
+// DetokenizeRequest is vLLM's DetokenizeRequest.
+type DetokenizeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model whose tokenizer to use.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Token ids to turn into text.
+	Tokens        []int32 `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetokenizeRequest) Reset() {
+	*x = DetokenizeRequest{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetokenizeRequest) ProtoMessage() {}
+
+func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
+func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DetokenizeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *DetokenizeRequest) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+// DetokenizeResponse is vLLM's DetokenizeResponse.
+type DetokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text of the tokens.
+	Prompt        string `protobuf:"bytes,1,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetokenizeResponse) Reset() {
+	*x = DetokenizeResponse{}
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetokenizeResponse) ProtoMessage() {}
+
+func (x *DetokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_openai_v1_openai_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetokenizeResponse.ProtoReflect.Descriptor instead.
+func (*DetokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_openai_v1_openai_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DetokenizeResponse) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
 var File_sluice_openai_v1_openai_proto protoreflect.FileDescriptor
 
 const file_sluice_openai_v1_openai_proto_rawDesc = "" +
@@ -1853,7 +2156,34 @@ const file_sluice_openai_v1_openai_proto_rawDesc = "" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12/\n" +
 	"\x04data\x18\x02 \x03(\v2\x1b.sluice.openai.v1.EmbeddingR\x04data\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x126\n" +
-	"\x05usage\x18\x04 \x01(\v2 .sluice.openai.v1.EmbeddingUsageR\x05usage2\xe5\x04\n" +
+	"\x05usage\x18\x04 \x01(\v2 .sluice.openai.v1.EmbeddingUsageR\x05usage\"\xbf\x04\n" +
+	"\x0fTokenizeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x88\x01\x01\x129\n" +
+	"\bmessages\x18\x03 \x03(\v2\x1d.sluice.openai.v1.ChatMessageR\bmessages\x127\n" +
+	"\x15add_generation_prompt\x18\x04 \x01(\bH\x01R\x13addGenerationPrompt\x88\x01\x01\x124\n" +
+	"\x16continue_final_message\x18\x05 \x01(\bR\x14continueFinalMessage\x12*\n" +
+	"\x11return_token_strs\x18\x06 \x01(\bR\x0freturnTokenStrs\x12(\n" +
+	"\rchat_template\x18\a \x01(\tH\x02R\fchatTemplate\x88\x01\x01\x12I\n" +
+	"\x14chat_template_kwargs\x18\b \x01(\v2\x17.google.protobuf.StructR\x12chatTemplateKwargs\x12-\n" +
+	"\x05tools\x18\t \x03(\v2\x17.google.protobuf.StructR\x05tools\x121\n" +
+	"\x12add_special_tokens\x18\n" +
+	" \x01(\bH\x03R\x10addSpecialTokens\x88\x01\x01B\t\n" +
+	"\a_promptB\x18\n" +
+	"\x16_add_generation_promptB\x10\n" +
+	"\x0e_chat_templateB\x15\n" +
+	"\x13_add_special_tokens\"\x83\x01\n" +
+	"\x10TokenizeResponse\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x05R\x05count\x12\"\n" +
+	"\rmax_model_len\x18\x02 \x01(\x05R\vmaxModelLen\x12\x16\n" +
+	"\x06tokens\x18\x03 \x03(\x05R\x06tokens\x12\x1d\n" +
+	"\n" +
+	"token_strs\x18\x04 \x03(\tR\ttokenStrs\"A\n" +
+	"\x11DetokenizeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\",\n" +
+	"\x12DetokenizeResponse\x12\x16\n" +
+	"\x06prompt\x18\x01 \x01(\tR\x06prompt2\x91\x06\n" +
 	"\rOpenAIService\x12g\n" +
 	"\x14CreateChatCompletion\x12-.sluice.openai.v1.CreateChatCompletionRequest\x1a .sluice.openai.v1.ChatCompletion\x12n\n" +
 	"\x14StreamChatCompletion\x12-.sluice.openai.v1.CreateChatCompletionRequest\x1a%.sluice.openai.v1.ChatCompletionChunk0\x01\x12[\n" +
@@ -1861,7 +2191,10 @@ const file_sluice_openai_v1_openai_proto_rawDesc = "" +
 	"\x10StreamCompletion\x12).sluice.openai.v1.CreateCompletionRequest\x1a\x1c.sluice.openai.v1.Completion0\x01\x12W\n" +
 	"\n" +
 	"ListModels\x12#.sluice.openai.v1.ListModelsRequest\x1a$.sluice.openai.v1.ListModelsResponse\x12f\n" +
-	"\x0fCreateEmbedding\x12(.sluice.openai.v1.CreateEmbeddingRequest\x1a).sluice.openai.v1.CreateEmbeddingResponseB\xbf\x01\n" +
+	"\x0fCreateEmbedding\x12(.sluice.openai.v1.CreateEmbeddingRequest\x1a).sluice.openai.v1.CreateEmbeddingResponse\x12Q\n" +
+	"\bTokenize\x12!.sluice.openai.v1.TokenizeRequest\x1a\".sluice.openai.v1.TokenizeResponse\x12W\n" +
+	"\n" +
+	"Detokenize\x12#.sluice.openai.v1.DetokenizeRequest\x1a$.sluice.openai.v1.DetokenizeResponseB\xbf\x01\n" +
 	"\x14com.sluice.openai.v1B\vOpenaiProtoP\x01Z8github.com/sluicegw/sluice/gen/sluice/openai/v1;openaiv1\xa2\x02\x03SOX\xaa\x02\x10Sluice.Openai.V1\xca\x02\x10Sluice\\Openai\\V1\xe2\x02\x1cSluice\\Openai\\V1\\GPBMetadata\xea\x02\x12Sluice::Openai::V1b\x06proto3"
 
 var (
@@ -1876,7 +2209,7 @@ func file_sluice_openai_v1_openai_proto_rawDescGZIP() []byte {
 	return file_sluice_openai_v1_openai_proto_rawDescData
 }
 
-var file_sluice_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_sluice_openai_v1_openai_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_sluice_openai_v1_openai_proto_goTypes = []any{
 	(*ChatMessage)(nil),                 // 0: sluice.openai.v1.ChatMessage
 	(*StreamOptions)(nil),               // 1: sluice.openai.v1.StreamOptions
@@ -1897,60 +2230,71 @@ var file_sluice_openai_v1_openai_proto_goTypes = []any{
 	(*Embedding)(nil),                   // 16: sluice.openai.v1.Embedding
 	(*EmbeddingUsage)(nil),              // 17: sluice.openai.v1.EmbeddingUsage
 	(*CreateEmbeddingResponse)(nil),     // 18: sluice.openai.v1.CreateEmbeddingResponse
-	nil,                                 // 19: sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	(*structpb.Value)(nil),              // 20: google.protobuf.Value
-	(*structpb.Struct)(nil),             // 21: google.protobuf.Struct
+	(*TokenizeRequest)(nil),             // 19: sluice.openai.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),            // 20: sluice.openai.v1.TokenizeResponse
+	(*DetokenizeRequest)(nil),           // 21: sluice.openai.v1.DetokenizeRequest
+	(*DetokenizeResponse)(nil),          // 22: sluice.openai.v1.DetokenizeResponse
+	nil,                                 // 23: sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	(*structpb.Value)(nil),              // 24: google.protobuf.Value
+	(*structpb.Struct)(nil),             // 25: google.protobuf.Struct
 }
 var file_sluice_openai_v1_openai_proto_depIdxs = []int32{
-	20, // 0: sluice.openai.v1.ChatMessage.content:type_name -> google.protobuf.Value
-	21, // 1: sluice.openai.v1.ChatMessage.tool_calls:type_name -> google.protobuf.Struct
+	24, // 0: sluice.openai.v1.ChatMessage.content:type_name -> google.protobuf.Value
+	25, // 1: sluice.openai.v1.ChatMessage.tool_calls:type_name -> google.protobuf.Struct
 	0,  // 2: sluice.openai.v1.CreateChatCompletionRequest.messages:type_name -> sluice.openai.v1.ChatMessage
 	1,  // 3: sluice.openai.v1.CreateChatCompletionRequest.stream_options:type_name -> sluice.openai.v1.StreamOptions
-	20, // 4: sluice.openai.v1.CreateChatCompletionRequest.stop:type_name -> google.protobuf.Value
-	21, // 5: sluice.openai.v1.CreateChatCompletionRequest.tools:type_name -> google.protobuf.Struct
-	20, // 6: sluice.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> google.protobuf.Value
-	21, // 7: sluice.openai.v1.CreateChatCompletionRequest.response_format:type_name -> google.protobuf.Struct
-	19, // 8: sluice.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
-	21, // 9: sluice.openai.v1.CreateChatCompletionRequest.extra_body:type_name -> google.protobuf.Struct
-	21, // 10: sluice.openai.v1.Usage.prompt_tokens_details:type_name -> google.protobuf.Struct
+	24, // 4: sluice.openai.v1.CreateChatCompletionRequest.stop:type_name -> google.protobuf.Value
+	25, // 5: sluice.openai.v1.CreateChatCompletionRequest.tools:type_name -> google.protobuf.Struct
+	24, // 6: sluice.openai.v1.CreateChatCompletionRequest.tool_choice:type_name -> google.protobuf.Value
+	25, // 7: sluice.openai.v1.CreateChatCompletionRequest.response_format:type_name -> google.protobuf.Struct
+	23, // 8: sluice.openai.v1.CreateChatCompletionRequest.logit_bias:type_name -> sluice.openai.v1.CreateChatCompletionRequest.LogitBiasEntry
+	25, // 9: sluice.openai.v1.CreateChatCompletionRequest.extra_body:type_name -> google.protobuf.Struct
+	25, // 10: sluice.openai.v1.Usage.prompt_tokens_details:type_name -> google.protobuf.Struct
 	0,  // 11: sluice.openai.v1.ChatChoice.message:type_name -> sluice.openai.v1.ChatMessage
-	20, // 12: sluice.openai.v1.ChatChoice.logprobs:type_name -> google.protobuf.Value
+	24, // 12: sluice.openai.v1.ChatChoice.logprobs:type_name -> google.protobuf.Value
 	4,  // 13: sluice.openai.v1.ChatCompletion.choices:type_name -> sluice.openai.v1.ChatChoice
 	3,  // 14: sluice.openai.v1.ChatCompletion.usage:type_name -> sluice.openai.v1.Usage
-	21, // 15: sluice.openai.v1.ChatDelta.tool_calls:type_name -> google.protobuf.Struct
+	25, // 15: sluice.openai.v1.ChatDelta.tool_calls:type_name -> google.protobuf.Struct
 	6,  // 16: sluice.openai.v1.ChatChunkChoice.delta:type_name -> sluice.openai.v1.ChatDelta
-	20, // 17: sluice.openai.v1.ChatChunkChoice.logprobs:type_name -> google.protobuf.Value
+	24, // 17: sluice.openai.v1.ChatChunkChoice.logprobs:type_name -> google.protobuf.Value
 	7,  // 18: sluice.openai.v1.ChatCompletionChunk.choices:type_name -> sluice.openai.v1.ChatChunkChoice
 	3,  // 19: sluice.openai.v1.ChatCompletionChunk.usage:type_name -> sluice.openai.v1.Usage
-	20, // 20: sluice.openai.v1.CreateCompletionRequest.prompt:type_name -> google.protobuf.Value
+	24, // 20: sluice.openai.v1.CreateCompletionRequest.prompt:type_name -> google.protobuf.Value
 	1,  // 21: sluice.openai.v1.CreateCompletionRequest.stream_options:type_name -> sluice.openai.v1.StreamOptions
-	20, // 22: sluice.openai.v1.CreateCompletionRequest.stop:type_name -> google.protobuf.Value
-	21, // 23: sluice.openai.v1.CreateCompletionRequest.extra_body:type_name -> google.protobuf.Struct
-	20, // 24: sluice.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Value
+	24, // 22: sluice.openai.v1.CreateCompletionRequest.stop:type_name -> google.protobuf.Value
+	25, // 23: sluice.openai.v1.CreateCompletionRequest.extra_body:type_name -> google.protobuf.Struct
+	24, // 24: sluice.openai.v1.CompletionChoice.logprobs:type_name -> google.protobuf.Value
 	10, // 25: sluice.openai.v1.Completion.choices:type_name -> sluice.openai.v1.CompletionChoice
 	3,  // 26: sluice.openai.v1.Completion.usage:type_name -> sluice.openai.v1.Usage
 	13, // 27: sluice.openai.v1.ListModelsResponse.data:type_name -> sluice.openai.v1.Model
-	20, // 28: sluice.openai.v1.CreateEmbeddingRequest.input:type_name -> google.protobuf.Value
-	21, // 29: sluice.openai.v1.CreateEmbeddingRequest.extra_body:type_name -> google.protobuf.Struct
+	24, // 28: sluice.openai.v1.CreateEmbeddingRequest.input:type_name -> google.protobuf.Value
+	25, // 29: sluice.openai.v1.CreateEmbeddingRequest.extra_body:type_name -> google.protobuf.Struct
 	16, // 30: sluice.openai.v1.CreateEmbeddingResponse.data:type_name -> sluice.openai.v1.Embedding
 	17, // 31: sluice.openai.v1.CreateEmbeddingResponse.usage:type_name -> sluice.openai.v1.EmbeddingUsage
-	2,  // 32: sluice.openai.v1.OpenAIService.CreateChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
-	2,  // 33: sluice.openai.v1.OpenAIService.StreamChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
-	9,  // 34: sluice.openai.v1.OpenAIService.CreateCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
-	9,  // 35: sluice.openai.v1.OpenAIService.StreamCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
-	12, // 36: sluice.openai.v1.OpenAIService.ListModels:input_type -> sluice.openai.v1.ListModelsRequest
-	15, // 37: sluice.openai.v1.OpenAIService.CreateEmbedding:input_type -> sluice.openai.v1.CreateEmbeddingRequest
-	5,  // 38: sluice.openai.v1.OpenAIService.CreateChatCompletion:output_type -> sluice.openai.v1.ChatCompletion
-	8,  // 39: sluice.openai.v1.OpenAIService.StreamChatCompletion:output_type -> sluice.openai.v1.ChatCompletionChunk
-	11, // 40: sluice.openai.v1.OpenAIService.CreateCompletion:output_type -> sluice.openai.v1.Completion
-	11, // 41: sluice.openai.v1.OpenAIService.StreamCompletion:output_type -> sluice.openai.v1.Completion
-	14, // 42: sluice.openai.v1.OpenAIService.ListModels:output_type -> sluice.openai.v1.ListModelsResponse
-	18, // 43: sluice.openai.v1.OpenAIService.CreateEmbedding:output_type -> sluice.openai.v1.CreateEmbeddingResponse
-	38, // [38:44] is the sub-list for method output_type
-	32, // [32:38] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	0,  // 32: sluice.openai.v1.TokenizeRequest.messages:type_name -> sluice.openai.v1.ChatMessage
+	25, // 33: sluice.openai.v1.TokenizeRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
+	25, // 34: sluice.openai.v1.TokenizeRequest.tools:type_name -> google.protobuf.Struct
+	2,  // 35: sluice.openai.v1.OpenAIService.CreateChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
+	2,  // 36: sluice.openai.v1.OpenAIService.StreamChatCompletion:input_type -> sluice.openai.v1.CreateChatCompletionRequest
+	9,  // 37: sluice.openai.v1.OpenAIService.CreateCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
+	9,  // 38: sluice.openai.v1.OpenAIService.StreamCompletion:input_type -> sluice.openai.v1.CreateCompletionRequest
+	12, // 39: sluice.openai.v1.OpenAIService.ListModels:input_type -> sluice.openai.v1.ListModelsRequest
+	15, // 40: sluice.openai.v1.OpenAIService.CreateEmbedding:input_type -> sluice.openai.v1.CreateEmbeddingRequest
+	19, // 41: sluice.openai.v1.OpenAIService.Tokenize:input_type -> sluice.openai.v1.TokenizeRequest
+	21, // 42: sluice.openai.v1.OpenAIService.Detokenize:input_type -> sluice.openai.v1.DetokenizeRequest
+	5,  // 43: sluice.openai.v1.OpenAIService.CreateChatCompletion:output_type -> sluice.openai.v1.ChatCompletion
+	8,  // 44: sluice.openai.v1.OpenAIService.StreamChatCompletion:output_type -> sluice.openai.v1.ChatCompletionChunk
+	11, // 45: sluice.openai.v1.OpenAIService.CreateCompletion:output_type -> sluice.openai.v1.Completion
+	11, // 46: sluice.openai.v1.OpenAIService.StreamCompletion:output_type -> sluice.openai.v1.Completion
+	14, // 47: sluice.openai.v1.OpenAIService.ListModels:output_type -> sluice.openai.v1.ListModelsResponse
+	18, // 48: sluice.openai.v1.OpenAIService.CreateEmbedding:output_type -> sluice.openai.v1.CreateEmbeddingResponse
+	20, // 49: sluice.openai.v1.OpenAIService.Tokenize:output_type -> sluice.openai.v1.TokenizeResponse
+	22, // 50: sluice.openai.v1.OpenAIService.Detokenize:output_type -> sluice.openai.v1.DetokenizeResponse
+	43, // [43:51] is the sub-list for method output_type
+	35, // [35:43] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_sluice_openai_v1_openai_proto_init() }
@@ -1964,13 +2308,14 @@ func file_sluice_openai_v1_openai_proto_init() {
 	file_sluice_openai_v1_openai_proto_msgTypes[7].OneofWrappers = []any{}
 	file_sluice_openai_v1_openai_proto_msgTypes[9].OneofWrappers = []any{}
 	file_sluice_openai_v1_openai_proto_msgTypes[15].OneofWrappers = []any{}
+	file_sluice_openai_v1_openai_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_openai_v1_openai_proto_rawDesc), len(file_sluice_openai_v1_openai_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,13 +30,16 @@ const (
 	OpenAIService_StreamCompletion_FullMethodName     = "/sluice.openai.v1.OpenAIService/StreamCompletion"
 	OpenAIService_ListModels_FullMethodName           = "/sluice.openai.v1.OpenAIService/ListModels"
 	OpenAIService_CreateEmbedding_FullMethodName      = "/sluice.openai.v1.OpenAIService/CreateEmbedding"
+	OpenAIService_Tokenize_FullMethodName             = "/sluice.openai.v1.OpenAIService/Tokenize"
+	OpenAIService_Detokenize_FullMethodName           = "/sluice.openai.v1.OpenAIService/Detokenize"
 )
 
 // OpenAIServiceClient is the client API for OpenAIService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// OpenAIService serves chat completions, completions, embeddings and the model list.
+// OpenAIService serves chat completions, completions, embeddings, the model list, and tokenize and
+// detokenize.
 type OpenAIServiceClient interface {
 	// CreateChatCompletion returns a whole chat completion.
 	CreateChatCompletion(ctx context.Context, in *CreateChatCompletionRequest, opts ...grpc.CallOption) (*ChatCompletion, error)
@@ -50,6 +53,13 @@ type OpenAIServiceClient interface {
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
 	CreateEmbedding(ctx context.Context, in *CreateEmbeddingRequest, opts ...grpc.CallOption) (*CreateEmbeddingResponse, error)
+	// Tokenize returns the token ids of a prompt or of a chat rendered with the model's template (POST
+	// /tokenize, vLLM's shape). The gateway answers it for a model it has a tokenizer for; an engine
+	// otherwise.
+	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
+	// Detokenize returns the text of token ids (POST /detokenize, vLLM's shape), special tokens kept. An id
+	// outside the vocabulary is InvalidArgument naming tokens.
+	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error)
 }
 
 type openAIServiceClient struct {
@@ -138,11 +148,32 @@ func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, in *CreateEmb
 	return out, nil
 }
 
+func (c *openAIServiceClient) Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenizeResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_Tokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *openAIServiceClient) Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DetokenizeResponse)
+	err := c.cc.Invoke(ctx, OpenAIService_Detokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OpenAIServiceServer is the server API for OpenAIService service.
 // All implementations must embed UnimplementedOpenAIServiceServer
 // for forward compatibility.
 //
-// OpenAIService serves chat completions, completions, embeddings and the model list.
+// OpenAIService serves chat completions, completions, embeddings, the model list, and tokenize and
+// detokenize.
 type OpenAIServiceServer interface {
 	// CreateChatCompletion returns a whole chat completion.
 	CreateChatCompletion(context.Context, *CreateChatCompletionRequest) (*ChatCompletion, error)
@@ -156,6 +187,13 @@ type OpenAIServiceServer interface {
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
 	CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error)
+	// Tokenize returns the token ids of a prompt or of a chat rendered with the model's template (POST
+	// /tokenize, vLLM's shape). The gateway answers it for a model it has a tokenizer for; an engine
+	// otherwise.
+	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
+	// Detokenize returns the text of token ids (POST /detokenize, vLLM's shape), special tokens kept. An id
+	// outside the vocabulary is InvalidArgument naming tokens.
+	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error)
 	mustEmbedUnimplementedOpenAIServiceServer()
 }
 
@@ -183,6 +221,12 @@ func (UnimplementedOpenAIServiceServer) ListModels(context.Context, *ListModelsR
 }
 func (UnimplementedOpenAIServiceServer) CreateEmbedding(context.Context, *CreateEmbeddingRequest) (*CreateEmbeddingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateEmbedding not implemented")
+}
+func (UnimplementedOpenAIServiceServer) Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Tokenize not implemented")
+}
+func (UnimplementedOpenAIServiceServer) Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Detokenize not implemented")
 }
 func (UnimplementedOpenAIServiceServer) mustEmbedUnimplementedOpenAIServiceServer() {}
 func (UnimplementedOpenAIServiceServer) testEmbeddedByValue()                       {}
@@ -299,6 +343,42 @@ func _OpenAIService_CreateEmbedding_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpenAIService_Tokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).Tokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_Tokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).Tokenize(ctx, req.(*TokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpenAIService_Detokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DetokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpenAIServiceServer).Detokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpenAIService_Detokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpenAIServiceServer).Detokenize(ctx, req.(*DetokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OpenAIService_ServiceDesc is the grpc.ServiceDesc for OpenAIService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -321,6 +401,14 @@ var OpenAIService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateEmbedding",
 			Handler:    _OpenAIService_CreateEmbedding_Handler,
+		},
+		{
+			MethodName: "Tokenize",
+			Handler:    _OpenAIService_Tokenize_Handler,
+		},
+		{
+			MethodName: "Detokenize",
+			Handler:    _OpenAIService_Detokenize_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -55,6 +55,11 @@ const (
 	// OpenAIServiceCreateEmbeddingProcedure is the fully-qualified name of the OpenAIService's
 	// CreateEmbedding RPC.
 	OpenAIServiceCreateEmbeddingProcedure = "/sluice.openai.v1.OpenAIService/CreateEmbedding"
+	// OpenAIServiceTokenizeProcedure is the fully-qualified name of the OpenAIService's Tokenize RPC.
+	OpenAIServiceTokenizeProcedure = "/sluice.openai.v1.OpenAIService/Tokenize"
+	// OpenAIServiceDetokenizeProcedure is the fully-qualified name of the OpenAIService's Detokenize
+	// RPC.
+	OpenAIServiceDetokenizeProcedure = "/sluice.openai.v1.OpenAIService/Detokenize"
 )
 
 // OpenAIServiceClient is a client for the sluice.openai.v1.OpenAIService service.
@@ -71,6 +76,13 @@ type OpenAIServiceClient interface {
 	ListModels(context.Context, *v1.ListModelsRequest) (*v1.ListModelsResponse, error)
 	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
 	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
+	// Tokenize returns the token ids of a prompt or of a chat rendered with the model's template (POST
+	// /tokenize, vLLM's shape). The gateway answers it for a model it has a tokenizer for; an engine
+	// otherwise.
+	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
+	// Detokenize returns the text of token ids (POST /detokenize, vLLM's shape), special tokens kept. An id
+	// outside the vocabulary is InvalidArgument naming tokens.
+	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
 }
 
 // NewOpenAIServiceClient constructs a client for the sluice.openai.v1.OpenAIService service. By
@@ -120,6 +132,18 @@ func NewOpenAIServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
 			connect.WithClientOptions(opts...),
 		),
+		tokenize: connect.NewClient[v1.TokenizeRequest, v1.TokenizeResponse](
+			httpClient,
+			baseURL+OpenAIServiceTokenizeProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("Tokenize")),
+			connect.WithClientOptions(opts...),
+		),
+		detokenize: connect.NewClient[v1.DetokenizeRequest, v1.DetokenizeResponse](
+			httpClient,
+			baseURL+OpenAIServiceDetokenizeProcedure,
+			connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -131,6 +155,8 @@ type openAIServiceClient struct {
 	streamCompletion     *connect.Client[v1.CreateCompletionRequest, v1.Completion]
 	listModels           *connect.Client[v1.ListModelsRequest, v1.ListModelsResponse]
 	createEmbedding      *connect.Client[v1.CreateEmbeddingRequest, v1.CreateEmbeddingResponse]
+	tokenize             *connect.Client[v1.TokenizeRequest, v1.TokenizeResponse]
+	detokenize           *connect.Client[v1.DetokenizeRequest, v1.DetokenizeResponse]
 }
 
 // CreateChatCompletion calls sluice.openai.v1.OpenAIService.CreateChatCompletion.
@@ -179,6 +205,24 @@ func (c *openAIServiceClient) CreateEmbedding(ctx context.Context, req *v1.Creat
 	return nil, err
 }
 
+// Tokenize calls sluice.openai.v1.OpenAIService.Tokenize.
+func (c *openAIServiceClient) Tokenize(ctx context.Context, req *v1.TokenizeRequest) (*v1.TokenizeResponse, error) {
+	response, err := c.tokenize.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// Detokenize calls sluice.openai.v1.OpenAIService.Detokenize.
+func (c *openAIServiceClient) Detokenize(ctx context.Context, req *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error) {
+	response, err := c.detokenize.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // OpenAIServiceHandler is an implementation of the sluice.openai.v1.OpenAIService service.
 type OpenAIServiceHandler interface {
 	// CreateChatCompletion returns a whole chat completion.
@@ -193,6 +237,13 @@ type OpenAIServiceHandler interface {
 	ListModels(context.Context, *v1.ListModelsRequest) (*v1.ListModelsResponse, error)
 	// CreateEmbedding returns the embeddings of the input (POST /v1/embeddings), as floats.
 	CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error)
+	// Tokenize returns the token ids of a prompt or of a chat rendered with the model's template (POST
+	// /tokenize, vLLM's shape). The gateway answers it for a model it has a tokenizer for; an engine
+	// otherwise.
+	Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error)
+	// Detokenize returns the text of token ids (POST /detokenize, vLLM's shape), special tokens kept. An id
+	// outside the vocabulary is InvalidArgument naming tokens.
+	Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error)
 }
 
 // NewOpenAIServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -238,6 +289,18 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(openAIServiceMethods.ByName("CreateEmbedding")),
 		connect.WithHandlerOptions(opts...),
 	)
+	openAIServiceTokenizeHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceTokenizeProcedure,
+		svc.Tokenize,
+		connect.WithSchema(openAIServiceMethods.ByName("Tokenize")),
+		connect.WithHandlerOptions(opts...),
+	)
+	openAIServiceDetokenizeHandler := connect.NewUnaryHandlerSimple(
+		OpenAIServiceDetokenizeProcedure,
+		svc.Detokenize,
+		connect.WithSchema(openAIServiceMethods.ByName("Detokenize")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.openai.v1.OpenAIService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OpenAIServiceCreateChatCompletionProcedure:
@@ -252,6 +315,10 @@ func NewOpenAIServiceHandler(svc OpenAIServiceHandler, opts ...connect.HandlerOp
 			openAIServiceListModelsHandler.ServeHTTP(w, r)
 		case OpenAIServiceCreateEmbeddingProcedure:
 			openAIServiceCreateEmbeddingHandler.ServeHTTP(w, r)
+		case OpenAIServiceTokenizeProcedure:
+			openAIServiceTokenizeHandler.ServeHTTP(w, r)
+		case OpenAIServiceDetokenizeProcedure:
+			openAIServiceDetokenizeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -283,4 +350,12 @@ func (UnimplementedOpenAIServiceHandler) ListModels(context.Context, *v1.ListMod
 
 func (UnimplementedOpenAIServiceHandler) CreateEmbedding(context.Context, *v1.CreateEmbeddingRequest) (*v1.CreateEmbeddingResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.openai.v1.OpenAIService.CreateEmbedding is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) Tokenize(context.Context, *v1.TokenizeRequest) (*v1.TokenizeResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.openai.v1.OpenAIService.Tokenize is not implemented"))
+}
+
+func (UnimplementedOpenAIServiceHandler) Detokenize(context.Context, *v1.DetokenizeRequest) (*v1.DetokenizeResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.openai.v1.OpenAIService.Detokenize is not implemented"))
 }
