@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
-	smgcommonpb "github.com/sluicegw/sluice/gen/smg/grpc/common"
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	smgcommonpb "github.com/sluicegw/sluice/gen/smg/grpc/common"
 )
 
 // sglangServicer serves SGLang's sglang.grpc.scheduler.SglangScheduler as `--grpc-mode` does
