@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -33,7 +32,7 @@ func (s sglangServicer) parse(req *sglangpb.GenerateRequest) (*grpcCall, error) 
 	e := s.g.e
 	tok := req.GetTokenized()
 	if tok == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Tokenized input must be provided"))
+		return nil, rpcError(requestError("", "Tokenized input must be provided"))
 	}
 	p := req.GetSamplingParams()
 	if p.GetN() > 1 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 
 	"connectrpc.com/connect"
@@ -82,7 +81,7 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 		r := int(req.GetDataParallelRank())
 		if r < 0 || r >= len(e.ranks) {
 			// vllm/v1/engine/input_processor.py process_inputs.
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("data_parallel_rank %d is out of range [0, %d).", r, len(e.ranks)))
+			return nil, rpcError(requestError("", "data_parallel_rank %d is out of range [0, %d).", r, len(e.ranks)))
 		}
 		hint.rank = &r
 	}
@@ -94,22 +93,21 @@ func vllmKVParams(req *vllmpb.GenerateRequest) (*kvParams, error) {
 	if req.KvTransferParamsJson != nil {
 		var raw any
 		if err := json.Unmarshal([]byte(req.GetKvTransferParamsJson()), &raw); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid kv_transfer_params_json: %w", err))
+			return nil, rpcError(requestError("", "Invalid kv_transfer_params_json: %v", err))
 		}
 		if _, ok := raw.(map[string]any); !ok {
 			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("kv_transfer_params_json must be a JSON object"))
 		}
 		var kv kvParams
 		if err := json.Unmarshal([]byte(req.GetKvTransferParamsJson()), &kv); err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("Invalid kv_transfer_params_json: %w", err))
+			return nil, rpcError(requestError("", "Invalid kv_transfer_params_json: %v", err))
 		}
 		return &kv, nil
 	}
 	if legacy := req.GetKvTransferParams(); legacy != nil {
 		host, port := legacy.GetRemoteHost(), int(legacy.GetRemotePort())
 		if host == "" || port < 1 || port > 65535 {
-			return nil, connect.NewError(connect.CodeInvalidArgument,
-				errors.New("Invalid kv_transfer_params: remote_host must be set and remote_port must be in [1, 65535]."))
+			return nil, rpcError(requestError("", "Invalid kv_transfer_params: remote_host must be set and remote_port must be in [1, 65535]."))
 		}
 		return &kvParams{RemoteHost: &host, RemotePort: &port}, nil
 	}
