@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,4 +195,36 @@ func TestVLLMGRPCNIXL(t *testing.T) {
 	dreq.KvTransferParamsJson = &bad
 	_, _, err = vllmRun(t.Context(), decode, dreq)
 	wantCode(t, err, codes.InvalidArgument, "kv_transfer_params_json must be a JSON object")
+}
+
+// TestVLLMGRPCMooncake: Mooncake's legs run at once with the same transfer_id; the decode pulls from
+// the prefill's bootstrap server, and the prefill's Complete carries no parameters.
+func TestVLLMGRPCMooncake(t *testing.T) {
+	t.Parallel()
+	p := startEngine(t, Config{Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Role: RolePrefill, GRPC: true, EngineID: "mc"})
+	d := startEngine(t, Config{Protocol: ProtocolVLLM, KVConnector: ConnectorMooncake, Role: RoleDecode, GRPC: true})
+	const prompt = "mooncake moves this prompt"
+	preq := vllmReq("mc-1", prompt, 1, false)
+	pkv := `{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"xfer-mc-1"}`
+	preq.KvTransferParamsJson = &pkv
+	dreq := vllmReq("mc-1", prompt, 3, true)
+	dkv := `{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://127.0.0.1:` +
+		strconv.Itoa(p.BootstrapPort()) + `","remote_engine_id":"mc","transfer_id":"xfer-mc-1"}`
+	dreq.KvTransferParamsJson = &dkv
+
+	var wg sync.WaitGroup
+	var pdone *vllmpb.GenerateComplete
+	var perr error
+	wg.Go(func() { _, pdone, perr = vllmRun(t.Context(), vllmpb.NewVllmEngineClient(grpcConn(t, p)), preq) })
+	chunks, ddone, derr := vllmRun(t.Context(), vllmpb.NewVllmEngineClient(grpcConn(t, d)), dreq)
+	wg.Wait()
+	if perr != nil || derr != nil {
+		t.Fatalf("prefill %v, decode %v", perr, derr)
+	}
+	if pdone.KvTransferParamsJson != nil || len(chunks) != 3 || ddone.GetFinishReason() != "length" {
+		t.Errorf("prefill %v; decode %d chunks, %v", pdone, len(chunks), ddone)
+	}
+	if st := d.Stats(); st.MooncakeTransfers != 1 || st.RecomputedPrompts != 0 {
+		t.Errorf("decode stats: %d transfers, %d recomputed; want the KV pulled once", st.MooncakeTransfers, st.RecomputedPrompts)
+	}
 }
