@@ -33,7 +33,7 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 		"(0 means 8998, SGLang's default)"
 	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
 	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
-	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve sluice.worker.v1 (gRPC, Connect, gRPC-Web) on the same port (h2c)")
+	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve gRPC on the same port (h2c): the --protocol engine's own (SGLang's scheduler or vLLM's engine service) and sluice.worker.v1")
 	var models stringList
 	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")

@@ -76,7 +76,9 @@ type Config struct {
 	// SGLang's scheduler does (scheduler.py handle_generate_request falls back to
 	// server_args.disaggregation_bootstrap_port); 0 means SGLang's default 8998.
 	BootstrapPort int
-	GRPC          bool // also serve sluice.worker.v1 (Connect, gRPC, gRPC-Web) on Port, h2c
+	// GRPC also serves gRPC on Port (h2c): the Protocol engine's own service
+	// (sglang.grpc.scheduler.SglangScheduler or vllm.grpc.engine.VllmEngine) and sluice.worker.v1.
+	GRPC bool
 
 	Models []string // served model ids, default ["sim-model"]; the first is the default model
 	Seed   int64    // output PRNG seed

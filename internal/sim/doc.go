@@ -1,7 +1,7 @@
 // Package sim is a simulated LLM inference engine: it serves the HTTP APIs of SGLang or vLLM (routes,
-// response and error shapes, disaggregation handshakes, as read from their sources) and the
-// sluice.worker.v1 RPCs, and models what makes real engines hard to route to, so that the gateway's
-// demo, end-to-end tests and benchmarks exercise real behaviour.
+// response and error shapes, disaggregation handshakes, as read from their sources), their own gRPC
+// protocols and the sluice.worker.v1 RPCs, and models what makes real engines hard to route to, so
+// that the gateway's demo, end-to-end tests and benchmarks exercise real behaviour.
 //
 // # Performance model ("realistic" mode, the default)
 //
@@ -189,7 +189,39 @@
 // connections for a while and then listens again, the only way back for a separate process), GET
 // /sim/stats (with a per-rank breakdown in "ranks": requests, queue, running, prefix cache hit and
 // prompt tokens, KV), POST /sim/stats/reset, and POST /sim/kv/pull (NIXL-style KV pull between engines). With
-// Config.GRPC the same port also serves sluice.worker.v1 over h2c.
+// Config.GRPC the same port also serves gRPC over h2c: the engine's own protocol and sluice.worker.v1.
+//
+// # The engines' gRPC protocols
+//
+// With Config.GRPC an SGLang engine serves sglang.grpc.scheduler.SglangScheduler and a vLLM engine
+// vllm.grpc.engine.VllmEngine, as `--grpc-mode` and `vllm serve --grpc` do (smg-project/smg
+// grpc_servicer/smg_grpc_servicer/ sglang/servicer.py and vllm/servicer.py); the other engines'
+// services answer UNIMPLEMENTED, which is how a gateway tells them apart (grpcengine.go; one file per
+// protocol: grpc_sglang.go, grpc_vllm.go). Token ids in, token ids out, through the same model as
+// HTTP: Generate streams one chunk per output token and ends with a Complete (finish_reason, prompt,
+// completion and cached token counts, the matched stop token or string; SGLang's natural end matches
+// the EOS id 2). SGLang's chunks count cumulatively; vLLM's servicer runs the engine in DELTA mode, so
+// its chunks and its Complete carry per-output counts. In a stream the Complete repeats the last
+// chunk's ids, as both servicers build it from the same engine output; unstreamed it has every id.
+// Sampling parameters are read as each servicer reads them: SGLang takes the proto's zeros as values
+// (temperature 0 is greedy, top_p 0 is refused by SGLang's own check), vLLM reads an unset
+// temperature as 1.0 and a zero top_p as 1.0; max_new_tokens / max_tokens, ignore_eos, stop strings
+// and stop_token_ids (the token ends the output and is part of it) are honoured, and the engine's
+// HTTP validation applies. Abort ends a running Generate by request id (its Complete says "abort");
+// a client that cancels the stream ends the engine's request too. HealthCheck fails with the
+// FailHealth fault. GetModelInfo gives the served model name, context length and EOS ids;
+// GetServerInfo SGLang's server args and scheduler info, or vLLM's KV connector, role and engine id.
+// GetLoads: SGLang one entry per DP rank with the disaggregation section (a prefill's bootstrap queue
+// in prefill_prealloc_queue_reqs, a decode's pre-allocation and transfer queues); vLLM one entry for
+// the engine, as its servicer reports (the simulator's sums its ranks). PD: SGLang's legs carry the
+// same DisaggregatedParams and meet on the bootstrap rendezvous as over HTTP (an unset port is the
+// engine's own bootstrap port; the int32 room is widened alike on both legs); vLLM's carry
+// kv_transfer_params_json (else the deprecated typed host/port), and a prefill's Complete answers the
+// NIXL params in kv_transfer_params_json with the typed host/port mirror. vLLM's data_parallel_rank
+// pins the rank; SGLang's servicer does not pass its data_parallel_rank on, so neither does the
+// simulator. Not served over gRPC: n > 1 (UNIMPLEMENTED), Embed, GetTokenizer, SubscribeKvEvents,
+// LoRA and profiling RPCs, logprobs and hidden states, and structured output constraints (ignored).
+// vLLM's text input is tokenized by the simulator's tokenizer.
 //
 // # Not modelled
 //
@@ -227,5 +259,6 @@
 // contexts, so tests run the model under testing/synctest with exact simulated time. The Engine owns its
 // listeners, their serve goroutines and an outbound HTTP client; Close cancels every request context
 // (they derive from the engine's base context), closes the servers and waits for the serve goroutines.
-// Faults are an immutable value swapped atomically.
+// Faults are an immutable value swapped atomically. The engine gRPC servicers keep their running
+// Generate calls by request id in a mutex-guarded map of cancel functions, for Abort.
 package sim

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 )
@@ -59,6 +60,7 @@ type sampleSpec struct {
 	maxTokens   int  // output tokens to generate at most
 	naturalStop bool // max_tokens was absent: ending at maxTokens is an EOS ("stop")
 	stop        []string
+	stopIDs     []uint32 // stop_token_ids (the engines' gRPC protocols): the token ends the output and is part of it
 	reqSeed     int64
 	seeded      bool // the request gave a seed: equal seeds sample alike on any engine
 	greedy      bool
@@ -75,6 +77,9 @@ type sampleSpec struct {
 	// preallocated is the KV an SGLang decode sample reserved in its pre-allocation (decode.go), given
 	// back when the sample ends; 0 without one.
 	preallocated int64
+	// cached is the prompt's cached token count, set by runSample once the prompt is computed or its
+	// KV received (the engines' gRPC chunks report it with every token).
+	cached int
 }
 
 // nonce is what sets an unseeded sample's sampling apart from another's of the same prompt and choice
@@ -97,6 +102,8 @@ type sampleResult struct {
 	cachedTokens     int
 	finish           string // "length" or "stop"
 	matched          string // the stop string matched, if any
+	matchedID        uint32 // the stop token id matched, if matchedToken
+	matchedToken     bool
 	kvOut            *kvParams
 }
 
@@ -186,6 +193,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	if sp.phase == phasePrefill && sp.hs.bootstrap {
 		e.publishRoom(sp, res.cachedTokens)
 	}
+	sp.cached = res.cachedTokens
 
 	out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy, sp.nonce())}
 	var text strings.Builder
@@ -203,7 +211,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 				return res, err
 			}
 		}
-		w, _ := out.word()
+		w, id := out.word()
 		prev := text.Len()
 		text.WriteString(w)
 		delta := w
@@ -220,6 +228,9 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 				text.WriteString(full[:idx])
 				res.finish, res.matched, cut = "stop", s, true
 			}
+		}
+		if !cut && len(sp.stopIDs) > 0 && slices.Contains(sp.stopIDs, id) {
+			res.finish, res.matchedID, res.matchedToken, cut = "stop", id, true, true
 		}
 		e.metrics.generatedTokens.Inc()
 		if err := emit(sp.choice, delta); err != nil {

@@ -72,6 +72,7 @@ func (e *Engine) routes() http.Handler {
 	mux.HandleFunc("POST /sim/kv/pull", e.handleKVPull)
 	if e.cfg.GRPC {
 		e.mountRPC(mux)
+		e.mountEngineGRPC(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header()["Content-Type"] = jsonContentType

@@ -108,13 +108,19 @@ func (e *Engine) loadBalanceMethod() string {
 // With DP attention the simulated ranks are one attention-TP rank each (tp_size = dp_size), and the
 // scheduler info (max_total_num_tokens, max_req_input_len) is rank 0's, as the DP controller reports it.
 func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, e.serverInfo())
+}
+
+// serverInfo is what /get_server_info answers (and SGLang's gRPC GetServerInfo splits into server args
+// and scheduler info).
+func (e *Engine) serverInfo() map[string]any {
 	model := e.cfg.Models[0]
 	rankKV := e.ranks[0].sched.kvCap
 	// One internal state per DP rank (tokenizer_manager get_internal_state gathers every rank's
 	// scheduler get_internal_state); effective_max_running_requests_per_dp is the rank's running
 	// window after the engine divided --max-running-requests by dp_size, the figure a gateway sizing
 	// decode seats wants (the top-level max_running_requests is the server arg as given).
-	internal := make([]map[string]any, len(e.ranks))
+	internal := make([]any, len(e.ranks))
 	for i, rk := range e.ranks {
 		internal[i] = map[string]any{
 			"last_gen_throughput":                   0.0,
@@ -156,7 +162,7 @@ func (e *Engine) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		"internal_states":      internal,
 		"version":              engineVersion,
 	}
-	writeJSON(w, http.StatusOK, info)
+	return info
 }
 
 // handleModelInfo serves GET /get_model_info and /model_info.

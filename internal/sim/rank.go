@@ -28,6 +28,12 @@ type dpRank struct {
 	requests     atomic.Int64 // samples run on this rank
 	promptTokens atomic.Int64
 	cachedTokens atomic.Int64
+	// transferring counts SGLang decode samples that hold their pre-allocation and wait for the KV:
+	// SGLang's transfer queue (disaggregation/decode.py DecodeTransferQueue).
+	transferring atomic.Int64
+	// bootstrapping counts SGLang prefill samples waiting for their decode to connect: SGLang's
+	// bootstrap queue (disaggregation/prefill.py PrefillBootstrapQueue).
+	bootstrapping atomic.Int64
 }
 
 // newRanks splits the engine's capacities evenly over its DP ranks. SGLang divides

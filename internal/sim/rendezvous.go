@@ -251,6 +251,8 @@ func (e *Engine) awaitDecode(ctx context.Context, sp *sampleSpec) error {
 	e.stats.handshakeWaits.Add(1)
 	e.stats.handshakeWaiting.Add(1)
 	defer e.stats.handshakeWaiting.Add(-1)
+	e.ranks[sp.rank].bootstrapping.Add(1)
+	defer e.ranks[sp.rank].bootstrapping.Add(-1)
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootstrapTimeout)
 	defer cancel()
 	err := rooms.awaitConnect(wctx, sp.hs.room)
@@ -467,6 +469,9 @@ func (e *Engine) waitRoom(ctx context.Context, sp *sampleSpec) (kvRecord, error)
 		if err := e.preallocateDecode(ctx, sp, deadline, timedOut); err != nil {
 			return kvRecord{}, err
 		}
+		r := e.ranks[sp.rank]
+		r.transferring.Add(1)
+		defer r.transferring.Add(-1)
 	}
 	left := time.Until(deadline)
 	if left <= 0 {

@@ -353,25 +353,7 @@ func (e *Engine) assignHandshakes(job *genJob, req *apiRequest, prompts int) err
 		return nil // a non-disaggregated engine ignores bootstrap fields and kv_transfer_params
 	}
 	if e.cfg.Protocol == ProtocolVLLM {
-		kv := req.KVTransferParams
-		for i := range job.samples {
-			sp := &job.samples[i]
-			switch {
-			case e.cfg.Role == RolePrefill && kv != nil && kv.DoRemoteDecode:
-				sp.phase, sp.hs.kv = phasePrefill, kv
-			case e.cfg.Role == RoleDecode:
-				sp.phase = phaseDecode
-				if kv != nil && kv.DoRemotePrefill {
-					if len(job.samples) > 1 {
-						// One KV for several consumers: not modelled (the reference proxy skips the
-						// prefill leg for n > 1).
-						return requestError("kv_transfer_params", "kv_transfer_params with do_remote_prefill serve a single sample, got %d", len(job.samples))
-					}
-					sp.hs.kv = kv
-				}
-			}
-		}
-		return nil
+		return e.assignKVParams(job.samples, req.KVTransferParams)
 	}
 	bs, err := normalizeBootstrap(req, prompts, job.n, job.batch)
 	if err != nil {
@@ -392,6 +374,29 @@ func (e *Engine) assignHandshakes(job *genJob, req *apiRequest, prompts int) err
 		sp.phase = phaseDecode
 		if e.cfg.Role == RolePrefill {
 			sp.phase = phasePrefill
+		}
+	}
+	return nil
+}
+
+// assignKVParams gives a vLLM engine's samples their phase and KV connector parameters: a prefill
+// given do_remote_decode produces KV, a decode consumes it with do_remote_prefill (or recomputes).
+func (e *Engine) assignKVParams(samples []sampleSpec, kv *kvParams) error {
+	for i := range samples {
+		sp := &samples[i]
+		switch {
+		case e.cfg.Role == RolePrefill && kv != nil && kv.DoRemoteDecode:
+			sp.phase, sp.hs.kv = phasePrefill, kv
+		case e.cfg.Role == RoleDecode:
+			sp.phase = phaseDecode
+			if kv != nil && kv.DoRemotePrefill {
+				if len(samples) > 1 {
+					// One KV for several consumers: not modelled (the reference proxy skips the
+					// prefill leg for n > 1).
+					return requestError("kv_transfer_params", "kv_transfer_params with do_remote_prefill serve a single sample, got %d", len(samples))
+				}
+				sp.hs.kv = kv
+			}
 		}
 	}
 	return nil
