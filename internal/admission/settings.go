@@ -110,10 +110,14 @@ func DefaultSettings() Settings {
 	}
 }
 
-// Enabled reports whether admission is on: a prefill request limit, a token
-// budget, an adaptive limit or a decode bound is set.
-func (s Settings) Enabled() bool {
-	return s.MaxInflightPerWorker > 0 || s.MaxInflightTokensPerWorker > 0 || s.Adaptive.On() || s.SeatsOn()
+// Enabled reports whether admission is on: prefill slots are bounded or PD
+// requests take decode seats.
+func (s Settings) Enabled() bool { return s.PrefillBounded() || s.SeatsOn() }
+
+// PrefillBounded reports whether prefill slots are bounded: a request limit,
+// a token budget or an adaptive limit is set.
+func (s Settings) PrefillBounded() bool {
+	return s.MaxInflightPerWorker > 0 || s.MaxInflightTokensPerWorker > 0 || s.Adaptive.On()
 }
 
 // SeatsOn reports whether PD requests also take a decode seat: a decode

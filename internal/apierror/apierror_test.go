@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -672,5 +673,54 @@ func TestWorkerManagedWireForm(t *testing.T) {
 	other := apierror.FromWire(connect.NewError(connect.CodeFailedPrecondition, errors.New("x")))
 	if other.Status != 400 {
 		t.Errorf("plain failed_precondition -> %d, want 400", other.Status)
+	}
+}
+
+// TestFromAuthRefusal: the authenticator's refusals, which carry only a class and a message, are
+// rendered as OpenAI's 401 and 403 errors and the matching RPC codes.
+func TestFromAuthRefusal(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(auth.Config{APIKey: "sk-user", AdminAPIKey: "sk-admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(token string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return r
+	}
+	tests := []struct {
+		name  string
+		check func(*http.Request) (context.Context, error)
+		token string
+		want  wire
+		code  connect.Code
+	}{
+		{"missing", a.Inference, "", wire{401, "authentication_error", apierror.CodeUnauthorized, "",
+			"missing API key or token (Authorization: Bearer <key>)"}, connect.CodeUnauthenticated},
+		{"invalid", a.Inference, "sk-wrong", wire{401, "authentication_error", apierror.CodeUnauthorized, "",
+			"invalid API key or token"}, connect.CodeUnauthenticated},
+		{"admin invalid", a.Admin, "sk-wrong", wire{401, "authentication_error", apierror.CodeUnauthorized, "",
+			"invalid admin API key or token"}, connect.CodeUnauthenticated},
+		{"forbidden", a.Admin, "sk-user", wire{403, "permission_error", apierror.CodePermissionDenied, "",
+			"this credential does not grant the admin API"}, connect.CodePermissionDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := tt.check(req(tt.token))
+			if err == nil {
+				t.Fatal("request not refused")
+			}
+			got := apierror.From(err)
+			if diff := cmp.Diff(tt.want, wireOf(got)); diff != "" {
+				t.Errorf("From mismatch (-want +got):\n%s", diff)
+			}
+			if c := got.Connect().Code(); c != tt.code {
+				t.Errorf("RPC code = %v, want %v", c, tt.code)
+			}
+		})
 	}
 }

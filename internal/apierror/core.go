@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/toolcall"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -67,6 +68,10 @@ func fromCore(err error) *Error {
 			"no routable prefill and decode workers of the requested model speak the same KV handoff", err)
 	case errors.Is(err, placement.ErrNoHealthyWorkers), errors.Is(err, placement.ErrUnavailable):
 		return New(http.StatusServiceUnavailable, CodeNoAvailableWorkers, "no healthy worker is available for the requested model", err)
+	case errors.Is(err, auth.ErrForbidden):
+		return New(http.StatusForbidden, CodePermissionDenied, refusalMessage(err), err)
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return New(http.StatusUnauthorized, CodeUnauthorized, refusalMessage(err), err)
 	case errors.Is(err, worker.ErrNotFound):
 		return New(http.StatusNotFound, CodeNotFound, err.Error(), err)
 	case errors.Is(err, worker.ErrAlreadyExists):
@@ -77,6 +82,18 @@ func fromCore(err error) *Error {
 		return New(http.StatusBadRequest, CodeInvalidRequest, err.Error(), err)
 	}
 	return nil
+}
+
+// refusalMessage is what a refused caller is shown: the refusal's own message, which names no
+// credential, or a generic one for an unexpected error of the class.
+func refusalMessage(err error) string {
+	if r, ok := errors.AsType[*auth.Refusal](err); ok {
+		return r.Message
+	}
+	if errors.Is(err, auth.ErrForbidden) {
+		return "this credential does not grant this API"
+	}
+	return "missing or invalid API key or token"
 }
 
 // maxModelInMessage bounds the model name quoted back in an error message: the name is the client's.

@@ -11,23 +11,13 @@ import (
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// admissionSettings are the admission settings the configuration asks for.
+// admissionSettings are the admission settings the flags set. A single band is one band, no
+// priorities, and is not kept (the admin API then lists none); Aging is kept without bands, since
+// bands may be set live.
 func admissionSettings(c config.AdmissionConfig) admission.Settings {
-	s := admission.Settings{
-		MaxInflightPerWorker:       c.MaxInflightPerWorker,
-		QueueSize:                  c.QueueSize,
-		QueueTimeout:               c.QueueTimeout,
-		MaxInflightTokensPerWorker: c.MaxInflightTokensPerWorker,
-		EarlyRejection:             c.EarlyRejection,
-		Adaptive:                   admission.AdaptiveLimit{Min: c.AdaptiveMin, Max: c.AdaptiveMax},
-		Aging:                      c.PriorityAging, // kept without bands too: bands may be set live
-		DecodeMaxInflightPerWorker: c.DecodeMaxInflightPerWorker,
-		DecodeAuto:                 c.DecodeAuto,
-	}
-	if len(c.PriorityBands) > 1 {
-		for _, b := range c.PriorityBands {
-			s.Bands = append(s.Bands, admission.Band{Name: b.Name, MinPriority: b.MinPriority})
-		}
+	s := c.Settings.Clone()
+	if len(s.Bands) < 2 {
+		s.Bands = nil
 	}
 	return s
 }

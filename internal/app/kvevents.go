@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 	"github.com/sluicegw/sluice/internal/telemetry"
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -72,7 +73,7 @@ func (k *kvEvents) reconcile() {
 		if spec == "" {
 			continue
 		}
-		e, err := kvevents.ParseEndpointSpec(w.URL(), withDP(spec, len(w.Ranks())))
+		e, err := kvspec.Parse(w.URL(), withDP(spec, len(w.Ranks())))
 		if err != nil {
 			k.logger.Warn("kv events endpoint ignored", "worker", w.URL(), "err", err)
 			continue

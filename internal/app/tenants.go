@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/cluster"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/dispatch"
@@ -26,11 +27,11 @@ func withTenants(s admission.Settings, t config.TenantsConfig) admission.Setting
 
 // tenantResolver is the resolver of the configured sources, or nil (every request in the default
 // tenant, at no cost) without one.
-func tenantResolver(t config.TenantsConfig) *tenant.Resolver {
+func tenantResolver(t config.TenantsConfig) *auth.TenantResolver {
 	if !t.On() {
 		return nil
 	}
-	return tenant.New(tenant.Config{Keys: t.APIKeyIDs, JWT: t.JWTClaim != "", Header: t.Header})
+	return auth.NewTenantResolver(auth.TenantSources{Keys: t.APIKeyIDs, JWT: t.JWTClaim != "", Header: t.Header})
 }
 
 // tenantBudgets are the configured budgets whenever a tenant source is on (so that the admin API can

@@ -19,11 +19,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/sluicegw/sluice/internal/apierror"
 )
 
-// Errors, by class. Wire errors are built by the Authenticator; these classify causes.
+// Errors, by class. A refused request's error is a [*Refusal] of class ErrUnauthenticated or
+// ErrForbidden; the edge (internal/apierror) renders the class as a wire error (401, 403).
 var (
 	// ErrKeysFile wraps every problem of an API keys file.
 	ErrKeysFile = errors.New("api keys file")
@@ -32,6 +31,20 @@ var (
 	// ErrForbidden: a valid credential without the admin role on the admin API.
 	ErrForbidden = errors.New("forbidden")
 )
+
+// Refusal is a refused request: its class and the message the caller is shown, which never names the
+// credential nor why it failed (that goes to the debug log).
+type Refusal struct {
+	// Class is ErrUnauthenticated or ErrForbidden.
+	Class error
+	// Message is safe to send to the caller.
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// Unwrap returns the class.
+func (r *Refusal) Unwrap() error { return r.Class }
 
 // Authentication methods, as recorded in a Principal.
 const (
@@ -180,7 +193,7 @@ func (a *Authenticator) identify(ctx context.Context, token string, admin bool) 
 }
 
 // Inference authenticates a call to the inference API. It returns the request's context carrying the
-// principal, or an apierror (401) to send.
+// principal, or a [*Refusal] of class ErrUnauthenticated.
 func (a *Authenticator) Inference(r *http.Request) (context.Context, error) {
 	if !a.inference {
 		return WithPrincipal(r.Context(), anonymous), nil
@@ -188,8 +201,8 @@ func (a *Authenticator) Inference(r *http.Request) (context.Context, error) {
 	return a.check(r, "inference", false)
 }
 
-// Admin authenticates a call to the admin API: 401 without a valid credential, 403 with one that lacks
-// the admin role (logged, with the caller's id).
+// Admin authenticates a call to the admin API: a [*Refusal] of class ErrUnauthenticated without a valid
+// credential, of class ErrForbidden with one that lacks the admin role (logged, with the caller's id).
 func (a *Authenticator) Admin(r *http.Request) (context.Context, error) {
 	if !a.admin {
 		return WithPrincipal(r.Context(), anonymous), nil
@@ -203,8 +216,7 @@ func (a *Authenticator) Admin(r *http.Request) (context.Context, error) {
 		a.fail("admin", "forbidden")
 		a.cfg.Logger.Warn("admin API refused: credential lacks the admin role",
 			"principal", p.ID, "method", p.Method, "roles", p.Roles, "http.method", r.Method, "path", r.URL.Path)
-		return nil, apierror.New(http.StatusForbidden, apierror.CodePermissionDenied,
-			"this credential does not grant the admin API", ErrForbidden)
+		return nil, &Refusal{Class: ErrForbidden, Message: "this credential does not grant the admin API"}
 	}
 	return ctx, nil
 }
@@ -217,16 +229,14 @@ func (a *Authenticator) check(r *http.Request, api string, admin bool) (context.
 	}
 	if !ok {
 		a.fail(api, "missing")
-		return nil, apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized,
-			"missing "+what+" (Authorization: Bearer <key>)", ErrUnauthenticated)
+		return nil, &Refusal{Class: ErrUnauthenticated, Message: "missing " + what + " (Authorization: Bearer <key>)"}
 	}
 	p, err := a.identify(r.Context(), token, admin)
 	if err != nil {
 		a.fail(api, "invalid")
 		// The cause (expired, wrong audience, bad signature) goes to the debug log, not to the client.
 		a.cfg.Logger.Debug("credential refused", "api", api, "path", r.URL.Path, "err", err)
-		return nil, apierror.New(http.StatusUnauthorized, apierror.CodeUnauthorized,
-			"invalid "+what, ErrUnauthenticated)
+		return nil, &Refusal{Class: ErrUnauthenticated, Message: "invalid " + what}
 	}
 	return WithPrincipal(r.Context(), p), nil
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"go.uber.org/goleak"
 
-	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/auth"
 )
 
@@ -120,12 +119,18 @@ func request(token string) *http.Request {
 	return r
 }
 
-// status returns the HTTP status of an Authenticator error (200 for none) and the principal's id.
+// status returns the HTTP status the edge renders an Authenticator error's class as (200 for none)
+// and the principal's id.
 func status(ctx context.Context, err error) (int, string) {
 	if err != nil {
-		var ae *apierror.Error
-		if errors.As(err, &ae) {
-			return ae.Status, ""
+		var r *auth.Refusal
+		switch {
+		case !errors.As(err, &r):
+			return -1, err.Error()
+		case errors.Is(err, auth.ErrForbidden):
+			return 403, ""
+		case errors.Is(err, auth.ErrUnauthenticated):
+			return 401, ""
 		}
 		return -1, err.Error()
 	}

@@ -3,6 +3,8 @@ package config
 import (
 	"log/slog"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // Mode is the routing mode; its value doubles as a log/metric label.
@@ -216,47 +218,21 @@ type PlacementConfig struct {
 	AssignmentMode string
 }
 
-// AdmissionConfig holds per-worker prefill admission (PD mode only).
+// AdmissionConfig holds per-worker prefill admission and decode seats (PD mode only). The flags map
+// straight into the embedded admission.Settings, which internal/admission owns with its meaning,
+// defaults and Validate; the fields here are the few that are not admission's.
 type AdmissionConfig struct {
-	// MaxInflightPerWorker bounds in-flight client requests per prefill worker
-	// (--prefill-max-inflight-requests-per-worker, default 0 = off; a negative
-	// value is taken as 0).
-	MaxInflightPerWorker int
-	// QueueSize bounds the requests waiting for a slot (--prefill-queue-size,
-	// default 100; 0 = never wait, reject at once).
-	QueueSize int
-	// QueueTimeout bounds one request's wait for a slot
-	// (--prefill-queue-timeout-secs, default 60s).
-	QueueTimeout time.Duration
-	// MaxInflightTokensPerWorker bounds the estimated prompt tokens in
-	// prefill per prefill worker, alone or with the request limit
-	// (--prefill-max-inflight-tokens-per-worker, default 0 = off; a negative
-	// value is taken as 0).
-	MaxInflightTokensPerWorker int64
+	// Settings: --prefill-max-inflight-requests-per-worker (MaxInflightPerWorker; a negative value is
+	// taken as 0), --prefill-queue-size, --prefill-queue-timeout-secs,
+	// --prefill-max-inflight-tokens-per-worker, --prefill-priority-bands (Bands),
+	// --prefill-priority-aging-secs (Aging), --prefill-early-rejection, --prefill-adaptive-limit
+	// (Adaptive) and --decode-max-inflight-requests-per-worker N|auto (DecodeMaxInflightPerWorker,
+	// DecodeAuto). Tenants is set from TenantsConfig by internal/app.
+	admission.Settings
+
 	// CharsPerToken turns prompt text into estimated tokens
 	// (--prefill-token-estimate-chars-per-token, default 4).
 	CharsPerToken float64
-	// PriorityBands are the priority bands, lowest first
-	// (--prefill-priority-bands NAME:MIN,..., default none = one band).
-	PriorityBands []PriorityBand
-	// PriorityAging raises a waiting request by one band per this much wait
-	// (--prefill-priority-aging-secs, default 10s).
-	PriorityAging time.Duration
-	// EarlyRejection rejects at once a request whose predicted wait exceeds
-	// its timeout (--prefill-early-rejection, default false).
-	EarlyRejection bool
-	// AdaptiveMin and AdaptiveMax are the range of the adaptive per-worker
-	// limit (--prefill-adaptive-limit MIN:MAX, default none = fixed limit).
-	AdaptiveMin, AdaptiveMax int
-
-	// DecodeMaxInflightPerWorker bounds the PD requests holding a decode seat
-	// per decode worker (per data-parallel rank where ranks are known), held
-	// until the decode leg ends (--decode-max-inflight-requests-per-worker
-	// N|auto, default 0; <= 0 = off). DecodeAuto ("auto") takes each
-	// worker's own window: SGLang's server info max_running_requests (per
-	// rank), else the worker's declared decode window.
-	DecodeMaxInflightPerWorker int
-	DecodeAuto                 bool
 	// DecodeWindow is the declared decode window per rank of decode workers
 	// given by flags whose engine does not report one (--decode-window,
 	// default 0 = unknown); the admin API and the discovery annotation
@@ -266,29 +242,6 @@ type AdmissionConfig struct {
 	// decode worker of KV role kv_both alone, without a prefill leg (--pd-local-prefill-max-tokens,
 	// default 0 = off).
 	LocalPrefillMaxTokens int64
-}
-
-// PrefillBounded reports whether prefill slots are bounded: a request limit, a token budget or an
-// adaptive limit (Enabled also counts decode seats alone).
-func (a AdmissionConfig) PrefillBounded() bool {
-	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0
-}
-
-// SeatsOn reports whether decode seats are held: a decode bound, fixed or
-// auto.
-func (a AdmissionConfig) SeatsOn() bool { return a.DecodeMaxInflightPerWorker > 0 || a.DecodeAuto }
-
-// PriorityBand is one band of --prefill-priority-bands: requests whose
-// priority is at least MinPriority (and below the next band's).
-type PriorityBand struct {
-	Name        string
-	MinPriority int
-}
-
-// Enabled reports whether prefill admission is on: a request limit, a token
-// budget or an adaptive limit is set.
-func (a AdmissionConfig) Enabled() bool {
-	return a.MaxInflightPerWorker > 0 || a.MaxInflightTokensPerWorker > 0 || a.AdaptiveMax > 0 || a.SeatsOn()
 }
 
 // enabledBy names the flag that turned admission on, for errors about it.

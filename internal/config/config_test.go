@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // noEnv is an environment with nothing set, so tests do not depend on the
@@ -52,8 +54,8 @@ func TestDefault(t *testing.T) {
 			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
 			StickyIdle:        4 * time.Hour, AssignmentMode: "random",
 		},
-		Admission: AdmissionConfig{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: 60 * time.Second,
-			MaxInflightTokensPerWorker: 0, CharsPerToken: 4, PriorityAging: 10 * time.Second},
+		Admission: AdmissionConfig{Settings: admission.Settings{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: 60 * time.Second,
+			MaxInflightTokensPerWorker: 0, Aging: 10 * time.Second}, CharsPerToken: 4},
 		Load: LoadConfig{Interval: 15 * time.Second, OverloadWaitingRequests: -1, DecodeOverloadWaitingRequests: -1},
 		Health: HealthConfig{
 			Interval: 60 * time.Second, Timeout: 5 * time.Second,

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 func TestParseAdmissionFeatures(t *testing.T) {
@@ -27,10 +29,10 @@ func TestParseAdmissionFeatures(t *testing.T) {
 	if !a.Enabled() || a.MaxInflightPerWorker != 0 {
 		t.Errorf("a token budget alone turns admission on: %+v", a)
 	}
-	want := AdmissionConfig{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: time.Minute,
-		MaxInflightTokensPerWorker: 16384, CharsPerToken: 3.5,
-		PriorityBands: []PriorityBand{{"low", -10}, {"default", 0}, {"high", 10}}, PriorityAging: 2500 * time.Millisecond,
-		EarlyRejection: true, AdaptiveMin: 2, AdaptiveMax: 32}
+	want := AdmissionConfig{Settings: admission.Settings{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: time.Minute,
+		MaxInflightTokensPerWorker: 16384, Aging: 2500 * time.Millisecond,
+		Bands:          []admission.Band{{Name: "low", MinPriority: -10}, {Name: "default", MinPriority: 0}, {Name: "high", MinPriority: 10}},
+		EarlyRejection: true, Adaptive: admission.AdaptiveLimit{Min: 2, Max: 32}}, CharsPerToken: 3.5}
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Errorf("admission (-want +got):\n%s", diff)
 	}
@@ -115,7 +117,7 @@ prefill-adaptive-limit: "2:16"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Admission.PriorityBands) != 2 || c.Admission.AdaptiveMax != 16 || c.Admission.MaxInflightTokensPerWorker != 4096 {
+	if len(c.Admission.Bands) != 2 || c.Admission.Adaptive.Max != 16 || c.Admission.MaxInflightTokensPerWorker != 4096 {
 		t.Fatalf("from file: %+v", c.Admission)
 	}
 	got := c.LogValue().String()

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // flagSet is the flag.FlagSet of `sluice serve`, bound to a Config, plus what
@@ -150,15 +152,15 @@ func newFlagSet() *flagSet {
 	s.str(&c.Placement.AssignmentMode, "assignment-mode", "MODE", AssignRandom, "manual: how a new routing key gets its worker: random (default), min_load, min_group (fewest keys) or delegate (= min_load).")
 
 	s.section("Prefill admission (PD mode)")
-	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", 0, "In-flight client requests allowed per prefill worker; 0 = admission off (a negative N counts as 0).")
-	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", 100, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
-	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", 60*sec, "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
+	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", admission.DefaultMaxInflightPerWorker, "In-flight client requests allowed per prefill worker; 0 = admission off (a negative N counts as 0).")
+	s.int(&c.Admission.QueueSize, "prefill-queue-size", "N", admission.DefaultQueueSize, "Requests that may wait for a prefill slot; 0 = reject at once. Needs a positive limit.")
+	s.dur(&c.Admission.QueueTimeout, sec, "prefill-queue-timeout-secs", "SECS", admission.DefaultQueueTimeout, "Longest wait for a prefill slot (fractions allowed). Needs a positive limit.")
 	s.int64(&c.Admission.MaxInflightTokensPerWorker, "prefill-max-inflight-tokens-per-worker", "N", 0, "Estimated prompt tokens in prefill allowed per prefill worker, alone or with the request limit; a larger request runs alone on an idle worker; 0 = off (a negative N counts as 0).")
 	s.float(&c.Admission.CharsPerToken, "prefill-token-estimate-chars-per-token", "F", 4, "Token estimate: characters of prompt text per token (token-id prompts count exactly). Needs a token budget.")
-	s.add(bandsValue{&c.Admission.PriorityBands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
-	s.dur(&c.Admission.PriorityAging, sec, "prefill-priority-aging-secs", "SECS", 10*sec, "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
+	s.add(bandsValue{&c.Admission.Bands}, "prefill-priority-bands", "NAME:MIN,...", "Priority bands, lowest first, each with the lowest priority it takes (X-Sluice-Priority header or the body's priority; none = 0), e.g. low:-10,default:0,high:10; empty = no priorities. Needs admission.")
+	s.dur(&c.Admission.Aging, sec, "prefill-priority-aging-secs", "SECS", admission.DefaultAging, "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
 	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
-	s.add(rangeValue{&c.Admission.AdaptiveMin, &c.Admission.AdaptiveMax}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
+	s.add(rangeValue{&c.Admission.Adaptive.Min, &c.Admission.Adaptive.Max}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
 
 	s.registerTenants() // tenants.go
 

@@ -13,7 +13,7 @@ import (
 // pods in the sluice.dev/kv-events annotation.
 type KVEventsConfig struct {
 	// Endpoints maps a flag worker's URL to its events endpoint spec (--kv-events-endpoint URL=SPEC,
-	// repeatable): tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N], as kvevents.ParseEndpointSpec
+	// repeatable): tcp://HOST:PORT[?replay=tcp://HOST:PORT&topic=T&dp=N], as kvspec.Parse
 	// reads it.
 	Endpoints map[string]string
 	// RetryInterval is the longest pause between a subscriber's redials of a publisher it lost

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // ErrInvalid is wrapped by every error Validate reports.
@@ -186,10 +188,10 @@ func (c *Config) validateAdmission(p *problems) {
 		if c.explicit["prefill-queue-timeout-secs"] || a.QueueTimeout != d.QueueTimeout {
 			p.add("--prefill-queue-timeout-secs is set but admission is off; it needs a positive --prefill-max-inflight-requests-per-worker")
 		}
-		if len(a.PriorityBands) > 0 {
+		if len(a.Bands) > 0 {
 			p.add("--prefill-priority-bands is set but admission is off; it needs a positive --prefill-max-inflight-requests-per-worker or --prefill-max-inflight-tokens-per-worker")
 		}
-		if c.explicit["prefill-priority-aging-secs"] || a.PriorityAging != d.PriorityAging {
+		if c.explicit["prefill-priority-aging-secs"] || a.Aging != d.Aging {
 			p.add("--prefill-priority-aging-secs is set but admission is off")
 		}
 		if a.EarlyRejection {
@@ -205,11 +207,11 @@ func (c *Config) validateAdmission(p *problems) {
 	if f := a.CharsPerToken; !(f > 0 && f <= 64) {
 		p.add("--prefill-token-estimate-chars-per-token must be in (0, 64], got %v", f)
 	}
-	if len(a.PriorityBands) > 8 {
-		p.add("--prefill-priority-bands: at most 8 bands, got %d", len(a.PriorityBands))
+	if len(a.Bands) > admission.MaxBands {
+		p.add("--prefill-priority-bands: at most %d bands, got %d", admission.MaxBands, len(a.Bands))
 	}
 	seenBand := map[string]bool{}
-	for i, b := range a.PriorityBands {
+	for i, b := range a.Bands {
 		if !validBandName(b.Name) {
 			p.add("--prefill-priority-bands: band name %q must be 1-32 characters of a-z, 0-9, _ or -", b.Name)
 		}
@@ -217,16 +219,16 @@ func (c *Config) validateAdmission(p *problems) {
 			p.add("--prefill-priority-bands: band %q given twice", b.Name)
 		}
 		seenBand[b.Name] = true
-		if i > 0 && b.MinPriority <= a.PriorityBands[i-1].MinPriority {
+		if i > 0 && b.MinPriority <= a.Bands[i-1].MinPriority {
 			p.add("--prefill-priority-bands: band %q starts at %d, not above the previous band's %d (list bands lowest first)",
-				b.Name, b.MinPriority, a.PriorityBands[i-1].MinPriority)
+				b.Name, b.MinPriority, a.Bands[i-1].MinPriority)
 		}
 	}
-	if a.PriorityAging <= 0 {
-		p.add("--prefill-priority-aging-secs must be positive, got %v (aging keeps low bands from starving)", a.PriorityAging)
+	if a.Aging <= 0 {
+		p.add("--prefill-priority-aging-secs must be positive, got %v (aging keeps low bands from starving)", a.Aging)
 	}
-	if (a.AdaptiveMin != 0 || a.AdaptiveMax != 0) && (a.AdaptiveMin < 1 || a.AdaptiveMax < a.AdaptiveMin) {
-		p.add("--prefill-adaptive-limit %d:%d must have 1 <= MIN <= MAX", a.AdaptiveMin, a.AdaptiveMax)
+	if (a.Adaptive != admission.AdaptiveLimit{}) && (a.Adaptive.Min < 1 || a.Adaptive.Max < a.Adaptive.Min) {
+		p.add("--prefill-adaptive-limit %d:%d must have 1 <= MIN <= MAX", a.Adaptive.Min, a.Adaptive.Max)
 	}
 	p.atLeast("prefill-queue-size", a.QueueSize, 0)
 	if a.QueueTimeout <= 0 {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // durationValue is a flag holding a time.Duration written as a (possibly
@@ -320,7 +322,7 @@ func redactURL(s string) string {
 
 // bandsValue is --prefill-priority-bands: NAME:MIN pairs separated by commas,
 // lowest band first; empty clears the bands.
-type bandsValue struct{ p *[]PriorityBand }
+type bandsValue struct{ p *[]admission.Band }
 
 func (v bandsValue) String() string {
 	if v.p == nil {
@@ -344,19 +346,19 @@ func (v bandsValue) Set(s string) error {
 
 // ParsePriorityBands parses NAME:MIN,NAME:MIN,... (lowest band first; empty
 // means no bands). Order and names are checked by Validate.
-func ParsePriorityBands(s string) ([]PriorityBand, error) {
+func ParsePriorityBands(s string) ([]admission.Band, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
 	}
-	var out []PriorityBand
+	var out []admission.Band
 	for _, part := range strings.Split(s, ",") {
 		name, minStr, ok := strings.Cut(strings.TrimSpace(part), ":")
 		n, err := strconv.Atoi(strings.TrimSpace(minStr))
 		if !ok || err != nil || strings.TrimSpace(name) == "" {
 			return nil, fmt.Errorf("band %q: want NAME:MIN_PRIORITY, e.g. high:10", part)
 		}
-		out = append(out, PriorityBand{Name: strings.TrimSpace(name), MinPriority: n})
+		out = append(out, admission.Band{Name: strings.TrimSpace(name), MinPriority: n})
 	}
 	return out, nil
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sluicegw/sluice/internal/config"
-	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -30,7 +30,7 @@ const (
 	KVConnectorAnnotation  = "sluice.dev/kv-connector"
 	DecodeWindowAnnotation = "sluice.dev/decode-window"
 	// KVEventsAnnotation is the engine's KV-cache events endpoint (kv_aware routes by them), as
-	// kvevents.ParseEndpointSpec reads it; a host left out or given as "*" (the engine's own bind
+	// kvspec.Parse reads it; a host left out or given as "*" (the engine's own bind
 	// address, as in its --kv-events-config) is the pod's IP: tcp://*:5557?replay=tcp://*:5558.
 	KVEventsAnnotation = "sluice.dev/kv-events"
 )
@@ -233,7 +233,7 @@ func (c classifier) view(pod *corev1.Pod) podView {
 	if raw, ok := pod.Annotations[KVEventsAnnotation]; ok {
 		spec, err := podKVEvents(strings.TrimSpace(raw), pod.Status.PodIP)
 		if err == nil {
-			_, err = kvevents.ParseEndpointSpec(v.url, spec)
+			_, err = kvspec.Parse(v.url, spec)
 		}
 		if err != nil {
 			v.refusal = fmt.Errorf("%w: %s=%q: %w", ErrBadAnnotation, KVEventsAnnotation, raw, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
+	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
@@ -128,8 +129,8 @@ type Config struct {
 	// LocalPrefillMaxTokens > 0 sends a PD request whose estimated uncached prompt is below it to a
 	// decode worker of KV role kv_both alone (local.go); 0 = off.
 	LocalPrefillMaxTokens int64
-	// Tenants, when set, names each request's tenant for admission's tenancy (internal/tenant).
-	Tenants *tenant.Resolver
+	// Tenants, when set, names each request's tenant for admission's tenancy (internal/auth).
+	Tenants *auth.TenantResolver
 	// Budgets, when set, are the tenants' token and request budgets (budget.go); needs Tenants.
 	Budgets *tenant.Budgets
 }

@@ -99,16 +99,16 @@ type countingMetrics struct {
 	gaps      map[bool]int
 	cleared   map[string]int
 	malformed int
-	events    map[kvevents.EventKind]int
+	events    map[string]int
 	lagged    int
 }
 
 func newCountingMetrics() *countingMetrics {
-	return &countingMetrics{gaps: map[bool]int{}, cleared: map[string]int{}, events: map[kvevents.EventKind]int{}}
+	return &countingMetrics{gaps: map[bool]int{}, cleared: map[string]int{}, events: map[string]int{}}
 }
 
 func (m *countingMetrics) SetBlocks(string, int, int) {}
-func (m *countingMetrics) AddEvents(_ string, k kvevents.EventKind, n int) {
+func (m *countingMetrics) AddEvents(_ string, k string, n int) {
 	m.mu.Lock()
 	m.events[k] += n
 	m.mu.Unlock()

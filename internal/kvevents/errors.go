@@ -1,6 +1,10 @@
 package kvevents
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
+)
 
 // Frame and payload errors: the subscriber counts and logs them and drops the frame. Every one is
 // wrapped by ErrMalformed so callers can tell bad input from transport failures.
@@ -18,9 +22,9 @@ var (
 	ErrDial = errors.New("kvevents: publisher unreachable")
 )
 
-// Configuration errors, returned by constructors.
+// Configuration errors, returned by constructors; an endpoint spec's (kvspec.Parse) are the same.
 var (
-	ErrConfig = errors.New("kvevents: invalid configuration")
+	ErrConfig = kvspec.ErrConfig
 )
 
 // Replay errors: a gap the replay socket could not fill; the subscriber then clears the worker's

@@ -161,9 +161,9 @@ func (x *Index) Apply(worker string, rank int, b *Batch) ApplyStats {
 	n := len(s.blocks)
 	s.mu.Unlock()
 	x.metrics.SetBlocks(worker, rank, n)
-	x.metrics.AddEvents(worker, BlockStored, st.Stored)
-	x.metrics.AddEvents(worker, BlockRemoved, st.Removed)
-	x.metrics.AddEvents(worker, AllBlocksCleared, st.Cleared)
+	x.metrics.AddEvents(worker, BlockStored.String(), st.Stored)
+	x.metrics.AddEvents(worker, BlockRemoved.String(), st.Removed)
+	x.metrics.AddEvents(worker, AllBlocksCleared.String(), st.Cleared)
 	for reason, n := range st.Dropped {
 		x.metrics.AddDropped(worker, reason, n)
 	}

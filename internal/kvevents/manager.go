@@ -56,7 +56,7 @@ func (m *Manager) Set(eps []Endpoint) error {
 	want := make(map[Endpoint]bool, len(eps))
 	var firstErr error
 	for _, ep := range eps {
-		if err := ep.validate(); err != nil {
+		if err := ep.Validate(); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}

@@ -8,8 +8,9 @@ import "time"
 type Metrics interface {
 	// SetBlocks reports the blocks indexed for (worker, rank) after every batch and clear.
 	SetBlocks(worker string, rank int, n int)
-	// AddEvents counts applied events by kind.
-	AddEvents(worker string, kind EventKind, n int)
+	// AddEvents counts applied events by kind (EventKind.String: a string, so that the metrics
+	// need not link this package).
+	AddEvents(worker string, kind string, n int)
 	// AddDropped counts stored blocks not indexed, by reason (see ApplyStats.Dropped).
 	AddDropped(worker string, reason string, n int)
 	// IncGap counts sequence gaps, repaired through the replay socket or not (then the index was
@@ -30,7 +31,7 @@ type Metrics interface {
 type noopMetrics struct{}
 
 func (noopMetrics) SetBlocks(string, int, int)       {}
-func (noopMetrics) AddEvents(string, EventKind, int) {}
+func (noopMetrics) AddEvents(string, string, int)    {}
 func (noopMetrics) AddDropped(string, string, int)   {}
 func (noopMetrics) IncGap(string, bool)              {}
 func (noopMetrics) IncCleared(string, string)        {}

@@ -8,50 +8,18 @@ import (
 	"log"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 	"github.com/sluicegw/sluice/internal/zmqnet"
 )
 
-// Endpoint is one engine rank's event stream, as its `--kv-events-config` names it: `endpoint` and
-// `replay_endpoint` with the host the gateway reaches (the engine binds `tcp://*:port`), and `topic`.
-type Endpoint struct {
-	Worker string // worker key (URL)
-	Rank   int    // data-parallel rank
-	// Publisher is the PUB endpoint, tcp://host:port (rank r of a DP engine publishes on port + r:
-	// give each rank's port).
-	Publisher string
-	Replay    string // the ROUTER replay endpoint; "" when the engine has none (gaps then clear)
-	Topic     string // subscription prefix; "" (vLLM's default) receives every topic
-}
-
-func (e Endpoint) validate() error {
-	if e.Worker == "" {
-		return fmt.Errorf("%w: endpoint without a worker", ErrConfig)
-	}
-	if e.Rank < 0 {
-		return fmt.Errorf("%w: rank %d < 0", ErrConfig, e.Rank)
-	}
-	if e.Publisher == "" {
-		return fmt.Errorf("%w: worker %s: no publisher endpoint", ErrConfig, e.Worker)
-	}
-	for _, ep := range []string{e.Publisher, e.Replay} {
-		if ep == "" {
-			continue
-		}
-		if !strings.HasPrefix(ep, "tcp://") && !strings.HasPrefix(ep, "ipc://") {
-			return fmt.Errorf("%w: endpoint %q is not tcp:// or ipc://", ErrConfig, ep)
-		}
-		if strings.Contains(ep, "*") {
-			return fmt.Errorf("%w: endpoint %q is a bind address; give the host the engine is reached at", ErrConfig, ep)
-		}
-	}
-	return nil
-}
+// Endpoint is one engine rank's event stream (kvspec.Endpoint: the spec is read and checked in a
+// leaf, so the registry validates it without linking this package).
+type Endpoint = kvspec.Endpoint
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -87,7 +55,7 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg and returns a subscriber; Run starts it.
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
-	if err := cfg.Endpoint.validate(); err != nil {
+	if err := cfg.Endpoint.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Index == nil {

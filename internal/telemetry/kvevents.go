@@ -5,11 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicegw/sluice/internal/kvevents"
 )
 
-// KVEventsMetrics implements kvevents.Metrics on a Prometheus registry: the size of each worker's
+// KVEventsMetrics implements kvevents.Metrics (without linking it: internal/app checks the fit) on a Prometheus registry: the size of each worker's
 // block index, the events applied, the stores not indexed, the sequence gaps (repaired or not), the
 // index clears, the undecodable frames and the lag from the engine's timestamp to application.
 // Workers are labelled by URL as everywhere; every other label has a small closed set of values.
@@ -23,8 +21,6 @@ type KVEventsMetrics struct {
 	malformed *prometheus.CounterVec
 	lag       *prometheus.HistogramVec
 }
-
-var _ kvevents.Metrics = (*KVEventsMetrics)(nil)
 
 // kvLagBuckets span 100 µs to 10 s: events are published once per engine step, so lag beyond a few
 // steps means a slow subscriber or skewed clocks.
@@ -58,9 +54,9 @@ func (m *KVEventsMetrics) SetBlocks(worker string, rank int, n int) {
 }
 
 // AddEvents implements kvevents.Metrics.
-func (m *KVEventsMetrics) AddEvents(worker string, kind kvevents.EventKind, n int) {
+func (m *KVEventsMetrics) AddEvents(worker string, kind string, n int) {
 	if n > 0 {
-		m.events.WithLabelValues(worker, kind.String()).Add(float64(n))
+		m.events.WithLabelValues(worker, kind).Add(float64(n))
 	}
 }
 

@@ -1,54 +1,12 @@
 package tenant_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/tenant"
 )
-
-func TestResolverOrderOfTrust(t *testing.T) {
-	key := auth.WithPrincipal(context.Background(), &auth.Principal{ID: "team-a", Method: auth.MethodAPIKey})
-	jwt := auth.WithPrincipal(context.Background(), &auth.Principal{ID: "jwt:bob", Method: auth.MethodJWT, Tenant: "acme"})
-	jwtNoClaim := auth.WithPrincipal(context.Background(), &auth.Principal{ID: "jwt:bob", Method: auth.MethodJWT})
-	anon := context.Background()
-	hdr := http.Header{"X-Tenant": {"from-header"}}
-	all := tenant.New(tenant.Config{Keys: true, JWT: true, Header: "x-tenant"})
-	for _, tt := range []struct {
-		name string
-		r    *tenant.Resolver
-		ctx  context.Context
-		h    http.Header
-		want string
-	}{
-		{"key beats header", all, key, hdr, "team-a"},
-		{"jwt claim beats header", all, jwt, hdr, "acme"},
-		{"jwt without claim falls to header", all, jwtNoClaim, hdr, "from-header"},
-		{"anonymous reads header", all, anon, hdr, "from-header"},
-		{"nothing names it", all, anon, http.Header{}, "default"},
-		{"keys not a source", tenant.New(tenant.Config{Header: "X-Tenant"}), key, hdr, "from-header"},
-		{"nil resolver", nil, key, hdr, "default"},
-	} {
-		got, err := tt.r.Of(tt.ctx, tt.h)
-		if err != nil || got != tt.want {
-			t.Errorf("%s: Of = %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
-}
-
-func TestResolverBadHeader(t *testing.T) {
-	r := tenant.New(tenant.Config{Header: "X-Tenant"})
-	for _, vs := range [][]string{{""}, {strings.Repeat("a", tenant.MaxNameLen+1)}, {"two words"}, {"é"}, {"a", "b"}} {
-		if _, err := r.Of(context.Background(), http.Header{"X-Tenant": vs}); !errors.Is(err, tenant.ErrInvalidTenant) {
-			t.Errorf("%q: err = %v, want ErrInvalidTenant", vs, err)
-		}
-	}
-}
 
 func TestLabelsBounded(t *testing.T) {
 	l := tenant.NewLabels(2, "vip")
@@ -58,6 +16,20 @@ func TestLabelsBounded(t *testing.T) {
 	for in, want := range map[string]string{"vip": "vip", "t0": "t0", "t1": "t1", "t2": "other", "t4": "other"} {
 		if got := l.Label(in); got != want {
 			t.Errorf("Label(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestValidName(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{"team-a", true}, {"~!", true}, {strings.Repeat("a", tenant.MaxNameLen), true},
+		{"", false}, {strings.Repeat("a", tenant.MaxNameLen+1), false}, {"two words", false}, {"é", false}, {"tab\t", false},
+	} {
+		if got := tenant.ValidName(tt.name); got != tt.want {
+			t.Errorf("ValidName(%q) = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 )
 
 // Role is the part a worker plays: a whole engine (regular) or one side of a
@@ -192,7 +192,7 @@ type Spec struct {
 	// KVRole is a vLLM decode worker's declared KV connector role: KVRoleBoth lets local prefill
 	// (dispatch's LocalPrefillMaxTokens) send it short prompts alone. Empty means a consumer only.
 	KVRole string
-	// KVEvents is the engine's KV-cache events endpoint spec, as kvevents.ParseEndpointSpec reads it
+	// KVEvents is the engine's KV-cache events endpoint spec, as kvspec.Parse reads it
 	// (tcp://HOST:PORT[?replay=...&topic=...&dp=N]); empty means none. kv_aware routes by them.
 	KVEvents string
 	// Source says who registered the worker: SourceFlag, SourceAdmin or
@@ -268,7 +268,7 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
 	}
 	if s.KVEvents != "" {
-		if _, err := kvevents.ParseEndpointSpec(s.URL, s.KVEvents); err != nil {
+		if _, err := kvspec.Parse(s.URL, s.KVEvents); err != nil {
 			return err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
-	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -181,7 +181,7 @@ func (s *Service) AddWorker(ctx context.Context, req *adminv1.AddWorkerRequest) 
 		}
 	}
 	if spec.KVEvents != "" {
-		if _, err := kvevents.ParseEndpointSpec(spec.URL, spec.KVEvents); err != nil {
+		if _, err := kvspec.Parse(spec.URL, spec.KVEvents); err != nil {
 			return nil, invalid("kv_events", "kv_events: %v", err)
 		}
 	}

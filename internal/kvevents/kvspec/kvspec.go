@@ -1,20 +1,67 @@
-package kvevents
+// Package kvspec reads and checks the endpoints of an engine's KV-cache events: the spec a flag, the
+// admin API or a discovery annotation carries, and the per-rank [Endpoint] the subscriber
+// (internal/kvevents) dials. It is a leaf so that the worker registry can validate a spec without
+// linking the subscriber and its ZeroMQ and msgpack libraries.
+package kvspec
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
-// ParseEndpointSpec reads one engine's event endpoints from the form a flag, the admin API or a
+// ErrConfig classifies every invalid endpoint or spec. internal/kvevents reports its own
+// configuration errors with the same sentinel (kvevents.ErrConfig).
+var ErrConfig = errors.New("kvevents: invalid configuration")
+
+// Endpoint is one engine rank's event stream, as its `--kv-events-config` names it: `endpoint` and
+// `replay_endpoint` with the host the gateway reaches (the engine binds `tcp://*:port`), and `topic`.
+type Endpoint struct {
+	Worker string // worker key (URL)
+	Rank   int    // data-parallel rank
+	// Publisher is the PUB endpoint, tcp://host:port (rank r of a DP engine publishes on port + r:
+	// give each rank's port).
+	Publisher string
+	Replay    string // the ROUTER replay endpoint; "" when the engine has none (gaps then clear)
+	Topic     string // subscription prefix; "" (vLLM's default) receives every topic
+}
+
+// Validate checks that e names a worker, a rank and endpoints the gateway can dial.
+func (e Endpoint) Validate() error {
+	if e.Worker == "" {
+		return fmt.Errorf("%w: endpoint without a worker", ErrConfig)
+	}
+	if e.Rank < 0 {
+		return fmt.Errorf("%w: rank %d < 0", ErrConfig, e.Rank)
+	}
+	if e.Publisher == "" {
+		return fmt.Errorf("%w: worker %s: no publisher endpoint", ErrConfig, e.Worker)
+	}
+	for _, ep := range []string{e.Publisher, e.Replay} {
+		if ep == "" {
+			continue
+		}
+		if !strings.HasPrefix(ep, "tcp://") && !strings.HasPrefix(ep, "ipc://") {
+			return fmt.Errorf("%w: endpoint %q is not tcp:// or ipc://", ErrConfig, ep)
+		}
+		if strings.Contains(ep, "*") {
+			return fmt.Errorf("%w: endpoint %q is a bind address; give the host the engine is reached at", ErrConfig, ep)
+		}
+	}
+	return nil
+}
+
+// Parse reads one engine's event endpoints from the form a flag, the admin API or a
 // discovery annotation carries: the PUB endpoint as the gateway reaches it, with optional query
 // parameters replay (the ROUTER endpoint), topic and dp (the engine's data-parallel size, default 1):
 //
 //	tcp://10.0.0.5:5557?replay=tcp://10.0.0.5:5558&dp=2
 //
 // Rank r's ports are the given ports + r, as vLLM's and SGLang's offset_endpoint_port place them.
-func ParseEndpointSpec(worker, spec string) ([]Endpoint, error) {
+func Parse(worker, spec string) ([]Endpoint, error) {
 	u, err := url.Parse(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kv events endpoint %q: %w", ErrConfig, spec, err)
@@ -59,7 +106,7 @@ func ParseEndpointSpec(worker, spec string) ([]Endpoint, error) {
 		if pubPort+r > 65535 || repPort+r > 65535 {
 			return nil, fmt.Errorf("%w: kv events endpoint %q: rank %d's port is beyond 65535", ErrConfig, spec, r)
 		}
-		if err := ep.validate(); err != nil {
+		if err := ep.Validate(); err != nil {
 			return nil, err
 		}
 		eps[r] = ep

@@ -1,4 +1,4 @@
-package kvevents_test
+package kvspec_test
 
 import (
 	"errors"
@@ -7,23 +7,23 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluicegw/sluice/internal/kvevents"
+	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 )
 
-func TestParseEndpointSpec(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	const w = "http://10.0.0.5:8000"
 	tests := []struct {
 		spec    string
-		want    []kvevents.Endpoint
+		want    []kvspec.Endpoint
 		wantErr string
 	}{
-		{spec: "tcp://10.0.0.5:5557", want: []kvevents.Endpoint{{Worker: w, Publisher: "tcp://10.0.0.5:5557"}}},
-		{spec: "tcp://e:5557?replay=tcp://e:5558&topic=kv&dp=2", want: []kvevents.Endpoint{
+		{spec: "tcp://10.0.0.5:5557", want: []kvspec.Endpoint{{Worker: w, Publisher: "tcp://10.0.0.5:5557"}}},
+		{spec: "tcp://e:5557?replay=tcp://e:5558&topic=kv&dp=2", want: []kvspec.Endpoint{
 			{Worker: w, Rank: 0, Publisher: "tcp://e:5557", Replay: "tcp://e:5558", Topic: "kv"},
 			{Worker: w, Rank: 1, Publisher: "tcp://e:5558", Replay: "tcp://e:5559", Topic: "kv"},
 		}},
-		{spec: "tcp://[::1]:5557", want: []kvevents.Endpoint{{Worker: w, Publisher: "tcp://[::1]:5557"}}},
+		{spec: "tcp://[::1]:5557", want: []kvspec.Endpoint{{Worker: w, Publisher: "tcp://[::1]:5557"}}},
 		{spec: "tcp://*:5557", wantErr: "bind address"},
 		{spec: "tcp://:5557", wantErr: "bind address"},
 		{spec: "http://e:5557", wantErr: "want tcp://"},
@@ -39,9 +39,9 @@ func TestParseEndpointSpec(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.spec, func(t *testing.T) {
 			t.Parallel()
-			got, err := kvevents.ParseEndpointSpec(w, tc.spec)
+			got, err := kvspec.Parse(w, tc.spec)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, kvevents.ErrConfig) {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, kvspec.ErrConfig) {
 					t.Fatalf("err = %v, want ErrConfig containing %q", err, tc.wantErr)
 				}
 				return
