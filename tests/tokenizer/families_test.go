@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -81,12 +82,26 @@ func requireFamily(t testing.TB, name string) *tokenizer.Tokenizer {
 			t.Skipf("run `npm ci` in tests/tokenizer: %v", err)
 		}
 	}
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if tk, ok := loaded[name]; ok {
+		return tk
+	}
 	tk, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", dir, err)
 	}
+	loaded[name] = tk
 	return tk
 }
+
+// loaded keeps each family's Tokenizer for the tests after the first (a Tokenizer is safe for concurrent
+// use, and none of them changes it but for its word cache): Gemma 3's 33 MB tokenizer.json takes
+// seconds to load, many more under -race.
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*tokenizer.Tokenizer{}
+)
 
 func (f family) texts(t *testing.T) []string {
 	return slices.Concat(loadCorpus(t).Prompts, decodeTexts, familyTexts, f.special)
