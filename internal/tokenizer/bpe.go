@@ -128,8 +128,14 @@ func (m *bpe) mergeWord(dst []int, word string) []int {
 		syms = append(syms, symbol{id: m.byteID[word[i]], prev: i - 1, next: i + 1})
 	}
 	syms[len(syms)-1].next = -1
+	return mergeSymbols(dst, m.merges, syms, h)
+}
+
+// mergeSymbols applies merges to syms (linked in order, the last one's next -1), lowest rank first and
+// leftmost on ties, and appends the ids left; h is an empty heap to reuse.
+func mergeSymbols(dst []int, merges map[uint64]merge, syms []symbol, h candidates) []int {
 	for i := 0; i+1 < len(syms); i++ {
-		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+		if mg, ok := merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
 			h.push(candidate{rank: mg.rank, pos: int32(i), id: mg.id})
 		}
 	}
@@ -141,7 +147,7 @@ func (m *bpe) mergeWord(dst []int, word string) []int {
 		}
 		// Still the pair this candidate was made for?
 		nx := s.next
-		if mg, ok := m.merges[pairKey(s.id, syms[nx].id)]; !ok || mg.id != c.id {
+		if mg, ok := merges[pairKey(s.id, syms[nx].id)]; !ok || mg.id != c.id {
 			continue
 		}
 		s.id = int(c.id)
@@ -149,12 +155,12 @@ func (m *bpe) mergeWord(dst []int, word string) []int {
 		syms[nx].id = -1
 		if s.next >= 0 {
 			syms[s.next].prev = int(c.pos)
-			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
+			if mg, ok := merges[pairKey(s.id, syms[s.next].id)]; ok {
 				h.push(candidate{rank: mg.rank, pos: c.pos, id: mg.id})
 			}
 		}
 		if s.prev >= 0 {
-			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
+			if mg, ok := merges[pairKey(syms[s.prev].id, s.id)]; ok {
 				h.push(candidate{rank: mg.rank, pos: int32(s.prev), id: mg.id})
 			}
 		}

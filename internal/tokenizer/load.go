@@ -22,6 +22,8 @@ var (
 // Tokenizer tokenizes text and renders chats for one model. It is safe for concurrent use.
 type Tokenizer struct {
 	model       *bpe
+	sp          *spModel   // a SentencePiece-style BPE instead (sentencepiece.go)
+	spDec       *spDecoder // and its decoder (spdecode.go)
 	nfc         bool
 	digits      int        // the hand scanner's digits per piece (pretokenize.go), when split is nil
 	o200k       bool       // gpt-oss's pattern, scanned by hand (o200k.go)
@@ -124,10 +126,11 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		return fmt.Errorf("model.type %q (only BPE)", m.Type)
 	case m.Dropout != nil && *m.Dropout != 0:
 		return errors.New("model.dropout is set")
-	case m.ByteFallback:
-		return errors.New("model.byte_fallback is set (only byte-level BPE)")
 	case m.ContinuingSubwordPrefix != "" || m.EndOfWordSuffix != "":
 		return errors.New("model.continuing_subword_prefix or end_of_word_suffix is set")
+	}
+	if !isByteLevel(tj.Decoder) {
+		return t.loadSentencePiece(tj) // sentencepiece.go
 	}
 	if err := t.loadNormalizer(tj.Normalizer); err != nil {
 		return err
@@ -138,10 +141,10 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 	if err := t.loadPostProcessor(tj.PostProc); err != nil {
 		return err
 	}
-	if err := checkDecoder(tj.Decoder); err != nil {
-		return err
+	if m.ByteFallback {
+		return errors.New("model.byte_fallback is set with a ByteLevel decoder")
 	}
-	b := &bpe{merges: make(map[uint64]merge, len(m.Vocab)), cache: wordCache{max: 1 << 16, maxBytes: 64}}
+	b := &bpe{cache: wordCache{max: 1 << 16, maxBytes: 64}}
 	for c := range 256 {
 		id, ok := m.Vocab[string(byteRune[c])]
 		if !ok {
@@ -149,23 +152,50 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		}
 		b.byteID[c] = id
 	}
-	merges, err := parseMerges(m.Merges)
-	if err != nil {
+	var err error
+	if b.merges, err = loadMerges(m.Vocab, m.Merges); err != nil {
 		return err
 	}
-	for rank, pr := range merges {
-		l, okl := m.Vocab[pr[0]]
-		r, okr := m.Vocab[pr[1]]
-		id, ok := m.Vocab[pr[0]+pr[1]]
-		if !okl || !okr || !ok {
-			return fmt.Errorf("model.merges[%d] %q %q names a token not in the vocab", rank, pr[0], pr[1])
-		}
-		k := pairKey(l, r)
-		if _, dup := b.merges[k]; !dup { // the first (lowest) rank wins, as in tokenizers
-			b.merges[k] = merge{rank: int32(rank), id: int32(id)}
+	t.model = b
+	if err := t.loadVocab(tj); err != nil {
+		return err
+	}
+	if m.IgnoreMerges {
+		b.whole = make(map[string]int, len(m.Vocab))
+		var buf []byte
+		for tok, id := range m.Vocab {
+			buf = appendTokenBytes(buf[:0], tok)
+			b.whole[string(buf)] = id
 		}
 	}
-	t.model = b
+	return nil
+}
+
+// loadMerges maps model.merges to (left id, right id) -> rank and merged id.
+func loadMerges(vocab map[string]int, raw json.RawMessage) (map[uint64]merge, error) {
+	pairs, err := parseMerges(raw)
+	if err != nil {
+		return nil, err
+	}
+	merges := make(map[uint64]merge, len(pairs))
+	for rank, pr := range pairs {
+		l, okl := vocab[pr[0]]
+		r, okr := vocab[pr[1]]
+		id, ok := vocab[pr[0]+pr[1]]
+		if !okl || !okr || !ok {
+			return nil, fmt.Errorf("model.merges[%d] %q %q names a token not in the vocab", rank, pr[0], pr[1])
+		}
+		k := pairKey(l, r)
+		if _, dup := merges[k]; !dup { // the first (lowest) rank wins, as in tokenizers
+			merges[k] = merge{rank: int32(rank), id: int32(id)}
+		}
+	}
+	return merges, nil
+}
+
+// loadVocab reads the added tokens and fills the tables by id (spelling, decoded text, flags).
+func (t *Tokenizer) loadVocab(tj *tokenizerJSON) error {
+	m := &tj.Model
 	var added []addedToken
 	for _, a := range tj.AddedTokens {
 		if a.SingleWord || a.LStrip || a.RStrip {
@@ -174,10 +204,10 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		if a.Content == "" {
 			return fmt.Errorf("added token %d is empty", a.ID)
 		}
-		if a.Normalized && t.nfc {
+		if a.Normalized && t.normalizes() {
 			// Matched on the normalized text in tokenizers; here every added token is matched on the raw
 			// text, which is the same only without a normalizer.
-			return fmt.Errorf("added token %q is normalized and the normalizer is NFC", a.Content)
+			return fmt.Errorf("added token %q is normalized and there is a normalizer", a.Content)
 		}
 		added = append(added, a)
 	}
@@ -206,14 +236,6 @@ func (t *Tokenizer) loadModel(tj *tokenizerJSON) error {
 		t.tokens[a.ID] = a.Content
 	}
 	t.setDecoding(added)
-	if m.IgnoreMerges {
-		b.whole = make(map[string]int, len(m.Vocab))
-		var buf []byte
-		for tok, id := range m.Vocab {
-			buf = appendTokenBytes(buf[:0], tok)
-			b.whole[string(buf)] = id
-		}
-	}
 	return nil
 }
 
@@ -362,13 +384,10 @@ func (t *Tokenizer) loadTemplateProcessing(p component) error {
 	return nil
 }
 
-// checkDecoder accepts the ByteLevel decoder, the one Decode implements.
-func checkDecoder(raw json.RawMessage) error {
+// isByteLevel tells a byte-level BPE (its decoder is ByteLevel) from a SentencePiece-style one.
+func isByteLevel(raw json.RawMessage) bool {
 	var c component
-	if isNull(raw) || json.Unmarshal(raw, &c) != nil || c.Type != "ByteLevel" {
-		return fmt.Errorf("decoder %s (only ByteLevel)", strings.TrimSpace(string(raw)))
-	}
-	return nil
+	return !isNull(raw) && json.Unmarshal(raw, &c) == nil && c.Type == "ByteLevel"
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -410,6 +429,9 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		}
 	}
 	t.cleanUp = tc.CleanUp
+	if t.cleanUp && t.spDec != nil {
+		return fmt.Errorf("%w: %s/tokenizer_config.json: clean_up_tokenization_spaces with a SentencePiece decoder", ErrUnsupported, dir)
+	}
 	if err := t.llamaPostProcessor(&tc); err != nil {
 		return fmt.Errorf("%w: %s/tokenizer_config.json: %w", ErrUnsupported, dir, err)
 	}

@@ -10,11 +10,16 @@ type DecodeStream struct {
 	skipSpecial bool
 	pending     []byte // bytes of an unfinished character (with clean-up on: text not yet safe to clean)
 	scratch     []byte
+	sp          spState // a SentencePiece decoder's state instead (spdecode.go)
 }
 
 // NewDecodeStream starts a stream of one generation's ids.
 func (t *Tokenizer) NewDecodeStream(skipSpecial bool) *DecodeStream {
-	return &DecodeStream{t: t, skipSpecial: skipSpecial}
+	d := &DecodeStream{t: t, skipSpecial: skipSpecial}
+	if t.spDec != nil {
+		d.sp.stripLeft = t.spDec.stripN
+	}
+	return d
 }
 
 // Step takes the next id and returns the text it completes, possibly "": bytes that begin a character
@@ -28,6 +33,9 @@ func (d *DecodeStream) Step(id int) (string, error) {
 	}
 	if d.skipSpecial && f&tokSpecial != 0 {
 		return "", nil
+	}
+	if t.spDec != nil {
+		return d.stepSP(id), nil
 	}
 	if !t.cleanUp && len(d.pending) == 0 && f&tokComplete != 0 {
 		return t.text[id], nil // the common step: whole characters, nothing held
@@ -68,6 +76,9 @@ func safeCut(b []byte) int {
 // Flush returns the text still held at the end of the generation: an unfinished character becomes
 // U+FFFD, as Decode writes it.
 func (d *DecodeStream) Flush() string {
+	if d.t.spDec != nil {
+		return d.flushSP()
+	}
 	out, _ := appendLossy(d.scratch[:0], d.pending, true)
 	d.pending = d.pending[:0]
 	s := string(out)

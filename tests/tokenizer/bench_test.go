@@ -167,7 +167,8 @@ func mixedIDs(b *testing.B, tk *tokenizer.Tokenizer, n int) []int {
 
 // BenchmarkEncodeFamilies2k tokenizes the same mixed text (the corpus's prompts, joined until Qwen3 makes
 // 2,048 tokens of them) with each family's tokenizer, warm cache: Qwen3, Llama 3 and gpt-oss split by
-// hand, DeepSeek V3 and GPT-2 through regexp2. cpu-ns/token is per token that family made.
+// hand, DeepSeek V3 and GPT-2 through regexp2, Llama 2 and Gemma 3 (SentencePiece-style) cut at ▁.
+// cpu-ns/token is per token that family made.
 func BenchmarkEncodeFamilies2k(b *testing.B) {
 	raw, err := os.ReadFile("corpus.json")
 	if err != nil {
@@ -186,7 +187,7 @@ func BenchmarkEncodeFamilies2k(b *testing.B) {
 		}
 	}
 	text := sb.String()
-	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gpt2"} {
+	for _, name := range benchFamilies {
 		b.Run(name, func(b *testing.B) {
 			gatewayGC(b)
 			tk := qwen
@@ -201,6 +202,33 @@ func BenchmarkEncodeFamilies2k(b *testing.B) {
 			}
 			b.ReportMetric(float64(n), "tokens/op")
 			perToken(b, cpu, n)
+		})
+	}
+}
+
+// benchFamilies are the families the benchmarks compare, the byte-level ones first.
+var benchFamilies = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gpt2", "llama2", "gemma3"}
+
+// BenchmarkDecodeStreamFamilies2k is BenchmarkDecodeStream2k for every family: 2,048 of its own ids for
+// the corpus's prompts, streamed one Step at a time.
+func BenchmarkDecodeStreamFamilies2k(b *testing.B) {
+	for _, name := range benchFamilies {
+		b.Run(name, func(b *testing.B) {
+			gatewayGC(b)
+			tk := requireFamily(b, name)
+			ids := mixedIDs(b, tk, 2048)
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
+				d := tk.NewDecodeStream(false)
+				for _, id := range ids {
+					if _, err := d.Step(id); err != nil {
+						b.Fatal(err)
+					}
+				}
+				d.Flush()
+			}
+			perToken(b, cpu, len(ids))
 		})
 	}
 }

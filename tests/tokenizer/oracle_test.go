@@ -112,6 +112,12 @@ func jsEncode(t *testing.T, texts []string) [][]int {
 // tokens if special.
 func jsEncodeFamily(t *testing.T, family string, texts []string, special bool) [][]int {
 	t.Helper()
+	return jsEncodeVariant(t, family, nil, texts, special)
+}
+
+// jsEncodeVariant is jsEncodeFamily with top-level fields of tokenizer.json replaced by override's.
+func jsEncodeVariant(t *testing.T, family string, override map[string]any, texts []string, special bool) [][]int {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not installed", err)
@@ -119,7 +125,11 @@ func jsEncodeFamily(t *testing.T, family string, texts []string, special bool) [
 	var res struct {
 		IDs [][]int `json:"ids"`
 	}
-	run(t, &res, map[string]any{"texts": texts, "special": special}, node, "encode.mjs", family)
+	in := map[string]any{"texts": texts, "special": special}
+	if override != nil {
+		in["override"] = map[string]any{"tokenizerJSON": override}
+	}
+	run(t, &res, in, node, "encode.mjs", family)
 	if len(res.IDs) != len(texts) {
 		t.Fatalf("encode.mjs returned %d results for %d texts", len(res.IDs), len(texts))
 	}
