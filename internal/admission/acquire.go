@@ -123,22 +123,17 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	if fast {
 		// Fast path: nobody waits for this pool, or every waiter ranks
 		// below this request (a higher priority band).
-		c.bindLocked(req.Tokens, req.CachedTokens)
-		c.curDecode = req.DecodeTokens
-		sel := c.selectLocked(req.Select, req.SelectPair, true)
-		if sel.err == nil {
-			slot := c.grantSelLocked(sel)
-			c.unbindLocked()
-			c.observeWaitLocked(req.Queue, sel.prefill, 0, band)
+		slot, err := c.admitLocked(askOf(req), true)
+		if err == nil {
+			c.observeWaitLocked(req.Queue, slot.worker, 0, band)
 			c.mu.Unlock()
 			return slot, info, nil
 		}
-		c.unbindLocked()
-		if !errors.Is(sel.err, ErrNoCapacity) {
+		if !errors.Is(err, ErrNoCapacity) {
 			c.mu.Unlock()
-			return nil, info, sel.err
+			return nil, info, err
 		}
-		side = c.sideOfLocked(sel.err)
+		side = c.sideOfLocked(err)
 	} else {
 		// Waiters exist: the newcomer goes behind them, but a request whose
 		// model has no usable worker is answered now (503/404, not 429).
@@ -227,7 +222,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 // waiters of q (the fast path's selection has just said it otherwise): a
 // probe of its own pair selection (sideNowLocked), not the head's last try.
 func (c *Controller) refusalSideLocked(q *queue, req Request, side Side) Side {
-	return c.sideNowLocked(q, req.SelectPair, req.Tokens, req.CachedTokens, req.DecodeTokens, side)
+	return c.sideNowLocked(q, askOf(req), side)
 }
 
 // callSelect runs the callback; a panic becomes that request's error rather

@@ -115,19 +115,8 @@ type Controller struct {
 	fm      FeatureMetrics // metrics, when it implements FeatureMetrics
 	poll    time.Duration
 	now     func() time.Time
-	hasCap  func(string) bool // c.hasCapacityLocked, bound once
-	hasSeat func(string) bool // c.hasSeatLocked, bound once
-	dm      DecodeMetrics     // metrics, when it implements DecodeMetrics
-
-	// The cost inputs of the request whose Select (or grant) runs now, read
-	// by hasCapacityLocked and grantLocked; set by bindLocked. curCost
-	// memoizes the charge per worker from its first capacity check: a
-	// stateful policy (cache_aware) records the prompt for the worker it
-	// picks, after which the hook would see the whole prompt as cached.
-	curTokens int64
-	curCached func(string) int64
-	curCost   map[string]int64
-	curDecode int64 // the decode KV reservation
+	dm      DecodeMetrics // metrics, when it implements DecodeMetrics
+	probe   probe         // the cost of the selection running now (grant.go)
 
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
@@ -190,16 +179,12 @@ const (
 type waiter struct {
 	q      *queue
 	elem   *list.Element
-	sel    func(func(string) bool) (string, error)
-	pair   func(hasSlot, hasSeat func(string) bool) (string, string, error)
+	ask    ask // its callbacks and cost; dropped when it leaves the queue
 	ready  chan struct{} // closed on grant or final error
 	poke   chan struct{} // cap 1: "you are head" / "re-select"
 	enq    time.Time
 	band   int    // arrival band
 	seq    uint64 // arrival order over all bands
-	tokens int64
-	cached func(string) int64
-	decTok int64
 	side   Side // the side that held it back at its last try
 	tenant string
 	tq     *tenantQueue  // with tenancy on (fair.go)
@@ -248,8 +233,8 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.hasCap = c.hasCapacityLocked
-	c.hasSeat = c.hasSeatLocked
+	c.probe.hasSlot = func(worker string) bool { return c.hasSlotLocked(&c.probe, worker) }
+	c.probe.hasSeat = func(worker string) bool { return c.hasSeatLocked(worker, c.probe.cost.decode) }
 	c.dm = noopDecodeMetrics{}
 	if dm, ok := c.metrics.(DecodeMetrics); ok {
 		c.dm = dm

@@ -1,34 +1,77 @@
 package admission
 
-// bindLocked makes the request's cost inputs current for hasCapacityLocked
-// and grantLocked; unbindLocked drops them (the hook must not be retained).
-func (c *Controller) bindLocked(tokens int64, cached func(string) int64) {
-	c.curTokens, c.curCached = tokens, cached
+// ask is what one request brings to a selection: its placement callbacks
+// and its cost. Acquire builds it from the Request; a waiter keeps its own.
+type ask struct {
+	sel  func(func(string) bool) (string, error)
+	pair func(hasSlot, hasSeat func(string) bool) (string, string, error)
+	cost cost
 }
 
-func (c *Controller) unbindLocked() {
-	c.curTokens, c.curCached, c.curDecode = 0, nil, 0
-	clear(c.curCost)
+// cost is what one request charges while it holds a slot and a seat.
+type cost struct {
+	tokens int64              // estimated prompt tokens; <= 0 counts as 1
+	cached func(string) int64 // tokens a worker is expected to hold in its prefix cache; nil: none
+	decode int64              // the decode KV reservation; <= 0 counts as 1
 }
 
-// costLocked is the current request's charge on worker: its estimated
-// tokens, less the prefix the worker is expected to hold when a token budget
-// is set, at least 1. The discounted charge is fixed at the first check of
-// each worker within one binding.
-func (c *Controller) costLocked(worker string) int64 {
-	t := max(c.curTokens, 1)
-	if c.curCached == nil || c.settings.MaxInflightTokensPerWorker <= 0 {
+func askOf(req Request) ask {
+	return ask{sel: req.Select, pair: req.SelectPair,
+		cost: cost{tokens: req.Tokens, cached: req.CachedTokens, decode: req.DecodeTokens}}
+}
+
+// probe carries the cost of the one selection running under the lock to the
+// callbacks' hasCapacity and hasSeat, whose signature has no room for it.
+// They are bound once, in New, so that a selection allocates nothing; only
+// admitLocked and sideNowLocked bind a cost, for the span of one selection
+// and its grant.
+type probe struct {
+	cost cost
+	// memo fixes the charge on a worker at its first check: a stateful
+	// policy (cache_aware) records the prompt for the worker it picks, after
+	// which the hook would see the whole prompt as cached.
+	memo             map[string]int64
+	hasSlot, hasSeat func(string) bool
+}
+
+func (p *probe) bind(c cost) { p.cost = c }
+
+// unbind drops the cost (the hook must not be retained).
+func (p *probe) unbind() {
+	p.cost = cost{}
+	clear(p.memo)
+}
+
+// chargeLocked is p's charge on worker: its estimated tokens, less the
+// prefix the worker is expected to hold when a token budget is set, at least
+// 1. The discounted charge is fixed at the first check of each worker.
+func (c *Controller) chargeLocked(p *probe, worker string) int64 {
+	t := max(p.cost.tokens, 1)
+	if p.cost.cached == nil || c.settings.MaxInflightTokensPerWorker <= 0 {
 		return t
 	}
-	if n, ok := c.curCost[worker]; ok {
+	if n, ok := p.memo[worker]; ok {
 		return n
 	}
-	t = max(t-cachedTokens(c.curCached, worker), 1)
-	if c.curCost == nil {
-		c.curCost = make(map[string]int64)
+	t = max(t-cachedTokens(p.cost.cached, worker), 1)
+	if p.memo == nil {
+		p.memo = make(map[string]int64)
 	}
-	c.curCost[worker] = t
+	p.memo[worker] = t
 	return t
+}
+
+// admitLocked runs a's selection with its cost bound and grants what it
+// chose: the slot, or the selection's error (ErrNoCapacity, ErrNoSeat: wait;
+// another: final).
+func (c *Controller) admitLocked(a ask, enabled bool) (*Slot, error) {
+	c.probe.bind(a.cost)
+	defer c.probe.unbind()
+	sel := c.selectLocked(a, enabled)
+	if sel.err != nil {
+		return nil, sel.err
+	}
+	return c.grantSelLocked(sel, a.cost), nil
 }
 
 // cachedTokens calls the hook; a panic counts as nothing cached, since it
@@ -54,10 +97,10 @@ func (c *Controller) limitLocked(ws *workerState) int {
 	return c.settings.initialLimit()
 }
 
-// hasCapacityLocked reports whether the current request fits on worker: under
+// hasSlotLocked reports whether the request bound to p fits on worker: under
 // its request limit and, with a token budget, under the budget, or alone on
 // an idle worker (a request larger than the budget is never starved).
-func (c *Controller) hasCapacityLocked(worker string) bool {
+func (c *Controller) hasSlotLocked(p *probe, worker string) bool {
 	ws := c.workers[worker]
 	n, tokens := 0, int64(0)
 	if ws != nil {
@@ -71,16 +114,16 @@ func (c *Controller) hasCapacityLocked(worker string) bool {
 	}
 	if budget := c.settings.MaxInflightTokensPerWorker; budget > 0 {
 		// The charge is computed (and fixed) even for an idle worker.
-		if cost := c.costLocked(worker); n > 0 && tokens+cost > budget {
+		if cost := c.chargeLocked(p, worker); n > 0 && tokens+cost > budget {
 			return false
 		}
 	}
 	return true
 }
 
-// grantLocked reserves a slot on worker for the current request: counted
-// while admission is on, uncounted otherwise.
-func (c *Controller) grantLocked(worker string) *Slot {
+// grantLocked reserves a slot on worker charged cost tokens: counted while
+// admission is on, uncounted otherwise.
+func (c *Controller) grantLocked(worker string, cost int64) *Slot {
 	if !c.settings.Enabled() {
 		return newSlot(c, worker, nil)
 	}
@@ -89,7 +132,6 @@ func (c *Controller) grantLocked(worker string) *Slot {
 		ws = &workerState{}
 		c.workers[worker] = ws
 	}
-	cost := c.costLocked(worker)
 	ws.inflight++
 	ws.tokens += cost
 	c.metrics.SetInflight(worker, ws.inflight)

@@ -41,16 +41,12 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	c.seq++
 	w := &waiter{
 		q:      q,
-		sel:    req.Select,
+		ask:    askOf(req),
 		ready:  make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		enq:    c.now(),
 		band:   band,
 		seq:    c.seq,
-		tokens: req.Tokens,
-		cached: req.CachedTokens,
-		pair:   req.SelectPair,
-		decTok: req.DecodeTokens,
 		tenant: tenantName(req.Tenant),
 	}
 	w.elem = q.bands[band].PushBack(w)
@@ -95,8 +91,7 @@ func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q.bands[w.band].Remove(w.elem)
 	c.fairRemoveLocked(w)
 	w.elem = nil
-	w.cached = nil
-	w.pair = nil
+	w.ask = ask{} // its callbacks may hold the request's state
 	q.n--
 	c.queued--
 	c.metrics.AddQueued(q.key, -1)
@@ -122,16 +117,12 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		return false
 	}
 	enabled := c.settings.Enabled()
-	c.bindLocked(w.tokens, w.cached)
-	c.curDecode = w.decTok
-	defer c.unbindLocked()
 	c.caps.hit = false
-	sel := c.selectLocked(w.sel, w.pair, enabled)
-	err := sel.err
+	slot, err := c.admitLocked(w.ask, enabled)
 	w.capped = w.capped || (err != nil && c.caps.hit)
 	switch {
 	case err == nil:
-		w.slot = c.grantSelLocked(sel)
+		w.slot = slot
 		w.state = granted
 	case errors.Is(err, ErrNoCapacity):
 		if enabled {

@@ -97,11 +97,11 @@ func (c *Controller) seatLimitLocked(worker string) int {
 	return c.settings.DecodeMaxInflightPerWorker
 }
 
-// hasSeatLocked reports whether the current request fits on decode worker:
+// hasSeatLocked reports whether a request reserving decode tokens fits on decode worker:
 // under its seat bound and, when its KV capacity is known, with room for the
 // request's reservation (prompt + max_tokens), or alone on an idle worker so
 // a large request is never starved.
-func (c *Controller) hasSeatLocked(worker string) bool {
+func (c *Controller) hasSeatLocked(worker string, decode int64) bool {
 	ss := c.seats[worker]
 	n, tokens := 0, int64(0)
 	if ss != nil {
@@ -113,20 +113,21 @@ func (c *Controller) hasSeatLocked(worker string) bool {
 	if !c.seatCapAllowsLocked(worker, n) {
 		return false
 	}
-	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(c.curDecode, 1) > kv {
+	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(decode, 1) > kv {
 		return false
 	}
 	return true
 }
 
-// grantSeatLocked reserves a seat on decode worker for the current request.
-func (c *Controller) grantSeatLocked(worker string) *Seat {
+// grantSeatLocked reserves a seat on decode worker for a request reserving
+// decode tokens.
+func (c *Controller) grantSeatLocked(worker string, decode int64) *Seat {
 	ss := c.seats[worker]
 	if ss == nil {
 		ss = &seatState{}
 		c.seats[worker] = ss
 	}
-	cost := max(c.curDecode, 1)
+	cost := max(decode, 1)
 	ss.inflight++
 	ss.tokens += cost
 	ss.prefilling++
@@ -296,16 +297,16 @@ func (c *Controller) SeatsOn() bool {
 // grantSelLocked grants what a selection chose: a slot on its prefill worker
 // and, with a decode worker, a seat there; a seat-only selection gets the
 // seat and a slot that holds nothing.
-func (c *Controller) grantSelLocked(sel selection) *Slot {
+func (c *Controller) grantSelLocked(sel selection, cst cost) *Slot {
 	if sel.prefill == "" {
 		s := newSlot(c, "", nil)
-		s.seat = c.grantSeatLocked(sel.decode)
+		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
 		c.endPrefillLocked(s.seat) // no prefill slot holds it: a full decode is decode's doing
 		return s
 	}
-	s := c.grantLocked(sel.prefill)
+	s := c.grantLocked(sel.prefill, c.chargeLocked(&c.probe, sel.prefill))
 	if sel.decode != "" {
-		s.seat = c.grantSeatLocked(sel.decode)
+		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
 	}
 	return s
 }
@@ -320,23 +321,24 @@ type selection struct {
 // are on and the request has one, otherwise the prefill-only Select exactly
 // as without seats. With admission on it re-checks the callback's choice
 // (one ignoring its predicates waits, as if it had found nothing).
-func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), pair func(hasSlot, hasSeat func(string) bool) (string, string, error), enabled bool) selection {
-	if pair != nil && enabled && c.seatsOnLocked() {
-		p, d, err := callSelectPair(pair, c.hasCap, c.hasSeat)
-		if err == nil && p != "" && !c.hasCapacityLocked(p) {
+func (c *Controller) selectLocked(a ask, enabled bool) selection {
+	pb := &c.probe
+	if a.pair != nil && enabled && c.seatsOnLocked() {
+		p, d, err := callSelectPair(a.pair, pb.hasSlot, pb.hasSeat)
+		if err == nil && p != "" && !c.hasSlotLocked(pb, p) {
 			err = ErrNoCapacity
 		}
-		if err == nil && !c.hasSeatLocked(d) {
+		if err == nil && !c.hasSeatLocked(d, a.cost.decode) {
 			err = ErrNoSeat
 		}
 		return selection{prefill: p, decode: d, err: err}
 	}
-	hasCap := c.hasCap
+	hasCap := pb.hasSlot
 	if !enabled {
 		hasCap = alwaysCapacity
 	}
-	w, err := callSelect(sel, hasCap)
-	if err == nil && enabled && !c.hasCapacityLocked(w) {
+	w, err := callSelect(a.sel, hasCap)
+	if err == nil && enabled && !c.hasSlotLocked(pb, w) {
 		err = ErrNoCapacity
 	}
 	return selection{prefill: w, err: err}
@@ -354,8 +356,7 @@ func (c *Controller) sideOfLocked(err error) Side {
 
 // sideNowLocked is the side that holds a request back now, at its refusal
 // (a timeout, a displacement, a full queue or a predicted timeout behind
-// waiters), for a request of queue q with pair selection pair and cost
-// inputs tokens, cached and decTok. A waiter's side is otherwise only what
+// waiters), for a request of queue q asking a. A waiter's side is otherwise only what
 // held it back at its last try, and only the head tries: a waiter that
 // joined while prefill was full keeps naming prefill after the prefills
 // are over and the decode is full, so its rejection would send an operator
@@ -376,8 +377,8 @@ func (c *Controller) sideOfLocked(err error) Side {
 //
 // With seats off, or without a pair selection, it is old, the side known
 // so far, as before.
-func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(string) bool) (string, string, error), tokens int64, cached func(string) int64, decTok int64, old Side) Side {
-	if pair == nil || !c.settings.Enabled() || !c.seatsOnLocked() {
+func (c *Controller) sideNowLocked(q *queue, a ask, old Side) Side {
+	if a.pair == nil || !c.settings.Enabled() || !c.seatsOnLocked() {
 		return old
 	}
 	fallback := old
@@ -385,20 +386,19 @@ func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(str
 		fallback = q.side
 	}
 	hit := c.caps.hit // the probe's refusals are no cap's doing for the request
-	c.bindLocked(tokens, cached)
-	c.curDecode = decTok
+	c.probe.bind(a.cost)
 	seatFree, slotFree := false, false
 	noSeat := func(worker string) bool {
-		seatFree = seatFree || c.hasSeatLocked(worker)
+		seatFree = seatFree || c.hasSeatLocked(worker, a.cost.decode)
 		return false
 	}
 	hasSlot := func(worker string) bool {
-		ok := c.hasCapacityLocked(worker)
+		ok := c.hasSlotLocked(&c.probe, worker)
 		slotFree = slotFree || ok
 		return ok
 	}
-	_, _, err := callSelectPair(pair, hasSlot, noSeat)
-	c.unbindLocked()
+	_, _, err := callSelectPair(a.pair, hasSlot, noSeat)
+	c.probe.unbind()
 	c.caps.hit = hit
 	switch {
 	case errors.Is(err, ErrNoSeat) && !seatFree:
@@ -413,5 +413,5 @@ func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(str
 
 // sideOfWaiterLocked is sideNowLocked for a waiter still in its queue.
 func (c *Controller) sideOfWaiterLocked(w *waiter) Side {
-	return c.sideNowLocked(w.q, w.pair, w.tokens, w.cached, w.decTok, w.side)
+	return c.sideNowLocked(w.q, w.ask, w.side)
 }
