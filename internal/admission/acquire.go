@@ -119,7 +119,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 	if q != nil {
 		side = q.side
 	}
-	fast := q == nil || c.outranksHeadLocked(q, band)
+	fast := q == nil || q.order.outranks(band)
 	if fast {
 		// Fast path: nobody waits for this pool, or every waiter ranks
 		// below this request (a higher priority band).
@@ -174,7 +174,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		if req.MaxWait > 0 {
 			timeout = min(timeout, req.MaxWait)
 		}
-		if c.predictedWaitLocked(c.fairPositionLocked(q, band, req.Tenant)) > timeout {
+		if c.predictedWaitLocked(c.predictedPositionLocked(q, band, req.Tenant)) > timeout {
 			c.rejectLocked(req.Queue, PredictedTimeout)
 			if !fast {
 				side = c.refusalSideLocked(q, req, side)

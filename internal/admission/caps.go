@@ -120,7 +120,7 @@ func (c *Controller) Usage() Usage {
 		u.Inflight[k] = ws.inflight
 	}
 	for k, q := range c.queues {
-		u.Queued[k] = q.n
+		u.Queued[k] = q.order.len()
 	}
 	if c.seatsOnLocked() {
 		u.SeatLimit = c.settings.DecodeMaxInflightPerWorker

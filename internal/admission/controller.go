@@ -150,7 +150,7 @@ type Controller struct {
 	kvKnown      atomic.Bool // some decCap has KVTokens > 0 (DecodeKVKnown)
 	seatReleases rateEstimator
 
-	tenantQueued map[string]int // waiters by tenant, with tenancy on (fair.go)
+	tenantQueued map[string]int // waiters by tenant, with tenancy on (tenants.go)
 	// keptShares are the rates of queues dropped when they emptied, for the
 	// next queue of their key (share.go).
 	keptShares map[string]*[MaxBands]*shareState
@@ -179,15 +179,15 @@ const (
 type waiter struct {
 	q      *queue
 	elem   *list.Element
-	ask    ask // its callbacks and cost; dropped when it leaves the queue
+	ask    ask           // its callbacks and cost; dropped when it leaves the queue
 	ready  chan struct{} // closed on grant or final error
 	poke   chan struct{} // cap 1: "you are head" / "re-select"
 	enq    time.Time
 	band   int    // arrival band
 	seq    uint64 // arrival order over all bands
-	side   Side // the side that held it back at its last try
+	side   Side   // the side that held it back at its last try
 	tenant string
-	tq     *tenantQueue  // with tenancy on (fair.go)
+	tq     *tenantQueue  // with fairness on (roundrobin.go)
 	telem  *list.Element // w in tq.waiters
 
 	state      waiterState

@@ -16,13 +16,12 @@ func (c *Controller) victimLocked(band int) *waiter {
 	var victim *waiter
 	vb := 0
 	for _, q := range c.active {
-		for b := range q.bands {
-			e := q.bands[b].Back() // the latest of a list has aged least
-			if e == nil {
+		for b := range q.order.fifo {
+			w := q.order.fifo[b].last() // the latest of a list has aged least
+			if w == nil {
 				continue
 			}
-			w := e.Value.(*waiter)
-			eb := c.effBandLocked(w, now)
+			eb := q.order.effBand(w, now)
 			if victim == nil || eb < vb || (eb == vb && w.seq > victim.seq) {
 				victim, vb = w, eb
 			}

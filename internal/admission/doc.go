@@ -21,7 +21,7 @@
 //     overtakes it;
 //   - priority bands with aging (Bands, Aging): higher bands are served
 //     first, FIFO within a band, and aging bounds how long a low band can be
-//     overtaken (queue.go); queue size and timeout stay global, and a full
+//     overtaken (bands.go); queue size and timeout stay global, and a full
 //     queue makes room for a newcomer by displacing its lowest-ranked
 //     waiter, if that ranks below the newcomer ([ErrDisplaced]);
 //   - early rejection (EarlyRejection): a request whose predicted wait (its
@@ -32,7 +32,7 @@
 //   - tenants (Tenants): FIFO within a tenant and, across the tenants of a
 //     band, one of three orders: one FIFO (Fair off; a per-tenant queue
 //     bound, MaxQueued, may still apply: [ErrTenantQueueFull]), weighted
-//     deficit round robin (Fair; fair.go), or under-share first (Fair and
+//     deficit round robin (Fair; roundrobin.go), or under-share first (Fair and
 //     UnderShareFirst, the gateway's default; share.go): the tenants whose
 //     recent grants are under their weighted share of the band's go first,
 //     most under-served first, and the round robin orders the rest. Early
@@ -70,7 +70,7 @@
 // leaks); one that raced in before a timeout is kept.
 //
 // Only the head of a queue selects (with priority bands, the best-ranked
-// waiter: see queue.go). Heads select when a slot is released
+// waiter: see order.go). Heads select when a slot is released
 // (in the releaser's goroutine, every queue in rotating order), when
 // settings change (in Update's goroutine), on [Controller.Wake] (which only
 // signals the heads; they select in their own goroutines, so Wake never calls
@@ -174,10 +174,11 @@
 //   - displace.go: displacement from a full queue, early rejection's
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
-//   - queue.go: queues and bands; slot.go: Slot and Guard; seat.go: decode
-//     seats; fair.go: tenants, the round robin and its predicted
-//     positions; share.go: under-share first, its rates and its predicted
-//     positions;
+//   - queue.go: queues; order.go: head ordering, with bands.go (priority
+//     bands and aging) over one fairness order per band: fifo.go,
+//     roundrobin.go (and its predicted positions) or share.go (under-share
+//     first, its rates and its predicted positions); tenants.go: tenant
+//     settings and counts; slot.go: Slot and Guard; seat.go: decode seats;
 //     caps.go: cluster shares; adaptive.go:
 //     adaptive limits; drain.go: shutdown; settings.go, errors.go,
 //     metrics.go, status.go: the types they name.

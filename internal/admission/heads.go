@@ -33,8 +33,7 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	band := c.settings.BandOf(req.Priority)
 	pos := c.positionLocked(q, band)
 	if q == nil {
-		q = &queue{key: req.Queue}
-		c.restoreSharesLocked(q)
+		q = c.newQueueLocked(req.Queue)
 		c.queues[req.Queue] = q
 		c.active = append(c.active, q)
 	}
@@ -49,14 +48,15 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 		seq:    c.seq,
 		tenant: tenantName(req.Tenant),
 	}
-	w.elem = q.bands[band].PushBack(w)
-	tookTurn := c.fairAddLocked(w) // fair.go: a new tenant may take the head
-	q.n++
-	if pos == 1 || tookTurn && c.headLocked(q) == w {
-		// The new head; a displaced one (a lower band) stops polling at its
+	before := q.order.head()
+	q.order.push(w)
+	if h := q.order.head(); h != before {
+		// The new head (w, or with share mode its tenant's earlier waiter); a
+		// displaced one (a lower band, another tenant) stops polling at its
 		// next tick.
-		c.promoteLocked(w)
+		c.promoteLocked(h)
 	}
+	c.countTenantLocked(w, 1)
 	c.queued++
 	c.metrics.AddQueued(q.key, 1)
 	c.bandCountLocked(band, 1)
@@ -88,15 +88,13 @@ func pokeLocked(w *waiter) {
 func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q := w.q
 	before := c.headLocked(q)
-	q.bands[w.band].Remove(w.elem)
-	c.fairRemoveLocked(w)
-	w.elem = nil
+	q.order.remove(w)
+	c.countTenantLocked(w, -1)
 	w.ask = ask{} // its callbacks may hold the request's state
-	q.n--
 	c.queued--
 	c.metrics.AddQueued(q.key, -1)
 	c.bandCountLocked(w.band, -1)
-	if q.n == 0 {
+	if q.order.len() == 0 {
 		c.keepSharesLocked(q)
 		delete(c.queues, q.key)
 		if i := slices.Index(c.active, q); i >= 0 {

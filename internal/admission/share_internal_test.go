@@ -85,7 +85,7 @@ func sharePredictionRun(t *testing.T, arrivals []string) (predicted, got int) {
 	}
 	last := arrivals[len(arrivals)-1]
 	c.mu.Lock()
-	predicted = c.fairPositionLocked(c.queues["m"], 0, last)
+	predicted = c.predictedPositionLocked(c.queues["m"], 0, last)
 	c.mu.Unlock()
 	x := enqueue(last)
 	var order []string

@@ -87,7 +87,7 @@ func (c *Controller) Status() Status {
 		st.ReleaseRate = rate
 	}
 	for k, q := range c.queues {
-		st.Queued[k] = q.n
+		st.Queued[k] = q.order.len()
 	}
 	for k, ws := range c.workers {
 		st.Inflight[k] = ws.inflight

@@ -43,12 +43,11 @@ func (c *Controller) Update(s Settings) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	tenancy := c.settings.Tenants.on()
-	share := c.shareOn()
+	tenancy, kind := c.settings.Tenants.on(), fairnessOf(&c.settings)
 	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
-	if c.settings.Tenants.on() != tenancy || c.shareOn() != share { // share.go's heads go with the mode
-		c.refairLocked()
+	if c.settings.Tenants.on() != tenancy || fairnessOf(&c.settings) != kind {
+		c.reorderLocked()
 	}
 	c.noteKVKnownLocked()
 	for w, ws := range c.workers {
