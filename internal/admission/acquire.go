@@ -113,8 +113,8 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		info.band = c.settings.BandName(band)
 	}
 	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
-	q := c.queues[req.Queue]
-	c.caps.hit = false
+	q := c.qs.byKey[req.Queue]
+	c.gate.caps.hit = false
 	side := SidePrefill // the side that holds the request back
 	if q != nil {
 		side = q.side
@@ -144,7 +144,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 			return nil, info, err
 		}
 	}
-	capped := c.caps.hit // read now: a displacement below lets other heads select
+	capped := c.gate.caps.hit // read now: a displacement below lets other heads select
 	// Order: availability first (above), then the queue bound, then the
 	// predicted wait.
 	if c.tenantFullLocked(req.Tenant) {
@@ -153,7 +153,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		return nil, info, errTenantFull
 	}
 	var victim *waiter
-	if c.queued >= c.settings.QueueSize {
+	if c.qs.n >= c.settings.QueueSize {
 		if victim = c.victimLocked(band); victim == nil {
 			if !fast {
 				side = c.refusalSideLocked(q, req, side)

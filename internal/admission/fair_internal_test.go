@@ -51,7 +51,7 @@ func TestPropertyFairPositionCountsEveryTenant(t *testing.T) {
 			c.mu.Lock()
 			w, _ := c.enqueueLocked(Request{Queue: "m", Select: sel, Tenant: fmt.Sprint("t", op)})
 			waiting = append(waiting, w)
-			q := c.queues["m"]
+			q := c.qs.byKey["m"]
 			fb := q.order.fair[0].(*roundRobin)
 			for k := range 4 {
 				name := fmt.Sprint("t", k)

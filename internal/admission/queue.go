@@ -44,7 +44,7 @@ func (c *Controller) predictedPositionLocked(q *queue, band int, tenant string) 
 // bandCountLocked records a change of the waiters of arrival band b and
 // reports it, with two or more bands configured.
 func (c *Controller) bandCountLocked(b, delta int) {
-	c.bandQueued[b] += delta
+	c.qs.byBand[b] += delta
 	if n := c.settings.numBands(); n > 1 {
 		c.reportBandLocked(min(b, n-1))
 	}
@@ -54,10 +54,10 @@ func (c *Controller) bandCountLocked(b, delta int) {
 // beyond the top, left by a live change of bands, count in the top band).
 func (c *Controller) reportBandLocked(i int) {
 	n, top := 0, c.settings.numBands()-1
-	for b, k := range c.bandQueued {
+	for b, k := range c.qs.byBand {
 		if min(b, top) == i {
 			n += k
 		}
 	}
-	c.fm.SetBandQueued(c.settings.BandName(i), n)
+	c.m.SetBandQueued(c.settings.BandName(i), n)
 }

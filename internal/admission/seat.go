@@ -3,7 +3,6 @@ package admission
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -86,116 +85,21 @@ func (s *Seat) Release(reason ReleaseReason) {
 // seatsOnLocked reports whether decode seats are held for pair selections.
 func (c *Controller) seatsOnLocked() bool { return c.settings.SeatsOn() }
 
-// seatLimitLocked is a decode worker's seat bound (<= 0: none): its declared
-// or reported window with DecodeAuto, else DecodeMaxInflightPerWorker.
-func (c *Controller) seatLimitLocked(worker string) int {
-	if c.settings.DecodeAuto {
-		if dc, ok := c.decCap[worker]; ok && dc.Window > 0 {
-			return dc.Window
-		}
-	}
-	return c.settings.DecodeMaxInflightPerWorker
-}
-
-// hasSeatLocked reports whether a request reserving decode tokens fits on decode worker:
-// under its seat bound and, when its KV capacity is known, with room for the
-// request's reservation (prompt + max_tokens), or alone on an idle worker so
-// a large request is never starved.
-func (c *Controller) hasSeatLocked(worker string, decode int64) bool {
-	ss := c.seats[worker]
-	n, tokens := 0, int64(0)
-	if ss != nil {
-		n, tokens = ss.inflight, ss.tokens
-	}
-	if limit := c.seatLimitLocked(worker); limit > 0 && n >= limit {
-		return false
-	}
-	if !c.seatCapAllowsLocked(worker, n) {
-		return false
-	}
-	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(decode, 1) > kv {
-		return false
-	}
-	return true
-}
-
 // grantSeatLocked reserves a seat on decode worker for a request reserving
 // decode tokens.
 func (c *Controller) grantSeatLocked(worker string, decode int64) *Seat {
-	ss := c.seats[worker]
-	if ss == nil {
-		ss = &seatState{}
-		c.seats[worker] = ss
-	}
-	cost := max(decode, 1)
-	ss.inflight++
-	ss.tokens += cost
-	ss.prefilling++
-	c.dm.SetSeats(worker, ss.inflight)
-	c.showSeatLimitLocked(worker, ss)
+	ss, cost := c.gate.takeSeat(worker, decode)
 	return &Seat{c: c, worker: worker, ss: ss, cost: cost, prefilling: true}
-}
-
-// showSeatLimitLocked reports decode worker's seat bound to the metrics when it differs from the
-// one last reported for ss (a settings change shows at the next grant, as before).
-func (c *Controller) showSeatLimitLocked(worker string, ss *seatState) {
-	if l := c.seatLimitLocked(worker); !ss.limitShown || ss.shownLimit != l {
-		ss.shownLimit, ss.limitShown = l, true
-		c.dm.SetSeatLimit(worker, l)
-	}
-}
-
-// endPrefillLocked records that a seat's request no longer holds its prefill
-// slot (the slot was freed, or the seat went first); once per seat.
-func (c *Controller) endPrefillLocked(s *Seat) {
-	if s == nil || !s.prefilling {
-		return
-	}
-	s.prefilling = false
-	if s.ss != nil && c.seats[s.worker] == s.ss {
-		s.ss.prefilling--
-	}
-}
-
-// fullByPrefillLocked reports whether some decode worker is out of seats only
-// because requests still in prefill hold them: without those it would have a
-// seat. The decode then waits for the prefills ahead, so a head held back
-// there is held back by prefill, and its rejection names prefill (a seat is
-// held from the pair's choice, so in a prefill-bound pipeline the seats fill
-// with requests that have not reached the decode yet).
-func (c *Controller) fullByPrefillLocked() bool {
-	for k, ss := range c.seats {
-		if ss.prefilling == 0 {
-			continue
-		}
-		if limit := c.seatLimitLocked(k); limit > 0 && ss.inflight >= limit && ss.inflight-ss.prefilling < limit {
-			return true
-		}
-	}
-	return false
-}
-
-// giveBackSeatLocked decrements the seat's worker unless it was removed (or
-// removed and re-added) since the grant.
-func (c *Controller) giveBackSeatLocked(s *Seat) bool {
-	c.endPrefillLocked(s)
-	if s.ss == nil || c.seats[s.worker] != s.ss {
-		return false
-	}
-	s.ss.inflight--
-	s.ss.tokens -= s.cost
-	c.dm.SetSeats(s.worker, s.ss.inflight)
-	return true
 }
 
 // releaseSeat frees a seat and lets the heads select: a freed seat may be
 // what the head of a queue waits for.
 func (c *Controller) releaseSeat(s *Seat) {
 	c.mu.Lock()
-	if c.giveBackSeatLocked(s) {
-		c.seatReleases.observe(c.now())
+	if c.gate.giveBackSeat(s) {
+		c.stats.seatReleases.observe(c.now())
 	}
-	if c.queued > 0 {
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 	c.mu.Unlock()
@@ -208,19 +112,7 @@ func (c *Controller) releaseSeat(s *Seat) {
 func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.decCap[worker] == dc {
-		return
-	}
-	if dc == (DecodeCapacity{}) {
-		delete(c.decCap, worker)
-	} else {
-		c.decCap[worker] = dc
-	}
-	c.noteKVKnownLocked()
-	if ss, ok := c.seats[worker]; ok {
-		c.showSeatLimitLocked(worker, ss)
-	}
-	if c.queued > 0 {
+	if c.gate.setDecodeCapacity(worker, dc) && c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 }
@@ -228,35 +120,7 @@ func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 // DecodeKVKnown reports whether decode seats are on and some decode worker's KV capacity is known,
 // i.e. whether a request's DecodeTokens can matter: callers may skip computing it otherwise. It takes
 // no lock.
-func (c *Controller) DecodeKVKnown() bool { return c.kvKnown.Load() }
-
-// noteKVKnownLocked recomputes DecodeKVKnown after a change of settings or capacities.
-func (c *Controller) noteKVKnownLocked() {
-	known := false
-	if c.settings.SeatsOn() {
-		for _, v := range c.decCap {
-			known = known || v.KVTokens > 0
-		}
-	}
-	c.kvKnown.Store(known)
-}
-
-// removeSeatsLocked forgets the seats and capacity of engine url and of its
-// rank views (url@rank): seats still held on them release without effect.
-func (c *Controller) removeSeatsLocked(url string) {
-	for k := range c.seats {
-		if k == url || strings.HasPrefix(k, url+"@") {
-			delete(c.seats, k)
-			c.dm.DeleteSeatWorker(k)
-		}
-	}
-	for k := range c.decCap {
-		if k == url || strings.HasPrefix(k, url+"@") {
-			delete(c.decCap, k)
-		}
-	}
-	c.noteKVKnownLocked()
-}
+func (c *Controller) DecodeKVKnown() bool { return c.gate.kvKnown.Load() }
 
 // callSelectPair runs the pair callback with the same panic recovery as
 // callSelect.
@@ -301,10 +165,10 @@ func (c *Controller) grantSelLocked(sel selection, cst cost) *Slot {
 	if sel.prefill == "" {
 		s := newSlot(c, "", nil)
 		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
-		c.endPrefillLocked(s.seat) // no prefill slot holds it: a full decode is decode's doing
+		c.gate.endPrefill(s.seat) // no prefill slot holds it: a full decode is decode's doing
 		return s
 	}
-	s := c.grantLocked(sel.prefill, c.chargeLocked(&c.probe, sel.prefill))
+	s := c.grantLocked(sel.prefill, c.gate.charge(sel.prefill))
 	if sel.decode != "" {
 		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
 	}
@@ -322,23 +186,23 @@ type selection struct {
 // as without seats. With admission on it re-checks the callback's choice
 // (one ignoring its predicates waits, as if it had found nothing).
 func (c *Controller) selectLocked(a ask, enabled bool) selection {
-	pb := &c.probe
+	g := &c.gate
 	if a.pair != nil && enabled && c.seatsOnLocked() {
-		p, d, err := callSelectPair(a.pair, pb.hasSlot, pb.hasSeat)
-		if err == nil && p != "" && !c.hasSlotLocked(pb, p) {
+		p, d, err := callSelectPair(a.pair, g.probe.hasSlot, g.probe.hasSeat)
+		if err == nil && p != "" && !g.hasSlot(p) {
 			err = ErrNoCapacity
 		}
-		if err == nil && !c.hasSeatLocked(d, a.cost.decode) {
+		if err == nil && !g.hasSeat(d, a.cost.decode) {
 			err = ErrNoSeat
 		}
 		return selection{prefill: p, decode: d, err: err}
 	}
-	hasCap := pb.hasSlot
+	hasCap := g.probe.hasSlot
 	if !enabled {
 		hasCap = alwaysCapacity
 	}
 	w, err := callSelect(a.sel, hasCap)
-	if err == nil && enabled && !c.hasSlotLocked(pb, w) {
+	if err == nil && enabled && !g.hasSlot(w) {
 		err = ErrNoCapacity
 	}
 	return selection{prefill: w, err: err}
@@ -348,7 +212,7 @@ func (c *Controller) selectLocked(a ask, enabled bool) selection {
 // worker had a seat, unless seats are only full with requests still in
 // prefill (fullByPrefillLocked).
 func (c *Controller) sideOfLocked(err error) Side {
-	if errors.Is(err, ErrNoSeat) && !c.fullByPrefillLocked() {
+	if errors.Is(err, ErrNoSeat) && !c.gate.fullByPrefill() {
 		return SideDecode
 	}
 	return SidePrefill
@@ -385,21 +249,22 @@ func (c *Controller) sideNowLocked(q *queue, a ask, old Side) Side {
 	if q != nil {
 		fallback = q.side
 	}
-	hit := c.caps.hit // the probe's refusals are no cap's doing for the request
-	c.probe.bind(a.cost)
+	g := &c.gate
+	hit := g.caps.hit // the probe's refusals are no cap's doing for the request
+	g.probe.bind(a.cost)
 	seatFree, slotFree := false, false
 	noSeat := func(worker string) bool {
-		seatFree = seatFree || c.hasSeatLocked(worker, a.cost.decode)
+		seatFree = seatFree || g.hasSeat(worker, a.cost.decode)
 		return false
 	}
 	hasSlot := func(worker string) bool {
-		ok := c.hasSlotLocked(&c.probe, worker)
+		ok := g.hasSlot(worker)
 		slotFree = slotFree || ok
 		return ok
 	}
 	_, _, err := callSelectPair(a.pair, hasSlot, noSeat)
-	c.probe.unbind()
-	c.caps.hit = hit
+	g.probe.unbind()
+	g.caps.hit = hit
 	switch {
 	case errors.Is(err, ErrNoSeat) && !seatFree:
 		return c.sideOfLocked(err)

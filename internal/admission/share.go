@@ -330,9 +330,9 @@ func (c *Controller) keepSharesLocked(q *queue) {
 		return
 	}
 	now := c.now()
-	for key, kept := range c.keptShares {
+	for key, kept := range c.qs.kept {
 		if !liveShares(kept, now) {
-			delete(c.keptShares, key)
+			delete(c.qs.kept, key)
 		}
 	}
 	kept := new([MaxBands]*shareState)
@@ -342,20 +342,20 @@ func (c *Controller) keepSharesLocked(q *queue) {
 		}
 	}
 	if liveShares(kept, now) {
-		if c.keptShares == nil {
-			c.keptShares = make(map[string]*[MaxBands]*shareState)
+		if c.qs.kept == nil {
+			c.qs.kept = make(map[string]*[MaxBands]*shareState)
 		}
-		c.keptShares[q.key] = kept
+		c.qs.kept[q.key] = kept
 	}
 }
 
 // restoreSharesLocked gives a new queue the rates kept for its key.
 func (c *Controller) restoreSharesLocked(q *queue) {
-	kept := c.keptShares[q.key]
+	kept := c.qs.kept[q.key]
 	if kept == nil {
 		return
 	}
-	delete(c.keptShares, q.key)
+	delete(c.qs.kept, q.key)
 	for b, s := range kept {
 		if s != nil && q.order.kind == byShare {
 			q.order.fair[b] = newShareOrder(&c.settings.Tenants, s, c.now)

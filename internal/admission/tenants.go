@@ -85,7 +85,7 @@ func tenantName(t string) string {
 // tenantFullLocked reports whether tenant already has MaxQueued waiters.
 func (c *Controller) tenantFullLocked(tenant string) bool {
 	m := c.settings.Tenants.MaxQueued
-	return m > 0 && c.tenantQueued[tenantName(tenant)] >= m
+	return m > 0 && c.qs.byTenant[tenantName(tenant)] >= m
 }
 
 // countTenantLocked moves the waiters of w's tenant by delta, with tenancy
@@ -94,13 +94,13 @@ func (c *Controller) countTenantLocked(w *waiter, delta int) {
 	if !c.settings.Tenants.on() {
 		return
 	}
-	if c.tenantQueued == nil {
-		c.tenantQueued = make(map[string]int)
+	if c.qs.byTenant == nil {
+		c.qs.byTenant = make(map[string]int)
 	}
-	if n := c.tenantQueued[w.tenant] + delta; n > 0 {
-		c.tenantQueued[w.tenant] = n
+	if n := c.qs.byTenant[w.tenant] + delta; n > 0 {
+		c.qs.byTenant[w.tenant] = n
 	} else {
-		delete(c.tenantQueued, w.tenant)
+		delete(c.qs.byTenant, w.tenant)
 	}
 }
 
@@ -108,9 +108,9 @@ func (c *Controller) countTenantLocked(w *waiter, delta int) {
 // orders from the arrival lists, after tenancy or fairness changed live.
 // Turns and rates restart.
 func (c *Controller) reorderLocked() {
-	clear(c.tenantQueued)
+	clear(c.qs.byTenant)
 	kind := fairnessOf(&c.settings)
-	for _, q := range c.active {
+	for _, q := range c.qs.active {
 		q.order.refill(kind)
 		for i := range q.order.fifo {
 			for e := q.order.fifo[i].l.Front(); e != nil; e = e.Next() {
