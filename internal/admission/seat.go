@@ -210,7 +210,7 @@ func (c *Controller) selectLocked(a ask, enabled bool) selection {
 
 // sideOfLocked is the side a no-capacity error names: decode when no decode
 // worker had a seat, unless seats are only full with requests still in
-// prefill (fullByPrefillLocked).
+// prefill (gate.fullByPrefill).
 func (c *Controller) sideOfLocked(err error) Side {
 	if errors.Is(err, ErrNoSeat) && !c.gate.fullByPrefill() {
 		return SideDecode

@@ -99,38 +99,51 @@ func (c *Controller) Status() Status {
 			st.QueuedByBand[c.settings.BandName(min(b, n-1))] += k
 		}
 	}
-	for _, o := range []Outcome{QueueFull, QueueTimeout} {
-		st.Rejections[o.String()] = c.stats.rejections[o]
+	c.seatStatusLocked(&st)
+	c.rejectionStatusLocked(st.Rejections)
+	return st
+}
+
+// seatStatusLocked fills in the decode seats, with seats on or held.
+func (c *Controller) seatStatusLocked(st *Status) {
+	if !c.settings.SeatsOn() && len(c.gate.seats) == 0 {
+		return
 	}
-	if c.settings.SeatsOn() || c.stats.rejections[DecodeQueueFull]+c.stats.rejections[DecodeQueueTimeout] > 0 {
-		st.Rejections[DecodeQueueFull.String()] = c.stats.rejections[DecodeQueueFull]
-		st.Rejections[DecodeQueueTimeout.String()] = c.stats.rejections[DecodeQueueTimeout]
+	st.Seats = make(map[string]int, len(c.gate.seats))
+	st.SeatLimits = make(map[string]int, len(c.gate.seats))
+	for k, ss := range c.gate.seats {
+		st.Seats[k] = ss.inflight
+		st.SeatLimits[k] = c.gate.seatLimit(k)
 	}
-	if c.settings.SeatsOn() || len(c.gate.seats) > 0 {
-		st.Seats = make(map[string]int, len(c.gate.seats))
-		st.SeatLimits = make(map[string]int, len(c.gate.seats))
-		for k, ss := range c.gate.seats {
-			st.Seats[k] = ss.inflight
+	for k := range c.gate.decCap {
+		if _, ok := st.SeatLimits[k]; !ok {
+			st.Seats[k] = 0
 			st.SeatLimits[k] = c.gate.seatLimit(k)
 		}
-		for k := range c.gate.decCap {
-			if _, ok := st.SeatLimits[k]; !ok {
-				st.Seats[k] = 0
-				st.SeatLimits[k] = c.gate.seatLimit(k)
-			}
-		}
-		st.DecodeCapacity = maps.Clone(c.gate.decCap)
-		if rate, ok := c.stats.seatReleases.rate(c.now()); ok {
-			st.SeatReleaseRate = rate
-		}
 	}
-	if c.settings.EarlyRejection || c.stats.rejections[PredictedTimeout] > 0 {
-		st.Rejections[PredictedTimeout.String()] = c.stats.rejections[PredictedTimeout]
+	st.DecodeCapacity = maps.Clone(c.gate.decCap)
+	if rate, ok := c.stats.seatReleases.rate(c.now()); ok {
+		st.SeatReleaseRate = rate
 	}
-	if c.settings.numBands() > 1 || c.stats.rejections[Displaced] > 0 {
-		st.Rejections[Displaced.String()] = c.stats.rejections[Displaced]
+}
+
+// rejectionStatusLocked counts the rejections into m by outcome label: the
+// source contract's always, a feature's while it is on or has counted.
+func (c *Controller) rejectionStatusLocked(m map[string]uint64) {
+	r := &c.stats.rejections
+	for _, o := range []Outcome{QueueFull, QueueTimeout} {
+		m[o.String()] = r[o]
 	}
-	return st
+	if c.settings.SeatsOn() || r[DecodeQueueFull]+r[DecodeQueueTimeout] > 0 {
+		m[DecodeQueueFull.String()] = r[DecodeQueueFull]
+		m[DecodeQueueTimeout.String()] = r[DecodeQueueTimeout]
+	}
+	if c.settings.EarlyRejection || r[PredictedTimeout] > 0 {
+		m[PredictedTimeout.String()] = r[PredictedTimeout]
+	}
+	if c.settings.numBands() > 1 || r[Displaced] > 0 {
+		m[Displaced.String()] = r[Displaced]
+	}
 }
 
 // RetryAfter estimates how long a rejected client should wait before
