@@ -75,11 +75,11 @@ func (s *Seat) Release(reason ReleaseReason) {
 	if s == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.c.releaseSeat(s)
-	if s.span != nil {
+	if s.span != nil { // first, as a slot's (Guard.Release)
 		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
 		s.span.End()
 	}
+	s.c.releaseSeat(s)
 }
 
 // seatsOnLocked reports whether decode seats are held for pair selections.
