@@ -100,7 +100,7 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		return nil, info, cancelled(ctx)
 	}
 	c.mu.Lock()
-	a := c.arriveLocked(req, &info)
+	a := c.arriveLocked(&req, &info)
 	seats := c.seatsOnLocked()
 	c.mu.Unlock()
 	switch {
@@ -136,7 +136,7 @@ type arrival struct {
 // arriveLocked answers a request at once or queues it. Order: the drain,
 // capacity now (behind waiters, availability only), then the tenant's
 // bound, the queue's bound and the predicted wait.
-func (c *Controller) arriveLocked(req Request, info *acquireInfo) arrival {
+func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	if c.draining.Load() {
 		c.rejectLocked(req.Queue, ShuttingDown)
 		return arrival{err: errShuttingDown}
@@ -170,7 +170,7 @@ func (c *Controller) arriveLocked(req Request, info *acquireInfo) arrival {
 // waiters the newcomer goes behind them, but a request whose model has no
 // usable worker is answered now (503/404, not 429): the probe denies all
 // capacity so a stateful policy is not driven into choosing a worker.
-func (c *Controller) tryNowLocked(req Request, q *queue, band int, fast bool) (Side, *Slot, error) {
+func (c *Controller) tryNowLocked(req *Request, q *queue, band int, fast bool) (Side, *Slot, error) {
 	side := SidePrefill // the side that holds the request back
 	if q != nil {
 		side = q.side
@@ -181,7 +181,8 @@ func (c *Controller) tryNowLocked(req Request, q *queue, band int, fast bool) (S
 		}
 		return side, nil, nil
 	}
-	slot, err := c.admitLocked(askOf(req), true)
+	a := askOf(req)
+	slot, err := c.admitLocked(&a, true)
 	switch {
 	case err == nil:
 		c.observeWaitLocked(req.Queue, slot.worker, 0, band)
@@ -195,7 +196,7 @@ func (c *Controller) tryNowLocked(req Request, q *queue, band int, fast bool) (S
 // boundLocked applies the bounds on waiting, in order: the tenant's, the
 // queue's (unless a lower-ranked waiter can be displaced: the victim) and,
 // with early rejection, the predicted wait against the request's timeout.
-func (c *Controller) boundLocked(req Request, q *queue, band int, fast bool, side Side, info *acquireInfo) (victim *waiter, timeout time.Duration, err error) {
+func (c *Controller) boundLocked(req *Request, q *queue, band int, fast bool, side Side, info *acquireInfo) (victim *waiter, timeout time.Duration, err error) {
 	if c.tenantFullLocked(req.Tenant) {
 		c.rejectLocked(req.Queue, TenantQueueFull)
 		return nil, 0, errTenantFull
@@ -219,7 +220,7 @@ func (c *Controller) boundLocked(req Request, q *queue, band int, fast bool, sid
 
 // refuseLocked rejects an arrival for a full queue or a predicted timeout,
 // named after the side that holds it back.
-func (c *Controller) refuseLocked(req Request, q *queue, fast bool, side Side, info *acquireInfo, why Outcome) error {
+func (c *Controller) refuseLocked(req *Request, q *queue, fast bool, side Side, info *acquireInfo, why Outcome) error {
 	if why == PredictedTimeout {
 		c.rejectLocked(req.Queue, PredictedTimeout) // either side's
 	}
@@ -241,11 +242,11 @@ func (c *Controller) refuseLocked(req Request, q *queue, fast bool, side Side, i
 }
 
 // queueLocked queues req, after the victim (if any) has left.
-func (c *Controller) queueLocked(req Request, victim *waiter, capped bool, side Side, info *acquireInfo) *waiter {
+func (c *Controller) queueLocked(req *Request, victim *waiter, capped bool, side Side, info *acquireInfo) *waiter {
 	if victim != nil {
 		c.displaceLocked(victim)
 	}
-	w, pos := c.enqueueLocked(req)
+	w, pos := c.enqueueLocked(*req)
 	info.pos = pos
 	w.capped = capped // the fast path found no worker because of a cap
 	w.side = side
@@ -264,7 +265,7 @@ func (c *Controller) queueLocked(req Request, victim *waiter, capped bool, side 
 // refusalSideLocked is the side that holds req back now, refused behind the
 // waiters of q (the fast path's selection has just said it otherwise): a
 // probe of its own pair selection (sideNowLocked), not the head's last try.
-func (c *Controller) refusalSideLocked(q *queue, req Request, side Side) Side {
+func (c *Controller) refusalSideLocked(q *queue, req *Request, side Side) Side {
 	return c.sideNowLocked(q, askOf(req), side)
 }
 

@@ -15,7 +15,7 @@ type cost struct {
 	decode int64              // the decode KV reservation; <= 0 counts as 1
 }
 
-func askOf(req Request) ask {
+func askOf(req *Request) ask {
 	return ask{sel: req.Select, pair: req.SelectPair,
 		cost: cost{tokens: req.Tokens, cached: req.CachedTokens, decode: req.DecodeTokens}}
 }
@@ -23,7 +23,7 @@ func askOf(req Request) ask {
 // admitLocked runs a's selection with its cost bound and grants what it
 // chose: the slot, or the selection's error (ErrNoCapacity, ErrNoSeat: wait;
 // another: final).
-func (c *Controller) admitLocked(a ask, enabled bool) (*Slot, error) {
+func (c *Controller) admitLocked(a *ask, enabled bool) (*Slot, error) {
 	c.gate.probe.bind(a.cost)
 	defer c.gate.probe.unbind()
 	sel := c.selectLocked(a, enabled)

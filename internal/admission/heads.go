@@ -40,7 +40,7 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	c.qs.seq++
 	w := &waiter{
 		q:      q,
-		ask:    askOf(req),
+		ask:    askOf(&req),
 		ready:  make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		enq:    c.now(),
@@ -116,7 +116,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 	}
 	enabled := c.settings.Enabled()
 	c.gate.caps.hit = false
-	slot, err := c.admitLocked(w.ask, enabled)
+	slot, err := c.admitLocked(&w.ask, enabled)
 	w.capped = w.capped || (err != nil && c.gate.caps.hit)
 	switch {
 	case err == nil:

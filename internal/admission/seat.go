@@ -185,7 +185,7 @@ type selection struct {
 // are on and the request has one, otherwise the prefill-only Select exactly
 // as without seats. With admission on it re-checks the callback's choice
 // (one ignoring its predicates waits, as if it had found nothing).
-func (c *Controller) selectLocked(a ask, enabled bool) selection {
+func (c *Controller) selectLocked(a *ask, enabled bool) selection {
 	g := &c.gate
 	if a.pair != nil && enabled && c.seatsOnLocked() {
 		p, d, err := callSelectPair(a.pair, g.probe.hasSlot, g.probe.hasSeat)
