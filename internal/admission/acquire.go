@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -92,110 +93,160 @@ type acquireInfo struct {
 
 // acquire is the admission-on path. When shareLimited is not nil it is set
 // if a cap (cluster admission's share) held the request back.
-func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (slot *Slot, info acquireInfo, err error) {
+func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (*Slot, acquireInfo, error) {
+	var info acquireInfo
 	// Like x/sync/semaphore: fail rather than admit a request already gone.
 	if ctx.Err() != nil {
 		return nil, info, cancelled(ctx)
 	}
 	c.mu.Lock()
-	if c.draining.Load() {
-		c.rejectLocked(req.Queue, ShuttingDown)
-		c.mu.Unlock()
-		return nil, info, errShuttingDown
-	}
-	if !c.settings.Enabled() { // Update turned admission off meanwhile
-		c.mu.Unlock()
+	a := c.arriveLocked(&req, &info)
+	seats := c.seatsOnLocked()
+	c.mu.Unlock()
+	switch {
+	case a.off:
 		slot, err := c.acquireOff(ctx, req)
 		return slot, info, err
+	case a.w == nil:
+		return a.slot, info, a.err
+	}
+	slot, err := c.wait(ctx, a.w, a.timeout)
+	if shareLimited != nil {
+		*shareLimited = a.w.capped // w left the queue under the lock before wait returned
+	}
+	if seats {
+		c.mu.Lock()
+		info.side, info.sideKnown = a.w.side, true
+		c.mu.Unlock()
+	}
+	return slot, info, err
+}
+
+// arrival is how a request's arrival ended under the lock: answered at once
+// (a slot or an error; off: admission was turned off meanwhile), or queued
+// as w, to wait up to timeout.
+type arrival struct {
+	slot    *Slot
+	err     error
+	off     bool
+	w       *waiter
+	timeout time.Duration
+}
+
+// arriveLocked answers a request at once or queues it. Order: the drain,
+// capacity now (behind waiters, availability only), then the tenant's
+// bound, the queue's bound and the predicted wait.
+func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
+	if c.draining.Load() {
+		c.rejectLocked(req.Queue, ShuttingDown)
+		return arrival{err: errShuttingDown}
+	}
+	if !c.settings.Enabled() { // Update turned admission off meanwhile
+		return arrival{off: true}
 	}
 	band := c.settings.BandOf(req.Priority)
 	if c.settings.numBands() > 1 {
 		info.band = c.settings.BandName(band)
 	}
 	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
-	q := c.queues[req.Queue]
-	c.caps.hit = false
+	q := c.qs.byKey[req.Queue]
+	c.gate.caps.hit = false
+	fast := q == nil || q.order.outranks(band)
+	side, slot, err := c.tryNowLocked(req, q, band, fast)
+	if slot != nil || err != nil {
+		return arrival{slot: slot, err: err}
+	}
+	capped := c.gate.caps.hit // read now: a displacement below lets other heads select
+	victim, timeout, err := c.boundLocked(req, q, band, fast, side, info)
+	if err != nil {
+		return arrival{err: err}
+	}
+	return arrival{w: c.queueLocked(req, victim, capped, side, info), timeout: timeout}
+}
+
+// tryNowLocked is an arrival's first step. With nobody waiting in q, or
+// every waiter ranked below the request (a higher band), it selects now: a
+// slot, a final error, or neither and the side that holds it back. Behind
+// waiters the newcomer goes behind them, but a request whose model has no
+// usable worker is answered now (503/404, not 429): the probe denies all
+// capacity so a stateful policy is not driven into choosing a worker.
+func (c *Controller) tryNowLocked(req *Request, q *queue, band int, fast bool) (Side, *Slot, error) {
 	side := SidePrefill // the side that holds the request back
 	if q != nil {
 		side = q.side
 	}
-	fast := q == nil || c.outranksHeadLocked(q, band)
-	if fast {
-		// Fast path: nobody waits for this pool, or every waiter ranks
-		// below this request (a higher priority band).
-		c.bindLocked(req.Tokens, req.CachedTokens)
-		c.curDecode = req.DecodeTokens
-		sel := c.selectLocked(req.Select, req.SelectPair, true)
-		if sel.err == nil {
-			slot := c.grantSelLocked(sel)
-			c.unbindLocked()
-			c.observeWaitLocked(req.Queue, sel.prefill, 0, band)
-			c.mu.Unlock()
-			return slot, info, nil
-		}
-		c.unbindLocked()
-		if !errors.Is(sel.err, ErrNoCapacity) {
-			c.mu.Unlock()
-			return nil, info, sel.err
-		}
-		side = c.sideOfLocked(sel.err)
-	} else {
-		// Waiters exist: the newcomer goes behind them, but a request whose
-		// model has no usable worker is answered now (503/404, not 429).
-		// The probe denies all capacity so a stateful policy is not driven
-		// into choosing a worker.
+	if !fast {
 		if _, err := callSelect(req.Select, neverCapacity); err != nil && !errors.Is(err, ErrNoCapacity) {
-			c.mu.Unlock()
-			return nil, info, err
+			return side, nil, err
 		}
+		return side, nil, nil
 	}
-	capped := c.caps.hit // read now: a displacement below lets other heads select
-	// Order: availability first (above), then the queue bound, then the
-	// predicted wait.
+	a := askOf(req)
+	slot, err := c.admitLocked(&a, true)
+	switch {
+	case err == nil:
+		c.observeWaitLocked(req.Queue, slot.worker, 0, band)
+		return side, slot, nil
+	case !errors.Is(err, ErrNoCapacity):
+		return side, nil, err
+	}
+	return c.sideOfLocked(err), nil, nil
+}
+
+// boundLocked applies the bounds on waiting, in order: the tenant's, the
+// queue's (unless a lower-ranked waiter can be displaced: the victim) and,
+// with early rejection, the predicted wait against the request's timeout.
+func (c *Controller) boundLocked(req *Request, q *queue, band int, fast bool, side Side, info *acquireInfo) (victim *waiter, timeout time.Duration, err error) {
 	if c.tenantFullLocked(req.Tenant) {
 		c.rejectLocked(req.Queue, TenantQueueFull)
-		c.mu.Unlock()
-		return nil, info, errTenantFull
+		return nil, 0, errTenantFull
 	}
-	var victim *waiter
-	if c.queued >= c.settings.QueueSize {
+	if c.qs.n >= c.settings.QueueSize {
 		if victim = c.victimLocked(band); victim == nil {
-			if !fast {
-				side = c.refusalSideLocked(q, req, side)
-			}
-			info.side, info.sideKnown = side, c.seatsOnLocked()
-			if side == SideDecode {
-				c.rejectLocked(req.Queue, DecodeQueueFull)
-				c.mu.Unlock()
-				return nil, info, errDecodeFull
-			}
-			c.rejectLocked(req.Queue, QueueFull)
-			c.mu.Unlock()
-			return nil, info, errQueueFull
+			return nil, 0, c.refuseLocked(req, q, fast, side, info, QueueFull)
 		}
 	}
-	timeout := c.settings.QueueTimeout
+	timeout = c.settings.QueueTimeout
 	if c.settings.EarlyRejection {
 		if req.MaxWait > 0 {
 			timeout = min(timeout, req.MaxWait)
 		}
-		if c.predictedWaitLocked(c.fairPositionLocked(q, band, req.Tenant)) > timeout {
-			c.rejectLocked(req.Queue, PredictedTimeout)
-			if !fast {
-				side = c.refusalSideLocked(q, req, side)
-			}
-			info.side, info.sideKnown = side, c.seatsOnLocked()
-			c.mu.Unlock()
-			if side == SideDecode {
-				return nil, info, errDecodePredicted
-			}
-			return nil, info, errPredicted
+		if c.predictedWaitLocked(c.predictedPositionLocked(q, band, req.Tenant)) > timeout {
+			return nil, 0, c.refuseLocked(req, q, fast, side, info, PredictedTimeout)
 		}
 	}
+	return victim, timeout, nil
+}
+
+// refuseLocked rejects an arrival for a full queue or a predicted timeout,
+// named after the side that holds it back.
+func (c *Controller) refuseLocked(req *Request, q *queue, fast bool, side Side, info *acquireInfo, why Outcome) error {
+	if why == PredictedTimeout {
+		c.rejectLocked(req.Queue, PredictedTimeout) // either side's
+	}
+	if !fast {
+		side = c.refusalSideLocked(q, req, side)
+	}
+	info.side, info.sideKnown = side, c.seatsOnLocked()
+	switch decode := side == SideDecode; {
+	case why == PredictedTimeout && decode:
+		return errDecodePredicted
+	case why == PredictedTimeout:
+		return errPredicted
+	case decode:
+		c.rejectLocked(req.Queue, DecodeQueueFull)
+		return errDecodeFull
+	}
+	c.rejectLocked(req.Queue, QueueFull)
+	return errQueueFull
+}
+
+// queueLocked queues req, after the victim (if any) has left.
+func (c *Controller) queueLocked(req *Request, victim *waiter, capped bool, side Side, info *acquireInfo) *waiter {
 	if victim != nil {
 		c.displaceLocked(victim)
 	}
-	w, pos := c.enqueueLocked(req)
+	w, pos := c.enqueueLocked(*req)
 	info.pos = pos
 	w.capped = capped // the fast path found no worker because of a cap
 	w.side = side
@@ -208,26 +259,14 @@ func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *boo
 		// while a worker may be free.
 		c.dispatchQueueLocked(w.q)
 	}
-	seats := c.seatsOnLocked()
-	c.mu.Unlock()
-
-	slot, err = c.wait(ctx, w, timeout)
-	if shareLimited != nil {
-		*shareLimited = w.capped // w left the queue under the lock before wait returned
-	}
-	if seats {
-		c.mu.Lock()
-		info.side, info.sideKnown = w.side, true
-		c.mu.Unlock()
-	}
-	return slot, info, err
+	return w
 }
 
 // refusalSideLocked is the side that holds req back now, refused behind the
 // waiters of q (the fast path's selection has just said it otherwise): a
 // probe of its own pair selection (sideNowLocked), not the head's last try.
-func (c *Controller) refusalSideLocked(q *queue, req Request, side Side) Side {
-	return c.sideNowLocked(q, req.SelectPair, req.Tokens, req.CachedTokens, req.DecodeTokens, side)
+func (c *Controller) refusalSideLocked(q *queue, req *Request, side Side) Side {
+	return c.sideNowLocked(q, askOf(req), side)
 }
 
 // callSelect runs the callback; a panic becomes that request's error rather

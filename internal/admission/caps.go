@@ -29,10 +29,10 @@ type capState struct {
 func (c *Controller) SetWorkerCaps(caps map[string]int, other int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.caps.on = true
-	c.caps.byWorker = maps.Clone(caps)
-	c.caps.other = other
-	if c.queued > 0 {
+	c.gate.caps.on = true
+	c.gate.caps.byWorker = maps.Clone(caps)
+	c.gate.caps.other = other
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 }
@@ -41,8 +41,8 @@ func (c *Controller) SetWorkerCaps(caps map[string]int, other int) {
 func (c *Controller) ClearWorkerCaps() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.caps = capState{}
-	if c.queued > 0 {
+	c.gate.caps = capState{}
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 }
@@ -54,8 +54,8 @@ func (c *Controller) ClearWorkerCaps() {
 func (c *Controller) SetSeatCaps(caps map[string]int, other int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seatCaps = capState{on: true, byWorker: maps.Clone(caps), other: other}
-	if c.queued > 0 {
+	c.gate.seatCaps = capState{on: true, byWorker: maps.Clone(caps), other: other}
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 }
@@ -64,21 +64,10 @@ func (c *Controller) SetSeatCaps(caps map[string]int, other int) {
 func (c *Controller) ClearSeatCaps() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seatCaps = capState{}
-	if c.queued > 0 {
+	c.gate.seatCaps = capState{}
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
-}
-
-// capAllowsLocked reports whether worker, holding inflight slots, is below its cap.
-func (c *Controller) capAllowsLocked(worker string, inflight int) bool {
-	return c.caps.allows(worker, inflight, &c.caps.hit)
-}
-
-// seatCapAllowsLocked reports whether decode worker, holding inflight seats, is below its seat cap. A
-// refusal marks the wait span share-limited like a slot cap's (one flag: c.caps.hit).
-func (c *Controller) seatCapAllowsLocked(worker string, inflight int) bool {
-	return c.seatCaps.allows(worker, inflight, &c.caps.hit)
 }
 
 // allows reports whether worker, holding inflight, is below its cap; a refusal sets *hit.
@@ -115,17 +104,17 @@ type Usage struct {
 func (c *Controller) Usage() Usage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	u := Usage{Limit: c.settings.MaxInflightPerWorker, Inflight: make(map[string]int, len(c.workers)), Queued: make(map[string]int, len(c.queues))}
-	for k, ws := range c.workers {
+	u := Usage{Limit: c.settings.MaxInflightPerWorker, Inflight: make(map[string]int, len(c.gate.workers)), Queued: make(map[string]int, len(c.qs.byKey))}
+	for k, ws := range c.gate.workers {
 		u.Inflight[k] = ws.inflight
 	}
-	for k, q := range c.queues {
-		u.Queued[k] = q.n
+	for k, q := range c.qs.byKey {
+		u.Queued[k] = q.order.len()
 	}
 	if c.seatsOnLocked() {
 		u.SeatLimit = c.settings.DecodeMaxInflightPerWorker
-		u.Seats = make(map[string]int, len(c.seats))
-		for k, ss := range c.seats {
+		u.Seats = make(map[string]int, len(c.gate.seats))
+		for k, ss := range c.gate.seats {
 			u.Seats[k] = ss.inflight
 		}
 	}

@@ -107,27 +107,14 @@ type Deps struct {
 }
 
 // Controller is the per-worker prefill admission controller shared by every
-// PD front end of one gateway process. See the package documentation for
-// its concurrency model.
+// PD front end of one gateway process: a gate (capacity, gate.go) and the
+// queues in front of it (ordered by order.go), under one lock. See the
+// package documentation for its concurrency model.
 type Controller struct {
-	tracer  trace.Tracer // nil: no spans
-	metrics Metrics
-	fm      FeatureMetrics // metrics, when it implements FeatureMetrics
-	poll    time.Duration
-	now     func() time.Time
-	hasCap  func(string) bool // c.hasCapacityLocked, bound once
-	hasSeat func(string) bool // c.hasSeatLocked, bound once
-	dm      DecodeMetrics     // metrics, when it implements DecodeMetrics
-
-	// The cost inputs of the request whose Select (or grant) runs now, read
-	// by hasCapacityLocked and grantLocked; set by bindLocked. curCost
-	// memoizes the charge per worker from its first capacity check: a
-	// stateful policy (cache_aware) records the prompt for the worker it
-	// picks, after which the hook would see the whole prompt as cached.
-	curTokens int64
-	curCached func(string) int64
-	curCost   map[string]int64
-	curDecode int64 // the decode KV reservation
+	tracer trace.Tracer // nil: no spans
+	m      sink
+	poll   time.Duration
+	now    func() time.Time
 
 	// enabled mirrors settings.Enabled() so the admission-off path takes no
 	// lock.
@@ -138,42 +125,34 @@ type Controller struct {
 
 	mu       sync.Mutex
 	settings Settings
-	workers  map[string]*workerState
-	queues   map[string]*queue // only non-empty queues
-	active   []*queue          // the same queues, in a stable order for rotation
-	scratch  []*queue          // dispatch's rotated copy of active, reused
-	rot      int
-	queued   int // waiters over all queues
-	seq      uint64
-	// bandQueued counts waiters by arrival band, over all queues.
-	bandQueued [MaxBands]int
-
-	rejections [numOutcomes]uint64
-	cancelled  uint64 // waiters whose context ended in the queue
-	waits      waitRing
-	releases   rateEstimator
-	caps       capState // cluster admission's per-worker shares (caps.go)
-	seatCaps   capState // its per-decode-worker seat shares (caps.go)
-
-	// Decode seats (seat.go), by decode worker key.
-	seats        map[string]*seatState
-	decCap       map[string]DecodeCapacity
-	kvKnown      atomic.Bool // some decCap has KVTokens > 0 (DecodeKVKnown)
-	seatReleases rateEstimator
-
-	tenantQueued map[string]int // waiters by tenant, with tenancy on (fair.go)
-	// keptShares are the rates of queues dropped when they emptied, for the
-	// next queue of their key (share.go).
-	keptShares map[string]*[MaxBands]*shareState
+	gate     gate     // capacity: slots and seats
+	qs       queueSet // the waiters
+	stats    stats    // what Status and RetryAfter report
 }
 
-type workerState struct {
-	inflight int
-	tokens   int64    // estimated prompt tokens of the slots held
-	lim      *limiter // with Settings.Adaptive on; created at the first grant
-	// lastRelease is the time of the last release, for the engine's service
-	// time (adaptive limits only).
-	lastRelease time.Time
+// queueSet is every queue's waiters, with the counts over all of them.
+type queueSet struct {
+	byKey   map[string]*queue // only non-empty queues
+	active  []*queue          // the same queues, in a stable order for rotation
+	scratch []*queue          // dispatch's rotated copy of active, reused
+	rot     int
+	n       int // waiters over all queues
+	seq     uint64
+	byBand  [MaxBands]int // waiters by arrival band
+	// byTenant counts waiters by tenant, with tenancy on (tenants.go).
+	byTenant map[string]int
+	// kept are the rates of queues dropped when they emptied, for the next
+	// queue of their key (share.go).
+	kept map[string]*[MaxBands]*shareState
+}
+
+// stats are the counts and rates behind Status and RetryAfter (status.go).
+type stats struct {
+	rejections   [numOutcomes]uint64
+	cancelled    uint64 // waiters whose context ended in the queue
+	waits        waitRing
+	releases     rateEstimator
+	seatReleases rateEstimator
 }
 
 type waiterState uint8
@@ -190,19 +169,15 @@ const (
 type waiter struct {
 	q      *queue
 	elem   *list.Element
-	sel    func(func(string) bool) (string, error)
-	pair   func(hasSlot, hasSeat func(string) bool) (string, string, error)
+	ask    ask           // its callbacks and cost; dropped when it leaves the queue
 	ready  chan struct{} // closed on grant or final error
 	poke   chan struct{} // cap 1: "you are head" / "re-select"
 	enq    time.Time
 	band   int    // arrival band
 	seq    uint64 // arrival order over all bands
-	tokens int64
-	cached func(string) int64
-	decTok int64
-	side   Side // the side that held it back at its last try
+	side   Side   // the side that held it back at its last try
 	tenant string
-	tq     *tenantQueue  // with tenancy on (fair.go)
+	tq     *tenantQueue  // with fairness on (roundrobin.go)
 	telem  *list.Element // w in tq.waiters
 
 	state      waiterState
@@ -223,24 +198,14 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		tracer:   deps.Tracer,
-		metrics:  deps.Metrics,
+		m:        newSink(deps.Metrics),
 		poll:     deps.PollInterval,
 		now:      deps.Now,
 		settings: s.Clone(),
-		workers:  make(map[string]*workerState),
-		queues:   make(map[string]*queue),
-		seats:    make(map[string]*seatState),
-		decCap:   make(map[string]DecodeCapacity),
+		qs:       queueSet{byKey: make(map[string]*queue)},
 	}
 	if _, ok := c.tracer.(noop.Tracer); ok {
 		c.tracer = nil
-	}
-	if c.metrics == nil {
-		c.metrics = noopMetrics{}
-	}
-	c.fm = noopFeatureMetrics{}
-	if fm, ok := c.metrics.(FeatureMetrics); ok {
-		c.fm = fm
 	}
 	if c.poll == 0 {
 		c.poll = DefaultPollInterval
@@ -248,15 +213,10 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	c.hasCap = c.hasCapacityLocked
-	c.hasSeat = c.hasSeatLocked
-	c.dm = noopDecodeMetrics{}
-	if dm, ok := c.metrics.(DecodeMetrics); ok {
-		c.dm = dm
-	}
-	c.seatReleases.tau = rateTau
+	c.gate.init(&c.settings, c.m, c.now)
+	c.stats.releases.tau = rateTau
+	c.stats.seatReleases.tau = rateTau
 	c.enabled.Store(s.Enabled())
-	c.releases.tau = rateTau
 	return c, nil
 }
 

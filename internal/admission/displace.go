@@ -9,20 +9,19 @@ import "time"
 // one. nil when there is none.
 func (c *Controller) victimLocked(band int) *waiter {
 	n := c.settings.numBands()
-	if n == 1 || c.settings.QueueSize == 0 || c.queued > c.settings.QueueSize {
+	if n == 1 || c.settings.QueueSize == 0 || c.qs.n > c.settings.QueueSize {
 		return nil // no bands; never waiting; or over a lowered bound: shrink, do not swap
 	}
 	now := c.now()
 	var victim *waiter
 	vb := 0
-	for _, q := range c.active {
-		for b := range q.bands {
-			e := q.bands[b].Back() // the latest of a list has aged least
-			if e == nil {
+	for _, q := range c.qs.active {
+		for b := range q.order.fifo {
+			w := q.order.fifo[b].last() // the latest of a list has aged least
+			if w == nil {
 				continue
 			}
-			w := e.Value.(*waiter)
-			eb := c.effBandLocked(w, now)
+			eb := q.order.effBand(w, now)
 			if victim == nil || eb < vb || (eb == vb && w.seq > victim.seq) {
 				victim, vb = w, eb
 			}
@@ -54,7 +53,7 @@ func (c *Controller) displaceLocked(victim *waiter) {
 // time for pos slots to be released at the measured release rate. 0 while
 // the rate is unknown (no prediction, no early rejection).
 func (c *Controller) predictedWaitLocked(pos int) time.Duration {
-	rate, ok := c.releases.rate(c.now())
+	rate, ok := c.stats.releases.rate(c.now())
 	if !ok || rate <= 0 {
 		return 0
 	}
@@ -62,6 +61,6 @@ func (c *Controller) predictedWaitLocked(pos int) time.Duration {
 }
 
 func (c *Controller) rejectLocked(queue string, o Outcome) {
-	c.rejections[o]++
-	c.metrics.IncRejection(queue, o)
+	c.stats.rejections[o]++
+	c.m.IncRejection(queue, o)
 }

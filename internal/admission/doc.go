@@ -10,6 +10,34 @@
 // worker key, [ErrNoCapacity] (wait), or a final error (no healthy worker,
 // model not served: returned at once, never queued).
 //
+// # Concepts
+//
+// In reading order, the few things the code is made of:
+//
+//  1. A [Request] asks for a slot: its placement callbacks and its cost
+//     (estimated prompt tokens, a prefix-cache hook, a decode KV
+//     reservation), carried inside as one value (ask, cost: grant.go) into
+//     every check and grant.
+//  2. The [Controller] only orchestrates, under one lock: it asks the gate
+//     whether a request fits, and the order which waiter asks next.
+//  3. The gate (gate.go) is capacity, apart from any queue: per worker a
+//     request limit (fixed or adaptive), a token budget and cluster
+//     admission's cap; per decode worker a seat bound, a KV reservation and
+//     a seat cap. It answers the callbacks' hasCapacity and hasSeat, and
+//     takes and gives back what a grant holds.
+//  4. A queue (queue.go) per queue key holds waiters; its order (order.go)
+//     names the head, the one waiter that selects. After llm-d's flow
+//     control it is band, then fairness: bands.go ranks priority bands with
+//     aging, and each band's fairness order is fifo.go (arrival order),
+//     roundrobin.go (weighted deficit round robin across tenants) or
+//     share.go (under-share tenants first).
+//  5. A waiter (controller.go) is one queued request, owned by the goroutine
+//     that called Acquire, granted by closing its channel.
+//  6. A [Slot] (with its [Guard]s) and a [Seat] are what a grant holds; each
+//     is released exactly once.
+//  7. A [Side] says which half of the pipeline, prefill or decode, held a
+//     request back; it only names a rejection.
+//
 // Beyond the source contract, each behind its own setting and off in the
 // zero value (so that [DefaultSettings] and settings naming only the limit,
 // queue size and timeout behave exactly as the contract says):
@@ -21,7 +49,7 @@
 //     overtakes it;
 //   - priority bands with aging (Bands, Aging): higher bands are served
 //     first, FIFO within a band, and aging bounds how long a low band can be
-//     overtaken (queue.go); queue size and timeout stay global, and a full
+//     overtaken (bands.go); queue size and timeout stay global, and a full
 //     queue makes room for a newcomer by displacing its lowest-ranked
 //     waiter, if that ranks below the newcomer ([ErrDisplaced]);
 //   - early rejection (EarlyRejection): a request whose predicted wait (its
@@ -32,7 +60,7 @@
 //   - tenants (Tenants): FIFO within a tenant and, across the tenants of a
 //     band, one of three orders: one FIFO (Fair off; a per-tenant queue
 //     bound, MaxQueued, may still apply: [ErrTenantQueueFull]), weighted
-//     deficit round robin (Fair; fair.go), or under-share first (Fair and
+//     deficit round robin (Fair; roundrobin.go), or under-share first (Fair and
 //     UnderShareFirst, the gateway's default; share.go): the tenants whose
 //     recent grants are under their weighted share of the band's go first,
 //     most under-served first, and the round robin orders the rest. Early
@@ -54,14 +82,14 @@
 //
 // # Concurrency Model
 //
-// One mutex guards everything mutable: the settings, the per-worker in-flight
-// counters, the per-queue FIFOs of waiters and the statistics. Select runs
+// One mutex guards everything mutable: the settings, the gate's counters,
+// the queues' orders and waiters, and the statistics. Select runs
 // under that mutex, so "filter workers at their limit, run the policy,
 // reserve the slot" is one atomic step and a stateful policy never picks a
 // worker it then fails to get. Metrics are reported under it too, so gauges
 // see changes in order.
 //
-// Each queue is a container/list of waiters, as in x/sync/semaphore. A waiter
+// Each queue keeps its waiters in lists, as in x/sync/semaphore. A waiter
 // is owned by the goroutine that called Acquire; only that goroutine ends its
 // wait. A grant (or a final error) is delivered by recording the result
 // under the mutex, removing the waiter from its queue and closing its ready
@@ -69,8 +97,8 @@
 // raced in before a cancellation is given back (cancellation wins, no slot
 // leaks); one that raced in before a timeout is kept.
 //
-// Only the head of a queue selects (with priority bands, the best-ranked
-// waiter: see queue.go). Heads select when a slot is released
+// Only the head of a queue selects (the waiter its order names: order.go),
+// and only the head's request reaches the gate. Heads select when a slot is released
 // (in the releaser's goroutine, every queue in rotating order), when
 // settings change (in Update's goroutine), on [Controller.Wake] (which only
 // signals the heads; they select in their own goroutines, so Wake never calls
@@ -95,7 +123,7 @@
 // cancellation and timeout are unchanged: the side only picks the
 // rejection's name. A seat is held from the pair's choice, so a decode can be
 // out of seats only because their requests are still in prefill; the side is
-// then prefill (seat.go, fullByPrefillLocked), since the decode waits for the
+// then prefill (gate.go, fullByPrefill), since the decode waits for the
 // prefills ahead of it.
 //
 // A [Slot] is freed exactly once: each holder ([Slot] itself and every
@@ -168,17 +196,21 @@
 // one flow:
 //
 //   - controller.go: the Controller type, its state, New and the lock;
-//   - acquire.go: Acquire, the admission-off path and the fast path;
-//   - grant.go: capacity checks, the token charge, grant and give-back;
+//   - acquire.go: Acquire, the admission-off path, an arrival's steps (the
+//     fast path, the bounds on waiting, queueing);
+//   - grant.go: a request's ask and cost, selection with its cost bound,
+//     grant and release of a slot; seat.go: the same for decode seats, the
+//     pair selection and the side;
+//   - gate.go: capacity (limits, token budget, seats, KV) and its counters;
+//     caps.go: cluster shares; adaptive.go: adaptive limits;
 //   - heads.go: enqueue, the heads' selection, dispatch, wait and leave;
+//   - queue.go: queues; order.go: the order interface; bands.go, fifo.go,
+//     roundrobin.go, share.go: its policies, each with its predicted
+//     positions; tenants.go: tenant settings and counts;
 //   - displace.go: displacement from a full queue, early rejection's
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
-//   - queue.go: queues and bands; slot.go: Slot and Guard; seat.go: decode
-//     seats; fair.go: tenants, the round robin and its predicted
-//     positions; share.go: under-share first, its rates and its predicted
-//     positions;
-//     caps.go: cluster shares; adaptive.go:
-//     adaptive limits; drain.go: shutdown; settings.go, errors.go,
-//     metrics.go, status.go: the types they name.
+//     drain.go: shutdown;
+//   - slot.go: Slot and Guard; settings.go, errors.go, metrics.go (one sink
+//     over the three metrics interfaces), status.go: the types they name.
 package admission

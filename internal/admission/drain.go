@@ -18,8 +18,8 @@ func (c *Controller) Drain() int {
 	n := 0
 	// removeLocked drops a queue once it is empty, so take heads until
 	// active is empty rather than ranging over it.
-	for len(c.active) > 0 {
-		q := c.active[0]
+	for len(c.qs.active) > 0 {
+		q := c.qs.active[0]
 		w := c.headLocked(q)
 		w.err, w.state = errShuttingDown, failed
 		c.observeWaiterLocked(w, "")

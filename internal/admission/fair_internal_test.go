@@ -51,8 +51,8 @@ func TestPropertyFairPositionCountsEveryTenant(t *testing.T) {
 			c.mu.Lock()
 			w, _ := c.enqueueLocked(Request{Queue: "m", Select: sel, Tenant: fmt.Sprint("t", op)})
 			waiting = append(waiting, w)
-			q := c.queues["m"]
-			fb := &q.fair[0]
+			q := c.qs.byKey["m"]
+			fb := q.order.fair[0].(*roundRobin)
 			for k := range 4 {
 				name := fmt.Sprint("t", k)
 				tq := fb.tenants[name]
@@ -67,7 +67,7 @@ func TestPropertyFairPositionCountsEveryTenant(t *testing.T) {
 						want += min(oq.waiters.Len(), turns*ts.weight(o))
 					}
 				}
-				if got := c.fairPositionLocked(q, 0, name); got != want {
+				if got := c.predictedPositionLocked(q, 0, name); got != want {
 					c.mu.Unlock()
 					rt.Fatalf("op %d: %s's newcomer predicted at %d, want %d", i, name, got, want)
 				}

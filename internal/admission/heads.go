@@ -8,10 +8,10 @@ import (
 )
 
 func (c *Controller) observeWaitLocked(queue, worker string, d time.Duration, band int) {
-	c.waits.add(d)
-	c.metrics.ObserveWait(queue, worker, d)
+	c.stats.waits.add(d)
+	c.m.ObserveWait(queue, worker, d)
 	if n := c.settings.numBands(); n > 1 {
-		c.fm.ObserveBandWait(c.settings.BandName(min(band, n-1)), d)
+		c.m.ObserveBandWait(c.settings.BandName(min(band, n-1)), d)
 	}
 }
 
@@ -22,47 +22,43 @@ func (c *Controller) observeWaiterLocked(w *waiter, worker string) {
 	d := c.now().Sub(w.enq)
 	c.observeWaitLocked(w.q.key, worker, d, w.band)
 	if w.side == SideDecode {
-		c.dm.ObserveDecodeWait(w.q.key, d)
+		c.m.ObserveDecodeWait(w.q.key, d)
 	}
 }
 
 // enqueueLocked queues req and returns its waiter and its position (1 =
 // head).
 func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
-	q := c.queues[req.Queue]
+	q := c.qs.byKey[req.Queue]
 	band := c.settings.BandOf(req.Priority)
 	pos := c.positionLocked(q, band)
 	if q == nil {
-		q = &queue{key: req.Queue}
-		c.restoreSharesLocked(q)
-		c.queues[req.Queue] = q
-		c.active = append(c.active, q)
+		q = c.newQueueLocked(req.Queue)
+		c.qs.byKey[req.Queue] = q
+		c.qs.active = append(c.qs.active, q)
 	}
-	c.seq++
+	c.qs.seq++
 	w := &waiter{
 		q:      q,
-		sel:    req.Select,
+		ask:    askOf(&req),
 		ready:  make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		enq:    c.now(),
 		band:   band,
-		seq:    c.seq,
-		tokens: req.Tokens,
-		cached: req.CachedTokens,
-		pair:   req.SelectPair,
-		decTok: req.DecodeTokens,
+		seq:    c.qs.seq,
 		tenant: tenantName(req.Tenant),
 	}
-	w.elem = q.bands[band].PushBack(w)
-	tookTurn := c.fairAddLocked(w) // fair.go: a new tenant may take the head
-	q.n++
-	if pos == 1 || tookTurn && c.headLocked(q) == w {
-		// The new head; a displaced one (a lower band) stops polling at its
+	before := q.order.head()
+	q.order.push(w)
+	if h := q.order.head(); h != before {
+		// The new head (w, or with share mode its tenant's earlier waiter); a
+		// displaced one (a lower band, another tenant) stops polling at its
 		// next tick.
-		c.promoteLocked(w)
+		c.promoteLocked(h)
 	}
-	c.queued++
-	c.metrics.AddQueued(q.key, 1)
+	c.countTenantLocked(w, 1)
+	c.qs.n++
+	c.m.AddQueued(q.key, 1)
 	c.bandCountLocked(band, 1)
 	return w, pos
 }
@@ -92,20 +88,17 @@ func pokeLocked(w *waiter) {
 func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q := w.q
 	before := c.headLocked(q)
-	q.bands[w.band].Remove(w.elem)
-	c.fairRemoveLocked(w)
-	w.elem = nil
-	w.cached = nil
-	w.pair = nil
-	q.n--
-	c.queued--
-	c.metrics.AddQueued(q.key, -1)
+	q.order.remove(w)
+	c.countTenantLocked(w, -1)
+	w.ask = ask{} // its callbacks may hold the request's state
+	c.qs.n--
+	c.m.AddQueued(q.key, -1)
 	c.bandCountLocked(w.band, -1)
-	if q.n == 0 {
+	if q.order.len() == 0 {
 		c.keepSharesLocked(q)
-		delete(c.queues, q.key)
-		if i := slices.Index(c.active, q); i >= 0 {
-			c.active = slices.Delete(c.active, i, i+1)
+		delete(c.qs.byKey, q.key)
+		if i := slices.Index(c.qs.active, q); i >= 0 {
+			c.qs.active = slices.Delete(c.qs.active, i, i+1)
 		}
 	} else if after := c.headLocked(q); after != before {
 		c.promoteLocked(after)
@@ -122,16 +115,12 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		return false
 	}
 	enabled := c.settings.Enabled()
-	c.bindLocked(w.tokens, w.cached)
-	c.curDecode = w.decTok
-	defer c.unbindLocked()
-	c.caps.hit = false
-	sel := c.selectLocked(w.sel, w.pair, enabled)
-	err := sel.err
-	w.capped = w.capped || (err != nil && c.caps.hit)
+	c.gate.caps.hit = false
+	slot, err := c.admitLocked(&w.ask, enabled)
+	w.capped = w.capped || (err != nil && c.gate.caps.hit)
 	switch {
 	case err == nil:
-		w.slot = c.grantSelLocked(sel)
+		w.slot = slot
 		w.state = granted
 	case errors.Is(err, ErrNoCapacity):
 		if enabled {
@@ -168,20 +157,20 @@ func (c *Controller) dispatchQueueLocked(q *queue) {
 // Capacity only shrinks during a dispatch, so a queue whose head found none
 // sits out the remaining rounds.
 func (c *Controller) dispatchAllLocked() {
-	n := len(c.active)
+	n := len(c.qs.active)
 	if n == 0 {
 		return
 	}
-	c.rot++
-	start := c.rot % n
-	c.scratch = append(c.scratch[:0], c.active[start:]...)
-	c.scratch = append(c.scratch, c.active[:start]...)
-	for _, q := range c.scratch {
+	c.qs.rot++
+	start := c.qs.rot % n
+	c.qs.scratch = append(c.qs.scratch[:0], c.qs.active[start:]...)
+	c.qs.scratch = append(c.qs.scratch, c.qs.active[:start]...)
+	for _, q := range c.qs.scratch {
 		q.blocked = false
 	}
 	for progress := true; progress; {
 		progress = false
-		for _, q := range c.scratch {
+		for _, q := range c.qs.scratch {
 			if q.blocked {
 				continue
 			}
@@ -192,8 +181,8 @@ func (c *Controller) dispatchAllLocked() {
 			}
 		}
 	}
-	clear(c.scratch)
-	c.scratch = c.scratch[:0]
+	clear(c.qs.scratch)
+	c.qs.scratch = c.qs.scratch[:0]
 }
 
 // wait blocks the queued request's goroutine until it is granted, fails,
@@ -265,13 +254,13 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		// Cancellation beats a grant: the client is gone, give it back.
 		s := w.slot
 		w.slot = nil
-		c.cancelled++
-		c.giveBackLocked(s, ReleaseCancelled)
+		c.stats.cancelled++
+		c.gate.giveBack(s, ReleaseCancelled)
 		if s.seat != nil {
 			s.seat.released.Store(true)
-			c.giveBackSeatLocked(s.seat)
+			c.gate.giveBackSeat(s.seat)
 		}
-		if c.queued > 0 {
+		if c.qs.n > 0 {
 			c.dispatchAllLocked()
 		}
 		return nil, cancelled(ctx)
@@ -297,6 +286,6 @@ func (c *Controller) leave(ctx context.Context, w *waiter, why Outcome) (*Slot, 
 		c.rejectLocked(q.key, QueueTimeout)
 		return nil, errQueueTimeout
 	}
-	c.cancelled++
+	c.stats.cancelled++
 	return nil, cancelled(ctx)
 }

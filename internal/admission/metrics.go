@@ -88,3 +88,43 @@ func (noopDecodeMetrics) SetSeats(string, int)                    {}
 func (noopDecodeMetrics) SetSeatLimit(string, int)                {}
 func (noopDecodeMetrics) ObserveDecodeWait(string, time.Duration) {}
 func (noopDecodeMetrics) DeleteSeatWorker(string)                 {}
+
+// sink is every measurement the controller reports, through one interface:
+// a [Metrics] value's own methods, and its [FeatureMetrics] and
+// [DecodeMetrics] methods when it implements them (no-ops otherwise),
+// resolved once by newSink.
+type sink interface {
+	Metrics
+	FeatureMetrics
+	DecodeMetrics
+}
+
+// sinkOf completes a Metrics value that lacks the optional interfaces.
+type sinkOf struct {
+	Metrics
+	FeatureMetrics
+	DecodeMetrics
+}
+
+type noopSink struct {
+	noopMetrics
+	noopFeatureMetrics
+	noopDecodeMetrics
+}
+
+func newSink(m Metrics) sink {
+	if m == nil {
+		return noopSink{}
+	}
+	if s, ok := m.(sink); ok {
+		return s
+	}
+	s := sinkOf{Metrics: m, FeatureMetrics: noopFeatureMetrics{}, DecodeMetrics: noopDecodeMetrics{}}
+	if fm, ok := m.(FeatureMetrics); ok {
+		s.FeatureMetrics = fm
+	}
+	if dm, ok := m.(DecodeMetrics); ok {
+		s.DecodeMetrics = dm
+	}
+	return s
+}

@@ -1,88 +1,25 @@
 package admission
 
-import (
-	"container/list"
-	"time"
-)
-
-// Queue order. Each queue keeps one FIFO list per priority band (the band a
-// request arrived in). Waiters are ranked by effective band, highest first,
-// then by arrival: the effective band is the arrival band raised by one per
-// Settings.Aging waited, capped at the top band. Hence:
-//
-//   - within a band, arrival order always holds (the older waiter has aged at
-//     least as much), so only the fronts of the band lists can be the head;
-//   - a higher band goes first, until aging lifts an older low-band waiter to
-//     the same effective band, where its earlier arrival wins;
-//   - a waiter of band b reaches the top after (top-b) x Aging, and from then
-//     on nobody who arrived later is ranked before it: that is the aging
-//     bound on starvation.
-//
-// With one band all of this reduces to the single FIFO of the source
-// contract. The ranking depends on the clock only through aging, so the head
-// is recomputed (O(bands)) wherever it matters rather than stored; a head that
-// aging displaces notices at its next poll.
-
-// queue is one candidate pool's waiters.
+// queue is one candidate pool's waiters, ranked by its order (order.go).
 type queue struct {
 	key     string
-	bands   [MaxBands]list.List // of *waiter, arrival order, by arrival band
-	n       int                 // waiters over all bands
-	blocked bool                // dispatch scratch: head found no capacity this round
-	side    Side                // the side that held the head back at its last try
-	fair    [MaxBands]fairBand  // per-tenant order within each band, with tenancy on (fair.go)
+	order   bands
+	blocked bool // dispatch scratch: head found no capacity this round
+	side    Side // the side that held the head back at its last try
 }
 
-// effBandLocked returns w's band raised by aging at now, capped at the top
-// band.
-func (c *Controller) effBandLocked(w *waiter, now time.Time) int {
-	top := c.settings.numBands() - 1
-	b := min(w.band, top)
-	if a := c.settings.Aging; a > 0 && b < top {
-		b = min(b+int(now.Sub(w.enq)/a), top)
-	}
-	return b
+// newQueueLocked makes the queue of key, with the fairness in force and the
+// rates kept from its last queue (share.go).
+func (c *Controller) newQueueLocked(key string) *queue {
+	q := &queue{key: key}
+	q.order.s, q.order.now, q.order.kind = &c.settings, c.now, fairnessOf(&c.settings)
+	c.restoreSharesLocked(q)
+	return q
 }
 
 // headLocked returns q's head, the waiter that selects next; nil when q is
 // empty.
-func (c *Controller) headLocked(q *queue) *waiter {
-	var (
-		best     *waiter
-		bestBand int
-		now      time.Time
-	)
-	for b := range q.bands {
-		e := q.bands[b].Front()
-		if e == nil {
-			continue
-		}
-		w := e.Value.(*waiter)
-		if best == nil {
-			best = w
-			continue
-		}
-		if now.IsZero() { // two bands hold waiters: compare (rare; costs a clock read)
-			now = c.now()
-			bestBand = c.effBandLocked(best, now)
-		}
-		if eb := c.effBandLocked(w, now); eb > bestBand || (eb == bestBand && w.seq < best.seq) {
-			best, bestBand = w, eb
-		}
-	}
-	return c.fairHeadLocked(q, best)
-}
-
-// outranksHeadLocked reports whether a request of band arriving now would be
-// ranked before q's head: only a strictly higher band can be, since the head
-// arrived earlier.
-func (c *Controller) outranksHeadLocked(q *queue, band int) bool {
-	if c.settings.numBands() == 1 {
-		return false
-	}
-	h := c.bandFrontLocked(q, c.headLocked(q)) // a band ranks by its oldest waiter
-	return h != nil && min(band, c.settings.numBands()-1) > c.effBandLocked(h, c.now())
-}
+func (c *Controller) headLocked(q *queue) *waiter { return q.order.head() }
 
 // positionLocked returns the 1-based position a request of band arriving
 // now takes in q (nil: an empty queue): one behind every waiter ranked at
@@ -91,28 +28,23 @@ func (c *Controller) positionLocked(q *queue, band int) int {
 	if q == nil {
 		return 1
 	}
-	if c.settings.numBands() == 1 {
-		return q.n + 1
+	return q.order.ranked(band) + 1
+}
+
+// predictedPositionLocked is the position early rejection predicts for a
+// newcomer of tenant in band: positionLocked, with the waiters of its own
+// band counted as its fairness order serves them.
+func (c *Controller) predictedPositionLocked(q *queue, band int, tenant string) int {
+	if q == nil {
+		return 1
 	}
-	now := c.now()
-	nb := min(band, c.settings.numBands()-1)
-	pos := 1
-	for b := range q.bands {
-		// Along one list the effective band never increases (older first).
-		for e := q.bands[b].Front(); e != nil; e = e.Next() {
-			if c.effBandLocked(e.Value.(*waiter), now) < nb {
-				break
-			}
-			pos++
-		}
-	}
-	return pos
+	return q.order.ahead(newcomer{band: band, tenant: tenantName(tenant)}) + 1
 }
 
 // bandCountLocked records a change of the waiters of arrival band b and
 // reports it, with two or more bands configured.
 func (c *Controller) bandCountLocked(b, delta int) {
-	c.bandQueued[b] += delta
+	c.qs.byBand[b] += delta
 	if n := c.settings.numBands(); n > 1 {
 		c.reportBandLocked(min(b, n-1))
 	}
@@ -122,10 +54,10 @@ func (c *Controller) bandCountLocked(b, delta int) {
 // beyond the top, left by a live change of bands, count in the top band).
 func (c *Controller) reportBandLocked(i int) {
 	n, top := 0, c.settings.numBands()-1
-	for b, k := range c.bandQueued {
+	for b, k := range c.qs.byBand {
 		if min(b, top) == i {
 			n += k
 		}
 	}
-	c.fm.SetBandQueued(c.settings.BandName(i), n)
+	c.m.SetBandQueued(c.settings.BandName(i), n)
 }

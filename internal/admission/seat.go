@@ -3,7 +3,6 @@ package admission
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -76,125 +75,31 @@ func (s *Seat) Release(reason ReleaseReason) {
 	if s == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.c.releaseSeat(s)
-	if s.span != nil {
+	if s.span != nil { // first, as a slot's (Guard.Release)
 		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
 		s.span.End()
 	}
+	s.c.releaseSeat(s)
 }
 
 // seatsOnLocked reports whether decode seats are held for pair selections.
 func (c *Controller) seatsOnLocked() bool { return c.settings.SeatsOn() }
 
-// seatLimitLocked is a decode worker's seat bound (<= 0: none): its declared
-// or reported window with DecodeAuto, else DecodeMaxInflightPerWorker.
-func (c *Controller) seatLimitLocked(worker string) int {
-	if c.settings.DecodeAuto {
-		if dc, ok := c.decCap[worker]; ok && dc.Window > 0 {
-			return dc.Window
-		}
-	}
-	return c.settings.DecodeMaxInflightPerWorker
-}
-
-// hasSeatLocked reports whether the current request fits on decode worker:
-// under its seat bound and, when its KV capacity is known, with room for the
-// request's reservation (prompt + max_tokens), or alone on an idle worker so
-// a large request is never starved.
-func (c *Controller) hasSeatLocked(worker string) bool {
-	ss := c.seats[worker]
-	n, tokens := 0, int64(0)
-	if ss != nil {
-		n, tokens = ss.inflight, ss.tokens
-	}
-	if limit := c.seatLimitLocked(worker); limit > 0 && n >= limit {
-		return false
-	}
-	if !c.seatCapAllowsLocked(worker, n) {
-		return false
-	}
-	if kv := c.decCap[worker].KVTokens; kv > 0 && n > 0 && tokens+max(c.curDecode, 1) > kv {
-		return false
-	}
-	return true
-}
-
-// grantSeatLocked reserves a seat on decode worker for the current request.
-func (c *Controller) grantSeatLocked(worker string) *Seat {
-	ss := c.seats[worker]
-	if ss == nil {
-		ss = &seatState{}
-		c.seats[worker] = ss
-	}
-	cost := max(c.curDecode, 1)
-	ss.inflight++
-	ss.tokens += cost
-	ss.prefilling++
-	c.dm.SetSeats(worker, ss.inflight)
-	c.showSeatLimitLocked(worker, ss)
+// grantSeatLocked reserves a seat on decode worker for a request reserving
+// decode tokens.
+func (c *Controller) grantSeatLocked(worker string, decode int64) *Seat {
+	ss, cost := c.gate.takeSeat(worker, decode)
 	return &Seat{c: c, worker: worker, ss: ss, cost: cost, prefilling: true}
-}
-
-// showSeatLimitLocked reports decode worker's seat bound to the metrics when it differs from the
-// one last reported for ss (a settings change shows at the next grant, as before).
-func (c *Controller) showSeatLimitLocked(worker string, ss *seatState) {
-	if l := c.seatLimitLocked(worker); !ss.limitShown || ss.shownLimit != l {
-		ss.shownLimit, ss.limitShown = l, true
-		c.dm.SetSeatLimit(worker, l)
-	}
-}
-
-// endPrefillLocked records that a seat's request no longer holds its prefill
-// slot (the slot was freed, or the seat went first); once per seat.
-func (c *Controller) endPrefillLocked(s *Seat) {
-	if s == nil || !s.prefilling {
-		return
-	}
-	s.prefilling = false
-	if s.ss != nil && c.seats[s.worker] == s.ss {
-		s.ss.prefilling--
-	}
-}
-
-// fullByPrefillLocked reports whether some decode worker is out of seats only
-// because requests still in prefill hold them: without those it would have a
-// seat. The decode then waits for the prefills ahead, so a head held back
-// there is held back by prefill, and its rejection names prefill (a seat is
-// held from the pair's choice, so in a prefill-bound pipeline the seats fill
-// with requests that have not reached the decode yet).
-func (c *Controller) fullByPrefillLocked() bool {
-	for k, ss := range c.seats {
-		if ss.prefilling == 0 {
-			continue
-		}
-		if limit := c.seatLimitLocked(k); limit > 0 && ss.inflight >= limit && ss.inflight-ss.prefilling < limit {
-			return true
-		}
-	}
-	return false
-}
-
-// giveBackSeatLocked decrements the seat's worker unless it was removed (or
-// removed and re-added) since the grant.
-func (c *Controller) giveBackSeatLocked(s *Seat) bool {
-	c.endPrefillLocked(s)
-	if s.ss == nil || c.seats[s.worker] != s.ss {
-		return false
-	}
-	s.ss.inflight--
-	s.ss.tokens -= s.cost
-	c.dm.SetSeats(s.worker, s.ss.inflight)
-	return true
 }
 
 // releaseSeat frees a seat and lets the heads select: a freed seat may be
 // what the head of a queue waits for.
 func (c *Controller) releaseSeat(s *Seat) {
 	c.mu.Lock()
-	if c.giveBackSeatLocked(s) {
-		c.seatReleases.observe(c.now())
+	if c.gate.giveBackSeat(s) {
+		c.stats.seatReleases.observe(c.now())
 	}
-	if c.queued > 0 {
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 	c.mu.Unlock()
@@ -207,19 +112,7 @@ func (c *Controller) releaseSeat(s *Seat) {
 func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.decCap[worker] == dc {
-		return
-	}
-	if dc == (DecodeCapacity{}) {
-		delete(c.decCap, worker)
-	} else {
-		c.decCap[worker] = dc
-	}
-	c.noteKVKnownLocked()
-	if ss, ok := c.seats[worker]; ok {
-		c.showSeatLimitLocked(worker, ss)
-	}
-	if c.queued > 0 {
+	if c.gate.setDecodeCapacity(worker, dc) && c.qs.n > 0 {
 		c.dispatchAllLocked()
 	}
 }
@@ -227,35 +120,7 @@ func (c *Controller) SetDecodeCapacity(worker string, dc DecodeCapacity) {
 // DecodeKVKnown reports whether decode seats are on and some decode worker's KV capacity is known,
 // i.e. whether a request's DecodeTokens can matter: callers may skip computing it otherwise. It takes
 // no lock.
-func (c *Controller) DecodeKVKnown() bool { return c.kvKnown.Load() }
-
-// noteKVKnownLocked recomputes DecodeKVKnown after a change of settings or capacities.
-func (c *Controller) noteKVKnownLocked() {
-	known := false
-	if c.settings.SeatsOn() {
-		for _, v := range c.decCap {
-			known = known || v.KVTokens > 0
-		}
-	}
-	c.kvKnown.Store(known)
-}
-
-// removeSeatsLocked forgets the seats and capacity of engine url and of its
-// rank views (url@rank): seats still held on them release without effect.
-func (c *Controller) removeSeatsLocked(url string) {
-	for k := range c.seats {
-		if k == url || strings.HasPrefix(k, url+"@") {
-			delete(c.seats, k)
-			c.dm.DeleteSeatWorker(k)
-		}
-	}
-	for k := range c.decCap {
-		if k == url || strings.HasPrefix(k, url+"@") {
-			delete(c.decCap, k)
-		}
-	}
-	c.noteKVKnownLocked()
-}
+func (c *Controller) DecodeKVKnown() bool { return c.gate.kvKnown.Load() }
 
 // callSelectPair runs the pair callback with the same panic recovery as
 // callSelect.
@@ -296,16 +161,16 @@ func (c *Controller) SeatsOn() bool {
 // grantSelLocked grants what a selection chose: a slot on its prefill worker
 // and, with a decode worker, a seat there; a seat-only selection gets the
 // seat and a slot that holds nothing.
-func (c *Controller) grantSelLocked(sel selection) *Slot {
+func (c *Controller) grantSelLocked(sel selection, cst cost) *Slot {
 	if sel.prefill == "" {
 		s := newSlot(c, "", nil)
-		s.seat = c.grantSeatLocked(sel.decode)
-		c.endPrefillLocked(s.seat) // no prefill slot holds it: a full decode is decode's doing
+		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
+		c.gate.endPrefill(s.seat) // no prefill slot holds it: a full decode is decode's doing
 		return s
 	}
-	s := c.grantLocked(sel.prefill)
+	s := c.grantLocked(sel.prefill, c.gate.charge(sel.prefill))
 	if sel.decode != "" {
-		s.seat = c.grantSeatLocked(sel.decode)
+		s.seat = c.grantSeatLocked(sel.decode, cst.decode)
 	}
 	return s
 }
@@ -320,23 +185,24 @@ type selection struct {
 // are on and the request has one, otherwise the prefill-only Select exactly
 // as without seats. With admission on it re-checks the callback's choice
 // (one ignoring its predicates waits, as if it had found nothing).
-func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), pair func(hasSlot, hasSeat func(string) bool) (string, string, error), enabled bool) selection {
-	if pair != nil && enabled && c.seatsOnLocked() {
-		p, d, err := callSelectPair(pair, c.hasCap, c.hasSeat)
-		if err == nil && p != "" && !c.hasCapacityLocked(p) {
+func (c *Controller) selectLocked(a *ask, enabled bool) selection {
+	g := &c.gate
+	if a.pair != nil && enabled && c.seatsOnLocked() {
+		p, d, err := callSelectPair(a.pair, g.probe.hasSlot, g.probe.hasSeat)
+		if err == nil && p != "" && !g.hasSlot(p) {
 			err = ErrNoCapacity
 		}
-		if err == nil && !c.hasSeatLocked(d) {
+		if err == nil && !g.hasSeat(d, a.cost.decode) {
 			err = ErrNoSeat
 		}
 		return selection{prefill: p, decode: d, err: err}
 	}
-	hasCap := c.hasCap
+	hasCap := g.probe.hasSlot
 	if !enabled {
 		hasCap = alwaysCapacity
 	}
-	w, err := callSelect(sel, hasCap)
-	if err == nil && enabled && !c.hasCapacityLocked(w) {
+	w, err := callSelect(a.sel, hasCap)
+	if err == nil && enabled && !g.hasSlot(w) {
 		err = ErrNoCapacity
 	}
 	return selection{prefill: w, err: err}
@@ -344,9 +210,9 @@ func (c *Controller) selectLocked(sel func(func(string) bool) (string, error), p
 
 // sideOfLocked is the side a no-capacity error names: decode when no decode
 // worker had a seat, unless seats are only full with requests still in
-// prefill (fullByPrefillLocked).
+// prefill (gate.fullByPrefill).
 func (c *Controller) sideOfLocked(err error) Side {
-	if errors.Is(err, ErrNoSeat) && !c.fullByPrefillLocked() {
+	if errors.Is(err, ErrNoSeat) && !c.gate.fullByPrefill() {
 		return SideDecode
 	}
 	return SidePrefill
@@ -354,8 +220,7 @@ func (c *Controller) sideOfLocked(err error) Side {
 
 // sideNowLocked is the side that holds a request back now, at its refusal
 // (a timeout, a displacement, a full queue or a predicted timeout behind
-// waiters), for a request of queue q with pair selection pair and cost
-// inputs tokens, cached and decTok. A waiter's side is otherwise only what
+// waiters), for a request of queue q asking a. A waiter's side is otherwise only what
 // held it back at its last try, and only the head tries: a waiter that
 // joined while prefill was full keeps naming prefill after the prefills
 // are over and the decode is full, so its rejection would send an operator
@@ -376,30 +241,30 @@ func (c *Controller) sideOfLocked(err error) Side {
 //
 // With seats off, or without a pair selection, it is old, the side known
 // so far, as before.
-func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(string) bool) (string, string, error), tokens int64, cached func(string) int64, decTok int64, old Side) Side {
-	if pair == nil || !c.settings.Enabled() || !c.seatsOnLocked() {
+func (c *Controller) sideNowLocked(q *queue, a ask, old Side) Side {
+	if a.pair == nil || !c.settings.Enabled() || !c.seatsOnLocked() {
 		return old
 	}
 	fallback := old
 	if q != nil {
 		fallback = q.side
 	}
-	hit := c.caps.hit // the probe's refusals are no cap's doing for the request
-	c.bindLocked(tokens, cached)
-	c.curDecode = decTok
+	g := &c.gate
+	hit := g.caps.hit // the probe's refusals are no cap's doing for the request
+	g.probe.bind(a.cost)
 	seatFree, slotFree := false, false
 	noSeat := func(worker string) bool {
-		seatFree = seatFree || c.hasSeatLocked(worker)
+		seatFree = seatFree || g.hasSeat(worker, a.cost.decode)
 		return false
 	}
 	hasSlot := func(worker string) bool {
-		ok := c.hasCapacityLocked(worker)
+		ok := g.hasSlot(worker)
 		slotFree = slotFree || ok
 		return ok
 	}
-	_, _, err := callSelectPair(pair, hasSlot, noSeat)
-	c.unbindLocked()
-	c.caps.hit = hit
+	_, _, err := callSelectPair(a.pair, hasSlot, noSeat)
+	g.probe.unbind()
+	g.caps.hit = hit
 	switch {
 	case errors.Is(err, ErrNoSeat) && !seatFree:
 		return c.sideOfLocked(err)
@@ -413,5 +278,5 @@ func (c *Controller) sideNowLocked(q *queue, pair func(hasSlot, hasSeat func(str
 
 // sideOfWaiterLocked is sideNowLocked for a waiter still in its queue.
 func (c *Controller) sideOfWaiterLocked(w *waiter) Side {
-	return c.sideNowLocked(w.q, w.pair, w.tokens, w.cached, w.decTok, w.side)
+	return c.sideNowLocked(w.q, w.ask, w.side)
 }

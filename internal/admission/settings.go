@@ -96,7 +96,7 @@ type Settings struct {
 	DecodeAuto bool
 
 	// Tenants turn on fair queueing across tenants and a per-tenant queue
-	// bound (fair.go); the zero value is off.
+	// bound (tenants.go); the zero value is off.
 	Tenants TenantSettings
 }
 

@@ -21,8 +21,7 @@ import (
 // the round robin's head as before.
 //
 // The head changes only when it leaves (granted, cancelled, timed out) or
-// when a tenant that starts waiting ranks before it (fairAddLocked reports
-// it as taking the turn), so head-only selection, poll timers and wake-ups
+// when a tenant that starts waiting ranks before it, so head-only selection, poll timers and wake-ups
 // work unchanged.
 //
 // Bound: a tenant is put first only while its measured rate is under its
@@ -36,7 +35,7 @@ import (
 // that pauses until nobody waits is still over its share when it is back.
 //
 // Early rejection predicts a newcomer's position from the same order
-// (shareAheadLocked): while its tenant stays under its share, only the
+// (shareAhead): while its tenant stays under its share, only the
 // tenants whose rate per weight is below its own count before it.
 //
 // Cost: O(log tenants) per grant and per tenant starting to wait. Rates are
@@ -233,29 +232,92 @@ func (h *shareHeap) Pop() any {
 	return t
 }
 
-// shareOn reports whether the band serves under-share tenants first.
-func (c *Controller) shareOn() bool {
-	ts := &c.settings.Tenants
-	return ts.Fair && ts.UnderShareFirst
+// shareOrder serves under-share tenants first, else its round robin's head.
+type shareOrder struct {
+	rr  *roundRobin
+	s   *shareState
+	now func() time.Time
 }
 
-// shareEnterLocked records that tq started waiting (its first waiter w) and
-// reports whether it takes the head: it is under share and ranks before the
-// under-share head, if any.
-func (c *Controller) shareEnterLocked(fb *fairBand, tq *tenantQueue, w *waiter) bool {
-	if !c.shareOn() {
-		return false
+var _ order = (*shareOrder)(nil)
+
+// newShareOrder starts a band's order with the rates s kept from the band's
+// previous queue of the same key (nil: none).
+func newShareOrder(ts *TenantSettings, s *shareState, now func() time.Time) *shareOrder {
+	if s == nil {
+		s = &shareState{}
 	}
-	if fb.share == nil {
-		fb.share = &shareState{}
+	s.head = nil // the tenants it named went with the old queue
+	return &shareOrder{rr: newRoundRobin(ts), s: s, now: now}
+}
+
+// headTenant is the tenant whose front waiter is the head.
+func (o *shareOrder) headTenant() *tenantQueue {
+	if o.s.head != nil {
+		return o.s.head
 	}
-	s := fb.share
-	s.enter(tq.name, c.settings.Tenants.weight(tq.name), w.seq)
-	if t := s.lowest(c.now()); t != nil && t.name == tq.name {
-		s.head = tq
-		return true
+	return o.rr.cur.Value.(*tenantQueue)
+}
+
+func (o *shareOrder) head() *waiter {
+	if o.s.head != nil {
+		return o.s.head.waiters.Front().Value.(*waiter)
 	}
-	return false
+	return o.rr.head()
+}
+
+func (o *shareOrder) len() int { return o.rr.n }
+
+// push queues w in the round robin; a tenant that starts waiting takes the
+// head when it is under share and ranks before the under-share head, if any.
+func (o *shareOrder) push(w *waiter) {
+	o.rr.push(w)
+	tq := w.tq
+	if tq.waiters.Len() != 1 {
+		return
+	}
+	o.s.enter(tq.name, o.rr.ts.weight(tq.name), w.seq)
+	if t := o.s.lowest(o.now()); t != nil && t.name == tq.name {
+		o.s.head = tq
+	}
+}
+
+// remove records a waiter leaving (granted or not) and, when it was the
+// head, chooses the next under-share head.
+func (o *shareOrder) remove(w *waiter) {
+	tq := w.tq
+	wasHead := o.headTenant() == tq && tq.waiters.Front() == w.telem
+	o.rr.remove(w)
+	s, now := o.s, o.now()
+	if w.state == granted {
+		s.grant(tq.name, o.rr.ts.weight(tq.name), now, tq.waiters.Len() == 0)
+	}
+	if tq.waiters.Len() == 0 {
+		s.leave(tq.name)
+	}
+	if !wasHead && s.head != nil {
+		return
+	}
+	s.head = nil
+	if t := s.lowest(now); t != nil {
+		s.head = o.rr.tenants[t.name]
+	}
+}
+
+// ahead is share mode's prediction (shareAhead) while the newcomer's tenant
+// stays under its share, else the round robin's.
+func (o *shareOrder) ahead(nc newcomer) int {
+	if o.rr.cur == nil {
+		return 0
+	}
+	mine := 0
+	if tq := o.rr.tenants[nc.tenant]; tq != nil {
+		mine = tq.waiters.Len()
+	}
+	if n, ok := o.shareAhead(nc.tenant, mine); ok {
+		return n
+	}
+	return o.rr.ahead(nc)
 }
 
 // keepSharesLocked keeps the rates of q, dropped as it empties, for the
@@ -264,39 +326,40 @@ func (c *Controller) shareEnterLocked(fb *fairBand, tq *tenantQueue, w *waiter) 
 // forgets the kept rates gone stale meanwhile: O(keys kept), as queues
 // empty.
 func (c *Controller) keepSharesLocked(q *queue) {
-	if !c.shareOn() {
+	if fairnessOf(&c.settings) != byShare {
 		return
 	}
 	now := c.now()
-	for key, kept := range c.keptShares {
+	for key, kept := range c.qs.kept {
 		if !liveShares(kept, now) {
-			delete(c.keptShares, key)
+			delete(c.qs.kept, key)
 		}
 	}
 	kept := new([MaxBands]*shareState)
-	for b := range q.fair {
-		kept[b] = q.fair[b].share
+	for b, f := range q.order.fair {
+		if o, ok := f.(*shareOrder); ok {
+			kept[b] = o.s
+		}
 	}
 	if liveShares(kept, now) {
-		if c.keptShares == nil {
-			c.keptShares = make(map[string]*[MaxBands]*shareState)
+		if c.qs.kept == nil {
+			c.qs.kept = make(map[string]*[MaxBands]*shareState)
 		}
-		c.keptShares[q.key] = kept
+		c.qs.kept[q.key] = kept
 	}
 }
 
 // restoreSharesLocked gives a new queue the rates kept for its key.
 func (c *Controller) restoreSharesLocked(q *queue) {
-	kept := c.keptShares[q.key]
+	kept := c.qs.kept[q.key]
 	if kept == nil {
 		return
 	}
-	delete(c.keptShares, q.key)
+	delete(c.qs.kept, q.key)
 	for b, s := range kept {
-		if s != nil {
-			s.head = nil // the tenants it named went with the old queue
+		if s != nil && q.order.kind == byShare {
+			q.order.fair[b] = newShareOrder(&c.settings.Tenants, s, c.now)
 		}
-		q.fair[b].share = s
 	}
 }
 
@@ -314,31 +377,7 @@ func liveShares(kept *[MaxBands]*shareState, now time.Time) bool {
 	return false
 }
 
-// shareRemoveLocked records a waiter of tq leaving (granted or not) and,
-// when it was the band's head, chooses the next under-share head. The
-// round robin's state is already updated.
-func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter, bandHead bool) {
-	s := fb.share
-	if s == nil || !c.shareOn() {
-		return
-	}
-	now := c.now()
-	if w.state == granted {
-		s.grant(tq.name, c.settings.Tenants.weight(tq.name), now, tq.waiters.Len() == 0)
-	}
-	if tq.waiters.Len() == 0 {
-		s.leave(tq.name)
-	}
-	if !bandHead && s.head != nil {
-		return
-	}
-	s.head = nil
-	if t := s.lowest(now); t != nil {
-		s.head = fb.tenants[t.name]
-	}
-}
-
-// shareAheadLocked predicts, for early rejection, how many waiters of fb are
+// shareAhead predicts, for early rejection, how many waiters of the band are
 // granted before a newcomer of tenant, which has mine waiters ahead of it in
 // the band; ok is false when its tenant would not be under its share by then
 // (the round robin's prediction applies). Its tenant's rate per weight, lifted
@@ -348,15 +387,15 @@ func (c *Controller) shareRemoveLocked(fb *fairBand, tq *tenantQueue, w *waiter,
 // leaves, goes first. Grants are counted at now's scale, without the decay
 // until they are made. O(tenants below the level): the heap is walked only
 // where it holds them.
-func (c *Controller) shareAheadLocked(fb *fairBand, tenant string, mine int) (ahead int, ok bool) {
-	s := fb.share
-	if s == nil || s.epoch.IsZero() {
+func (o *shareOrder) shareAhead(tenant string, mine int) (ahead int, ok bool) {
+	s := o.s
+	if s.epoch.IsZero() {
 		return 0, false // no grant measured yet: nobody is under share
 	}
-	now := c.now()
+	now := o.now()
 	s.expire(now)
-	p := sharePrediction{fb: fb, tenant: tenant, since: math.MaxUint64} // a newcomer's front is the latest
-	w, weights := c.settings.Tenants.weight(tenant), s.weights
+	p := sharePrediction{o: o, tenant: tenant, since: math.MaxUint64} // a newcomer's front is the latest
+	w, weights := o.rr.ts.weight(tenant), s.weights
 	if t := s.tenants[tenant]; t != nil {
 		p.level, w = t.score, t.weight
 		if t.hidx >= 0 {
@@ -373,7 +412,7 @@ func (c *Controller) shareAheadLocked(fb *fairBand, tenant string, mine int) (ah
 	}
 	p.step = s.scale(now)
 	p.level += float64(mine) * p.step / float64(w)
-	p.head = fb.headTenant()
+	p.head = o.headTenant()
 	p.walk(0)
 	ahead = mine + p.ahead
 	if p.head.name != tenant && !p.headSeen && ahead > 0 {
@@ -385,9 +424,9 @@ func (c *Controller) shareAheadLocked(fb *fairBand, tenant string, mine int) (ah
 	return ahead, true
 }
 
-// sharePrediction is shareAheadLocked's walk of the waiting heap.
+// sharePrediction is shareAhead's walk of the waiting heap.
 type sharePrediction struct {
-	fb       *fairBand
+	o        *shareOrder
 	tenant   string
 	level    float64      // the newcomer's tenant's score when the newcomer is its front
 	since    uint64       // its tie-break
@@ -400,7 +439,7 @@ type sharePrediction struct {
 // walk counts the tenants below the level in the subtree of the heap at i;
 // a node above it has only tenants above it below.
 func (p *sharePrediction) walk(i int) {
-	h := p.fb.share.waiting
+	h := p.o.s.waiting
 	if i >= len(h) {
 		return
 	}
@@ -408,7 +447,7 @@ func (p *sharePrediction) walk(i int) {
 	if t.score > p.level || (t.score == p.level && t.since > p.since) {
 		return
 	}
-	if tq := p.fb.tenants[t.name]; t.name != p.tenant && tq != nil {
+	if tq := p.o.rr.tenants[t.name]; t.name != p.tenant && tq != nil {
 		// Its grants until its score reaches the level, and one more if it
 		// wins the tie there (it has waited longer).
 		x := (p.level - t.score) * float64(t.weight) / p.step

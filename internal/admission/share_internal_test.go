@@ -85,7 +85,7 @@ func sharePredictionRun(t *testing.T, arrivals []string) (predicted, got int) {
 	}
 	last := arrivals[len(arrivals)-1]
 	c.mu.Lock()
-	predicted = c.fairPositionLocked(c.queues["m"], 0, last)
+	predicted = c.predictedPositionLocked(c.qs.byKey["m"], 0, last)
 	c.mu.Unlock()
 	x := enqueue(last)
 	var order []string
@@ -137,17 +137,17 @@ func TestKeptSharesAreForgotten(t *testing.T) {
 		w.slot.Release(ReleaseCompleted)
 	}
 	served("m1")
-	if c.keptShares["m1"] == nil {
+	if c.qs.kept["m1"] == nil {
 		t.Fatal("m1's rates not kept as its queue emptied")
 	}
 	now = now.Add(5*shareWindow - time.Millisecond)
 	served("m2")
-	if c.keptShares["m1"] == nil || c.keptShares["m2"] == nil {
-		t.Fatalf("kept %v, want m1's (granted under 5 windows ago) and m2's", c.keptShares)
+	if c.qs.kept["m1"] == nil || c.qs.kept["m2"] == nil {
+		t.Fatalf("kept %v, want m1's (granted under 5 windows ago) and m2's", c.qs.kept)
 	}
 	now = now.Add(2 * time.Millisecond)
 	served("m2")
-	if _, ok := c.keptShares["m1"]; ok || c.keptShares["m2"] == nil {
-		t.Fatalf("kept %v, want m2's only: m1's last grant is 5 windows old", c.keptShares)
+	if _, ok := c.qs.kept["m1"]; ok || c.qs.kept["m2"] == nil {
+		t.Fatalf("kept %v, want m2's only: m1's last grant is 5 windows old", c.qs.kept)
 	}
 }

@@ -136,11 +136,13 @@ func (g *Guard) Release(reason ReleaseReason) {
 	if r := s.reason.Load(); r != 0 {
 		reason = ReleaseReason(r - 1)
 	}
-	if s.ws != nil {
-		s.c.releaseSlot(s, reason)
-	}
+	// The span ends first: once the slot is back, a waiter may be granted it
+	// and end its own wait span, which must not precede this one.
 	if s.span != nil {
 		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
 		s.span.End()
+	}
+	if s.ws != nil {
+		s.c.releaseSlot(s, reason)
 	}
 }

@@ -66,71 +66,84 @@ func (c *Controller) Status() Status {
 	defer c.mu.Unlock()
 	st := Status{
 		Settings:       c.settings.Clone(),
-		Queued:         make(map[string]int, len(c.queues)),
-		QueuedTotal:    c.queued,
-		Inflight:       make(map[string]int, len(c.workers)),
-		InflightTokens: make(map[string]int64, len(c.workers)),
-		Limits:         make(map[string]int, len(c.workers)),
+		Queued:         make(map[string]int, len(c.qs.byKey)),
+		QueuedTotal:    c.qs.n,
+		Inflight:       make(map[string]int, len(c.gate.workers)),
+		InflightTokens: make(map[string]int64, len(c.gate.workers)),
+		Limits:         make(map[string]int, len(c.gate.workers)),
 		QueuedByBand:   map[string]int{},
 		Rejections:     make(map[string]uint64, 3),
-		Cancelled:      c.cancelled,
-		Wait:           c.waits.stats(),
+		Cancelled:      c.stats.cancelled,
+		Wait:           c.stats.waits.stats(),
 		RetryAfter:     c.retryAfterLocked(),
 	}
 	if c.settings.Tenants.on() {
-		st.QueuedByTenant = maps.Clone(c.tenantQueued)
+		st.QueuedByTenant = maps.Clone(c.qs.byTenant)
 		if st.QueuedByTenant == nil {
 			st.QueuedByTenant = map[string]int{}
 		}
 	}
-	if rate, ok := c.releases.rate(c.now()); ok {
+	if rate, ok := c.stats.releases.rate(c.now()); ok {
 		st.ReleaseRate = rate
 	}
-	for k, q := range c.queues {
-		st.Queued[k] = q.n
+	for k, q := range c.qs.byKey {
+		st.Queued[k] = q.order.len()
 	}
-	for k, ws := range c.workers {
+	for k, ws := range c.gate.workers {
 		st.Inflight[k] = ws.inflight
 		st.InflightTokens[k] = ws.tokens
-		st.Limits[k] = c.limitLocked(ws)
+		st.Limits[k] = c.gate.limit(ws)
 	}
 	if n := c.settings.numBands(); n > 1 {
-		for b, k := range c.bandQueued {
+		for b, k := range c.qs.byBand {
 			st.QueuedByBand[c.settings.BandName(min(b, n-1))] += k
 		}
 	}
-	for _, o := range []Outcome{QueueFull, QueueTimeout} {
-		st.Rejections[o.String()] = c.rejections[o]
-	}
-	if c.settings.SeatsOn() || c.rejections[DecodeQueueFull]+c.rejections[DecodeQueueTimeout] > 0 {
-		st.Rejections[DecodeQueueFull.String()] = c.rejections[DecodeQueueFull]
-		st.Rejections[DecodeQueueTimeout.String()] = c.rejections[DecodeQueueTimeout]
-	}
-	if c.settings.SeatsOn() || len(c.seats) > 0 {
-		st.Seats = make(map[string]int, len(c.seats))
-		st.SeatLimits = make(map[string]int, len(c.seats))
-		for k, ss := range c.seats {
-			st.Seats[k] = ss.inflight
-			st.SeatLimits[k] = c.seatLimitLocked(k)
-		}
-		for k := range c.decCap {
-			if _, ok := st.SeatLimits[k]; !ok {
-				st.Seats[k] = 0
-				st.SeatLimits[k] = c.seatLimitLocked(k)
-			}
-		}
-		st.DecodeCapacity = maps.Clone(c.decCap)
-		if rate, ok := c.seatReleases.rate(c.now()); ok {
-			st.SeatReleaseRate = rate
-		}
-	}
-	if c.settings.EarlyRejection || c.rejections[PredictedTimeout] > 0 {
-		st.Rejections[PredictedTimeout.String()] = c.rejections[PredictedTimeout]
-	}
-	if c.settings.numBands() > 1 || c.rejections[Displaced] > 0 {
-		st.Rejections[Displaced.String()] = c.rejections[Displaced]
-	}
+	c.seatStatusLocked(&st)
+	c.rejectionStatusLocked(st.Rejections)
 	return st
+}
+
+// seatStatusLocked fills in the decode seats, with seats on or held.
+func (c *Controller) seatStatusLocked(st *Status) {
+	if !c.settings.SeatsOn() && len(c.gate.seats) == 0 {
+		return
+	}
+	st.Seats = make(map[string]int, len(c.gate.seats))
+	st.SeatLimits = make(map[string]int, len(c.gate.seats))
+	for k, ss := range c.gate.seats {
+		st.Seats[k] = ss.inflight
+		st.SeatLimits[k] = c.gate.seatLimit(k)
+	}
+	for k := range c.gate.decCap {
+		if _, ok := st.SeatLimits[k]; !ok {
+			st.Seats[k] = 0
+			st.SeatLimits[k] = c.gate.seatLimit(k)
+		}
+	}
+	st.DecodeCapacity = maps.Clone(c.gate.decCap)
+	if rate, ok := c.stats.seatReleases.rate(c.now()); ok {
+		st.SeatReleaseRate = rate
+	}
+}
+
+// rejectionStatusLocked counts the rejections into m by outcome label: the
+// source contract's always, a feature's while it is on or has counted.
+func (c *Controller) rejectionStatusLocked(m map[string]uint64) {
+	r := &c.stats.rejections
+	for _, o := range []Outcome{QueueFull, QueueTimeout} {
+		m[o.String()] = r[o]
+	}
+	if c.settings.SeatsOn() || r[DecodeQueueFull]+r[DecodeQueueTimeout] > 0 {
+		m[DecodeQueueFull.String()] = r[DecodeQueueFull]
+		m[DecodeQueueTimeout.String()] = r[DecodeQueueTimeout]
+	}
+	if c.settings.EarlyRejection || r[PredictedTimeout] > 0 {
+		m[PredictedTimeout.String()] = r[PredictedTimeout]
+	}
+	if c.settings.numBands() > 1 || r[Displaced] > 0 {
+		m[Displaced.String()] = r[Displaced]
+	}
 }
 
 // RetryAfter estimates how long a rejected client should wait before
@@ -150,13 +163,13 @@ func (c *Controller) RetryAfterFor(err error) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errors.Is(err, ErrDecodeQueueFull) || errors.Is(err, ErrDecodeQueueTimeout) {
-		return c.retryAfterFromLocked(&c.seatReleases)
+		return c.retryAfterFromLocked(&c.stats.seatReleases)
 	}
 	return c.retryAfterLocked()
 }
 
 func (c *Controller) retryAfterLocked() time.Duration {
-	return c.retryAfterFromLocked(&c.releases)
+	return c.retryAfterFromLocked(&c.stats.releases)
 }
 
 func (c *Controller) retryAfterFromLocked(r *rateEstimator) time.Duration {
@@ -166,7 +179,7 @@ func (c *Controller) retryAfterFromLocked(r *rateEstimator) time.Duration {
 		return floor
 	}
 	ceil := max(c.settings.QueueTimeout, floor)
-	secs := float64(max(c.queued, 1)) / rate
+	secs := float64(max(c.qs.n, 1)) / rate
 	if secs >= ceil.Seconds() {
 		return ceil
 	}

@@ -7,7 +7,7 @@ package admission
 // Select takes.
 func (c *Controller) Wake() {
 	c.mu.Lock()
-	for _, q := range c.active {
+	for _, q := range c.qs.active {
 		if w := c.headLocked(q); w != nil {
 			w.needSelect = true
 			pokeLocked(w)
@@ -22,9 +22,7 @@ func (c *Controller) Wake() {
 // Select takes.
 func (c *Controller) RemoveWorker(worker string) {
 	c.mu.Lock()
-	delete(c.workers, worker)
-	c.metrics.DeleteWorker(worker)
-	c.removeSeatsLocked(worker)
+	c.gate.removeWorker(worker)
 	c.mu.Unlock()
 }
 
@@ -43,15 +41,14 @@ func (c *Controller) Update(s Settings) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	tenancy := c.settings.Tenants.on()
-	share := c.shareOn()
+	tenancy, kind := c.settings.Tenants.on(), fairnessOf(&c.settings)
 	c.settings = s.Clone()
 	c.enabled.Store(s.Enabled())
-	if c.settings.Tenants.on() != tenancy || c.shareOn() != share { // share.go's heads go with the mode
-		c.refairLocked()
+	if c.settings.Tenants.on() != tenancy || fairnessOf(&c.settings) != kind {
+		c.reorderLocked()
 	}
-	c.noteKVKnownLocked()
-	for w, ws := range c.workers {
+	c.gate.noteKVKnown()
+	for w, ws := range c.gate.workers {
 		switch {
 		case ws.lim == nil:
 		case !s.Adaptive.On():
@@ -59,7 +56,7 @@ func (c *Controller) Update(s Settings) error {
 		default:
 			if l := min(max(ws.lim.limit, s.Adaptive.Min), s.Adaptive.Max); l != ws.lim.limit {
 				ws.lim.limit = l
-				c.fm.SetLimit(w, l)
+				c.m.SetLimit(w, l)
 			}
 		}
 	}
@@ -68,10 +65,10 @@ func (c *Controller) Update(s Settings) error {
 			c.reportBandLocked(i)
 		}
 	}
-	if c.queued > 0 {
+	if c.qs.n > 0 {
 		c.dispatchAllLocked()
 		// The ranking may have changed: make sure each head polls.
-		for _, q := range c.active {
+		for _, q := range c.qs.active {
 			if h := c.headLocked(q); h != nil {
 				c.promoteLocked(h)
 			}
