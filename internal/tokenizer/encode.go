@@ -77,6 +77,10 @@ func (t *Tokenizer) appendPlain(dst []int, s string) []int {
 		t.split.each(s, func(w string) { dst = t.model.appendWord(dst, w) })
 		return dst
 	}
+	if t.deepseek {
+		splitDeepSeek(s, func(w string) { dst = t.model.appendWord(dst, w) })
+		return dst
+	}
 	if t.o200k {
 		for i := 0; i < len(s); {
 			e := nextPieceO200k(s, i)
