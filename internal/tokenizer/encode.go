@@ -1,8 +1,6 @@
 package tokenizer
 
 import (
-	"cmp"
-	"slices"
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
@@ -10,21 +8,39 @@ import (
 
 // addedTokens finds the added tokens (the special tokens templates write, and the rest of
 // tokenizer.json's added_tokens) in raw text, leftmost-longest, as tokenizers' AddedVocabulary does with
-// its Aho-Corasick automaton (tokenizers/src/tokenizer/added_vocabulary.rs).
+// its Aho-Corasick automaton (tokenizers/src/tokenizer/added_vocabulary.rs). A byte trie: at a position
+// where a token may start, one walk finds the longest token there, however many tokens the model adds
+// (DeepSeek V3 adds 818, all starting with '<': trying each in turn cost more than tokenizing the text).
 type addedTokens struct {
 	first [256]bool
-	byte0 [256][]addedToken // by first byte, longest first
+	nodes []addedNode // nodes[0] is the root
+}
+
+type addedNode struct {
+	edges string  // a byte per child, in kids' order
+	kids  []int32 // indexes into nodes
+	id    int32   // the token that ends here, or -1
 }
 
 func newAddedTokens(list []addedToken) addedTokens {
-	var a addedTokens
+	a := addedTokens{nodes: []addedNode{{id: -1}}}
 	for _, t := range list {
-		c := t.Content[0]
-		a.first[c] = true
-		a.byte0[c] = append(a.byte0[c], t)
-	}
-	for c := range a.byte0 {
-		slices.SortStableFunc(a.byte0[c], func(x, y addedToken) int { return cmp.Compare(len(y.Content), len(x.Content)) })
+		a.first[t.Content[0]] = true
+		node := int32(0)
+		for k := 0; k < len(t.Content); k++ {
+			nd := &a.nodes[node]
+			e := strings.IndexByte(nd.edges, t.Content[k])
+			if e < 0 {
+				nd.edges += t.Content[k : k+1]
+				nd.kids = append(nd.kids, int32(len(a.nodes)))
+				e = len(nd.kids) - 1
+				a.nodes = append(a.nodes, addedNode{id: -1})
+			}
+			node = a.nodes[node].kids[e]
+		}
+		if a.nodes[node].id < 0 { // the first of two tokens spelled alike wins, as before
+			a.nodes[node].id = int32(t.ID)
+		}
 	}
 	return a
 }
@@ -36,10 +52,20 @@ func (a *addedTokens) find(s string, i int) (start, n, id int) {
 		if !a.first[s[i]] {
 			continue
 		}
-		for _, t := range a.byte0[s[i]] {
-			if strings.HasPrefix(s[i:], t.Content) {
-				return i, len(t.Content), t.ID
+		node := int32(0)
+		for j := i; j < len(s); j++ {
+			nd := &a.nodes[node]
+			e := strings.IndexByte(nd.edges, s[j])
+			if e < 0 {
+				break
 			}
+			node = nd.kids[e]
+			if tid := a.nodes[node].id; tid >= 0 {
+				n, id = j+1-i, int(tid)
+			}
+		}
+		if n > 0 {
+			return i, n, id
 		}
 	}
 	return -1, 0, 0
