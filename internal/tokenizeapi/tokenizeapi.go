@@ -65,6 +65,10 @@ func Tokenize(tk *tokenizer.Tokenizer, req *TokenizeRequest) (*TokenizeResponse,
 			return nil, apierror.InvalidRequest("messages", "model "+req.Model+" has no chat template in its --tokenizer-path directory; send prompt instead")
 		case errors.Is(err, tokenizer.ErrBadChat):
 			return nil, apierror.InvalidRequest("messages", err.Error())
+		case errors.Is(err, tokenizer.ErrTemplate):
+			// The model's template raised on these messages (Llama 2's and Gemma's roles that must
+			// alternate, raise_exception): the chat is the caller's to fix, as vLLM's 400 says.
+			return nil, apierror.InvalidRequest("messages", err.Error())
 		case err != nil:
 			return nil, apierror.New(http.StatusBadRequest, apierror.CodeInvalidRequest, err.Error(), err)
 		}

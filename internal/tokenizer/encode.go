@@ -1,38 +1,46 @@
 package tokenizer
 
 import (
-	"cmp"
-	"slices"
+	"strings"
 
 	"golang.org/x/text/unicode/norm"
 )
 
 // addedTokens finds the added tokens (the special tokens templates write, and the rest of
 // tokenizer.json's added_tokens) in raw text, leftmost-longest, as tokenizers' AddedVocabulary does with
-// its Aho-Corasick automaton (tokenizers/src/tokenizer/added_vocabulary.rs).
+// its Aho-Corasick automaton (tokenizers/src/tokenizer/added_vocabulary.rs). A byte trie: at a position
+// where a token may start, one walk finds the longest token there, however many tokens the model adds
+// (DeepSeek V3 adds 818, all starting with '<': trying each in turn cost more than tokenizing the text).
 type addedTokens struct {
 	first [256]bool
-	lens  [256][]int // by first byte: the lengths of the tokens starting with it, longest first
-	ids   map[string]int
+	nodes []addedNode // nodes[0] is the root
 }
 
-// newAddedTokens indexes the tokens by first byte and length, so a position costs a lookup per length
-// and not a comparison per token (Gemma 3 has 6,322 added tokens starting with '<').
+type addedNode struct {
+	edges string  // a byte per child, in kids' order
+	kids  []int32 // indexes into nodes
+	id    int32   // the token that ends here, or -1
+}
+
 func newAddedTokens(list []addedToken) addedTokens {
-	a := addedTokens{ids: make(map[string]int, len(list))}
+	a := addedTokens{nodes: []addedNode{{id: -1}}}
 	for _, t := range list {
-		if _, dup := a.ids[t.Content]; dup {
-			continue // the first one wins
+		a.first[t.Content[0]] = true
+		node := int32(0)
+		for k := 0; k < len(t.Content); k++ {
+			nd := &a.nodes[node]
+			e := strings.IndexByte(nd.edges, t.Content[k])
+			if e < 0 {
+				nd.edges += t.Content[k : k+1]
+				nd.kids = append(nd.kids, int32(len(a.nodes)))
+				e = len(nd.kids) - 1
+				a.nodes = append(a.nodes, addedNode{id: -1})
+			}
+			node = a.nodes[node].kids[e]
 		}
-		a.ids[t.Content] = t.ID
-		c := t.Content[0]
-		a.first[c] = true
-		if !slices.Contains(a.lens[c], len(t.Content)) {
-			a.lens[c] = append(a.lens[c], len(t.Content))
+		if a.nodes[node].id < 0 { // the first of two tokens spelled alike wins, as before
+			a.nodes[node].id = int32(t.ID)
 		}
-	}
-	for c := range a.lens {
-		slices.SortFunc(a.lens[c], func(x, y int) int { return cmp.Compare(y, x) })
 	}
 	return a
 }
@@ -44,12 +52,20 @@ func (a *addedTokens) find(s string, i int) (start, n, id int) {
 		if !a.first[s[i]] {
 			continue
 		}
-		for _, n := range a.lens[s[i]] {
-			if i+n <= len(s) {
-				if id, ok := a.ids[s[i:i+n]]; ok {
-					return i, n, id
-				}
+		node := int32(0)
+		for j := i; j < len(s); j++ {
+			nd := &a.nodes[node]
+			e := strings.IndexByte(nd.edges, s[j])
+			if e < 0 {
+				break
 			}
+			node = nd.kids[e]
+			if tid := a.nodes[node].id; tid >= 0 {
+				n, id = j+1-i, int(tid)
+			}
+		}
+		if n > 0 {
+			return i, n, id
 		}
 	}
 	return -1, 0, 0
@@ -67,28 +83,28 @@ func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
 	for i := 0; i < len(text); {
 		start, n, id := t.added.find(text, i)
 		if start < 0 {
-			return t.appendPlain(dst, text[i:], i == 0)
+			return t.appendPlain(dst, text[i:])
 		}
-		dst = t.appendPlain(dst, text[i:start], i == 0)
+		dst = t.appendPlain(dst, text[i:start])
 		dst = append(dst, id)
 		i = start + n
 	}
 	return dst
 }
 
-// appendPlain appends the ids of s, text between added tokens; first says it starts the input.
-func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
+func (t *Tokenizer) appendPlain(dst []int, s string) []int {
 	if s == "" {
 		return dst
-	}
-	if t.sp != nil {
-		return t.sp.appendText(dst, s, first)
 	}
 	if t.nfc {
 		s = norm.NFC.String(s)
 	}
 	if t.split != nil {
 		t.split.each(s, func(w string) { dst = t.model.appendWord(dst, w) })
+		return dst
+	}
+	if t.deepseek {
+		splitDeepSeek(s, func(w string) { dst = t.model.appendWord(dst, w) })
 		return dst
 	}
 	if t.o200k {

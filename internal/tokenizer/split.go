@@ -7,12 +7,13 @@ import (
 )
 
 // The split patterns of the families that go through a regex engine instead of a hand scanner
-// (pretokenize.go), each checked against the JS port of Hugging Face tokenizers on the family's own
-// tokenizer.json (tests/tokenizer). Load accepts only these: a pattern is a new family, and a
+// (pretokenize.go), and of the hand scanners a test checks against the regex engine; each checked
+// against the JS port of Hugging Face tokenizers on the family's own tokenizer.json (tests/tokenizer). Load accepts only these: a pattern is a new family, and a
 // backtracking engine's reading of an untested pattern could differ from Oniguruma's in a corner that
 // would route on wrong tokens without saying so.
 const (
-	// DeepSeek V3 and R1: three Isolated splits in a row, digits, then CJK/kana runs, then the rest.
+	// DeepSeek V3 and R1: three Isolated splits in a row, digits, then CJK/kana runs, then the rest;
+	// scanned by hand (deepseek.go), regexp2 checks the scanner.
 	patternDeepSeekDigits = `\p{N}{1,3}`
 	patternDeepSeekCJK    = "[一-龥\u3040-ゟ゠-ヿ]+"
 	patternDeepSeekRest   = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
@@ -24,9 +25,11 @@ const (
 
 // regexFamilies are the pattern sequences Load hands to regexp2, whole: each was checked as a sequence.
 var regexFamilies = [][]string{
-	{patternDeepSeekDigits, patternDeepSeekCJK, patternDeepSeekRest},
 	{patternGPT2},
 }
+
+// patternsDeepSeek is DeepSeek's sequence, scanned by hand (deepseek.go); regexp2 checks the scanner.
+var patternsDeepSeek = []string{patternDeepSeekDigits, patternDeepSeekCJK, patternDeepSeekRest}
 
 // regexSplit is a Sequence of Isolated splits: each regex splits every piece the one before it made,
 // matches and the text between them alike becoming pieces, as tokenizers' Split does.

@@ -232,3 +232,57 @@ func BenchmarkDecodeStreamFamilies2k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkChat2kFamilies is the 200 µs budget per family: the corpus's long chat (about 2k tokens)
+// rendered with each family's own template, its text tokenized, and both as one request (JSON messages to
+// ids), warm word cache. Gemma 3's template renders beside Qwen3's tokenizer (chat_test.go's renderOnly),
+// so only its render is measured. cpu-µs/op is the budget's measure.
+func BenchmarkChat2kFamilies(b *testing.B) {
+	for _, f := range chatFamilies {
+		b.Run(f.name, func(b *testing.B) {
+			tk := requireChatFamily(b, f)
+			chat := longChat(b)
+			text, err := tk.RenderChat(chat)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokens := float64(len(tk.Encode(text)))
+			b.Run("render", func(b *testing.B) {
+				gatewayGC(b)
+				b.ReportAllocs()
+				cpu := cpuTime(b)
+				for b.Loop() {
+					if _, err := tk.RenderChat(chat); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportCPU(b, cpu)
+			})
+			if f.renderOnly {
+				return
+			}
+			b.Run("encode", func(b *testing.B) {
+				gatewayGC(b)
+				b.ReportAllocs()
+				cpu := cpuTime(b)
+				for b.Loop() {
+					tk.Encode(text)
+				}
+				reportCPU(b, cpu)
+				b.ReportMetric(tokens, "tokens/op")
+			})
+			b.Run("render+encode", func(b *testing.B) {
+				gatewayGC(b)
+				b.ReportAllocs()
+				cpu := cpuTime(b)
+				for b.Loop() {
+					if _, err := tk.EncodeChat(chat); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportCPU(b, cpu)
+				b.ReportMetric(tokens, "tokens/op")
+			})
+		})
+	}
+}

@@ -22,6 +22,12 @@ import (
 // Qwen3's tokenizer for the engine's model; it returns the gateway's base URL and the model.
 func startGateway(t *testing.T, extra ...string) (string, string) {
 	t.Helper()
+	return startGatewayDir(t, qwen3Dir, extra...)
+}
+
+// startGatewayDir is startGateway with the model directory dir as the engine's model's tokenizer.
+func startGatewayDir(t *testing.T, dir string, extra ...string) (string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	cluster, err := sim.StartCluster(ctx, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Mode: sim.ModeInstant})
@@ -31,7 +37,7 @@ func startGateway(t *testing.T, extra ...string) (string, string) {
 	t.Cleanup(func() { _ = cluster.Close() })
 	model := cluster.Engines[0].Config().Models[0]
 	args := append([]string{"--host", "127.0.0.1", "--port", "0", "--shutdown-grace-period-secs", "5", "--disable-health-check",
-		"--worker-urls", cluster.Engines[0].URL(), "--tokenizer-path", model + "=" + qwen3Dir}, extra...)
+		"--worker-urls", cluster.Engines[0].URL(), "--tokenizer-path", model + "=" + dir}, extra...)
 	cfg, err := config.Parse(args, io.Discard)
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -247,5 +253,31 @@ func TestGatewayTokenizeSpecialTokens(t *testing.T) {
 	status, ans = post(t, base+"/tokenize", map[string]any{"model": "llama", "prompt": "hello world", "add_special_tokens": false})
 	if status != http.StatusOK || len(ans.Tokens) == 0 || ans.Tokens[0] == bos {
 		t.Errorf("prompt without special tokens: %d %v, want no <|begin_of_text|>", status, ans.Tokens)
+	}
+}
+
+// TestGatewayTemplateRaises: a chat the model's template refuses (Gemma 3's roles must alternate; its
+// raise_exception names why) is a 400 with param messages and the template's message, not a 500 or
+// text nobody asked for; the same chat with alternating roles is tokenized.
+func TestGatewayTemplateRaises(t *testing.T) {
+	dir := renderOnlyDir(t, "gemma3")
+	base, model := startGatewayDir(t, dir)
+	user := map[string]any{"role": "user", "content": "hi"}
+	status, raw := postRaw(t, base+"/v1/tokenize", map[string]any{"model": model, "messages": []any{user, user}})
+	var ans struct {
+		Error *struct {
+			Message string `json:"message"`
+			Param   string `json:"param"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		t.Fatalf("%d %q: %v", status, raw, err)
+	}
+	if status != http.StatusBadRequest || ans.Error == nil || ans.Error.Param != "messages" || !strings.Contains(ans.Error.Message, "must alternate") {
+		t.Errorf("user, user: %d %s, want 400 with param messages and the template's message", status, raw)
+	}
+	status, tok := post(t, base+"/v1/tokenize", map[string]any{"model": model, "messages": []any{user}})
+	if status != http.StatusOK || tok.Count == 0 {
+		t.Errorf("user: %d %+v, want 200 with tokens", status, tok)
 	}
 }

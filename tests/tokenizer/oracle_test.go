@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,51 +155,6 @@ func TestTokenIDsMatchHuggingFacePort(t *testing.T) {
 	for i, p := range c.Prompts {
 		if got := tk.Encode(p); !slices.Equal(got, want[i]) {
 			t.Errorf("prompt %d %q:\n got %v\nwant %v", i, p, got, want[i])
-		}
-	}
-}
-
-func TestChatsMatchTransformersRendering(t *testing.T) {
-	tk := requireQwen3(t)
-	c := loadCorpus(t)
-	chats := make([]map[string]any, len(c.Chats))
-	for i, ch := range c.Chats {
-		m := map[string]any{"messages": ch.Messages, "add_generation_prompt": ch.AddGenerationPrompt}
-		if len(ch.Tools) > 0 {
-			m["tools"] = ch.Tools
-		}
-		if len(ch.Kwargs) > 0 {
-			m["kwargs"] = ch.Kwargs
-		}
-		chats[i] = m
-	}
-	var rendered struct {
-		Texts []string `json:"texts"`
-	}
-	run(t, &rendered, map[string]any{"config": filepath.Join(qwen3Dir, "tokenizer_config.json"), "chats": chats}, python(t), "render.py")
-	if len(rendered.Texts) != len(c.Chats) {
-		t.Fatalf("render.py returned %d texts for %d chats", len(rendered.Texts), len(c.Chats))
-	}
-	want := jsEncode(t, rendered.Texts)
-	for i, ch := range c.Chats {
-		name := ch.Name
-		if name == "" {
-			name = fmt.Sprint(i)
-		}
-		text, err := tk.RenderChat(ch.chat())
-		if err != nil {
-			t.Errorf("chat %s: %v", name, err)
-			continue
-		}
-		if text != rendered.Texts[i] {
-			t.Errorf("chat %s renders differently:\n got %q\nwant %q", name, text, rendered.Texts[i])
-		}
-		ids, err := tk.EncodeChat(ch.chat())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(ids, want[i]) {
-			t.Errorf("chat %s: token ids differ:\n got %v\nwant %v", name, ids, want[i])
 		}
 	}
 }

@@ -1,7 +1,9 @@
 """Chat-template oracle: renders chats with Python's jinja2 the way transformers renders a chat template.
 
 Reads {"config": path of tokenizer_config.json, "chats": [{"messages": [...], "tools": [...]|null, "add_generation_prompt": bool,
-"kwargs": {...}}]} on stdin and writes {"texts": [str, ...]}.
+"kwargs": {...}}]} on stdin and writes {"texts": [str, ...], "errors": [str|null, ...]}: a chat whose template raises (a
+TemplateError, raise_exception's included, or a TypeError such as a string plus a dict) has "" as its text and the
+exception as its error.
 
 The environment follows transformers' utils/chat_template_utils.py (_compile_jinja_template): an
 ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the loopcontrols extension, a tojson
@@ -73,12 +75,19 @@ def main():
             tok = tok.get("content")
         if tok:
             special[name] = tok
-    texts = []
+    texts, errors = [], []
     for chat in req["chats"]:
         kwargs = {**special, **(chat.get("kwargs") or {})}
-        texts.append(tmpl.render(messages=[conversation_message(m) for m in chat["messages"]], tools=chat.get("tools"),
-                                 add_generation_prompt=chat.get("add_generation_prompt", False), **kwargs))
-    json.dump({"texts": texts}, sys.stdout, ensure_ascii=False)
+        try:
+            text = tmpl.render(messages=[conversation_message(m) for m in chat["messages"]], tools=chat.get("tools"),
+                               add_generation_prompt=chat.get("add_generation_prompt", False), **kwargs)
+        except (TemplateError, TypeError, ValueError, LookupError, AttributeError) as e:
+            texts.append("")
+            errors.append(f"{type(e).__name__}: {e}")
+            continue
+        texts.append(text)
+        errors.append(None)
+    json.dump({"texts": texts, "errors": errors}, sys.stdout, ensure_ascii=False)
 
 
 if __name__ == "__main__":

