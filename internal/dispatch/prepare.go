@@ -121,7 +121,6 @@ func (x *Dispatcher) askStreamUsage(q *prepared) {
 		return
 	}
 	if b, ok := body.WithStreamUsage(br.Body); ok {
-		bc := *br
-		bc.Body, q.br, q.strip = b, &bc, true
+		br.Body, q.strip = b, true // q.br is the request's own (parse built it), not the caller's
 	}
 }
