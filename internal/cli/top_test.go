@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
 	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/cli"
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/tests/testenv"
@@ -65,7 +66,7 @@ func TestTopAgainstLiveGateway(t *testing.T) {
 
 	// Not a terminal: one plain snapshot.
 	var out, errOut bytes.Buffer
-	if code := Main(ctx, []string{"top", "--server", gw.URL, "--admin-api-key", "adm", "--loads"}, &out, &errOut); code != 0 {
+	if code := cli.Main(ctx, []string{"top", "--server", gw.URL, "--admin-api-key", "adm", "--loads"}, &out, &errOut); code != 0 {
 		t.Fatalf("sluice top: exit %d: %s", code, errOut.String())
 	}
 	plain := out.String()
@@ -84,7 +85,7 @@ func TestTopAgainstLiveGateway(t *testing.T) {
 
 	// A terminal: two frames, each drawn over the previous one; a queue-full 429 in between shows as
 	// a count and a rate.
-	api := adminv1connect.NewAdminServiceClient(client, gw.URL, connect.WithInterceptors(bearerInterceptor("adm")))
+	api := adminv1connect.NewAdminServiceClient(client, gw.URL, connect.WithInterceptors(cli.BearerInterceptor("adm")))
 	var term bytes.Buffer
 	rejected := make(chan struct{})
 	w := &afterFirstFrame{buf: &term, hook: func() {
@@ -98,7 +99,7 @@ func TestTopAgainstLiveGateway(t *testing.T) {
 		}
 		close(rejected)
 	}}
-	if err := runTop(ctx, api, w, topOptions{server: gw.URL, interval: 50 * time.Millisecond, count: 2, term: true}); err != nil {
+	if err := cli.RunTopTerm(ctx, api, w, gw.URL, 50*time.Millisecond, 2); err != nil {
 		t.Fatal(err)
 	}
 	select {

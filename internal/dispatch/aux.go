@@ -38,7 +38,7 @@ func (x *Dispatcher) aux(ctx context.Context, r *Request, br *body.Request, preq
 	p.IgnoreRanks = true // the engine places the request on a rank itself; no hint is sent
 	snap := x.d.Registry.Snapshot()
 	if !x.cfg.PD {
-		w, err := selectHTTP(snap, worker.RoleRegular, br, &p, x.d.Policies.Regular)
+		w, err := selectHTTP(snap, worker.RoleRegular, br, &p, x.d.Policies.Regular, x.now())
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func (x *Dispatcher) aux(ctx context.Context, r *Request, br *body.Request, preq
 		return nil, notInPD(br.Route, "engines serve pooling models without prefill/decode disaggregation; "+
 			"serve the model from a regular-mode sluice (--worker-urls)")
 	}
-	w, err := selectHTTP(snap, worker.RoleDecode, br, &p, x.d.Policies.Decode)
+	w, err := selectHTTP(snap, worker.RoleDecode, br, &p, x.d.Policies.Decode, x.now())
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func notInPD(route body.Route, why string) error {
 }
 
 // selectHTTP picks a worker of role for an aux route among the engines speaking HTTP.
-func selectHTTP(snap *worker.Snapshot, role worker.Role, br *body.Request, p *placement.Request, pol placement.Policy) (*worker.Worker, error) {
+func selectHTTP(snap *worker.Snapshot, role worker.Role, br *body.Request, p *placement.Request, pol placement.Policy, now time.Time) (*worker.Worker, error) {
 	cands := snap.Candidates(role, p.Model)
 	onlyGRPC := len(cands) > 0
 	for _, w := range cands {
@@ -80,7 +80,7 @@ func selectHTTP(snap *worker.Snapshot, role worker.Role, br *body.Request, p *pl
 		return nil, apierror.New(http.StatusNotImplemented, apierror.CodeUnimplemented,
 			br.Route.Path()+" is not served by worker-protocol (grpc://) workers, which carry chat, completions and generate only", nil)
 	}
-	return placement.Select(snap, role, p, pol, func(w *worker.Worker) bool { return w.Protocol() != worker.ProtocolGRPC }, time.Now())
+	return placement.Select(snap, role, p, pol, func(w *worker.Worker) bool { return w.Protocol() != worker.ProtocolGRPC }, now)
 }
 
 // Raw returns the body of a streamed answer to relay byte for byte (the named events of Responses
@@ -101,7 +101,7 @@ type rawBody struct {
 func (b *rawBody) Read(p []byte) (int, error) {
 	n, err := b.rd.Read(p)
 	if n > 0 && b.m.first.IsZero() {
-		b.m.first = time.Now()
+		b.m.first = b.m.now()
 	}
 	if err != nil {
 		b.m.streamEnded(err)

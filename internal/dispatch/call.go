@@ -81,33 +81,11 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 	if span.IsRecording() {
 		span.SetAttributes(legAttributes(w, leg, path, r)...)
 	}
-	req, err := backend.NewPostRequest(ctx, w.URL(), path, s.body())
+	req, clientAuth, err := x.legRequest(ctx, w, path, s, r, extra)
 	if err != nil {
 		span.End()
 		return nil, err
 	}
-	backend.ForwardHeaders(req.Header, r.Header, HeaderRoutingKey, HeaderSMGRoutingKey)
-	if x.cfg.DropClientAuthorization {
-		req.Header.Del("Authorization")
-	}
-	// Without a worker key of the gateway's, the engine judges the client's own credentials.
-	clientAuth := !x.cfg.DropClientAuthorization
-	if k := w.APIKey(); k != "" {
-		req.Header.Set("Authorization", "Bearer "+k)
-		clientAuth = false
-	}
-	req.Header["Content-Type"] = jsonContentType
-	if r.RequestID != "" {
-		req.Header[HeaderRequestID] = []string{r.RequestID}
-	}
-	if w.Protocol() == worker.ProtocolGRPC {
-		req.Header.Set(workerrpc.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
-	}
-	for k, v := range extra {
-		req.Header[k] = v
-	}
-	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
-
 	resp, err := s.send(x, req, w)
 	if err != nil {
 		span.RecordError(err)
@@ -137,6 +115,38 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 	}
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
 	return resp, nil
+}
+
+// legRequest builds a leg's request: the allow-listed client headers, the worker's API key, the
+// request id, the trace context and the extra headers. clientAuth reports that the client's own
+// Authorization went to the worker (no key of the gateway's replaced it), so its 401 is the client's.
+func (x *Dispatcher) legRequest(ctx context.Context, w *worker.Worker, path string, s legSender, r *Request, extra http.Header) (req *http.Request, clientAuth bool, err error) {
+	req, err = backend.NewPostRequest(ctx, w.URL(), path, s.body())
+	if err != nil {
+		return nil, false, err
+	}
+	backend.ForwardHeaders(req.Header, r.Header, HeaderRoutingKey, HeaderSMGRoutingKey)
+	if x.cfg.DropClientAuthorization {
+		req.Header.Del("Authorization")
+	}
+	// Without a worker key of the gateway's, the engine judges the client's own credentials.
+	clientAuth = !x.cfg.DropClientAuthorization
+	if k := w.APIKey(); k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+		clientAuth = false
+	}
+	req.Header["Content-Type"] = jsonContentType
+	if r.RequestID != "" {
+		req.Header[HeaderRequestID] = []string{r.RequestID}
+	}
+	if w.Protocol() == worker.ProtocolGRPC {
+		req.Header.Set(workerrpc.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
+	}
+	for k, v := range extra {
+		req.Header[k] = v
+	}
+	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	return req, clientAuth, nil
 }
 
 // jsonContentType is every leg's Content-Type; header values are only read downstream, so one slice

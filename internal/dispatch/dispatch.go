@@ -154,6 +154,10 @@ type Deps struct {
 	Rand *rand.Rand
 	// Tokenizer returns the tokenizer of a model, or nil (tokens.go); nil means none for any.
 	Tokenizer func(model string) *tokenizer.Tokenizer
+	// Now is the clock every duration and instant of a request is read from (its stats, TTFT, the
+	// legs' timing, placement's health checks); nil means time.Now. Timers (backoff, the prefill
+	// grace) run on real time.
+	Now func() time.Time
 }
 
 // Dispatcher runs requests. It is safe for concurrent use.
@@ -251,149 +255,16 @@ func (x *Dispatcher) float64() float64 {
 	return x.d.Rand.Float64()
 }
 
+// now reads the dispatcher's clock (Deps.Now, else time.Now).
+func (x *Dispatcher) now() time.Time {
+	if x.d.Now == nil {
+		return time.Now()
+	}
+	return x.d.Now()
+}
+
 // Models lists the models the registered workers serve, sorted.
 func (x *Dispatcher) Models() []string { return x.d.Registry.Snapshot().Models() }
-
-// Do runs one request. On success the caller must Close the response. Every request is recorded
-// once (Metrics.ObserveRequest): a failed one here, an answered one when its response is closed.
-func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
-	start := time.Now()
-	var tenantName string
-	resp, model, err := x.do(ctx, r, start, &tenantName)
-	if err != nil {
-		e := apierror.From(err)
-		x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: model, Status: e.Status,
-			Duration: time.Since(start), Trace: trace.SpanContextFromContext(ctx), Tenant: tenantName, Rejection: rejection(err, e)})
-	}
-	return resp, err
-}
-
-// do runs Do's request; it sets *tenantName once the request's tenant is known.
-func (x *Dispatcher) do(ctx context.Context, r *Request, start time.Time, tenantName *string) (*Response, string, error) {
-	br, ts, err := parse(r)
-	if err != nil {
-		return nil, "", classifyRequestError(err)
-	}
-	if ts != nil && (x.wantsTokens() || x.d.Admission.DecodeKVKnown()) {
-		// The tokenizer and the decode KV reservation read the JSON body.
-		rc := *r
-		rc.typed = ts
-		jbr, err := rc.withJSON(br)
-		if err != nil {
-			return nil, br.Model, err
-		}
-		br = jbr
-	}
-	preq, err := placementRequest(br, r.Header, x.cfg.RoutingKeyHeaders)
-	if err != nil {
-		return nil, br.Model, err
-	}
-	preq.IgnoreRanks = x.cfg.IgnoreRanks
-	if x.wantsTokens() {
-		preq.TokenIDs = x.promptTokens(br) // tokens.go
-	}
-	if _, _, _, err := admissionHeaders(r.Header); err != nil {
-		return nil, br.Model, err
-	}
-	if x.cfg.Tenants != nil {
-		t, err := x.cfg.Tenants.Of(ctx, r.Header)
-		if err != nil {
-			return nil, br.Model, apierror.InvalidRequest(x.cfg.Tenants.Header(), err.Error())
-		}
-		rc := *r // do not write into the caller's request
-		rc.tenant = t
-		r = &rc
-		*tenantName = t
-	}
-	if r.RequestID == "" {
-		rc := *r // do not write into the caller's request
-		rc.RequestID = firstHeader(r.Header, x.cfg.RequestIDHeaders)
-		if rc.RequestID == "" {
-			rc.RequestID = x.newRequestID()
-		}
-		r = &rc
-	}
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		span.SetAttributes(requestAttributes(r, br)...)
-	}
-	// Token metrics need the usage, which a stream carries only when asked for: ask the engine, and
-	// Response.Frames drops the usage chunk again before the client sees it.
-	strip := false
-	if br.Stream && br.Route != body.RouteGenerate && !br.IncludeUsage {
-		if ts != nil && br.Body == nil {
-			ts.usage, strip = true, true // the JSON, if rendered, and the call ask for it alike
-		} else if body, ok := body.WithStreamUsage(br.Body); ok {
-			bc := *br
-			bc.Body, br, strip = body, &bc, true
-		}
-	}
-	if ts != nil {
-		if r.Typed.Call != nil {
-			ts.call = r.Typed.Call.WithRequestID(r.RequestID)
-			if strip {
-				ts.call = ts.call.WithStreamUsage()
-			}
-		}
-		rc := *r // do not write into the caller's request
-		rc.typed = ts
-		r = &rc
-	}
-
-	res, rateHeader, err := x.reserveBudget(r, br)
-	if err != nil {
-		return nil, br.Model, err
-	}
-	cancel := context.CancelFunc(func() {})
-	if x.cfg.RequestTimeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)
-	}
-	for attempt := 0; ; attempt++ {
-		resp, err := x.attempt(ctx, r, br, preq)
-		if err == nil {
-			m := x.newMeter(ctx, start, br, strip, resp)
-			if res != nil {
-				m.settle = res.Settle
-			}
-			m.tenant = r.tenant
-			for k, vs := range rateHeader {
-				resp.Header[k] = vs
-			}
-			resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
-			resp.RequestID = r.RequestID
-			resp.Header.Set(HeaderRequestID, r.RequestID)
-			return resp, br.Model, nil
-		}
-		if ctx.Err() != nil {
-			cancel()
-			res.Settle(-1)
-			return nil, br.Model, contextError(ctx, err)
-		}
-		if attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
-			cancel()
-			settleFailed(res, err)
-			x.d.Logger.Debug("request failed", "request_id", r.RequestID, "attempts", attempt+1, "err", err)
-			return nil, br.Model, withRateHeader(x.final(err), rateHeader)
-		}
-		x.d.Metrics.IncRetry()
-		wait := backend.Backoff(attempt, x.cfg.Retry.Backoff, x.float64)
-		x.d.Logger.Debug("retrying", "request_id", r.RequestID, "attempt", attempt+1, "backoff", wait, "err", err)
-		if span.IsRecording() {
-			// One trace shows every attempt: the failed attempt's leg spans, then this event.
-			span.AddEvent("sluice.retry", trace.WithAttributes(attribute.Int("sluice.attempt", attempt+1),
-				attribute.String("error.type", errorType(err)), attribute.Float64("sluice.retry.backoff", wait.Seconds())))
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			cancel()
-			res.Settle(-1)
-			return nil, br.Model, contextError(ctx, err)
-		case <-t.C:
-		}
-	}
-}
 
 // parse reads the request's routing fields: a typed request's as its surface gave them (with the
 // per-request state of its typed path), else body.ParseRequest's.

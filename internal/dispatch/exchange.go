@@ -105,7 +105,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	dload := x.acquireLoad(dw)
 	var pout prefillOutcome
 	prefillDone := make(chan struct{})
-	timing := &pdTiming{handoff: pw.Handoff().String(), start: time.Now()}
+	timing := &pdTiming{handoff: pw.Handoff().String(), start: x.now()}
 	go func() {
 		defer close(prefillDone)
 		reason := admission.ReleaseCompleted
@@ -115,7 +115,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 		}()
 		pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
 		if pout.err == nil {
-			timing.prefill = time.Since(timing.start) // read after prefillDone closes
+			timing.prefill = x.now().Sub(timing.start) // read after prefillDone closes
 			x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(legCtx))
 			return
 		}

@@ -55,6 +55,29 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 	if detected == "" && !det.Reached {
 		return d.pending(spec, det.Err, logger), nil
 	}
+	d.protocol(&spec, det, detected, logger)
+	if len(spec.Models) == 0 {
+		spec.Models = det.Models
+	}
+	if len(spec.Models) == 0 {
+		spec.Models = append([]string(nil), d.DefaultModels...)
+	}
+	if spec.Protocol == worker.ProtocolVLLM {
+		d.completeVLLM(ctx, &spec, logger)
+	}
+	if info := det.Info; info != nil && spec.Protocol == worker.ProtocolSGLang {
+		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
+			return spec, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+		}
+		completeSGLang(&spec, info)
+	}
+	return spec, nil
+}
+
+// protocol decides the worker's protocol and says how (ProtocolSource): the URL scheme for grpc://,
+// else the configured one (warning when the engine reports another), else the detected one, else the
+// configured runtime's default.
+func (d *Detector) protocol(spec *worker.Spec, det backend.Detection, detected worker.Protocol, logger *slog.Logger) {
 	switch {
 	case det.Source == backend.DetectedByURLScheme: // grpc:// and grpcs:// speak the worker protocol
 		spec.Protocol, spec.ProtocolSource = worker.ProtocolGRPC, worker.ProtocolFromURLScheme
@@ -74,39 +97,29 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 		logger.Warn("worker protocol not detected; using the configured runtime",
 			"url", spec.URL, "protocol", spec.Protocol, "err", det.Err)
 	}
-	if len(spec.Models) == 0 {
-		spec.Models = det.Models
+}
+
+// completeSGLang fills in what SGLang's server info tells of a worker the operator left out: a
+// prefill's bootstrap port, the dp size, a decode's window and KV capacity.
+func completeSGLang(spec *worker.Spec, info *backend.ServerInfoFields) {
+	if spec.Role == worker.RolePrefill && spec.BootstrapPort == 0 {
+		spec.BootstrapPort = info.BootstrapPort
 	}
-	if len(spec.Models) == 0 {
-		spec.Models = append([]string(nil), d.DefaultModels...)
+	if spec.DPSize == 0 {
+		spec.DPSize = info.DPSize
 	}
-	if spec.Protocol == worker.ProtocolVLLM {
-		d.completeVLLM(ctx, &spec, logger)
+	switch {
+	case spec.Role != worker.RoleDecode:
+	case info.RankMaxRunningRequests > 0:
+		// Each rank's scheduler reports the window it enforces (also when the engine sized it itself).
+		spec.DecodeWindow = info.RankMaxRunningRequests
+	case info.MaxRunningRequests > 0:
+		// The engine's own window wins over a declared one: it is what its scheduler enforces.
+		spec.DecodeWindow = info.MaxRunningRequests / max(spec.DPSize, 1)
 	}
-	if info := det.Info; info != nil && spec.Protocol == worker.ProtocolSGLang {
-		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
-			return spec, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
-		}
-		if spec.Role == worker.RolePrefill && spec.BootstrapPort == 0 {
-			spec.BootstrapPort = info.BootstrapPort
-		}
-		if spec.DPSize == 0 {
-			spec.DPSize = info.DPSize
-		}
-		switch {
-		case spec.Role != worker.RoleDecode:
-		case info.RankMaxRunningRequests > 0:
-			// Each rank's scheduler reports the window it enforces (also when the engine sized it itself).
-			spec.DecodeWindow = info.RankMaxRunningRequests
-		case info.MaxRunningRequests > 0:
-			// The engine's own window wins over a declared one: it is what its scheduler enforces.
-			spec.DecodeWindow = info.MaxRunningRequests / max(spec.DPSize, 1)
-		}
-		if spec.Role == worker.RoleDecode && info.MaxTotalTokens > 0 {
-			spec.DecodeKVTokens = int64(info.MaxTotalTokens)
-		}
+	if spec.Role == worker.RoleDecode && info.MaxTotalTokens > 0 {
+		spec.DecodeKVTokens = int64(info.MaxTotalTokens)
 	}
-	return spec, nil
 }
 
 // pending marks a spec whose engine did not answer: it is registered, but not made ready before the

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -79,7 +78,7 @@ func (x *Dispatcher) localSeated(preq *placement.Request, allowed worker.Handoff
 func (x *Dispatcher) localCandidate(preq *placement.Request, ar admission.Request, ranks bool, ok func(*worker.Worker) bool) (*worker.Worker, int64) {
 	var best *worker.Worker
 	var bestCached int64
-	now := time.Now()
+	now := x.now()
 	for _, e := range x.d.Registry.Snapshot().Candidates(worker.RoleDecode, preq.Model) {
 		if e.Handoff() != worker.HandoffNIXL || e.KVRole() != worker.KVRoleBoth || !e.Routable(now) {
 			continue

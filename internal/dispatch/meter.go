@@ -159,10 +159,10 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 		return data, true
 	}
 	if m.first.IsZero() {
-		m.first = time.Now()
+		m.first = m.now()
 	}
 	if body.IsDone(data) {
-		m.end = time.Now()
+		m.end = m.now()
 		return data, true
 	}
 	if m.route == body.RouteGenerate {
@@ -225,7 +225,7 @@ func (c *Chunks) Next() (*workerrpc.Chunk, error) {
 			return ch, nil
 		}
 		if m.first.IsZero() {
-			m.first = time.Now()
+			m.first = m.now()
 		}
 		if ch.Usage {
 			m.usage, m.hasUsage = body.Usage{Prompt: int64(ch.PromptTokens), Completion: int64(ch.CompletionTokens)}, true
@@ -253,7 +253,7 @@ func (m *meter) generateFrame(data []byte) {
 // streamEnded notes the end of the stream: io.EOF, or a failure.
 func (m *meter) streamEnded(err error) {
 	if m.end.IsZero() {
-		m.end = time.Now()
+		m.end = m.now()
 	}
 	if !errors.Is(err, io.EOF) && m.streamErr == nil {
 		m.streamErr, m.streamCut = err, m.ctx.Err() != nil
@@ -288,9 +288,17 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Req
 	return m
 }
 
+// now reads the dispatcher's clock (Deps.Now); a meter made without one reads time.Now.
+func (m *meter) now() time.Time {
+	if m.x == nil {
+		return time.Now()
+	}
+	return m.x.now()
+}
+
 // finish records the request; it runs once, after the response body (and so every leg) was closed.
 func (m *meter) finish() {
-	now := time.Now()
+	now := m.now()
 	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
 		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream, Tenant: m.tenant}
 	switch {

@@ -22,7 +22,7 @@ import (
 // worker has a slot (whatever the seats), and placement's errors (404, 503) otherwise.
 func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffSet, hasSlot, hasSeat func(string) bool) (*worker.Worker, *worker.Worker, error) {
 	snap := x.d.Registry.Snapshot()
-	now := time.Now()
+	now := x.now()
 	seatOK := func(w *worker.Worker) bool { return hasSeat(w.Key()) && !x.decodeVetoed(w) }
 	routable, seated := x.decodeHandoffs(snap, preq, seatOK, now)
 	routable &= allowed

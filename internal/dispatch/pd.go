@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
@@ -188,25 +187,8 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
 		DecodeTokens: ar.DecodeTokens, Tenant: ar.Tenant,
 		Select: func(hasCapacity func(string) bool) (string, error) {
-			snap := x.d.Registry.Snapshot()
-			now := time.Now()
-			p := *preq
-			if !homogeneous(snap, allowed) {
-				p.Handoffs = placement.RoutableHandoffs(snap, worker.RoleDecode, preq.Model, now) & allowed
-				if p.Handoffs == 0 {
-					// No decode partner at all: the decode selection says why (404 or 503).
-					if _, err := placement.SelectDecode(snap, preq, x.d.Policies.Decode, now); err != nil {
-						return "", err
-					}
-					return "", errNoCompatibleDecode
-				}
-			}
-			w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
-				func(w *worker.Worker) bool { return hasCapacity(w.URL()) && !x.overloaded(w) }, now)
+			w, err := x.selectPrefill(preq, allowed, hasCapacity)
 			if err != nil {
-				if errors.Is(err, placement.ErrAtCapacity) {
-					return "", admission.ErrNoCapacity
-				}
 				return "", err
 			}
 			chosen = w
@@ -243,6 +225,30 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 	return slot, chosen, chosenDecode, local, nil
 }
 
+// selectPrefill is admission's prefill-only selection (seats off): the prefill policy's pick among the
+// workers with capacity whose handoff a routable decode worker speaks.
+func (x *Dispatcher) selectPrefill(preq *placement.Request, allowed worker.HandoffSet, hasCapacity func(string) bool) (*worker.Worker, error) {
+	snap := x.d.Registry.Snapshot()
+	now := x.now()
+	p := *preq
+	if !homogeneous(snap, allowed) {
+		p.Handoffs = placement.RoutableHandoffs(snap, worker.RoleDecode, preq.Model, now) & allowed
+		if p.Handoffs == 0 {
+			// No decode partner at all: the decode selection says why (404 or 503).
+			if _, err := placement.SelectDecode(snap, preq, x.d.Policies.Decode, now); err != nil {
+				return nil, err
+			}
+			return nil, errNoCompatibleDecode
+		}
+	}
+	w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
+		func(w *worker.Worker) bool { return hasCapacity(w.URL()) && !x.overloaded(w) }, now)
+	if errors.Is(err, placement.ErrAtCapacity) {
+		return nil, admission.ErrNoCapacity
+	}
+	return w, err
+}
+
 // errNoCompatibleDecode: routable decode workers exist, but none speaks an allowed handoff.
 var errNoCompatibleDecode = errors.Join(placement.ErrUnavailable, placement.ErrNoCompatibleWorkers)
 
@@ -268,7 +274,7 @@ func homogeneous(snap *worker.Snapshot, allowed worker.HandoffSet) bool {
 func (x *Dispatcher) selectDecode(preq *placement.Request, h worker.Handoff) (*worker.Worker, error) {
 	p := *preq
 	p.Handoffs = worker.HandoffSet(0).Add(h)
-	return placement.SelectDecode(x.d.Registry.Snapshot(), &p, x.d.Policies.Decode, time.Now())
+	return placement.SelectDecode(x.d.Registry.Snapshot(), &p, x.d.Policies.Decode, x.now())
 }
 
 // decodeOf is the attempt's decode worker: the one admission chose with the slot (and holds a seat on),

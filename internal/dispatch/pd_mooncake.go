@@ -92,7 +92,7 @@ func (m *mooncakePD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 // engineIDs returns the prefill engine's ids by rank, read from its bootstrap server at most
 // engineIDsTTL ago.
 func (m *mooncakePD) engineIDs(ctx context.Context, engine *worker.Worker, addr string) ([]string, error) {
-	now := time.Now()
+	now := m.x.now()
 	m.mu.Lock()
 	e, ok := m.ids[engine.URL()]
 	m.mu.Unlock()

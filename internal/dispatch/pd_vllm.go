@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -37,7 +36,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
 	}
 	pload := x.acquireLoad(a.pw)
-	timing := &pdTiming{handoff: worker.HandoffNIXL.String(), start: time.Now()}
+	timing := &pdTiming{handoff: worker.HandoffNIXL.String(), start: x.now()}
 	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r, nil)
 	x.releaseLoad(a.pw, pload)
 	if err != nil {
@@ -49,7 +48,7 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		return nil, err
 	}
 	a.slot.Release(admission.ReleaseCompleted)
-	timing.prefill = time.Since(timing.start)
+	timing.prefill = x.now().Sub(timing.start)
 	x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(ctx))
 
 	params, err := body.ExtractKVTransferParams(pout)

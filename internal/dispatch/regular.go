@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
@@ -19,7 +18,7 @@ import (
 // client's body sent as is, the worker's answer relayed. Its load guard is held until the response
 // body is closed.
 func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
-	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, nil, time.Now())
+	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, nil, x.now())
 	if err != nil {
 		return nil, err
 	}

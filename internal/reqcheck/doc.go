@@ -10,8 +10,8 @@
 // extras. What only an engine can judge (the context length, a token id against its vocabulary) is left
 // to it.
 //
-// The caller walks the body once (internal/backend's scanner, which has validated the JSON) and hands
-// each top-level member to a Checker; reqcheck reads scalar values in place and walks the few compound
-// ones (stop, logit_bias, tools, ...) over bytes already known to be valid JSON. It imports nothing but
-// the standard library.
+// The caller walks the body once (internal/jsonscan, which validates the JSON) and hands each top-level
+// member to a Checker; reqcheck reads scalar values in place and walks the few compound ones (stop,
+// logit_bias, tools, ...) with the same scanner. It imports nothing but the standard library and
+// internal/jsonscan.
 package reqcheck

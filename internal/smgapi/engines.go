@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -25,20 +24,9 @@ import (
 // maxEngineBody bounds what is read from an engine for a passthrough or a metrics scrape.
 const maxEngineBody = 16 << 20
 
-// fanout calls fn for every worker in parallel (each bounded by FanoutTimeout, with the worker's API
-// key); results come back in registry order.
+// fanout calls fn for every worker of ws (backend.Fanout), in their order.
 func fanout[T any](ctx context.Context, h *Handler, ws []*worker.Worker, fn func(context.Context, *worker.Worker, *backend.Upstream) T) []T {
-	out := make([]T, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, h.d.FanoutTimeout)
-			defer cancel()
-			out[i] = fn(cctx, w, &backend.Upstream{Client: h.d.HTTP, APIKey: w.APIKey()})
-		})
-	}
-	wg.Wait()
-	return out
+	return backend.Fanout(ctx, h.d.HTTP, h.d.FanoutTimeout, ws, fn)
 }
 
 // getLoads: GET /get_loads answers SMG's {"workers":[{"worker","load","details"}]}. SMG's load is

@@ -83,16 +83,20 @@ func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
 	for i := 0; i < len(text); {
 		start, n, id := t.added.find(text, i)
 		if start < 0 {
-			return t.appendPlain(dst, text[i:])
+			return t.appendPlain(dst, text[i:], i == 0)
 		}
-		dst = t.appendPlain(dst, text[i:start])
+		dst = t.appendPlain(dst, text[i:start], i == 0)
 		dst = append(dst, id)
 		i = start + n
 	}
 	return dst
 }
 
-func (t *Tokenizer) appendPlain(dst []int, s string) []int {
+// appendPlain appends the ids of s, text between added tokens; first says it starts the input.
+func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
+	if t.sp != nil {
+		return t.sp.appendText(dst, s, first)
+	}
 	if s == "" {
 		return dst
 	}

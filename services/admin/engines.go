@@ -2,28 +2,15 @@ package admin
 
 import (
 	"context"
-	"sync"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// fanout calls fn for every registered worker in parallel, each call bounded by FanoutTimeout and made
-// with the worker's own API key; results come back in registry order.
+// fanout calls fn for every registered worker (backend.Fanout), in registry order.
 func fanout[T any](ctx context.Context, s *Service, fn func(context.Context, *worker.Worker, *backend.Upstream) T) []T {
-	ws := s.d.Registry.Snapshot().All()
-	out := make([]T, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.d.FanoutTimeout)
-			defer cancel()
-			out[i] = fn(cctx, w, &backend.Upstream{Client: s.d.HTTP, APIKey: w.APIKey()})
-		})
-	}
-	wg.Wait()
-	return out
+	return backend.Fanout(ctx, s.d.HTTP, s.d.FanoutTimeout, s.d.Registry.Snapshot().All(), fn)
 }
 
 // GetLoads asks every worker for its load.

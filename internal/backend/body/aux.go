@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/reqcheck"
 )
 
@@ -114,7 +115,7 @@ func parseAux(route Route, body []byte) (*Request, error) {
 		return nil, &RequestError{Message: "request body must be a JSON object"}
 	}
 	req := &Request{Route: route, Body: body, N: 1}
-	if raw, ok := fields["model"]; ok && !isNull(raw) {
+	if raw, ok := fields["model"]; ok && !jsonscan.IsNull(raw) {
 		var m string
 		if json.Unmarshal(raw, &m) != nil {
 			return nil, invalid("model", "model must be a string")
@@ -126,11 +127,11 @@ func parseAux(route Route, body []byte) (*Request, error) {
 			return nil, err
 		}
 	}
-	if raw, ok := fields["stream"]; ok && !isNull(raw) {
+	if raw, ok := fields["stream"]; ok && !jsonscan.IsNull(raw) {
 		if route != RouteResponses && route != RouteMessages {
 			return nil, invalid("stream", "%s does not stream", route.Path())
 		}
-		v, ok := parseBool(raw)
+		v, ok := jsonscan.ParseBool(raw)
 		if !ok {
 			return nil, invalid("stream", "stream must be a boolean")
 		}
@@ -146,7 +147,7 @@ func parseAux(route Route, body []byte) (*Request, error) {
 	for _, alts := range auxRequired[route] {
 		found := false
 		for _, f := range alts {
-			if raw, ok := fields[f]; ok && !isNull(raw) {
+			if raw, ok := fields[f]; ok && !jsonscan.IsNull(raw) {
 				found = true
 				break
 			}

@@ -1,6 +1,10 @@
 package body
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
+)
 
 // What a floor above needs to turn a body into another wire format (workerrpc builds worker-protocol
 // messages from it) without a scanner of its own.
@@ -9,21 +13,21 @@ import "encoding/json"
 // an earlier one. The error is the scanner's, as a *RequestError would quote it.
 func TopMembers(b []byte) (map[string]json.RawMessage, error) {
 	fields := map[string]json.RawMessage{}
-	it := newObjIter(b, 0)
+	it := jsonscan.NewObjIter(b, 0)
 	for {
-		m, ok := it.next()
+		m, ok := it.Next()
 		if !ok {
 			break
 		}
-		if v := m.value(b); !isNull(v) {
-			fields[m.key(b)] = v
+		if v := m.Value(b); !jsonscan.IsNull(v) {
+			fields[m.Key(b)] = v
 		}
 	}
-	return fields, it.err
+	return fields, it.Err
 }
 
 // IsNull reports whether raw is the JSON literal null.
-func IsNull(raw []byte) bool { return isNull(raw) }
+func IsNull(raw []byte) bool { return jsonscan.IsNull(raw) }
 
 // Invalid is the 400 answer for one parameter: param names it, the message is formatted.
 func Invalid(param, format string, args ...any) *RequestError {

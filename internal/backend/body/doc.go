@@ -8,7 +8,7 @@
 // vllm.go, Mooncake bodies in mooncake.go), n > 1 sample merging (samples.go), usage extraction
 // (usage.go), and SSE reading and writing for the streaming hot path (sse.go).
 //
-// Rewrites work on raw JSON with a small validating scanner (jsonscan.go) and editor (jsonedit.go):
+// Rewrites work on raw JSON with the gateway's validating scanner (internal/jsonscan) and an editor (jsonedit.go):
 // untouched members are copied byte-for-byte and new top-level fields are spliced in before the
 // closing brace, so unknown engine parameters always survive.
 //

@@ -1,6 +1,10 @@
 package body
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
+)
 
 // field is one top-level edit: set key to the raw JSON value, or delete key when value is nil.
 type field struct {
@@ -21,22 +25,22 @@ func rewriteObject(body []byte, edits []field) ([]byte, error) {
 	if len(edits) > maxEdits {
 		return nil, fmt.Errorf("backend: %d edits in one rewrite (max %d)", len(edits), maxEdits)
 	}
-	var stack [48]member
+	var stack [48]jsonscan.Member
 	members := stack[:0]
-	it := newObjIter(body, 0)
+	it := jsonscan.NewObjIter(body, 0)
 	extra := 0
 	for {
-		m, ok := it.next()
+		m, ok := it.Next()
 		if !ok {
 			break
 		}
 		members = append(members, m)
 	}
-	if it.err != nil {
-		return nil, it.err
+	if it.Err != nil {
+		return nil, it.Err
 	}
-	if skipWS(body, it.close+1) != len(body) {
-		return nil, syntaxErr("trailing data after object", it.close+1)
+	if jsonscan.SkipWS(body, it.Close+1) != len(body) {
+		return nil, jsonscan.SyntaxError("trailing data after object", it.Close+1)
 	}
 	for _, e := range edits {
 		extra += len(e.key) + len(e.value) + 4
@@ -46,14 +50,14 @@ func rewriteObject(body []byte, edits []field) ([]byte, error) {
 	var applied uint64
 	wrote := false
 	if len(members) == 0 {
-		out = append(out, body[:it.close]...)
+		out = append(out, body[:it.Close]...)
 	} else {
-		out = append(out, body[:members[0].keyStart]...)
+		out = append(out, body[:members[0].KeyStart]...)
 	}
 	for j, m := range members {
 		idx := -1
 		for k := range edits {
-			if m.keyIs(body, edits[k].key) {
+			if m.KeyIs(body, edits[k].key) {
 				idx = k
 				break
 			}
@@ -63,14 +67,14 @@ func rewriteObject(body []byte, edits []field) ([]byte, error) {
 			continue
 		}
 		if wrote {
-			out = append(out, body[members[j-1].valEnd:m.keyStart]...)
+			out = append(out, body[members[j-1].ValEnd:m.KeyStart]...)
 		}
 		if idx >= 0 {
 			applied |= 1 << idx
-			out = append(out, body[m.keyStart:m.valStart]...)
+			out = append(out, body[m.KeyStart:m.ValStart]...)
 			out = append(out, edits[idx].value...)
 		} else {
-			out = append(out, body[m.keyStart:m.valEnd]...)
+			out = append(out, body[m.KeyStart:m.ValEnd]...)
 		}
 		wrote = true
 	}
@@ -88,9 +92,9 @@ func rewriteObject(body []byte, edits []field) ([]byte, error) {
 		wrote = true
 	}
 	if len(members) == 0 {
-		out = append(out, body[it.close:]...)
+		out = append(out, body[it.Close:]...)
 	} else {
-		out = append(out, body[members[len(members)-1].valEnd:]...)
+		out = append(out, body[members[len(members)-1].ValEnd:]...)
 	}
 	return out, nil
 }

@@ -1,6 +1,10 @@
 package body
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
+)
 
 // MaxOutputTokens is a request's output bound per sample, for admission's decode KV reservation:
 // chat's max_completion_tokens, else max_tokens (OpenAI; vLLM reads them in that order), else
@@ -13,19 +17,19 @@ import "strconv"
 // request's CPU when a decode engine's KV capacity is known (sluice-bench scenario overhead).
 func MaxOutputTokens(body []byte) int64 {
 	var completion, tokens, newTokens []byte // raw values; nil when absent or null
-	it := newObjIter(body, 0)
+	it := jsonscan.NewObjIter(body, 0)
 	for {
-		m, ok := it.next()
+		m, ok := it.Next()
 		if !ok {
 			break
 		}
-		v := m.value(body)
+		v := m.Value(body)
 		switch {
-		case m.keyIs(body, "max_completion_tokens"):
+		case m.KeyIs(body, "max_completion_tokens"):
 			completion = nonNull(v)
-		case m.keyIs(body, "max_tokens"):
+		case m.KeyIs(body, "max_tokens"):
 			tokens = nonNull(v)
-		case m.keyIs(body, "sampling_params"):
+		case m.KeyIs(body, "sampling_params"):
 			newTokens = nil
 			if nonNull(v) == nil {
 				continue
@@ -33,12 +37,12 @@ func MaxOutputTokens(body []byte) int64 {
 			if v[0] != '{' {
 				return 0
 			}
-			if sm, ok := findMember(body, m.valStart, "max_new_tokens"); ok {
-				newTokens = nonNull(sm.value(body))
+			if sm, ok := jsonscan.FindMember(body, m.ValStart, "max_new_tokens"); ok {
+				newTokens = nonNull(sm.Value(body))
 			}
 		}
 	}
-	if it.err != nil {
+	if it.Err != nil {
 		return 0
 	}
 	var vals [3]int64
@@ -66,7 +70,7 @@ func MaxOutputTokens(body []byte) int64 {
 
 // nonNull is raw, or nil for JSON null.
 func nonNull(raw []byte) []byte {
-	if isNull(raw) {
+	if jsonscan.IsNull(raw) {
 		return nil
 	}
 	return raw

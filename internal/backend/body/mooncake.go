@@ -1,6 +1,10 @@
 package body
 
-import "github.com/sluicegw/sluice/internal/jsonx"
+import (
+	"github.com/sluicegw/sluice/internal/jsonx"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
+)
 
 // vLLM-style PD with the Mooncake connector, written from vLLM's own proxy
 // (examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py) and its usage guide
@@ -22,7 +26,7 @@ func MooncakePrefillBody(body []byte, transferID string) ([]byte, error) {
 		{"max_tokens", []byte("1")},
 		{"stream_options", nil},
 	}
-	if _, ok := findMember(body, 0, "max_completion_tokens"); ok {
+	if _, ok := jsonscan.FindMember(body, 0, "max_completion_tokens"); ok {
 		edits = append(edits, field{"max_completion_tokens", []byte("1")})
 	}
 	return rewriteObject(body, edits)

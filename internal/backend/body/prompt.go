@@ -3,6 +3,7 @@ package body
 import (
 	"fmt"
 
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/reqcheck"
 )
 
@@ -12,42 +13,42 @@ import (
 // validation error, or a syntax error (malformed JSON).
 func parseMessages(req *Request, body []byte, start int) (end int, rerr *RequestError, serr error) {
 	if start >= len(body) || body[start] != '[' {
-		if _, serr = skipValueDepth(body, start, 1); serr != nil {
+		if _, serr = jsonscan.SkipValueDepth(body, start, 1); serr != nil {
 			return 0, nil, serr
 		}
 		return 0, invalid("messages", "messages must be an array"), nil
 	}
 	text := make([]byte, 0, 1024)
 	count := 0
-	i := skipWS(body, start+1)
+	i := jsonscan.SkipWS(body, start+1)
 	for i >= len(body) || body[i] != ']' {
 		if count > 0 {
 			if i >= len(body) || body[i] != ',' {
-				return 0, nil, syntaxErr("expected ',' or ']'", i)
+				return 0, nil, jsonscan.SyntaxError("expected ',' or ']'", i)
 			}
-			i = skipWS(body, i+1)
+			i = jsonscan.SkipWS(body, i+1)
 		}
 		if i >= len(body) || body[i] != '{' {
-			if _, serr = skipValueDepth(body, i, 2); serr != nil {
+			if _, serr = jsonscan.SkipValueDepth(body, i, 2); serr != nil {
 				return 0, nil, serr
 			}
 			return 0, invalid(fmt.Sprintf("messages[%d]", count), "messages[%d] must be an object", count), nil
 		}
-		msg := newObjIter(body, i)
+		msg := jsonscan.NewObjIter(body, i)
 		sawRole := false
 		for {
-			m, ok := msg.next()
+			m, ok := msg.Next()
 			if !ok {
 				break
 			}
 			switch {
-			case m.keyIs(body, "role"):
+			case m.KeyIs(body, "role"):
 				sawRole = true
-				if e := reqcheck.Role(count, m.value(body)); e != nil {
+				if e := reqcheck.Role(count, m.Value(body)); e != nil {
 					return 0, checked(e), nil
 				}
-			case m.keyIs(body, "content"):
-				if e := reqcheck.Content(count, m.value(body)); e != nil {
+			case m.KeyIs(body, "content"):
+				if e := reqcheck.Content(count, m.Value(body)); e != nil {
 					return 0, checked(e), nil
 				}
 				var e *reqcheck.Error
@@ -56,14 +57,14 @@ func parseMessages(req *Request, body []byte, start int) (end int, rerr *Request
 				}
 			}
 		}
-		if msg.err != nil {
-			return 0, nil, msg.err
+		if msg.Err != nil {
+			return 0, nil, msg.Err
 		}
 		if e := reqcheck.MessageDone(count, sawRole); e != nil {
 			return 0, checked(e), nil
 		}
 		count++
-		i = skipWS(body, msg.close+1)
+		i = jsonscan.SkipWS(body, msg.Close+1)
 	}
 	if count == 0 {
 		return 0, invalid("messages", "messages must not be empty"), nil
@@ -75,29 +76,29 @@ func parseMessages(req *Request, body []byte, start int) (end int, rerr *Request
 
 // appendContentText appends the text of messages[msg].content: a string, or the "text" of text
 // parts. A part that is not an object is refused.
-func appendContentText(text, body []byte, m member, msg int) ([]byte, *reqcheck.Error) {
-	raw := m.value(body)
+func appendContentText(text, body []byte, m jsonscan.Member, msg int) ([]byte, *reqcheck.Error) {
+	raw := m.Value(body)
 	switch raw[0] {
 	case '"':
 		if len(text) > 0 {
 			text = append(text, ' ')
 		}
-		text, _ = appendUnquoted(text, raw)
+		text, _ = jsonscan.AppendUnquoted(text, raw)
 	case '[':
-		parts := newArrIter(body, m.valStart)
+		parts := jsonscan.NewArrIter(body, m.ValStart)
 		for j := 0; ; j++ {
-			ps, pe, ok := parts.next()
+			ps, pe, ok := parts.Next()
 			if !ok {
 				break
 			}
 			if body[ps] != '{' {
 				return text, reqcheck.ContentPart(msg, j, body[ps:pe])
 			}
-			if t, ok := findMember(body, ps, "text"); ok && body[t.valStart] == '"' {
+			if t, ok := jsonscan.FindMember(body, ps, "text"); ok && body[t.ValStart] == '"' {
 				if len(text) > 0 {
 					text = append(text, ' ')
 				}
-				text, _ = appendUnquoted(text, t.value(body))
+				text, _ = jsonscan.AppendUnquoted(text, t.Value(body))
 			}
 		}
 	}
@@ -106,31 +107,31 @@ func appendContentText(text, body []byte, m member, msg int) ([]byte, *reqcheck.
 
 // parsePrompt handles OpenAI completions' prompt: a string, an array of strings (a batch), an array
 // of token ids (one prompt), or an array of token arrays (a batch).
-func parsePrompt(req *Request, body []byte, m member, param string) *RequestError {
-	raw := m.value(body)
+func parsePrompt(req *Request, body []byte, m jsonscan.Member, param string) *RequestError {
+	raw := m.Value(body)
 	switch raw[0] {
 	case 'n':
 		return nil
 	case '"':
-		req.Text, _ = unquote(raw)
+		req.Text, _ = jsonscan.Unquote(raw)
 		req.PromptChars = len(req.Text)
 		return nil
 	case '[':
 	default:
 		return invalid(param, "%s must be a string or an array", param)
 	}
-	arr := newArrIter(body, m.valStart)
+	arr := jsonscan.NewArrIter(body, m.ValStart)
 	n := 0
 	batched := false
 	for {
-		s, e, ok := arr.next()
+		s, e, ok := arr.Next()
 		if !ok {
 			break
 		}
 		switch body[s] {
 		case '"':
 			if n == 0 {
-				req.Text, _ = unquote(body[s:e])
+				req.Text, _ = jsonscan.Unquote(body[s:e])
 			}
 			req.PromptChars += e - s - 2 // the raw string's length: escapes count a little extra
 			batched = true
@@ -154,23 +155,23 @@ func parsePrompt(req *Request, body []byte, m member, param string) *RequestErro
 }
 
 // parseGenerateText handles /generate's text: a string or a list of strings (a batch).
-func parseGenerateText(req *Request, body []byte, m member) *RequestError {
-	raw := m.value(body)
+func parseGenerateText(req *Request, body []byte, m jsonscan.Member) *RequestError {
+	raw := m.Value(body)
 	switch raw[0] {
 	case 'n':
 		return nil
 	case '"':
-		req.Text, _ = unquote(raw)
+		req.Text, _ = jsonscan.Unquote(raw)
 		req.PromptChars = len(req.Text)
 		return nil
 	case '[':
 	default:
 		return invalid("text", "text must be a string or an array of strings")
 	}
-	arr := newArrIter(body, m.valStart)
+	arr := jsonscan.NewArrIter(body, m.ValStart)
 	n := 0
 	for {
-		s, e, ok := arr.next()
+		s, e, ok := arr.Next()
 		if !ok {
 			break
 		}
@@ -178,7 +179,7 @@ func parseGenerateText(req *Request, body []byte, m member) *RequestError {
 			return invalid("text", "text[%d] must be a string", n)
 		}
 		if n == 0 {
-			req.Text, _ = unquote(body[s:e])
+			req.Text, _ = jsonscan.Unquote(body[s:e])
 		}
 		req.PromptChars += e - s - 2
 		n++
@@ -191,19 +192,19 @@ func parseGenerateText(req *Request, body []byte, m member) *RequestError {
 }
 
 // parseInputIDs handles /generate's input_ids: a list of ids, or a list of lists (a batch).
-func parseInputIDs(req *Request, body []byte, m member) *RequestError {
-	raw := m.value(body)
+func parseInputIDs(req *Request, body []byte, m jsonscan.Member) *RequestError {
+	raw := m.Value(body)
 	if raw[0] == 'n' {
 		return nil
 	}
 	if raw[0] != '[' {
 		return invalid("input_ids", "input_ids must be an array")
 	}
-	arr := newArrIter(body, m.valStart)
+	arr := jsonscan.NewArrIter(body, m.ValStart)
 	n := 0
 	batched := false
 	for {
-		s, _, ok := arr.next()
+		s, _, ok := arr.Next()
 		if !ok {
 			break
 		}
@@ -226,10 +227,10 @@ func parseInputIDs(req *Request, body []byte, m member) *RequestError {
 
 // countElems counts the elements of the (already validated) array at body[start].
 func countElems(body []byte, start int) int {
-	arr := newArrIter(body, start)
+	arr := jsonscan.NewArrIter(body, start)
 	n := 0
 	for {
-		if _, _, ok := arr.next(); !ok {
+		if _, _, ok := arr.Next(); !ok {
 			return n
 		}
 		n++

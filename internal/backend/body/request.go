@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/reqcheck"
 )
 
@@ -107,41 +108,41 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 	}
 	req := &Request{Route: route, Body: body, N: 1}
 	chk := reqcheck.New(checkAPI(route))
-	it := newObjIter(body, 0)
+	it := jsonscan.NewObjIter(body, 0)
 	var (
 		haveModel, haveMessages, havePrompt, haveText, haveInputIDs bool
 	)
 	for {
-		m, ok := it.nextKey()
+		m, ok := it.NextKey()
 		if !ok {
 			break
 		}
-		if route == RouteChat && m.keyIs(body, "messages") {
+		if route == RouteChat && m.KeyIs(body, "messages") {
 			// The largest value by far: parsed in place rather than skipped and then re-read.
 			haveMessages = true
-			end, err, serr := parseMessages(req, body, m.valStart)
+			end, err, serr := parseMessages(req, body, m.ValStart)
 			if serr != nil {
-				it.fail(serr)
+				it.Fail(serr)
 				break
 			}
 			if err != nil {
 				return nil, err
 			}
-			it.valueDone(end)
+			it.ValueDone(end)
 			continue
 		}
-		end, serr := skipValueDepth(body, m.valStart, 1)
+		end, serr := jsonscan.SkipValueDepth(body, m.ValStart, 1)
 		if serr != nil {
-			it.fail(serr)
+			it.Fail(serr)
 			break
 		}
-		m.valEnd = end
-		it.valueDone(end)
-		raw := m.value(body)
+		m.ValEnd = end
+		it.ValueDone(end)
+		raw := m.Value(body)
 		// Keys are compared on raw bytes; escaped keys (legal but unheard of) take the slow path.
-		key := body[m.keyStart+1 : m.keyEnd-1]
-		if m.keyEsc {
-			key = []byte(m.key(body))
+		key := body[m.KeyStart+1 : m.KeyEnd-1]
+		if m.KeyEsc {
+			key = []byte(m.Key(body))
 		}
 		err := checked(chk.Member(key, raw))
 		if err != nil {
@@ -149,9 +150,9 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		}
 		switch string(key) {
 		case "model":
-			haveModel = !isNull(raw)
+			haveModel = !jsonscan.IsNull(raw)
 			if haveModel {
-				s, ok := unquote(raw)
+				s, ok := jsonscan.Unquote(raw)
 				if !ok {
 					return nil, invalid("model", "model must be a string")
 				}
@@ -174,23 +175,23 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 			}
 		case "prompt":
 			if route == RouteCompletions {
-				havePrompt = !isNull(raw)
+				havePrompt = !jsonscan.IsNull(raw)
 				err = parsePrompt(req, body, m, "prompt")
 			}
 		case "text":
 			if route == RouteGenerate {
-				haveText = !isNull(raw)
+				haveText = !jsonscan.IsNull(raw)
 				err = parseGenerateText(req, body, m)
 			}
 		case "input_ids":
 			if route == RouteGenerate {
-				haveInputIDs = !isNull(raw)
+				haveInputIDs = !jsonscan.IsNull(raw)
 				err = parseInputIDs(req, body, m)
 			}
 		case "sampling_params":
-			if route == RouteGenerate && !isNull(raw) {
-				if sp, ok := findMember(body, m.valStart, "n"); ok {
-					err = parseN(req, sp.value(body), "sampling_params.n")
+			if route == RouteGenerate && !jsonscan.IsNull(raw) {
+				if sp, ok := jsonscan.FindMember(body, m.ValStart, "n"); ok {
+					err = parseN(req, sp.Value(body), "sampling_params.n")
 				} else if raw[0] != '{' && raw[0] != '[' {
 					err = invalid("sampling_params", "sampling_params must be an object")
 				} else if raw[0] == '[' {
@@ -208,13 +209,13 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 			return nil, err
 		}
 	}
-	if it.err != nil {
-		if errors.Is(it.err, errNotObject) {
+	if it.Err != nil {
+		if errors.Is(it.Err, jsonscan.ErrNotObject) {
 			return nil, &RequestError{Message: "request body must be a JSON object"}
 		}
-		return nil, &RequestError{Message: "malformed JSON: " + it.err.Error(), Malformed: true}
+		return nil, &RequestError{Message: "malformed JSON: " + it.Err.Error(), Malformed: true}
 	}
-	if skipWS(body, it.close+1) != len(body) {
+	if jsonscan.SkipWS(body, it.Close+1) != len(body) {
 		return nil, &RequestError{Message: "malformed JSON: trailing data after the object", Malformed: true}
 	}
 	if err := checked(chk.Done()); err != nil {
@@ -244,11 +245,11 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 }
 
 func parsePriority(req *Request, raw []byte) *RequestError {
-	if isNull(raw) {
+	if jsonscan.IsNull(raw) {
 		req.Priority, req.HasPriority = 0, false
 		return nil
 	}
-	v, ok := parseInt(raw)
+	v, ok := jsonscan.ParseInt(raw)
 	if !ok || v < -1<<31 || v > 1<<31-1 {
 		return invalid("priority", "priority must be a 32-bit integer")
 	}
@@ -257,11 +258,11 @@ func parsePriority(req *Request, raw []byte) *RequestError {
 }
 
 func parseStream(req *Request, raw []byte) *RequestError {
-	if isNull(raw) {
+	if jsonscan.IsNull(raw) {
 		req.Stream = false
 		return nil
 	}
-	v, ok := parseBool(raw)
+	v, ok := jsonscan.ParseBool(raw)
 	if !ok {
 		return invalid("stream", "stream must be a boolean")
 	}
@@ -270,11 +271,11 @@ func parseStream(req *Request, raw []byte) *RequestError {
 }
 
 func parseN(req *Request, raw []byte, param string) *RequestError {
-	if isNull(raw) {
+	if jsonscan.IsNull(raw) {
 		req.N = 1
 		return nil
 	}
-	v, ok := parseInt(raw)
+	v, ok := jsonscan.ParseInt(raw)
 	if !ok {
 		return invalid(param, "%s must be an integer", param)
 	}
@@ -287,46 +288,46 @@ func parseN(req *Request, raw []byte, param string) *RequestError {
 
 // parseSamplingList handles /generate's per-prompt sampling_params list: SGLang requires the same n in
 // every element, so the first one decides.
-func parseSamplingList(req *Request, body []byte, m member) *RequestError {
-	arr := newArrIter(body, m.valStart)
-	s, _, ok := arr.next()
+func parseSamplingList(req *Request, body []byte, m jsonscan.Member) *RequestError {
+	arr := jsonscan.NewArrIter(body, m.ValStart)
+	s, _, ok := arr.Next()
 	if !ok || body[s] != '{' {
 		return nil
 	}
-	if sp, ok := findMember(body, s, "n"); ok {
-		return parseN(req, sp.value(body), "sampling_params.n")
+	if sp, ok := jsonscan.FindMember(body, s, "n"); ok {
+		return parseN(req, sp.Value(body), "sampling_params.n")
 	}
 	return nil
 }
 
-func includeUsage(body []byte, m member) bool {
-	if body[m.valStart] != '{' {
+func includeUsage(body []byte, m jsonscan.Member) bool {
+	if body[m.ValStart] != '{' {
 		return false
 	}
-	u, ok := findMember(body, m.valStart, "include_usage")
+	u, ok := jsonscan.FindMember(body, m.ValStart, "include_usage")
 	if !ok {
 		return false
 	}
-	v, _ := parseBool(u.value(body))
+	v, _ := jsonscan.ParseBool(u.Value(body))
 	return v
 }
 
 // anyTrue reports whether a bool or a list of bools holds a true.
-func anyTrue(body []byte, m member) bool {
-	raw := m.value(body)
-	if v, ok := parseBool(raw); ok {
+func anyTrue(body []byte, m jsonscan.Member) bool {
+	raw := m.Value(body)
+	if v, ok := jsonscan.ParseBool(raw); ok {
 		return v
 	}
 	if raw[0] != '[' {
 		return false
 	}
-	arr := newArrIter(body, m.valStart)
+	arr := jsonscan.NewArrIter(body, m.ValStart)
 	for {
-		s, e, ok := arr.next()
+		s, e, ok := arr.Next()
 		if !ok {
 			return false
 		}
-		if v, _ := parseBool(body[s:e]); v {
+		if v, _ := jsonscan.ParseBool(body[s:e]); v {
 			return true
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // Merging the answers of the single-sample requests an n > 1 request was split into (SGLang PD cannot
@@ -25,7 +27,7 @@ func MergeSampleResponses(route Route, bodies [][]byte) ([]byte, error) {
 		out := make([]byte, 0, totalLen(bodies)+len(bodies)+2)
 		out = append(out, '[')
 		for k, b := range bodies {
-			s, e, err := topValue(b)
+			s, e, err := jsonscan.TopValue(b)
 			if err != nil {
 				return nil, fmt.Errorf("backend: sample %d: %w", k, err)
 			}
@@ -40,19 +42,19 @@ func MergeSampleResponses(route Route, bodies [][]byte) ([]byte, error) {
 	choices = append(choices, '[')
 	var u usageSum
 	for k, b := range bodies {
-		if _, err := checkTopObject(b); err != nil {
+		if _, err := jsonscan.CheckTopObject(b); err != nil {
 			return nil, fmt.Errorf("backend: sample %d: %w", k, err)
 		}
-		m, ok := findMember(b, 0, "choices")
-		if !ok || b[m.valStart] != '[' {
+		m, ok := jsonscan.FindMember(b, 0, "choices")
+		if !ok || b[m.ValStart] != '[' {
 			return nil, fmt.Errorf("backend: sample %d has no choices", k)
 		}
 		var err error
-		if choices, err = appendReindexed(choices, m.value(b), k); err != nil {
+		if choices, err = appendReindexed(choices, m.Value(b), k); err != nil {
 			return nil, fmt.Errorf("backend: sample %d: %w", k, err)
 		}
-		if um, ok := findMember(b, 0, "usage"); ok && !isNull(um.value(b)) {
-			if err := u.add(um.value(b)); err != nil {
+		if um, ok := jsonscan.FindMember(b, 0, "usage"); ok && !jsonscan.IsNull(um.Value(b)) {
+			if err := u.add(um.Value(b)); err != nil {
 				return nil, fmt.Errorf("backend: sample %d: %w", k, err)
 			}
 		}
@@ -81,9 +83,9 @@ func totalLen(bs [][]byte) int {
 // some), each object's "index" set to k.
 func appendReindexed(dst, arr []byte, k int) ([]byte, error) {
 	idx := strconv.AppendInt(nil, int64(k), 10)
-	it := newArrIter(arr, 0)
+	it := jsonscan.NewArrIter(arr, 0)
 	for {
-		s, e, ok := it.next()
+		s, e, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -99,8 +101,8 @@ func appendReindexed(dst, arr []byte, k int) ([]byte, error) {
 		}
 		dst = append(dst, c...)
 	}
-	if it.err != nil {
-		return nil, it.err
+	if it.Err != nil {
+		return nil, it.Err
 	}
 	return dst, nil
 }
@@ -167,20 +169,20 @@ func (m *SampleStreamMerger) Frame(k int, payload []byte) ([]byte, error) {
 		return rewriteObject(payload, []field{{"index", idx}})
 	}
 	var edits []field
-	if im, ok := findMember(payload, 0, "id"); ok {
+	if im, ok := jsonscan.FindMember(payload, 0, "id"); ok {
 		if m.id == nil {
-			m.id = append([]byte(nil), im.value(payload)...)
+			m.id = append([]byte(nil), im.Value(payload)...)
 		} else {
 			edits = append(edits, field{"id", m.id})
 		}
 	}
-	cm, ok := findMember(payload, 0, "choices")
-	if !ok || payload[cm.valStart] != '[' {
+	cm, ok := jsonscan.FindMember(payload, 0, "choices")
+	if !ok || payload[cm.ValStart] != '[' {
 		return rewriteOrSame(payload, edits)
 	}
-	if isEmptyArray(cm.value(payload)) {
-		if um, ok := findMember(payload, 0, "usage"); ok && !isNull(um.value(payload)) {
-			if err := m.usage.add(um.value(payload)); err != nil {
+	if isEmptyArray(cm.Value(payload)) {
+		if um, ok := jsonscan.FindMember(payload, 0, "usage"); ok && !jsonscan.IsNull(um.Value(payload)) {
+			if err := m.usage.add(um.Value(payload)); err != nil {
 				return nil, err
 			}
 			if m.template == nil {
@@ -190,7 +192,7 @@ func (m *SampleStreamMerger) Frame(k int, payload []byte) ([]byte, error) {
 		}
 		return rewriteOrSame(payload, edits)
 	}
-	choices, err := appendReindexed(append(make([]byte, 0, len(cm.value(payload))+8), '['), cm.value(payload), k)
+	choices, err := appendReindexed(append(make([]byte, 0, len(cm.Value(payload))+8), '['), cm.Value(payload), k)
 	if err != nil {
 		return nil, err
 	}
@@ -222,5 +224,5 @@ func rewriteOrSame(payload []byte, edits []field) ([]byte, error) {
 }
 
 func isEmptyArray(raw []byte) bool {
-	return len(raw) >= 2 && raw[0] == '[' && skipWS(raw, 1) == len(raw)-1
+	return len(raw) >= 2 && raw[0] == '[' && jsonscan.SkipWS(raw, 1) == len(raw)-1
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/jsonx"
 )
 
@@ -112,15 +113,15 @@ func SingleSampleBody(route Route, body []byte) ([]byte, error) {
 	if route != RouteGenerate {
 		return rewriteObject(body, []field{{"n", []byte("1")}})
 	}
-	m, ok := findMember(body, 0, "sampling_params")
-	if !ok || body[m.valStart] != '{' {
+	m, ok := jsonscan.FindMember(body, 0, "sampling_params")
+	if !ok || body[m.ValStart] != '{' {
 		return nil, errors.New("backend: SingleSampleBody: sampling_params is not an object")
 	}
-	sp, err := rewriteObject(m.value(body), []field{{"n", []byte("1")}})
+	sp, err := rewriteObject(m.Value(body), []field{{"n", []byte("1")}})
 	if err != nil {
 		return nil, err
 	}
-	return splice(body, m.valStart, m.valEnd, sp), nil
+	return splice(body, m.ValStart, m.ValEnd, sp), nil
 }
 
 func repeatJSON(v []byte, n int) []byte {
@@ -141,11 +142,11 @@ func repeatJSON(v []byte, n int) []byte {
 // a batch, arrays of objects paired by index. Streaming responses are not merged (the frames are
 // relayed as they come). The decode response is returned unchanged when prefill has no logprobs.
 func MergeInputLogprobs(prefillResp, decodeResp []byte) ([]byte, error) {
-	ps, pe, err := topValue(prefillResp)
+	ps, pe, err := jsonscan.TopValue(prefillResp)
 	if err != nil {
 		return nil, fmt.Errorf("backend: prefill response: %w", err)
 	}
-	ds, de, err := topValue(decodeResp)
+	ds, de, err := jsonscan.TopValue(decodeResp)
 	if err != nil {
 		return nil, fmt.Errorf("backend: decode response: %w", err)
 	}
@@ -159,9 +160,9 @@ func MergeInputLogprobs(prefillResp, decodeResp []byte) ([]byte, error) {
 		return splice(decodeResp, ds, de, merged), nil
 	case p[0] == '[' && d[0] == '[':
 		var pItems [][]byte
-		pa := newArrIter(p, 0)
+		pa := jsonscan.NewArrIter(p, 0)
 		for {
-			s, e, ok := pa.next()
+			s, e, ok := pa.Next()
 			if !ok {
 				break
 			}
@@ -169,10 +170,10 @@ func MergeInputLogprobs(prefillResp, decodeResp []byte) ([]byte, error) {
 		}
 		out := make([]byte, 0, len(decodeResp)+len(prefillResp))
 		out = append(out, decodeResp[:ds]...)
-		da := newArrIter(d, 0)
+		da := jsonscan.NewArrIter(d, 0)
 		last := 0
 		for i := 0; ; i++ {
-			s, e, ok := da.next()
+			s, e, ok := da.Next()
 			if !ok {
 				break
 			}
@@ -201,30 +202,30 @@ func splice(b []byte, s, e int, v []byte) []byte {
 
 // mergeOne merges one prefill object's meta_info.input_token_logprobs into one decode object.
 func mergeOne(prefill, decode []byte) ([]byte, error) {
-	pm, ok := findMember(prefill, 0, "meta_info")
-	if !ok || prefill[pm.valStart] != '{' {
+	pm, ok := jsonscan.FindMember(prefill, 0, "meta_info")
+	if !ok || prefill[pm.ValStart] != '{' {
 		return decode, nil
 	}
-	pl, ok := findMember(prefill, pm.valStart, "input_token_logprobs")
-	if !ok || prefill[pl.valStart] != '[' {
+	pl, ok := jsonscan.FindMember(prefill, pm.ValStart, "input_token_logprobs")
+	if !ok || prefill[pl.ValStart] != '[' {
 		return decode, nil
 	}
-	dm, ok := findMember(decode, 0, "meta_info")
-	if !ok || decode[dm.valStart] != '{' {
-		meta := append([]byte(`{"input_token_logprobs":`), pl.value(prefill)...)
+	dm, ok := jsonscan.FindMember(decode, 0, "meta_info")
+	if !ok || decode[dm.ValStart] != '{' {
+		meta := append([]byte(`{"input_token_logprobs":`), pl.Value(prefill)...)
 		meta = append(meta, '}')
 		return rewriteObject(decode, []field{{"meta_info", meta}})
 	}
-	metaRaw := dm.value(decode)
-	merged := pl.value(prefill)
-	if dl, ok := findMember(metaRaw, 0, "input_token_logprobs"); ok && metaRaw[dl.valStart] == '[' {
-		merged = concatArrays(merged, dl.value(metaRaw))
+	metaRaw := dm.Value(decode)
+	merged := pl.Value(prefill)
+	if dl, ok := jsonscan.FindMember(metaRaw, 0, "input_token_logprobs"); ok && metaRaw[dl.ValStart] == '[' {
+		merged = concatArrays(merged, dl.Value(metaRaw))
 	}
 	newMeta, err := rewriteObject(metaRaw, []field{{"input_token_logprobs", merged}})
 	if err != nil {
 		return nil, err
 	}
-	return splice(decode, dm.valStart, dm.valEnd, newMeta), nil
+	return splice(decode, dm.ValStart, dm.ValEnd, newMeta), nil
 }
 
 // concatArrays joins two raw JSON arrays.
@@ -244,9 +245,9 @@ func concatArrays(a, b []byte) []byte {
 // trimArray returns the inside of a raw array without surrounding whitespace.
 func trimArray(a []byte) []byte {
 	inner := a[1 : len(a)-1]
-	s := skipWS(inner, 0)
+	s := jsonscan.SkipWS(inner, 0)
 	e := len(inner)
-	for e > s && isWS(inner[e-1]) {
+	for e > s && jsonscan.IsWS(inner[e-1]) {
 		e--
 	}
 	return inner[s:e]
@@ -258,11 +259,11 @@ func FrameIndex(frame []byte) int {
 	if len(frame) == 0 || frame[0] != '{' {
 		return 0
 	}
-	m, ok := findMember(frame, 0, "index")
+	m, ok := jsonscan.FindMember(frame, 0, "index")
 	if !ok {
 		return 0
 	}
-	v, ok := parseInt(m.value(frame))
+	v, ok := jsonscan.ParseInt(m.Value(frame))
 	if !ok || v < 0 || v > 1<<20 {
 		return 0
 	}
@@ -274,12 +275,12 @@ func HasInputLogprobs(obj []byte) bool {
 	if len(obj) == 0 || obj[0] != '{' {
 		return false
 	}
-	m, ok := findMember(obj, 0, "meta_info")
-	if !ok || obj[m.valStart] != '{' {
+	m, ok := jsonscan.FindMember(obj, 0, "meta_info")
+	if !ok || obj[m.ValStart] != '{' {
 		return false
 	}
-	l, ok := findMember(obj, m.valStart, "input_token_logprobs")
-	return ok && obj[l.valStart] == '['
+	l, ok := jsonscan.FindMember(obj, m.ValStart, "input_token_logprobs")
+	return ok && obj[l.ValStart] == '['
 }
 
 // MergeStreamInputLogprobs prepends the input logprobs of a prefill stream frame to one decode stream
@@ -289,7 +290,7 @@ func MergeStreamInputLogprobs(prefillFrame, decodeFrame []byte) ([]byte, error) 
 	if len(prefillFrame) == 0 || prefillFrame[0] != '{' || len(decodeFrame) == 0 || decodeFrame[0] != '{' {
 		return decodeFrame, nil
 	}
-	if _, ok := findMember(decodeFrame, 0, "meta_info"); !ok {
+	if _, ok := jsonscan.FindMember(decodeFrame, 0, "meta_info"); !ok {
 		return decodeFrame, nil
 	}
 	return mergeOne(prefillFrame, decodeFrame)

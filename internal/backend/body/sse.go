@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // SSE framing as engines emit it (text/event-stream): events separated by a blank line, the payload
@@ -244,17 +246,17 @@ func IsErrorFrame(payload []byte) bool {
 	if !bytes.Contains(payload, []byte(`"error"`)) {
 		return false
 	}
-	it := newObjIter(payload, 0)
+	it := jsonscan.NewObjIter(payload, 0)
 	for {
-		m, ok := it.next()
+		m, ok := it.Next()
 		if !ok {
 			return false
 		}
-		v := m.value(payload)
-		if m.keyIs(payload, "error") && !isNull(v) {
+		v := m.Value(payload)
+		if m.KeyIs(payload, "error") && !jsonscan.IsNull(v) {
 			return true
 		}
-		if m.keyIs(payload, "object") && string(v) == `"error"` {
+		if m.KeyIs(payload, "object") && string(v) == `"error"` {
 			return true
 		}
 	}

@@ -1,6 +1,10 @@
 package body
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
+)
 
 // Reading the token usage engines report, for the gateway's token metrics. A streamed chat or
 // completions answer carries its usage only in a trailing usage-only chunk (choices empty), and only
@@ -69,17 +73,17 @@ func ScanFrameUsage(p []byte) (fu FrameUsage) {
 		if i < 0 {
 			return fu
 		}
-		v := skipWS(p, i+len(usageKey))
+		v := jsonscan.SkipWS(p, i+len(usageKey))
 		if v >= len(p) || p[v] != '{' {
 			return fu
 		}
-		end, err := skipValue(p, v)
-		if err != nil || skipWS(p, end) != e {
+		end, err := jsonscan.SkipValue(p, v)
+		if err != nil || jsonscan.SkipWS(p, end) != e {
 			return fu // not the object's last member
 		}
 		if fu.Usage, fu.Has = readUsage(p[v:end]); fu.Has {
-			c, ok := findMember(p, 0, "choices")
-			fu.UsageOnly = ok && isEmptyArray(c.value(p))
+			c, ok := jsonscan.FindMember(p, 0, "choices")
+			fu.UsageOnly = ok && isEmptyArray(c.Value(p))
 		}
 	}
 	return fu
@@ -88,7 +92,7 @@ func ScanFrameUsage(p []byte) (fu FrameUsage) {
 // lastNonWS returns the index of the last non-whitespace byte before index i, or -1.
 func lastNonWS(p []byte, i int) int {
 	for k := i - 1; k >= 0; k-- {
-		if !isWS(p[k]) {
+		if !jsonscan.IsWS(p[k]) {
 			return k
 		}
 	}
@@ -108,23 +112,23 @@ func CutUsageNull(p []byte, fu FrameUsage) []byte {
 func readUsage(obj []byte) (Usage, bool) {
 	var u Usage
 	seen := false
-	it := newObjIter(obj, 0)
+	it := jsonscan.NewObjIter(obj, 0)
 	for {
-		m, ok := it.next()
+		m, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch {
-		case m.keyIs(obj, "prompt_tokens"), m.keyIs(obj, "input_tokens"): // input_*: Responses, Messages
-			u.Prompt, ok = parseInt(m.value(obj))
-		case m.keyIs(obj, "completion_tokens"), m.keyIs(obj, "output_tokens"):
-			u.Completion, ok = parseInt(m.value(obj))
+		case m.KeyIs(obj, "prompt_tokens"), m.KeyIs(obj, "input_tokens"):
+			u.Prompt, ok = jsonscan.ParseInt(m.Value(obj))
+		case m.KeyIs(obj, "completion_tokens"), m.KeyIs(obj, "output_tokens"):
+			u.Completion, ok = jsonscan.ParseInt(m.Value(obj))
 		default:
 			continue
 		}
 		seen = seen || ok
 	}
-	return u, seen && it.err == nil
+	return u, seen && it.Err == nil
 }
 
 // UnaryUsage reads the usage of a whole answer: the top-level "usage" object of chat and completions,
@@ -132,13 +136,13 @@ func readUsage(obj []byte) (Usage, bool) {
 // a batch, or n samples, each reports its own).
 func UnaryUsage(route Route, body []byte) (Usage, bool) {
 	if route != RouteGenerate {
-		m, ok := findMember(body, 0, "usage")
-		if !ok || body[m.valStart] != '{' {
+		m, ok := jsonscan.FindMember(body, 0, "usage")
+		if !ok || body[m.ValStart] != '{' {
 			return Usage{}, false
 		}
-		return readUsage(m.value(body))
+		return readUsage(m.Value(body))
 	}
-	i := skipWS(body, 0)
+	i := jsonscan.SkipWS(body, 0)
 	if i >= len(body) {
 		return Usage{}, false
 	}
@@ -147,9 +151,9 @@ func UnaryUsage(route Route, body []byte) (Usage, bool) {
 	}
 	var sum Usage
 	seen := false
-	arr := newArrIter(body, i)
+	arr := jsonscan.NewArrIter(body, i)
 	for {
-		s, _, ok := arr.next()
+		s, _, ok := arr.Next()
 		if !ok {
 			break
 		}
@@ -167,11 +171,11 @@ func generateMetaUsage(body []byte, i int) (Usage, bool) {
 	if body[i] != '{' {
 		return Usage{}, false
 	}
-	m, ok := findMember(body, i, "meta_info")
-	if !ok || body[m.valStart] != '{' {
+	m, ok := jsonscan.FindMember(body, i, "meta_info")
+	if !ok || body[m.ValStart] != '{' {
 		return Usage{}, false
 	}
-	return readUsage(m.value(body))
+	return readUsage(m.Value(body))
 }
 
 // GenerateFrameUsage reads one streamed /generate payload: the counts so far in its meta_info (SGLang
@@ -180,22 +184,22 @@ func GenerateFrameUsage(p []byte) (index int, u Usage, ok bool) {
 	if len(p) == 0 || p[0] != '{' {
 		return 0, Usage{}, false
 	}
-	it := newObjIter(p, 0)
+	it := jsonscan.NewObjIter(p, 0)
 	for {
-		m, more := it.next()
+		m, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case m.keyIs(p, "meta_info") && p[m.valStart] == '{':
-			u, ok = readUsage(m.value(p))
-		case m.keyIs(p, "index"):
-			if v, isInt := parseInt(m.value(p)); isInt && v >= 0 && v < MaxN*1024 {
+		case m.KeyIs(p, "meta_info") && p[m.ValStart] == '{':
+			u, ok = readUsage(m.Value(p))
+		case m.KeyIs(p, "index"):
+			if v, isInt := jsonscan.ParseInt(m.Value(p)); isInt && v >= 0 && v < MaxN*1024 {
 				index = int(v)
 			}
 		}
 	}
-	return index, u, ok && it.err == nil
+	return index, u, ok && it.Err == nil
 }
 
 // WithStreamUsage returns body with stream_options.include_usage set to true, keeping the other
@@ -203,20 +207,20 @@ func GenerateFrameUsage(p []byte) (index int, u Usage, ok bool) {
 // for continuous usage stats (with include_usage vLLM would then add usage to every chunk), or when
 // stream_options or the body is not a JSON object.
 func WithStreamUsage(body []byte) (out []byte, ok bool) {
-	m, found := findMember(body, 0, "stream_options")
+	m, found := jsonscan.FindMember(body, 0, "stream_options")
 	opts := []byte(`{"include_usage":true}`)
-	if found && !isNull(m.value(body)) {
-		so := m.value(body)
+	if found && !jsonscan.IsNull(m.Value(body)) {
+		so := m.Value(body)
 		if so[0] != '{' {
 			return body, false
 		}
-		if um, ok := findMember(so, 0, "include_usage"); ok {
-			if v, _ := parseBool(um.value(so)); v {
+		if um, ok := jsonscan.FindMember(so, 0, "include_usage"); ok {
+			if v, _ := jsonscan.ParseBool(um.Value(so)); v {
 				return body, false
 			}
 		}
-		if cm, ok := findMember(so, 0, "continuous_usage_stats"); ok {
-			if v, _ := parseBool(cm.value(so)); v {
+		if cm, ok := jsonscan.FindMember(so, 0, "continuous_usage_stats"); ok {
+			if v, _ := jsonscan.ParseBool(cm.Value(so)); v {
 				return body, false
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // vllmPrefillKV is the kv_transfer_params of a vLLM prefill request (NIXL connector): keep the KV
@@ -30,7 +32,7 @@ func VLLMPrefillBody(body []byte) ([]byte, error) {
 		{"min_tokens", nil},
 		{"min_completion_tokens", nil},
 	}
-	if _, ok := findMember(body, 0, "max_completion_tokens"); ok {
+	if _, ok := jsonscan.FindMember(body, 0, "max_completion_tokens"); ok {
 		edits = append(edits, field{"max_completion_tokens", []byte("1")})
 	}
 	return rewriteObject(body, edits)
@@ -44,14 +46,14 @@ var ErrNoKVTransferParams = errors.New("prefill response has no kv_transfer_para
 
 // ExtractKVTransferParams returns the kv_transfer_params object of a vLLM prefill response.
 func ExtractKVTransferParams(prefillResponse []byte) (json.RawMessage, error) {
-	if _, err := checkTopObject(prefillResponse); err != nil {
+	if _, err := jsonscan.CheckTopObject(prefillResponse); err != nil {
 		return nil, fmt.Errorf("backend: prefill response: %w", err)
 	}
-	m, ok := findMember(prefillResponse, 0, "kv_transfer_params")
-	if !ok || isNull(m.value(prefillResponse)) {
+	m, ok := jsonscan.FindMember(prefillResponse, 0, "kv_transfer_params")
+	if !ok || jsonscan.IsNull(m.Value(prefillResponse)) {
 		return nil, ErrNoKVTransferParams
 	}
-	v := m.value(prefillResponse)
+	v := m.Value(prefillResponse)
 	if v[0] != '{' {
 		return nil, fmt.Errorf("%w: kv_transfer_params is not an object", ErrNoKVTransferParams)
 	}
@@ -63,7 +65,7 @@ func ExtractKVTransferParams(prefillResponse []byte) (json.RawMessage, error) {
 // kv_transfer_params never reach the decode: they would point it at a host of the client's choosing.
 func VLLMDecodeBody(body []byte, params json.RawMessage) ([]byte, error) {
 	if len(params) == 0 {
-		if _, ok := findMember(body, 0, "kv_transfer_params"); !ok {
+		if _, ok := jsonscan.FindMember(body, 0, "kv_transfer_params"); !ok {
 			return body, nil
 		}
 		return rewriteObject(body, []field{{"kv_transfer_params", nil}})

@@ -3,6 +3,8 @@ package body
 import (
 	"errors"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // The prefill body follows vLLM's toy_proxy_server.py send_request_to_service.
@@ -64,7 +66,7 @@ func TestExtractKVTransferParamsAndDecodeBody(t *testing.T) {
 		{name: "missing", resp: `{"id":"x"}`, wantErr: ErrNoKVTransferParams},
 		{name: "null", resp: `{"kv_transfer_params":null}`, wantErr: ErrNoKVTransferParams},
 		{name: "not object", resp: `{"kv_transfer_params":[1]}`, wantErr: ErrNoKVTransferParams},
-		{name: "malformed", resp: `{"kv_transfer_params":{`, wantErr: errSyntax},
+		{name: "malformed", resp: `{"kv_transfer_params":{`, wantErr: jsonscan.ErrSyntax},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,13 +2,14 @@ package reqcheck
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
-// This file reads values out of JSON the caller has already validated (internal/backend's scanner
-// accepts exactly what json.Valid accepts), so it skips rather than re-validates.
+// This file reads values out of JSON the caller has already validated: the structure with the
+// gateway's one JSON reader (internal/jsonscan), the values by type and range.
 
 // kind is a JSON value's type, read from its first byte.
 type kind uint8
@@ -63,132 +64,49 @@ func kindName(k kind) string {
 	return "invalid JSON"
 }
 
-func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && isWS(b[i]) {
-		i++
-	}
-	return i
-}
-
-// skip returns the index just past the valid JSON value starting at b[i].
-func skip(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '[', '{':
-		depth := 0
-		for i < len(b) {
-			c := b[i]
-			if c != '"' && c != '[' && c != ']' && c != '{' && c != '}' {
-				i++
-				continue
-			}
-			switch c {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '[', '{':
-				depth++
-			default:
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(b) && !isWS(b[i]) && b[i] != ',' && b[i] != ']' && b[i] != '}' && b[i] != ':' {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index just past the string starting at b[i] == '"': the first quote not
-// escaped by an odd run of backslashes.
-func skipString(b []byte, i int) int {
-	i++
-	for {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return len(b)
-		}
-		i += q
-		bs := 0
-		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
-			bs++
-		}
-		i++
-		if bs%2 == 0 {
-			return i
-		}
-	}
-}
-
 // elems calls fn with each element of the array raw, stopping at the first error fn returns.
 func elems(raw []byte, fn func(i int, v []byte) *Error) *Error {
-	p := skipWS(raw, 1)
-	for n := 0; p < len(raw) && raw[p] != ']'; n++ {
-		end := skip(raw, p)
-		if err := fn(n, raw[p:end]); err != nil {
+	it := jsonscan.NewArrIter(raw, 0)
+	for n := 0; ; n++ {
+		start, end, ok := it.Next()
+		if !ok {
+			return nil
+		}
+		if err := fn(n, raw[start:end]); err != nil {
 			return err
 		}
-		p = skipWS(raw, end)
-		if p < len(raw) && raw[p] == ',' {
-			p = skipWS(raw, p+1)
-		}
 	}
-	return nil
 }
 
 // members calls fn with each member of the object raw (the key still quoted), stopping at the first
 // error fn returns.
 func members(raw []byte, fn func(key, v []byte) *Error) *Error {
-	p := skipWS(raw, 1)
-	for p < len(raw) && raw[p] == '"' {
-		kend := skipString(raw, p)
-		key := raw[p:kend]
-		p = skipWS(raw, kend)
-		p = skipWS(raw, p+1) // the ':'
-		end := skip(raw, p)
-		if err := fn(key, raw[p:end]); err != nil {
+	it := jsonscan.NewObjIter(raw, 0)
+	for {
+		m, ok := it.Next()
+		if !ok {
+			return nil
+		}
+		if err := fn(raw[m.KeyStart:m.KeyEnd], m.Value(raw)); err != nil {
 			return err
 		}
-		p = skipWS(raw, end)
-		if p < len(raw) && raw[p] == ',' {
-			p = skipWS(raw, p+1)
-		}
 	}
-	return nil
 }
 
 // member returns the value of the last member named name of object raw (last wins, as in Python's
 // json).
 func member(raw []byte, name string) ([]byte, bool) {
-	var val []byte
-	found := false
-	_ = members(raw, func(key, v []byte) *Error {
-		if keyIs(key, name) {
-			val, found = v, true
-		}
-		return nil
-	})
-	return val, found
+	m, ok := jsonscan.FindMember(raw, 0, name)
+	if !ok {
+		return nil, false
+	}
+	return m.Value(raw), true
 }
 
-// keyIs compares a quoted key with name, decoding escapes (legal, unheard of) on a slow path.
+// keyIs compares a quoted key with name, as the scanner compares its members' keys.
 func keyIs(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
-		return len(key) == len(name)+2 && string(key[1:len(key)-1]) == name
-	}
-	var k string
-	return json.Unmarshal(key, &k) == nil && k == name
+	m := jsonscan.Member{KeyStart: 0, KeyEnd: len(key), KeyEsc: bytes.IndexByte(key, '\\') >= 0}
+	return m.KeyIs(key, name)
 }
 
 // number decodes a JSON number; ok is false for a number out of float64's range (1e400), which
@@ -294,18 +212,18 @@ func pow10(n int) float64 {
 // (surrounding whitespace and a sign allowed).
 func isIntegerKey(key []byte) bool {
 	if bytes.IndexByte(key, '\\') >= 0 {
-		var k string
-		if json.Unmarshal(key, &k) != nil {
+		k, ok := jsonscan.Unquote(key)
+		if !ok {
 			return false
 		}
 		key = []byte(strconv.Quote(k))
 	}
 	s := key[1 : len(key)-1]
 	i, j := 0, len(s)
-	for i < j && (isWS(s[i]) || s[i] == ' ') {
+	for i < j && jsonscan.IsWS(s[i]) {
 		i++
 	}
-	for j > i && isWS(s[j-1]) {
+	for j > i && jsonscan.IsWS(s[j-1]) {
 		j--
 	}
 	if i < j && (s[i] == '-' || s[i] == '+') {

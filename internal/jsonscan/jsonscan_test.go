@@ -1,0 +1,93 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+var scannerSeeds = []string{
+	`{}`, ` { } `, `{"a":1}`, `{"a":1,}`, `{,}`, `{"a" 1}`, `{"a":}`, `{"a":01}`, `{"a":-0.5e+3}`,
+	`{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":1e}`, `{"a":"\u00e9\n\"x\\"}`, `{"a":"\x"}`, `{"a":"\u12"}`,
+	"{\"a\":\"\x01\"}", `{"a":[1,[2,{"b":null}],true,false]}`, `{"a":[1,]}`, `{"a":tru}`, `{"a":nul}`,
+	`{"a":1}x`, `{"a":1} {}`, `[1]`, `"x"`, ``, `{"a":{"b":{"c":[[[]]]}}}`, `{"a":"` + strings.Repeat("xy", 40) + `"}`,
+	`{"a":"` + strings.Repeat("x", 13) + `\"` + strings.Repeat("é", 9) + `"}`, "{\"a\":\"\xff\xfe\"}",
+	`{"a":[1 2]}`, `{"a":1 "b":2}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ud83d"}`, `{"":1e700}`,
+}
+
+// The scanner accepts exactly the JSON objects encoding/json accepts.
+func FuzzScannerMatchesEncodingJSON(f *testing.F) {
+	for _, s := range scannerSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := CheckTopObject(b)
+		i := SkipWS(b, 0)
+		want := json.Valid(b) && i < len(b) && b[i] == '{'
+		if (err == nil) != want {
+			t.Fatalf("CheckTopObject(%q) err = %v, json.Valid+object = %v", b, err, want)
+		}
+		if err != nil {
+			return
+		}
+		// Every string member decodes like encoding/json does (for valid UTF-8).
+		var ref map[string]json.RawMessage
+		if err := json.Unmarshal(b, &ref); err != nil {
+			t.Fatalf("json.Unmarshal: %v", err)
+		}
+		it := NewObjIter(b, 0)
+		for {
+			m, ok := it.Next()
+			if !ok {
+				break
+			}
+			raw := m.Value(b)
+			if raw[0] != '"' || !utf8.Valid(raw) || bytes.Contains(raw, []byte(`\ud`)) || bytes.Contains(raw, []byte(`\uD`)) {
+				continue
+			}
+			got, ok := Unquote(raw)
+			var want string
+			_ = json.Unmarshal(raw, &want)
+			if !ok || got != want {
+				t.Fatalf("Unquote(%s) = %q, %v; want %q", raw, got, ok, want)
+			}
+		}
+	})
+}
+
+func TestUnquoteSurrogates(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		raw  string
+		want string
+	}{
+		{`"\ud83d\ude00"`, "😀"},
+		{`"a\ud83db"`, "a\ufffdb"},
+		{`"\u00e9\t\/"`, "é\t/"},
+		{`"plain"`, "plain"},
+	}
+	for _, tt := range tests {
+		got, ok := Unquote([]byte(tt.raw))
+		var ref string
+		if err := json.Unmarshal([]byte(tt.raw), &ref); err != nil {
+			t.Fatal(err)
+		}
+		if !ok || got != tt.want || got != ref {
+			t.Errorf("Unquote(%s) = %q, %v; want %q (encoding/json %q)", tt.raw, got, ok, tt.want, ref)
+		}
+	}
+}
+
+func TestScannerDepthLimit(t *testing.T) {
+	t.Parallel()
+	deep := `{"a":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`
+	if _, err := CheckTopObject([]byte(deep)); err == nil {
+		t.Fatal("nesting beyond MaxDepth accepted")
+	}
+	ok := `{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`
+	if _, err := CheckTopObject([]byte(ok)); err != nil {
+		t.Fatalf("nesting of 100 rejected: %v", err)
+	}
+}
