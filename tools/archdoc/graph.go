@@ -25,7 +25,7 @@ type pkg struct {
 // files (test helpers included), and, apart, the external test packages (p_test), which sit above
 // what they import and may import the package they test.
 type house struct {
-	pkgs  map[string]*pkg    // by short name (the path without the module prefix)
+	pkgs  map[string]*pkg     // by short name (the path without the module prefix)
 	edges map[string][]string // short name -> the module packages it imports, tests included
 	xtest map[string][]string // short name -> the module packages its external tests import
 	floor map[string]int
