@@ -2,8 +2,6 @@ package config
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/reasoning"
@@ -56,18 +54,10 @@ type parserValue struct {
 }
 
 func (v *parserValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
+	if v.p == nil {
 		return ""
 	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
-		if k == "" {
-			parts = append(parts, (*v.p)[k])
-		} else {
-			parts = append(parts, k+"="+(*v.p)[k])
-		}
-	}
-	return strings.Join(parts, ",")
+	return perModelString(*v.p)
 }
 
 func (v *parserValue) Set(s string) error {

@@ -29,18 +29,10 @@ func (s *flagSet) registerTokenizer() {
 type tokenizerPathValue struct{ p *map[string]string }
 
 func (v tokenizerPathValue) String() string {
-	if v.p == nil || len(*v.p) == 0 {
+	if v.p == nil {
 		return ""
 	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(*v.p)) {
-		if k == "" {
-			parts = append(parts, (*v.p)[k])
-		} else {
-			parts = append(parts, k+"="+(*v.p)[k])
-		}
-	}
-	return strings.Join(parts, ",")
+	return perModelString(*v.p)
 }
 
 func (v tokenizerPathValue) Set(s string) error {
@@ -67,4 +59,18 @@ func (v tokenizerPathValue) Set(s string) error {
 	}
 	(*v.p)[model] = dir
 	return nil
+}
+
+// perModelString shows a per-model flag's value as it is given: MODEL=VALUE pairs and the bare VALUE
+// for every other model, sorted, comma-separated.
+func perModelString(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k == "" {
+			parts = append(parts, m[k])
+		} else {
+			parts = append(parts, k+"="+m[k])
+		}
+	}
+	return strings.Join(parts, ",")
 }
