@@ -15,7 +15,7 @@ import (
 // priorities, and is not kept (the admin API then lists none); Aging is kept without bands, since
 // bands may be set live.
 func admissionSettings(c config.AdmissionConfig) admission.Settings {
-	s := c.Settings.Clone()
+	s := c.Clone()
 	if len(s.Bands) < 2 {
 		s.Bands = nil
 	}

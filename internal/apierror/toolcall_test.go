@@ -1,4 +1,4 @@
-package toolcall_test
+package apierror_test
 
 import (
 	"net/http"
