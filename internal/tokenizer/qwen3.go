@@ -190,7 +190,10 @@ func plainJSONMessages(raw []byte) ([]chatMessage, bool) {
 		arr.ValueDone(end)
 		ms = append(ms, m)
 	}
-	return ms, arr.Err == nil && len(ms) > 0 && jsonscan.SkipWS(raw, arr.Close+1) == len(raw)
+	if arr.Err != nil || len(ms) == 0 || jsonscan.SkipWS(raw, arr.Close+1) != len(raw) {
+		return nil, false
+	}
+	return ms, true
 }
 
 // plainJSONMessage reads one message of plainJSONMessages at b[i] and returns the index just past it.
