@@ -136,7 +136,7 @@ func jsonNumber(b []byte, s string, i int) (jinja.Value, int, error) {
 		return jinja.Value{}, 0, err
 	}
 	text := s[i:end]
-	if bytes.IndexAny(b[i:end], ".eE") < 0 {
+	if !bytes.ContainsAny(b[i:end], ".eE") {
 		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
 			return jinja.NewInt(n), end, nil
 		}
