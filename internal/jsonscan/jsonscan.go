@@ -107,8 +107,8 @@ func isHex(c byte) bool {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// scanNumber validates the JSON number starting at b[i].
-func scanNumber(b []byte, i int) (int, error) {
+// ScanNumber validates the JSON number starting at b[i] and returns the index just past it.
+func ScanNumber(b []byte, i int) (int, error) {
 	start := i
 	if i < len(b) && b[i] == '-' {
 		i++
@@ -229,7 +229,7 @@ func SkipValueDepth(b []byte, i, depth int) (int, error) {
 	case c == 'n':
 		return literal(b, i, "null")
 	case c == '-' || isDigit(c):
-		return scanNumber(b, i)
+		return ScanNumber(b, i)
 	default:
 		return 0, SyntaxError("unexpected character", i)
 	}
@@ -362,11 +362,12 @@ func (it *ObjIter) Fail(err error) (Member, bool) {
 
 // ArrIter walks the elements of one array without allocating.
 type ArrIter struct {
-	b    []byte
-	i    int
-	n    int
-	done bool
-	Err  error // why the walk stopped early; nil at a clean end
+	b     []byte
+	i     int
+	Close int // index of ']' once done
+	n     int
+	done  bool
+	Err   error // why the walk stopped early; nil at a clean end
 }
 
 func NewArrIter(b []byte, i int) ArrIter {
@@ -379,30 +380,46 @@ func NewArrIter(b []byte, i int) ArrIter {
 
 // Next returns the next element as [start, end) offsets.
 func (it *ArrIter) Next() (start, end int, ok bool) {
-	if it.done {
+	if start, ok = it.NextStart(); !ok {
 		return 0, 0, false
+	}
+	end, err := SkipValueDepth(it.b, start, 1)
+	if err != nil {
+		it.Fail(err)
+		return 0, 0, false
+	}
+	it.ValueDone(end)
+	return start, end, true
+}
+
+// NextStart is Next without reading the element, for callers that decode it as they read it (so it
+// is scanned once): it returns where the element starts, and the caller must read it and call
+// ValueDone (or Fail).
+func (it *ArrIter) NextStart() (start int, ok bool) {
+	if it.done {
+		return 0, false
 	}
 	b, i := it.b, it.i
 	if i < len(b) && b[i] == ']' {
-		it.done = true
-		return 0, 0, false
+		it.Close, it.done = i, true
+		return 0, false
 	}
 	if it.n > 0 {
 		if i >= len(b) || b[i] != ',' {
-			it.Err, it.done = SyntaxError("expected ',' or ']'", i), true
-			return 0, 0, false
+			it.Fail(SyntaxError("expected ',' or ']'", i))
+			return 0, false
 		}
 		i = SkipWS(b, i+1)
 	}
-	end, err := SkipValueDepth(b, i, 1)
-	if err != nil {
-		it.Err, it.done = err, true
-		return 0, 0, false
-	}
-	it.i = SkipWS(b, end)
+	it.i = i
 	it.n++
-	return i, end, true
+	return i, true
 }
+
+// ValueDone records that the current element ends at end.
+func (it *ArrIter) ValueDone(end int) { it.i = SkipWS(it.b, end) }
+
+func (it *ArrIter) Fail(err error) { it.Err, it.done = err, true }
 
 // CheckTopObject validates that body is exactly one JSON object (surrounding whitespace allowed) and
 // returns the index of its closing brace.

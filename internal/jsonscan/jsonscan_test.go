@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -89,5 +90,42 @@ func TestScannerDepthLimit(t *testing.T) {
 	ok := `{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`
 	if _, err := CheckTopObject([]byte(ok)); err != nil {
 		t.Fatalf("nesting of 100 rejected: %v", err)
+	}
+}
+
+// TestArrIterNextStartIsNext: a walk that reads each element itself (NextStart, then ValueDone) sees
+// the same elements, the same closing bracket and the same errors as Next.
+func TestArrIterNextStartIsNext(t *testing.T) {
+	for _, in := range []string{`[]`, ` [ 1 , [2, {"a":[3]}] ,"x" ] `, `[1,]`, `[1 2]`, `[`, `[1`, `[,1]`, `{}`} {
+		type span struct{ s, e int }
+		var want, got []span
+		a := NewArrIter([]byte(in), 0)
+		for {
+			s, e, ok := a.Next()
+			if !ok {
+				break
+			}
+			want = append(want, span{s, e})
+		}
+		b := NewArrIter([]byte(in), 0)
+		for {
+			s, ok := b.NextStart()
+			if !ok {
+				break
+			}
+			e, err := SkipValue([]byte(in), s)
+			if err != nil {
+				b.Fail(err)
+				break
+			}
+			b.ValueDone(e)
+			got = append(got, span{s, e})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || (a.Err == nil) != (b.Err == nil) || a.Close != b.Close {
+			t.Errorf("%q: NextStart walk %v err %v close %d, Next walk %v err %v close %d", in, got, b.Err, b.Close, want, a.Err, a.Close)
+		}
+		if a.Err == nil && a.Close == 0 {
+			t.Errorf("%q: clean walk without its closing bracket", in)
+		}
 	}
 }

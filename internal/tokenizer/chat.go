@@ -247,7 +247,8 @@ func toolCalls(items []jinja.Value) ([]jinja.Value, error) {
 				case !args.IsTruthy():
 					fn.AsDict().Set("arguments", jinja.NewDict())
 				case args.IsString():
-					parsed, err := parseValue([]byte(args.AsString()))
+					a := args.AsString() // strings without escapes slice a itself: one copy, for the scanner
+					parsed, err := parseJSON([]byte(a), a)
 					if err != nil {
 						return nil, fmt.Errorf("tool_calls[%d].function.arguments is not JSON: %w", i, err)
 					}

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/ardanlabs/jinja"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // plain turns a template value back into what encoding/json decodes (numbers as float64).
@@ -79,8 +82,8 @@ func TestParseValueKeepsOrderAndDepthLimit(t *testing.T) {
 	if z, _ := v.AsDict().Get("z"); z.AsInt() != 3 {
 		t.Errorf("z = %v, want the last value 3", z)
 	}
-	deep := bytes.Repeat([]byte("["), maxDepth+1)
-	if _, err := parseValue(deep); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
-		t.Errorf("parseValue(%d brackets): %v, want nested too deeply", len(deep), err)
+	deep := bytes.Repeat([]byte("["), jsonscan.MaxDepth+1)
+	if _, err := parseValue(deep); !errors.Is(err, jsonscan.ErrSyntax) || !strings.Contains(err.Error(), "nesting too deep") {
+		t.Errorf("parseValue(%d brackets): %v, want nesting too deep", len(deep), err)
 	}
 }

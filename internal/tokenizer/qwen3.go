@@ -1,11 +1,14 @@
 package tokenizer
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // The fast path for Qwen3's chat template. Interpreting the template costs most of a chat's
@@ -172,89 +175,60 @@ func (t *Tokenizer) renderPlain(chat Chat) (string, bool) {
 // plainJSONMessages parses a JSON array of {"role": string, "content": string or null} objects (keys
 // once each, in either order), or returns false.
 func plainJSONMessages(raw []byte) ([]chatMessage, bool) {
-	p := jsonParser{s: string(raw)}
-	p.space()
-	if p.i >= len(p.s) || p.s[p.i] != '[' {
-		return nil, false
-	}
-	p.i++
+	s := string(raw)
 	var ms []chatMessage
+	arr := jsonscan.NewArrIter(raw, 0)
 	for {
-		p.space()
-		if p.i >= len(p.s) || p.s[p.i] != '{' {
-			return nil, false
-		}
-		p.i++
-		var m chatMessage
-		var hasRole, hasContent bool
-		for {
-			p.space()
-			if p.i >= len(p.s) || p.s[p.i] != '"' {
-				return nil, false
-			}
-			key, err := p.str()
-			if err != nil {
-				return nil, false
-			}
-			p.space()
-			if p.i >= len(p.s) || p.s[p.i] != ':' {
-				return nil, false
-			}
-			p.i++
-			p.space()
-			if p.i >= len(p.s) {
-				return nil, false
-			}
-			var val string
-			switch {
-			case p.s[p.i] == '"':
-				if val, err = p.str(); err != nil {
-					return nil, false
-				}
-			case key == "content" && p.literal("null") == nil:
-			default:
-				return nil, false
-			}
-			switch {
-			case key == "role" && !hasRole:
-				m.role, hasRole = val, true
-			case key == "content" && !hasContent:
-				m.content, hasContent = val, true
-			default:
-				return nil, false
-			}
-			p.space()
-			if p.i >= len(p.s) {
-				return nil, false
-			}
-			if p.s[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.s[p.i] != '}' {
-				return nil, false
-			}
-			p.i++
+		start, ok := arr.NextStart()
+		if !ok {
 			break
 		}
-		if !hasRole || !hasContent {
+		m, end, ok := plainJSONMessage(raw, s, start)
+		if !ok {
 			return nil, false
 		}
+		arr.ValueDone(end)
 		ms = append(ms, m)
-		p.space()
-		if p.i >= len(p.s) {
-			return nil, false
-		}
-		if p.s[p.i] == ',' {
-			p.i++
-			continue
-		}
-		if p.s[p.i] != ']' {
-			return nil, false
-		}
-		p.i++
-		break
 	}
-	p.space()
-	return ms, p.i == len(p.s)
+	if arr.Err != nil || len(ms) == 0 || jsonscan.SkipWS(raw, arr.Close+1) != len(raw) {
+		return nil, false
+	}
+	return ms, true
+}
+
+// plainJSONMessage reads one message of plainJSONMessages at b[i] and returns the index just past it.
+func plainJSONMessage(b []byte, s string, i int) (chatMessage, int, bool) {
+	var m chatMessage
+	var hasRole, hasContent bool
+	obj := jsonscan.NewObjIter(b, i)
+	for {
+		mem, ok := obj.NextKey()
+		if !ok {
+			break
+		}
+		role, content := mem.KeyIs(b, "role"), mem.KeyIs(b, "content")
+		var val string
+		var end int
+		switch {
+		case mem.ValStart < len(b) && b[mem.ValStart] == '"':
+			var err error
+			if val, end, err = jsonString(b, s, mem.ValStart); err != nil {
+				return m, 0, false
+			}
+		case content && bytes.HasPrefix(b[mem.ValStart:], []byte("null")):
+			end = mem.ValStart + len("null")
+		default:
+			return m, 0, false
+		}
+		obj.ValueDone(end)
+		switch {
+		case role && !hasRole:
+			m.role, hasRole = val, true
+		case content && !hasContent:
+			m.content, hasContent = val, true
+		default:
+			return m, 0, false
+		}
+	}
+	return m, obj.Close + 1, obj.Err == nil && hasRole && hasContent
 }

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,4 +134,35 @@ func mustJSON(t *rapid.T, v any) json.RawMessage {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestPlainJSONMessages: the fast path's reader takes exactly arrays of {"role": string, "content":
+// string or null} (keys once each, escapes decoded) and leaves every other shape to the engine.
+func TestPlainJSONMessages(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []chatMessage // nil: not plain
+	}{
+		{`[{"role":"user","content":"hi"}]`, []chatMessage{{"user", "hi"}}},
+		{` [ {"content":null , "role":"a\nb"} ,{"role":"x","content":"\u00e9"}] `, []chatMessage{{"a\nb", ""}, {"x", "é"}}},
+		{`[{"\u0072ole":"user","content":"x"}]`, []chatMessage{{"user", "x"}}},
+		{`[]`, nil},
+		{`{"role":"user","content":"x"}`, nil},
+		{`[{"role":"user"}]`, nil},
+		{`[{"role":"user","content":"x","role":"y"}]`, nil},
+		{`[{"role":"user","content":"x","name":"n"}]`, nil},
+		{`[{"role":null,"content":"x"}]`, nil},
+		{`[{"role":"u","content":nullx}]`, nil},
+		{`[{"role":"u","content":["x"]}]`, nil},
+		{`[{"role":"u","content":"x"},]`, nil},
+		{`[{"role":"u","content":"x"}] x`, nil},
+		{`[{"role":"u","content":"x\q"}]`, nil},
+		{`[{"role":"u","content":"x"}`, nil},
+		{`["x"]`, nil},
+	} {
+		got, ok := plainJSONMessages([]byte(c.in))
+		if ok != (c.want != nil) || fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("plainJSONMessages(%s) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
 }
