@@ -94,11 +94,11 @@ func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
 
 // appendPlain appends the ids of s, text between added tokens; first says it starts the input.
 func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
-	if t.sp != nil {
-		return t.sp.appendText(dst, s, first)
-	}
 	if s == "" {
 		return dst
+	}
+	if t.sp != nil {
+		return t.sp.appendText(dst, s, first)
 	}
 	if t.nfc {
 		s = norm.NFC.String(s)
