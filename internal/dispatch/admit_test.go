@@ -13,6 +13,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -146,21 +147,12 @@ func TestPriorityReachesAdmission(t *testing.T) {
 		})
 	}
 	waitQueued := func(n int) {
-		deadline := time.Now().Add(10 * time.Second)
-		for d.d.Admission.Status().QueuedTotal != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("queued %d, want %d", d.d.Admission.Status().QueuedTotal, n)
-			}
-			time.Sleep(time.Millisecond)
+		if !poll.Wait(10*time.Second, func() bool { return d.d.Admission.Status().QueuedTotal == n }) {
+			t.Fatalf("queued %d, want %d", d.d.Admission.Status().QueuedTotal, n)
 		}
 	}
 	send(body("first", ""), nil)
-	for deadline := time.Now().Add(10 * time.Second); len(p.recorded()) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never reached the engine")
-		}
-		time.Sleep(time.Millisecond) // polling interval; the condition is re-checked
-	}
+	poll.Until(t, "the first request to reach the engine", 10*time.Second, func() bool { return len(p.recorded()) > 0 })
 	send(body("low", `"priority":-5,`), nil)
 	waitQueued(1)
 	send(body("default", ""), nil)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/benchcpu"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -175,18 +176,15 @@ func TestPDTimingRecorded(t *testing.T) {
 	// The decode answers only once the gateway has read the prefill's answer (its slot is free):
 	// otherwise the decode could end first and the request's end would cancel the prefill leg.
 	prefillRead := func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		if !poll.Wait(10*time.Second, func() bool {
 			held := 0
 			for _, n := range dp.Load().d.Admission.Status().Inflight {
 				held += n
 			}
-			if held == 0 {
-				return
-			}
-			time.Sleep(time.Millisecond) // polling interval; the slot count is re-read
+			return held == 0
+		}) {
+			t.Error("the prefill leg was never read")
 		}
-		t.Error("the prefill leg was never read")
 	}
 	streamAnswer := func(w http.ResponseWriter, l leg) {
 		w.Header().Set("Content-Type", "text/event-stream")
