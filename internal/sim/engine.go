@@ -51,6 +51,7 @@ type Engine struct {
 	bootSrv     *http.Server
 	bootPort    int
 	refuseTimer *time.Timer
+	hold        chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
 	serveWG     sync.WaitGroup
 	kvPubs      []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
 }
@@ -79,6 +80,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	}}
 	f := cfg.Faults
 	f.normalize()
+	e.setHold(f.Hold && f.appliesTo(cfg.Role))
 	e.faults.Store(&f)
 	e.stats.perPath = make(map[string]int64)
 	e.metrics = newEngineMetrics(e)
@@ -218,8 +220,29 @@ func (e *Engine) SetFaults(f Faults) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	f.normalize()
+	e.setHold(f.Hold && f.appliesTo(e.cfg.Role))
 	e.faults.Store(&f)
 	return e.applyRefuse(f.RefuseConnections && f.appliesTo(e.cfg.Role), 0)
+}
+
+// setHold opens or closes the gate held requests wait on; clearing it releases every one of them.
+func (e *Engine) setHold(hold bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case hold && e.hold == nil:
+		e.hold = make(chan struct{})
+	case !hold && e.hold != nil:
+		close(e.hold)
+		e.hold = nil
+	}
+}
+
+// held is the channel a held request waits on, nil when nothing is held.
+func (e *Engine) held() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hold
 }
 
 // applyRefuse closes or reopens the main listener; with refuseFor > 0 it reopens by itself after that.

@@ -16,6 +16,9 @@ type Faults struct {
 	ErrorStatus int `json:"error_status"`
 	// Hang makes generation requests block until the client goes away (or the engine closes).
 	Hang bool `json:"hang"`
+	// Hold makes generation requests that start while it is set wait until it is cleared (or the client
+	// goes away); a test uses it to keep requests in flight for exactly as long as its scenario needs.
+	Hold bool `json:"hold"`
 	// LatencyMS is added before a generation request starts.
 	LatencyMS float64 `json:"latency_ms"`
 	// SlownessFactor multiplies every modelled duration (default 1).
@@ -76,6 +79,7 @@ func (f *Faults) appliesTo(r Role) bool {
 type requestFaults struct {
 	errorStatus int // 0: no injected error
 	hang        bool
+	hold        bool
 	latency     time.Duration
 	slowness    float64
 	dieAfter    int
@@ -99,6 +103,7 @@ func (f *Faults) forRequest(role Role, path string, generation bool, randFloat f
 		rf.errorStatus = f.ErrorStatus
 	}
 	rf.hang = f.Hang
+	rf.hold = f.Hold
 	rf.latency = time.Duration(f.LatencyMS * float64(time.Millisecond))
 	rf.slowness = f.SlownessFactor
 	rf.dieAfter = f.DieAfterTokens

@@ -123,6 +123,39 @@ func TestFaultHang(t *testing.T) {
 	}
 }
 
+// TestFaultHold: requests that start while Hold is set wait, requests are not refused, and clearing
+// Hold releases every held one.
+func TestFaultHold(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Mode: ModeInstant})
+	c := testClient(t)
+	setFaults(t, c, e, `{"hold":true}`)
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := c.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	waitFor(t, "both requests held", func() bool { return e.Stats().InFlight == 2 })
+	select {
+	case status := <-done:
+		t.Fatalf("a held request answered %d before the hold was cleared", status)
+	default:
+	}
+	setFaults(t, c, e, `{"hold":false}`)
+	for range 2 {
+		if status := <-done; status != 200 {
+			t.Errorf("released request: status %d, want 200", status)
+		}
+	}
+}
+
 func TestFaultHangEndsOnClose(t *testing.T) {
 	t.Parallel()
 	e, err := New(Config{Mode: ModeInstant, Faults: Faults{Hang: true}}, nil)

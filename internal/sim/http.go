@@ -175,7 +175,7 @@ func (e *Engine) claimRooms(samples []sampleSpec) (release func()) {
 	}
 }
 
-// applyRequestFaults injects the error, hang and latency faults; a non-nil error ends the request.
+// applyRequestFaults injects the error, hang, hold and latency faults; a non-nil error ends the request.
 func (e *Engine) applyRequestFaults(ctx context.Context, rf *requestFaults) error {
 	if rf.errorStatus != 0 {
 		return errInjected
@@ -183,6 +183,15 @@ func (e *Engine) applyRequestFaults(ctx context.Context, rf *requestFaults) erro
 	if rf.hang {
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if rf.hold {
+		if held := e.held(); held != nil {
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 	}
 	if rf.latency > 0 {
 		return sleepCtx(ctx, rf.latency)

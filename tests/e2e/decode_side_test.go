@@ -40,14 +40,13 @@ func TestDecodeSideTimeoutsEndToEnd(t *testing.T) {
 }
 
 func decodeSideTimeouts(t *testing.T, bands bool) {
-	const prefillLatency = 3 * time.Second // the slow prefills; the queue timeout (6 s) outlasts them
 	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
 		Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20, ITLBase: 50 * time.Millisecond,
 			MaxRunningRequests: 8}})
 	args := []string{"--pd-disaggregation", "--disable-retries",
 		"--decode-max-inflight-requests-per-worker", "auto",
 		"--prefill-max-inflight-requests-per-worker", "2",
-		"--prefill-queue-size", "16", "--prefill-queue-timeout-secs", "6"}
+		"--prefill-queue-size", "16", "--prefill-queue-timeout-secs", "10"}
 	if bands {
 		args = append(args, "--prefill-priority-bands", "default:0,high:10", "--prefill-priority-aging-secs", "600")
 	}
@@ -98,20 +97,18 @@ func decodeSideTimeouts(t *testing.T, bands bool) {
 		done <- r
 		streams = append(streams, done)
 	}
-	// Two more whose prefills are slow: both prefill slots and the last two seats, in prefill.
-	if err := prefill.SetFaults(sim.Faults{LatencyMS: float64(prefillLatency.Milliseconds())}); err != nil {
+	// Two more whose prefills are held: both prefill slots and the last two seats, in prefill. A hold
+	// (not a latency) keeps them there however long a loaded machine takes to queue the waiters.
+	if err := prefill.SetFaults(sim.Faults{Hold: true}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
 		streams = append(streams, goPost(ctx, chat, long))
 	}
-	waitFor(t, "prefill full (2/2) and decode full (8/8) with the slow prefills", 10*time.Second, func() bool {
+	waitFor(t, "prefill full (2/2) and decode full (8/8) with the held prefills", 10*time.Second, func() bool {
 		inflight, seats, _ := status()
 		return inflight == 2 && seats == 8
 	})
-	if err := prefill.SetFaults(sim.Faults{}); err != nil { // a request's latency is fixed at its start
-		t.Fatal(err)
-	}
 
 	// Four waiters queue while prefill is full.
 	var waiters []<-chan result
@@ -125,10 +122,13 @@ func decodeSideTimeouts(t *testing.T, bands bool) {
 		waitFor(t, "the high-priority waiter queued", 10*time.Second, func() bool { _, _, q := status(); return q == 5 })
 	}
 	if inflight, _, _ := status(); inflight != 2 {
-		t.Fatalf("the slow prefills ended (%d in flight) before the waiters queued behind them; the scenario needs them to queue first", inflight)
+		t.Fatalf("the held prefills ended (%d in flight) before the waiters queued behind them; the scenario needs them to queue first", inflight)
 	}
-	// The slow prefills end; their decodes keep the seats: prefill idle, decode full, four waiting.
-	waitFor(t, "prefill idle (0/2), decode full (8/8), the waiters waiting", 2*prefillLatency, func() bool {
+	// The held prefills end; their decodes keep the seats: prefill idle, decode full, the waiters waiting.
+	if err := prefill.SetFaults(sim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "prefill idle (0/2), decode full (8/8), the waiters waiting", 5*time.Second, func() bool {
 		inflight, seats, queued := status()
 		return inflight == 0 && seats == 8 && queued == len(waiters)
 	})
