@@ -12,8 +12,9 @@
 //
 //   - Qwen2, Qwen2.5, Qwen3 and Llama 3.x: one pattern, scanned by hand (pretokenize.go); Llama's takes
 //     digits three at a time, Qwen's one.
-//   - gpt-oss (o200k): scanned by hand too (o200k.go), its backtracking word alternatives resolved in
-//     one pass; a test checks the scanner against regexp2 with the pattern itself.
+//   - gpt-oss (o200k) and Mistral NeMo (Tekken, o200k's shape without contractions, one digit a piece):
+//     scanned by hand too (o200k.go), the backtracking word alternatives resolved in one pass; a test
+//     checks the scanner against regexp2 with each pattern itself.
 //   - Llama 2 and Gemma 3, SentencePiece-style BPE (sentencepiece.go, spdecode.go): characters, not
 //     bytes, with byte_fallback's <0xNN> tokens for those the vocabulary lacks; the normalizers Prepend,
 //     Replace (a string), NFC and NFKC; no pre-tokenizer, a Split on a string merged with the previous
@@ -22,8 +23,8 @@
 //     of the start. Without a pre-tokenizer the text between added tokens is one word; it is merged in
 //     parts cut before each ▁ that follows another character, which gives the same ids unless a token
 //     holds ▁ after another character, and such tokens (Gemma 3's ">▁</") keep the cut from being made
-//     where they match. No npm package ships Mistral's tokenizer.json, so it is untested; the Metaspace
-//     pre-tokenizer newer conversions use is checked against the port on Llama 2's files rewritten to
+//     where they match. Mistral 7B's SentencePiece tokenizer.json is on no npm package, so it is
+//     untested (its pipeline is Llama 2's); the Metaspace pre-tokenizer newer conversions use is checked against the port on Llama 2's files rewritten to
 //     use it (TestMetaspaceMatchesHuggingFacePort), its decoder on fixtures. ByteFallback decodes a run
 //     of <0xNN> tokens that is not UTF-8 as one U+FFFD per byte, as tokenizers (Rust) does; the JS port
 //     decodes it as TextDecoder does, so the oracle test leaves those runs to a test of Rust's rule.
@@ -40,7 +41,8 @@
 //     renders Qwen3's template (namespace, loop, slicing, string methods, tojson with Python's separators),
 //     applies transformers' trim_blocks/lstrip_blocks, and keeps dict keys in insertion order, which
 //     tojson of the request's tools needs. The oracle test checks it against Python's jinja2 with
-//     Qwen3's, Llama 3's, DeepSeek V3's and Gemma 3's templates; the one difference found is its trim
+//     Qwen3's, Llama 3's, DeepSeek V3's, Gemma 3's, Mistral NeMo's and Llama 2's templates (Llama 2's from
+//     its Ollama GGUF, @huggingface/ollama-utils); the one difference found is its trim
 //     filter (strings.TrimSpace), which keeps U+001C..U+001F where Python's str.strip() removes them.
 //   - Tokens: written here. github.com/sugarme/tokenizer (v0.3.0) panics loading Qwen3's tokenizer.json:
 //     it compiles the split pattern with Go's regexp, which has no lookahead for the pattern's `\s+(?!\S)`.

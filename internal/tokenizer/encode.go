@@ -111,9 +111,9 @@ func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
 		splitDeepSeek(s, func(w string) { dst = t.model.appendWord(dst, w) })
 		return dst
 	}
-	if t.o200k {
+	if t.o200k != nil {
 		for i := 0; i < len(s); {
-			e := nextPieceO200k(s, i)
+			e := t.o200k.nextPiece(s, i)
 			dst = t.model.appendWord(dst, s[i:e])
 			i = e
 		}

@@ -25,12 +25,12 @@ type Tokenizer struct {
 	sp          *spModel   // a SentencePiece-style BPE instead (sentencepiece.go)
 	spDec       *spDecoder // and its decoder (spdecode.go)
 	nfc         bool
-	digits      int        // the hand scanner's digits per piece (pretokenize.go), when split is nil
-	o200k       bool       // gpt-oss's pattern, scanned by hand (o200k.go)
-	deepseek    bool       // DeepSeek V3's three patterns, scanned by hand (deepseek.go)
-	split       regexSplit // the other families' split patterns, or nil
-	prefix      []int      // the special tokens encode(add_special_tokens=True) puts before the text
-	suffix      []int      // and after it
+	digits      int          // the hand scanner's digits per piece (pretokenize.go), when split is nil
+	o200k       *o200kSyntax // gpt-oss's or Mistral Tekken's pattern, scanned by hand (o200k.go)
+	deepseek    bool         // DeepSeek V3's three patterns, scanned by hand (deepseek.go)
+	split       regexSplit   // the other families' split patterns, or nil
+	prefix      []int        // the special tokens encode(add_special_tokens=True) puts before the text
+	suffix      []int        // and after it
 	added       addedTokens
 	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
 	text        []string        // by id: the token's bytes, as Decode joins them (decode.go)
@@ -284,7 +284,7 @@ func (t *Tokenizer) loadNormalizer(raw json.RawMessage) error {
 
 // loadPreTokenizer accepts Isolated regex Splits (one, or a Sequence of them) ending in a ByteLevel
 // without add_prefix_space, or a ByteLevel alone with use_regex (GPT-2's pattern), when every pattern
-// is one this package implements: Qwen2's, Llama 3's, o200k's and DeepSeek V3's by hand, GPT-2's (split.go) by regexp2.
+// is one this package implements: Qwen2's, Llama 3's, o200k's, Tekken's and DeepSeek V3's by hand, GPT-2's (split.go) by regexp2.
 func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil || isNull(raw) {
@@ -319,7 +319,10 @@ func (t *Tokenizer) loadPreTokenizer(raw json.RawMessage) error {
 		t.digits = 3
 		return nil
 	case len(patterns) == 1 && patterns[0] == patternO200k:
-		t.o200k = true
+		t.o200k = syntaxO200k
+		return nil
+	case len(patterns) == 1 && patterns[0] == patternTekken:
+		t.o200k = syntaxTekken
 		return nil
 	case slices.Equal(patterns, patternsDeepSeek):
 		t.deepseek = true

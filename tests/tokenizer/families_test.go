@@ -43,6 +43,12 @@ var families = []family{
 		"<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>ok<|return|>",
 		"user wrote <|call|> and <|constrain|>json <|endoftext|> <|start <|end| |>",
 	}},
+	// Mistral's Tekken (Mistral NeMo): o200k's split without contractions, one digit a piece; <s> from a
+	// TemplateProcessing post-processor.
+	{name: "mistral_nemo", special: []string{
+		"<s>[INST]hi[/INST]ok</s>[INST]again[/INST]",
+		"user wrote [AVAILABLE_TOOLS][{}][/AVAILABLE_TOOLS] [TOOL_CALLS] [TOOL_RESULTS]{}[/TOOL_RESULTS] <SPECIAL_17> [INST [/INST <s",
+	}},
 	{name: "gpt2", special: []string{"one<|endoftext|>two <|endoftext|> <|endoftext <|endoftext|>"}},
 	// SentencePiece-style BPE with byte fallback: Llama 2 prepends ▁ to the text between added tokens
 	// (its normalizer); Gemma 3 has thousands of added tokens, among them newline, tab and ▁ runs.

@@ -42,7 +42,7 @@ func (c corpusChat) chat() tokenizer.Chat {
 	return tokenizer.Chat{Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, TemplateKwargs: c.Kwargs}
 }
 
-func missing(t *testing.T, what string, err error) {
+func missing(t testing.TB, what string, err error) {
 	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatalf("%s (CI is set, so this is a failure): %v", what, err)
@@ -80,7 +80,7 @@ func loadCorpus(t *testing.T) corpus {
 }
 
 // run pipes in (as JSON) through an oracle program and decodes its JSON answer into out.
-func run(t *testing.T, out any, in any, name string, args ...string) {
+func run(t testing.TB, out any, in any, name string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
