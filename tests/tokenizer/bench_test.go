@@ -238,7 +238,7 @@ func BenchmarkDecodeStreamFamilies2k(b *testing.B) {
 // ids), warm word cache; Llama 2's template is its GGUF's (chat_test.go). cpu-µs/op is the budget's measure.
 func BenchmarkChat2kFamilies(b *testing.B) {
 	for _, f := range chatFamilies {
-		b.Run(f.name, func(b *testing.B) {
+		b.Run(f.String(), func(b *testing.B) {
 			tk, _ := requireChatFamily(b, f)
 			chat := longChat(b)
 			text, err := tk.RenderChat(chat)
