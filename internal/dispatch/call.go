@@ -103,7 +103,9 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 		return nil, &TransportError{Worker: w.URL(), Err: err}
 	}
 	x.d.Metrics.ObserveUpstream(w.URL(), resp.StatusCode)
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if span.IsRecording() { // the attribute is an allocation, for the 99% of spans not sampled too
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
 	w.Breaker().RecordStatus(resp.StatusCode)
 	if resp.StatusCode >= 400 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamErrorBody))
@@ -113,7 +115,7 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After"),
 			ClientAuth: clientAuth}
 	}
-	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { span.End() }}
+	resp.Body = &onClose{ReadCloser: resp.Body, span: span}
 	return resp, nil
 }
 
@@ -208,17 +210,28 @@ func (x *Dispatcher) readLegWith(ctx context.Context, w *worker.Worker, leg, pat
 	return out, nil
 }
 
-// onClose runs fn once, after closing the body.
+// onClose runs fn (when set) once, after closing the body, then ends span (when set): a leg's body
+// ends its span without a closure per leg.
 type onClose struct {
 	io.ReadCloser
 	fn   func()
+	span trace.Span
 	once sync.Once
 }
 
 func (o *onClose) Close() error {
 	err := o.ReadCloser.Close()
-	o.once.Do(o.fn)
+	o.once.Do(o.done)
 	return err
+}
+
+func (o *onClose) done() {
+	if o.fn != nil {
+		o.fn()
+	}
+	if o.span != nil {
+		o.span.End()
+	}
 }
 
 // legBody turns a read error caused by the legs' cancellation (the prefill failed mid-request) into a

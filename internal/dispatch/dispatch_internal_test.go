@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
@@ -390,6 +392,27 @@ func (r *errReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return 0, r.err
+}
+
+// TestOnCloseEndsSpan: a leg's body ends its span once, after fn, however often it is closed.
+func TestOnCloseEndsSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	_, span := tp.Tracer("test").Start(t.Context(), "leg")
+	var endedBeforeFn bool
+	oc := &onClose{ReadCloser: io.NopCloser(strings.NewReader("")), span: span,
+		fn: func() { endedBeforeFn = len(exp.GetSpans()) > 0 }}
+	for range 2 {
+		if err := oc.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spans := exp.GetSpans(); len(spans) != 1 || spans[0].Name != "leg" {
+		t.Fatalf("ended spans %v, want the leg's, once", spans)
+	}
+	if endedBeforeFn {
+		t.Error("the span ended before fn ran")
+	}
 }
 
 func TestLegBody(t *testing.T) {
