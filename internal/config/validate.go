@@ -207,7 +207,7 @@ func (c *Config) validateAdmission(p *problems) {
 	if f := a.CharsPerToken; !(f > 0 && f <= 64) {
 		p.add("--prefill-token-estimate-chars-per-token must be in (0, 64], got %v", f)
 	}
-	p.settings(a.Settings.Validate(), admissionFlags)
+	p.settings(a.Validate(), admissionFlags) // admission.Settings.Validate
 }
 
 // admissionFlags name admission.Settings' fields as the flags that set them.
