@@ -171,47 +171,73 @@ func (s *Settings) initialLimit() int {
 	return min(max(s.MaxInflightPerWorker, s.Adaptive.Min), s.Adaptive.Max)
 }
 
-// Validate reports every invalid field. Rejecting queue flags given without
-// a positive limit is the flag parser's job: only it knows whether a value
-// was set explicitly or is a default.
+// FieldError is one invalid field of [Settings]: Field is the field's Go name ("QueueSize", "Bands",
+// ...) and Problem says what is wrong in words that follow the field's name ("must be at least 0, got
+// -1"). The rule and its wording live here once; a caller that reads settings from its own spelling
+// of them (command-line flags, an RPC's fields) names the field its way with [FieldError.Named].
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+// fieldNames are the fields as this package's own errors name them.
+var fieldNames = map[string]string{
+	"QueueSize":    "queue size",
+	"QueueTimeout": "queue timeout",
+	"Bands":        "priority bands",
+	"Aging":        "aging",
+	"Adaptive":     "adaptive limit range",
+}
+
+func (e *FieldError) Error() string { return "admission: " + e.Named(fieldNames[e.Field]) }
+
+// Named is the error with the field called name.
+func (e *FieldError) Named(name string) string { return name + " " + e.Problem }
+
+// Validate reports every invalid field, each a *[FieldError] (errors.Join). Rejecting queue flags
+// given without a positive limit is the flag parser's job: only it knows whether a value was set
+// explicitly or is a default. Tenants are checked by their own rules (tenants.go).
 func (s Settings) Validate() error {
 	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, a...)})
+	}
 	if s.QueueSize < 0 {
-		errs = append(errs, fmt.Errorf("admission: queue size must be >= 0, got %d", s.QueueSize))
+		bad("QueueSize", "must be at least 0, got %d", s.QueueSize)
 	}
-	if s.QueueTimeout < 0 {
-		errs = append(errs, fmt.Errorf("admission: queue timeout must be >= 0, got %v", s.QueueTimeout))
-	}
-	if s.Enabled() && s.QueueSize > 0 && s.QueueTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("admission: queue timeout must be positive when requests may wait (queue size %d), got %v",
-			s.QueueSize, s.QueueTimeout))
+	switch {
+	case s.Enabled() && s.QueueSize > 0 && s.QueueTimeout <= 0:
+		bad("QueueTimeout", "must be positive when requests may wait (queue size %d), got %v; a queue size of 0 never waits",
+			s.QueueSize, s.QueueTimeout)
+	case s.QueueTimeout < 0:
+		bad("QueueTimeout", "must be >= 0, got %v", s.QueueTimeout)
 	}
 	if len(s.Bands) > MaxBands {
-		errs = append(errs, fmt.Errorf("admission: at most %d priority bands, got %d", MaxBands, len(s.Bands)))
+		bad("Bands", "lists at most %d bands, got %d", MaxBands, len(s.Bands))
 	}
 	seen := map[string]bool{}
 	for i, b := range s.Bands {
 		if !validBandName(b.Name) {
-			errs = append(errs, fmt.Errorf("admission: band name %q must be 1-32 characters of a-z, 0-9, _ or -", b.Name))
+			bad("Bands", "has band name %q, which must be 1-32 characters of a-z, 0-9, _ or -", b.Name)
 		}
 		if seen[b.Name] {
-			errs = append(errs, fmt.Errorf("admission: band name %q given twice", b.Name))
+			bad("Bands", "has band %q given twice", b.Name)
 		}
 		seen[b.Name] = true
 		if i > 0 && b.MinPriority <= s.Bands[i-1].MinPriority {
-			errs = append(errs, fmt.Errorf("admission: band %q: minimum priority %d must be above the previous band's %d",
-				b.Name, b.MinPriority, s.Bands[i-1].MinPriority))
+			bad("Bands", "has band %q starting at %d, which must be above the previous band's %d (list bands lowest first)",
+				b.Name, b.MinPriority, s.Bands[i-1].MinPriority)
 		}
 	}
 	if s.Aging < 0 {
-		errs = append(errs, fmt.Errorf("admission: aging must be >= 0, got %v", s.Aging))
+		bad("Aging", "must be >= 0, got %v", s.Aging)
 	} else if len(s.Bands) > 1 && s.Aging == 0 {
-		errs = append(errs, errors.New("admission: aging must be positive with several priority bands, so that low bands are never starved"))
+		bad("Aging", "must be positive with several priority bands, so that low bands are never starved")
 	}
 	switch a := s.Adaptive; {
 	case a == AdaptiveLimit{}:
 	case a.Min < 1 || a.Max < a.Min:
-		errs = append(errs, fmt.Errorf("admission: adaptive limit range %d:%d must have 1 <= min <= max", a.Min, a.Max))
+		bad("Adaptive", "%d:%d must have 1 <= min <= max", a.Min, a.Max)
 	}
 	if err := s.Tenants.validate(); err != nil {
 		errs = append(errs, err)

@@ -319,6 +319,9 @@ func TestParseValues(t *testing.T) {
 		{"pd mode without workers is fine", []string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "3", "--prefill-queue-size", "0"}, func(c *Config) any {
 			return []any{c.Admission.Enabled(), c.Admission.QueueSize, len(c.Workers.Initial)}
 		}, []any{true, 0, 0}},
+		{"no queue needs no queue timeout", []string{"--pd-disaggregation", "--prefill-max-inflight-requests-per-worker", "3", "--prefill-queue-size", "0", "--prefill-queue-timeout-secs", "0"}, func(c *Config) any {
+			return c.Admission.QueueTimeout
+		}, time.Duration(0)},
 		{"otlp url", []string{"--otlp-traces-endpoint", "http://collector:4317"}, func(c *Config) any { return c.Telemetry.OTLPTracesEndpoint }, "http://collector:4317"},
 		{"otlp host port", []string{"--otlp-traces-endpoint", "collector:4317"}, func(c *Config) any { return c.Telemetry.OTLPTracesEndpoint }, "collector:4317"},
 		{"value that looks like --prefill is not rewritten", []string{"--model-id", "--prefill", "--api-key", "8998"}, func(c *Config) any {

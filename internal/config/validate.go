@@ -207,32 +207,36 @@ func (c *Config) validateAdmission(p *problems) {
 	if f := a.CharsPerToken; !(f > 0 && f <= 64) {
 		p.add("--prefill-token-estimate-chars-per-token must be in (0, 64], got %v", f)
 	}
-	if len(a.Bands) > admission.MaxBands {
-		p.add("--prefill-priority-bands: at most %d bands, got %d", admission.MaxBands, len(a.Bands))
+	p.settings(a.Validate(), admissionFlags) // admission.Settings.Validate
+}
+
+// admissionFlags name admission.Settings' fields as the flags that set them.
+var admissionFlags = map[string]string{
+	"QueueSize":    "prefill-queue-size",
+	"QueueTimeout": "prefill-queue-timeout-secs",
+	"Bands":        "prefill-priority-bands",
+	"Aging":        "prefill-priority-aging-secs",
+	"Adaptive":     "prefill-adaptive-limit",
+}
+
+// settings adds the problems a core package's Settings.Validate reported (errors.Join of field
+// errors), each named by its flag: the rules and their wording are the core package's, config only
+// names the fields.
+func (p *problems) settings(err error, flags map[string]string) {
+	if err == nil {
+		return
 	}
-	seenBand := map[string]bool{}
-	for i, b := range a.Bands {
-		if !validBandName(b.Name) {
-			p.add("--prefill-priority-bands: band name %q must be 1-32 characters of a-z, 0-9, _ or -", b.Name)
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *admission.FieldError
+		if errors.As(e, &fe) && flags[fe.Field] != "" {
+			p.add("%s", fe.Named("--"+flags[fe.Field]))
+			continue
 		}
-		if seenBand[b.Name] {
-			p.add("--prefill-priority-bands: band %q given twice", b.Name)
-		}
-		seenBand[b.Name] = true
-		if i > 0 && b.MinPriority <= a.Bands[i-1].MinPriority {
-			p.add("--prefill-priority-bands: band %q starts at %d, not above the previous band's %d (list bands lowest first)",
-				b.Name, b.MinPriority, a.Bands[i-1].MinPriority)
-		}
-	}
-	if a.Aging <= 0 {
-		p.add("--prefill-priority-aging-secs must be positive, got %v (aging keeps low bands from starving)", a.Aging)
-	}
-	if (a.Adaptive != admission.AdaptiveLimit{}) && (a.Adaptive.Min < 1 || a.Adaptive.Max < a.Adaptive.Min) {
-		p.add("--prefill-adaptive-limit %d:%d must have 1 <= MIN <= MAX", a.Adaptive.Min, a.Adaptive.Max)
-	}
-	p.atLeast("prefill-queue-size", a.QueueSize, 0)
-	if a.QueueTimeout <= 0 {
-		p.add("--prefill-queue-timeout-secs must be positive, got %v (use --prefill-queue-size 0 to never wait)", a.QueueTimeout)
+		p.add("%v", e)
 	}
 }
 
@@ -379,19 +383,6 @@ func (c *Config) validateWorkers(p *problems) {
 	if pd && c.Mode() != ModePD {
 		p.add("--prefill/--decode need --pd-disaggregation")
 	}
-}
-
-// validBandName: band names are metric labels and span attributes.
-func validBandName(n string) bool {
-	if n == "" || len(n) > 32 {
-		return false
-	}
-	for _, r := range n {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' && r != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // checkWorkerURL accepts http, https and grpc URLs with a host, an optional

@@ -185,6 +185,10 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	if len(cfg.RoutingKeyHeaders) == 0 {
 		cfg.RoutingKeyHeaders = []string{HeaderRoutingKey, HeaderSMGRoutingKey}
 	}
+	// Canonical once here: Header.Get would canonicalize (and allocate for) a lower-case name, as the
+	// flags spell them, on every request.
+	cfg.RequestIDHeaders = canonicalHeaders(cfg.RequestIDHeaders)
+	cfg.RoutingKeyHeaders = canonicalHeaders(cfg.RoutingKeyHeaders)
 	if d.HTTP == nil {
 		d.HTTP = backend.NewHTTPClient(backend.HTTPClientOptions{})
 	}
@@ -352,9 +356,9 @@ func (x *Dispatcher) attempt(ctx context.Context, r *Request, br *body.Request, 
 func placementRequest(br *body.Request, h http.Header, routingKeyHeaders []string) (*placement.Request, error) {
 	p := &placement.Request{Model: br.Model, Text: br.Text, TargetWorker: -1}
 	p.RoutingKey = firstHeader(h, routingKeyHeaders)
-	name, tw := HeaderTargetWorker, h.Get(HeaderTargetWorker)
+	name, tw := HeaderTargetWorker, firstHeader(h, targetWorkerHeader)
 	if tw == "" {
-		name, tw = HeaderSMGTargetWorker, h.Get(HeaderSMGTargetWorker)
+		name, tw = HeaderSMGTargetWorker, firstHeader(h, smgTargetWorkerHeader)
 	}
 	if tw != "" {
 		n, err := strconv.Atoi(tw)
@@ -366,12 +370,25 @@ func placementRequest(br *body.Request, h http.Header, routingKeyHeaders []strin
 	return p, nil
 }
 
-// firstHeader returns the value of the first of names present in h.
+// The target-worker headers in canonical form, for firstHeader.
+var targetWorkerHeader, smgTargetWorkerHeader = canonicalHeaders([]string{HeaderTargetWorker}), canonicalHeaders([]string{HeaderSMGTargetWorker})
+
+// firstHeader returns the value of the first of names present in h; names are canonical
+// (canonicalHeaders), h is as net/http built it (canonical keys).
 func firstHeader(h http.Header, names []string) string {
 	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
+		if v := h[n]; len(v) > 0 && v[0] != "" {
+			return v[0]
 		}
 	}
 	return ""
+}
+
+// canonicalHeaders returns names in their canonical form (a copy: the caller's slice is left alone).
+func canonicalHeaders(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = http.CanonicalHeaderKey(n)
+	}
+	return out
 }

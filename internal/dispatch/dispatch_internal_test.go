@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
@@ -105,7 +107,7 @@ func TestPlacementRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := placementRequest(br, tt.header, []string{HeaderRoutingKey, HeaderSMGRoutingKey})
+			got, err := placementRequest(br, tt.header, canonicalHeaders([]string{HeaderRoutingKey, HeaderSMGRoutingKey})) // as New keeps them
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("placementRequest() error = %v", err)
@@ -135,6 +137,43 @@ func TestPlacementRequest(t *testing.T) {
 				t.Errorf("Message = %q, want it to quote %s", ae.Message, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestHeaderNamesCanonicalOnce: the header names of the configuration (lower case, as the flags spell
+// them) still find the client's headers, and reading them costs no allocation per request (New
+// canonicalizes them once, instead of Header.Get on every request).
+func TestHeaderNamesCanonicalOnce(t *testing.T) {
+	reg := worker.NewRegistry(worker.RegistryOptions{})
+	pols, err := placement.NewSet(placement.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admission.New(admission.Settings{}, admission.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := New(Config{RequestIDHeaders: []string{"x-correlation-id", "x-request-id"}, RoutingKeyHeaders: []string{"x-session-id"}},
+		Deps{Registry: reg, Policies: pols, Admission: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("x-request-id", "req-1")
+	h.Set("x-session-id", "s-1")
+	h.Set("x-smg-target-worker", "2")
+	br := &body.Request{Route: RouteChat, Model: "m"}
+	var id string
+	var preq *placement.Request
+	allocs := testing.AllocsPerRun(50, func() {
+		id = firstHeader(h, x.cfg.RequestIDHeaders)
+		preq, _ = placementRequest(br, h, x.cfg.RoutingKeyHeaders)
+	})
+	if id != "req-1" || preq.RoutingKey != "s-1" || preq.TargetWorker != 2 {
+		t.Fatalf("request id %q, routing key %q, target %d; want req-1, s-1, 2", id, preq.RoutingKey, preq.TargetWorker)
+	}
+	if allocs > 1 { // the placement.Request itself
+		t.Errorf("reading the headers allocates %v times per request, want at most 1", allocs)
 	}
 }
 
@@ -353,6 +392,27 @@ func (r *errReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return 0, r.err
+}
+
+// TestOnCloseEndsSpan: a leg's body ends its span once, after fn, however often it is closed.
+func TestOnCloseEndsSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	_, span := tp.Tracer("test").Start(t.Context(), "leg")
+	var endedBeforeFn bool
+	oc := &onClose{ReadCloser: io.NopCloser(strings.NewReader("")), span: span,
+		fn: func() { endedBeforeFn = len(exp.GetSpans()) > 0 }}
+	for range 2 {
+		if err := oc.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spans := exp.GetSpans(); len(spans) != 1 || spans[0].Name != "leg" {
+		t.Fatalf("ended spans %v, want the leg's, once", spans)
+	}
+	if endedBeforeFn {
+		t.Error("the span ended before fn ran")
+	}
 }
 
 func TestLegBody(t *testing.T) {

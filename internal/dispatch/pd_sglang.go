@@ -121,7 +121,7 @@ func (x *Dispatcher) runSamples(ctx context.Context, a *pdAttempt, dw *worker.Wo
 				cancel() // one sample failed: the request has failed, stop the others
 				return
 			}
-			resps[k].Body = &onClose{ReadCloser: resps[k].Body, fn: func() { span.End() }}
+			resps[k].Body = &onClose{ReadCloser: resps[k].Body, span: span}
 		})
 	}
 	wg.Wait()

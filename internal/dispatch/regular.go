@@ -88,18 +88,20 @@ func (x *Dispatcher) releaseLoad(w *worker.Worker, g *worker.LoadGuard) {
 
 // response builds the client response around a worker's answer head.
 func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, prefill *worker.Worker) *Response {
-	h := http.Header{}
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
+	// Sized for what Do puts in (these, the request id, a budget's rate headers) so it never grows;
+	// the keys are canonical constants, set without Header.Set's canonicalization.
+	h := make(http.Header, 8)
+	if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" {
+		h["Content-Type"] = ct[:1:1]
 	}
-	h.Set(HeaderWorker, decode.URL())
+	h[HeaderWorker] = []string{decode.URL()}
 	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength,
 		answer: answerOf(resp), chunks: chunksOf(resp)}
 	if prefill != nil {
-		h.Set(HeaderPrefillWorker, prefill.URL())
+		h[HeaderPrefillWorker] = []string{prefill.URL()}
 		out.PrefillWorker = prefill.URL()
 	}
-	out.Stream = br.Stream || isEventStream(resp.Header.Get("Content-Type"))
+	out.Stream = br.Stream || isEventStream(h.Get("Content-Type"))
 	return out
 }
 

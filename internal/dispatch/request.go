@@ -26,7 +26,8 @@ type Request struct {
 	Route Route
 	// Body is the client's JSON, unknown fields preserved; dispatch rewrites copies of it per leg.
 	Body []byte
-	// Header carries the client's headers; only an allow-list goes upstream.
+	// Header carries the client's headers, keys canonical as net/http builds them; only an
+	// allow-list goes upstream.
 	Header http.Header
 	// RequestID names the request in logs, spans and upstream (X-Request-Id); when empty, the client's
 	// X-Request-Id header, else a generated UUID.

@@ -80,7 +80,7 @@ func (x *Dispatcher) answered(ctx context.Context, q *prepared, start time.Time,
 	}
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
 	resp.RequestID = q.RequestID
-	resp.Header.Set(HeaderRequestID, q.RequestID)
+	resp.Header[HeaderRequestID] = []string{q.RequestID}
 	return resp
 }
 

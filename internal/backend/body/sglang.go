@@ -3,6 +3,7 @@ package body
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -55,6 +56,14 @@ func WorkerRPCRooms(req *Request) (count int, asList bool) {
 // BootstrapHost is the bootstrap_host of a prefill engine at baseURL: its host name, an IPv6 literal
 // in brackets as mini_lb sends it (maybe_wrap_ipv6_address).
 func BootstrapHost(baseURL string) string {
+	if h, ok := plainHost(baseURL); ok {
+		return h // every PD request asks: most worker URLs need no url.Parse
+	}
+	return parsedHost(baseURL)
+}
+
+// parsedHost is BootstrapHost through url.Parse.
+func parsedHost(baseURL string) string {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return ""
@@ -65,6 +74,61 @@ func BootstrapHost(baseURL string) string {
 	}
 	return h
 }
+
+// plainHost is BootstrapHost of a plain scheme://host[:port][/path] URL, read without url.Parse: a
+// host name of letters, digits, '.', '-' and '_' or a bracketed IPv6 literal, a port of digits. ok is
+// false for anything else (user info, escapes, zones, odd characters), which url.Parse then judges.
+func plainHost(baseURL string) (host string, ok bool) {
+	scheme, rest, found := strings.Cut(baseURL, "://")
+	if !found || scheme == "" || !isAlpha(scheme[0]) {
+		return "", false
+	}
+	for i := range len(scheme) {
+		if c := scheme[i]; !isAlpha(c) && !isDigit(c) && c != '+' && c != '-' && c != '.' {
+			return "", false
+		}
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		for _, c := range []byte(rest[i:]) {
+			if c <= ' ' || c == 0x7f || c == '?' || c == '#' || c == '%' {
+				return "", false
+			}
+		}
+		rest = rest[:i]
+	}
+	hostEnd := len(rest)
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 && (rest[0] != '[' || i > strings.IndexByte(rest, ']')) {
+		port := rest[i+1:]
+		for j := range len(port) {
+			if !isDigit(port[j]) {
+				return "", false
+			}
+		}
+		hostEnd = i
+	}
+	host = rest[:hostEnd]
+	if host == "" {
+		return "", false
+	}
+	if host[0] == '[' {
+		if len(host) < 3 || host[len(host)-1] != ']' || strings.IndexByte(host, '%') >= 0 {
+			return "", false
+		}
+		if a, err := netip.ParseAddr(host[1 : len(host)-1]); err != nil || !a.Is6() {
+			return "", false
+		}
+		return host, true
+	}
+	for i := range len(host) {
+		if c := host[i]; !isAlpha(c) && !isDigit(c) && c != '.' && c != '-' && c != '_' {
+			return "", false
+		}
+	}
+	return host, true
+}
+
+func isAlpha(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // InjectBootstrap adds SGLang's PD bootstrap fields to a request body (the same body goes to the
 // prefill and the decode worker): bootstrap_host, bootstrap_port (port 0 becomes JSON null, which the

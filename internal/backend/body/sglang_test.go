@@ -352,3 +352,37 @@ func TestSGLangRankHints(t *testing.T) {
 		t.Errorf("decode rank only: %s %s", p, d)
 	}
 }
+
+// FuzzPlainHost holds the parse-free reading of a worker URL's host to url.Parse's: wherever plainHost
+// answers, it answers what parsedHost does.
+func FuzzPlainHost(f *testing.F) {
+	for _, s := range []string{"http://10.0.0.5:30000", "http://prefill-0.svc:30000/", "http://[fd00::5]:30000", "https://[::1]",
+		"grpc://h:1", "http://[1.2.3.4]:1", "http://u@h:1", "http://h:x", "http://h:1/p?q", "://h", "1http://h", "http://h%41",
+		"http://[::1%25eth0]:1", "http://H_1.example:8080/v1/", "http://h:", "http://[::1]x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if got, ok := plainHost(in); ok {
+			if want := parsedHost(in); got != want {
+				t.Fatalf("plainHost(%q) = %q, url.Parse reads %q", in, got, want)
+			}
+		}
+	})
+}
+
+// TestPlainHostTakesWorkerURLs checks that the usual worker URLs take the parse-free path (the point
+// of it), and that what it refuses still gets its host through url.Parse.
+func TestPlainHostTakesWorkerURLs(t *testing.T) { // not parallel: AllocsPerRun
+	for _, in := range []string{"http://10.0.0.5:30000", "http://prefill-0.svc:30000/", "http://[fd00::5]:30000", "grpc://h:1",
+		"https://prefill.ns.svc.cluster.local"} {
+		if _, ok := plainHost(in); !ok {
+			t.Errorf("plainHost(%q) refused a plain worker URL", in)
+		}
+	}
+	if got := BootstrapHost("http://user@h:1"); got != "h" {
+		t.Errorf("BootstrapHost with user info = %q, want h (through url.Parse)", got)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = BootstrapHost("http://10.0.0.5:30000") }); allocs != 0 {
+		t.Errorf("BootstrapHost of a plain URL allocates %v times, want 0", allocs)
+	}
+}
