@@ -13,19 +13,9 @@ func (a *App) newPlacement(cfg *config.Config) error {
 		return err
 	}
 	a.Policies, err = placement.NewSet(placement.Config{
-		Policy:              cfg.Placement.Policy,
-		PrefillPolicy:       cfg.Placement.PrefillPolicy,
-		DecodePolicy:        cfg.Placement.DecodePolicy,
-		CacheThreshold:      cfg.Placement.CacheThreshold,
-		BalanceAbsThreshold: int64(cfg.Placement.BalanceAbsThreshold),
-		BalanceRelThreshold: cfg.Placement.BalanceRelThreshold,
-		MaxTreeSize:         cfg.Placement.MaxTreeSize,
-		EvictionInterval:    cfg.Placement.EvictionInterval,
-		VirtualNodes:        cfg.Placement.VirtualNodes,
-		StickyIdle:          cfg.Placement.StickyIdle,
-		AssignmentMode:      cfg.Placement.AssignmentMode,
-		KVIndex:             a.kv.index,
-		SessionAffinity:     cfg.Tenants.SessionHeader != "",
+		Settings:        cfg.Placement.Settings,
+		KVIndex:         a.kv.index,
+		SessionAffinity: cfg.Tenants.SessionHeader != "",
 	})
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // Mode is the routing mode; its value doubles as a log/metric label.
@@ -31,23 +32,22 @@ const (
 	ProtocolGRPC   = "grpc"
 )
 
-// Routing policy names accepted by --policy, --prefill-policy and --decode-policy.
+// Routing policy names accepted by --policy, --prefill-policy and --decode-policy: internal/placement's.
 const (
-	PolicyRandom            = "random"
-	PolicyRoundRobin        = "round_robin"
-	PolicyPowerOfTwo        = "power_of_two"
-	PolicyCacheAware        = "cache_aware"
-	PolicyConsistentHashing = "consistent_hashing"
-	PolicyLeastLoad         = "least_load"
+	PolicyRandom            = placement.PolicyRandom
+	PolicyRoundRobin        = placement.PolicyRoundRobin
+	PolicyPowerOfTwo        = placement.PolicyPowerOfTwo
+	PolicyCacheAware        = placement.PolicyCacheAware
+	PolicyConsistentHashing = placement.PolicyConsistentHashing
+	PolicyLeastLoad         = placement.PolicyLeastLoad
+	PolicyManual            = placement.PolicyManual
 	// PolicyKVAware routes by the engines' KV-cache events (--kv-events-endpoint) and the prompt's
 	// exact tokens (--tokenizer-path); a model without either falls back to cache_aware.
-	PolicyKVAware = "kv_aware"
+	PolicyKVAware = placement.PolicyKVAware
 )
 
 // PolicyNames returns the valid policy names, in a fresh slice.
-func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual, PolicyKVAware}
-}
+func PolicyNames() []string { return placement.PolicyNames() }
 
 // Config is the gateway's whole startup configuration. Build it with [Parse]
 // or [Default]; check hand-made changes with [Config.Validate].
@@ -175,33 +175,17 @@ type WorkerFlag struct {
 	Protocol string
 }
 
-// PlacementConfig holds the routing policies and their tuning.
+// PlacementConfig holds the routing policies and their tuning. The flags map straight into the
+// embedded placement.Settings, which internal/placement owns with its meaning, defaults and
+// Validate; the fields here are the few that are not placement's.
 type PlacementConfig struct {
-	// Policy is the regular-mode policy and the default for both PD policies
-	// (--policy, default "cache_aware").
-	Policy string
-	// PrefillPolicy picks prefill workers (--prefill-policy, default Policy).
-	PrefillPolicy string
-	// DecodePolicy picks decode workers (--decode-policy, default Policy).
-	DecodePolicy string
-	// CacheThreshold is the prefix-match ratio above which cache_aware follows
-	// the cache (--cache-threshold, default 0.3).
-	CacheThreshold float64
-	// BalanceAbsThreshold is the load gap above which cache_aware may treat
-	// the system as imbalanced (--balance-abs-threshold, default 64).
-	BalanceAbsThreshold int
-	// BalanceRelThreshold is the max/min load ratio above which cache_aware
-	// may treat the system as imbalanced (--balance-rel-threshold, default 1.5).
-	BalanceRelThreshold float64
-	// MaxTreeSize bounds each cache_aware radix tree, in characters
-	// (--max-tree-size, default 67108864).
-	MaxTreeSize int
-	// EvictionInterval is how often cache_aware trims its trees
-	// (--eviction-interval-secs, default 120s).
-	EvictionInterval time.Duration
-	// VirtualNodes is the number of hash-ring points per worker for
-	// consistent_hashing (--virtual-nodes, default 150).
-	VirtualNodes int
+	// Settings: --policy (default cache_aware), --prefill-policy and --decode-policy (default
+	// --policy), --cache-threshold, --balance-abs-threshold, --balance-rel-threshold,
+	// --max-tree-size, --eviction-interval-secs, --virtual-nodes, --max-idle-secs (alias
+	// --sticky-key-idle-secs; StickyIdle) and --assignment-mode (random, min_load, min_group or
+	// delegate, = min_load as SMG's manual policy does).
+	placement.Settings
+
 	// DPAware places requests on the data-parallel ranks of engines that
 	// have several, with rank hints on the legs (--dp-aware, default true).
 	DPAware bool
@@ -209,13 +193,6 @@ type PlacementConfig struct {
 	// consistent_hashing and manual (--routing-key-headers, repeatable; default
 	// x-sluice-routing-key, x-smg-routing-key).
 	RoutingKeyHeaders []string
-	// StickyIdle forgets a manual-policy routing key unused this long (--max-idle-secs, alias
-	// --sticky-key-idle-secs, default 14400s).
-	StickyIdle time.Duration
-	// AssignmentMode is how the manual policy places a routing key it has not seen: random,
-	// min_load, min_group or delegate (= min_load, as SMG's manual policy does) (--assignment-mode,
-	// default random).
-	AssignmentMode string
 }
 
 // AdmissionConfig holds per-worker prefill admission and decode seats (PD mode only). The flags map

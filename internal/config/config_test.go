@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // noEnv is an environment with nothing set, so tests do not depend on the
@@ -48,11 +49,14 @@ func TestDefault(t *testing.T) {
 		},
 		Workers: WorkersConfig{Runtime: "sglang", KVConnector: "nixl", DrainSettle: 5 * time.Second, UpstreamIdleTimeout: 90 * time.Second},
 		Placement: PlacementConfig{
-			Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
-			CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
-			MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150, DPAware: true,
+			Settings: placement.Settings{
+				Policy: "cache_aware", PrefillPolicy: "cache_aware", DecodePolicy: "cache_aware",
+				CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5,
+				MaxTreeSize: 67108864, EvictionInterval: 120 * time.Second, VirtualNodes: 150,
+				StickyIdle: 4 * time.Hour, AssignmentMode: "random",
+			},
+			DPAware:           true,
 			RoutingKeyHeaders: []string{"x-sluice-routing-key", "x-smg-routing-key"},
-			StickyIdle:        4 * time.Hour, AssignmentMode: "random",
 		},
 		Admission: AdmissionConfig{Settings: admission.Settings{MaxInflightPerWorker: 0, QueueSize: 100, QueueTimeout: 60 * time.Second,
 			MaxInflightTokensPerWorker: 0, Aging: 10 * time.Second}, CharsPerToken: 4},

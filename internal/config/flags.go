@@ -141,7 +141,7 @@ func newFlagSet() *flagSet {
 	s.str(&c.Placement.PrefillPolicy, "prefill-policy", "NAME", "", "PD prefill policy; empty = --policy.")
 	s.str(&c.Placement.DecodePolicy, "decode-policy", "NAME", "", "PD decode policy; empty = --policy.")
 	s.float(&c.Placement.CacheThreshold, "cache-threshold", "RATIO", 0.3, "cache_aware: prefix-match ratio above which the request follows the cache.")
-	s.int(&c.Placement.BalanceAbsThreshold, "balance-abs-threshold", "N", 64, "cache_aware: imbalanced when max load - min load exceeds this (and the relative threshold).")
+	s.int64(&c.Placement.BalanceAbsThreshold, "balance-abs-threshold", "N", 64, "cache_aware: imbalanced when max load - min load exceeds this (and the relative threshold).")
 	s.float(&c.Placement.BalanceRelThreshold, "balance-rel-threshold", "RATIO", 1.5, "cache_aware: imbalanced when max load exceeds this times min load (and the absolute threshold).")
 	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters per worker (trimmed to it every --eviction-interval-secs, and at once when a worker reaches twice it).")
 	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", 120*sec, "cache_aware: how often trees are trimmed to --max-tree-size.")

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // Command lines of the Rust gateway (SMG, smg-project/smg, model_gateway/src/main.rs CliArgs) run
@@ -21,15 +23,12 @@ import (
 // smgOTLPDefault is SMG's --otlp-traces-endpoint default, used by --enable-trace without one.
 const smgOTLPDefault = "localhost:4317"
 
-// Policy names sluice takes from SMG beyond its own.
-const PolicyManual = "manual"
-
-// Assignment modes of the manual policy.
+// Assignment modes of the manual policy: internal/placement's.
 const (
-	AssignRandom   = "random"
-	AssignMinLoad  = "min_load"
-	AssignMinGroup = "min_group"
-	AssignDelegate = "delegate"
+	AssignRandom   = placement.AssignRandom
+	AssignMinLoad  = placement.AssignMinLoad
+	AssignMinGroup = placement.AssignMinGroup
+	AssignDelegate = placement.AssignDelegate
 )
 
 // smgPolicyRefusals are SMG policies sluice does not have, with what to use instead.

@@ -6,12 +6,12 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // ErrInvalid is wrapped by every error Validate reports.
@@ -135,43 +135,34 @@ func (c *Config) validateTelemetry(p *problems) {
 
 func (c *Config) validatePlacement(p *problems) {
 	pl := c.Placement
-	for _, f := range []struct{ name, value string }{
-		{"policy", pl.Policy},
-		{"prefill-policy", pl.PrefillPolicy},
-		{"decode-policy", pl.DecodePolicy},
-	} {
-		// An empty PD policy means "same as --policy" (hand-built configs);
-		// one equal to --policy was inherited and is reported once, there.
-		if f.name != "policy" && (f.value == "" || f.value == pl.Policy) {
-			continue
+	// SMG's policies sluice refuses get SMG's reason; an empty or inherited PD policy is reported
+	// once, at --policy.
+	st := pl.Settings
+	for _, f := range []struct {
+		name  string
+		value *string
+	}{{"policy", &st.Policy}, {"prefill-policy", &st.PrefillPolicy}, {"decode-policy", &st.DecodePolicy}} {
+		if f.name != "policy" && *f.value == pl.Policy {
+			*f.value = ""
 		}
-		if msg := smgPolicyError(f.name, f.value); msg != "" {
+		if msg := smgPolicyError(f.name, *f.value); msg != "" {
 			p.add("%s", msg)
-		} else if !slices.Contains(PolicyNames(), f.value) {
-			p.add("--%s %q is not a policy; valid: %s", f.name, f.value, strings.Join(PolicyNames(), ", "))
+			*f.value = placement.PolicyCacheAware // reported; keep Validate from reporting it again
 		}
 	}
-	if t := pl.CacheThreshold; !(t >= 0 && t <= 1) {
-		p.add("--cache-threshold must be between 0 and 1, got %v", t)
-	}
-	p.atLeast("balance-abs-threshold", pl.BalanceAbsThreshold, 0)
-	if t := pl.BalanceRelThreshold; !(t >= 0) {
-		p.add("--balance-rel-threshold must not be negative, got %v", t)
-	}
-	p.atLeast("max-tree-size", pl.MaxTreeSize, 1)
-	p.posDur("eviction-interval-secs", pl.EvictionInterval)
-	p.atLeast("virtual-nodes", pl.VirtualNodes, 1)
+	p.settings(st.Validate(), placementFlags) // placement.Settings.Validate
 	if len(pl.RoutingKeyHeaders) == 0 {
 		p.add("--routing-key-headers needs at least one header name")
 	}
-	if pl.StickyIdle <= 0 {
-		p.add("--max-idle-secs must be positive, got %v", pl.StickyIdle)
-	}
-	switch pl.AssignmentMode {
-	case AssignRandom, AssignMinLoad, AssignMinGroup, AssignDelegate, "":
-	default:
-		p.add("--assignment-mode must be random, min_load, min_group or delegate, got %q", pl.AssignmentMode)
-	}
+}
+
+// placementFlags name placement.Settings' fields as the flags that set them.
+var placementFlags = map[string]string{
+	"Policy": "policy", "PrefillPolicy": "prefill-policy", "DecodePolicy": "decode-policy",
+	"CacheThreshold": "cache-threshold", "BalanceAbsThreshold": "balance-abs-threshold",
+	"BalanceRelThreshold": "balance-rel-threshold", "MaxTreeSize": "max-tree-size",
+	"EvictionInterval": "eviction-interval-secs", "VirtualNodes": "virtual-nodes",
+	"StickyIdle": "max-idle-secs", "AssignmentMode": "assignment-mode",
 }
 
 func (c *Config) validateAdmission(p *problems) {
@@ -231,12 +222,16 @@ func (p *problems) settings(err error, flags map[string]string) {
 		errs = j.Unwrap()
 	}
 	for _, e := range errs {
-		var fe *admission.FieldError
-		if errors.As(e, &fe) && flags[fe.Field] != "" {
-			p.add("%s", fe.Named("--"+flags[fe.Field]))
-			continue
+		var ae *admission.FieldError
+		var pe *placement.FieldError
+		switch {
+		case errors.As(e, &ae) && flags[ae.Field] != "":
+			p.add("%s", ae.Named("--"+flags[ae.Field]))
+		case errors.As(e, &pe) && flags[pe.Field] != "":
+			p.add("%s", pe.Named("--"+flags[pe.Field]))
+		default:
+			p.add("%v", e)
 		}
-		p.add("%v", e)
 	}
 }
 

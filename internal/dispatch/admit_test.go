@@ -85,7 +85,7 @@ func TestAdmissionRequestInputs(t *testing.T) {
 
 func mustSet(t *testing.T, policy string) *placement.Set {
 	t.Helper()
-	s, err := placement.NewSet(placement.Config{Policy: policy})
+	s, err := placement.NewSet(placement.Config{Settings: placement.Settings{Policy: policy}})
 	if err != nil {
 		t.Fatal(err)
 	}

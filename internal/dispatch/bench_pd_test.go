@@ -50,7 +50,7 @@ func BenchmarkPDSeats(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			pols, err := placement.NewSet(placement.Config{Policy: placement.PolicyCacheAware})
+			pols, err := placement.NewSet(placement.Config{Settings: placement.Settings{Policy: placement.PolicyCacheAware}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -143,7 +143,7 @@ func newPDDispatcherSpecs(t *testing.T, cfg Config, specs ...worker.Spec) (*Disp
 			t.Fatal(err)
 		}
 	}
-	pols, err := placement.NewSet(placement.Config{Policy: placement.PolicyRoundRobin})
+	pols, err := placement.NewSet(placement.Config{Settings: placement.Settings{Policy: placement.PolicyRoundRobin}})
 	if err != nil {
 		t.Fatal(err)
 	}

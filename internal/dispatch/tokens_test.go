@@ -71,7 +71,7 @@ func TestAdmissionChargesUncachedTokens(t *testing.T) {
 		Kind: kvevents.BlockStored, BlockSize: 16, TokenIDs: prompt[:32],
 		BlockHashes: []kvevents.EngineHash{kvevents.IntHash(1), kvevents.IntHash(2)},
 	}}})
-	set, err := placement.NewSet(placement.Config{Policy: placement.PolicyKVAware, KVIndex: idx})
+	set, err := placement.NewSet(placement.Config{Settings: placement.Settings{Policy: placement.PolicyKVAware}, KVIndex: idx})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,8 @@ package placement
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -83,41 +81,15 @@ const DefaultMaxTreeSize = 1 << 26
 // maxVirtualNodes bounds the ring: beyond it lookups get slower for no gain.
 const maxVirtualNodes = 10_000
 
-// Config configures the policies. Start from DefaultConfig: zero values of
-// MaxTreeSize, EvictionInterval, VirtualNodes, Policy and Rand are replaced by
-// defaults, but CacheThreshold and the balance thresholds take zero literally.
+// Config configures the policies: the operator's [Settings] and what the gateway injects. Start from
+// DefaultConfig: zero values of MaxTreeSize, EvictionInterval, VirtualNodes, StickyIdle,
+// AssignmentMode, Policy, Rand and Now are replaced by defaults, but CacheThreshold and the balance
+// thresholds take zero literally.
 type Config struct {
-	// Policy is used in regular mode and as the default of the two below.
-	Policy string
-	// PrefillPolicy and DecodePolicy choose in PD mode; empty means Policy.
-	PrefillPolicy, DecodePolicy string
-
-	// CacheThreshold: cache_aware routes to the best-matching worker when the
-	// matched fraction of the prompt is above it (0.3). Range [0, 1].
-	CacheThreshold float64
-	// BalanceAbsThreshold and BalanceRelThreshold: the candidates are
-	// imbalanced when max load - min load > Abs AND max > Rel * min (64,
-	// 1.5); cache_aware then routes to the least-loaded worker.
-	BalanceAbsThreshold int64
-	BalanceRelThreshold float64
-	// MaxTreeSize is cache_aware's budget in bytes of prompt text per worker
-	// per model; Evict trims each worker's least recently used prefixes down
-	// to it (DefaultMaxTreeSize), and so does a pick that takes a worker past
-	// twice the budget: a worker never holds more than 2x between runs.
-	MaxTreeSize int
-	// EvictionInterval is how often Run calls Evict (120s).
-	EvictionInterval time.Duration
-	// VirtualNodes per worker on the consistent hashing ring (150); values
-	// above 10,000 are clamped.
-	VirtualNodes int
+	Settings
 	// Rand returns uniformly random 64-bit values and must be safe for
 	// concurrent use; nil means math/rand/v2's Uint64.
 	Rand func() uint64
-	// StickyIdle is how long manual remembers an unused routing key (4h, SMG's --max-idle-secs).
-	StickyIdle time.Duration
-	// AssignmentMode is how manual places a new routing key: AssignRandom (default),
-	// AssignMinLoad, AssignMinGroup or AssignDelegate.
-	AssignmentMode string
 	// Now is manual's clock for key idleness; nil means time.Now.
 	Now func() time.Time
 	// KVIndex is what kv_aware matches prompts against (the engines' KV-cache events); nil makes
@@ -132,15 +104,7 @@ type Config struct {
 // DefaultConfig returns the default configuration (the Rust gateway's
 // defaults; policy cache_aware).
 func DefaultConfig() Config {
-	return Config{
-		Policy:              PolicyCacheAware,
-		CacheThreshold:      0.3,
-		BalanceAbsThreshold: 64,
-		BalanceRelThreshold: 1.5,
-		MaxTreeSize:         DefaultMaxTreeSize,
-		EvictionInterval:    120 * time.Second,
-		VirtualNodes:        150,
-	}
+	return Config{Settings: DefaultSettings()}
 }
 
 // Validate reports whether c is usable.
@@ -149,11 +113,10 @@ func (c Config) Validate() error {
 	return err
 }
 
-// normalized is the one place the configuration is checked, defaulted and
-// clamped.
+// normalized fills the zero values a configuration built in code leaves (see Config), clamps the
+// virtual nodes, then validates with [Settings.Validate].
 func (c Config) normalized() (Config, error) {
-	d := DefaultConfig()
-	var errs []error
+	d := DefaultSettings()
 	if c.Policy == "" {
 		c.Policy = d.Policy
 	}
@@ -163,39 +126,21 @@ func (c Config) normalized() (Config, error) {
 	if c.DecodePolicy == "" {
 		c.DecodePolicy = c.Policy
 	}
-	for _, n := range []string{c.Policy, c.PrefillPolicy, c.DecodePolicy} {
-		if !slices.Contains(PolicyNames(), n) {
-			errs = append(errs, unknownPolicy(n))
-		}
-	}
-	if c.CacheThreshold < 0 || c.CacheThreshold > 1 || c.CacheThreshold != c.CacheThreshold {
-		errs = append(errs, fmt.Errorf("cache threshold %v must be in [0, 1]", c.CacheThreshold))
-	}
-	if c.BalanceAbsThreshold < 0 {
-		errs = append(errs, fmt.Errorf("balance abs threshold %d must be >= 0", c.BalanceAbsThreshold))
-	}
-	if c.BalanceRelThreshold < 0 || c.BalanceRelThreshold != c.BalanceRelThreshold {
-		errs = append(errs, fmt.Errorf("balance rel threshold %v must be >= 0", c.BalanceRelThreshold))
-	}
-	switch {
-	case c.MaxTreeSize < 0:
-		errs = append(errs, fmt.Errorf("max tree size %d must be > 0", c.MaxTreeSize))
-	case c.MaxTreeSize == 0:
+	if c.MaxTreeSize == 0 {
 		c.MaxTreeSize = d.MaxTreeSize
 	}
-	switch {
-	case c.EvictionInterval < 0:
-		errs = append(errs, fmt.Errorf("eviction interval %v must be > 0", c.EvictionInterval))
-	case c.EvictionInterval == 0:
+	if c.EvictionInterval == 0 {
 		c.EvictionInterval = d.EvictionInterval
 	}
-	switch {
-	case c.VirtualNodes < 0:
-		errs = append(errs, fmt.Errorf("virtual nodes %d must be > 0", c.VirtualNodes))
-	case c.VirtualNodes == 0:
+	if c.VirtualNodes == 0 {
 		c.VirtualNodes = d.VirtualNodes
-	case c.VirtualNodes > maxVirtualNodes:
-		c.VirtualNodes = maxVirtualNodes
+	}
+	c.VirtualNodes = min(c.VirtualNodes, maxVirtualNodes)
+	if c.StickyIdle == 0 {
+		c.StickyIdle = d.StickyIdle
+	}
+	if c.AssignmentMode == "" {
+		c.AssignmentMode = d.AssignmentMode
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Uint64
@@ -203,20 +148,7 @@ func (c Config) normalized() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	switch {
-	case c.StickyIdle < 0:
-		errs = append(errs, fmt.Errorf("sticky idle %v must be > 0", c.StickyIdle))
-	case c.StickyIdle == 0:
-		c.StickyIdle = 4 * time.Hour
-	}
-	switch c.AssignmentMode {
-	case "":
-		c.AssignmentMode = AssignRandom
-	case AssignRandom, AssignMinLoad, AssignMinGroup, AssignDelegate:
-	default:
-		errs = append(errs, fmt.Errorf("assignment mode %q must be random, min_load, min_group or delegate", c.AssignmentMode))
-	}
-	return c, errors.Join(errs...)
+	return c, c.Settings.Validate()
 }
 
 func unknownPolicy(name string) error {

@@ -18,7 +18,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{name: "default", mod: func(*Config) {}},
 		{name: "zero values default", mod: func(c *Config) { *c = Config{} }},
-		{name: "unknown policy", mod: func(c *Config) { c.Policy = "fastest" }, wantErr: `unknown policy "fastest" (valid: random, round_robin`},
+		{name: "unknown policy", mod: func(c *Config) { c.Policy = "fastest" }, wantErr: `policy "fastest" is not a policy; valid: random, round_robin`},
 		{name: "unknown prefill policy", mod: func(c *Config) { c.PrefillPolicy = "x" }, wantErr: `"x"`},
 		{name: "threshold above 1", mod: func(c *Config) { c.CacheThreshold = 1.5 }, wantErr: "cache threshold"},
 		{name: "negative abs", mod: func(c *Config) { c.BalanceAbsThreshold = -1 }, wantErr: "abs threshold"},
