@@ -138,6 +138,9 @@ func (t *Transport) engine(u *url.URL) *engineEntry {
 	return t.engines[engineKey(u)]
 }
 
+// Fallback is the transport of workers not registered as engines.
+func (t *Transport) Fallback() http.RoundTripper { return t.fallback }
+
 // CloseIdleConnections closes the idle connections of the client and the fallback.
 func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.client.(interface{ CloseIdleConnections() }); ok {
