@@ -24,10 +24,13 @@
 // # Concurrency Model
 //
 // Transport is safe for concurrent use; its only shared state is the RWMutex-guarded map of engines.
-// A unary call runs on the caller's goroutine. A streamed call answers once the engine sent its first
-// message; one writer goroutine then reads the Generate stream and writes SSE into a pipe. The writer
-// ends at the Complete, at a stream error, or when the body is closed or the request's context ends
-// (both cancel the RPC); when it ends without a Complete it sends Abort (bounded by a timeout, outliving
-// the request's context) before it closes the pipe. Closing the body cancels the RPC and waits for the
-// writer, so after Close returns no goroutine of the call is left.
+// A Generate RPC runs on a context detached from the request's, so that a client going away is first
+// an Abort and only then the RPC's cancellation (the Rust gateway's abort-on-drop): a context.AfterFunc
+// on the request's context, or closing the body, sends Abort (once, bounded by a timeout, never after
+// the Complete) and cancels the RPC. A unary call runs on the caller's goroutine. A streamed call
+// answers once the engine sent its first message; one writer goroutine then reads the Generate stream
+// and writes SSE into a pipe, until the Complete, a stream error, or the cancellation; when it ends
+// without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
+// deregistering the AfterFunc or waiting for it, and closing the body waits for the writer, so after
+// RoundTrip's error or the body's Close no goroutine of the call is left.
 package enginerpc

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -220,36 +221,94 @@ func closeBody(req *http.Request) {
 	}
 }
 
+// generation is one Generate call's lifetime. Its RPC runs on a context detached from the request's,
+// so that when the client goes away (the request's context ends, or the body is closed) the engine is
+// sent Abort before the RPC is cancelled, as the Rust gateway's abort-on-drop stream does: the engine
+// learns of the end from the Abort rather than from a cancellation it may notice late.
+type generation struct {
+	t *Transport
+	e *engineEntry
+	c *call
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	once      sync.Once
+	completed atomic.Bool // the Complete arrived: nothing to abort
+	stopWatch func() bool
+	watchDone chan struct{}
+}
+
+func (t *Transport) start(req *http.Request, e *engineEntry, c *call) *generation {
+	g := &generation{t: t, e: e, c: c, watchDone: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(req.Context()))
+	g.stopWatch = context.AfterFunc(req.Context(), func() {
+		defer close(g.watchDone)
+		g.stop()
+	})
+	return g
+}
+
+// abort sends Abort once, unless the generation completed, bounded by abortTimeout; its failure
+// changes nothing for the client.
+func (g *generation) abort() {
+	if g.completed.Load() {
+		return
+	}
+	g.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), g.t.abortTimeout)
+		defer cancel()
+		_ = g.e.client.abort(ctx, g.c.requestID)
+	})
+}
+
+// stop aborts the generation (unless it completed) and then cancels its RPC.
+func (g *generation) stop() {
+	g.abort()
+	g.cancel()
+}
+
+// end cancels the RPC and, if the request-context watch fired, waits for it: after end returns no
+// goroutine of the generation is left.
+func (g *generation) end() {
+	if !g.stopWatch() {
+		<-g.watchDone
+	}
+	g.cancel()
+}
+
 // run calls Generate and answers once the engine has sent its first message, as an HTTP engine
 // answers once it has started: an error before that is an error status.
 func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*http.Response, error) {
-	ctx, cancel := context.WithCancel(req.Context())
-	st, err := e.client.generate(ctx, c)
+	g := t.start(req, e, c)
+	st, err := e.client.generate(g.ctx, c)
 	if err != nil {
-		cancel()
-		return t.failed(req, e, c, err)
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return resp, ferr
 	}
 	s := newSample(e.Tokenizer, c, e.client.cumulativeCounts())
 	if !st.Receive() {
 		err := st.Err()
 		st.Close()
-		cancel()
 		if err == nil {
 			err = errNoAnswer
 		}
-		return t.failed(req, e, c, err)
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return resp, ferr
 	}
 	first := st.event()
 	if !c.stream {
-		defer cancel()
+		defer g.end()
 		defer st.Close()
 		ev := first
 		for {
 			if _, err := s.add(ev); err != nil {
-				t.abort(req.Context(), e, c)
+				g.abort()
 				return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
 			}
 			if ev.complete {
+				g.completed.Store(true)
 				break
 			}
 			if !st.Receive() {
@@ -257,7 +316,7 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 				if err == nil {
 					err = errNoAnswer
 				}
-				return t.failed(req, e, c, err)
+				return t.failed(req, g, err)
 			}
 			ev = st.event()
 		}
@@ -265,53 +324,44 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
-	w := &sseWriter{c: c, m: m, s: s, pw: pw}
+	w := &sseWriter{g: g, c: c, m: m, s: s, pw: pw}
 	go func() {
 		defer close(done)
 		err := w.run(st, first)
-		if !s.complete {
-			// The client went away, the body was closed or the engine broke off: the engine must not
-			// go on computing for nobody.
-			t.abort(req.Context(), e, c)
-		}
+		// Without the Complete the client went away, the body was closed or the engine broke off: the
+		// engine must not go on computing for nobody.
+		g.abort()
 		st.Close()
-		cancel()
+		g.end()
 		pw.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
-	return streamResponse(req, &streamBody{pr: pr, cancel: cancel, done: done}), nil
+	return streamResponse(req, &streamBody{pr: pr, g: g, done: done}), nil
 }
 
 var errNoAnswer = errors.New("the engine ended the Generate stream without a result")
 
-// failed answers a Generate that failed before its first message: an error the engine sent is an
-// HTTP error status; anything else (the engine unreachable, the request's context ended) is returned
-// as an error, as any transport does, after an Abort when the client went away.
-func (t *Transport) failed(req *http.Request, e *engineEntry, c *call, err error) (*http.Response, error) {
+// failed answers a Generate that failed before its end: an error the engine sent is an HTTP error
+// status; anything else (the engine unreachable, the request's context ended) is returned as an
+// error, as any transport does, after an Abort when the client went away.
+func (t *Transport) failed(req *http.Request, g *generation, err error) (*http.Response, error) {
 	if req.Context().Err() != nil {
-		t.abort(req.Context(), e, c)
+		g.abort()
 		return nil, fmt.Errorf("enginerpc: %w", req.Context().Err())
 	}
 	if errors.Is(err, errNoAnswer) {
 		return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
 	}
 	if !connect.IsWireError(err) {
-		return nil, fmt.Errorf("enginerpc: %s engine: %w", e.Protocol, err)
+		return nil, fmt.Errorf("enginerpc: %s engine: %w", g.e.Protocol, err)
 	}
 	code := connect.CodeOf(err)
 	status, typ := statusForCode(code)
 	return errorResponse(req, status, connectMessage(err), typ, "", code.String()), nil
 }
 
-// abort tells the engine to drop the request (the Rust gateway's abort on drop). It outlives the
-// request's context, bounded by abortTimeout; its failure changes nothing for the client.
-func (t *Transport) abort(ctx context.Context, e *engineEntry, c *call) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.abortTimeout)
-	defer cancel()
-	_ = e.client.abort(actx, c.requestID)
-}
-
 // sseWriter writes the SSE body from the Generate stream.
 type sseWriter struct {
+	g   *generation
 	c   *call
 	m   *meta
 	s   *sample
@@ -350,6 +400,7 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		}
 		switch {
 		case ev.complete:
+			w.g.completed.Store(true)
 			w.chunk(text, false, true)
 			if w.c.includeUsage && w.c.route != body.RouteGenerate {
 				w.buf = append(w.buf, "data: "...)
@@ -389,20 +440,20 @@ func (w *sseWriter) errorEvent(message, typ, code string) {
 	w.buf = append(w.buf, "\n\ndata: [DONE]\n\n"...)
 }
 
-// streamBody is the SSE body; Close stops the Generate (the writer then aborts it) and waits for the
-// writer.
+// streamBody is the SSE body; Close aborts and cancels the Generate unless it completed, and waits for
+// the writer.
 type streamBody struct {
-	pr     *io.PipeReader
-	cancel context.CancelFunc
-	done   <-chan struct{}
-	once   sync.Once
+	pr   *io.PipeReader
+	g    *generation
+	done <-chan struct{}
+	once sync.Once
 }
 
 func (b *streamBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
 
 func (b *streamBody) Close() error {
 	b.once.Do(func() {
-		b.cancel()
+		b.g.stop()
 		b.pr.CloseWithError(errBodyClosed)
 	})
 	<-b.done
