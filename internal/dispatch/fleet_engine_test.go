@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,5 +117,25 @@ func TestDetectorCompleteEngineGRPC(t *testing.T) {
 				t.Errorf("models = %v, want GetModelInfo's served model", got.Models)
 			}
 		})
+	}
+}
+
+// A grpc:// worker that does not answer yet is pending, as an HTTP one is: nothing is guessed.
+func TestDetectorCompleteEngineGRPCUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a port nobody listens on
+	client := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	t.Cleanup(client.CloseIdleConnections)
+	d := &Detector{HTTP: client, Tokenizer: func(string) *tokenizer.Tokenizer { return byteTokenizer(t) }}
+	got, err := d.Complete(context.Background(), worker.Spec{URL: "grpc://" + addr, Role: worker.RoleRegular, Protocol: worker.ProtocolGRPC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.DetectPending || got.Protocol != worker.ProtocolGRPC {
+		t.Errorf("spec = %+v, want pending detection on the grpc protocol", got)
 	}
 }
