@@ -234,3 +234,43 @@ func TestEngineGRPCCancelledStreamAborts(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineGRPCCancelAbortsBothSGLangLegs: SGLang PD runs both legs at once; a client that goes away
+// while the prefill is still computing is an Abort on the prefill engine and on the decode engine
+// (waiting for the KV), and neither keeps the request.
+func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
+	t.Parallel()
+	cfg := engineGRPCConfig()
+	cfg.Mode = sim.ModeRealistic
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: cfg})
+	p, d := c.ByRole(sim.RolePrefill)[0], c.ByRole(sim.RoleDecode)[0]
+	// A prefill slowed a thousandfold keeps the prefill leg computing until the client goes away.
+	if err := p.SetFaults(sim.Faults{SlownessFactor: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, app.Options{}, engineGRPCArgs(c, byteTokenizerDir(t))...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(16),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("a long prompt to prefill ", 200))}})
+		for stream.Next() {
+		}
+		done <- stream.Err()
+	}()
+	waitFor(t, "both legs in flight", 10*time.Second, func() bool { return p.Stats().InFlight == 1 && d.Stats().InFlight == 1 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled stream ended without an error")
+	}
+	for _, e := range []*sim.Engine{p, d} {
+		waitFor(t, "engine "+e.URL()+" ends the request", 10*time.Second, func() bool { return e.Stats().InFlight == 0 })
+		if st := e.Stats(); st.GRPCAborts != 1 || st.Completed != 0 {
+			t.Errorf("%s engine: %d aborted by Abort, %d completed; want the request aborted", e.Role(), st.GRPCAborts, st.Completed)
+		}
+	}
+}
