@@ -34,6 +34,11 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 		return spec, false, nil
 	}
 	named := spec.Protocol == worker.ProtocolSGLang || spec.Protocol == worker.ProtocolVLLM
+	defer func() {
+		if !handled {
+			et.RemoveEngine(spec.URL) // a re-detected worker that no longer speaks an engine's gRPC
+		}
+	}()
 	if !named {
 		// A server that answers sluice.worker.v1 (the simulator serves it beside an engine's protocol)
 		// keeps it: it is ours, and needs no tokenizer.

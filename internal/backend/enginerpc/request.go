@@ -176,7 +176,7 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 	if r.Echo {
 		return nil, requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
 	}
-	if len(r.Tools) > 0 && !bytes.Equal(bytes.TrimSpace(r.Tools), []byte("null")) && route == body.RouteChat {
+	if tools := bytes.TrimSpace(r.Tools); len(tools) > 0 && !bytes.Equal(tools, []byte("null")) && !bytes.Equal(tools, []byte("[]")) && route == body.RouteChat {
 		// Tools are rendered into the prompt, but their calls are not parsed out of the answer yet.
 		return nil, requestError("tools", "tools are not supported over the engines' gRPC protocols yet")
 	}
