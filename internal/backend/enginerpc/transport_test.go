@@ -380,6 +380,13 @@ func TestRefusals(t *testing.T) {
 	if len(f.vllm) != 0 {
 		t.Errorf("%d requests reached the engine", len(f.vllm))
 	}
+	// An empty tools list (or null) is no tools.
+	for _, tools := range []string{"[]", "null"} {
+		resp := post(t, tr, t.Context(), url, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":`+tools+`}`)
+		if got := decode[chatResponse](t, resp); resp.StatusCode != 200 || got.Choices[0].Message.Content != "x" {
+			t.Errorf("tools %s: status %d, %+v", tools, resp.StatusCode, got)
+		}
+	}
 }
 
 // SGLang's /generate: text tokenized by the gateway, the object with output_ids and meta_info.
