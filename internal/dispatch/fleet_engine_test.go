@@ -23,7 +23,7 @@ func byteTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	n := 0
 	for c := range 256 {
 		r := rune(c)
-		if !(c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE) {
+		if printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE; !printable {
 			r = rune(256 + n)
 			n++
 		}
