@@ -4,12 +4,12 @@
 // bootstrap server (mooncake.go), and retry classification and backoff (retry.go).
 //
 // It is the top floor of the engine side: request and response bodies are body's business, the
-// HTTP/1.1 connection h1's, the worker gRPC protocol workerrpc's; backend composes them into one
-// *http.Client that reaches http://, https:// and grpc:// engines alike, and decides nothing about
-// routing.
+// HTTP/1.1 connection h1's, the worker gRPC protocol workerrpc's, the engines' own gRPC enginerpc's;
+// backend composes them into one *http.Client that reaches http://, https:// and grpc:// engines
+// alike, and decides nothing about routing.
 //
 // # Concurrency Model
 //
 // Upstream and the *http.Client are safe for concurrent use; everything else is a pure function.
-// The transports' own models are in h1 and workerrpc.
+// The transports' own models are in h1, workerrpc and enginerpc.
 package backend

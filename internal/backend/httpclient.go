@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
 	"github.com/sluicegw/sluice/internal/backend/h1"
 	"github.com/sluicegw/sluice/internal/backend/workerrpc"
 )
@@ -34,8 +35,9 @@ type HTTPClientOptions struct {
 	ResponseHeaderTimeout time.Duration
 	// TLSClientConfig is used for https:// engines (which may negotiate HTTP/2).
 	TLSClientConfig *tls.Config
-	// GRPC handles grpc:// and grpcs:// URLs. Nil installs
-	// NewGRPCTransport("", NewH2CClient(...)), which takes each request's role from RoleHeader.
+	// GRPC handles grpc:// and grpcs:// URLs. Nil installs an enginerpc.Transport for workers registered
+	// as engines (EngineRPC), falling back to NewGRPCTransport("", NewH2CClient(...)), which takes each
+	// request's role from RoleHeader.
 	GRPC http.RoundTripper
 	// DisableGRPC leaves grpc:// unsupported.
 	DisableGRPC bool
@@ -100,7 +102,10 @@ func NewHTTPClient(opts HTTPClientOptions) *http.Client {
 	if !o.DisableGRPC {
 		ut.grpc = o.GRPC
 		if ut.grpc == nil {
-			ut.grpc = workerrpc.NewGRPCTransport("", NewH2CClient(opts))
+			// Workers registered as engines (enginerpc.Transport.SetEngine) speak their engine's own
+			// gRPC; every other grpc:// worker speaks sluice.worker.v1.
+			h2c := NewH2CClient(opts)
+			ut.grpc = enginerpc.NewTransport(h2c, workerrpc.NewGRPCTransport("", h2c))
 		}
 	}
 	return &http.Client{
@@ -140,7 +145,25 @@ func WorkerRPC(c *http.Client) *workerrpc.GRPCTransport {
 	if !ok {
 		return nil
 	}
-	t, _ := ut.grpc.(*workerrpc.GRPCTransport)
+	grpc := ut.grpc
+	if et, ok := grpc.(*enginerpc.Transport); ok {
+		grpc = et.Fallback()
+	}
+	t, _ := grpc.(*workerrpc.GRPCTransport)
+	return t
+}
+
+// EngineRPC returns the engine-protocol transport of a client NewHTTPClient built, where grpc://
+// workers that speak an engine's own gRPC are registered; nil for any other client or transport.
+func EngineRPC(c *http.Client) *enginerpc.Transport {
+	if c == nil {
+		return nil
+	}
+	ut, ok := c.Transport.(*upstreamTransport)
+	if !ok {
+		return nil
+	}
+	t, _ := ut.grpc.(*enginerpc.Transport)
 	return t
 }
 

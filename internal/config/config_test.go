@@ -264,9 +264,12 @@ func TestValidateHandBuilt(t *testing.T) {
 		{"grpc protocol on http url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: ProtocolGRPC}}
 		}, "protocol grpc goes with grpc:// and grpcs:// URLs only"},
-		{"http protocol on grpc url", func(c *Config) {
+		{"engine protocol on grpc url is the engine's own gRPC", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "grpc://h:1", Role: RoleRegular, Protocol: ProtocolVLLM}}
-		}, `protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol "vllm"`},
+		}, ""},
+		{"grpc url without protocol", func(c *Config) {
+			c.Workers.Initial = []WorkerFlag{{URL: "grpc://h:1", Role: RoleRegular}}
+		}, `protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol ""`},
 		{"bootstrap port on decode", func(c *Config) {
 			c.Workers.PDDisaggregation = true
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleDecode, BootstrapPort: 9, Protocol: ProtocolSGLang}}
@@ -385,10 +388,18 @@ func TestParseWorkers(t *testing.T) {
 			want: []WorkerFlag{{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998}},
 		},
 		{
-			name: "http workers' protocol is left to detection whatever --runtime says; grpc URLs stay grpc",
+			name: "http workers' protocol is left to detection whatever --runtime says; an explicit --runtime names a grpc URL's engine gRPC",
 			args: []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "grpc://d:1", "--runtime", "vllm"},
 			want: []WorkerFlag{
 				{URL: "http://p:1", Role: RolePrefill},
+				{URL: "grpc://d:1", Role: RoleDecode, Protocol: ProtocolVLLM},
+			},
+		},
+		{
+			name: "without --runtime a grpc URL is grpc, to be detected",
+			args: []string{"--pd-disaggregation", "--prefill", "grpc://p:1", "--decode", "grpc://d:1"},
+			want: []WorkerFlag{
+				{URL: "grpc://p:1", Role: RolePrefill, Protocol: ProtocolGRPC},
 				{URL: "grpc://d:1", Role: RoleDecode, Protocol: ProtocolGRPC},
 			},
 		},

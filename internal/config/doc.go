@@ -23,7 +23,8 @@
 //     gateway): a PD flag without it is rejected rather than implying PD mode,
 //     so a forgotten flag is an error and never a silent mode switch.
 //   - --runtime sets the protocol of http(s) workers given by flags; a grpc://
-//     URL always means the worker gRPC protocol.
+//     URL is detected as an engine's own gRPC (SGLang, vLLM) or the worker
+//     gRPC protocol (dispatch.Detector).
 //   - Byte sizes accept SI (KB, MB, GB, TB = powers of 1000) and IEC (KiB, MiB,
 //     GiB, TiB = powers of 1024) suffixes; a bare number is bytes.
 //   - Every duration flag accepts fractional values (e.g. 0.5 seconds).

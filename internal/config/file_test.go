@@ -74,7 +74,7 @@ decode:
 		{URL: "http://p:4", Role: RolePrefill, BootstrapPort: 9000},
 		{URL: "http://p:5", Role: RolePrefill},
 		{URL: "http://d:1", Role: RoleDecode},
-		{URL: "grpc://d:2", Role: RoleDecode, Protocol: ProtocolGRPC},
+		{URL: "grpc://d:2", Role: RoleDecode, Protocol: ProtocolVLLM}, // runtime names its engine gRPC
 	}
 	if diff := cmp.Diff(want, c.Workers.Initial); diff != "" {
 		t.Errorf("workers (-want +got):\n%s", diff)

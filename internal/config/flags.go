@@ -116,7 +116,7 @@ func newFlagSet() *flagSet {
 	s.addUnbound(stringListValue{&s.decode}, "decode", "URL", "Decode worker; repeatable; needs --pd-disaggregation.")
 	s.int(&c.Workers.DPSize, "dp-size", "N", 0, "Data-parallel ranks of workers given by flags whose engine does not report dp_size in its server info (SGLang does); 0 = one rank.")
 	s.str(&c.Workers.KVConnector, "kv-connector", "NAME", "nixl", "KV connector of vLLM workers that do not show theirs: nixl or mooncake. A vLLM prefill engine whose Mooncake bootstrap server answers /query is detected as mooncake.")
-	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); grpc:// URLs always speak the worker gRPC protocol.")
+	s.str(&c.Workers.Runtime, "runtime", "NAME", ProtocolSGLang, "Engine protocol of http(s) workers whose engine cannot be identified: sglang or vllm. The protocol is detected from each engine (GET /v1/models owned_by, /version, /get_server_info); given explicitly, it also names the engine gRPC of grpc:// workers; without it a grpc:// worker is asked which engine's own gRPC it speaks (GetModelInfo; served with --tokenizer-path's tokenizer) and otherwise speaks the sluice.worker.v1 protocol.")
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
 	s.dur(&c.Workers.DrainSettle, sec, "drain-settle-secs", "SECS", 5*sec, "DELETE /workers/{id} drains the worker this long (in-flight requests finish) before removing it; 0 = at once.")
 	s.dur(&c.Workers.UpstreamIdleTimeout, sec, "upstream-pool-idle-timeout-secs", "SECS", 90*sec, "Close pooled engine connections idle this long; 0 = never.")
@@ -489,6 +489,13 @@ func (s *flagSet) worker(rawURL, role string, bootstrapPort int) WorkerFlag {
 	proto := ""
 	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "grpc") || strings.EqualFold(scheme, "grpcs")) {
 		proto = ProtocolGRPC
+		// --runtime given explicitly names the engine gRPC a grpc:// worker speaks (SGLang's or vLLM's);
+		// otherwise the gateway asks the worker which protocol it speaks.
+		s.fs.Visit(func(f *flag.Flag) {
+			if f.Name == "runtime" || f.Name == "backend" {
+				proto = s.cfg.Workers.Runtime
+			}
+		})
 	}
 	// A trailing slash is dropped so "http://h:1/" and "http://h:1" are the
 	// same worker and paths join cleanly; a bare "http://" is left for

@@ -358,7 +358,8 @@ func (c *Config) validateWorkers(p *problems) {
 		switch {
 		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
 			p.add("--%s %q: protocol must be sglang, vllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
-		case isGRPC != (w.Protocol == ProtocolGRPC):
+		case w.Protocol == ProtocolGRPC && !isGRPC, isGRPC && w.Protocol == "":
+			// sglang or vllm at grpc:// is that engine's own gRPC (backend/enginerpc).
 			p.add("--%s %q: protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)
 		}
 		if w.BootstrapPort != 0 {

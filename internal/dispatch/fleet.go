@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -23,6 +24,9 @@ type Detector struct {
 	// DefaultKVConnector is the KV connector of vLLM workers whose connector is neither given nor
 	// detected (--kv-connector); empty means nixl.
 	DefaultKVConnector string
+	// Tokenizer is the tokenizer of a model (--tokenizer-path), or nil: a grpc:// worker speaking an
+	// engine's own gRPC is served with it (fleet_engine.go).
+	Tokenizer func(model string) *tokenizer.Tokenizer
 	// Timeout bounds the engine calls; zero means 5 s.
 	Timeout time.Duration
 	Logger  *slog.Logger
@@ -50,6 +54,11 @@ func (d *Detector) Complete(ctx context.Context, spec worker.Spec) (worker.Spec,
 	given := spec.Clone()
 	given.Given, given.DetectPending = nil, false
 	spec.Given = &given
+	if backend.IsGRPC(spec.URL) {
+		if out, handled, err := d.completeEngine(ctx, spec, logger); handled {
+			return out, err
+		}
+	}
 	det := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).Detect(ctx, spec.URL)
 	detected, _ := worker.ParseProtocol(det.Protocol)
 	if detected == "" && !det.Reached {

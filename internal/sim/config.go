@@ -79,6 +79,13 @@ type Config struct {
 	// GRPC also serves gRPC on Port (h2c): the Protocol engine's own service
 	// (sglang.grpc.scheduler.SglangScheduler or vllm.grpc.engine.VllmEngine) and sluice.worker.v1.
 	GRPC bool
+	// EngineGRPCOnly leaves sluice.worker.v1 out of the gRPC services (with GRPC), as a real engine
+	// serves only its own: a gateway then has to speak the engine's protocol.
+	EngineGRPCOnly bool
+	// ByteTokenIDs makes the engines' gRPC Generate answer the generated text's UTF-8 bytes as its
+	// token ids (a byte-level vocabulary whose ids 0-255 are the bytes), which a gateway can decode
+	// with such a tokenizer; otherwise the ids are the simulator's own word chunks (tokenizer.go).
+	ByteTokenIDs bool
 
 	Models []string // served model ids, default ["sim-model"]; the first is the default model
 	Seed   int64    // output PRNG seed

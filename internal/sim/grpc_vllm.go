@@ -140,7 +140,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 				return nil // a stop string cut the token away: nothing to stream
 			}
 			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
-				TokenIds: ids, PromptTokens: uint32(prompt), CompletionTokens: uint32(len(ids)), CachedTokens: uint32(cached),
+				TokenIds: ids, PromptTokens: uint32(prompt), CompletionTokens: 1, CachedTokens: uint32(cached), // one engine token
 			}}})
 		})
 	if err != nil {
@@ -151,7 +151,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 		OutputIds: all, CompletionTokens: uint32(res.completionTokens),
 	}
 	if req.GetStream() {
-		done.OutputIds, done.CompletionTokens = last, uint32(len(last))
+		done.OutputIds, done.CompletionTokens = last, 1
 	}
 	switch {
 	case aborted:

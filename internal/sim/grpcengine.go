@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
 	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
@@ -45,10 +46,25 @@ func (e *Engine) mountEngineGRPC(mux *http.ServeMux) {
 	paths = append(paths, func() (string, http.Handler) {
 		return trtllmpbconnect.NewTrtllmServiceHandler(trtllmpbconnect.UnimplementedTrtllmServiceHandler{})
 	})
+	if e.cfg.EngineGRPCOnly {
+		// Every engine's gRPC server also serves the standard health service (without sluice.worker.v1
+		// the gateway's probe has nothing else to ask); the FailHealth fault makes it NOT_SERVING.
+		paths = append(paths, func() (string, http.Handler) { return grpchealth.NewHandler(healthChecker{e}) })
+	}
 	for _, p := range paths {
 		path, h := p()
 		mux.Handle(path, h)
 	}
+}
+
+// healthChecker answers grpc.health.v1 for the whole server.
+type healthChecker struct{ e *Engine }
+
+func (h healthChecker) Check(context.Context, *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	if h.e.healthFailing() {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
 }
 
 // grpcEngine is the state both servicers share: the running Generate calls by request id, for Abort.
@@ -93,6 +109,7 @@ func (g *grpcEngine) abort(rids ...string) bool {
 	for _, rid := range rids {
 		if r, ok := g.running[rid]; ok {
 			r.cancel(errAbortRPC)
+			g.e.stats.grpcAborts.Add(1)
 			found = true
 		}
 	}
@@ -145,7 +162,14 @@ func (g *grpcEngine) generate(ctx context.Context, procedure string, header http
 	var ids []uint32
 	emit, leave := e.trackPrefill(samples, func(_ int, delta string) error {
 		sent++
-		ids = appendTokens(ids[:0], delta)
+		if e.cfg.ByteTokenIDs {
+			ids = ids[:0]
+			for i := range len(delta) {
+				ids = append(ids, uint32(delta[i]))
+			}
+		} else {
+			ids = appendTokens(ids[:0], delta)
+		}
 		if err := onToken(ids, sp.cached); err != nil {
 			return err
 		}

@@ -71,7 +71,9 @@ func (e *Engine) routes() http.Handler {
 	})
 	mux.HandleFunc("POST /sim/kv/pull", e.handleKVPull)
 	if e.cfg.GRPC {
-		e.mountRPC(mux)
+		if !e.cfg.EngineGRPCOnly {
+			e.mountRPC(mux)
+		}
 		e.mountEngineGRPC(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {

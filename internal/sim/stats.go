@@ -15,6 +15,7 @@ type counters struct {
 	inFlight            atomic.Int64
 	completed           atomic.Int64
 	failed              atomic.Int64
+	grpcAborts          atomic.Int64
 	bootstrapWaits      atomic.Int64
 	bootstrapWaiting    atomic.Int64
 	bootstrapTimeouts   atomic.Int64
@@ -61,6 +62,7 @@ type Stats struct {
 	PrefillQueue         int   `json:"prefill_queue"`           // prefilling or waiting for a prefill executor
 	Completed            int64 `json:"completed"`               // generation requests answered successfully
 	Failed               int64 `json:"failed"`                  // generation requests ended with an error or a fault
+	GRPCAborts           int64 `json:"grpc_aborts"`             // engine gRPC: Generate calls ended by an Abort RPC
 	BootstrapWaits       int64 `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
 	BootstrapWaiting     int64 `json:"bootstrap_waiting"`       // decode: rendezvous in progress
 	BootstrapTimeouts    int64 `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
@@ -145,6 +147,7 @@ func (e *Engine) Stats() Stats {
 		Decoding:             int(e.decoding.Load()),
 		Completed:            e.stats.completed.Load(),
 		Failed:               e.stats.failed.Load(),
+		GRPCAborts:           e.stats.grpcAborts.Load(),
 		BootstrapWaits:       e.stats.bootstrapWaits.Load(),
 		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
 		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),
@@ -210,7 +213,7 @@ func (e *Engine) Stats() Stats {
 
 // ResetStats zeroes the counters (not the model state: running and queued requests stay).
 func (e *Engine) ResetStats() {
-	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.bootstrapWaits,
+	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.grpcAborts, &e.stats.bootstrapWaits,
 		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
 		&e.stats.recomputed, &e.stats.roomCollisions, &e.stats.handshakeWaits, &e.stats.handshakeTimeouts,
 		&e.stats.kvParamsOmitted, &e.stats.rankConflicts, &e.stats.prefillRankMisses,

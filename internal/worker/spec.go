@@ -218,6 +218,7 @@ type Spec struct {
 const (
 	ProtocolFromConfig     = "configured"      // given explicitly for this worker
 	ProtocolFromURLScheme  = "url_scheme"      // grpc:// speaks the worker protocol
+	ProtocolFromModelInfo  = "grpc_model_info" // grpc://: the engine's own GetModelInfo answered
 	ProtocolFromOwnedBy    = "models_owned_by" // GET /v1/models named the engine
 	ProtocolFromVersion    = "version"         // GET /version answered: vLLM
 	ProtocolFromServerInfo = "server_info"     // GET /get_server_info or /server_info answered: SGLang
@@ -264,7 +265,8 @@ func (s Spec) Validate() error {
 	if _, err := ParseProtocol(string(s.Protocol)); err != nil {
 		return err
 	}
-	if isGRPCScheme(u.Scheme) != (s.Protocol == ProtocolGRPC) {
+	// sglang and vllm at a grpc:// URL are those engines' own gRPC protocols (backend/enginerpc).
+	if s.Protocol == ProtocolGRPC && !isGRPCScheme(u.Scheme) {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
 	}
 	if s.KVEvents != "" {

@@ -1,0 +1,36 @@
+// Package enginerpc serves the gateway's generation requests from workers that speak an engine's own
+// gRPC protocol (SGLang's sglang.grpc.scheduler.SglangScheduler, vLLM's vllm.grpc.engine.VllmEngine:
+// gen/sglang, gen/vllm), as an http.RoundTripper, so that dispatch treats them exactly like HTTP
+// engines. A request "POST grpc://host:port/v1/chat/completions" (or /v1/completions, /generate)
+// carries the JSON body dispatch would send the engine's HTTP server; the transport renders the chat
+// with the model's template and tokenizes it (internal/tokenizer), calls Generate with the token ids
+// and the sampling parameters mapped to the engine's defaults (engines.go), decodes the streamed ids
+// (tokenizer.DecodeStream), cuts them at stop strings and ids (internal/stop), and answers the OpenAI
+// JSON or SSE (or SGLang's /generate object) the engine's HTTP server would have (render.go): usage
+// from the engine's counts, finish_reason, vLLM's stop_reason and kv_transfer_params, SGLang's
+// matched_stop.
+//
+// Prefill/decode: SGLang's bootstrap_host/port/room, which dispatch writes into both legs' bodies,
+// become DisaggregatedParams (the room reduced to the wire's int32, keeping room % dp_size); vLLM's
+// kv_transfer_params become kv_transfer_params_json, and the Complete's kv_transfer_params_json comes
+// back as the answer's kv_transfer_params, which dispatch's NIXL flow hands to the decode leg.
+//
+// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, logprobs, echo, tools
+// (rendered but not parsed back). Reasoning is not separated from the content.
+//
+// Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
+// fallback transport (sluice.worker.v1's).
+//
+// # Concurrency Model
+//
+// Transport is safe for concurrent use; its only shared state is the RWMutex-guarded map of engines.
+// A Generate RPC runs on a context detached from the request's, so that a client going away is first
+// an Abort and only then the RPC's cancellation (the Rust gateway's abort-on-drop): a context.AfterFunc
+// on the request's context, or closing the body, sends Abort (once, bounded by a timeout, never after
+// the Complete) and cancels the RPC. A unary call runs on the caller's goroutine. A streamed call
+// answers once the engine sent its first message; one writer goroutine then reads the Generate stream
+// and writes SSE into a pipe, until the Complete, a stream error, or the cancellation; when it ends
+// without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
+// deregistering the AfterFunc or waiting for it, and closing the body waits for the writer, so after
+// RoundTrip's error or the body's Close no goroutine of the call is left.
+package enginerpc

@@ -1,0 +1,221 @@
+package enginerpc
+
+import (
+	"context"
+	"math"
+
+	"connectrpc.com/connect"
+
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
+	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
+)
+
+// The two protocols behind one shape: a Generate stream of events, and Abort.
+
+// event is one GenerateResponse of either protocol.
+type event struct {
+	ids                        []uint32
+	complete                   bool
+	finish                     string
+	prompt, completion, cached uint32
+	matchedID                  *uint32
+	matchedStr                 *string
+	kvTransfer                 *string // vLLM's kv_transfer_params_json on the Complete
+}
+
+type genStream interface {
+	Receive() bool
+	Err() error
+	Close() error
+	event() event
+}
+
+type engineClient interface {
+	generate(ctx context.Context, c *call) (genStream, error)
+	abort(ctx context.Context, requestID string) error
+	// cumulativeCounts says the stream chunks' counts are totals so far (SGLang) rather than the
+	// chunk's own (vLLM).
+	cumulativeCounts() bool
+}
+
+// SGLang's scheduler.
+
+type sglangClient struct {
+	c sglangpbconnect.SglangSchedulerClient
+}
+
+func (sglangClient) cumulativeCounts() bool { return true }
+
+func (s sglangClient) abort(ctx context.Context, rid string) error {
+	_, err := s.c.Abort(ctx, &sglangpb.AbortRequest{RequestId: rid, Reason: "client disconnected"})
+	return err
+}
+
+// sglangSampling maps a call's sampling fields. SGLang's servicer passes every field on as it is, so
+// an absent one must be sent as SGLang's own default, not proto3's zero (temperature 0 is greedy, top_p
+// 0 is refused): the defaults of SGLang's SamplingParams, as the Rust gateway's client sends them
+// (smg crates/grpc_client/src/sglang_scheduler.rs). skip_special_tokens only steers the engine's own
+// detokenizer, which nobody reads: the gateway decodes.
+func sglangSampling(c *call) *sglangpb.SamplingParams {
+	p := &sglangpb.SamplingParams{
+		Temperature: deref(c.temperature, 1), TopP: deref(c.topP, 1), TopK: deref(c.topK, -1),
+		MinP: deref(c.minP, 0), FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
+		RepetitionPenalty: deref(c.repPen, 1), Stop: c.stops, StopTokenIds: c.stopIDs,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, N: 1, MinNewTokens: c.minTokens,
+		IgnoreEos: c.ignoreEOS, NoStopTrim: c.includeStop,
+	}
+	if c.maxTokens != nil {
+		m := uint32(*c.maxTokens)
+		p.MaxNewTokens = &m
+	}
+	if k := c.constraint; k != nil {
+		switch k.kind {
+		case "regex":
+			p.Constraint = &sglangpb.SamplingParams_Regex{Regex: k.value}
+		case "ebnf":
+			p.Constraint = &sglangpb.SamplingParams_EbnfGrammar{EbnfGrammar: k.value}
+		default: // json_schema, and json_object as the schema of any object (SGLang has no json_object)
+			p.Constraint = &sglangpb.SamplingParams_JsonSchema{JsonSchema: k.value}
+		}
+	}
+	return p
+}
+
+func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) {
+	req := &sglangpb.GenerateRequest{
+		RequestId:       c.requestID,
+		Tokenized:       &sglangpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids},
+		SamplingParams:  sglangSampling(c),
+		Stream:          c.stream,
+		LogprobStartLen: -1,
+	}
+	if b := c.bootstrap; b != nil {
+		req.DisaggregatedParams = &sglangpb.DisaggregatedParams{BootstrapHost: b.host, BootstrapPort: b.port, BootstrapRoom: b.room}
+	}
+	if c.dpRank != nil {
+		req.DataParallelRank = *c.dpRank
+	}
+	st, err := s.c.Generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return sglangStream{st}, nil
+}
+
+type sglangStream struct {
+	*connect.ServerStreamForClient[sglangpb.GenerateResponse]
+}
+
+func (s sglangStream) event() event {
+	m := s.Msg()
+	if ch := m.GetChunk(); ch != nil {
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+	}
+	d := m.GetComplete()
+	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens()}
+	switch ms := d.GetMatchedStop().(type) {
+	case *sglangpb.GenerateComplete_MatchedTokenId:
+		ev.matchedID = &ms.MatchedTokenId
+	case *sglangpb.GenerateComplete_MatchedStopStr:
+		ev.matchedStr = &ms.MatchedStopStr
+	}
+	return ev
+}
+
+// vLLM's engine.
+
+type vllmClient struct {
+	c vllmpbconnect.VllmEngineClient
+}
+
+func (vllmClient) cumulativeCounts() bool { return false }
+
+func (v vllmClient) abort(ctx context.Context, rid string) error {
+	_, err := v.c.Abort(ctx, &vllmpb.AbortRequest{RequestIds: []string{rid}})
+	return err
+}
+
+// vllmSampling maps a call's sampling fields. vLLM's servicer reads an unset temperature as the
+// engine's default and a zero top_p as 1.0; top_k 0 is "disabled", so OpenAI's -1 becomes 0; the seed
+// is int32 on this wire and is clamped, as the Rust gateway's client does
+// (smg crates/grpc_client/src/vllm_engine.rs).
+func vllmSampling(c *call) *vllmpb.SamplingParams {
+	p := &vllmpb.SamplingParams{
+		Temperature: c.temperature, TopP: deref(c.topP, 1), MinP: deref(c.minP, 0),
+		FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
+		RepetitionPenalty: deref(c.repPen, 1), MinTokens: c.minTokens, Stop: c.stops, StopTokenIds: c.stopIDs,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: 1,
+		IncludeStopStrInOutput: c.includeStop,
+	}
+	if c.topK != nil && *c.topK > 0 {
+		p.TopK = uint32(*c.topK)
+	}
+	if c.maxTokens != nil {
+		m := uint32(*c.maxTokens)
+		p.MaxTokens = &m
+	}
+	if c.seed != nil {
+		s := int32(min(max(*c.seed, math.MinInt32), math.MaxInt32))
+		p.Seed = &s
+	}
+	if k := c.constraint; k != nil {
+		switch k.kind {
+		case "regex":
+			p.Constraint = &vllmpb.SamplingParams_Regex{Regex: k.value}
+		case "ebnf":
+			p.Constraint = &vllmpb.SamplingParams_Grammar{Grammar: k.value}
+		case "json_object":
+			p.Constraint = &vllmpb.SamplingParams_JsonObject{JsonObject: true}
+		default:
+			p.Constraint = &vllmpb.SamplingParams_JsonSchema{JsonSchema: k.value}
+		}
+	}
+	return p
+}
+
+func (v vllmClient) generate(ctx context.Context, c *call) (genStream, error) {
+	req := &vllmpb.GenerateRequest{
+		RequestId:            c.requestID,
+		Input:                &vllmpb.GenerateRequest_Tokenized{Tokenized: &vllmpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids}},
+		SamplingParams:       vllmSampling(c),
+		Stream:               c.stream,
+		KvTransferParamsJson: c.kvTransfer,
+		DataParallelRank:     c.dpRank,
+	}
+	st, err := v.c.Generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return vllmStream{st}, nil
+}
+
+type vllmStream struct {
+	*connect.ServerStreamForClient[vllmpb.GenerateResponse]
+}
+
+func (s vllmStream) event() event {
+	m := s.Msg()
+	if ch := m.GetChunk(); ch != nil {
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+	}
+	d := m.GetComplete()
+	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson}
+	switch ms := d.GetMatchedStop().(type) {
+	case *vllmpb.GenerateComplete_MatchedTokenId:
+		ev.matchedID = &ms.MatchedTokenId
+	case *vllmpb.GenerateComplete_MatchedStopStr:
+		ev.matchedStr = &ms.MatchedStopStr
+	}
+	return ev
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}

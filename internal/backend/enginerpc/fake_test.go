@@ -1,0 +1,276 @@
+package enginerpc
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
+	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// A tiny byte-level BPE model written here: ids 0-255 are the bytes (so ASCII text is its own ids), two
+// merges, and ChatML's added tokens, <|im_end|> the EOS.
+const (
+	imStart = 258
+	imEnd   = 259 // EOS
+)
+
+func byteLevel(b byte) string {
+	n := 0
+	for c := range 256 {
+		printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE
+		if c == int(b) {
+			if printable {
+				return string(rune(c))
+			}
+			return string(rune(256 + n))
+		}
+		if !printable {
+			n++
+		}
+	}
+	panic("unreachable")
+}
+
+const chatML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+	"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	vocab := map[string]int{}
+	for b := range 256 {
+		vocab[byteLevel(byte(b))] = b
+	}
+	merges := [][2]string{{"h", "e"}, {"l", "l"}}
+	vocab["he"], vocab["ll"] = 256, 257
+	tj := map[string]any{
+		"added_tokens": []map[string]any{
+			{"id": imStart, "content": "<|im_start|>", "special": true},
+			{"id": imEnd, "content": "<|im_end|>", "special": true},
+		},
+		"normalizer": map[string]any{"type": "NFC"},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+		}},
+		"post_processor": map[string]any{"type": "ByteLevel"},
+		"decoder":        map[string]any{"type": "ByteLevel"},
+		"model":          map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
+	}
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, "tokenizer.json"), tj)
+	writeJSON(t, filepath.Join(dir, "tokenizer_config.json"), map[string]any{"chat_template": chatML, "eos_token": "<|im_end|>"})
+	tk, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func writeJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeEngine serves both engine protocols from one script: it answers every Generate with reply (then
+// the EOS, unless max tokens cut it), one chunk per id when streaming, with each protocol's counts
+// (SGLang's cumulative, vLLM's per chunk) and a Complete that repeats the last chunk's ids, as the
+// servicers do.
+type fakeEngine struct {
+	sglangpbconnect.UnimplementedSglangSchedulerHandler
+	reply    []uint32
+	err      error // returned by Generate instead of answering
+	hold     bool  // after the first chunk, wait for the RPC's end or an Abort
+	kvReturn string
+	cached   uint32
+
+	mu      sync.Mutex
+	sglang  []*sglangpb.GenerateRequest
+	vllm    []*vllmpb.GenerateRequest
+	aborted []string
+	abortCh chan struct{}
+}
+
+func newFake(reply string) *fakeEngine {
+	ids := make([]uint32, len(reply))
+	for i := range len(reply) {
+		ids[i] = uint32(reply[i])
+	}
+	return &fakeEngine{reply: ids, abortCh: make(chan struct{})}
+}
+
+func (f *fakeEngine) recordAbort(ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	first := len(f.aborted) == 0
+	f.aborted = append(f.aborted, ids...)
+	if first {
+		close(f.abortCh)
+	}
+}
+
+func (f *fakeEngine) aborts() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.aborted...)
+}
+
+// output is the ids the engine generates for max tokens (nil: none).
+func (f *fakeEngine) output(max *uint32) (ids []uint32, finish string) {
+	ids = append(append(ids, f.reply...), imEnd)
+	if max != nil && int(*max) < len(ids) {
+		return ids[:*max], "length"
+	}
+	return ids, "stop"
+}
+
+type chunkFn func(ids []uint32, n int) error
+
+// run streams ids through send and waits when holding.
+func (f *fakeEngine) run(ctx context.Context, stream bool, ids []uint32, send chunkFn) error {
+	if !stream {
+		return nil
+	}
+	for i, id := range ids {
+		if err := send([]uint32{id}, i+1); err != nil {
+			return err
+		}
+		if f.hold {
+			select {
+			case <-ctx.Done():
+			case <-f.abortCh:
+			}
+			return connect.NewError(connect.CodeCanceled, context.Canceled)
+		}
+	}
+	return nil
+}
+
+func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest, st *connect.ServerStream[sglangpb.GenerateResponse]) error {
+	f.mu.Lock()
+	f.sglang = append(f.sglang, req)
+	f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	prompt := uint32(len(req.GetTokenized().GetInputIds()))
+	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens)
+	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
+		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Chunk{
+			Chunk: &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}}})
+	})
+	if err != nil {
+		return err
+	}
+	done := &sglangpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+	if req.GetStream() {
+		done.OutputIds = ids[len(ids)-1:]
+	}
+	if finish == "stop" {
+		done.MatchedStop = &sglangpb.GenerateComplete_MatchedTokenId{MatchedTokenId: imEnd}
+	}
+	return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Complete{Complete: done}})
+}
+
+func (f *fakeEngine) Abort(_ context.Context, req *sglangpb.AbortRequest) (*sglangpb.AbortResponse, error) {
+	f.recordAbort(req.GetRequestId())
+	return &sglangpb.AbortResponse{Success: true}, nil
+}
+
+// vllmFake is the same engine behind vLLM's service.
+type vllmFake struct {
+	vllmpbconnect.UnimplementedVllmEngineHandler
+	f *fakeEngine
+}
+
+func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st *connect.ServerStream[vllmpb.GenerateResponse]) error {
+	f := v.f
+	f.mu.Lock()
+	f.vllm = append(f.vllm, req)
+	f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	prompt := uint32(len(req.GetTokenized().GetInputIds()))
+	ids, finish := f.output(req.GetSamplingParams().MaxTokens)
+	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, _ int) error {
+		return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{
+			Chunk: &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached}}})
+	})
+	if err != nil {
+		return err
+	}
+	done := &vllmpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+	if req.GetStream() {
+		done.OutputIds, done.CompletionTokens = ids[len(ids)-1:], 1
+	}
+	if f.kvReturn != "" {
+		done.KvTransferParamsJson = &f.kvReturn
+	}
+	return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
+}
+
+func (v vllmFake) Abort(_ context.Context, req *vllmpb.AbortRequest) (*vllmpb.AbortResponse, error) {
+	v.f.recordAbort(req.GetRequestIds()...)
+	return &vllmpb.AbortResponse{}, nil
+}
+
+// startEngine serves f over h2c with protocol p and returns its grpc:// URL.
+func startEngine(t testing.TB, f *fakeEngine, p enginegrpc.Protocol) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	if p == enginegrpc.VLLM {
+		mux.Handle(vllmpbconnect.NewVllmEngineHandler(vllmFake{f: f}))
+	} else {
+		mux.Handle(sglangpbconnect.NewSglangSchedulerHandler(f))
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return "grpc://" + srv.Listener.Addr().String()
+}
+
+func newH2CClient() *http.Client {
+	tr := &http.Transport{DisableCompression: true}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}
+
+// setup starts a fake engine of protocol p and a transport that knows it.
+func setup(t *testing.T, p enginegrpc.Protocol, f *fakeEngine) (*Transport, string) {
+	t.Helper()
+	url := startEngine(t, f, p)
+	h2c := newH2CClient()
+	t.Cleanup(h2c.CloseIdleConnections)
+	tr := NewTransport(h2c, nil, WithClock(func() time.Time { return time.Unix(1700000000, 0) }),
+		WithIDSource(func() string { return "gen" }))
+	if err := tr.SetEngine(url, Engine{Protocol: p, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	return tr, url
+}

@@ -1,0 +1,210 @@
+package enginerpc
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/jsonx"
+)
+
+// The answers, in the shapes the engines' HTTP servers give: OpenAI's chat.completion and
+// text_completion (vLLM adds stop_reason and kv_transfer_params, SGLang matched_stop), SGLang's
+// /generate object, and their SSE chunks.
+
+// meta is what every object of one answer repeats.
+type meta struct {
+	id      string
+	created int64
+	model   string
+	proto   enginegrpc.Protocol
+	eos     []int
+}
+
+func appendHead(dst []byte, m *meta, object string) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = jsonx.AppendString(dst, m.id)
+	dst = append(dst, `,"object":"`...)
+	dst = append(dst, object...)
+	dst = append(dst, `","created":`...)
+	dst = strconv.AppendInt(dst, m.created, 10)
+	dst = append(dst, `,"model":`...)
+	return jsonx.AppendString(dst, m.model)
+}
+
+func appendAny(dst []byte, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return append(dst, "null"...)
+	}
+	return append(dst, b...)
+}
+
+func (s *sample) promptTokens(c *call) uint32 {
+	if s.prompt > 0 {
+		return s.prompt
+	}
+	return uint32(len(c.ids))
+}
+
+func appendUsage(dst []byte, c *call, s *sample) []byte {
+	p, comp := uint64(s.promptTokens(c)), uint64(s.completion)
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendUint(dst, p, 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendUint(dst, comp, 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendUint(dst, p+comp, 10)
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	return append(dst, `}}`...)
+}
+
+// appendFinish writes finish_reason and, once finished, the engine's report of what matched.
+func appendFinish(dst []byte, m *meta, s *sample, final bool) []byte {
+	dst = append(dst, `,"finish_reason":`...)
+	if !final {
+		dst = append(dst, "null"...)
+		if m.proto == enginegrpc.VLLM {
+			dst = append(dst, `,"stop_reason":null`...)
+		}
+		return dst
+	}
+	dst = jsonx.AppendString(dst, s.finishReason())
+	if m.proto == enginegrpc.VLLM {
+		dst = append(dst, `,"stop_reason":`...)
+		return appendAny(dst, s.matched(m.eos, false))
+	}
+	dst = append(dst, `,"matched_stop":`...)
+	return appendAny(dst, s.matched(m.eos, true))
+}
+
+func appendKVTransfer(dst []byte, m *meta, s *sample) []byte {
+	if m.proto != enginegrpc.VLLM {
+		return dst
+	}
+	dst = append(dst, `,"kv_transfer_params":`...)
+	if s.kvTransfer == nil || !json.Valid([]byte(*s.kvTransfer)) {
+		return append(dst, "null"...)
+	}
+	return append(dst, *s.kvTransfer...)
+}
+
+// renderWhole is a unary answer.
+func renderWhole(c *call, m *meta, s *sample) []byte {
+	var dst []byte
+	switch c.route {
+	case body.RouteChat:
+		dst = appendHead(dst, m, "chat.completion")
+		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+		dst = jsonx.AppendString(dst, string(s.text))
+		dst = append(dst, `},"logprobs":null`...)
+		dst = appendFinish(dst, m, s, true)
+	case body.RouteCompletions:
+		dst = appendHead(dst, m, "text_completion")
+		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = jsonx.AppendString(dst, string(s.text))
+		dst = append(dst, `,"logprobs":null`...)
+		dst = appendFinish(dst, m, s, true)
+	default:
+		return appendGenerate(dst, c, m, s, true)
+	}
+	dst = append(dst, `}],"usage":`...)
+	dst = appendUsage(dst, c, s)
+	dst = appendKVTransfer(dst, m, s)
+	return append(dst, '}')
+}
+
+// appendGenerate is SGLang's /generate object; streamed, each carries the text and ids so far.
+func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte {
+	dst = append(dst, `{"text":`...)
+	dst = jsonx.AppendString(dst, string(s.text))
+	dst = append(dst, `,"output_ids":[`...)
+	for i, id := range s.ids {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, uint64(id), 10)
+	}
+	dst = append(dst, `],"meta_info":{"id":`...)
+	dst = jsonx.AppendString(dst, m.id)
+	dst = append(dst, `,"finish_reason":`...)
+	if final {
+		dst = append(dst, `{"type":`...)
+		dst = jsonx.AppendString(dst, s.finishReason())
+		if mt := s.matched(m.eos, true); mt != nil {
+			dst = append(dst, `,"matched":`...)
+			dst = appendAny(dst, mt)
+		}
+		dst = append(dst, '}')
+	} else {
+		dst = append(dst, "null"...)
+	}
+	dst = append(dst, `,"prompt_tokens":`...)
+	dst = strconv.AppendUint(dst, uint64(s.promptTokens(c)), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendUint(dst, uint64(s.completion), 10)
+	dst = append(dst, `,"cached_tokens":`...)
+	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	return append(dst, `}}`...)
+}
+
+// appendChunk is one streamed chunk: text is the new text; first puts the assistant's role in a chat
+// chunk; final closes the choice with its finish_reason.
+func appendChunk(dst []byte, c *call, m *meta, s *sample, text string, first, final bool) []byte {
+	switch c.route {
+	case body.RouteChat:
+		dst = appendHead(dst, m, "chat.completion.chunk")
+		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+		switch {
+		case first:
+			dst = append(dst, `"role":"assistant","content":`...)
+			dst = jsonx.AppendString(dst, text)
+		case text != "":
+			dst = append(dst, `"content":`...)
+			dst = jsonx.AppendString(dst, text)
+		}
+		dst = append(dst, `},"logprobs":null`...)
+	case body.RouteCompletions:
+		dst = appendHead(dst, m, "text_completion")
+		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = jsonx.AppendString(dst, text)
+		dst = append(dst, `,"logprobs":null`...)
+	default:
+		return appendGenerate(dst, c, m, s, final)
+	}
+	dst = appendFinish(dst, m, s, final)
+	dst = append(dst, `}]`...)
+	if c.includeUsage {
+		dst = append(dst, `,"usage":null`...)
+	}
+	return append(dst, '}')
+}
+
+func appendUsageChunk(dst []byte, c *call, m *meta, s *sample) []byte {
+	object := "chat.completion.chunk"
+	if c.route == body.RouteCompletions {
+		object = "text_completion"
+	}
+	dst = appendHead(dst, m, object)
+	dst = append(dst, `,"choices":[],"usage":`...)
+	dst = appendUsage(dst, c, s)
+	return append(dst, '}')
+}
+
+func appendErrorBody(dst []byte, message, typ, param, code string) []byte {
+	dst = append(dst, `{"error":{"message":`...)
+	dst = jsonx.AppendString(dst, message)
+	dst = append(dst, `,"type":`...)
+	dst = jsonx.AppendString(dst, typ)
+	dst = append(dst, `,"param":`...)
+	if param == "" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = jsonx.AppendString(dst, param)
+	}
+	dst = append(dst, `,"code":`...)
+	dst = jsonx.AppendString(dst, code)
+	return append(dst, "}}"...)
+}

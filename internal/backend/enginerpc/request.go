@@ -1,0 +1,393 @@
+package enginerpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/stop"
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// requestJSON is what the transport reads of a chat, completions or SGLang /generate body: the fields
+// an HTTP engine would act on. Pointers tell an absent field from a zero, since the engines' defaults
+// are not the zeros.
+type requestJSON struct {
+	Model               string          `json:"model"`
+	Messages            json.RawMessage `json:"messages"`
+	Tools               json.RawMessage `json:"tools"`
+	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Text                json.RawMessage `json:"text"`      // /generate
+	InputIDs            json.RawMessage `json:"input_ids"` // /generate
+	SamplingParams      *samplingJSON   `json:"sampling_params"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N                   *int            `json:"n"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Logprobs            json.RawMessage `json:"logprobs"`
+	Echo                bool            `json:"echo"`
+	ResponseFormat      *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
+	samplingJSON
+
+	BootstrapHost    json.RawMessage `json:"bootstrap_host"`
+	BootstrapPort    json.RawMessage `json:"bootstrap_port"`
+	BootstrapRoom    json.RawMessage `json:"bootstrap_room"`
+	RoutedDPRank     *int32          `json:"routed_dp_rank"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	ReturnLogprob    bool            `json:"return_logprob"`
+}
+
+// samplingJSON holds the sampling fields, at the top of an OpenAI body and in /generate's
+// sampling_params (where a few have other names: max_new_tokens, min_new_tokens, json_schema).
+type samplingJSON struct {
+	Temperature       *float32        `json:"temperature"`
+	TopP              *float32        `json:"top_p"`
+	TopK              *int32          `json:"top_k"`
+	MinP              *float32        `json:"min_p"`
+	FrequencyPenalty  *float32        `json:"frequency_penalty"`
+	PresencePenalty   *float32        `json:"presence_penalty"`
+	RepetitionPenalty *float32        `json:"repetition_penalty"`
+	Stop              json.RawMessage `json:"stop"`
+	StopTokenIDs      []uint32        `json:"stop_token_ids"`
+	Seed              *int64          `json:"seed"`
+	MinTokens         uint32          `json:"min_tokens"`
+	IgnoreEOS         bool            `json:"ignore_eos"`
+	SkipSpecialTokens *bool           `json:"skip_special_tokens"`
+	NoStopTrim        bool            `json:"no_stop_trim"`
+	IncludeStopStr    bool            `json:"include_stop_str_in_output"`
+	Regex             *string         `json:"regex"`
+	Ebnf              *string         `json:"ebnf"`
+	N                 *int            `json:"n"`
+
+	MaxNewTokens *int    `json:"max_new_tokens"`
+	MinNewTokens uint32  `json:"min_new_tokens"`
+	JSONSchema   *string `json:"json_schema"`
+}
+
+// constraint is a structured-output constraint; kind is "regex", "json_schema", "json_object" or
+// "ebnf", each protocol naming its own field.
+type constraint struct{ kind, value string }
+
+// call is one request, converted: the prompt's token ids and what the engine and the text layer need.
+type call struct {
+	route        body.Route
+	model        string
+	requestID    string
+	ids          []uint32
+	text         string // the rendered prompt, for the engine's logs
+	stream       bool
+	includeUsage bool
+
+	temperature, topP, minP  *float32
+	topK                     *int32
+	freqPen, presPen, repPen *float32
+	maxTokens                *int
+	stops                    []string
+	stopIDs                  []uint32
+	seed                     *int64
+	minTokens                uint32
+	ignoreEOS, includeStop   bool
+	skipSpecial              bool
+	constraint               *constraint
+	bootstrap                *bootstrap
+	dpRank                   *int32
+	kvTransfer               *string // vLLM: kv_transfer_params as JSON
+	wantKVBack               bool    // vLLM: the prefill leg; its answer carries kv_transfer_params
+	stopParams               stop.Params
+	eos                      []int
+}
+
+// bootstrap is SGLang's PD handshake: the prefill worker's bootstrap server and the shared room.
+type bootstrap struct {
+	host string
+	port int32
+	room int32
+}
+
+func requestError(param, format string, args ...any) *body.RequestError {
+	return &body.RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// parseCall converts a body of route for engine e: the chat rendered with the model's template and
+// tokenized, a text prompt tokenized as the engine would (special tokens added), token ids kept.
+// Errors are *body.RequestError (a 400).
+func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
+	var r requestJSON
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, &body.RequestError{Message: "invalid JSON body: " + err.Error(), Malformed: true}
+	}
+	c := &call{route: route, model: r.Model, stream: r.Stream, eos: e.EOS}
+	if c.model == "" {
+		c.model = e.Model
+	}
+	c.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+	s := r.samplingJSON
+	maxTokens := r.MaxTokens
+	switch route {
+	case body.RouteChat:
+		if r.MaxCompletionTokens != nil {
+			maxTokens = r.MaxCompletionTokens
+		}
+		if err := c.renderChat(&r, e.Tokenizer); err != nil {
+			return nil, err
+		}
+	case body.RouteCompletions:
+		if err := c.completionPrompt(r.Prompt, e.Tokenizer); err != nil {
+			return nil, err
+		}
+	case body.RouteGenerate:
+		if r.SamplingParams != nil {
+			s = *r.SamplingParams
+			s.MinTokens = max(s.MinTokens, s.MinNewTokens)
+		}
+		maxTokens = s.MaxNewTokens
+		if err := c.generatePrompt(&r, e.Tokenizer); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, requestError("", "route %s is not served over the engines' gRPC protocols", route)
+	}
+	if len(c.ids) == 0 {
+		return nil, requestError("prompt", "the prompt is empty")
+	}
+	n := r.N
+	if s.N != nil {
+		n = s.N
+	}
+	if n != nil && *n != 1 {
+		return nil, requestError("n", "n = %d is not supported over the engines' gRPC protocols yet: send n = 1", *n)
+	}
+	if lp := bytes.TrimSpace(r.Logprobs); (len(lp) > 0 && !bytes.Equal(lp, []byte("null")) && !bytes.Equal(lp, []byte("false"))) || r.ReturnLogprob {
+		return nil, requestError("logprobs", "logprobs are not supported over the engines' gRPC protocols yet")
+	}
+	if r.Echo {
+		return nil, requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
+	}
+	if tools := bytes.TrimSpace(r.Tools); len(tools) > 0 && !bytes.Equal(tools, []byte("null")) && !bytes.Equal(tools, []byte("[]")) && route == body.RouteChat {
+		// Tools are rendered into the prompt, but their calls are not parsed out of the answer yet.
+		return nil, requestError("tools", "tools are not supported over the engines' gRPC protocols yet")
+	}
+	if maxTokens != nil && *maxTokens < 0 {
+		return nil, requestError("max_tokens", "max_tokens must be at least 0, got %d", *maxTokens)
+	}
+	c.maxTokens = maxTokens
+	c.temperature, c.topP, c.topK, c.minP = s.Temperature, s.TopP, s.TopK, s.MinP
+	c.freqPen, c.presPen, c.repPen = s.FrequencyPenalty, s.PresencePenalty, s.RepetitionPenalty
+	c.stopIDs, c.seed, c.minTokens, c.ignoreEOS = s.StopTokenIDs, s.Seed, s.MinTokens, s.IgnoreEOS
+	c.includeStop = s.NoStopTrim || s.IncludeStopStr
+	c.skipSpecial = s.SkipSpecialTokens == nil || *s.SkipSpecialTokens
+	stops, err := stopStrings(s.Stop)
+	if err != nil {
+		return nil, err
+	}
+	c.stops = stops
+	if err := c.setConstraint(&r, &s); err != nil {
+		return nil, err
+	}
+	if err := c.setHandshake(&r); err != nil {
+		return nil, err
+	}
+	c.stopParams = stop.Params{
+		Stop: c.stops, StopTokenIDs: toInts(c.stopIDs), EOS: e.EOS, IgnoreEOS: c.ignoreEOS,
+		MinTokens: int(c.minTokens), IncludeStop: c.includeStop,
+	}
+	if _, err := stop.New(c.stopParams); err != nil {
+		return nil, requestError("stop", "%s", err.Error())
+	}
+	return c, nil
+}
+
+func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer) error {
+	agp := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+	text, err := tok.RenderChat(tokenizer.Chat{Messages: r.Messages, Tools: r.Tools, AddGenerationPrompt: agp, TemplateKwargs: r.ChatTemplateKwargs})
+	switch {
+	case errors.Is(err, tokenizer.ErrBadChat):
+		return requestError("messages", "%s", err.Error())
+	case err != nil:
+		// No template, or the template raised: the request cannot be served as written (vLLM answers
+		// 400 for both).
+		return requestError("messages", "%s", err.Error())
+	}
+	c.text = text
+	c.ids = toUint32s(tok.Encode(text))
+	return nil
+}
+
+func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return requestError("prompt", "prompt is required")
+	}
+	switch raw[0] {
+	case '"':
+		if err := json.Unmarshal(raw, &c.text); err != nil {
+			return requestError("prompt", "prompt: %s", err.Error())
+		}
+		c.ids = toUint32s(tok.EncodeSpecial(c.text))
+		return nil
+	case '[':
+		var ids []uint32
+		if err := json.Unmarshal(raw, &ids); err == nil {
+			c.ids = ids
+			return nil
+		}
+		var one []string
+		if err := json.Unmarshal(raw, &one); err == nil && len(one) == 1 {
+			c.text = one[0]
+			c.ids = toUint32s(tok.EncodeSpecial(c.text))
+			return nil
+		}
+		var lists [][]uint32
+		if err := json.Unmarshal(raw, &lists); err == nil && len(lists) == 1 {
+			c.ids = lists[0]
+			return nil
+		}
+		return requestError("prompt", "a batch of prompts is not supported over the engines' gRPC protocols yet: send one prompt per request")
+	}
+	return requestError("prompt", "prompt must be a string, a list of token ids, or a list of one of them")
+}
+
+func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
+	if ids := bytes.TrimSpace(r.InputIDs); len(ids) > 0 && !bytes.Equal(ids, []byte("null")) {
+		if err := json.Unmarshal(ids, &c.ids); err != nil {
+			return requestError("input_ids", "input_ids must be one list of token ids (batches are not supported over the engines' gRPC protocols yet)")
+		}
+		return nil
+	}
+	text := bytes.TrimSpace(r.Text)
+	if len(text) == 0 || text[0] != '"' {
+		return requestError("text", "text must be one string (batches are not supported over the engines' gRPC protocols yet), or give input_ids")
+	}
+	if err := json.Unmarshal(text, &c.text); err != nil {
+		return requestError("text", "text: %s", err.Error())
+	}
+	c.ids = toUint32s(tok.EncodeSpecial(c.text))
+	return nil
+}
+
+func stopStrings(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, requestError("stop", "stop: %s", err.Error())
+		}
+		return []string{s}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, requestError("stop", "stop must be a string or a list of strings")
+	}
+	return list, nil
+}
+
+func (c *call) setConstraint(r *requestJSON, s *samplingJSON) error {
+	var cs []constraint
+	if rf := r.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "json_object":
+			cs = append(cs, constraint{"json_object", `{"type":"object"}`})
+		case "json_schema":
+			if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
+				return requestError("response_format", "response_format json_schema needs json_schema.schema")
+			}
+			cs = append(cs, constraint{"json_schema", string(rf.JSONSchema.Schema)})
+		case "", "text":
+		default:
+			return requestError("response_format", "unknown response_format type %q", rf.Type)
+		}
+	}
+	if s.JSONSchema != nil {
+		cs = append(cs, constraint{"json_schema", *s.JSONSchema})
+	}
+	if s.Regex != nil {
+		cs = append(cs, constraint{"regex", *s.Regex})
+	}
+	if s.Ebnf != nil {
+		cs = append(cs, constraint{"ebnf", *s.Ebnf})
+	}
+	if len(cs) > 1 {
+		return requestError("response_format", "only one of response_format, regex, ebnf and json_schema may be given")
+	}
+	if len(cs) == 1 {
+		c.constraint = &cs[0]
+	}
+	return nil
+}
+
+// roomModulus is the largest multiple of 720720 (the least common multiple of 1..16) that fits in an
+// int32. SGLang's gRPC bootstrap_room is an int32 where its HTTP room (and dispatch's) is 63 bits;
+// reducing modulo this keeps room % dp_size, which is how an engine without rank hints finds the
+// prefill's rank (body.AlignRoom), for every DP size up to 16.
+const roomModulus = math.MaxInt32 / 720720 * 720720
+
+func (c *call) setHandshake(r *requestJSON) error {
+	c.dpRank = r.RoutedDPRank
+	if kv := bytes.TrimSpace(r.KVTransferParams); len(kv) > 0 && !bytes.Equal(kv, []byte("null")) {
+		if kv[0] != '{' {
+			return requestError("kv_transfer_params", "kv_transfer_params must be an object")
+		}
+		s := string(kv)
+		c.kvTransfer = &s
+		var probe struct {
+			DoRemoteDecode bool `json:"do_remote_decode"`
+		}
+		_ = json.Unmarshal(kv, &probe)
+		c.wantKVBack = probe.DoRemoteDecode
+	}
+	room := bytes.TrimSpace(r.BootstrapRoom)
+	if len(room) == 0 || bytes.Equal(room, []byte("null")) {
+		return nil
+	}
+	var b bootstrap
+	var roomN uint64
+	if err := json.Unmarshal(room, &roomN); err != nil {
+		return requestError("bootstrap_room", "bootstrap_room must be one non-negative integer over the engines' gRPC protocols")
+	}
+	b.room = int32(roomN % roomModulus)
+	if err := json.Unmarshal(r.BootstrapHost, &b.host); err != nil {
+		return requestError("bootstrap_host", "bootstrap_host must be a string")
+	}
+	if p := bytes.TrimSpace(r.BootstrapPort); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if err := json.Unmarshal(p, &b.port); err != nil || b.port < 0 || b.port > 65535 {
+			return requestError("bootstrap_port", "bootstrap_port must be a port number")
+		}
+	}
+	c.bootstrap = &b
+	return nil
+}
+
+func toUint32s(ids []int) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
+
+func toInts(ids []uint32) []int {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}

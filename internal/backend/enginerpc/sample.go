@@ -1,0 +1,135 @@
+package enginerpc
+
+import (
+	"fmt"
+
+	"github.com/sluicegw/sluice/internal/stop"
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// sample is one generation's state: the engine's ids turned into text (DecodeStream), cut at stops
+// (stop.Matcher), and the engine's counts.
+type sample struct {
+	ds         *tokenizer.DecodeStream
+	m          *stop.Matcher
+	cumulative bool // the chunks' counts are totals so far (SGLang), else each chunk's own (vLLM)
+	streaming  bool
+
+	text                       []byte   // every emitted byte
+	ids                        []uint32 // every output id
+	chunks                     int
+	prompt, completion, cached uint32
+	complete                   bool
+	finish                     string
+	matchedID                  *uint32
+	matchedStr                 *string
+	kvTransfer                 *string
+}
+
+func newSample(tok *tokenizer.Tokenizer, c *call, cumulative bool) *sample {
+	m, err := stop.New(c.stopParams)
+	if err != nil {
+		panic(err) // parseCall checked these Params
+	}
+	return &sample{ds: tok.NewDecodeStream(c.skipSpecial), m: m, cumulative: cumulative, streaming: c.stream}
+}
+
+// errUnknownToken means the engine sent an id the gateway's tokenizer does not have: the tokenizer
+// given for the model is not the engine's.
+type errUnknownToken struct{ err error }
+
+func (e errUnknownToken) Error() string {
+	return fmt.Sprintf("the engine generated a token the gateway's tokenizer does not know (is --tokenizer-path the engine's model?): %v", e.err)
+}
+
+// add takes one event and returns the text it makes safe to emit.
+func (s *sample) add(ev event) (string, error) {
+	ids := ev.ids
+	if ev.complete && s.streaming && s.chunks > 0 {
+		// A streamed Complete is built from the same engine output as the last chunk and repeats its
+		// ids (both servicers).
+		ids = nil
+	}
+	var out []byte
+	stopped := s.m.Result().Reason != ""
+	for _, id := range ids {
+		s.ids = append(s.ids, id)
+		if stopped {
+			continue // text after a stop is dropped; the engine stops on its own
+		}
+		t, err := s.ds.Step(int(id))
+		if err != nil {
+			return "", errUnknownToken{err}
+		}
+		emit, done := s.m.Feed(int(id), t)
+		out = append(out, emit...)
+		stopped = done
+	}
+	if !ev.complete {
+		s.chunks++
+		if s.cumulative {
+			s.completion = ev.completion
+		} else {
+			s.completion += ev.completion
+		}
+	} else {
+		s.complete = true
+		if s.cumulative || !s.streaming || s.chunks == 0 {
+			s.completion = ev.completion
+		}
+		s.finish, s.matchedID, s.matchedStr, s.kvTransfer = ev.finish, ev.matchedID, ev.matchedStr, ev.kvTransfer
+		if !stopped {
+			out = append(out, s.m.Finish()...)
+			out = append(out, s.ds.Flush()...)
+		}
+	}
+	if ev.prompt > 0 {
+		s.prompt = ev.prompt
+	}
+	s.cached = max(s.cached, ev.cached)
+	s.text = append(s.text, out...)
+	return string(out), nil
+}
+
+// finishReason is the gateway's own stop when it found one, else the engine's ("stop" when it gave
+// none).
+func (s *sample) finishReason() string {
+	if r := s.m.Result().Reason; r != "" {
+		return r
+	}
+	if s.finish == "" {
+		return "stop"
+	}
+	return s.finish
+}
+
+// matched is what ended the generation, as a JSON value: the stop string, the stop token id, or null.
+// eosAsID reports an EOS by its id (SGLang's matched_stop) rather than null (vLLM's stop_reason).
+func (s *sample) matched(eos []int, eosAsID bool) any {
+	if r := s.m.Result(); r.Reason == "stop" {
+		switch {
+		case r.StopString != "":
+			return r.StopString
+		case r.StopToken >= 0:
+			return r.StopToken
+		}
+		if eosAsID && len(s.ids) > 0 {
+			return s.ids[len(s.ids)-1]
+		}
+		return nil
+	}
+	switch {
+	case s.matchedStr != nil:
+		return *s.matchedStr
+	case s.matchedID != nil:
+		if !eosAsID {
+			for _, e := range eos {
+				if uint32(e) == *s.matchedID {
+					return nil
+				}
+			}
+		}
+		return *s.matchedID
+	}
+	return nil
+}

@@ -1,0 +1,516 @@
+package enginerpc
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/tokenizer"
+)
+
+// Engine is what the transport needs to know of a worker that speaks an engine's protocol.
+type Engine struct {
+	Protocol  enginegrpc.Protocol // SGLang or VLLM
+	Tokenizer *tokenizer.Tokenizer
+	// EOS are the model's end-of-sequence ids (GetModelInfo's eos_token_ids): their text is not output.
+	EOS []int
+	// Model answers for "model" when the request has none.
+	Model string
+}
+
+type engineEntry struct {
+	Engine
+	client engineClient
+}
+
+// Transport is an http.RoundTripper for grpc:// workers registered with SetEngine; requests for any
+// other worker go to the fallback (the sluice.worker.v1 transport). See the package doc.
+type Transport struct {
+	client   connect.HTTPClient
+	fallback http.RoundTripper
+	now      func() time.Time
+	newID    func() string
+	// abortTimeout bounds the Abort sent when a client goes away.
+	abortTimeout time.Duration
+
+	mu      sync.RWMutex
+	engines map[string]*engineEntry // by "scheme://host:port"
+}
+
+// Option configures a Transport.
+type Option func(*Transport)
+
+// WithClock sets the clock of the answers' "created".
+func WithClock(now func() time.Time) Option { return func(t *Transport) { t.now = now } }
+
+// WithIDSource sets the generator of request ids for requests without X-Request-Id.
+func WithIDSource(newID func() string) Option { return func(t *Transport) { t.newID = newID } }
+
+// NewTransport returns a transport that calls engines with client (HTTP/2: h2c for grpc://, TLS for
+// grpcs://) and sends requests for other workers to fallback (nil: they fail).
+func NewTransport(client connect.HTTPClient, fallback http.RoundTripper, opts ...Option) *Transport {
+	t := &Transport{client: client, fallback: fallback, now: time.Now, newID: randomID,
+		abortTimeout: 5 * time.Second, engines: map[string]*engineEntry{}}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// engineKey and baseURL read a worker URL: grpc://host:port is served at http://host:port, grpcs://
+// at https://.
+func engineKey(u *url.URL) string { return u.Scheme + "://" + u.Host }
+
+func baseURL(u *url.URL) (string, error) {
+	switch u.Scheme {
+	case "grpc":
+		return "http://" + u.Host, nil
+	case "grpcs":
+		return "https://" + u.Host, nil
+	}
+	return "", fmt.Errorf("enginerpc: unsupported scheme %q", u.Scheme)
+}
+
+// SetEngine registers the worker at workerURL (grpc://host:port or grpcs://) as an engine speaking
+// e.Protocol; its requests are served by this transport from then on.
+func (t *Transport) SetEngine(workerURL string, e Engine) error {
+	u, err := url.Parse(workerURL)
+	if err != nil {
+		return err
+	}
+	base, err := baseURL(u)
+	if err != nil {
+		return err
+	}
+	if e.Tokenizer == nil {
+		return errors.New("enginerpc: an engine worker needs its model's tokenizer")
+	}
+	entry := &engineEntry{Engine: e}
+	switch e.Protocol {
+	case enginegrpc.SGLang:
+		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, connect.WithGRPC())}
+	case enginegrpc.VLLM:
+		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, connect.WithGRPC())}
+	default:
+		return fmt.Errorf("enginerpc: protocol %q is not served yet (sglang and vllm are)", e.Protocol)
+	}
+	t.mu.Lock()
+	t.engines[engineKey(u)] = entry
+	t.mu.Unlock()
+	return nil
+}
+
+// RemoveEngine forgets the worker at workerURL.
+func (t *Transport) RemoveEngine(workerURL string) {
+	u, err := url.Parse(workerURL)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	delete(t.engines, engineKey(u))
+	t.mu.Unlock()
+}
+
+func (t *Transport) engine(u *url.URL) *engineEntry {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.engines[engineKey(u)]
+}
+
+// Fallback is the transport of workers not registered as engines.
+func (t *Transport) Fallback() http.RoundTripper { return t.fallback }
+
+// CloseIdleConnections closes the idle connections of the client and the fallback.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.client.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	if c, ok := t.fallback.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	e := t.engine(req.URL)
+	if e == nil {
+		if t.fallback == nil {
+			closeBody(req)
+			return nil, fmt.Errorf("enginerpc: %s is not a registered engine", engineKey(req.URL))
+		}
+		return t.fallback.RoundTrip(req)
+	}
+	route, ok := body.RouteFromPath(req.URL.Path)
+	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate) {
+		return t.passThrough(req)
+	}
+	var raw []byte
+	if req.Body != nil {
+		var err error
+		raw, err = io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	c, err := parseCall(route, raw, &e.Engine)
+	if err != nil {
+		var re *body.RequestError
+		if errors.As(err, &re) {
+			return errorResponse(req, http.StatusBadRequest, re.Message, "invalid_request_error", re.Param, "invalid_request_error"), nil
+		}
+		return nil, err
+	}
+	c.requestID = req.Header.Get("X-Request-Id")
+	if c.requestID == "" {
+		c.requestID = t.newID()
+	}
+	m := &meta{id: c.requestID, created: t.now().Unix(), model: c.model, proto: e.Protocol, eos: e.EOS}
+	switch route {
+	case body.RouteChat:
+		m.id = "chatcmpl-" + c.requestID
+	case body.RouteCompletions:
+		m.id = "cmpl-" + c.requestID
+	}
+	return t.run(req, e, c, m)
+}
+
+// passThrough sends any other request (a gRPC call such as a health check made through an
+// *http.Client with this transport) to the engine unchanged but for the scheme.
+func (t *Transport) passThrough(req *http.Request) (*http.Response, error) {
+	base, err := baseURL(req.URL)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	u, err := url.Parse(base + req.URL.RequestURI())
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.URL, out.Host = u, ""
+	return t.client.Do(out)
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// generation is one Generate call's lifetime. Its RPC runs on a context detached from the request's,
+// so that when the client goes away (the request's context ends, or the body is closed) the engine is
+// sent Abort before the RPC is cancelled, as the Rust gateway's abort-on-drop stream does: the engine
+// learns of the end from the Abort rather than from a cancellation it may notice late.
+type generation struct {
+	t *Transport
+	e *engineEntry
+	c *call
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	once      sync.Once
+	completed atomic.Bool // the Complete arrived: nothing to abort
+	stopWatch func() bool
+	watchDone chan struct{}
+}
+
+func (t *Transport) start(req *http.Request, e *engineEntry, c *call) *generation {
+	g := &generation{t: t, e: e, c: c, watchDone: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(req.Context()))
+	g.stopWatch = context.AfterFunc(req.Context(), func() {
+		defer close(g.watchDone)
+		g.stop()
+	})
+	return g
+}
+
+// abort sends Abort once, unless the generation completed, bounded by abortTimeout; its failure
+// changes nothing for the client.
+func (g *generation) abort() {
+	if g.completed.Load() {
+		return
+	}
+	g.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), g.t.abortTimeout)
+		defer cancel()
+		_ = g.e.client.abort(ctx, g.c.requestID)
+	})
+}
+
+// stop aborts the generation (unless it completed) and then cancels its RPC.
+func (g *generation) stop() {
+	g.abort()
+	g.cancel()
+}
+
+// end cancels the RPC and, if the request-context watch fired, waits for it: after end returns no
+// goroutine of the generation is left.
+func (g *generation) end() {
+	if !g.stopWatch() {
+		<-g.watchDone
+	}
+	g.cancel()
+}
+
+// run calls Generate and answers once the engine has sent its first message, as an HTTP engine
+// answers once it has started: an error before that is an error status.
+func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*http.Response, error) {
+	g := t.start(req, e, c)
+	st, err := e.client.generate(g.ctx, c)
+	if err != nil {
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return resp, ferr
+	}
+	s := newSample(e.Tokenizer, c, e.client.cumulativeCounts())
+	if !st.Receive() {
+		err := st.Err()
+		st.Close()
+		if err == nil {
+			err = errNoAnswer
+		}
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return resp, ferr
+	}
+	first := st.event()
+	if !c.stream {
+		defer g.end()
+		defer st.Close()
+		ev := first
+		for {
+			if _, err := s.add(ev); err != nil {
+				g.abort()
+				return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
+			}
+			if ev.complete {
+				g.completed.Store(true)
+				break
+			}
+			if !st.Receive() {
+				err := st.Err()
+				if err == nil {
+					err = errNoAnswer
+				}
+				return t.failed(req, g, err)
+			}
+			ev = st.event()
+		}
+		return jsonResponse(req, http.StatusOK, renderWhole(c, m, s)), nil
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	w := &sseWriter{g: g, c: c, m: m, s: s, pw: pw}
+	go func() {
+		defer close(done)
+		err := w.run(st, first)
+		// Without the Complete the client went away, the body was closed or the engine broke off: the
+		// engine must not go on computing for nobody.
+		g.abort()
+		st.Close()
+		g.end()
+		pw.CloseWithError(err) // nil: the reader sees io.EOF
+	}()
+	return streamResponse(req, &streamBody{pr: pr, g: g, done: done}), nil
+}
+
+var errNoAnswer = errors.New("the engine ended the Generate stream without a result")
+
+// failed answers a Generate that failed before its end: an error the engine sent is an HTTP error
+// status; anything else (the engine unreachable, the request's context ended) is returned as an
+// error, as any transport does, after an Abort when the client went away.
+func (t *Transport) failed(req *http.Request, g *generation, err error) (*http.Response, error) {
+	if req.Context().Err() != nil {
+		g.abort()
+		return nil, fmt.Errorf("enginerpc: %w", req.Context().Err())
+	}
+	if errors.Is(err, errNoAnswer) {
+		return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
+	}
+	if !connect.IsWireError(err) {
+		return nil, fmt.Errorf("enginerpc: %s engine: %w", g.e.Protocol, err)
+	}
+	code := connect.CodeOf(err)
+	status, typ := statusForCode(code)
+	return errorResponse(req, status, connectMessage(err), typ, "", code.String()), nil
+}
+
+// sseWriter writes the SSE body from the Generate stream.
+type sseWriter struct {
+	g   *generation
+	c   *call
+	m   *meta
+	s   *sample
+	pw  *io.PipeWriter
+	buf []byte
+}
+
+func (w *sseWriter) write() error {
+	_, err := w.pw.Write(w.buf)
+	w.buf = w.buf[:0]
+	return err
+}
+
+func (w *sseWriter) chunk(text string, first, final bool) {
+	w.buf = append(w.buf, "data: "...)
+	w.buf = appendChunk(w.buf, w.c, w.m, w.s, text, first, final)
+	w.buf = append(w.buf, "\n\n"...)
+}
+
+// run writes chunks until the Complete, then the usage chunk and [DONE]. A non-nil error ends the body
+// abnormally (the stream broke off, the reader went away).
+func (w *sseWriter) run(st genStream, ev event) error {
+	first := w.c.route == body.RouteChat // a chat stream opens with the role, as vLLM's does
+	if first {
+		w.chunk("", true, false)
+		if err := w.write(); err != nil {
+			return err
+		}
+	}
+	for {
+		text, err := w.s.add(ev)
+		if err != nil {
+			w.errorEvent(err.Error(), "server_error", "bad_gateway")
+			_ = w.write()
+			return nil
+		}
+		switch {
+		case ev.complete:
+			w.g.completed.Store(true)
+			w.chunk(text, false, true)
+			if w.c.includeUsage && w.c.route != body.RouteGenerate {
+				w.buf = append(w.buf, "data: "...)
+				w.buf = appendUsageChunk(w.buf, w.c, w.m, w.s)
+				w.buf = append(w.buf, "\n\n"...)
+			}
+			w.buf = append(w.buf, "data: [DONE]\n\n"...)
+			return w.write()
+		case text != "" || w.c.route == body.RouteGenerate:
+			w.chunk(text, false, false)
+			if err := w.write(); err != nil {
+				return err
+			}
+		}
+		if !st.Receive() {
+			err := st.Err()
+			switch {
+			case err == nil:
+				w.errorEvent(errNoAnswer.Error(), "server_error", "bad_gateway")
+			case connect.IsWireError(err) && connect.CodeOf(err) != connect.CodeCanceled:
+				_, typ := statusForCode(connect.CodeOf(err))
+				w.errorEvent(connectMessage(err), typ, connect.CodeOf(err).String())
+			default:
+				return fmt.Errorf("enginerpc: %w", err)
+			}
+			_ = w.write()
+			return nil
+		}
+		ev = st.event()
+	}
+}
+
+// errorEvent is an error after the head of a stream: an error event then [DONE], as vLLM streams one.
+func (w *sseWriter) errorEvent(message, typ, code string) {
+	w.buf = append(w.buf, "data: "...)
+	w.buf = appendErrorBody(w.buf, message, typ, "", code)
+	w.buf = append(w.buf, "\n\ndata: [DONE]\n\n"...)
+}
+
+// streamBody is the SSE body; Close aborts and cancels the Generate unless it completed, and waits for
+// the writer.
+type streamBody struct {
+	pr   *io.PipeReader
+	g    *generation
+	done <-chan struct{}
+	once sync.Once
+}
+
+func (b *streamBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+func (b *streamBody) Close() error {
+	b.once.Do(func() {
+		b.g.stop()
+		b.pr.CloseWithError(errBodyClosed)
+	})
+	<-b.done
+	return nil
+}
+
+var errBodyClosed = errors.New("enginerpc: response body closed")
+
+func streamResponse(req *http.Request, b io.ReadCloser) *http.Response {
+	return &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"text/event-stream"}, "Cache-Control": {"no-cache"}},
+		Body:          b,
+		ContentLength: -1,
+		Request:       req,
+	}
+}
+
+func jsonResponse(req *http.Request, status int, b []byte) *http.Response {
+	return &http.Response{
+		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(b)),
+		ContentLength: int64(len(b)),
+		Request:       req,
+	}
+}
+
+func errorResponse(req *http.Request, status int, message, typ, param, code string) *http.Response {
+	return jsonResponse(req, status, appendErrorBody(nil, message, typ, param, code))
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Message() != "" {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// statusForCode maps an engine's gRPC code to the status its HTTP server would have answered, and
+// OpenAI's error type.
+func statusForCode(code connect.Code) (int, string) {
+	switch code {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange, connect.CodeFailedPrecondition:
+		return http.StatusBadRequest, "invalid_request_error"
+	case connect.CodeNotFound:
+		return http.StatusNotFound, "not_found_error"
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests, "rate_limit_error"
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable, "server_error"
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout, "server_error"
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented, "server_error"
+	}
+	return http.StatusInternalServerError, "server_error"
+}

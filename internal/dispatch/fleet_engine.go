@@ -1,0 +1,135 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// completeEngine asks a grpc:// worker whether it speaks an engine's own gRPC (SGLang's scheduler,
+// vLLM's engine: enginegrpc.Detect, or GetModelInfo of the protocol the operator named with
+// --runtime/protocol). When it does and the model's tokenizer is loaded (--tokenizer-path), the worker
+// is registered with the client's engine transport (backend.EngineRPC) and its spec says sglang or
+// vllm, so dispatch runs it as that engine, PD flows included. handled is false when the worker is
+// left to the sluice.worker.v1 protocol: the server answers it, or implements no engine service, or
+// (detected, not named) no tokenizer is loaded for its model, since the gateway cannot speak token
+// ids without one.
+func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger *slog.Logger) (out worker.Spec, handled bool, err error) {
+	et := backend.EngineRPC(d.HTTP)
+	if et == nil {
+		return spec, false, nil
+	}
+	named := spec.Protocol == worker.ProtocolSGLang || spec.Protocol == worker.ProtocolVLLM
+	defer func() {
+		if !handled {
+			et.RemoveEngine(spec.URL) // a re-detected worker that no longer speaks an engine's gRPC
+		}
+	}()
+	if !named {
+		// A server that answers sluice.worker.v1 (the simulator serves it beside an engine's protocol)
+		// keeps it: it is ours, and needs no tokenizer.
+		if _, err := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).FetchLoad(ctx, spec.URL, string(worker.ProtocolGRPC)); err == nil {
+			return spec, false, nil
+		}
+	}
+	conn, err := dialEngine(spec.URL)
+	if err != nil {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
+	defer conn.Close()
+	var proto enginegrpc.Protocol
+	var info enginegrpc.ModelInfo
+	if named {
+		proto = enginegrpc.Protocol(spec.Protocol)
+		info, err = enginegrpc.GetModelInfo(ctx, conn, proto)
+	} else {
+		proto, info, err = enginegrpc.Detect(ctx, conn)
+	}
+	switch {
+	case errors.Is(err, enginegrpc.ErrNotEngine):
+		return spec, false, nil
+	case err != nil && unreachable(err):
+		return d.pending(spec, err, logger), true, nil
+	case err != nil:
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
+	models := spec.Models
+	if len(models) == 0 && info.ServedModelName != "" {
+		models = []string{info.ServedModelName}
+	}
+	var model string
+	if len(models) > 0 {
+		model = models[0]
+	}
+	var e enginerpc.Engine
+	if d.Tokenizer != nil {
+		e.Tokenizer = d.Tokenizer(model)
+	}
+	if e.Tokenizer == nil {
+		if named {
+			return spec, true, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path",
+				worker.ErrInvalidSpec, spec.URL, proto, model)
+		}
+		logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path); using the sluice.worker.v1 protocol",
+			"url", spec.URL, "engine", proto, "model", model)
+		return spec, false, nil
+	}
+	e.Protocol, e.Model = proto, model
+	for _, id := range info.EOSTokenIDs {
+		e.EOS = append(e.EOS, int(id))
+	}
+	if err := et.SetEngine(spec.URL, e); err != nil {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
+	spec.ProtocolSource = worker.ProtocolFromModelInfo
+	if named {
+		spec.ProtocolSource = worker.ProtocolFromConfig
+	}
+	spec.Protocol, spec.Models = worker.Protocol(proto), models
+	if spec.Protocol == worker.ProtocolVLLM && spec.KVConnector == "" {
+		spec.KVConnector = d.DefaultKVConnector
+		if spec.KVConnector == "" {
+			spec.KVConnector = worker.KVConnectorNIXL
+		}
+	}
+	logger.Info("worker speaks an engine's own gRPC", "url", spec.URL, "engine", proto, "model", model,
+		"context_length", info.ContextLength)
+	return spec, true, nil
+}
+
+// dialEngine makes a gRPC client for a grpc:// (h2c) or grpcs:// (TLS) worker URL; it connects lazily.
+func dialEngine(workerURL string) (*grpc.ClientConn, error) {
+	u, err := url.Parse(workerURL)
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if u.Scheme == "grpcs" {
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
+	return grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds))
+}
+
+// unreachable reports a failure to reach the engine (it may still be starting), as opposed to an
+// answer.
+func unreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,276 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// The engines' own gRPC protocols (issue #35): simulated SGLang and vLLM engines that serve only their
+// engine's gRPC service (no sluice.worker.v1), answering token ids that are the UTF-8 bytes of their
+// text, behind a gateway given a byte-level tokenizer whose ids 0-255 are the bytes. The gateway
+// detects each protocol with GetModelInfo, renders and tokenizes, decodes the ids and answers the
+// OpenAI SDK as an HTTP engine would.
+
+// byteTokenizerDir writes a byte-level BPE tokenizer (ids 0-255 the bytes, no merges) with ChatML's
+// added tokens and template.
+func byteTokenizerDir(t *testing.T) string {
+	t.Helper()
+	vocab := map[string]int{}
+	n := 0
+	for c := range 256 {
+		printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE
+		r := rune(c)
+		if !printable {
+			r = rune(256 + n)
+			n++
+		}
+		vocab[string(r)] = c
+	}
+	tj := map[string]any{
+		"added_tokens": []map[string]any{
+			{"id": 256, "content": "<|im_start|>", "special": true},
+			{"id": 257, "content": "<|im_end|>", "special": true},
+		},
+		"normalizer": map[string]any{"type": "NFC"},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+		}},
+		"post_processor": map[string]any{"type": "ByteLevel"},
+		"decoder":        map[string]any{"type": "ByteLevel"},
+		"model":          map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{}},
+	}
+	config := map[string]any{"eos_token": "<|im_end|>", "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+		"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}
+	dir := t.TempDir()
+	for name, v := range map[string]any{"tokenizer.json": tj, "tokenizer_config.json": config} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func engineGRPCConfig() sim.Config {
+	return sim.Config{Mode: sim.ModeInstant, GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true}
+}
+
+func grpcURL(e *sim.Engine) string { return strings.Replace(e.URL(), "http://", "grpc://", 1) }
+
+// engineGRPCArgs registers a cluster's engines at grpc:// URLs, PD when it has prefill engines.
+func engineGRPCArgs(c *sim.Cluster, tokenizer string) []string {
+	args := []string{"--tokenizer-path", tokenizer}
+	if len(c.ByRole(sim.RolePrefill)) == 0 {
+		for _, e := range c.Engines {
+			args = append(args, "--worker-urls", grpcURL(e))
+		}
+		return args
+	}
+	args = append(args, "--pd-disaggregation")
+	for _, e := range c.ByRole(sim.RolePrefill) {
+		args = append(args, "--prefill", grpcURL(e))
+		if p := e.BootstrapPort(); p > 0 {
+			args = append(args, itoa(p))
+		}
+	}
+	for _, e := range c.ByRole(sim.RoleDecode) {
+		args = append(args, "--decode", grpcURL(e))
+	}
+	return args
+}
+
+func engineGRPCTopologies() []topology {
+	cfg := engineGRPCConfig()
+	return []topology{
+		{name: "sglang", cluster: sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang, Engine: cfg}},
+		// Named rather than detected: an explicit --runtime says which engine gRPC grpc:// workers speak.
+		{name: "vllm", cluster: sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Engine: cfg},
+			args: func(*sim.Cluster) []string { return []string{"--runtime", "vllm"} }},
+		{name: "pd-sglang", cluster: sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: cfg}, checkKV: noMismatches},
+		{name: "pd-vllm", cluster: sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: cfg}, checkKV: func(t *testing.T, c *sim.Cluster) {
+			t.Helper()
+			for _, e := range c.ByRole(sim.RoleDecode) {
+				if st := e.Stats(); st.BootstrapMismatches != 0 || st.RecomputedPrompts != 0 {
+					t.Errorf("decode %s: %d mismatched KV pulls, %d prompts recomputed (the KV handoff did not reach it)", e.URL(), st.BootstrapMismatches, st.RecomputedPrompts)
+				}
+			}
+		}},
+	}
+}
+
+// TestOpenAISDKOverEngineGRPC runs the official OpenAI Go SDK against engines speaking their own gRPC:
+// chat and completions, streamed and not, regular and PD, SGLang and vLLM. The streamed answers must
+// say what the unary ones said (the simulator is deterministic in a seeded prompt), and the prefill
+// leg of a PD request must have run on the prefill engine.
+func TestOpenAISDKOverEngineGRPC(t *testing.T) {
+	t.Parallel()
+	tok := byteTokenizerDir(t)
+	for _, tp := range engineGRPCTopologies() {
+		t.Run(tp.name, func(t *testing.T) {
+			c := startCluster(t, tp.cluster)
+			args := engineGRPCArgs(c, tok)
+			if tp.args != nil {
+				args = append(args, tp.args(c)...)
+			}
+			gw := startGateway(t, app.Options{}, args...)
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+			ctx := context.Background()
+			msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse."), openai.UserMessage("Say hello to " + tp.name)}
+
+			chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8), Seed: openai.Int(11)})
+			if err != nil {
+				t.Fatalf("chat: %v", err)
+			}
+			if len(chat.Choices) != 1 || chat.Choices[0].Message.Content == "" || chat.Choices[0].FinishReason != "length" ||
+				chat.Usage.CompletionTokens != 8 || chat.Usage.PromptTokens == 0 {
+				t.Fatalf("chat = %+v", chat)
+			}
+
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(8), Seed: openai.Int(11),
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+			var acc openai.ChatCompletionAccumulator
+			chunks := 0
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+				chunks++
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatalf("chat stream: %v", err)
+			}
+			// SGLang's gRPC SamplingParams have no seed, so SGLang PD samples differ per bootstrap room, as
+			// on the engines: there only the length can be compared.
+			seeded := tp.name != "pd-sglang"
+			if chunks < 3 || len(acc.Choices) != 1 || (seeded && acc.Choices[0].Message.Content != chat.Choices[0].Message.Content) {
+				t.Fatalf("streamed %d chunks, content %q; want the unary content %q", chunks, acc.Choices[0].Message.Content, chat.Choices[0].Message.Content)
+			}
+			if acc.Choices[0].FinishReason != "length" || acc.Usage.CompletionTokens != chat.Usage.CompletionTokens || acc.Usage.PromptTokens != chat.Usage.PromptTokens {
+				t.Errorf("stream finish %q, usage %+v; want length and the unary usage %+v", acc.Choices[0].FinishReason, acc.Usage, chat.Usage)
+			}
+
+			params := openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+				Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(6), Seed: openai.Int(11)}
+			comp, err := client.Completions.New(ctx, params)
+			if err != nil {
+				t.Fatalf("completion: %v", err)
+			}
+			if len(comp.Choices) != 1 || comp.Choices[0].Text == "" || comp.Usage.CompletionTokens != 6 {
+				t.Fatalf("completion = %+v", comp)
+			}
+			cs := client.Completions.NewStreaming(ctx, params)
+			var text strings.Builder
+			for cs.Next() {
+				for _, ch := range cs.Current().Choices {
+					text.WriteString(ch.Text)
+				}
+			}
+			if err := cs.Err(); err != nil {
+				t.Fatalf("completion stream: %v", err)
+			}
+			if seeded && text.String() != comp.Choices[0].Text || text.Len() == 0 {
+				t.Fatalf("streamed completion %q, unary %q", text.String(), comp.Choices[0].Text)
+			}
+
+			// The gateway tokenized the prompt: the simulator counted the chat's rendered bytes.
+			for _, e := range c.Engines {
+				if e.Stats().Completed == 0 {
+					t.Errorf("engine %s (%s) served nothing", e.URL(), e.Role())
+				}
+			}
+			if tp.checkKV != nil {
+				tp.checkKV(t, c)
+			}
+		})
+	}
+}
+
+// TestEngineGRPCCancelledStreamAborts: a client that goes away mid-stream of a PD request is an Abort
+// of the decode engine's Generate (it fails without the Abort RPC: checked), and no request is left on
+// either engine, for SGLang and vLLM.
+func TestEngineGRPCCancelledStreamAborts(t *testing.T) {
+	t.Parallel()
+	tok := byteTokenizerDir(t)
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(p), func(t *testing.T) {
+			cfg := engineGRPCConfig()
+			cfg.Mode = sim.ModeRealistic
+			c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: p, Engine: cfg})
+			gw := startGateway(t, app.Options{}, engineGRPCArgs(c, tok)...)
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(10000),
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("talk for a long time")}})
+			for got := 0; got < 3 && stream.Next(); got++ {
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			cancel()
+			stream.Close()
+			for _, e := range c.Engines {
+				waitFor(t, "engine "+e.URL()+" ends the request", 10*time.Second, func() bool { return e.Stats().InFlight == 0 })
+			}
+			d := c.ByRole(sim.RoleDecode)[0].Stats()
+			if d.Completed != 0 || d.GRPCAborts != 1 {
+				t.Errorf("decode engine: %d completed, %d aborted by Abort; want the generation aborted unfinished", d.Completed, d.GRPCAborts)
+			}
+		})
+	}
+}
+
+// TestEngineGRPCCancelAbortsBothSGLangLegs: SGLang PD runs both legs at once; a client that goes away
+// while the prefill is still computing is an Abort on the prefill engine and on the decode engine
+// (waiting for the KV), and neither keeps the request.
+func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
+	t.Parallel()
+	cfg := engineGRPCConfig()
+	cfg.Mode = sim.ModeRealistic
+	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: cfg})
+	p, d := c.ByRole(sim.RolePrefill)[0], c.ByRole(sim.RoleDecode)[0]
+	// A prefill slowed a thousandfold keeps the prefill leg computing until the client goes away.
+	if err := p.SetFaults(sim.Faults{SlownessFactor: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, app.Options{}, engineGRPCArgs(c, byteTokenizerDir(t))...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(16),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("a long prompt to prefill ", 200))}})
+		for stream.Next() {
+		}
+		done <- stream.Err()
+	}()
+	waitFor(t, "both legs in flight", 10*time.Second, func() bool { return p.Stats().InFlight == 1 && d.Stats().InFlight == 1 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled stream ended without an error")
+	}
+	for _, e := range []*sim.Engine{p, d} {
+		waitFor(t, "engine "+e.URL()+" ends the request", 10*time.Second, func() bool { return e.Stats().InFlight == 0 })
+		if st := e.Stats(); st.GRPCAborts != 1 || st.Completed != 0 {
+			t.Errorf("%s engine: %d aborted by Abort, %d completed; want the request aborted", e.Role(), st.GRPCAborts, st.Completed)
+		}
+	}
+}
