@@ -14,6 +14,10 @@ import (
 type addedTokens struct {
 	first [256]bool
 	nodes []addedNode // nodes[0] is the root
+	// When every added token starts with the same byte (Qwen's, Llama's and DeepSeek's all start with
+	// '<'), the text between them is skipped with strings.IndexByte rather than a byte at a time.
+	lead    byte
+	oneLead bool
 }
 
 type addedNode struct {
@@ -42,6 +46,14 @@ func newAddedTokens(list []addedToken) addedTokens {
 			a.nodes[node].id = int32(t.ID)
 		}
 	}
+	leads := 0
+	for c, ok := range a.first {
+		if ok {
+			a.lead = byte(c)
+			leads++
+		}
+	}
+	a.oneLead = leads == 1
 	return a
 }
 
@@ -49,7 +61,13 @@ func newAddedTokens(list []addedToken) addedTokens {
 // none is left.
 func (a *addedTokens) find(s string, i int) (start, n, id int) {
 	for ; i < len(s); i++ {
-		if !a.first[s[i]] {
+		if a.oneLead {
+			k := strings.IndexByte(s[i:], a.lead)
+			if k < 0 {
+				break
+			}
+			i += k
+		} else if !a.first[s[i]] {
 			continue
 		}
 		node := int32(0)
