@@ -294,13 +294,18 @@ func replaceAll(s, from, to string) string {
 		return s
 	}
 	c := from[0]
-	b := make([]byte, 0, len(s)+n*(len(to)-1))
+	b := make([]byte, len(s)+n*(len(to)-1))
+	j := 0
 	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			b = append(b, to...)
-		} else {
-			b = append(b, s[i])
+		if s[i] != c {
+			b[j] = s[i]
+			j++
+			continue
 		}
+		for k := 0; k < len(to); k++ { // a call to memmove would cost more than these few bytes
+			b[j+k] = to[k]
+		}
+		j += len(to)
 	}
 	return string(b)
 }
