@@ -1,12 +1,5 @@
 package tokenizer
 
-import (
-	"maps"
-	"strings"
-	"sync"
-	"sync/atomic"
-)
-
 // bpe is a byte-level BPE model: a word's bytes start as the ids of their one-byte tokens and are merged
 // pair by pair, lowest merge rank first (leftmost on ties), as Hugging Face tokenizers' BPE::merge_word
 // does (tokenizers/src/models/bpe/word.rs).
@@ -22,66 +15,6 @@ type bpe struct {
 	whole map[string]int
 }
 
-// wordCache maps words to their ids. Hits, nearly every word of a running gateway, read an immutable
-// snapshot through one atomic load, so cores never contend on a lock or a shared counter; new words wait
-// in a locked map and are copied into a new snapshot once they are a quarter of it (the snapshots grow
-// geometrically, so all the copying costs a few times the cache's size). Hugging Face bounds its cache the same way: once full it stops
-// inserting, so memory is bounded and nothing is evicted.
-type wordCache struct {
-	hot      atomic.Pointer[map[string][]int]
-	mu       sync.Mutex
-	fresh    map[string][]int
-	n        int // words in hot and fresh
-	max      int // words
-	maxBytes int // longer words are not cached
-}
-
-func (c *wordCache) get(word string) ([]int, bool) {
-	if hot := c.hot.Load(); hot != nil {
-		if ids, ok := (*hot)[word]; ok {
-			return ids, true
-		}
-	}
-	c.mu.Lock()
-	ids, ok := c.fresh[word]
-	c.mu.Unlock()
-	return ids, ok
-}
-
-func (c *wordCache) put(word string, ids []int) {
-	if len(word) > c.maxBytes {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n >= c.max {
-		return
-	}
-	if _, ok := c.fresh[word]; ok {
-		return
-	}
-	var hot map[string][]int
-	if p := c.hot.Load(); p != nil {
-		hot = *p
-		if _, ok := hot[word]; ok {
-			return
-		}
-	}
-	if c.fresh == nil {
-		c.fresh = map[string][]int{}
-	}
-	// Cloned: word is a slice of the caller's text, which the cache must not keep alive.
-	c.fresh[strings.Clone(word)] = ids
-	c.n++
-	if len(c.fresh) >= max(64, len(hot)/4) {
-		next := make(map[string][]int, len(hot)+len(c.fresh))
-		maps.Copy(next, hot)
-		maps.Copy(next, c.fresh)
-		c.hot.Store(&next)
-		c.fresh = nil
-	}
-}
-
 type merge struct {
 	rank, id int32
 }
@@ -94,15 +27,26 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 		return append(dst, m.byteID[word[0]])
 	}
 	if ids, ok := m.cache.get(word); ok {
-		return append(dst, ids...)
-	}
-	if id, ok := m.whole[word]; ok {
-		return append(dst, id)
+		return appendIDs(dst, ids)
 	}
 	start := len(dst)
+	if id, ok := m.whole[word]; ok {
+		// Cached as well: one lookup the next time instead of a miss and this larger, colder map.
+		dst = append(dst, id)
+		m.cache.put(word, append([]int(nil), id))
+		return dst
+	}
 	dst = m.mergeWord(dst, word)
 	m.cache.put(word, append([]int(nil), dst[start:]...))
 	return dst
+}
+
+// appendIDs is append(dst, ids...) without a memmove call for the commonest word, one token.
+func appendIDs(dst, ids []int) []int {
+	if len(ids) == 1 {
+		return append(dst, ids[0])
+	}
+	return append(dst, ids...)
 }
 
 type symbol struct {

@@ -78,8 +78,9 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
 			if ms, ok := plainMessages(conv); ok {
 				var b strings.Builder
-				t.fast(&b, ms, chat.AddGenerationPrompt, off)
-				return b.String(), nil
+				if t.fast(&b, ms, chat.AddGenerationPrompt, off) {
+					return b.String(), nil
+				}
 			}
 		}
 	}

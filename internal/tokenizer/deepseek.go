@@ -80,7 +80,14 @@ func splitDeepSeek(s string, f func(piece string)) {
 		cjk := deepSeekCJK(r)
 		e := i + n
 		for e < len(s) {
-			r2, n2 := decode(s, e)
+			if c := s[e]; c < utf8.RuneSelf { // ASCII: never CJK, a number only if a digit
+				if cjk || asciiClass[c]&clsNumber != 0 {
+					break
+				}
+				e++
+				continue
+			}
+			r2, n2 := utf8.DecodeRuneInString(s[e:])
 			if isNumber(r2) || deepSeekCJK(r2) != cjk {
 				break
 			}
@@ -120,6 +127,13 @@ func deepSeekRest(seg string, f func(piece string)) {
 // nextPieceDeepSeek returns the end of patternDeepSeekRest's match at i in seg, or -1 if none starts
 // there; the alternatives are tried in the regex's order.
 func nextPieceDeepSeek(seg string, i int) int {
+	// An ASCII word with or without one space before it, the commonest piece: alternative 2, as
+	// alternative 1 needs punctuation first; decided on bytes.
+	if c := seg[i]; isASCIILetter(c) {
+		return letterMarks(seg, i+1)
+	} else if c == ' ' && i+1 < len(seg) && isASCIILetter(seg[i+1]) {
+		return letterMarks(seg, i+2)
+	}
 	r, n := decode(seg, i)
 	// 1. [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
 	if r < utf8.RuneSelf && deepSeekASCII[r]&dsPunct != 0 && i+1 < len(seg) && isASCIILetter(seg[i+1]) {

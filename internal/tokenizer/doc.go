@@ -43,7 +43,8 @@
 //     tojson of the request's tools needs. The oracle test checks it against Python's jinja2 with
 //     Qwen3's, Llama 3's, DeepSeek V3's, Gemma 3's, Mistral NeMo's and Llama 2's templates (Llama 2's from
 //     its Ollama GGUF, @huggingface/ollama-utils); the one difference found is its trim
-//     filter (strings.TrimSpace), which keeps U+001C..U+001F where Python's str.strip() removes them.
+//     filter (strings.TrimSpace), which keeps U+001C..U+001F where Python's str.strip() removes them
+//     (the fast paths strip as Python does).
 //   - Tokens: written here. github.com/sugarme/tokenizer (v0.3.0) panics loading Qwen3's tokenizer.json:
 //     it compiles the split pattern with Go's regexp, which has no lookahead for the pattern's `\s+(?!\S)`.
 //     The budget of 200 µs for a 2k-token chat leaves about 100 ns per piece for everything, which
@@ -54,7 +55,7 @@
 //     encoding/json's maps will not do; its token stream cost more than the template itself, and
 //     jsontext's token stream about as much.
 //
-// Qwen3's, Llama 3's and DeepSeek V3's templates, each recognised by its SHA-256, have fast paths
+// Qwen3's, Llama 3's, DeepSeek V3's and Gemma 3's templates, each recognised by its SHA-256, have fast paths
 // (qwen3.go, chat_fast.go): the shapes nearly every request has (no tools, messages of string role and
 // content, no tool calls or reasoning_content) are written in Go, Qwen3's straight from the request's
 // JSON when the messages carry nothing else; every other shape, every other template, and every error

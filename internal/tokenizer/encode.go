@@ -14,6 +14,10 @@ import (
 type addedTokens struct {
 	first [256]bool
 	nodes []addedNode // nodes[0] is the root
+	// When every added token starts with the same byte (Qwen's, Llama's and DeepSeek's all start with
+	// '<'), the text between them is skipped with strings.IndexByte rather than a byte at a time.
+	lead    byte
+	oneLead bool
 }
 
 type addedNode struct {
@@ -42,33 +46,64 @@ func newAddedTokens(list []addedToken) addedTokens {
 			a.nodes[node].id = int32(t.ID)
 		}
 	}
+	leads := 0
+	for c, ok := range a.first {
+		if ok {
+			a.lead = byte(c)
+			leads++
+		}
+	}
+	a.oneLead = leads == 1
 	return a
 }
 
 // find returns the first added token at or after i: its start, its length and its id; start is -1 when
 // none is left.
 func (a *addedTokens) find(s string, i int) (start, n, id int) {
-	for ; i < len(s); i++ {
-		if !a.first[s[i]] {
-			continue
+	for i < len(s) {
+		if i = a.nextLead(s, i); i < 0 {
+			break
 		}
-		node := int32(0)
-		for j := i; j < len(s); j++ {
-			nd := &a.nodes[node]
-			e := strings.IndexByte(nd.edges, s[j])
-			if e < 0 {
-				break
-			}
-			node = nd.kids[e]
-			if tid := a.nodes[node].id; tid >= 0 {
-				n, id = j+1-i, int(tid)
-			}
-		}
-		if n > 0 {
+		if n, id := a.longest(s, i); n > 0 {
 			return i, n, id
 		}
+		i++
 	}
 	return -1, 0, 0
+}
+
+// nextLead returns the first position at or after i where an added token may start, or -1.
+func (a *addedTokens) nextLead(s string, i int) int {
+	if a.oneLead {
+		if k := strings.IndexByte(s[i:], a.lead); k >= 0 {
+			return i + k
+		}
+		return -1
+	}
+	first := &a.first
+	for ; i < len(s); i++ {
+		if first[s[i]] {
+			return i
+		}
+	}
+	return -1
+}
+
+// longest returns the length and id of the longest added token at s[i:], or a length of 0.
+func (a *addedTokens) longest(s string, i int) (n, id int) {
+	node := int32(0)
+	for j := i; j < len(s); j++ {
+		nd := &a.nodes[node]
+		e := strings.IndexByte(nd.edges, s[j])
+		if e < 0 {
+			break
+		}
+		node = nd.kids[e]
+		if tid := a.nodes[node].id; tid >= 0 {
+			n, id = j+1-i, int(tid)
+		}
+	}
+	return n, id
 }
 
 // Encode returns the token ids of text: added tokens found in it become their ids (transformers'

@@ -37,7 +37,7 @@ type Tokenizer struct {
 	flags       []uint8         // by id: tokKnown, tokSpecial, tokComplete
 	cleanUp     bool            // tokenizer_config's clean_up_tokenization_spaces
 	template    *jinja.Template // nil without a chat_template
-	fast        fastTemplate    // the template's fast path (qwen3.go), or nil
+	fast        fastTemplate    // the template's fast path (qwen3.go, chat_fast.go), or nil
 	special     map[string]string
 	maxModelLen int
 }

@@ -72,6 +72,13 @@ func decode(s string, i int) (rune, int) {
 // alternatives match any whitespace, the others every other rune class), so Isolated splitting is the
 // sequence of matches.
 func nextPiece(s string, i, digits int) int {
+	// Most pieces of prose are an ASCII word with or without one space before it: alternative 2, as
+	// alternative 1 needs a quote; decided here on bytes, before any rune is decoded.
+	if c := s[i]; c < utf8.RuneSelf && asciiClass[c]&clsLetter != 0 {
+		return letters(s, i+1)
+	} else if c == ' ' && i+1 < len(s) && s[i+1] < utf8.RuneSelf && asciiClass[s[i+1]]&clsLetter != 0 {
+		return letters(s, i+2)
+	}
 	r, n := decode(s, i)
 	// 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if r == '\'' {

@@ -20,8 +20,9 @@ import (
 // generated chats and against Python's jinja2 on the oracle corpus.
 const qwen3TemplateSHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
 
-// fastTemplate renders plain messages for a known template.
-type fastTemplate func(b *strings.Builder, ms []chatMessage, addGenerationPrompt bool, thinkingOff bool)
+// fastTemplate renders plain messages for a known template; false (b then holds garbage) leaves the
+// chat to the engine: a shape the template raises on, which the engine reports.
+type fastTemplate func(b *strings.Builder, ms []chatMessage, addGenerationPrompt bool, thinkingOff bool) bool
 
 // fastTemplateFor returns the fast path of a template source (chat_fast.go has the others), given the
 // special tokens the template reads, or nil.
@@ -34,6 +35,8 @@ func fastTemplateFor(src string, special map[string]string) fastTemplate {
 		return renderLlama3(special)
 	case deepSeekV3TemplateSHA256:
 		return renderDeepSeekV3(special)
+	case gemma3TemplateSHA256:
+		return renderGemma3(special)
 	}
 	return nil
 }
@@ -68,7 +71,7 @@ func plainMessages(msgs []jinja.Value) ([]chatMessage, bool) {
 }
 
 // renderQwen3 renders plain messages of a chat without tools.
-func renderQwen3(b *strings.Builder, ms []chatMessage, addGenerationPrompt, thinkingOff bool) {
+func renderQwen3(b *strings.Builder, ms []chatMessage, addGenerationPrompt, thinkingOff bool) bool {
 	size := 64
 	for _, m := range ms {
 		size += len(m.content) + 32
@@ -138,6 +141,7 @@ func renderQwen3(b *strings.Builder, ms []chatMessage, addGenerationPrompt, thin
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}
+	return true
 }
 
 // renderPlain is the fast path straight from the request's JSON, for the commonest chat of all: no
@@ -168,7 +172,9 @@ func (t *Tokenizer) renderPlain(chat Chat) (string, bool) {
 		return "", false
 	}
 	var b strings.Builder
-	t.fast(&b, ms, chat.AddGenerationPrompt, off)
+	if !t.fast(&b, ms, chat.AddGenerationPrompt, off) {
+		return "", false
+	}
 	return b.String(), true
 }
 

@@ -44,11 +44,11 @@ func engineOnly(tk *Tokenizer) *Tokenizer {
 }
 
 // TestFastPathsAreTheEngine renders generated chats, of the shapes the fast paths cover and of those
-// they leave to the engine, both ways with each family's template (Qwen3, Llama 3, DeepSeek V3): the
+// they leave to the engine, both ways with each family's template (Qwen3, Llama 3, DeepSeek V3, Gemma 3): the
 // same text, or the same error. The whitespace pieces exercise Llama's trim, save U+001C..U+001F, which
 // the engine's trim keeps and Python's strips (the fast path strips them, as the oracle does).
 func TestFastPathsAreTheEngine(t *testing.T) {
-	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3"} {
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3"} {
 		t.Run(name, func(t *testing.T) { fastPathIsTheEngine(t, loadFast(t, name)) })
 	}
 }
@@ -120,9 +120,9 @@ func fastPathIsTheEngine(t *testing.T, tk *Tokenizer) {
 func tookFastPath(tk *Tokenizer, chat Chat) bool {
 	probe := *tk
 	called := false
-	probe.fast = func(b *strings.Builder, ms []chatMessage, add, off bool) {
-		called = true
-		tk.fast(b, ms, add, off)
+	probe.fast = func(b *strings.Builder, ms []chatMessage, add, off bool) bool {
+		called = tk.fast(b, ms, add, off)
+		return called
 	}
 	_, _ = probe.RenderChat(chat)
 	return called

@@ -257,7 +257,7 @@ func (m *spModel) appendText(dst []int, s string, first bool) []int {
 				s = n.to + s
 			}
 		case normReplace:
-			s = strings.ReplaceAll(s, n.from, n.to)
+			s = replaceAll(s, n.from, n.to)
 		case normNFC:
 			s = norm.NFC.String(s)
 		case normNFKC:
@@ -281,6 +281,33 @@ func (m *spModel) appendText(dst []int, s string, first bool) []int {
 	}
 	splitLiteral(s, m.pre.lit, m.pre.mergeNext, func(w string) { dst = m.appendWord(dst, w) })
 	return dst
+}
+
+// replaceAll is strings.ReplaceAll, in one pass of byte copies for a one-byte pattern (the normalizers'
+// " " -> "▁"): strings.ReplaceAll's search call per space cost more than the copying.
+func replaceAll(s, from, to string) string {
+	if len(from) != 1 {
+		return strings.ReplaceAll(s, from, to)
+	}
+	n := strings.Count(s, from)
+	if n == 0 {
+		return s
+	}
+	c := from[0]
+	b := make([]byte, len(s)+n*(len(to)-1))
+	j := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] != c {
+			b[j] = s[i]
+			j++
+			continue
+		}
+		for k := 0; k < len(to); k++ { // a call to memmove would cost more than these few bytes
+			b[j+k] = to[k]
+		}
+		j += len(to)
+	}
+	return string(b)
 }
 
 // splitLiteral calls f with the pieces of s split at each occurrence of lit, which joins the piece after
@@ -323,7 +350,12 @@ func (m *spModel) appendWord(dst []int, w string) []int {
 	}
 	start := 0
 	for i := 1; i < len(w); i++ {
-		if w[i] != metaspace[0] || !strings.HasPrefix(w[i:], metaspace) || strings.HasSuffix(w[:i], metaspace) || m.crossesAt(w, i) {
+		k := strings.IndexByte(w[i:], metaspace[0])
+		if k < 0 {
+			break
+		}
+		i += k
+		if !strings.HasPrefix(w[i:], metaspace) || strings.HasSuffix(w[:i], metaspace) || m.crossesAt(w, i) {
 			continue
 		}
 		dst = m.appendPart(dst, w[start:i])
@@ -344,7 +376,7 @@ func (m *spModel) crossesAt(w string, i int) bool {
 
 func (m *spModel) appendPart(dst []int, w string) []int {
 	if ids, ok := m.cache.get(w); ok {
-		return append(dst, ids...)
+		return appendIDs(dst, ids)
 	}
 	start := len(dst)
 	var symBuf [32]symbol
