@@ -112,7 +112,7 @@ type Deps struct {
 // package documentation for its concurrency model.
 type Controller struct {
 	tracer trace.Tracer // nil: no spans
-	m      sink
+	m      Metrics // never nil: NopMetrics without one
 	poll   time.Duration
 	now    func() time.Time
 
@@ -198,7 +198,7 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		tracer:   deps.Tracer,
-		m:        newSink(deps.Metrics),
+		m:        deps.Metrics,
 		poll:     deps.PollInterval,
 		now:      deps.Now,
 		settings: s.Clone(),
@@ -206,6 +206,9 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	if _, ok := c.tracer.(noop.Tracer); ok {
 		c.tracer = nil
+	}
+	if c.m == nil {
+		c.m = NopMetrics{}
 	}
 	if c.poll == 0 {
 		c.poll = DefaultPollInterval

@@ -211,6 +211,6 @@
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
 //     drain.go: shutdown;
-//   - slot.go: Slot and Guard; settings.go, errors.go, metrics.go (one sink
-//     over the three metrics interfaces), status.go: the types they name.
+//   - slot.go: Slot and Guard; settings.go, errors.go, metrics.go (the one
+//     metrics interface), status.go: the types they name.
 package admission

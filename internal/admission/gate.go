@@ -15,7 +15,7 @@ import (
 // through the placement callbacks of the one request selecting.
 type gate struct {
 	s   *Settings // the controller's, read under its lock
-	m   sink
+	m   Metrics
 	now func() time.Time
 
 	workers  map[string]*workerState
@@ -28,7 +28,7 @@ type gate struct {
 }
 
 // init readies g for the controller's settings s.
-func (g *gate) init(s *Settings, m sink, now func() time.Time) {
+func (g *gate) init(s *Settings, m Metrics, now func() time.Time) {
 	g.s, g.m, g.now = s, m, now
 	g.workers = make(map[string]*workerState)
 	g.seats = make(map[string]*seatState)
