@@ -41,7 +41,6 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	w := &waiter{
 		q:      q,
 		ask:    askOf(&req),
-		ready:  make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		enq:    c.now(),
 		band:   band,
@@ -88,9 +87,9 @@ func pokeLocked(w *waiter) {
 func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q := w.q
 	before := c.headLocked(q)
+	w.ask = ask{} // its callbacks may hold the request's state
 	q.order.remove(w)
 	c.countTenantLocked(w, -1)
-	w.ask = ask{} // its callbacks may hold the request's state
 	c.qs.n--
 	c.m.AddQueued(q.key, -1)
 	c.bandCountLocked(w.band, -1)
@@ -141,8 +140,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		granted = w.slot.worker
 	}
 	c.observeWaiterLocked(w, granted)
-	c.removeLocked(w)
-	close(w.ready)
+	c.removeLocked(w) // answers it (fifo.go)
 	return true
 }
 
@@ -200,7 +198,7 @@ func (c *Controller) wait(ctx context.Context, w *waiter, timeout time.Duration)
 	}()
 	for {
 		select {
-		case <-w.ready:
+		case <-w.Ready():
 			return w.slot, w.err
 		case <-ctx.Done():
 			return c.leave(ctx, w, Cancelled)

@@ -38,7 +38,15 @@ func (q *Queue[T]) Len() int { return q.n }
 
 // Push queues a waiter for v at the back.
 func (q *Queue[T]) Push(v T) *Waiter[T] {
-	w := &Waiter[T]{Value: v, ready: make(chan struct{}), prev: q.back, queued: true}
+	w := &Waiter[T]{Value: v}
+	q.PushWaiter(w)
+	return w
+}
+
+// PushWaiter queues w at the back. w is a new Waiter (a zero value, with Value set): an owner that
+// embeds Waiter in its own waiter type queues it so, which saves Push's allocation.
+func (q *Queue[T]) PushWaiter(w *Waiter[T]) {
+	w.ready, w.prev, w.queued = make(chan struct{}), q.back, true
 	if q.back != nil {
 		q.back.next = w
 	} else {
@@ -46,7 +54,6 @@ func (q *Queue[T]) Push(v T) *Waiter[T] {
 	}
 	q.back = w
 	q.n++
-	return w
 }
 
 // Front is the oldest waiter, or nil.

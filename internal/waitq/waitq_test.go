@@ -163,3 +163,28 @@ func TestMatchesASlice(t *testing.T) {
 		}
 	}
 }
+
+// TestPushWaiterEmbedded: an owner's waiter type embedding Waiter queues, is granted and cancels
+// through the same Queue as Push's waiters, in arrival order with them.
+func TestPushWaiterEmbedded(t *testing.T) {
+	type own struct {
+		waitq.Waiter[*own]
+		name string
+	}
+	var q waitq.Queue[*own]
+	a, b := &own{name: "a"}, &own{name: "b"}
+	a.Value, b.Value = a, b
+	q.PushWaiter(&a.Waiter)
+	c := q.Push(&own{name: "c"})
+	q.PushWaiter(&b.Waiter)
+	if q.Len() != 3 || q.Front().Value != a || q.Back().Value != b {
+		t.Fatal("PushWaiter and Push must queue in arrival order")
+	}
+	if granted, wasFront := q.Cancel(c); granted || wasFront {
+		t.Fatal("c is neither granted nor the front")
+	}
+	q.Grant(q.Front())
+	if !isClosed(a.Ready()) || isClosed(b.Ready()) || q.Front().Value != b {
+		t.Fatal("granting the front must answer a alone and leave b the front")
+	}
+}
