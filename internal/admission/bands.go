@@ -86,7 +86,7 @@ func (b *bands) remove(w *waiter) {
 		f.remove(w)
 	}
 	b.n--
-	b.fifo[w.band].remove(w) // last: it may answer w, after which its goroutine reads it
+	b.fifo[w.band].remove(w)
 }
 
 func (b *bands) len() int { return b.n }

@@ -43,7 +43,7 @@ func (c *Controller) displaceLocked(victim *waiter) {
 	}
 	c.observeWaitLocked(q.key, "", c.now().Sub(victim.enq), victim.band)
 	c.rejectLocked(q.key, Displaced)
-	if c.removeLocked(victim) { // answers it (fifo.go)
+	if c.removeLocked(victim) { // answers it
 		c.dispatchQueueLocked(q) // its queue has a new head
 	}
 }

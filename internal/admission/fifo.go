@@ -8,8 +8,9 @@ import "github.com/sluicegw/sluice/internal/waitq"
 //
 // It is the queue's waiter list, the gateway's one FIFO of waiters (waitq,
 // shared with concurrency's limiter and the simulator): a waiter leaves it
-// answered (granted, or failed with a final error: waitq's grant closes its
-// Ready channel) or cancelled (its goroutine gave up: it is never answered).
+// answered (granted, or failed with a final error: waitq's Take, and
+// removeLocked wakes it last) or cancelled (its goroutine gave up: it is
+// never answered).
 type fifo struct{ q waitq.Queue[*waiter] }
 
 func (f *fifo) push(w *waiter) {
@@ -22,7 +23,7 @@ func (f *fifo) remove(w *waiter) {
 		f.q.Cancel(&w.Waiter)
 		return
 	}
-	f.q.Grant(&w.Waiter)
+	f.q.Take(&w.Waiter)
 }
 
 func (f *fifo) head() *waiter { return valueOf(f.q.Front()) }

@@ -101,9 +101,15 @@ func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 		}
 	} else if after := c.headLocked(q); after != before {
 		c.promoteLocked(after)
-		return true
+		newHead = true
 	}
-	return false
+	if w.state != waiting {
+		// Answered, after the new head's poke: the scheduler runs the
+		// goroutine readied last first, and the granted one releases work
+		// the new head may then take without a poll timer of its own.
+		w.Wake()
+	}
+	return newHead
 }
 
 // tryHeadLocked lets q's head select once. It reports whether the head left
@@ -140,7 +146,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		granted = w.slot.worker
 	}
 	c.observeWaiterLocked(w, granted)
-	c.removeLocked(w) // answers it (fifo.go)
+	c.removeLocked(w) // answers it
 	return true
 }
 

@@ -15,7 +15,8 @@ package admission
 // An order only ranks: it never selects, grants or touches capacity (the
 // gate's job), and it runs under the controller's lock. The arrival lists
 // bands keeps are also the waiter lists (fifo.go, on waitq): taking out a
-// waiter the controller has granted or failed answers it. Only its head
+// waiter the controller has granted or failed takes it as answered, and the
+// controller then wakes it (removeLocked). Only its head
 // selects, so an order may move its head only when a waiter arrives or
 // leaves; the controller compares the head before and after and promotes a
 // new one.
@@ -24,8 +25,7 @@ package admission
 type order interface {
 	// push adds w, the newest waiter.
 	push(w *waiter)
-	// remove takes w out; w.state == granted says it was served, and a
-	// waiter not waiting any more (granted, failed) is answered.
+	// remove takes w out; w.state == granted says it was served.
 	remove(w *waiter)
 	// head is the waiter that selects next; nil when empty.
 	head() *waiter

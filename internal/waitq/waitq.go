@@ -80,10 +80,21 @@ func (q *Queue[T]) unlink(w *Waiter[T]) {
 
 // Grant removes w from the queue and closes its Ready channel. w must be queued in q.
 func (q *Queue[T]) Grant(w *Waiter[T]) {
+	q.Take(w)
+	w.Wake()
+}
+
+// Take is the first half of Grant: it removes w from the queue as granted (Cancel reports the grant)
+// but leaves its Ready channel open until Wake. An owner that also wakes other goroutines under its
+// lock (the next head of its queue) wakes the granted one last: the Go scheduler runs the goroutine
+// readied last first, and the granted one has the work to do. w must be queued in q.
+func (q *Queue[T]) Take(w *Waiter[T]) {
 	q.unlink(w)
 	w.granted = true
-	close(w.ready)
 }
+
+// Wake closes the Ready channel of a waiter Take removed; once, with the owner's mutex held.
+func (w *Waiter[T]) Wake() { close(w.ready) }
 
 // GrantWhile grants waiters from the front while take accepts the front one, strictly in order: a
 // waiter that does not fit holds back the ones behind it, so a large request is never starved by small

@@ -188,3 +188,20 @@ func TestPushWaiterEmbedded(t *testing.T) {
 		t.Fatal("granting the front must answer a alone and leave b the front")
 	}
 }
+
+// TestTakeThenWake: Take grants without waking (Cancel sees the grant, Ready stays open) until Wake.
+func TestTakeThenWake(t *testing.T) {
+	var q waitq.Queue[int]
+	a, b := q.Push(1), q.Push(2)
+	q.Take(a)
+	if q.Len() != 1 || q.Front() != b || isClosed(a.Ready()) {
+		t.Fatal("Take must remove a without closing its Ready channel")
+	}
+	if granted, _ := q.Cancel(a); !granted {
+		t.Fatal("Cancel after Take must report the grant")
+	}
+	a.Wake()
+	if !isClosed(a.Ready()) {
+		t.Fatal("Wake must close Ready")
+	}
+}
