@@ -25,12 +25,12 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		return c.acquireOff(ctx, req)
 	}
 	if c.tracer == nil {
-		slot, _, err := c.acquire(ctx, req, nil)
+		slot, _, err := c.acquire(ctx, &req, nil)
 		return slot, err
 	}
 	_, span := c.tracer.Start(ctx, spanWait, trace.WithAttributes(attribute.String(attrQueue, req.Queue)))
 	var limited bool
-	slot, info, err := c.acquire(ctx, req, &limited)
+	slot, info, err := c.acquire(ctx, &req, &limited)
 	span.SetAttributes(
 		attribute.String(attrOutcome, OutcomeOf(err).String()),
 		attribute.Int(attrQueuePosition, info.pos))
@@ -93,19 +93,19 @@ type acquireInfo struct {
 
 // acquire is the admission-on path. When shareLimited is not nil it is set
 // if a cap (cluster admission's share) held the request back.
-func (c *Controller) acquire(ctx context.Context, req Request, shareLimited *bool) (*Slot, acquireInfo, error) {
+func (c *Controller) acquire(ctx context.Context, req *Request, shareLimited *bool) (*Slot, acquireInfo, error) {
 	var info acquireInfo
 	// Like x/sync/semaphore: fail rather than admit a request already gone.
 	if ctx.Err() != nil {
 		return nil, info, cancelled(ctx)
 	}
 	c.mu.Lock()
-	a := c.arriveLocked(&req, &info)
+	a := c.arriveLocked(req, &info)
 	seats := c.seatsOnLocked()
 	c.mu.Unlock()
 	switch {
 	case a.off:
-		slot, err := c.acquireOff(ctx, req)
+		slot, err := c.acquireOff(ctx, *req)
 		return slot, info, err
 	case a.w == nil:
 		return a.slot, info, a.err
@@ -136,6 +136,11 @@ type arrival struct {
 // arriveLocked answers a request at once or queues it. Order: the drain,
 // capacity now (behind waiters, availability only), then the tenant's
 // bound, the queue's bound and the predicted wait.
+//
+// With nobody waiting in the request's queue, or every waiter ranked below
+// it (a higher band), it selects now: a slot, a final error, or neither and
+// the side that holds it back. This is the fast path of every uncontended
+// Acquire, hence inline here rather than behind another call.
 func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	if c.draining.Load() {
 		c.rejectLocked(req.Queue, ShuttingDown)
@@ -151,10 +156,24 @@ func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	info.tokens = c.settings.MaxInflightTokensPerWorker > 0
 	q := c.qs.byKey[req.Queue]
 	c.gate.caps.hit = false
+	side := SidePrefill // the side that holds the request back
+	if q != nil {
+		side = q.side
+	}
 	fast := q == nil || q.order.outranks(band)
-	side, slot, err := c.tryNowLocked(req, q, band, fast)
-	if slot != nil || err != nil {
-		return arrival{slot: slot, err: err}
+	if fast {
+		a := askOf(req)
+		slot, err := c.admitLocked(&a, true)
+		switch {
+		case err == nil:
+			c.observeWaitLocked(req.Queue, slot.worker, 0, band)
+			return arrival{slot: slot}
+		case !errors.Is(err, ErrNoCapacity):
+			return arrival{err: err}
+		}
+		side = c.sideOfLocked(err)
+	} else if err := unavailable(req); err != nil {
+		return arrival{err: err}
 	}
 	capped := c.gate.caps.hit // read now: a displacement below lets other heads select
 	victim, timeout, err := c.boundLocked(req, q, band, fast, side, info)
@@ -164,33 +183,15 @@ func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	return arrival{w: c.queueLocked(req, victim, capped, side, info), timeout: timeout}
 }
 
-// tryNowLocked is an arrival's first step. With nobody waiting in q, or
-// every waiter ranked below the request (a higher band), it selects now: a
-// slot, a final error, or neither and the side that holds it back. Behind
-// waiters the newcomer goes behind them, but a request whose model has no
-// usable worker is answered now (503/404, not 429): the probe denies all
-// capacity so a stateful policy is not driven into choosing a worker.
-func (c *Controller) tryNowLocked(req *Request, q *queue, band int, fast bool) (Side, *Slot, error) {
-	side := SidePrefill // the side that holds the request back
-	if q != nil {
-		side = q.side
+// unavailable is the final error of a request arriving behind waiters whose
+// model has no usable worker (503/404, not 429), or nil: it then goes behind
+// them. The probe denies all capacity so a stateful policy is not driven
+// into choosing a worker.
+func unavailable(req *Request) error {
+	if _, err := callSelect(req.Select, neverCapacity); err != nil && !errors.Is(err, ErrNoCapacity) {
+		return err
 	}
-	if !fast {
-		if _, err := callSelect(req.Select, neverCapacity); err != nil && !errors.Is(err, ErrNoCapacity) {
-			return side, nil, err
-		}
-		return side, nil, nil
-	}
-	a := askOf(req)
-	slot, err := c.admitLocked(&a, true)
-	switch {
-	case err == nil:
-		c.observeWaitLocked(req.Queue, slot.worker, 0, band)
-		return side, slot, nil
-	case !errors.Is(err, ErrNoCapacity):
-		return side, nil, err
-	}
-	return c.sideOfLocked(err), nil, nil
+	return nil
 }
 
 // boundLocked applies the bounds on waiting, in order: the tenant's, the

@@ -82,11 +82,11 @@ func (b *bands) push(w *waiter) {
 }
 
 func (b *bands) remove(w *waiter) {
-	b.fifo[w.band].remove(w)
 	if f := b.fair[w.band]; f != nil {
 		f.remove(w)
 	}
 	b.n--
+	b.fifo[w.band].remove(w)
 }
 
 func (b *bands) len() int { return b.n }
@@ -99,14 +99,14 @@ func (b *bands) refill(kind fairness) {
 		return
 	}
 	for i := range b.fifo {
-		for e := b.fifo[i].l.Front(); e != nil; e = e.Next() {
-			w := e.Value.(*waiter)
+		b.fifo[i].each(func(w *waiter) bool {
 			w.tq, w.telem = nil, nil
 			if b.fair[i] == nil {
 				b.fair[i] = b.newFair(i)
 			}
 			b.fair[i].push(w)
-		}
+			return true
+		})
 	}
 }
 
@@ -178,12 +178,13 @@ func (b *bands) ranked(band int) int {
 	n := 0
 	for i := range b.fifo {
 		// Along one list the effective band never increases (older first).
-		for e := b.fifo[i].l.Front(); e != nil; e = e.Next() {
-			if b.effBand(e.Value.(*waiter), now) < nb {
-				break
+		b.fifo[i].each(func(w *waiter) bool {
+			if b.effBand(w, now) < nb {
+				return false
 			}
 			n++
-		}
+			return true
+		})
 	}
 	return n
 }

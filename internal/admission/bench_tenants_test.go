@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/benchcpu"
 )
 
 // BenchmarkTenantsQueued measures one release and the grant it causes with 1,000 requests queued
@@ -74,10 +75,12 @@ func BenchmarkTenantsQueued(b *testing.B) {
 			}
 			cur := hold
 			b.ReportAllocs()
+			stop := benchcpu.Start(b)
 			for b.Loop() {
 				cur.Release(admission.ReleaseCompleted)
 				cur = <-slots
 			}
+			stop()
 			cancel()
 			cur.Release(admission.ReleaseCompleted)
 			wg.Wait()

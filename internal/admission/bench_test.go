@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/benchcpu"
 )
 
 // benchSelect picks the first of workers with capacity; built once so the
@@ -41,6 +42,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			req := benchSelect("A")
 			ctx := context.Background()
 			b.ReportAllocs()
+			stop := benchcpu.Start(b)
 			for b.Loop() {
 				s, err := c.Acquire(ctx, req)
 				if err != nil {
@@ -48,6 +50,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 				s.Release(admission.ReleaseCompleted)
 			}
+			stop()
 		})
 	}
 }
@@ -69,6 +72,8 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			req := benchSelect(bc.workers...)
 			b.SetParallelism(8)
 			b.ReportAllocs()
+			stop := benchcpu.Start(b)
+			defer stop()
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
@@ -119,9 +124,11 @@ func BenchmarkHandoff1000Waiters(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := benchcpu.Start(b)
 	held.Release(admission.ReleaseCompleted)
 	wg.Wait()
 	b.StopTimer()
+	cpu()
 }
 
 // benchPair picks the first prefill worker with a slot and the first decode
@@ -177,6 +184,8 @@ func BenchmarkSlotVsSlotAndSeat(b *testing.B) {
 			}
 			b.SetParallelism(8)
 			b.ReportAllocs()
+			stop := benchcpu.Start(b)
+			defer stop()
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {

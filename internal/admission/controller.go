@@ -9,6 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicegw/sluice/internal/waitq"
 )
 
 // Span and attribute names.
@@ -112,7 +114,7 @@ type Deps struct {
 // package documentation for its concurrency model.
 type Controller struct {
 	tracer trace.Tracer // nil: no spans
-	m      sink
+	m      Metrics      // never nil: NopMetrics without one
 	poll   time.Duration
 	now    func() time.Time
 
@@ -165,12 +167,12 @@ const (
 
 // waiter is one queued request. Its fields are guarded by Controller.mu; the
 // waiting goroutine owns it and alone decides its end, except that a grant
-// or a final error is delivered by closing ready.
+// or a final error is delivered by closing its Ready channel: it is an entry
+// of its band's arrival list (fifo.go), which closes it.
 type waiter struct {
+	waitq.Waiter[*waiter]
 	q      *queue
-	elem   *list.Element
 	ask    ask           // its callbacks and cost; dropped when it leaves the queue
-	ready  chan struct{} // closed on grant or final error
 	poke   chan struct{} // cap 1: "you are head" / "re-select"
 	enq    time.Time
 	band   int    // arrival band
@@ -198,7 +200,7 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		tracer:   deps.Tracer,
-		m:        newSink(deps.Metrics),
+		m:        deps.Metrics,
 		poll:     deps.PollInterval,
 		now:      deps.Now,
 		settings: s.Clone(),
@@ -206,6 +208,9 @@ func New(s Settings, deps Deps) (*Controller, error) {
 	}
 	if _, ok := c.tracer.(noop.Tracer); ok {
 		c.tracer = nil
+	}
+	if c.m == nil {
+		c.m = NopMetrics{}
 	}
 	if c.poll == 0 {
 		c.poll = DefaultPollInterval

@@ -43,10 +43,9 @@ func (c *Controller) displaceLocked(victim *waiter) {
 	}
 	c.observeWaitLocked(q.key, "", c.now().Sub(victim.enq), victim.band)
 	c.rejectLocked(q.key, Displaced)
-	if c.removeLocked(victim) {
+	if c.removeLocked(victim) { // answers it
 		c.dispatchQueueLocked(q) // its queue has a new head
 	}
-	close(victim.ready)
 }
 
 // predictedWaitLocked estimates the wait of a request at position pos: the

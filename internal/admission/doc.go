@@ -32,7 +32,8 @@
 //     roundrobin.go (weighted deficit round robin across tenants) or
 //     share.go (under-share tenants first).
 //  5. A waiter (controller.go) is one queued request, owned by the goroutine
-//     that called Acquire, granted by closing its channel.
+//     that called Acquire, an entry of a waitq list granted by closing its
+//     channel.
 //  6. A [Slot] (with its [Guard]s) and a [Seat] are what a grant holds; each
 //     is released exactly once.
 //  7. A [Side] says which half of the pipeline, prefill or decode, held a
@@ -89,11 +90,12 @@
 // worker it then fails to get. Metrics are reported under it too, so gauges
 // see changes in order.
 //
-// Each queue keeps its waiters in lists, as in x/sync/semaphore. A waiter
-// is owned by the goroutine that called Acquire; only that goroutine ends its
-// wait. A grant (or a final error) is delivered by recording the result
-// under the mutex, removing the waiter from its queue and closing its ready
-// channel. Cancellation and timeout re-check under the mutex: a grant that
+// Each queue keeps its waiters in waitq's lists (one per band, in arrival
+// order: fifo.go), the gateway's one FIFO waiter list, as in
+// x/sync/semaphore. A waiter is owned by the goroutine that called Acquire;
+// only that goroutine ends its wait. A grant (or a final error) is delivered
+// by recording the result under the mutex, then removing the waiter from its
+// queue, which closes its Ready channel. Cancellation and timeout re-check under the mutex: a grant that
 // raced in before a cancellation is given back (cancellation wins, no slot
 // leaks); one that raced in before a timeout is kept.
 //
@@ -211,6 +213,6 @@
 //     predicted wait, rejection counts;
 //   - update.go: Update, Wake and RemoveWorker (settings and worker events);
 //     drain.go: shutdown;
-//   - slot.go: Slot and Guard; settings.go, errors.go, metrics.go (one sink
-//     over the three metrics interfaces), status.go: the types they name.
+//   - slot.go: Slot and Guard; settings.go, errors.go, metrics.go (the one
+//     metrics interface), status.go: the types they name.
 package admission

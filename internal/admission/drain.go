@@ -24,8 +24,7 @@ func (c *Controller) Drain() int {
 		w.err, w.state = errShuttingDown, failed
 		c.observeWaiterLocked(w, "")
 		c.rejectLocked(q.key, ShuttingDown)
-		c.removeLocked(w)
-		close(w.ready)
+		c.removeLocked(w) // answers it
 		n++
 	}
 	return n

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 )
 
-// featureMetrics adds the FeatureMetrics calls to fakeMetrics. With budget
+// featureMetrics adds the features' calls to fakeMetrics. With budget
 // > 0 it checks every token reservation: a worker's tokens in flight may only
 // exceed the budget while it holds exactly one slot (the oversize request
 // admitted alone on an idle worker).
@@ -29,7 +29,7 @@ func newFeatureMetrics(budget int64) *featureMetrics {
 		limits: map[string][]int{}, bandQueued: map[string]int{}, bandWaits: map[string][]time.Duration{}}
 }
 
-var _ admission.FeatureMetrics = (*featureMetrics)(nil)
+var _ admission.Metrics = (*featureMetrics)(nil)
 
 func (m *featureMetrics) SetInflightTokens(w string, n int64) {
 	m.fmu.Lock()

@@ -15,7 +15,7 @@ import (
 // through the placement callbacks of the one request selecting.
 type gate struct {
 	s   *Settings // the controller's, read under its lock
-	m   sink
+	m   Metrics
 	now func() time.Time
 
 	workers  map[string]*workerState
@@ -28,7 +28,7 @@ type gate struct {
 }
 
 // init readies g for the controller's settings s.
-func (g *gate) init(s *Settings, m sink, now func() time.Time) {
+func (g *gate) init(s *Settings, m Metrics, now func() time.Time) {
 	g.s, g.m, g.now = s, m, now
 	g.workers = make(map[string]*workerState)
 	g.seats = make(map[string]*seatState)
@@ -41,6 +41,10 @@ type workerState struct {
 	inflight int
 	tokens   int64    // estimated prompt tokens of the slots held
 	lim      *limiter // with Settings.Adaptive on; created at the first grant
+	// gone is set when the worker is removed: slots granted on this state
+	// then release without effect (checked here rather than by a map
+	// lookup on every release).
+	gone bool
 	// lastRelease is the time of the last release, for the engine's service
 	// time (adaptive limits only).
 	lastRelease time.Time
@@ -58,14 +62,26 @@ type probe struct {
 	// which the hook would see the whole prompt as cached.
 	memo             map[string]int64
 	hasSlot, hasSeat func(string) bool
+	// last is the worker of the latest hasSlot check in this binding, its
+	// state and its answer: a callback answers with the worker it checked
+	// last, so the re-check of its choice and the grant skip two lookups.
+	last   string
+	lastWS *workerState
+	lastOK bool
 }
 
-func (p *probe) bind(c cost) { p.cost = c }
+func (p *probe) bind(c cost) {
+	p.cost = c
+	p.last, p.lastWS, p.lastOK = "", nil, false // a check outside a binding says nothing of this one
+}
 
-// unbind drops the cost (the hook must not be retained).
+// unbind drops the cost (the hook must not be retained) and the last check.
 func (p *probe) unbind() {
 	p.cost = cost{}
-	clear(p.memo)
+	p.last, p.lastWS, p.lastOK = "", nil, false
+	if len(p.memo) > 0 {
+		clear(p.memo)
+	}
 }
 
 // charge is the bound request's charge on worker: its estimated tokens, less
@@ -117,6 +133,23 @@ func (g *gate) limit(ws *workerState) int {
 // starved).
 func (g *gate) hasSlot(worker string) bool {
 	ws := g.workers[worker]
+	ok := g.fits(worker, ws)
+	g.probe.last, g.probe.lastWS, g.probe.lastOK = worker, ws, ok
+	return ok
+}
+
+// hasChosen is hasSlot for the worker a callback chose, answered from the
+// callback's last check when that was of the same worker (nothing changes
+// under the lock in between).
+func (g *gate) hasChosen(worker string) bool {
+	if p := &g.probe; p.last == worker && worker != "" {
+		return p.lastOK
+	}
+	return g.hasSlot(worker)
+}
+
+// fits is hasSlot's verdict for worker, whose state is ws (nil: none yet).
+func (g *gate) fits(worker string, ws *workerState) bool {
 	n, tokens := 0, int64(0)
 	if ws != nil {
 		n, tokens = ws.inflight, ws.tokens
@@ -139,7 +172,10 @@ func (g *gate) hasSlot(worker string) bool {
 // takeSlot counts a slot on worker charged cost tokens; it returns the
 // worker's state and, with adaptive limits, the grant time.
 func (g *gate) takeSlot(worker string, cost int64) (*workerState, time.Time) {
-	ws := g.workers[worker]
+	ws := g.probe.lastWS
+	if g.probe.last != worker || ws == nil {
+		ws = g.workers[worker]
+	}
 	if ws == nil {
 		ws = &workerState{}
 		g.workers[worker] = ws
@@ -163,7 +199,7 @@ func (g *gate) takeSlot(worker string, cost int64) (*workerState, time.Time) {
 // and re-added) since the grant. A completed prefill feeds the worker's
 // adaptive limit.
 func (g *gate) giveBack(s *Slot, reason ReleaseReason) bool {
-	if s.ws == nil || g.workers[s.worker] != s.ws {
+	if s.ws == nil || s.ws.gone {
 		return false
 	}
 	ws := s.ws
@@ -256,7 +292,7 @@ func (g *gate) endPrefill(s *Seat) {
 		return
 	}
 	s.prefilling = false
-	if s.ss != nil && g.seats[s.worker] == s.ss {
+	if s.ss != nil && !s.ss.gone {
 		s.ss.prefilling--
 	}
 }
@@ -283,7 +319,7 @@ func (g *gate) fullByPrefill() bool {
 // removed and re-added) since the grant.
 func (g *gate) giveBackSeat(s *Seat) bool {
 	g.endPrefill(s)
-	if s.ss == nil || g.seats[s.worker] != s.ss {
+	if s.ss == nil || s.ss.gone {
 		return false
 	}
 	s.ss.inflight--
@@ -326,10 +362,14 @@ func (g *gate) noteKVKnown() {
 // engine worker and of its rank views (worker@rank): slots and seats still
 // held on them release without effect.
 func (g *gate) removeWorker(worker string) {
-	delete(g.workers, worker)
+	if ws := g.workers[worker]; ws != nil {
+		ws.gone = true
+		delete(g.workers, worker)
+	}
 	g.m.DeleteWorker(worker)
 	for k := range g.seats {
 		if k == worker || strings.HasPrefix(k, worker+"@") {
+			g.seats[k].gone = true
 			delete(g.seats, k)
 			g.m.DeleteSeatWorker(k)
 		}

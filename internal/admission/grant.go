@@ -25,12 +25,13 @@ func askOf(req *Request) ask {
 // another: final).
 func (c *Controller) admitLocked(a *ask, enabled bool) (*Slot, error) {
 	c.gate.probe.bind(a.cost)
-	defer c.gate.probe.unbind()
 	sel := c.selectLocked(a, enabled)
-	if sel.err != nil {
-		return nil, sel.err
+	var slot *Slot
+	if sel.err == nil {
+		slot = c.grantSelLocked(sel, a.cost)
 	}
-	return c.grantSelLocked(sel, a.cost), nil
+	c.gate.probe.unbind() // not deferred: this is every admission's path, and a panic in the callbacks is recovered below it
+	return slot, sel.err
 }
 
 // grantLocked reserves a slot on worker charged cost tokens: counted while

@@ -41,7 +41,6 @@ func (c *Controller) enqueueLocked(req Request) (*waiter, int) {
 	w := &waiter{
 		q:      q,
 		ask:    askOf(&req),
-		ready:  make(chan struct{}),
 		poke:   make(chan struct{}, 1),
 		enq:    c.now(),
 		band:   band,
@@ -88,9 +87,9 @@ func pokeLocked(w *waiter) {
 func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 	q := w.q
 	before := c.headLocked(q)
+	w.ask = ask{} // its callbacks may hold the request's state
 	q.order.remove(w)
 	c.countTenantLocked(w, -1)
-	w.ask = ask{} // its callbacks may hold the request's state
 	c.qs.n--
 	c.m.AddQueued(q.key, -1)
 	c.bandCountLocked(w.band, -1)
@@ -102,9 +101,15 @@ func (c *Controller) removeLocked(w *waiter) (newHead bool) {
 		}
 	} else if after := c.headLocked(q); after != before {
 		c.promoteLocked(after)
-		return true
+		newHead = true
 	}
-	return false
+	if w.state != waiting {
+		// Answered, after the new head's poke: the scheduler runs the
+		// goroutine readied last first, and the granted one releases work
+		// the new head may then take without a poll timer of its own.
+		w.Wake()
+	}
+	return newHead
 }
 
 // tryHeadLocked lets q's head select once. It reports whether the head left
@@ -141,8 +146,7 @@ func (c *Controller) tryHeadLocked(q *queue) bool {
 		granted = w.slot.worker
 	}
 	c.observeWaiterLocked(w, granted)
-	c.removeLocked(w)
-	close(w.ready)
+	c.removeLocked(w) // answers it
 	return true
 }
 
@@ -200,7 +204,7 @@ func (c *Controller) wait(ctx context.Context, w *waiter, timeout time.Duration)
 	}()
 	for {
 		select {
-		case <-w.ready:
+		case <-w.Ready():
 			return w.slot, w.err
 		case <-ctx.Done():
 			return c.leave(ctx, w, Cancelled)

@@ -189,17 +189,18 @@ func on(limit, queue int) admission.Settings {
 // fakeMetrics records every call; it checks that each reservation keeps the
 // worker at or under limit (when limit > 0) and that no gauge goes negative.
 type fakeMetrics struct {
-	mu         sync.Mutex
-	limit      int
-	inflight   map[string]int
-	setCalls   []string // "worker=n"
-	deleted    []string
-	queued     int
-	queuedBy   map[string]int // per queue key
-	waits      []time.Duration
-	waitLabels []string // "queue/worker" of each wait
-	rejections map[admission.Outcome]int
-	violations []string
+	admission.NopMetrics // the features' and seats' series: featureMetrics, seatMetrics
+	mu                   sync.Mutex
+	limit                int
+	inflight             map[string]int
+	setCalls             []string // "worker=n"
+	deleted              []string
+	queued               int
+	queuedBy             map[string]int // per queue key
+	waits                []time.Duration
+	waitLabels           []string // "queue/worker" of each wait
+	rejections           map[admission.Outcome]int
+	violations           []string
 }
 
 func newFakeMetrics() *fakeMetrics {

@@ -5,9 +5,10 @@ import "time"
 // Metrics receives admission measurements. The controller calls every method
 // with its lock held, so gauge updates are applied in the order the changes
 // happened; implementations must be fast and must not call back into the
-// controller. The worker label is the worker's key (its URL); the queue label
-// is the queue key (the model). Priority bands (a later issue) will add a
-// band argument to AddQueued, ObserveWait and IncRejection.
+// controller. The worker label is the worker's key (its URL; for a decode
+// worker, URL@rank for a data-parallel rank); the queue label is the queue
+// key (the model). An implementation that records only some of these embeds
+// [NopMetrics] for the rest.
 type Metrics interface {
 	// SetInflight reports the slots held on worker after every change.
 	SetInflight(worker string, n int)
@@ -30,20 +31,9 @@ type Metrics interface {
 	// Client cancellations are not rejections and are not counted here
 	// (Status reports them).
 	IncRejection(queue string, reason Outcome)
-}
 
-type noopMetrics struct{}
+	// The features beyond the source contract:
 
-func (noopMetrics) SetInflight(string, int)                   {}
-func (noopMetrics) DeleteWorker(string)                       {}
-func (noopMetrics) AddQueued(string, int)                     {}
-func (noopMetrics) ObserveWait(string, string, time.Duration) {}
-func (noopMetrics) IncRejection(string, Outcome)              {}
-
-// FeatureMetrics is implemented by Metrics that also record the measurements
-// of the features beyond the source contract; the controller calls them, with
-// its lock held, only when a [Metrics] value implements this interface.
-type FeatureMetrics interface {
 	// SetInflightTokens reports the estimated prompt tokens held on worker
 	// after every change (admission on).
 	SetInflightTokens(worker string, n int64)
@@ -53,78 +43,40 @@ type FeatureMetrics interface {
 	// SetBandQueued reports the waiters of one priority band (by its name)
 	// after every change, with two or more bands configured.
 	SetBandQueued(band string, n int)
-	// ObserveBandWait records a wait, as Metrics.ObserveWait does, labelled
-	// with the request's band, with two or more bands configured.
+	// ObserveBandWait records a wait, as ObserveWait does, labelled with the
+	// request's band, with two or more bands configured.
 	ObserveBandWait(band string, d time.Duration)
-}
 
-type noopFeatureMetrics struct{}
+	// Decode seats:
 
-func (noopFeatureMetrics) SetInflightTokens(string, int64)       {}
-func (noopFeatureMetrics) SetLimit(string, int)                  {}
-func (noopFeatureMetrics) SetBandQueued(string, int)             {}
-func (noopFeatureMetrics) ObserveBandWait(string, time.Duration) {}
-
-// DecodeMetrics is implemented by Metrics that also record decode seats; the
-// controller calls them, with its lock held, only when a [Metrics] value
-// implements this interface. The worker label is the decode worker's key
-// (URL, or URL@rank for a data-parallel rank).
-type DecodeMetrics interface {
 	// SetSeats reports the seats held on decode worker after every change.
 	SetSeats(worker string, n int)
 	// SetSeatLimit reports decode worker's seat bound (<= 0: none) at each
 	// grant and when its capacity changes.
 	SetSeatLimit(worker string, n int)
-	// ObserveDecodeWait records the wait (as Metrics.ObserveWait) of a
-	// request the decode side held back when its wait ended.
+	// ObserveDecodeWait records the wait (as ObserveWait) of a request the
+	// decode side held back when its wait ended.
 	ObserveDecodeWait(queue string, d time.Duration)
 	// DeleteSeatWorker drops decode worker's series (RemoveWorker).
 	DeleteSeatWorker(worker string)
 }
 
-type noopDecodeMetrics struct{}
+// NopMetrics records nothing; [Deps] without Metrics uses it, and an
+// implementation embeds it for the measurements it does not record.
+type NopMetrics struct{}
 
-func (noopDecodeMetrics) SetSeats(string, int)                    {}
-func (noopDecodeMetrics) SetSeatLimit(string, int)                {}
-func (noopDecodeMetrics) ObserveDecodeWait(string, time.Duration) {}
-func (noopDecodeMetrics) DeleteSeatWorker(string)                 {}
+var _ Metrics = NopMetrics{}
 
-// sink is every measurement the controller reports, through one interface:
-// a [Metrics] value's own methods, and its [FeatureMetrics] and
-// [DecodeMetrics] methods when it implements them (no-ops otherwise),
-// resolved once by newSink.
-type sink interface {
-	Metrics
-	FeatureMetrics
-	DecodeMetrics
-}
-
-// sinkOf completes a Metrics value that lacks the optional interfaces.
-type sinkOf struct {
-	Metrics
-	FeatureMetrics
-	DecodeMetrics
-}
-
-type noopSink struct {
-	noopMetrics
-	noopFeatureMetrics
-	noopDecodeMetrics
-}
-
-func newSink(m Metrics) sink {
-	if m == nil {
-		return noopSink{}
-	}
-	if s, ok := m.(sink); ok {
-		return s
-	}
-	s := sinkOf{Metrics: m, FeatureMetrics: noopFeatureMetrics{}, DecodeMetrics: noopDecodeMetrics{}}
-	if fm, ok := m.(FeatureMetrics); ok {
-		s.FeatureMetrics = fm
-	}
-	if dm, ok := m.(DecodeMetrics); ok {
-		s.DecodeMetrics = dm
-	}
-	return s
-}
+func (NopMetrics) SetInflight(string, int)                   {}
+func (NopMetrics) DeleteWorker(string)                       {}
+func (NopMetrics) AddQueued(string, int)                     {}
+func (NopMetrics) ObserveWait(string, string, time.Duration) {}
+func (NopMetrics) IncRejection(string, Outcome)              {}
+func (NopMetrics) SetInflightTokens(string, int64)           {}
+func (NopMetrics) SetLimit(string, int)                      {}
+func (NopMetrics) SetBandQueued(string, int)                 {}
+func (NopMetrics) ObserveBandWait(string, time.Duration)     {}
+func (NopMetrics) SetSeats(string, int)                      {}
+func (NopMetrics) SetSeatLimit(string, int)                  {}
+func (NopMetrics) ObserveDecodeWait(string, time.Duration)   {}
+func (NopMetrics) DeleteSeatWorker(string)                   {}

@@ -13,7 +13,10 @@ package admission
 //     first, else the round robin (TenantSettings.UnderShareFirst).
 //
 // An order only ranks: it never selects, grants or touches capacity (the
-// gate's job), and it runs under the controller's lock. Only its head
+// gate's job), and it runs under the controller's lock. The arrival lists
+// bands keeps are also the waiter lists (fifo.go, on waitq): taking out a
+// waiter the controller has granted or failed takes it as answered, and the
+// controller then wakes it (removeLocked). Only its head
 // selects, so an order may move its head only when a waiter arrives or
 // leaves; the controller compares the head before and after and promotes a
 // new one.

@@ -50,6 +50,7 @@ type seatState struct {
 	// grant reports the bound only when it changed, a label lookup less per request.
 	shownLimit int
 	limitShown bool
+	gone       bool // the worker was removed: see workerState.gone
 }
 
 // Seat is the admission of one PD request on one decode worker. It is held
@@ -189,7 +190,7 @@ func (c *Controller) selectLocked(a *ask, enabled bool) selection {
 	g := &c.gate
 	if a.pair != nil && enabled && c.seatsOnLocked() {
 		p, d, err := callSelectPair(a.pair, g.probe.hasSlot, g.probe.hasSeat)
-		if err == nil && p != "" && !g.hasSlot(p) {
+		if err == nil && p != "" && !g.hasChosen(p) {
 			err = ErrNoCapacity
 		}
 		if err == nil && !g.hasSeat(d, a.cost.decode) {
@@ -202,7 +203,7 @@ func (c *Controller) selectLocked(a *ask, enabled bool) selection {
 		hasCap = alwaysCapacity
 	}
 	w, err := callSelect(a.sel, hasCap)
-	if err == nil && enabled && !g.hasSlot(w) {
+	if err == nil && enabled && !g.hasChosen(w) {
 		err = ErrNoCapacity
 	}
 	return selection{prefill: w, err: err}

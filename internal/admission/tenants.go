@@ -113,9 +113,10 @@ func (c *Controller) reorderLocked() {
 	for _, q := range c.qs.active {
 		q.order.refill(kind)
 		for i := range q.order.fifo {
-			for e := q.order.fifo[i].l.Front(); e != nil; e = e.Next() {
-				c.countTenantLocked(e.Value.(*waiter), 1)
-			}
+			q.order.fifo[i].each(func(w *waiter) bool {
+				c.countTenantLocked(w, 1)
+				return true
+			})
 		}
 	}
 }

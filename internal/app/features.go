@@ -78,7 +78,7 @@ func newLoadMonitor(cfg *config.Config, reg *worker.Registry, up *backend.Upstre
 	return worker.NewLoadMonitor(reg, fetch, mc, logger)
 }
 
-// FeatureMetrics of the admission adapter.
+// The admission adapter's series of the features beyond the source contract.
 
 func (a admissionMetrics) SetInflightTokens(w string, n int64) { a.m.SetInflightTokens(w, n) }
 
@@ -91,9 +91,7 @@ func (a admissionMetrics) ObserveBandWait(b string, d time.Duration) {
 	a.m.ObserveBandWait(b, d)
 }
 
-var _ admission.FeatureMetrics = admissionMetrics{}
-
-// DecodeMetrics of the admission adapter: the decode seats' series, labelled by decode worker key.
+// The admission adapter's decode seats' series, labelled by decode worker key.
 
 func (a admissionMetrics) SetSeats(w string, n int)     { a.m.SetSeats(w, n) }
 func (a admissionMetrics) SetSeatLimit(w string, n int) { a.m.SetSeatLimit(w, n) }
@@ -102,7 +100,7 @@ func (a admissionMetrics) ObserveDecodeWait(q string, d time.Duration) {
 }
 func (a admissionMetrics) DeleteSeatWorker(w string) { a.m.DeleteSeatWorker(w) }
 
-var _ admission.DecodeMetrics = admissionMetrics{}
+var _ admission.Metrics = admissionMetrics{}
 
 // keepBandSeries drops the per-band metric series of bands the new settings no longer have (with
 // fewer than two bands, priorities are off and no band is reported).

@@ -119,3 +119,89 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// TestMatchesASlice: random pushes, cancellations (anywhere in the queue) and grants of the front keep
+// Front, Back, Len and Each in step with a slice holding the same waiters.
+func TestMatchesASlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 33))
+	var q waitq.Queue[int]
+	var model []*waitq.Waiter[int]
+	for op := range 5000 {
+		switch r := rng.IntN(10); {
+		case r < 5 || len(model) == 0:
+			model = append(model, q.Push(op))
+		case r < 8:
+			i := rng.IntN(len(model))
+			if granted, wasFront := q.Cancel(model[i]); granted || wasFront != (i == 0) {
+				t.Fatalf("op %d: Cancel(#%d) = %v, %v", op, i, granted, wasFront)
+			}
+			model = append(model[:i], model[i+1:]...)
+		default:
+			q.Grant(model[0])
+			model = model[1:]
+		}
+		if q.Len() != len(model) {
+			t.Fatalf("op %d: Len %d, want %d", op, q.Len(), len(model))
+		}
+		var front, back *waitq.Waiter[int]
+		if len(model) > 0 {
+			front, back = model[0], model[len(model)-1]
+		}
+		if q.Front() != front || q.Back() != back {
+			t.Fatalf("op %d: Front/Back differ from the model", op)
+		}
+		i := 0
+		q.Each(func(w *waitq.Waiter[int]) bool {
+			if i >= len(model) || w != model[i] {
+				t.Fatalf("op %d: Each's waiter %d differs from the model", op, i)
+			}
+			i++
+			return true
+		})
+		if i != len(model) {
+			t.Fatalf("op %d: Each visited %d of %d", op, i, len(model))
+		}
+	}
+}
+
+// TestPushWaiterEmbedded: an owner's waiter type embedding Waiter queues, is granted and cancels
+// through the same Queue as Push's waiters, in arrival order with them.
+func TestPushWaiterEmbedded(t *testing.T) {
+	type own struct {
+		waitq.Waiter[*own]
+		name string
+	}
+	var q waitq.Queue[*own]
+	a, b := &own{name: "a"}, &own{name: "b"}
+	a.Value, b.Value = a, b
+	q.PushWaiter(&a.Waiter)
+	c := q.Push(&own{name: "c"})
+	q.PushWaiter(&b.Waiter)
+	if q.Len() != 3 || q.Front().Value != a || q.Back().Value != b {
+		t.Fatal("PushWaiter and Push must queue in arrival order")
+	}
+	if granted, wasFront := q.Cancel(c); granted || wasFront {
+		t.Fatal("c is neither granted nor the front")
+	}
+	q.Grant(q.Front())
+	if !isClosed(a.Ready()) || isClosed(b.Ready()) || q.Front().Value != b {
+		t.Fatal("granting the front must answer a alone and leave b the front")
+	}
+}
+
+// TestTakeThenWake: Take grants without waking (Cancel sees the grant, Ready stays open) until Wake.
+func TestTakeThenWake(t *testing.T) {
+	var q waitq.Queue[int]
+	a, b := q.Push(1), q.Push(2)
+	q.Take(a)
+	if q.Len() != 1 || q.Front() != b || isClosed(a.Ready()) {
+		t.Fatal("Take must remove a without closing its Ready channel")
+	}
+	if granted, _ := q.Cancel(a); !granted {
+		t.Fatal("Cancel after Take must report the grant")
+	}
+	a.Wake()
+	if !isClosed(a.Ready()) {
+		t.Fatal("Wake must close Ready")
+	}
+}
