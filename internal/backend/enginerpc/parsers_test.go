@@ -57,14 +57,14 @@ type callJSON struct {
 
 type parsedChoice struct {
 	Message struct {
-		Content   *string `json:"content"`
-		Reasoning *string `json:"reasoning_content"`
-		ToolCalls []callJSON  `json:"tool_calls"`
+		Content   *string    `json:"content"`
+		Reasoning *string    `json:"reasoning_content"`
+		ToolCalls []callJSON `json:"tool_calls"`
 	} `json:"message"`
 	Delta struct {
-		Content   *string `json:"content"`
-		Reasoning *string `json:"reasoning_content"`
-		ToolCalls []callJSON  `json:"tool_calls"`
+		Content   *string    `json:"content"`
+		Reasoning *string    `json:"reasoning_content"`
+		ToolCalls []callJSON `json:"tool_calls"`
 	} `json:"delta"`
 	FinishReason *string `json:"finish_reason"`
 }
@@ -160,6 +160,8 @@ const userChat = `{"model":"m","messages":[{"role":"user","content":"weather?"}]
 func TestReasoningContent(t *testing.T) {
 	checkBoth(t, "<think>\nplan the answer\n</think>\n\nThe answer.", "qwen3", "", userChat,
 		answer{reasoning: "\nplan the answer\n", content: "\n\nThe answer.", finish: "stop"})
+	// A stream holds back what could begin </think>; the end of the answer lets it go.
+	checkBoth(t, "<think>a < b </", "qwen3", "", userChat, answer{reasoning: "a < b </", finish: "stop"})
 }
 
 // Qwen3's template thinks by default, so an answer without <think> of its own starts in the reasoning;
