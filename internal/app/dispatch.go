@@ -53,6 +53,9 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 		models = []string{cfg.Workers.ModelID}
 	}
 	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime),
-		DefaultModels: models, DefaultKVConnector: cfg.Workers.KVConnector, Tokenizer: tokenizers, Logger: logger}
+		DefaultModels: models, DefaultKVConnector: cfg.Workers.KVConnector, Tokenizer: tokenizers, Logger: logger,
+		Parsers: func(model string) (string, string) {
+			return cfg.Parsers.ReasoningParser(model), cfg.Parsers.ToolCallParser(model)
+		}}
 	return nil
 }

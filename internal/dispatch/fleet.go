@@ -27,6 +27,9 @@ type Detector struct {
 	// Tokenizer is the tokenizer of a model (--tokenizer-path), or nil: a grpc:// worker speaking an
 	// engine's own gRPC is served with it (fleet_engine.go).
 	Tokenizer func(model string) *tokenizer.Tokenizer
+	// Parsers names a model's reasoning and tool-call parsers (--reasoning-parser, --tool-call-parser;
+	// "" for none), or is nil: the gateway parses the chat answers of those workers itself.
+	Parsers func(model string) (reasoningParser, toolCallParser string)
 	// Timeout bounds the engine calls; zero means 5 s.
 	Timeout time.Duration
 	Logger  *slog.Logger

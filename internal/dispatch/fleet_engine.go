@@ -89,6 +89,9 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 		return spec, false, nil
 	}
 	e.Protocol, e.Model = proto, model
+	if d.Parsers != nil {
+		e.ReasoningParser, e.ToolCallParser = d.Parsers(model)
+	}
 	for _, id := range info.EOSTokenIDs {
 		e.EOS = append(e.EOS, int(id))
 	}

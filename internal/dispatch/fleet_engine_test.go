@@ -139,3 +139,25 @@ func TestDetectorCompleteEngineGRPCUnreachable(t *testing.T) {
 		t.Errorf("spec = %+v, want pending detection on the grpc protocol", got)
 	}
 }
+
+// The model's parser names (--reasoning-parser, --tool-call-parser) reach the engine transport, which
+// checks them: an unknown one makes the spec invalid.
+func TestDetectorEngineParsers(t *testing.T) {
+	tk := byteTokenizer(t)
+	url := startSimEngine(t, sim.Config{Protocol: sim.ProtocolSGLang, EngineGRPCOnly: true})
+	client := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	t.Cleanup(client.CloseIdleConnections)
+	var asked []string
+	d := &Detector{HTTP: client, Tokenizer: func(string) *tokenizer.Tokenizer { return tk },
+		Parsers: func(model string) (string, string) {
+			asked = append(asked, model)
+			return "qwen3", "nope"
+		}}
+	_, err := d.Complete(context.Background(), worker.Spec{URL: url, Role: worker.RoleRegular, Protocol: worker.ProtocolGRPC})
+	if err == nil || !errors.Is(err, worker.ErrInvalidSpec) || !strings.Contains(err.Error(), `tool-call parser "nope"`) {
+		t.Errorf("err = %v, want ErrInvalidSpec naming the unknown tool-call parser", err)
+	}
+	if len(asked) != 1 || asked[0] != "sim-model" {
+		t.Errorf("parsers asked for %q, want the served model", asked)
+	}
+}

@@ -15,8 +15,14 @@
 // kv_transfer_params become kv_transfer_params_json, and the Complete's kv_transfer_params_json comes
 // back as the answer's kv_transfer_params, which dispatch's NIXL flow hands to the decode leg.
 //
-// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, logprobs, echo, tools
-// (rendered but not parsed back). Reasoning is not separated from the content.
+// Chat answers of a model with parsers (Engine.ReasoningParser, ToolCallParser: --reasoning-parser,
+// --tool-call-parser) are split as vLLM's are: reasoning_content (the request's
+// chat_template_kwargs.enable_thinking reaches the qwen3 parser), content, and, when the request offers
+// tools, OpenAI tool_calls with finish_reason tool_calls; streamed, as delta.reasoning_content and
+// delta.tool_calls argument deltas, which join to the whole answer. tools for a model without a
+// tool-call parser are a 400 naming tools: the calls would reach the client as raw text.
+//
+// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, logprobs, echo.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

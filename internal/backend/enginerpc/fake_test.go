@@ -102,6 +102,7 @@ type fakeEngine struct {
 	hold     bool  // after the first chunk, wait for the RPC's end or an Abort
 	kvReturn string
 	cached   uint32
+	eos      uint32 // 0: imEnd
 
 	mu      sync.Mutex
 	sglang  []*sglangpb.GenerateRequest
@@ -136,7 +137,11 @@ func (f *fakeEngine) aborts() []string {
 
 // output is the ids the engine generates for max tokens (nil: none).
 func (f *fakeEngine) output(max *uint32) (ids []uint32, finish string) {
-	ids = append(append(ids, f.reply...), imEnd)
+	eos := uint32(imEnd)
+	if f.eos != 0 {
+		eos = f.eos
+	}
+	ids = append(append(ids, f.reply...), eos)
 	if max != nil && int(*max) < len(ids) {
 		return ids[:*max], "length"
 	}
@@ -264,12 +269,18 @@ func newH2CClient() *http.Client {
 // setup starts a fake engine of protocol p and a transport that knows it.
 func setup(t *testing.T, p enginegrpc.Protocol, f *fakeEngine) (*Transport, string) {
 	t.Helper()
-	url := startEngine(t, f, p)
+	return setupEngine(t, f, Engine{Protocol: p, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m"})
+}
+
+// setupEngine is setup with the engine's model described by e.
+func setupEngine(t *testing.T, f *fakeEngine, e Engine) (*Transport, string) {
+	t.Helper()
+	url := startEngine(t, f, e.Protocol)
 	h2c := newH2CClient()
 	t.Cleanup(h2c.CloseIdleConnections)
 	tr := NewTransport(h2c, nil, WithClock(func() time.Time { return time.Unix(1700000000, 0) }),
 		WithIDSource(func() string { return "gen" }))
-	if err := tr.SetEngine(url, Engine{Protocol: p, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m"}); err != nil {
+	if err := tr.SetEngine(url, e); err != nil {
 		t.Fatal(err)
 	}
 	return tr, url

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/jsonx"
+	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
 // The answers, in the shapes the engines' HTTP servers give: OpenAI's chat.completion and
@@ -97,8 +98,26 @@ func renderWhole(c *call, m *meta, s *sample) []byte {
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion")
+		content, reasoningText, calls := s.whole(c)
 		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-		dst = jsonx.AppendString(dst, string(s.text))
+		if content == "" && len(calls) > 0 {
+			dst = append(dst, "null"...) // OpenAI's content of a message that only calls tools
+		} else {
+			dst = jsonx.AppendString(dst, content)
+		}
+		if reasoningText != nil {
+			dst = appendReasoning(dst, *reasoningText)
+		}
+		if len(calls) > 0 {
+			dst = append(dst, `,"tool_calls":[`...)
+			for i, tc := range calls {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendCall(dst, toolcall.CallDelta{Index: -1, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+			}
+			dst = append(dst, ']')
+		}
 		dst = append(dst, `},"logprobs":null`...)
 		dst = appendFinish(dst, m, s, true)
 	case body.RouteCompletions:
@@ -150,26 +169,76 @@ func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte 
 	return append(dst, `}}`...)
 }
 
-// appendChunk is one streamed chunk: text is the new text; first puts the assistant's role in a chat
+// appendReasoning writes the reasoning as vLLM's and SGLang's reasoning_content (null when there is
+// none, as vLLM's).
+func appendReasoning(dst []byte, r string) []byte {
+	dst = append(dst, `,"reasoning_content":`...)
+	if r == "" {
+		return append(dst, "null"...)
+	}
+	return jsonx.AppendString(dst, r)
+}
+
+// appendCall is one OpenAI tool call: a streamed delta has its index, and id, type and name only in
+// its first delta; a whole answer's call (Index -1) has no index.
+func appendCall(dst []byte, d toolcall.CallDelta) []byte {
+	dst = append(dst, '{')
+	if d.Index >= 0 {
+		dst = append(dst, `"index":`...)
+		dst = strconv.AppendInt(dst, int64(d.Index), 10)
+		dst = append(dst, ',')
+	}
+	if d.ID != "" {
+		dst = append(dst, `"id":`...)
+		dst = jsonx.AppendString(dst, d.ID)
+		dst = append(dst, `,"type":"function","function":{"name":`...)
+		dst = jsonx.AppendString(dst, d.Name)
+		dst = append(dst, ',')
+	} else {
+		dst = append(dst, `"function":{`...)
+	}
+	dst = append(dst, `"arguments":`...)
+	dst = jsonx.AppendString(dst, d.Arguments)
+	return append(dst, "}}"...)
+}
+
+// appendChunk is one streamed chunk: d is the new text; first puts the assistant's role in a chat
 // chunk; final closes the choice with its finish_reason.
-func appendChunk(dst []byte, c *call, m *meta, s *sample, text string, first, final bool) []byte {
+func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final bool) []byte {
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion.chunk")
 		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
-		switch {
-		case first:
+		sep := ""
+		if first {
 			dst = append(dst, `"role":"assistant","content":`...)
-			dst = jsonx.AppendString(dst, text)
-		case text != "":
+			dst = jsonx.AppendString(dst, d.content)
+			sep = ","
+		} else if d.content != "" {
 			dst = append(dst, `"content":`...)
-			dst = jsonx.AppendString(dst, text)
+			dst = jsonx.AppendString(dst, d.content)
+			sep = ","
+		}
+		if d.reasoning != "" {
+			dst = append(dst, sep+`"reasoning_content":`...)
+			dst = jsonx.AppendString(dst, d.reasoning)
+			sep = ","
+		}
+		if len(d.calls) > 0 {
+			dst = append(dst, sep+`"tool_calls":[`...)
+			for i, cd := range d.calls {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = appendCall(dst, cd)
+			}
+			dst = append(dst, ']')
 		}
 		dst = append(dst, `},"logprobs":null`...)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
 		dst = append(dst, `,"choices":[{"index":0,"text":`...)
-		dst = jsonx.AppendString(dst, text)
+		dst = jsonx.AppendString(dst, d.content)
 		dst = append(dst, `,"logprobs":null`...)
 	default:
 		return appendGenerate(dst, c, m, s, final)

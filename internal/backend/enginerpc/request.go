@@ -8,8 +8,10 @@ import (
 	"math"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/reasoning"
 	"github.com/sluicegw/sluice/internal/stop"
 	"github.com/sluicegw/sluice/internal/tokenizer"
+	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
 // requestJSON is what the transport reads of a chat, completions or SGLang /generate body: the fields
@@ -19,6 +21,7 @@ type requestJSON struct {
 	Model               string          `json:"model"`
 	Messages            json.RawMessage `json:"messages"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	Prompt              json.RawMessage `json:"prompt"`
@@ -108,6 +111,11 @@ type call struct {
 	wantKVBack               bool    // vLLM: the prefill leg; its answer carries kv_transfer_params
 	stopParams               stop.Params
 	eos                      []int
+
+	// The chat answer's parsers (empty: none) and the request's switch of the reasoning one.
+	reasoningParser string
+	reasoningOpts   reasoning.Options
+	toolParser      string
 }
 
 // bootstrap is SGLang's PD handshake: the prefill worker's bootstrap server and the shared room.
@@ -176,9 +184,10 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 	if r.Echo {
 		return nil, requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
 	}
-	if tools := bytes.TrimSpace(r.Tools); len(tools) > 0 && !bytes.Equal(tools, []byte("null")) && !bytes.Equal(tools, []byte("[]")) && route == body.RouteChat {
-		// Tools are rendered into the prompt, but their calls are not parsed out of the answer yet.
-		return nil, requestError("tools", "tools are not supported over the engines' gRPC protocols yet")
+	if route == body.RouteChat {
+		if err := c.setParsers(&r, e); err != nil {
+			return nil, err
+		}
 	}
 	if maxTokens != nil && *maxTokens < 0 {
 		return nil, requestError("max_tokens", "max_tokens must be at least 0, got %d", *maxTokens)
@@ -208,6 +217,31 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 		return nil, requestError("stop", "%s", err.Error())
 	}
 	return c, nil
+}
+
+// setParsers picks the chat answer's parsers: the model's reasoning parser always, its tool-call
+// parser when the request offers tools (and does not turn them off with tool_choice "none"), as vLLM
+// parses calls only then. Tools without a tool-call parser are a 400: their calls would be raw text.
+func (c *call) setParsers(r *requestJSON, e *Engine) error {
+	c.reasoningParser = e.ReasoningParser
+	if kw := bytes.TrimSpace(r.ChatTemplateKwargs); len(kw) > 0 && kw[0] == '{' {
+		var k struct {
+			EnableThinking *bool `json:"enable_thinking"`
+		}
+		if err := json.Unmarshal(kw, &k); err != nil {
+			return requestError("chat_template_kwargs", "chat_template_kwargs.enable_thinking must be a boolean")
+		}
+		c.reasoningOpts.EnableThinking = k.EnableThinking
+	}
+	tools := bytes.TrimSpace(r.Tools)
+	hasTools := len(tools) > 0 && !bytes.Equal(tools, []byte("null")) && !bytes.Equal(tools, []byte("[]"))
+	if err := toolcall.RequireToolParser(c.model, hasTools, e.ToolCallParser); err != nil {
+		return requestError("tools", "%s", err.Error())
+	}
+	if hasTools && !bytes.Equal(bytes.TrimSpace(r.ToolChoice), []byte(`"none"`)) {
+		c.toolParser = e.ToolCallParser
+	}
+	return nil
 }
 
 func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer) error {

@@ -3,8 +3,11 @@ package enginerpc
 import (
 	"fmt"
 
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/reasoning"
 	"github.com/sluicegw/sluice/internal/stop"
 	"github.com/sluicegw/sluice/internal/tokenizer"
+	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
 // sample is one generation's state: the engine's ids turned into text (DecodeStream), cut at stops
@@ -24,14 +27,38 @@ type sample struct {
 	matchedID                  *uint32
 	matchedStr                 *string
 	kvTransfer                 *string
+
+	// A streamed chat's parsers (nil: none): the text goes through the reasoning parser, then its
+	// content through the tool-call parser. A whole answer is parsed at the end (whole).
+	rp        *reasoning.Parser
+	tp        *toolcall.Parser
+	toolCalls bool // the answer has tool calls: its finish_reason is tool_calls, as vLLM's
 }
+
+// delta is the new text of one event, split by the chat's parsers (all content without them).
+type delta struct {
+	content, reasoning string
+	calls              []toolcall.CallDelta
+}
+
+func (d delta) empty() bool { return d.content == "" && d.reasoning == "" && len(d.calls) == 0 }
 
 func newSample(tok *tokenizer.Tokenizer, c *call, cumulative bool) *sample {
 	m, err := stop.New(c.stopParams)
 	if err != nil {
 		panic(err) // parseCall checked these Params
 	}
-	return &sample{ds: tok.NewDecodeStream(c.skipSpecial), m: m, cumulative: cumulative, streaming: c.stream}
+	s := &sample{ds: tok.NewDecodeStream(c.skipSpecial), m: m, cumulative: cumulative, streaming: c.stream}
+	if c.stream && c.route == body.RouteChat {
+		// SetEngine checked the names.
+		if c.reasoningParser != "" {
+			s.rp, _ = reasoning.New(c.reasoningParser, c.reasoningOpts)
+		}
+		if c.toolParser != "" {
+			s.tp, _ = toolcall.New(c.toolParser, toolcall.Options{})
+		}
+	}
+	return s
 }
 
 // errUnknownToken means the engine sent an id the gateway's tokenizer does not have: the tokenizer
@@ -43,7 +70,7 @@ func (e errUnknownToken) Error() string {
 }
 
 // add takes one event and returns the text it makes safe to emit.
-func (s *sample) add(ev event) (string, error) {
+func (s *sample) add(ev event) (delta, error) {
 	ids := ev.ids
 	if ev.complete && s.streaming && s.chunks > 0 {
 		// A streamed Complete is built from the same engine output as the last chunk and repeats its
@@ -59,7 +86,7 @@ func (s *sample) add(ev event) (string, error) {
 		}
 		t, err := s.ds.Step(int(id))
 		if err != nil {
-			return "", errUnknownToken{err}
+			return delta{}, errUnknownToken{err}
 		}
 		emit, done := s.m.Feed(int(id), t)
 		out = append(out, emit...)
@@ -88,12 +115,52 @@ func (s *sample) add(ev event) (string, error) {
 	}
 	s.cached = max(s.cached, ev.cached)
 	s.text = append(s.text, out...)
-	return string(out), nil
+	return s.split(string(out), ev.complete), nil
 }
 
-// finishReason is the gateway's own stop when it found one, else the engine's ("stop" when it gave
-// none).
+// split runs a streamed chat's new text through its parsers; final flushes what they hold back.
+func (s *sample) split(text string, final bool) delta {
+	d := delta{content: text}
+	if s.rp != nil {
+		r := s.rp.Push(text)
+		if final {
+			f := s.rp.Flush()
+			r.Reasoning, r.Content = r.Reasoning+f.Reasoning, r.Content+f.Content
+		}
+		d.reasoning, d.content = r.Reasoning, r.Content
+	}
+	if s.tp != nil {
+		t := s.tp.Push(d.content)
+		if final {
+			f := s.tp.Flush()
+			t.Content, t.Calls = t.Content+f.Content, append(t.Calls, f.Calls...)
+		}
+		d.content, d.calls = t.Content, t.Calls
+		s.toolCalls = s.toolCalls || len(t.Calls) > 0
+	}
+	return d
+}
+
+// whole splits a whole chat answer with its parsers; reasoning is nil without a reasoning parser.
+func (s *sample) whole(c *call) (content string, reasoningText *string, calls []toolcall.ToolCall) {
+	content = string(s.text)
+	if c.reasoningParser != "" {
+		r, _ := reasoning.Parse(c.reasoningParser, c.reasoningOpts, content)
+		content, reasoningText = r.Content, &r.Reasoning
+	}
+	if c.toolParser != "" {
+		content, calls, _ = toolcall.Parse(c.toolParser, toolcall.Options{}, content)
+		s.toolCalls = len(calls) > 0
+	}
+	return content, reasoningText, calls
+}
+
+// finishReason is tool_calls for an answer with tool calls (vLLM's, whatever ended it), else the
+// gateway's own stop when it found one, else the engine's ("stop" when it gave none).
 func (s *sample) finishReason() string {
+	if s.toolCalls {
+		return "tool_calls"
+	}
 	if r := s.m.Result().Reason; r != "" {
 		return r
 	}

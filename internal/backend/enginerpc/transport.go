@@ -21,7 +21,9 @@ import (
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/reasoning"
 	"github.com/sluicegw/sluice/internal/tokenizer"
+	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
 // Engine is what the transport needs to know of a worker that speaks an engine's protocol.
@@ -32,6 +34,9 @@ type Engine struct {
 	EOS []int
 	// Model answers for "model" when the request has none.
 	Model string
+	// ReasoningParser and ToolCallParser name the model's parsers of chat answers (internal/reasoning,
+	// internal/toolcall: --reasoning-parser, --tool-call-parser); "" is none.
+	ReasoningParser, ToolCallParser string
 }
 
 type engineEntry struct {
@@ -106,6 +111,12 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	}
 	if e.Tokenizer == nil {
 		return errors.New("enginerpc: an engine worker needs its model's tokenizer")
+	}
+	if e.ReasoningParser != "" && !reasoning.Known(e.ReasoningParser) {
+		return fmt.Errorf("enginerpc: unknown reasoning parser %q", e.ReasoningParser)
+	}
+	if e.ToolCallParser != "" && !toolcall.Known(e.ToolCallParser) {
+		return fmt.Errorf("enginerpc: unknown tool-call parser %q", e.ToolCallParser)
 	}
 	entry := &engineEntry{Engine: e}
 	switch e.Protocol {
@@ -375,9 +386,9 @@ func (w *sseWriter) write() error {
 	return err
 }
 
-func (w *sseWriter) chunk(text string, first, final bool) {
+func (w *sseWriter) chunk(d delta, first, final bool) {
 	w.buf = append(w.buf, "data: "...)
-	w.buf = appendChunk(w.buf, w.c, w.m, w.s, text, first, final)
+	w.buf = appendChunk(w.buf, w.c, w.m, w.s, d, first, final)
 	w.buf = append(w.buf, "\n\n"...)
 }
 
@@ -386,13 +397,13 @@ func (w *sseWriter) chunk(text string, first, final bool) {
 func (w *sseWriter) run(st genStream, ev event) error {
 	first := w.c.route == body.RouteChat // a chat stream opens with the role, as vLLM's does
 	if first {
-		w.chunk("", true, false)
+		w.chunk(delta{}, true, false)
 		if err := w.write(); err != nil {
 			return err
 		}
 	}
 	for {
-		text, err := w.s.add(ev)
+		d, err := w.s.add(ev)
 		if err != nil {
 			w.errorEvent(err.Error(), "server_error", "bad_gateway")
 			_ = w.write()
@@ -401,7 +412,7 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		switch {
 		case ev.complete:
 			w.g.completed.Store(true)
-			w.chunk(text, false, true)
+			w.chunk(d, false, true)
 			if w.c.includeUsage && w.c.route != body.RouteGenerate {
 				w.buf = append(w.buf, "data: "...)
 				w.buf = appendUsageChunk(w.buf, w.c, w.m, w.s)
@@ -409,8 +420,8 @@ func (w *sseWriter) run(st genStream, ev event) error {
 			}
 			w.buf = append(w.buf, "data: [DONE]\n\n"...)
 			return w.write()
-		case text != "" || w.c.route == body.RouteGenerate:
-			w.chunk(text, false, false)
+		case !d.empty() || w.c.route == body.RouteGenerate:
+			w.chunk(d, false, false)
 			if err := w.write(); err != nil {
 				return err
 			}
