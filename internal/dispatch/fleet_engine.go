@@ -75,18 +75,34 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	if len(models) > 0 {
 		model = models[0]
 	}
-	var e enginerpc.Engine
+	e, ok, err := d.engineFor(spec, named, proto, model, info, logger)
+	if !ok || err != nil {
+		return spec, err != nil, err
+	}
+	if err := et.SetEngine(spec.URL, e); err != nil {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
+	logger.Info("worker speaks an engine's own gRPC", "url", spec.URL, "engine", proto, "model", model,
+		"context_length", info.ContextLength)
+	return d.engineSpec(spec, named, proto, models), true, nil
+}
+
+// engineFor is what the engine transport needs for the worker's model: its tokenizer, parsers and EOS
+// ids. ok is false, with no error, when a detected (not named) engine has no tokenizer loaded: the
+// worker is then left to sluice.worker.v1, with a warning.
+func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Protocol, model string,
+	info enginegrpc.ModelInfo, logger *slog.Logger) (e enginerpc.Engine, ok bool, err error) {
 	if d.Tokenizer != nil {
 		e.Tokenizer = d.Tokenizer(model)
 	}
 	if e.Tokenizer == nil {
 		if named {
-			return spec, true, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path",
+			return e, false, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path",
 				worker.ErrInvalidSpec, spec.URL, proto, model)
 		}
 		logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path); using the sluice.worker.v1 protocol",
 			"url", spec.URL, "engine", proto, "model", model)
-		return spec, false, nil
+		return e, false, nil
 	}
 	e.Protocol, e.Model = proto, model
 	if d.Parsers != nil {
@@ -95,9 +111,12 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	for _, id := range info.EOSTokenIDs {
 		e.EOS = append(e.EOS, int(id))
 	}
-	if err := et.SetEngine(spec.URL, e); err != nil {
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
-	}
+	return e, true, nil
+}
+
+// engineSpec is the worker's spec once its engine transport is registered: the engine's protocol, where
+// it came from, the models, and a vLLM worker's KV connector default.
+func (d *Detector) engineSpec(spec worker.Spec, named bool, proto enginegrpc.Protocol, models []string) worker.Spec {
 	spec.ProtocolSource = worker.ProtocolFromModelInfo
 	if named {
 		spec.ProtocolSource = worker.ProtocolFromConfig
@@ -109,9 +128,7 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 			spec.KVConnector = worker.KVConnectorNIXL
 		}
 	}
-	logger.Info("worker speaks an engine's own gRPC", "url", spec.URL, "engine", proto, "model", model,
-		"context_length", info.ContextLength)
-	return spec, true, nil
+	return spec
 }
 
 // dialEngine makes a gRPC client for a grpc:// (h2c) or grpcs:// (TLS) worker URL; it connects lazily.
