@@ -142,55 +142,79 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 		c.model = e.Model
 	}
 	c.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
-	s := r.samplingJSON
-	maxTokens := r.MaxTokens
-	switch route {
-	case body.RouteChat:
-		if r.MaxCompletionTokens != nil {
-			maxTokens = r.MaxCompletionTokens
-		}
-		if err := c.renderChat(&r, e.Tokenizer); err != nil {
-			return nil, err
-		}
-	case body.RouteCompletions:
-		if err := c.completionPrompt(r.Prompt, e.Tokenizer); err != nil {
-			return nil, err
-		}
-	case body.RouteGenerate:
-		if r.SamplingParams != nil {
-			s = *r.SamplingParams
-			s.MinTokens = max(s.MinTokens, s.MinNewTokens)
-		}
-		maxTokens = s.MaxNewTokens
-		if err := c.generatePrompt(&r, e.Tokenizer); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, requestError("", "route %s is not served over the engines' gRPC protocols", route)
+	s, maxTokens, err := c.setPrompt(&r, e)
+	if err != nil {
+		return nil, err
 	}
-	if len(c.ids) == 0 {
-		return nil, requestError("prompt", "the prompt is empty")
-	}
-	n := r.N
-	if s.N != nil {
-		n = s.N
-	}
-	if n != nil && *n != 1 {
-		return nil, requestError("n", "n = %d is not supported over the engines' gRPC protocols yet: send n = 1", *n)
-	}
-	if lp := bytes.TrimSpace(r.Logprobs); (len(lp) > 0 && !bytes.Equal(lp, []byte("null")) && !bytes.Equal(lp, []byte("false"))) || r.ReturnLogprob {
-		return nil, requestError("logprobs", "logprobs are not supported over the engines' gRPC protocols yet")
-	}
-	if r.Echo {
-		return nil, requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
+	if err := refuseUnsupported(&r, &s); err != nil {
+		return nil, err
 	}
 	if route == body.RouteChat {
 		if err := c.setParsers(&r, e); err != nil {
 			return nil, err
 		}
 	}
+	if err := c.setSampling(&r, &s, maxTokens, e); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// setPrompt sets the prompt's token ids by route and returns the sampling fields and max tokens the
+// route reads: the body's own for chat and completions, sampling_params' for SGLang's /generate.
+func (c *call) setPrompt(r *requestJSON, e *Engine) (samplingJSON, *int, error) {
+	s := r.samplingJSON
+	maxTokens := r.MaxTokens
+	var err error
+	switch c.route {
+	case body.RouteChat:
+		if r.MaxCompletionTokens != nil {
+			maxTokens = r.MaxCompletionTokens
+		}
+		err = c.renderChat(r, e.Tokenizer)
+	case body.RouteCompletions:
+		err = c.completionPrompt(r.Prompt, e.Tokenizer)
+	case body.RouteGenerate:
+		if r.SamplingParams != nil {
+			s = *r.SamplingParams
+			s.MinTokens = max(s.MinTokens, s.MinNewTokens)
+		}
+		maxTokens = s.MaxNewTokens
+		err = c.generatePrompt(r, e.Tokenizer)
+	default:
+		return s, nil, requestError("", "route %s is not served over the engines' gRPC protocols", c.route)
+	}
+	if err != nil {
+		return s, nil, err
+	}
+	if len(c.ids) == 0 {
+		return s, nil, requestError("prompt", "the prompt is empty")
+	}
+	return s, maxTokens, nil
+}
+
+// refuseUnsupported refuses, naming the field, what the gateway cannot yet serve over the engines' gRPC.
+func refuseUnsupported(r *requestJSON, s *samplingJSON) error {
+	n := r.N
+	if s.N != nil {
+		n = s.N
+	}
+	if n != nil && *n != 1 {
+		return requestError("n", "n = %d is not supported over the engines' gRPC protocols yet: send n = 1", *n)
+	}
+	if lp := bytes.TrimSpace(r.Logprobs); (len(lp) > 0 && !bytes.Equal(lp, []byte("null")) && !bytes.Equal(lp, []byte("false"))) || r.ReturnLogprob {
+		return requestError("logprobs", "logprobs are not supported over the engines' gRPC protocols yet")
+	}
+	if r.Echo {
+		return requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
+	}
+	return nil
+}
+
+// setSampling sets the sampling parameters, stop handling, constraint and PD handshake.
+func (c *call) setSampling(r *requestJSON, s *samplingJSON, maxTokens *int, e *Engine) error {
 	if maxTokens != nil && *maxTokens < 0 {
-		return nil, requestError("max_tokens", "max_tokens must be at least 0, got %d", *maxTokens)
+		return requestError("max_tokens", "max_tokens must be at least 0, got %d", *maxTokens)
 	}
 	c.maxTokens = maxTokens
 	c.temperature, c.topP, c.topK, c.minP = s.Temperature, s.TopP, s.TopK, s.MinP
@@ -200,23 +224,23 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 	c.skipSpecial = s.SkipSpecialTokens == nil || *s.SkipSpecialTokens
 	stops, err := stopStrings(s.Stop)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.stops = stops
-	if err := c.setConstraint(&r, &s); err != nil {
-		return nil, err
+	if err := c.setConstraint(r, s); err != nil {
+		return err
 	}
-	if err := c.setHandshake(&r); err != nil {
-		return nil, err
+	if err := c.setHandshake(r); err != nil {
+		return err
 	}
 	c.stopParams = stop.Params{
 		Stop: c.stops, StopTokenIDs: toInts(c.stopIDs), EOS: e.EOS, IgnoreEOS: c.ignoreEOS,
 		MinTokens: int(c.minTokens), IncludeStop: c.includeStop,
 	}
 	if _, err := stop.New(c.stopParams); err != nil {
-		return nil, requestError("stop", "%s", err.Error())
+		return requestError("stop", "%s", err.Error())
 	}
-	return c, nil
+	return nil
 }
 
 // setParsers picks the chat answer's parsers: the model's reasoning parser always, its tool-call
