@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/fielderr"
 	"github.com/sluicegw/sluice/internal/placement"
 )
 
@@ -210,28 +210,20 @@ var admissionFlags = map[string]string{
 	"Adaptive":     "prefill-adaptive-limit",
 }
 
-// settings adds the problems a core package's Settings.Validate reported (errors.Join of field
-// errors), each named by its flag: the rules and their wording are the core package's, config only
-// names the fields.
+// settings adds the problems a core package's Settings.Validate reported (errors.Join of
+// fielderr.Errors), each named by its flag: the rules and their wording are the core package's,
+// config only names the fields.
 func (p *problems) settings(err error, flags map[string]string) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		var ae *admission.FieldError
-		var pe *placement.FieldError
-		switch {
-		case errors.As(e, &ae) && flags[ae.Field] != "":
-			p.add("%s", ae.Named("--"+flags[ae.Field]))
-		case errors.As(e, &pe) && flags[pe.Field] != "":
-			p.add("%s", pe.Named("--"+flags[pe.Field]))
-		default:
-			p.add("%v", e)
+	fields, other := fielderr.All(err)
+	for _, f := range fields {
+		if name := flags[f.Field]; name != "" {
+			p.add("%s", f.Named("--"+name))
+		} else {
+			p.add("%v", f)
 		}
+	}
+	for _, e := range other {
+		p.add("%v", e)
 	}
 }
 
