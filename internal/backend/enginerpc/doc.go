@@ -1,7 +1,7 @@
 // Package enginerpc serves the gateway's generation requests from workers that speak an engine's own
 // gRPC protocol (SGLang's sglang.grpc.scheduler.SglangScheduler, vLLM's vllm.grpc.engine.VllmEngine,
-// TensorRT-LLM's trtllm.TrtllmService: gen/sglang, gen/vllm, gen/trtllm), as an http.RoundTripper, so that dispatch treats them exactly like HTTP
-// engines. A request "POST grpc://host:port/v1/chat/completions" (or /v1/completions, /generate)
+// TensorRT-LLM's trtllm.TrtllmService: gen/sglang, gen/vllm, gen/trtllm), as an http.RoundTripper, so
+// that dispatch treats them exactly like HTTP engines. A request "POST grpc://host:port/v1/chat/completions" (or /v1/completions, /generate)
 // carries the JSON body dispatch would send the engine's HTTP server; the transport renders the chat
 // with the model's template and tokenizes it (internal/tokenizer), calls Generate with the token ids
 // and the sampling parameters mapped to the engine's defaults (engines.go), decodes the streamed ids
