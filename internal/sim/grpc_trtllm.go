@@ -89,15 +89,17 @@ func (s trtllmServicer) Generate(ctx context.Context, req *trtllmpb.GenerateRequ
 	rid := req.GetRequestId()
 	prompt := uint32(len(req.GetTokenized().GetInputTokenIds()))
 	var all []uint32
+	completion := uint32(0) // engine tokens; with ByteTokenIDs one token is several ids
 	res, aborted, err := s.g.generate(ctx, trtllmpbconnect.TrtllmServiceGenerateProcedure, stream.Conn().RequestHeader(),
 		func() (*grpcCall, error) { return s.parse(req) },
 		func(ids []uint32, cached int) error {
+			completion++
 			all = append(all, ids...)
 			if !req.GetStreaming() || len(ids) == 0 {
 				return nil // not streaming, or a stop string cut the token away: nothing new to send
 			}
 			return stream.Send(&trtllmpb.GenerateResponse{RequestId: rid, Response: &trtllmpb.GenerateResponse_Chunk{
-				Chunk: &trtllmpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: uint32(len(all)), CachedTokens: uint32(cached)},
+				Chunk: &trtllmpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)},
 			}})
 		})
 	if err != nil {
@@ -105,7 +107,7 @@ func (s trtllmServicer) Generate(ctx context.Context, req *trtllmpb.GenerateRequ
 	}
 	done := &trtllmpb.GenerateComplete{
 		OutputTokenIds: all, FinishReason: res.finish, PromptTokens: uint32(res.promptTokens),
-		CompletionTokens: uint32(len(all)), CachedTokens: uint32(res.cachedTokens),
+		CompletionTokens: uint32(res.completionTokens), CachedTokens: uint32(res.cachedTokens),
 	}
 	switch {
 	case aborted:
