@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -40,7 +39,7 @@ func (s trtllmServicer) parse(req *trtllmpb.GenerateRequest) (*grpcCall, error) 
 	e := s.g.e
 	tok := req.GetTokenized()
 	if tok == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Missing tokenized input"))
+		return nil, rpcError(requestError("", "Missing tokenized input")) // the servicer's words
 	}
 	cfg := req.GetSamplingConfig()
 	if cfg.GetNumReturnSequences() > 1 || cfg.GetBeamWidth() > 1 {
