@@ -286,3 +286,21 @@ func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineGRPCTRTLLMPDRefused: TensorRT-LLM engines given as prefill and decode workers (detected,
+// not named) stop the gateway's start with the reason: the service returns no context-phase state for a
+// decode worker, and the Rust gateway refuses this runtime's PD too (docs/engines.md).
+func TestEngineGRPCTRTLLMPDRefused(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolTRTLLM, Engine: engineGRPCConfig()})
+	a := newApp(t, testLogger(t), "--port", "0", "--tokenizer-path", byteTokenizerDir(t), "--pd-disaggregation",
+		"--prefill", grpcURL(c.Engines[0]), "--decode", grpcURL(c.Engines[1]))
+	err := a.Start(context.Background())
+	if err == nil {
+		_ = a.Shutdown(context.Background())
+		t.Fatal("the gateway started with TensorRT-LLM prefill/decode workers")
+	}
+	if !strings.Contains(err.Error(), "TensorRT-LLM workers serve regular requests only") {
+		t.Errorf("start error %v, want the reason TensorRT-LLM PD is refused", err)
+	}
+}
