@@ -396,6 +396,11 @@ func TestParseWorkers(t *testing.T) {
 			want: []WorkerFlag{{URL: "grpc://t:50051", Role: RoleRegular, Protocol: ProtocolTRTLLM}},
 		},
 		{
+			name: "SMG's --backend trtllm does the same",
+			args: []string{"--backend", "trtllm", "--worker-urls", "grpc://t:50051"},
+			want: []WorkerFlag{{URL: "grpc://t:50051", Role: RoleRegular, Protocol: ProtocolTRTLLM}},
+		},
+		{
 			name: "http workers' protocol is left to detection whatever --runtime says; an explicit --runtime names a grpc URL's engine gRPC",
 			args: []string{"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "grpc://d:1", "--runtime", "vllm"},
 			want: []WorkerFlag{
