@@ -316,8 +316,8 @@ func (c *Config) validateWorkers(p *problems) {
 	if kc := wc.KVConnector; kc != "nixl" && kc != "mooncake" {
 		p.add("--kv-connector: want nixl or mooncake, got %q", kc)
 	}
-	if rt := wc.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM {
-		p.add("--runtime must be sglang or vllm, got %q", rt)
+	if rt := wc.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM && rt != ProtocolTRTLLM {
+		p.add("--runtime must be sglang, vllm or trtllm, got %q", rt)
 	}
 	if wc.DrainSettle < 0 {
 		p.add("--drain-settle-secs must not be negative, got %v", wc.DrainSettle)
@@ -348,8 +348,12 @@ func (c *Config) validateWorkers(p *problems) {
 		seen[w.URL] = true
 		isGRPC := strings.HasPrefix(strings.ToLower(w.URL), "grpc://") || strings.HasPrefix(strings.ToLower(w.URL), "grpcs://")
 		switch {
-		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
-			p.add("--%s %q: protocol must be sglang, vllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
+		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC && w.Protocol != ProtocolTRTLLM:
+			p.add("--%s %q: protocol must be sglang, vllm, trtllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
+		case w.Protocol == ProtocolTRTLLM && w.Role != RoleRegular:
+			p.add("--%s %q: TensorRT-LLM workers serve regular requests only (--worker-urls): its gRPC service returns no context-phase state for a decode worker", flagName, redactURL(w.URL))
+		case wc.Runtime == ProtocolTRTLLM && !isGRPC:
+			p.add("--%s %q: --runtime trtllm is TensorRT-LLM's gRPC service: give its workers as grpc:// URLs", flagName, redactURL(w.URL))
 		case w.Protocol == ProtocolGRPC && !isGRPC, isGRPC && w.Protocol == "":
 			// sglang or vllm at grpc:// is that engine's own gRPC (backend/enginerpc).
 			p.add("--%s %q: protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)

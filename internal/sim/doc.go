@@ -225,6 +225,14 @@
 // LoRA and profiling RPCs, logprobs and hidden states, and structured output constraints (ignored).
 // vLLM's text input is tokenized by the simulator's tokenizer.
 //
+// Protocol trtllm (gRPC only, regular role only) serves TensorRT-LLM's trtllm.TrtllmService as
+// `trtllm-serve --grpc --grpc-protocol smg` does (NVIDIA/TensorRT-LLM tensorrt_llm/grpc/smg/
+// servicer.py; grpc_trtllm.go): chunks with the new ids and the cumulative count, a Complete with every
+// output id whether streaming or not, no matched stop for the end id; an unset temperature or top_p is
+// 1.0; max_tokens is required, and one above the model's answer (DefaultMaxTokens) ends "stop" there.
+// Abort completes the stream "cancelled". Context-only and generation-only requests are refused: the
+// service returns no context-phase state for a decode leg, so TensorRT-LLM PD is not modelled.
+//
 // # Not modelled
 //
 // Tensor and expert parallelism beyond the even split of capacities over DP ranks (each simulated rank

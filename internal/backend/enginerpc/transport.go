@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
@@ -28,8 +29,10 @@ import (
 
 // Engine is what the transport needs to know of a worker that speaks an engine's protocol.
 type Engine struct {
-	Protocol  enginegrpc.Protocol // SGLang or VLLM
+	Protocol  enginegrpc.Protocol // SGLang, VLLM or TRTLLM
 	Tokenizer *tokenizer.Tokenizer
+	// ContextLength is the model's longest sequence, prompt plus output (GetModelInfo; 0 unknown).
+	ContextLength int
 	// EOS are the model's end-of-sequence ids (GetModelInfo's eos_token_ids): their text is not output.
 	EOS []int
 	// Model answers for "model" when the request has none.
@@ -124,8 +127,10 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, connect.WithGRPC())}
 	case enginegrpc.VLLM:
 		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, connect.WithGRPC())}
+	case enginegrpc.TRTLLM:
+		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, connect.WithGRPC()), e.ContextLength}
 	default:
-		return fmt.Errorf("enginerpc: protocol %q is not served yet (sglang and vllm are)", e.Protocol)
+		return fmt.Errorf("enginerpc: unknown engine protocol %q", e.Protocol)
 	}
 	t.mu.Lock()
 	t.engines[engineKey(u)] = entry
