@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
@@ -39,6 +40,9 @@ type Options struct {
 	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
 	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
 	KubeClient kubernetes.Interface
+	// KubeDynamic reads InferencePools (--inference-pool) beside an injected KubeClient; without
+	// KubeClient both are built from the same credentials.
+	KubeDynamic dynamic.Interface
 	// ClusterHTTP carries cluster admission's exchanges and pings to the other replicas; nil uses a
 	// default client. Tests inject transports that partition replicas.
 	ClusterHTTP *http.Client
@@ -110,8 +114,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.newRegistry(cfg, upstreamTLS)                           // registry.go
-	if err := a.newDiscovery(cfg, o.KubeClient); err != nil { // discovery.go
+	a.newRegistry(cfg, upstreamTLS)                                          // registry.go
+	if err := a.newDiscovery(cfg, o.KubeClient, o.KubeDynamic); err != nil { // discovery.go
 		return nil, err
 	}
 	if err := a.newHealth(cfg); err != nil { // registry.go
