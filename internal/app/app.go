@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
@@ -56,9 +57,11 @@ type App struct {
 	Admission  *admission.Controller
 	Policies   *placement.Set
 	Dispatcher *dispatch.Dispatcher
-	Metrics    *telemetry.Metrics
-	Prom       *prometheus.Registry
-	checker    *worker.HealthChecker
+	// Aliases is the live table of model aliases (--model-alias, admin API).
+	Aliases *alias.Table
+	Metrics *telemetry.Metrics
+	Prom    *prometheus.Registry
+	checker *worker.HealthChecker
 	// LoadMonitor polls the engines' own load reports (nil when --engine-load-interval-secs is 0).
 	LoadMonitor *worker.LoadMonitor
 	loadSink    *engineLoadSink
@@ -130,6 +133,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	// The budgets come before the cluster, which spreads their live changes and sets their shares.
 	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)                                 // tenants.go
 	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil { // cluster.go
+		return nil, err
+	}
+	if err := a.newAliases(cfg); err != nil { // aliases.go
 		return nil, err
 	}
 	if err := a.newDispatch(cfg, tracer, tokenizers); err != nil { // dispatch.go

@@ -134,6 +134,7 @@ func newFlagSet() *flagSet {
 	s.registerTokenizer() // tokenizer.go
 	s.registerParsers()   // parsers.go
 	s.registerKVEvents()  // kvevents.go
+	s.registerAliases()   // aliases.go
 	s.registerCapacity()  // capacity.go
 
 	s.section("Placement")
