@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +24,8 @@ import (
 // decode engine (which refuse a model they do not serve), behind --model-alias chat=stable:90,canary:10.
 // Over 2,000 requests through the official SDK the metric per target shows each share within ±5
 // points; every answer names chat, not the served model; both legs of every request come from the
-// target's pair; and one session stays on one target.
+// target's pair; one session stays on one target; and the admin API changes the split live and
+// removes the alias.
 func TestModelAliasCanary(t *testing.T) {
 	fleet := map[string]*sim.Cluster{}
 	var args []string
@@ -103,4 +107,53 @@ func TestModelAliasCanary(t *testing.T) {
 	if got, err := ask("canary"); err != nil || got != "canary" {
 		t.Fatalf("a served model's own name: %s, %v", got, err)
 	}
+
+	// Live: the admin API moves every request to the canary, then removes the alias.
+	status, body := adminCall(t, http.MethodPut, gw.URL+"/admin/v1/model_aliases/chat", `{"targets":[{"model":"stable","weight":0},{"model":"canary","weight":1}]}`)
+	if status != http.StatusOK || !strings.Contains(body, `"canary"`) {
+		t.Fatalf("PUT alias: %d %s", status, body)
+	}
+	if status, body := adminCall(t, http.MethodGet, gw.URL+"/admin/v1/model_aliases", ""); status != http.StatusOK ||
+		!strings.Contains(body, `{"model":"canary","weight":1}`) {
+		t.Fatalf("GET aliases after the change: %d %s", status, body)
+	}
+	before := scrape(t, gw.URL, "sluice_model_alias_requests_total")["alias=chat,target=canary"]
+	for i := range 20 {
+		if got, err := ask("chat"); err != nil || got != "canary" {
+			t.Fatalf("request %d after the live change went to %s (%v), want canary", i, got, err)
+		}
+	}
+	if after := scrape(t, gw.URL, "sluice_model_alias_requests_total")["alias=chat,target=canary"]; after != before+20 {
+		t.Fatalf("canary counter %v -> %v, want +20", before, after)
+	}
+	if status, body := adminCall(t, http.MethodPut, gw.URL+"/admin/v1/model_aliases/chat", `{"targets":[]}`); status != http.StatusBadRequest {
+		t.Fatalf("PUT an alias without targets: %d %s, want 400", status, body)
+	}
+	if status, body := adminCall(t, http.MethodDelete, gw.URL+"/admin/v1/model_aliases/chat", ""); status != http.StatusOK {
+		t.Fatalf("DELETE alias: %d %s", status, body)
+	}
+	var apiErr *openai.Error
+	if _, err := ask("chat"); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Fatalf("chat after its alias was deleted: %v, want 404 (no model of that name)", err)
+	}
+}
+
+// adminCall sends one admin REST request and returns its status and body.
+func adminCall(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
