@@ -80,7 +80,7 @@ func (r Rule) Validate() error {
 func Parse(s string) (Rule, error) {
 	name, list, ok := strings.Cut(s, "=")
 	if !ok {
-		return Rule{}, fmt.Errorf("%w: %q: want alias=model[:weight],...", ErrInvalid, s)
+		return Rule{}, fmt.Errorf("%w: %q: want alias=model[:weight] with more targets after commas", ErrInvalid, s)
 	}
 	r := Rule{Alias: strings.TrimSpace(name)}
 	for part := range strings.SplitSeq(list, ",") {

@@ -168,7 +168,9 @@ func (c classifier) view(pod *corev1.Pod) podView {
 	}
 	switch {
 	case !c.pd:
-		if !(c.pool != nil && len(c.selector) == 0) && !matches(pod.Labels, c.selector) {
+		// With a pool, --selector is optional: the pool's selector alone may pick the pods.
+		poolAlone := c.pool != nil && len(c.selector) == 0
+		if !poolAlone && !matches(pod.Labels, c.selector) {
 			return v.gone("labels no longer match --selector")
 		}
 		v.role = worker.RoleRegular

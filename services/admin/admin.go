@@ -16,8 +16,8 @@ import (
 	"time"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
-	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"

@@ -130,7 +130,7 @@ func TestInferencePoolDiscovery(t *testing.T) {
 	if err := unstructured.SetNestedStringMap(created.Object, map[string]string{"pool": "b"}, "spec", "selector", "matchLabels"); err != nil {
 		t.Fatal(err)
 	}
-	if created, err = pools.Update(context.Background(), created, metav1.UpdateOptions{}); err != nil {
+	if _, err = pools.Update(context.Background(), created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("narrow pool: %v", err)
 	}
 	waitWorkers(t, g, "a narrowed selector retires pods", map[string]string{eurl(p1): "ready", eurl(d1): "ready"})
