@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +24,7 @@ import (
 // TestModelAliasCanary: a PD fleet serves two models, stable and canary, each on its own prefill and
 // decode engine (which refuse a model they do not serve), behind --model-alias chat=stable:90,canary:10.
 // Over 2,000 requests through the official SDK the metric per target shows each share within ±5
-// points; every answer names chat, not the served model; both legs of every request come from the
+// points; every answer, streamed or not, names chat, not the served model; both legs of every request come from the
 // target's pair; one session stays on one target; and the admin API changes the split live and
 // removes the alias.
 func TestModelAliasCanary(t *testing.T) {
@@ -107,15 +108,41 @@ func TestModelAliasCanary(t *testing.T) {
 	if got, err := ask("canary"); err != nil || got != "canary" {
 		t.Fatalf("a served model's own name: %s, %v", got, err)
 	}
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model: "chat", MaxTokens: openai.Int(4), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+	})
+	chunks := 0
+	for stream.Next() {
+		if m := stream.Current().Model; m != "chat" {
+			t.Fatalf("stream chunk %d names model %q, want chat", chunks, m)
+		}
+		chunks++
+	}
+	if err := stream.Err(); err != nil || chunks == 0 {
+		t.Fatalf("stream: %d chunks, %v", chunks, err)
+	}
 
 	// Live: the admin API moves every request to the canary, then removes the alias.
 	status, body := adminCall(t, http.MethodPut, gw.URL+"/admin/v1/model_aliases/chat", `{"targets":[{"model":"stable","weight":0},{"model":"canary","weight":1}]}`)
 	if status != http.StatusOK || !strings.Contains(body, `"canary"`) {
 		t.Fatalf("PUT alias: %d %s", status, body)
 	}
-	if status, body := adminCall(t, http.MethodGet, gw.URL+"/admin/v1/model_aliases", ""); status != http.StatusOK ||
-		!strings.Contains(body, `{"model":"canary","weight":1}`) {
-		t.Fatalf("GET aliases after the change: %d %s", status, body)
+	// protojson varies its whitespace on purpose: compare decoded.
+	var listed struct {
+		Aliases []struct {
+			Alias   string
+			Targets []struct {
+				Model  string
+				Weight int
+			}
+		}
+	}
+	status, body = adminCall(t, http.MethodGet, gw.URL+"/admin/v1/model_aliases", "")
+	if err := json.Unmarshal([]byte(body), &listed); status != http.StatusOK || err != nil {
+		t.Fatalf("GET aliases after the change: %d %s (%v)", status, body, err)
+	}
+	if got := fmt.Sprint(listed.Aliases); got != "[{chat [{stable 0} {canary 1}]}]" {
+		t.Fatalf("GET aliases after the change: %s", got)
 	}
 	before := scrape(t, gw.URL, "sluice_model_alias_requests_total")["alias=chat,target=canary"]
 	for i := range 20 {
