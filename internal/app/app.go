@@ -11,9 +11,11 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
@@ -39,6 +41,9 @@ type Options struct {
 	// KubeClient is the Kubernetes client of service discovery; nil builds one from the in-cluster
 	// service account, or from $KUBECONFIG outside a cluster. Tests inject a fake clientset.
 	KubeClient kubernetes.Interface
+	// KubeDynamic reads InferencePools (--inference-pool) beside an injected KubeClient; without
+	// KubeClient both are built from the same credentials.
+	KubeDynamic dynamic.Interface
 	// ClusterHTTP carries cluster admission's exchanges and pings to the other replicas; nil uses a
 	// default client. Tests inject transports that partition replicas.
 	ClusterHTTP *http.Client
@@ -52,9 +57,11 @@ type App struct {
 	Admission  *admission.Controller
 	Policies   *placement.Set
 	Dispatcher *dispatch.Dispatcher
-	Metrics    *telemetry.Metrics
-	Prom       *prometheus.Registry
-	checker    *worker.HealthChecker
+	// Aliases is the live table of model aliases (--model-alias, admin API).
+	Aliases *alias.Table
+	Metrics *telemetry.Metrics
+	Prom    *prometheus.Registry
+	checker *worker.HealthChecker
 	// LoadMonitor polls the engines' own load reports (nil when --engine-load-interval-secs is 0).
 	LoadMonitor *worker.LoadMonitor
 	loadSink    *engineLoadSink
@@ -110,8 +117,8 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.newRegistry(cfg, upstreamTLS)                           // registry.go
-	if err := a.newDiscovery(cfg, o.KubeClient); err != nil { // discovery.go
+	a.newRegistry(cfg, upstreamTLS)                                          // registry.go
+	if err := a.newDiscovery(cfg, o.KubeClient, o.KubeDynamic); err != nil { // discovery.go
 		return nil, err
 	}
 	if err := a.newHealth(cfg); err != nil { // registry.go
@@ -126,6 +133,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*App, error) {
 	// The budgets come before the cluster, which spreads their live changes and sets their shares.
 	a.budgets = tenantBudgets(cfg.Tenants, cfg.Cluster)                                 // tenants.go
 	if err := a.newCluster(cfg, o.KubeClient, o.ClusterHTTP, upstreamTLS); err != nil { // cluster.go
+		return nil, err
+	}
+	if err := a.newAliases(cfg); err != nil { // aliases.go
 		return nil, err
 	}
 	if err := a.newDispatch(cfg, tracer, tokenizers); err != nil { // dispatch.go

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,15 +22,24 @@ import (
 // newPodDiscovery builds Kubernetes service discovery. New workers go through the same detection as
 // flag and admin workers (dispatch.Detector, which may refuse one) and are probed by the same health
 // checker.
-func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface) error {
+func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface, dyn dynamic.Interface) error {
 	if client == nil {
-		var err error
-		if client, err = kubeClient(); err != nil {
+		rc, err := kubeRESTConfig()
+		if err != nil {
 			return fmt.Errorf("service discovery: %w", err)
 		}
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("service discovery: %w", err)
+		}
+		perms := kubeaccess.Verbs("", "pods", cfg.Discovery.Namespace, "list", "watch")
+		if cfg.Discovery.InferencePool != "" {
+			if dyn, err = dynamic.NewForConfig(rc); err != nil {
+				return fmt.Errorf("service discovery: %w", err)
+			}
+			perms = append(perms, kubeaccess.Verbs(discovery.PoolGroup, discovery.PoolResource, cfg.Discovery.Namespace, "list", "watch")...)
+		}
 		// Only real credentials are checked: a test's fake clientset answers no access reviews.
-		if err := a.checkKubeAccess(client, "service discovery",
-			kubeaccess.Verbs("", "pods", cfg.Discovery.Namespace, "list", "watch")); err != nil {
+		if err := a.checkKubeAccess(client, "service discovery", perms); err != nil {
 			return err
 		}
 	}
@@ -41,7 +51,7 @@ func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface) e
 	})
 	check := checkerFunc(func(ctx context.Context, id string) (worker.Health, error) { return a.checker.CheckNow(ctx, id) })
 	d, err := discovery.New(discovery.FromConfig(cfg.Discovery, cfg.Mode() == config.ModePD), discovery.Deps{
-		Client: client, Registry: a.Registry, Completer: complete, Checker: check, Logger: a.logger,
+		Client: client, Dynamic: dyn, Registry: a.Registry, Completer: complete, Checker: check, Logger: a.logger,
 	})
 	if err != nil {
 		return err
@@ -78,6 +88,16 @@ func (f checkerFunc) CheckNow(ctx context.Context, id string) (worker.Health, er
 // kubeClient uses the pod's service account in a cluster, else $KUBECONFIG (for running the gateway
 // outside the cluster it discovers).
 func kubeClient() (kubernetes.Interface, error) {
+	rc, err := kubeRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+// kubeRESTConfig is the connection kubeClient uses, for clients of other kinds (InferencePools are read
+// with the dynamic client).
+func kubeRESTConfig() (*rest.Config, error) {
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		path := os.Getenv("KUBECONFIG")
@@ -89,7 +109,7 @@ func kubeClient() (kubernetes.Interface, error) {
 		}
 	}
 	rc.UserAgent = "sluice/" + Version
-	return kubernetes.NewForConfig(rc)
+	return rc, nil
 }
 
 // checkKubeAccess fails startup when RBAC denies a permission the feature needs, naming it; when the API
@@ -107,9 +127,9 @@ func (a *App) checkKubeAccess(client kubernetes.Interface, usedFor string, perms
 }
 
 // newDiscovery builds Kubernetes service discovery when --service-discovery is on.
-func (a *App) newDiscovery(cfg *config.Config, client kubernetes.Interface) error {
+func (a *App) newDiscovery(cfg *config.Config, client kubernetes.Interface, dyn dynamic.Interface) error {
 	if !cfg.Discovery.Enabled {
 		return nil
 	}
-	return a.newPodDiscovery(cfg, client)
+	return a.newPodDiscovery(cfg, client, dyn)
 }

@@ -35,6 +35,8 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 		LocalPrefillMaxTokens:         cfg.Admission.LocalPrefillMaxTokens,
 		Tenants:                       tenantResolver(cfg.Tenants),
 		Budgets:                       a.budgets,
+		Aliases:                       a.Aliases,
+		ExposeAliasTarget:             cfg.Aliases.ExposeTarget,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

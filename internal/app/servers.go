@@ -20,7 +20,7 @@ func (a *App) newServers(cfg *config.Config, tracer trace.Tracer, tokenizers fun
 	a.adminSvc = adminsvc.New(adminsvc.Deps{
 		Registry: a.Registry, Admission: a.Admission, Checker: a.checker, Detector: a.detector,
 		HTTP: httpClient, Logger: logger, Cluster: a.clusterStatus(), PD: cfg.Mode() == config.ModePD,
-		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity, Budgets: a.budgets,
+		OnAdmissionUpdate: a.keepBandSeries, Capacity: a.Capacity, Budgets: a.budgets, Aliases: a.Aliases,
 	})
 	audited := adminsvc.NewAudited(a.adminSvc, logger)
 	smgRoutes, err := a.setupSMG(cfg, audited)

@@ -81,6 +81,8 @@ type Config struct {
 	Capacity CapacityConfig
 	// Tenants names the tenant sources and admission's tenancy (tenants.go).
 	Tenants TenantsConfig
+	// Aliases maps client model names to served models (--model-alias).
+	Aliases AliasesConfig
 	// InertSMGFlags lists the Rust gateway (SMG) flags given that sluice accepts without anything to
 	// do, sorted, for one startup log line (smgtable.go's smgInert says why each needs nothing).
 	InertSMGFlags []string

@@ -32,6 +32,10 @@ type DiscoveryConfig struct {
 	// ModelIDFrom says where a pod's model id comes from
 	// (--model-id-from, default none = ask the engine).
 	ModelIDFrom ModelIDSource
+	// InferencePool names an InferencePool (inference.networking.k8s.io/v1)
+	// in Namespace whose selector and target port pick the worker pods
+	// (--inference-pool, default "" = the selectors and port above).
+	InferencePool string
 }
 
 // Where a discovered worker's model id is read from.
@@ -190,6 +194,7 @@ func (c *Config) validateDiscovery(p *problems) {
 			{"service-discovery-namespace", d.Namespace != ""},
 			{"service-discovery-port", c.explicit["service-discovery-port"]},
 			{"model-id-from", d.ModelIDFrom.Kind != ""},
+			{"inference-pool", d.InferencePool != ""},
 		} {
 			if f.set {
 				p.add("--%s needs --service-discovery", f.name)
@@ -211,10 +216,11 @@ func (c *Config) validateDiscovery(p *problems) {
 		if len(d.PrefillSelector) > 0 || len(d.DecodeSelector) > 0 {
 			p.add("--prefill-selector/--decode-selector need --pd-disaggregation")
 		}
-		if len(d.Selector) == 0 {
-			p.add("--service-discovery needs --selector k=v (which pods are workers)")
+		if len(d.Selector) == 0 && d.InferencePool == "" {
+			p.add("--service-discovery needs --selector k=v or --inference-pool (which pods are workers)")
 		}
 	}
+	c.validateInferencePool(p)
 	if d.Port < 1 || d.Port > 65535 {
 		p.add("--service-discovery-port must be between 1 and 65535, got %d", d.Port)
 	}
@@ -222,5 +228,24 @@ func (c *Config) validateDiscovery(p *problems) {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			p.add("--service-discovery-namespace %q: %s", ns, strings.Join(msgs, "; "))
 		}
+	}
+}
+
+// validateInferencePool checks --inference-pool: a pool selects pods in its
+// own namespace and names their port, so it needs the one namespace and
+// excludes a port flag that it would silently override.
+func (c *Config) validateInferencePool(p *problems) {
+	d := c.Discovery
+	if d.InferencePool == "" {
+		return
+	}
+	if msgs := validation.IsDNS1123Subdomain(d.InferencePool); len(msgs) > 0 {
+		p.add("--inference-pool %q: %s", d.InferencePool, strings.Join(msgs, "; "))
+	}
+	if d.Namespace == "" {
+		p.add("--inference-pool needs --service-discovery-namespace (the pool's namespace: a pool selects pods only there)")
+	}
+	if c.explicit["service-discovery-port"] {
+		p.add("--service-discovery-port and --inference-pool conflict: the pool's spec.targetPorts is the engine port")
 	}
 }

@@ -39,6 +39,11 @@ func TestParseDiscovery(t *testing.T) {
 			[]string{"--pd-disaggregation", "--prefill", "http://10.0.0.1:1", "--service-discovery", "--decode-selector", "role=decode", "--model-id-from", "Namespace"},
 			DiscoveryConfig{Enabled: true, DecodeSelector: map[string]string{"role": "decode"}, Port: 80, ModelIDFrom: ModelIDSource{Kind: ModelFromNamespace}},
 		},
+		{
+			"regular mode from an inference pool, no selector needed",
+			[]string{"--service-discovery", "--inference-pool", "llama", "--service-discovery-namespace", "inference"},
+			DiscoveryConfig{Enabled: true, InferencePool: "llama", Namespace: "inference", Port: 80},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +72,11 @@ func TestParseDiscoveryRejects(t *testing.T) {
 		{"port without discovery", []string{"--service-discovery-port", "80"}, "--service-discovery-port needs --service-discovery"},
 		{"model source without discovery", []string{"--model-id-from", "namespace"}, "--model-id-from needs --service-discovery"},
 		{"regular mode without selector", sd, "--service-discovery needs --selector"},
+		{"pool without discovery", []string{"--inference-pool", "p"}, "--inference-pool needs --service-discovery"},
+		{"pool without namespace", with(sd, "--inference-pool", "p"), "--inference-pool needs --service-discovery-namespace"},
+		{"pool with a port", with(sd, "--inference-pool", "p", "--service-discovery-namespace", "n", "--service-discovery-port", "8000"), "--service-discovery-port and --inference-pool conflict"},
+		{"bad pool name", with(sd, "--inference-pool", "Bad_Name", "--service-discovery-namespace", "n"), `--inference-pool "Bad_Name"`},
+		{"pd pool still needs role selectors", with(pd, "--inference-pool", "p", "--service-discovery-namespace", "n"), "needs --prefill-selector and/or --decode-selector"},
 		{"pd selector in regular mode", with(sd, "--selector", "a=b", "--prefill-selector", "r=p"), "--prefill-selector/--decode-selector need --pd-disaggregation"},
 		{"pd mode without selectors", pd, "needs --prefill-selector and/or --decode-selector"},
 		{"regular selector in pd mode", with(pd, "--selector", "a=b", "--prefill-selector", "r=p"), "--selector picks regular workers"},

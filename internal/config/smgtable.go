@@ -89,7 +89,6 @@ var smgRefused = map[string]smgRefusal{
 	"multimodal-shm-min-bytes":       {argOne, "sluice passes multimodal inputs to the engine in the request; remove the flag"},
 	"stream-request-bodies-over":     {argOne, "sluice reads whole request bodies (bounded by --max-payload-size and --body-read-timeout-secs); remove the flag"},
 	"stream-body-stall-timeout-secs": {argOne, "sluice reads whole request bodies; a stalled client is cut by --body-read-timeout-secs"},
-	"model-alias":                    {argOne, "sluice routes by the model names engines report; serve the alias from the engine (--served-model-name) or --model-id"},
 	// Storage, plugins, tools.
 	"history-backend":          {argOne, "sluice stores no responses or conversations: /v1/responses is a stateless passthrough to the engines"},
 	"oracle-wallet-path":       {argOne, "sluice stores no responses or conversations"},

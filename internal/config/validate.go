@@ -68,6 +68,7 @@ func (c *Config) Validate() error {
 	c.validateTelemetry(&p)
 	c.validateWorkers(&p)
 	c.validateDiscovery(&p) // discovery.go
+	c.validateAliases(&p)   // aliases.go
 	c.validateCluster(&p)   // cluster.go
 	c.validatePlacement(&p)
 	c.validateAdmission(&p)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -84,6 +85,9 @@ type Config struct {
 	Resync time.Duration
 	// Workers is the number of reconciler goroutines (4): detection of a new engine may take seconds.
 	Workers int
+	// InferencePool names the InferencePool in Namespace whose selector (ANDed with the selectors
+	// above) and target port pick the pods; Port is then unused, and a regular-mode Selector optional.
+	InferencePool string
 	// RetryBase and RetryMax bound the backoff of a pod that could not be registered (500 ms, 1 min).
 	RetryBase, RetryMax time.Duration
 }
@@ -92,7 +96,7 @@ type Config struct {
 func FromConfig(c config.DiscoveryConfig, pd bool) Config {
 	return Config{
 		PD: pd, Selector: c.Selector, PrefillSelector: c.PrefillSelector, DecodeSelector: c.DecodeSelector,
-		Namespace: c.Namespace, Port: c.Port, ModelIDFrom: c.ModelIDFrom,
+		Namespace: c.Namespace, Port: c.Port, ModelIDFrom: c.ModelIDFrom, InferencePool: c.InferencePool,
 	}
 }
 
@@ -110,13 +114,17 @@ func (c Config) normalized() (Config, error) {
 		c.RetryMax = time.Minute
 	}
 	var errs []error
-	if c.Port < 1 || c.Port > 65535 {
+	pool := c.InferencePool != ""
+	if pool && c.Namespace == "" {
+		errs = append(errs, fmt.Errorf("%w: an InferencePool needs its namespace", ErrInvalidConfig))
+	}
+	if !pool && (c.Port < 1 || c.Port > 65535) {
 		errs = append(errs, fmt.Errorf("%w: port %d out of range", ErrInvalidConfig, c.Port))
 	}
 	if c.PD && len(c.PrefillSelector) == 0 && len(c.DecodeSelector) == 0 {
 		errs = append(errs, fmt.Errorf("%w: PD mode needs a prefill or decode selector", ErrInvalidConfig))
 	}
-	if !c.PD && len(c.Selector) == 0 {
+	if !c.PD && len(c.Selector) == 0 && !pool {
 		errs = append(errs, fmt.Errorf("%w: a selector is required", ErrInvalidConfig))
 	}
 	return c, errors.Join(errs...)
@@ -124,7 +132,9 @@ func (c Config) normalized() (Config, error) {
 
 // Deps are what discovery works on. Client, Registry and Completer are required.
 type Deps struct {
-	Client    kubernetes.Interface
+	Client kubernetes.Interface
+	// Dynamic reads InferencePools; required with Config.InferencePool.
+	Dynamic   dynamic.Interface
 	Registry  *worker.Registry
 	Completer Completer
 	// Checker probes a new worker at once so that a healthy engine is routable without waiting for the
@@ -138,8 +148,8 @@ type Discovery struct {
 	cfg        Config
 	d          Deps
 	log        *slog.Logger
-	classify   classifier
-	listSel    string
+	classify   atomic.Pointer[classifier] // replaced when the InferencePool changes
+	retarget   chan struct{}              // the classifier changed: list pods again under it
 	started    atomic.Bool
 	synced     atomic.Bool
 	store      atomic.Pointer[cache.Store]
@@ -170,19 +180,25 @@ func New(cfg Config, deps Deps) (*Discovery, error) {
 	if deps.Client == nil || deps.Registry == nil || deps.Completer == nil {
 		return nil, fmt.Errorf("%w: client, registry and completer are required", ErrInvalidConfig)
 	}
+	if cfg.InferencePool != "" && deps.Dynamic == nil {
+		return nil, fmt.Errorf("%w: an InferencePool needs a dynamic client", ErrInvalidConfig)
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := classifier{
 		pd: cfg.PD, selector: cfg.Selector, prefillSelector: cfg.PrefillSelector, decodeSelector: cfg.DecodeSelector,
-		port: cfg.Port, modelFrom: cfg.ModelIDFrom,
+		port: cfg.Port, modelFrom: cfg.ModelIDFrom, poolMode: cfg.InferencePool != "",
 	}
-	return &Discovery{
-		cfg: cfg, d: deps, log: deps.Logger.With("component", "discovery"), classify: c,
-		listSel: config.FormatSelector(c.listSelector()),
-		served:  map[string]*served{}, gated: map[string]bool{}, refusals: map[string]string{},
-	}, nil
+	d := &Discovery{
+		cfg: cfg, d: deps, log: deps.Logger.With("component", "discovery"), retarget: make(chan struct{}, 1),
+		served: map[string]*served{}, gated: map[string]bool{}, refusals: map[string]string{},
+	}
+	d.classify.Store(&c)
+	return d, nil
 }
+
+func (d *Discovery) classifier() *classifier { return d.classify.Load() }
 
 // Synced reports whether the first list of pods has completed.
 func (d *Discovery) Synced() bool { return d.synced.Load() }
@@ -228,23 +244,51 @@ func (d *Discovery) Run(ctx context.Context) error {
 	if ns == "" {
 		ns = "(all)"
 	}
-	d.log.Info("service discovery started", "namespace", ns, "list_selector", d.listSel, "port", d.cfg.Port, "resync", d.cfg.Resync)
-	d.watch(ctx, q)
+	if d.cfg.InferencePool != "" {
+		d.log.Info("service discovery started", "namespace", ns, "inference_pool", d.cfg.InferencePool, "resync", d.cfg.Resync)
+		// The pool first: pods are listed under its selector, so an absent pool lists none.
+		stop, synced := d.runPool(ctx)
+		select {
+		case <-d.retarget: // the first generation lists under the pool as synced
+		default:
+		}
+		if synced {
+			d.watch(ctx, q)
+		}
+		stop()
+	} else {
+		d.log.Info("service discovery started", "namespace", ns, "list_selector", config.FormatSelector(d.classifier().listSelector()), "port", d.cfg.Port, "resync", d.cfg.Resync)
+		d.watch(ctx, q)
+	}
 	q.ShutDown()
 	workers.Wait()
 	d.drains.Wait()
 	return nil
 }
 
-// generation is one informer: the first, or a re-list.
+// generation is one informer: the first, a re-list, or the list under a changed InferencePool.
 type generation struct {
-	informer cache.SharedIndexInformer
+	informer cache.SharedIndexInformer // nil when no pod can match (no InferencePool): store stays empty
+	store    cache.Store
 	stop     func()
 }
 
+func (g *generation) hasSynced() bool { return g.informer == nil || g.informer.HasSynced() }
+
+func (g *generation) getStore() cache.Store {
+	if g.informer == nil {
+		return g.store
+	}
+	return g.informer.GetStore()
+}
+
 func (d *Discovery) startGeneration(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) *generation {
+	c := d.classifier()
+	if c.poolMode && c.pool == nil {
+		return &generation{store: cache.NewStore(cache.MetaNamespaceKeyFunc), stop: func() {}}
+	}
 	pods := d.d.Client.CoreV1().Pods(d.cfg.Namespace)
-	sel := d.listSel
+	sel := config.FormatSelector(c.listSelector())
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel
@@ -292,14 +336,14 @@ func (d *Discovery) watch(ctx context.Context, q workqueue.TypedRateLimitingInte
 	var old *generation
 	gen := d.startGeneration(ctx, q)
 	for {
-		if !cache.WaitForCacheSync(ctx.Done(), gen.informer.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), gen.hasSynced) {
 			gen.stop()
 			if old != nil {
 				old.stop()
 			}
 			return
 		}
-		st := gen.informer.GetStore()
+		st := gen.getStore()
 		d.store.Store(&st)
 		if old != nil {
 			old.stop()
@@ -316,6 +360,8 @@ func (d *Discovery) watch(ctx context.Context, q workqueue.TypedRateLimitingInte
 			gen.stop()
 			return
 		case <-timer.C:
+		case <-d.retarget:
+			timer.Stop()
 		}
 		old, gen = gen, d.startGeneration(ctx, q)
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -106,6 +107,7 @@ type harness struct {
 	disc    *Discovery
 	engines *engines
 	events  chan worker.Event
+	dyn     *dynamicfake.FakeDynamicClient // InferencePools; set when cfg names one
 }
 
 // start runs discovery over a fake clientset (with objs) and a real registry and health checker whose
@@ -134,7 +136,12 @@ func start(t *testing.T, cfg Config, reactors func(*fake.Clientset), objs ...run
 		t.Fatal(err)
 	}
 	h.checker = checker
-	disc, err = New(cfg, Deps{Client: h.client, Registry: h.reg, Completer: h.engines, Checker: checker})
+	deps := Deps{Client: h.client, Registry: h.reg, Completer: h.engines, Checker: checker}
+	if cfg.InferencePool != "" {
+		h.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{PoolGVR: PoolKind + "List"})
+		deps.Dynamic = h.dyn
+	}
+	disc, err = New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,16 @@
 //     ones give what an engine cannot be asked: a data-parallel size it does not report, a vLLM decode's
 //     KV connector, running window and KV role (kv_both, for local prefill).
 //
+// # From an InferencePool
+//
+// With Config.InferencePool, the pods are those the named InferencePool (inference.networking.k8s.io/v1,
+// the Gateway API Inference Extension's pool) selects in its namespace: its spec.selector is ANDed with
+// the configured selectors (in PD mode the role selectors still give each pod its role; bootstrap port
+// and the other annotations are read as above) and its spec.targetPorts[0] is the engine port. A second
+// informer watches that one pool; when it appears, its selector or port changes, or it goes, the pods
+// are listed again under the new target and every pod and worker is reconciled: a changed port replaces
+// each worker under its id, pods the pool no longer selects are drained, and a deleted pool drains all.
+//
 // Workers from flags and the admin API are never touched: discovery only changes workers it registered
 // itself ([worker.SourceKubernetes]); if a pod's URL is already registered by another source the pod is
 // left out, with a warning, until that worker goes away.
@@ -43,7 +53,9 @@
 // [Discovery.Run] owns every goroutine the package starts and returns only after all of them ended:
 //
 //   - the informer of the current generation (and, during a re-list, of the previous one), each run by
-//     one goroutine that waits for client-go's own goroutines before it returns;
+//     one goroutine that waits for client-go's own goroutines before it returns; with an InferencePool,
+//     one more informer for the pool, whose handler swaps the classifier (an atomic pointer) and wakes
+//     the watch loop through a one-slot channel;
 //   - Config.Workers reconciler goroutines that take pod keys from one rate-limited work queue. The
 //     queue never hands the same key to two workers at once, so each pod is reconciled by one goroutine
 //     at a time; a failed reconcile is re-queued with exponential backoff;

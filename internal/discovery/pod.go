@@ -86,6 +86,11 @@ type classifier struct {
 	selector, prefillSelector, decodeSelector map[string]string
 	port                                      int
 	modelFrom                                 config.ModelIDSource
+	// poolMode: the pods are an InferencePool's; pool is its current target, nil while it is absent
+	// or unusable (then no pod is served). The pool's selector is ANDed with the selectors above and
+	// its port replaces port.
+	poolMode bool
+	pool     *poolTarget
 }
 
 func matches(labels, selector map[string]string) bool {
@@ -103,6 +108,18 @@ func matches(labels, selector map[string]string) bool {
 // listSelector is the label selector sent to the API server: in PD mode the pairs the role selectors
 // share (so one watch covers both roles); the exact selectors are applied in process.
 func (c classifier) listSelector() map[string]string {
+	sel := c.roleListSelector()
+	if sel == nil {
+		sel = map[string]string{}
+	}
+	if c.pool != nil {
+		// Pairs that conflict with a role selector's make every pod unmatched, in process as here.
+		maps.Copy(sel, c.pool.selector)
+	}
+	return sel
+}
+
+func (c classifier) roleListSelector() map[string]string {
 	if !c.pd {
 		return maps.Clone(c.selector)
 	}
@@ -132,6 +149,9 @@ func (c classifier) listSelector() map[string]string {
 
 // view classifies pod (nil when the pod is gone from the store).
 func (c classifier) view(pod *corev1.Pod) podView {
+	if c.poolMode && c.pool == nil {
+		return podView{state: stateGone, why: "InferencePool absent or unusable"}
+	}
 	if pod == nil {
 		return podView{state: stateGone, why: "pod deleted"}
 	}
@@ -143,9 +163,14 @@ func (c classifier) view(pod *corev1.Pod) podView {
 		v.grace = time.Duration(*g) * time.Second
 	}
 
+	if c.pool != nil && !matches(pod.Labels, c.pool.selector) {
+		return v.gone("labels no longer match the InferencePool's selector")
+	}
 	switch {
 	case !c.pd:
-		if !matches(pod.Labels, c.selector) {
+		// With a pool, --selector is optional: the pool's selector alone may pick the pods.
+		poolAlone := c.pool != nil && len(c.selector) == 0
+		if !poolAlone && !matches(pod.Labels, c.selector) {
 			return v.gone("labels no longer match --selector")
 		}
 		v.role = worker.RoleRegular
@@ -229,7 +254,11 @@ func (c classifier) view(pod *corev1.Pod) podView {
 	case pod.Status.PodIP == "":
 		return v.unready("no pod IP")
 	}
-	v.url = "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(c.port))
+	port := c.port
+	if c.pool != nil {
+		port = c.pool.port
+	}
+	v.url = "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))
 	if raw, ok := pod.Annotations[KVEventsAnnotation]; ok {
 		spec, err := podKVEvents(strings.TrimSpace(raw), pod.Status.PodIP)
 		if err == nil {

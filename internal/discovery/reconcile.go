@@ -11,7 +11,7 @@ import (
 
 // reconcile brings the registry in line with one pod. An error re-queues the pod with backoff.
 func (d *Discovery) reconcile(ctx context.Context, key string) error {
-	v := d.classify.view(d.podFor(key))
+	v := d.classifier().view(d.podFor(key))
 	d.mu.Lock()
 	cur := d.served[key]
 	d.mu.Unlock()

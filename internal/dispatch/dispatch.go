@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
@@ -133,6 +134,10 @@ type Config struct {
 	Tenants *auth.TenantResolver
 	// Budgets, when set, are the tenants' token and request budgets (budget.go); needs Tenants.
 	Budgets *tenant.Budgets
+	// Aliases, when set, maps client model names to served models (alias.go).
+	Aliases *alias.Table
+	// ExposeAliasTarget answers an aliased request with the served model's name.
+	ExposeAliasTarget bool
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.

@@ -86,6 +86,7 @@ type meter struct {
 	status int
 	route  body.Route
 	model  string
+	asked  string // the alias the client asked for: events name it, not the served model (alias.go)
 	stream bool
 	strip  bool // Do asked the engine for usage: the usage chunk is the gateway's, not the client's
 	// streams is the number of generated sequences (prompts x n): ITL is per sequence.
@@ -183,6 +184,9 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 		data = body.CutUsageNull(data, fu)
 	}
 	m.frames++
+	if m.asked != "" {
+		data = exposedModel(data, m.asked)
+	}
 	return data, true
 }
 

@@ -24,6 +24,7 @@ type prepared struct {
 	br      *body.Request      // the routing fields, with the JSON body once one is needed
 	preq    *placement.Request // the placement inputs
 	strip   bool               // Do asked the engine for the stream's usage (meter.strip)
+	asked   string             // the alias the client asked for, when br.Model is its target (alias.go)
 
 	res        *tenant.Reservation // the tenant budget's reservation (budget.go); nil without one
 	rateHeader http.Header         // the budgeted tenant's x-ratelimit-* headers
@@ -71,6 +72,9 @@ func (x *Dispatcher) prepare(ctx context.Context, r *Request) (*prepared, error)
 // routing builds the placement inputs: the prompt's token ids when a policy reads them, rendering a
 // typed request's JSON first when the tokenizer or the decode KV reservation reads it.
 func (x *Dispatcher) routing(q *prepared) error {
+	if err := x.resolveAlias(q); err != nil {
+		return err
+	}
 	if q.typed != nil && (x.wantsTokens() || x.d.Admission.DecodeKVKnown()) {
 		br, err := q.withJSON(q.br)
 		if err != nil {

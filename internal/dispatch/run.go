@@ -71,6 +71,13 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 // it ends the request (cancel) and records it.
 func (x *Dispatcher) answered(ctx context.Context, q *prepared, start time.Time, resp *Response, cancel context.CancelFunc) *Response {
 	m := x.newMeter(ctx, start, q.br, q.strip, resp)
+	if q.asked != "" && !x.cfg.ExposeAliasTarget {
+		m.asked, resp.Model = q.asked, q.asked
+		if !resp.Stream {
+			resp.Body = &renamedBody{ReadCloser: resp.Body, asked: q.asked}
+			resp.Header.Del("Content-Length") // the name's length may differ
+		}
+	}
 	if q.res != nil {
 		m.settle = q.res.Settle
 	}

@@ -17,6 +17,7 @@ import (
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/alias"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/capacity"
 	"github.com/sluicegw/sluice/internal/cluster"
@@ -48,6 +49,8 @@ type Deps struct {
 	Capacity *capacity.Recommender
 	// Budgets are the tenants' budgets, set live by SetTenantBudgets; nil without a tenant source.
 	Budgets *tenant.Budgets
+	// Aliases are the model aliases, changed live by SetModelAlias and DeleteModelAlias (aliases.go).
+	Aliases *alias.Table
 }
 
 // Detector completes a worker spec from its engine (dispatch.Detector).

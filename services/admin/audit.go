@@ -157,6 +157,36 @@ func (a *Audited) SetTenantBudgets(ctx context.Context, req *adminv1.SetTenantBu
 	return resp, err
 }
 
+// SetModelAlias audits Service.SetModelAlias.
+func (a *Audited) SetModelAlias(ctx context.Context, req *adminv1.SetModelAliasRequest) (*adminv1.SetModelAliasResponse, error) {
+	before := a.currentAlias(ctx, req.GetAlias())
+	resp, err := a.Service.SetModelAlias(ctx, req)
+	a.record(ctx, "SetModelAlias", "model alias "+req.GetAlias(), req, before, orNil(resp.GetAlias()), err)
+	return resp, err
+}
+
+// DeleteModelAlias audits Service.DeleteModelAlias.
+func (a *Audited) DeleteModelAlias(ctx context.Context, req *adminv1.DeleteModelAliasRequest) (*adminv1.DeleteModelAliasResponse, error) {
+	before := a.currentAlias(ctx, req.GetAlias())
+	resp, err := a.Service.DeleteModelAlias(ctx, req)
+	a.record(ctx, "DeleteModelAlias", "model alias "+req.GetAlias(), req, before, nil, err)
+	return resp, err
+}
+
+// currentAlias is the alias named name as it stands, nil when there is none.
+func (a *Audited) currentAlias(ctx context.Context, name string) proto.Message {
+	l, err := a.ListModelAliases(ctx, &adminv1.ListModelAliasesRequest{})
+	if err != nil {
+		return nil
+	}
+	for _, m := range l.GetAliases() {
+		if m.GetAlias() == name {
+			return m
+		}
+	}
+	return nil
+}
+
 // orNil turns a typed nil message into an untyped nil, so that "no state" logs as empty.
 func orNil[M interface {
 	proto.Message

@@ -3567,6 +3567,383 @@ func (x *SetTenantBudgetsResponse) GetState() *TenantBudgetsState {
 	return nil
 }
 
+// ModelAliasTarget is one served model behind an alias and its share of the alias's requests.
+type ModelAliasTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served model's name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Its weight (0..1000000); the shares are the weights over their sum.
+	Weight        int32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelAliasTarget) Reset() {
+	*x = ModelAliasTarget{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelAliasTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelAliasTarget) ProtoMessage() {}
+
+func (x *ModelAliasTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelAliasTarget.ProtoReflect.Descriptor instead.
+func (*ModelAliasTarget) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ModelAliasTarget) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelAliasTarget) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+// ModelAlias is a model name clients ask for and the served models behind it.
+type ModelAlias struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name clients ask for.
+	Alias string `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	// The targets, in order.
+	Targets       []*ModelAliasTarget `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelAlias) Reset() {
+	*x = ModelAlias{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelAlias) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelAlias) ProtoMessage() {}
+
+func (x *ModelAlias) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelAlias.ProtoReflect.Descriptor instead.
+func (*ModelAlias) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ModelAlias) GetAlias() string {
+	if x != nil {
+		return x.Alias
+	}
+	return ""
+}
+
+func (x *ModelAlias) GetTargets() []*ModelAliasTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+// ListModelAliasesRequest asks for every alias.
+type ListModelAliasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelAliasesRequest) Reset() {
+	*x = ListModelAliasesRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelAliasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelAliasesRequest) ProtoMessage() {}
+
+func (x *ListModelAliasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelAliasesRequest.ProtoReflect.Descriptor instead.
+func (*ListModelAliasesRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+// ListModelAliasesResponse holds every alias, sorted by name.
+type ListModelAliasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The aliases.
+	Aliases       []*ModelAlias `protobuf:"bytes,1,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelAliasesResponse) Reset() {
+	*x = ListModelAliasesResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelAliasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelAliasesResponse) ProtoMessage() {}
+
+func (x *ListModelAliasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelAliasesResponse.ProtoReflect.Descriptor instead.
+func (*ListModelAliasesResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListModelAliasesResponse) GetAliases() []*ModelAlias {
+	if x != nil {
+		return x.Aliases
+	}
+	return nil
+}
+
+// SetModelAliasRequest adds or replaces the alias named alias.
+type SetModelAliasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alias (the path segment in REST).
+	Alias string `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	// Its new targets; at least one, weights summing above 0, no model twice, none named alias.
+	Targets       []*ModelAliasTarget `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModelAliasRequest) Reset() {
+	*x = SetModelAliasRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModelAliasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModelAliasRequest) ProtoMessage() {}
+
+func (x *SetModelAliasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModelAliasRequest.ProtoReflect.Descriptor instead.
+func (*SetModelAliasRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *SetModelAliasRequest) GetAlias() string {
+	if x != nil {
+		return x.Alias
+	}
+	return ""
+}
+
+func (x *SetModelAliasRequest) GetTargets() []*ModelAliasTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+// SetModelAliasResponse holds the alias as now in force.
+type SetModelAliasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alias.
+	Alias         *ModelAlias `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModelAliasResponse) Reset() {
+	*x = SetModelAliasResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModelAliasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModelAliasResponse) ProtoMessage() {}
+
+func (x *SetModelAliasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModelAliasResponse.ProtoReflect.Descriptor instead.
+func (*SetModelAliasResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SetModelAliasResponse) GetAlias() *ModelAlias {
+	if x != nil {
+		return x.Alias
+	}
+	return nil
+}
+
+// DeleteModelAliasRequest removes the alias named alias.
+type DeleteModelAliasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alias (the path segment in REST).
+	Alias         string `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelAliasRequest) Reset() {
+	*x = DeleteModelAliasRequest{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelAliasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelAliasRequest) ProtoMessage() {}
+
+func (x *DeleteModelAliasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelAliasRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModelAliasRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *DeleteModelAliasRequest) GetAlias() string {
+	if x != nil {
+		return x.Alias
+	}
+	return ""
+}
+
+// DeleteModelAliasResponse confirms the removal.
+type DeleteModelAliasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelAliasResponse) Reset() {
+	*x = DeleteModelAliasResponse{}
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelAliasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelAliasResponse) ProtoMessage() {}
+
+func (x *DeleteModelAliasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelAliasResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModelAliasResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
 var File_sluice_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_admin_v1_admin_proto_rawDesc = "" +
@@ -3856,7 +4233,25 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\"\x8f\x01\n" +
 	"\x18SetTenantBudgetsResponse\x128\n" +
 	"\abudgets\x18\x01 \x01(\v2\x1e.sluice.admin.v1.TenantBudgetsR\abudgets\x129\n" +
-	"\x05state\x18\x02 \x01(\v2#.sluice.admin.v1.TenantBudgetsStateR\x05state2\xbb\t\n" +
+	"\x05state\x18\x02 \x01(\v2#.sluice.admin.v1.TenantBudgetsStateR\x05state\"@\n" +
+	"\x10ModelAliasTarget\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\"_\n" +
+	"\n" +
+	"ModelAlias\x12\x14\n" +
+	"\x05alias\x18\x01 \x01(\tR\x05alias\x12;\n" +
+	"\atargets\x18\x02 \x03(\v2!.sluice.admin.v1.ModelAliasTargetR\atargets\"\x19\n" +
+	"\x17ListModelAliasesRequest\"Q\n" +
+	"\x18ListModelAliasesResponse\x125\n" +
+	"\aaliases\x18\x01 \x03(\v2\x1b.sluice.admin.v1.ModelAliasR\aaliases\"i\n" +
+	"\x14SetModelAliasRequest\x12\x14\n" +
+	"\x05alias\x18\x01 \x01(\tR\x05alias\x12;\n" +
+	"\atargets\x18\x02 \x03(\v2!.sluice.admin.v1.ModelAliasTargetR\atargets\"J\n" +
+	"\x15SetModelAliasResponse\x121\n" +
+	"\x05alias\x18\x01 \x01(\v2\x1b.sluice.admin.v1.ModelAliasR\x05alias\"/\n" +
+	"\x17DeleteModelAliasRequest\x12\x14\n" +
+	"\x05alias\x18\x01 \x01(\tR\x05alias\"\x1a\n" +
+	"\x18DeleteModelAliasResponse2\xed\v\n" +
 	"\fAdminService\x12X\n" +
 	"\vListWorkers\x12#.sluice.admin.v1.ListWorkersRequest\x1a$.sluice.admin.v1.ListWorkersResponse\x12R\n" +
 	"\tGetWorker\x12!.sluice.admin.v1.GetWorkerRequest\x1a\".sluice.admin.v1.GetWorkerResponse\x12R\n" +
@@ -3871,7 +4266,10 @@ const file_sluice_admin_v1_admin_proto_rawDesc = "" +
 	"FlushCache\x12\".sluice.admin.v1.FlushCacheRequest\x1a#.sluice.admin.v1.FlushCacheResponse\x12X\n" +
 	"\vGetCapacity\x12#.sluice.admin.v1.GetCapacityRequest\x1a$.sluice.admin.v1.GetCapacityResponse\x12g\n" +
 	"\x10GetTenantBudgets\x12(.sluice.admin.v1.GetTenantBudgetsRequest\x1a).sluice.admin.v1.GetTenantBudgetsResponse\x12g\n" +
-	"\x10SetTenantBudgets\x12(.sluice.admin.v1.SetTenantBudgetsRequest\x1a).sluice.admin.v1.SetTenantBudgetsResponseB\xb7\x01\n" +
+	"\x10SetTenantBudgets\x12(.sluice.admin.v1.SetTenantBudgetsRequest\x1a).sluice.admin.v1.SetTenantBudgetsResponse\x12g\n" +
+	"\x10ListModelAliases\x12(.sluice.admin.v1.ListModelAliasesRequest\x1a).sluice.admin.v1.ListModelAliasesResponse\x12^\n" +
+	"\rSetModelAlias\x12%.sluice.admin.v1.SetModelAliasRequest\x1a&.sluice.admin.v1.SetModelAliasResponse\x12g\n" +
+	"\x10DeleteModelAlias\x12(.sluice.admin.v1.DeleteModelAliasRequest\x1a).sluice.admin.v1.DeleteModelAliasResponseB\xb7\x01\n" +
 	"\x13com.sluice.admin.v1B\n" +
 	"AdminProtoP\x01Z6github.com/sluicegw/sluice/gen/sluice/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x0fSluice.Admin.V1\xca\x02\x0fSluice\\Admin\\V1\xe2\x02\x1bSluice\\Admin\\V1\\GPBMetadata\xea\x02\x11Sluice::Admin::V1b\x06proto3"
 
@@ -3887,7 +4285,7 @@ func file_sluice_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_admin_v1_admin_proto_rawDescData
 }
 
-var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_sluice_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*WorkerSpec)(nil),               // 0: sluice.admin.v1.WorkerSpec
 	(*Worker)(nil),                   // 1: sluice.admin.v1.Worker
@@ -3938,17 +4336,25 @@ var file_sluice_admin_v1_admin_proto_goTypes = []any{
 	(*TenantBudgetsState)(nil),       // 46: sluice.admin.v1.TenantBudgetsState
 	(*SetTenantBudgetsRequest)(nil),  // 47: sluice.admin.v1.SetTenantBudgetsRequest
 	(*SetTenantBudgetsResponse)(nil), // 48: sluice.admin.v1.SetTenantBudgetsResponse
-	nil,                              // 49: sluice.admin.v1.WorkerSpec.LabelsEntry
-	nil,                              // 50: sluice.admin.v1.Worker.LabelsEntry
-	nil,                              // 51: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
-	nil,                              // 52: sluice.admin.v1.AdmissionStatus.RejectionsEntry
-	nil,                              // 53: sluice.admin.v1.TenantBudgets.TenantsEntry
-	nil,                              // 54: sluice.admin.v1.TenantBudgetsState.SharesEntry
-	(*durationpb.Duration)(nil),      // 55: google.protobuf.Duration
+	(*ModelAliasTarget)(nil),         // 49: sluice.admin.v1.ModelAliasTarget
+	(*ModelAlias)(nil),               // 50: sluice.admin.v1.ModelAlias
+	(*ListModelAliasesRequest)(nil),  // 51: sluice.admin.v1.ListModelAliasesRequest
+	(*ListModelAliasesResponse)(nil), // 52: sluice.admin.v1.ListModelAliasesResponse
+	(*SetModelAliasRequest)(nil),     // 53: sluice.admin.v1.SetModelAliasRequest
+	(*SetModelAliasResponse)(nil),    // 54: sluice.admin.v1.SetModelAliasResponse
+	(*DeleteModelAliasRequest)(nil),  // 55: sluice.admin.v1.DeleteModelAliasRequest
+	(*DeleteModelAliasResponse)(nil), // 56: sluice.admin.v1.DeleteModelAliasResponse
+	nil,                              // 57: sluice.admin.v1.WorkerSpec.LabelsEntry
+	nil,                              // 58: sluice.admin.v1.Worker.LabelsEntry
+	nil,                              // 59: sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	nil,                              // 60: sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	nil,                              // 61: sluice.admin.v1.TenantBudgets.TenantsEntry
+	nil,                              // 62: sluice.admin.v1.TenantBudgetsState.SharesEntry
+	(*durationpb.Duration)(nil),      // 63: google.protobuf.Duration
 }
 var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
-	49, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
-	50, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
+	57, // 0: sluice.admin.v1.WorkerSpec.labels:type_name -> sluice.admin.v1.WorkerSpec.LabelsEntry
+	58, // 1: sluice.admin.v1.Worker.labels:type_name -> sluice.admin.v1.Worker.LabelsEntry
 	2,  // 2: sluice.admin.v1.Worker.ranks:type_name -> sluice.admin.v1.RankLoad
 	1,  // 3: sluice.admin.v1.ListWorkersResponse.workers:type_name -> sluice.admin.v1.Worker
 	0,  // 4: sluice.admin.v1.AddWorkerRequest.worker:type_name -> sluice.admin.v1.WorkerSpec
@@ -3958,78 +4364,88 @@ var file_sluice_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 8: sluice.admin.v1.DrainWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
 	26, // 9: sluice.admin.v1.GetAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
 	26, // 10: sluice.admin.v1.UpdateAdmissionResponse.status:type_name -> sluice.admin.v1.AdmissionStatus
-	51, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
+	59, // 11: sluice.admin.v1.UpdateWorkerRequest.labels:type_name -> sluice.admin.v1.UpdateWorkerRequest.LabelsEntry
 	1,  // 12: sluice.admin.v1.RemoveWorkerResponse.worker:type_name -> sluice.admin.v1.Worker
-	55, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
+	63, // 13: sluice.admin.v1.AdmissionSettings.queue_timeout:type_name -> google.protobuf.Duration
 	19, // 14: sluice.admin.v1.AdmissionSettings.priority_bands:type_name -> sluice.admin.v1.PriorityBand
-	55, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
+	63, // 15: sluice.admin.v1.AdmissionSettings.priority_aging:type_name -> google.protobuf.Duration
 	21, // 16: sluice.admin.v1.AdmissionSettings.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	19, // 17: sluice.admin.v1.PriorityBandList.bands:type_name -> sluice.admin.v1.PriorityBand
 	18, // 18: sluice.admin.v1.AdmissionStatus.settings:type_name -> sluice.admin.v1.AdmissionSettings
 	25, // 19: sluice.admin.v1.AdmissionStatus.queues:type_name -> sluice.admin.v1.QueueState
 	22, // 20: sluice.admin.v1.AdmissionStatus.workers:type_name -> sluice.admin.v1.WorkerAdmission
-	52, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
+	60, // 21: sluice.admin.v1.AdmissionStatus.rejections:type_name -> sluice.admin.v1.AdmissionStatus.RejectionsEntry
 	24, // 22: sluice.admin.v1.AdmissionStatus.bands:type_name -> sluice.admin.v1.BandState
 	27, // 23: sluice.admin.v1.AdmissionStatus.cluster:type_name -> sluice.admin.v1.ClusterAdmission
 	23, // 24: sluice.admin.v1.AdmissionStatus.decode_workers:type_name -> sluice.admin.v1.DecodeSeats
-	55, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
+	63, // 25: sluice.admin.v1.ClusterAdmission.lease_age:type_name -> google.protobuf.Duration
 	28, // 26: sluice.admin.v1.ClusterAdmission.replicas:type_name -> sluice.admin.v1.ClusterMember
-	55, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
+	63, // 27: sluice.admin.v1.ClusterMember.since_contact:type_name -> google.protobuf.Duration
 	29, // 28: sluice.admin.v1.ClusterMember.workers:type_name -> sluice.admin.v1.ClusterWorkerShare
-	55, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
+	63, // 29: sluice.admin.v1.UpdateAdmissionRequest.queue_timeout:type_name -> google.protobuf.Duration
 	20, // 30: sluice.admin.v1.UpdateAdmissionRequest.priority_bands:type_name -> sluice.admin.v1.PriorityBandList
-	55, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
+	63, // 31: sluice.admin.v1.UpdateAdmissionRequest.priority_aging:type_name -> google.protobuf.Duration
 	21, // 32: sluice.admin.v1.UpdateAdmissionRequest.adaptive_limit:type_name -> sluice.admin.v1.AdaptiveLimit
 	33, // 33: sluice.admin.v1.WorkerLoad.ranks:type_name -> sluice.admin.v1.EngineRankLoad
 	32, // 34: sluice.admin.v1.GetLoadsResponse.loads:type_name -> sluice.admin.v1.WorkerLoad
 	36, // 35: sluice.admin.v1.FlushCacheResponse.results:type_name -> sluice.admin.v1.FlushResult
-	55, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
-	55, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
+	63, // 36: sluice.admin.v1.CapacityInputs.itl_base:type_name -> google.protobuf.Duration
+	63, // 37: sluice.admin.v1.CapacityInputs.itl_slope:type_name -> google.protobuf.Duration
 	39, // 38: sluice.admin.v1.CapacityRecommendation.inputs:type_name -> sluice.admin.v1.CapacityInputs
-	55, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
-	55, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
-	55, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
+	63, // 39: sluice.admin.v1.GetCapacityResponse.slo_ttft:type_name -> google.protobuf.Duration
+	63, // 40: sluice.admin.v1.GetCapacityResponse.slo_itl:type_name -> google.protobuf.Duration
+	63, // 41: sluice.admin.v1.GetCapacityResponse.scale_down_hold:type_name -> google.protobuf.Duration
 	40, // 42: sluice.admin.v1.GetCapacityResponse.recommendations:type_name -> sluice.admin.v1.CapacityRecommendation
 	42, // 43: sluice.admin.v1.TenantBudgets.default:type_name -> sluice.admin.v1.TenantBudget
-	53, // 44: sluice.admin.v1.TenantBudgets.tenants:type_name -> sluice.admin.v1.TenantBudgets.TenantsEntry
+	61, // 44: sluice.admin.v1.TenantBudgets.tenants:type_name -> sluice.admin.v1.TenantBudgets.TenantsEntry
 	43, // 45: sluice.admin.v1.GetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
 	46, // 46: sluice.admin.v1.GetTenantBudgetsResponse.state:type_name -> sluice.admin.v1.TenantBudgetsState
-	54, // 47: sluice.admin.v1.TenantBudgetsState.shares:type_name -> sluice.admin.v1.TenantBudgetsState.SharesEntry
+	62, // 47: sluice.admin.v1.TenantBudgetsState.shares:type_name -> sluice.admin.v1.TenantBudgetsState.SharesEntry
 	43, // 48: sluice.admin.v1.SetTenantBudgetsRequest.budgets:type_name -> sluice.admin.v1.TenantBudgets
 	43, // 49: sluice.admin.v1.SetTenantBudgetsResponse.budgets:type_name -> sluice.admin.v1.TenantBudgets
 	46, // 50: sluice.admin.v1.SetTenantBudgetsResponse.state:type_name -> sluice.admin.v1.TenantBudgetsState
-	42, // 51: sluice.admin.v1.TenantBudgets.TenantsEntry.value:type_name -> sluice.admin.v1.TenantBudget
-	3,  // 52: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
-	12, // 53: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
-	5,  // 54: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
-	13, // 55: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
-	14, // 56: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
-	15, // 57: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
-	17, // 58: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
-	30, // 59: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
-	31, // 60: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
-	35, // 61: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
-	38, // 62: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
-	44, // 63: sluice.admin.v1.AdminService.GetTenantBudgets:input_type -> sluice.admin.v1.GetTenantBudgetsRequest
-	47, // 64: sluice.admin.v1.AdminService.SetTenantBudgets:input_type -> sluice.admin.v1.SetTenantBudgetsRequest
-	4,  // 65: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
-	7,  // 66: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
-	6,  // 67: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
-	8,  // 68: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
-	9,  // 69: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
-	16, // 70: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
-	10, // 71: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
-	11, // 72: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
-	34, // 73: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
-	37, // 74: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
-	41, // 75: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
-	45, // 76: sluice.admin.v1.AdminService.GetTenantBudgets:output_type -> sluice.admin.v1.GetTenantBudgetsResponse
-	48, // 77: sluice.admin.v1.AdminService.SetTenantBudgets:output_type -> sluice.admin.v1.SetTenantBudgetsResponse
-	65, // [65:78] is the sub-list for method output_type
-	52, // [52:65] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	49, // 51: sluice.admin.v1.ModelAlias.targets:type_name -> sluice.admin.v1.ModelAliasTarget
+	50, // 52: sluice.admin.v1.ListModelAliasesResponse.aliases:type_name -> sluice.admin.v1.ModelAlias
+	49, // 53: sluice.admin.v1.SetModelAliasRequest.targets:type_name -> sluice.admin.v1.ModelAliasTarget
+	50, // 54: sluice.admin.v1.SetModelAliasResponse.alias:type_name -> sluice.admin.v1.ModelAlias
+	42, // 55: sluice.admin.v1.TenantBudgets.TenantsEntry.value:type_name -> sluice.admin.v1.TenantBudget
+	3,  // 56: sluice.admin.v1.AdminService.ListWorkers:input_type -> sluice.admin.v1.ListWorkersRequest
+	12, // 57: sluice.admin.v1.AdminService.GetWorker:input_type -> sluice.admin.v1.GetWorkerRequest
+	5,  // 58: sluice.admin.v1.AdminService.AddWorker:input_type -> sluice.admin.v1.AddWorkerRequest
+	13, // 59: sluice.admin.v1.AdminService.UpdateWorker:input_type -> sluice.admin.v1.UpdateWorkerRequest
+	14, // 60: sluice.admin.v1.AdminService.DrainWorker:input_type -> sluice.admin.v1.DrainWorkerRequest
+	15, // 61: sluice.admin.v1.AdminService.RemoveWorker:input_type -> sluice.admin.v1.RemoveWorkerRequest
+	17, // 62: sluice.admin.v1.AdminService.GetAdmission:input_type -> sluice.admin.v1.GetAdmissionRequest
+	30, // 63: sluice.admin.v1.AdminService.UpdateAdmission:input_type -> sluice.admin.v1.UpdateAdmissionRequest
+	31, // 64: sluice.admin.v1.AdminService.GetLoads:input_type -> sluice.admin.v1.GetLoadsRequest
+	35, // 65: sluice.admin.v1.AdminService.FlushCache:input_type -> sluice.admin.v1.FlushCacheRequest
+	38, // 66: sluice.admin.v1.AdminService.GetCapacity:input_type -> sluice.admin.v1.GetCapacityRequest
+	44, // 67: sluice.admin.v1.AdminService.GetTenantBudgets:input_type -> sluice.admin.v1.GetTenantBudgetsRequest
+	47, // 68: sluice.admin.v1.AdminService.SetTenantBudgets:input_type -> sluice.admin.v1.SetTenantBudgetsRequest
+	51, // 69: sluice.admin.v1.AdminService.ListModelAliases:input_type -> sluice.admin.v1.ListModelAliasesRequest
+	53, // 70: sluice.admin.v1.AdminService.SetModelAlias:input_type -> sluice.admin.v1.SetModelAliasRequest
+	55, // 71: sluice.admin.v1.AdminService.DeleteModelAlias:input_type -> sluice.admin.v1.DeleteModelAliasRequest
+	4,  // 72: sluice.admin.v1.AdminService.ListWorkers:output_type -> sluice.admin.v1.ListWorkersResponse
+	7,  // 73: sluice.admin.v1.AdminService.GetWorker:output_type -> sluice.admin.v1.GetWorkerResponse
+	6,  // 74: sluice.admin.v1.AdminService.AddWorker:output_type -> sluice.admin.v1.AddWorkerResponse
+	8,  // 75: sluice.admin.v1.AdminService.UpdateWorker:output_type -> sluice.admin.v1.UpdateWorkerResponse
+	9,  // 76: sluice.admin.v1.AdminService.DrainWorker:output_type -> sluice.admin.v1.DrainWorkerResponse
+	16, // 77: sluice.admin.v1.AdminService.RemoveWorker:output_type -> sluice.admin.v1.RemoveWorkerResponse
+	10, // 78: sluice.admin.v1.AdminService.GetAdmission:output_type -> sluice.admin.v1.GetAdmissionResponse
+	11, // 79: sluice.admin.v1.AdminService.UpdateAdmission:output_type -> sluice.admin.v1.UpdateAdmissionResponse
+	34, // 80: sluice.admin.v1.AdminService.GetLoads:output_type -> sluice.admin.v1.GetLoadsResponse
+	37, // 81: sluice.admin.v1.AdminService.FlushCache:output_type -> sluice.admin.v1.FlushCacheResponse
+	41, // 82: sluice.admin.v1.AdminService.GetCapacity:output_type -> sluice.admin.v1.GetCapacityResponse
+	45, // 83: sluice.admin.v1.AdminService.GetTenantBudgets:output_type -> sluice.admin.v1.GetTenantBudgetsResponse
+	48, // 84: sluice.admin.v1.AdminService.SetTenantBudgets:output_type -> sluice.admin.v1.SetTenantBudgetsResponse
+	52, // 85: sluice.admin.v1.AdminService.ListModelAliases:output_type -> sluice.admin.v1.ListModelAliasesResponse
+	54, // 86: sluice.admin.v1.AdminService.SetModelAlias:output_type -> sluice.admin.v1.SetModelAliasResponse
+	56, // 87: sluice.admin.v1.AdminService.DeleteModelAlias:output_type -> sluice.admin.v1.DeleteModelAliasResponse
+	72, // [72:88] is the sub-list for method output_type
+	56, // [56:72] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_sluice_admin_v1_admin_proto_init() }
@@ -4045,7 +4461,7 @@ func file_sluice_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_admin_v1_admin_proto_rawDesc), len(file_sluice_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,9 @@ const (
 	AdminService_GetCapacity_FullMethodName      = "/sluice.admin.v1.AdminService/GetCapacity"
 	AdminService_GetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/GetTenantBudgets"
 	AdminService_SetTenantBudgets_FullMethodName = "/sluice.admin.v1.AdminService/SetTenantBudgets"
+	AdminService_ListModelAliases_FullMethodName = "/sluice.admin.v1.AdminService/ListModelAliases"
+	AdminService_SetModelAlias_FullMethodName    = "/sluice.admin.v1.AdminService/SetModelAlias"
+	AdminService_DeleteModelAlias_FullMethodName = "/sluice.admin.v1.AdminService/DeleteModelAlias"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -72,6 +75,12 @@ type AdminServiceClient interface {
 	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
 	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(ctx context.Context, in *SetTenantBudgetsRequest, opts ...grpc.CallOption) (*SetTenantBudgetsResponse, error)
+	// ListModelAliases returns the model aliases (--model-alias and live changes), sorted by alias.
+	ListModelAliases(ctx context.Context, in *ListModelAliasesRequest, opts ...grpc.CallOption) (*ListModelAliasesResponse, error)
+	// SetModelAlias adds or replaces one alias; the next request for it draws from the new targets.
+	SetModelAlias(ctx context.Context, in *SetModelAliasRequest, opts ...grpc.CallOption) (*SetModelAliasResponse, error)
+	// DeleteModelAlias removes one alias: its name is then an ordinary model name again.
+	DeleteModelAlias(ctx context.Context, in *DeleteModelAliasRequest, opts ...grpc.CallOption) (*DeleteModelAliasResponse, error)
 }
 
 type adminServiceClient struct {
@@ -212,6 +221,36 @@ func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, in *SetTenant
 	return out, nil
 }
 
+func (c *adminServiceClient) ListModelAliases(ctx context.Context, in *ListModelAliasesRequest, opts ...grpc.CallOption) (*ListModelAliasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListModelAliasesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListModelAliases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetModelAlias(ctx context.Context, in *SetModelAliasRequest, opts ...grpc.CallOption) (*SetModelAliasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetModelAliasResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetModelAlias_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DeleteModelAlias(ctx context.Context, in *DeleteModelAliasRequest, opts ...grpc.CallOption) (*DeleteModelAliasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModelAliasResponse)
+	err := c.cc.Invoke(ctx, AdminService_DeleteModelAlias_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -246,6 +285,12 @@ type AdminServiceServer interface {
 	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
 	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error)
+	// ListModelAliases returns the model aliases (--model-alias and live changes), sorted by alias.
+	ListModelAliases(context.Context, *ListModelAliasesRequest) (*ListModelAliasesResponse, error)
+	// SetModelAlias adds or replaces one alias; the next request for it draws from the new targets.
+	SetModelAlias(context.Context, *SetModelAliasRequest) (*SetModelAliasResponse, error)
+	// DeleteModelAlias removes one alias: its name is then an ordinary model name again.
+	DeleteModelAlias(context.Context, *DeleteModelAliasRequest) (*DeleteModelAliasResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -294,6 +339,15 @@ func (UnimplementedAdminServiceServer) GetTenantBudgets(context.Context, *GetTen
 }
 func (UnimplementedAdminServiceServer) SetTenantBudgets(context.Context, *SetTenantBudgetsRequest) (*SetTenantBudgetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetTenantBudgets not implemented")
+}
+func (UnimplementedAdminServiceServer) ListModelAliases(context.Context, *ListModelAliasesRequest) (*ListModelAliasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListModelAliases not implemented")
+}
+func (UnimplementedAdminServiceServer) SetModelAlias(context.Context, *SetModelAliasRequest) (*SetModelAliasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetModelAlias not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteModelAlias(context.Context, *DeleteModelAliasRequest) (*DeleteModelAliasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteModelAlias not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -550,6 +604,60 @@ func _AdminService_SetTenantBudgets_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListModelAliases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListModelAliasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListModelAliases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListModelAliases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListModelAliases(ctx, req.(*ListModelAliasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetModelAlias_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetModelAliasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetModelAlias(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetModelAlias_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetModelAlias(ctx, req.(*SetModelAliasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DeleteModelAlias_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModelAliasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteModelAlias(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DeleteModelAlias_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteModelAlias(ctx, req.(*DeleteModelAliasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -608,6 +716,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTenantBudgets",
 			Handler:    _AdminService_SetTenantBudgets_Handler,
+		},
+		{
+			MethodName: "ListModelAliases",
+			Handler:    _AdminService_ListModelAliases_Handler,
+		},
+		{
+			MethodName: "SetModelAlias",
+			Handler:    _AdminService_SetModelAlias_Handler,
+		},
+		{
+			MethodName: "DeleteModelAlias",
+			Handler:    _AdminService_DeleteModelAlias_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

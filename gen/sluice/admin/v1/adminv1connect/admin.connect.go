@@ -71,6 +71,15 @@ const (
 	// AdminServiceSetTenantBudgetsProcedure is the fully-qualified name of the AdminService's
 	// SetTenantBudgets RPC.
 	AdminServiceSetTenantBudgetsProcedure = "/sluice.admin.v1.AdminService/SetTenantBudgets"
+	// AdminServiceListModelAliasesProcedure is the fully-qualified name of the AdminService's
+	// ListModelAliases RPC.
+	AdminServiceListModelAliasesProcedure = "/sluice.admin.v1.AdminService/ListModelAliases"
+	// AdminServiceSetModelAliasProcedure is the fully-qualified name of the AdminService's
+	// SetModelAlias RPC.
+	AdminServiceSetModelAliasProcedure = "/sluice.admin.v1.AdminService/SetModelAlias"
+	// AdminServiceDeleteModelAliasProcedure is the fully-qualified name of the AdminService's
+	// DeleteModelAlias RPC.
+	AdminServiceDeleteModelAliasProcedure = "/sluice.admin.v1.AdminService/DeleteModelAlias"
 )
 
 // AdminServiceClient is a client for the sluice.admin.v1.AdminService service.
@@ -103,6 +112,12 @@ type AdminServiceClient interface {
 	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
 	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
+	// ListModelAliases returns the model aliases (--model-alias and live changes), sorted by alias.
+	ListModelAliases(context.Context, *v1.ListModelAliasesRequest) (*v1.ListModelAliasesResponse, error)
+	// SetModelAlias adds or replaces one alias; the next request for it draws from the new targets.
+	SetModelAlias(context.Context, *v1.SetModelAliasRequest) (*v1.SetModelAliasResponse, error)
+	// DeleteModelAlias removes one alias: its name is then an ordinary model name again.
+	DeleteModelAlias(context.Context, *v1.DeleteModelAliasRequest) (*v1.DeleteModelAliasResponse, error)
 }
 
 // NewAdminServiceClient constructs a client for the sluice.admin.v1.AdminService service. By
@@ -194,6 +209,24 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
 			connect.WithClientOptions(opts...),
 		),
+		listModelAliases: connect.NewClient[v1.ListModelAliasesRequest, v1.ListModelAliasesResponse](
+			httpClient,
+			baseURL+AdminServiceListModelAliasesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListModelAliases")),
+			connect.WithClientOptions(opts...),
+		),
+		setModelAlias: connect.NewClient[v1.SetModelAliasRequest, v1.SetModelAliasResponse](
+			httpClient,
+			baseURL+AdminServiceSetModelAliasProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetModelAlias")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteModelAlias: connect.NewClient[v1.DeleteModelAliasRequest, v1.DeleteModelAliasResponse](
+			httpClient,
+			baseURL+AdminServiceDeleteModelAliasProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeleteModelAlias")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -212,6 +245,9 @@ type adminServiceClient struct {
 	getCapacity      *connect.Client[v1.GetCapacityRequest, v1.GetCapacityResponse]
 	getTenantBudgets *connect.Client[v1.GetTenantBudgetsRequest, v1.GetTenantBudgetsResponse]
 	setTenantBudgets *connect.Client[v1.SetTenantBudgetsRequest, v1.SetTenantBudgetsResponse]
+	listModelAliases *connect.Client[v1.ListModelAliasesRequest, v1.ListModelAliasesResponse]
+	setModelAlias    *connect.Client[v1.SetModelAliasRequest, v1.SetModelAliasResponse]
+	deleteModelAlias *connect.Client[v1.DeleteModelAliasRequest, v1.DeleteModelAliasResponse]
 }
 
 // ListWorkers calls sluice.admin.v1.AdminService.ListWorkers.
@@ -331,6 +367,33 @@ func (c *adminServiceClient) SetTenantBudgets(ctx context.Context, req *v1.SetTe
 	return nil, err
 }
 
+// ListModelAliases calls sluice.admin.v1.AdminService.ListModelAliases.
+func (c *adminServiceClient) ListModelAliases(ctx context.Context, req *v1.ListModelAliasesRequest) (*v1.ListModelAliasesResponse, error) {
+	response, err := c.listModelAliases.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// SetModelAlias calls sluice.admin.v1.AdminService.SetModelAlias.
+func (c *adminServiceClient) SetModelAlias(ctx context.Context, req *v1.SetModelAliasRequest) (*v1.SetModelAliasResponse, error) {
+	response, err := c.setModelAlias.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
+// DeleteModelAlias calls sluice.admin.v1.AdminService.DeleteModelAlias.
+func (c *adminServiceClient) DeleteModelAlias(ctx context.Context, req *v1.DeleteModelAliasRequest) (*v1.DeleteModelAliasResponse, error) {
+	response, err := c.deleteModelAlias.CallUnary(ctx, connect.NewRequest(req))
+	if response != nil {
+		return response.Msg, err
+	}
+	return nil, err
+}
+
 // AdminServiceHandler is an implementation of the sluice.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListWorkers lists the registered workers, optionally filtered.
@@ -361,6 +424,12 @@ type AdminServiceHandler interface {
 	// SetTenantBudgets replaces the tenants' budgets; effective at once (buckets keep their levels), and
 	// with cluster coordination on every other replica within about two exchange periods.
 	SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error)
+	// ListModelAliases returns the model aliases (--model-alias and live changes), sorted by alias.
+	ListModelAliases(context.Context, *v1.ListModelAliasesRequest) (*v1.ListModelAliasesResponse, error)
+	// SetModelAlias adds or replaces one alias; the next request for it draws from the new targets.
+	SetModelAlias(context.Context, *v1.SetModelAliasRequest) (*v1.SetModelAliasResponse, error)
+	// DeleteModelAlias removes one alias: its name is then an ordinary model name again.
+	DeleteModelAlias(context.Context, *v1.DeleteModelAliasRequest) (*v1.DeleteModelAliasResponse, error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -448,6 +517,24 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("SetTenantBudgets")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListModelAliasesHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceListModelAliasesProcedure,
+		svc.ListModelAliases,
+		connect.WithSchema(adminServiceMethods.ByName("ListModelAliases")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetModelAliasHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceSetModelAliasProcedure,
+		svc.SetModelAlias,
+		connect.WithSchema(adminServiceMethods.ByName("SetModelAlias")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeleteModelAliasHandler := connect.NewUnaryHandlerSimple(
+		AdminServiceDeleteModelAliasProcedure,
+		svc.DeleteModelAlias,
+		connect.WithSchema(adminServiceMethods.ByName("DeleteModelAlias")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListWorkersProcedure:
@@ -476,6 +563,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceGetTenantBudgetsHandler.ServeHTTP(w, r)
 		case AdminServiceSetTenantBudgetsProcedure:
 			adminServiceSetTenantBudgetsHandler.ServeHTTP(w, r)
+		case AdminServiceListModelAliasesProcedure:
+			adminServiceListModelAliasesHandler.ServeHTTP(w, r)
+		case AdminServiceSetModelAliasProcedure:
+			adminServiceSetModelAliasHandler.ServeHTTP(w, r)
+		case AdminServiceDeleteModelAliasProcedure:
+			adminServiceDeleteModelAliasHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -535,4 +628,16 @@ func (UnimplementedAdminServiceHandler) GetTenantBudgets(context.Context, *v1.Ge
 
 func (UnimplementedAdminServiceHandler) SetTenantBudgets(context.Context, *v1.SetTenantBudgetsRequest) (*v1.SetTenantBudgetsResponse, error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.SetTenantBudgets is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListModelAliases(context.Context, *v1.ListModelAliasesRequest) (*v1.ListModelAliasesResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.ListModelAliases is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetModelAlias(context.Context, *v1.SetModelAliasRequest) (*v1.SetModelAliasResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.SetModelAlias is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeleteModelAlias(context.Context, *v1.DeleteModelAliasRequest) (*v1.DeleteModelAliasResponse, error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.admin.v1.AdminService.DeleteModelAlias is not implemented"))
 }

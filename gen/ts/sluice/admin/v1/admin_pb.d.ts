@@ -2008,6 +2008,175 @@ export declare type SetTenantBudgetsResponse = Message<"sluice.admin.v1.SetTenan
 export declare const SetTenantBudgetsResponseSchema: GenMessage<SetTenantBudgetsResponse>;
 
 /**
+ * ModelAliasTarget is one served model behind an alias and its share of the alias's requests.
+ *
+ * @generated from message sluice.admin.v1.ModelAliasTarget
+ */
+export declare type ModelAliasTarget = Message<"sluice.admin.v1.ModelAliasTarget"> & {
+  /**
+   * The served model's name.
+   *
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Its weight (0..1000000); the shares are the weights over their sum.
+   *
+   * @generated from field: int32 weight = 2;
+   */
+  weight: number;
+};
+
+/**
+ * Describes the message sluice.admin.v1.ModelAliasTarget.
+ * Use `create(ModelAliasTargetSchema)` to create a new message.
+ */
+export declare const ModelAliasTargetSchema: GenMessage<ModelAliasTarget>;
+
+/**
+ * ModelAlias is a model name clients ask for and the served models behind it.
+ *
+ * @generated from message sluice.admin.v1.ModelAlias
+ */
+export declare type ModelAlias = Message<"sluice.admin.v1.ModelAlias"> & {
+  /**
+   * The name clients ask for.
+   *
+   * @generated from field: string alias = 1;
+   */
+  alias: string;
+
+  /**
+   * The targets, in order.
+   *
+   * @generated from field: repeated sluice.admin.v1.ModelAliasTarget targets = 2;
+   */
+  targets: ModelAliasTarget[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.ModelAlias.
+ * Use `create(ModelAliasSchema)` to create a new message.
+ */
+export declare const ModelAliasSchema: GenMessage<ModelAlias>;
+
+/**
+ * ListModelAliasesRequest asks for every alias.
+ *
+ * @generated from message sluice.admin.v1.ListModelAliasesRequest
+ */
+export declare type ListModelAliasesRequest = Message<"sluice.admin.v1.ListModelAliasesRequest"> & {
+};
+
+/**
+ * Describes the message sluice.admin.v1.ListModelAliasesRequest.
+ * Use `create(ListModelAliasesRequestSchema)` to create a new message.
+ */
+export declare const ListModelAliasesRequestSchema: GenMessage<ListModelAliasesRequest>;
+
+/**
+ * ListModelAliasesResponse holds every alias, sorted by name.
+ *
+ * @generated from message sluice.admin.v1.ListModelAliasesResponse
+ */
+export declare type ListModelAliasesResponse = Message<"sluice.admin.v1.ListModelAliasesResponse"> & {
+  /**
+   * The aliases.
+   *
+   * @generated from field: repeated sluice.admin.v1.ModelAlias aliases = 1;
+   */
+  aliases: ModelAlias[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.ListModelAliasesResponse.
+ * Use `create(ListModelAliasesResponseSchema)` to create a new message.
+ */
+export declare const ListModelAliasesResponseSchema: GenMessage<ListModelAliasesResponse>;
+
+/**
+ * SetModelAliasRequest adds or replaces the alias named alias.
+ *
+ * @generated from message sluice.admin.v1.SetModelAliasRequest
+ */
+export declare type SetModelAliasRequest = Message<"sluice.admin.v1.SetModelAliasRequest"> & {
+  /**
+   * The alias (the path segment in REST).
+   *
+   * @generated from field: string alias = 1;
+   */
+  alias: string;
+
+  /**
+   * Its new targets; at least one, weights summing above 0, no model twice, none named alias.
+   *
+   * @generated from field: repeated sluice.admin.v1.ModelAliasTarget targets = 2;
+   */
+  targets: ModelAliasTarget[];
+};
+
+/**
+ * Describes the message sluice.admin.v1.SetModelAliasRequest.
+ * Use `create(SetModelAliasRequestSchema)` to create a new message.
+ */
+export declare const SetModelAliasRequestSchema: GenMessage<SetModelAliasRequest>;
+
+/**
+ * SetModelAliasResponse holds the alias as now in force.
+ *
+ * @generated from message sluice.admin.v1.SetModelAliasResponse
+ */
+export declare type SetModelAliasResponse = Message<"sluice.admin.v1.SetModelAliasResponse"> & {
+  /**
+   * The alias.
+   *
+   * @generated from field: sluice.admin.v1.ModelAlias alias = 1;
+   */
+  alias?: ModelAlias | undefined;
+};
+
+/**
+ * Describes the message sluice.admin.v1.SetModelAliasResponse.
+ * Use `create(SetModelAliasResponseSchema)` to create a new message.
+ */
+export declare const SetModelAliasResponseSchema: GenMessage<SetModelAliasResponse>;
+
+/**
+ * DeleteModelAliasRequest removes the alias named alias.
+ *
+ * @generated from message sluice.admin.v1.DeleteModelAliasRequest
+ */
+export declare type DeleteModelAliasRequest = Message<"sluice.admin.v1.DeleteModelAliasRequest"> & {
+  /**
+   * The alias (the path segment in REST).
+   *
+   * @generated from field: string alias = 1;
+   */
+  alias: string;
+};
+
+/**
+ * Describes the message sluice.admin.v1.DeleteModelAliasRequest.
+ * Use `create(DeleteModelAliasRequestSchema)` to create a new message.
+ */
+export declare const DeleteModelAliasRequestSchema: GenMessage<DeleteModelAliasRequest>;
+
+/**
+ * DeleteModelAliasResponse confirms the removal.
+ *
+ * @generated from message sluice.admin.v1.DeleteModelAliasResponse
+ */
+export declare type DeleteModelAliasResponse = Message<"sluice.admin.v1.DeleteModelAliasResponse"> & {
+};
+
+/**
+ * Describes the message sluice.admin.v1.DeleteModelAliasResponse.
+ * Use `create(DeleteModelAliasResponseSchema)` to create a new message.
+ */
+export declare const DeleteModelAliasResponseSchema: GenMessage<DeleteModelAliasResponse>;
+
+/**
  * AdminService manages the gateway's workers and its prefill admission.
  *
  * @generated from service sluice.admin.v1.AdminService
@@ -2144,6 +2313,36 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SetTenantBudgetsRequestSchema;
     output: typeof SetTenantBudgetsResponseSchema;
+  },
+  /**
+   * ListModelAliases returns the model aliases (--model-alias and live changes), sorted by alias.
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.ListModelAliases
+   */
+  listModelAliases: {
+    methodKind: "unary";
+    input: typeof ListModelAliasesRequestSchema;
+    output: typeof ListModelAliasesResponseSchema;
+  },
+  /**
+   * SetModelAlias adds or replaces one alias; the next request for it draws from the new targets.
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.SetModelAlias
+   */
+  setModelAlias: {
+    methodKind: "unary";
+    input: typeof SetModelAliasRequestSchema;
+    output: typeof SetModelAliasResponseSchema;
+  },
+  /**
+   * DeleteModelAlias removes one alias: its name is then an ordinary model name again.
+   *
+   * @generated from rpc sluice.admin.v1.AdminService.DeleteModelAlias
+   */
+  deleteModelAlias: {
+    methodKind: "unary";
+    input: typeof DeleteModelAliasRequestSchema;
+    output: typeof DeleteModelAliasResponseSchema;
   },
 }>;
 
