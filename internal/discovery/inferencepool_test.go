@@ -80,6 +80,9 @@ func TestInferencePoolRetargets(t *testing.T) {
 	if ev.Worker.ID() != added.ID() {
 		t.Fatalf("replaced under id %s, want %s", ev.Worker.ID(), added.ID())
 	}
+	// Each pod is replaced on its own reconcile: wait for the marker too, or the selector change
+	// below may find it still at the old port.
+	h.next("port change replaces the marker", kind(worker.EventReplaced, "http://10.0.0.3:9000"))
 
 	h.putPool(poolObject(t, "llama", map[string]string{"pool": "b"}, 9000))
 	h.nextAll("pool b's pod added, pool a's removed", kind(worker.EventAdded, "http://10.0.0.2:9000"),
