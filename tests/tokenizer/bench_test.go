@@ -169,7 +169,7 @@ func mixedIDs(b *testing.B, tk *tokenizer.Tokenizer, n int) []int {
 
 // BenchmarkEncodeFamilies2k tokenizes the same mixed text (the corpus's prompts, joined until Qwen3 makes
 // 2,048 tokens of them) with each family's tokenizer, warm cache: Qwen3, Llama 3 and gpt-oss split by
-// hand, DeepSeek V3 and GPT-2 through regexp2, Llama 2 and Gemma 3 (SentencePiece-style) cut at ▁.
+// hand (Mistral NeMo too), DeepSeek V3 by hand and GPT-2 through regexp2, Llama 2 and Gemma 3 (SentencePiece-style) cut at ▁.
 // cpu-ns/token is per token that family made.
 func BenchmarkEncodeFamilies2k(b *testing.B) {
 	raw, err := os.ReadFile("corpus.json")
@@ -209,7 +209,7 @@ func BenchmarkEncodeFamilies2k(b *testing.B) {
 }
 
 // benchFamilies are the families the benchmarks compare, the byte-level ones first.
-var benchFamilies = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gpt2", "llama2", "gemma3"}
+var benchFamilies = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "mistral_nemo", "gpt2", "llama2", "gemma3"}
 
 // BenchmarkDecodeStreamFamilies2k is BenchmarkDecodeStream2k for every family: 2,048 of its own ids for
 // the corpus's prompts, streamed one Step at a time.
