@@ -152,6 +152,19 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 	return s, nil
 }
 
+// CheckIDs returns an *[UnknownTokenError] for the first of ids that names no token (past the
+// vocabulary, or a hole between added ids), as Decode would refuse it. A prompt given as token ids goes
+// to the engine as it is, and an engine handed an id past its embedding table fails the request late
+// or reads memory it should not; the caller names its own field in the 400.
+func (t *Tokenizer) CheckIDs(ids []uint32) error {
+	for i, id := range ids {
+		if id >= uint32(len(t.flags)) || t.flags[id]&tokKnown == 0 {
+			return &UnknownTokenError{ID: int(id), Index: i}
+		}
+	}
+	return nil
+}
+
 func (t *Tokenizer) tokenFlags(id, index int) (uint8, error) {
 	if id < 0 || id >= len(t.flags) || t.flags[id]&tokKnown == 0 {
 		return 0, &UnknownTokenError{ID: id, Index: index}

@@ -99,3 +99,20 @@ func bytesIDs(s string) []int {
 	}
 	return out
 }
+
+// TestCheckIDs: ids a client sends as a prompt are checked as Decode checks them; the first unknown
+// one is named with its position.
+func TestCheckIDs(t *testing.T) {
+	t.Parallel()
+	tk := decodeFixture(t, false)
+	if err := tk.CheckIDs([]uint32{'a', 'b', 256, 300, 310}); err != nil {
+		t.Errorf("CheckIDs(known ids) = %v, want nil", err)
+	}
+	for _, id := range []uint32{304, 311, 1 << 30, 1<<32 - 1} { // 304 is a hole between added ids
+		err := tk.CheckIDs([]uint32{'a', id, 1 << 31})
+		var u *tokenizer.UnknownTokenError
+		if !errors.As(err, &u) || u.ID != int(id) || u.Index != 1 {
+			t.Errorf("CheckIDs(id %d): %v, want an UnknownTokenError for index 1", id, err)
+		}
+	}
+}
