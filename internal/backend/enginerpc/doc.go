@@ -22,7 +22,12 @@
 // delta.tool_calls argument deltas, which join to the whole answer. tools for a model without a
 // tool-call parser are a 400 naming tools: the calls would reach the client as raw text.
 //
-// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, logprobs, echo.
+// Logprobs (logprobs.go): chat's logprobs/top_logprobs, completions' logprobs and echo, /generate's
+// return_logprob become SGLang's return_logprob/top_logprobs_num/logprob_start_len and vLLM's
+// sampling_params.logprobs/prompt_logprobs; the engine's values come back in the HTTP servers' shapes,
+// token strings from the gateway's tokenizer.
+//
+// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, chat's echo.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

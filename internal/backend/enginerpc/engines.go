@@ -17,6 +17,7 @@ import (
 // event is one GenerateResponse of either protocol.
 type event struct {
 	ids                        []uint32
+	outLP, inLP                []tokenLP // the engine's logprobs of ids, and of the prompt
 	complete                   bool
 	finish                     string
 	prompt, completion, cached uint32
@@ -89,7 +90,9 @@ func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) 
 		Tokenized:       &sglangpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids},
 		SamplingParams:  sglangSampling(c),
 		Stream:          c.stream,
-		LogprobStartLen: -1,
+		ReturnLogprob:   c.lp.output,
+		TopLogprobsNum:  c.lp.top,
+		LogprobStartLen: c.lp.start,
 	}
 	if b := c.bootstrap; b != nil {
 		req.DisaggregatedParams = &sglangpb.DisaggregatedParams{BootstrapHost: b.host, BootstrapPort: b.port, BootstrapRoom: b.room}
@@ -111,11 +114,15 @@ type sglangStream struct {
 func (s sglangStream) event() event {
 	m := s.Msg()
 	if ch := m.GetChunk(); ch != nil {
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(in)}
 	}
 	d := m.GetComplete()
+	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens()}
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(),
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(d.GetInputLogprobs())}
 	switch ms := d.GetMatchedStop().(type) {
 	case *sglangpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -149,6 +156,13 @@ func vllmSampling(c *call) *vllmpb.SamplingParams {
 		RepetitionPenalty: deref(c.repPen, 1), MinTokens: c.minTokens, Stop: c.stops, StopTokenIds: c.stopIDs,
 		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: 1,
 		IncludeStopStrInOutput: c.includeStop,
+	}
+	if c.lp.output {
+		k := c.lp.top
+		p.Logprobs = &k
+		if c.lp.prompt {
+			p.PromptLogprobs = &k
+		}
 	}
 	if c.topK != nil && *c.topK > 0 {
 		p.TopK = uint32(*c.topK)
@@ -199,11 +213,15 @@ type vllmStream struct {
 func (s vllmStream) event() event {
 	m := s.Msg()
 	if ch := m.GetChunk(); ch != nil {
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(in)}
 	}
 	d := m.GetComplete()
+	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson}
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson,
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(d.GetInputLogprobs())}
 	switch ms := d.GetMatchedStop().(type) {
 	case *vllmpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -218,4 +236,20 @@ func deref[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+func sglangInputLPs(in *sglangpb.InputLogProbs) []tokenLP {
+	vals := make([]*float32, len(in.GetTokenLogprobs()))
+	for i, v := range in.GetTokenLogprobs() {
+		vals[i] = v.Value
+	}
+	return inputLPs(vals, in.GetTokenIds(), in.GetTopLogprobs())
+}
+
+func vllmInputLPs(in *vllmpb.InputLogProbs) []tokenLP {
+	vals := make([]*float32, len(in.GetTokenLogprobs()))
+	for i, v := range in.GetTokenLogprobs() {
+		vals[i] = v.Value
+	}
+	return inputLPs(vals, in.GetTokenIds(), in.GetTopLogprobs())
 }

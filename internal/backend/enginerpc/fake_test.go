@@ -103,6 +103,7 @@ type fakeEngine struct {
 	kvReturn string
 	cached   uint32
 	eos      uint32 // 0: imEnd
+	noInLP   bool   // send no prompt logprobs even when asked
 
 	mu      sync.Mutex
 	sglang  []*sglangpb.GenerateRequest
@@ -179,9 +180,17 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 	}
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
 	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens)
+	lp, k := req.GetReturnLogprob(), int(req.GetTopLogprobsNum())
+	inLP := lp && req.GetLogprobStartLen() >= 0 && !f.noInLP
 	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
-		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Chunk{
-			Chunk: &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}}})
+		ch := &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}
+		if lp {
+			ch.OutputLogprobs = sglangOutLP(c, n-len(c), k)
+		}
+		if inLP && n == 1 {
+			ch.InputLogprobs = sglangInLP(req.GetTokenized().GetInputIds())
+		}
+		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}})
 	})
 	if err != nil {
 		return err
@@ -190,6 +199,11 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
 	if req.GetStream() {
 		done.OutputIds = ids[len(ids)-1:]
+	} else if lp {
+		done.OutputLogprobs = sglangOutLP(ids, 0, k)
+		if inLP {
+			done.InputLogprobs = sglangInLP(req.GetTokenized().GetInputIds())
+		}
 	}
 	if finish == "stop" {
 		done.MatchedStop = &sglangpb.GenerateComplete_MatchedTokenId{MatchedTokenId: imEnd}
@@ -217,10 +231,18 @@ func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st 
 		return f.err
 	}
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
-	ids, finish := f.output(req.GetSamplingParams().MaxTokens)
-	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, _ int) error {
-		return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{
-			Chunk: &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached}}})
+	p := req.GetSamplingParams()
+	ids, finish := f.output(p.MaxTokens)
+	inLP := p.PromptLogprobs != nil && !f.noInLP
+	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
+		ch := &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached}
+		if p.Logprobs != nil {
+			ch.OutputLogprobs = vllmOutLP(c, n-len(c), int(p.GetLogprobs()))
+		}
+		if inLP && n == 1 {
+			ch.InputLogprobs = vllmInLP(req.GetTokenized().GetInputIds())
+		}
+		return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 	})
 	if err != nil {
 		return err
@@ -229,6 +251,11 @@ func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st 
 		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = ids[len(ids)-1:], 1
+	} else if p.Logprobs != nil {
+		done.OutputLogprobs = vllmOutLP(ids, 0, int(p.GetLogprobs()))
+		if inLP {
+			done.InputLogprobs = vllmInLP(req.GetTokenized().GetInputIds())
+		}
 	}
 	if f.kvReturn != "" {
 		done.KvTransferParamsJson = &f.kvReturn
@@ -284,4 +311,68 @@ func setupEngine(t *testing.T, f *fakeEngine, e Engine) (*Transport, string) {
 		t.Fatal(err)
 	}
 	return tr, url
+}
+
+// The fake's logprobs: output position i has -(i+1)/10 and k alternatives, the token itself first and
+// then the ids after it at -(i+1)/10 - j; a prompt's tokens -0.5 each but the first, which has none.
+func fakeLP(pos int) float32 { return -float32(pos+1) / 10 }
+
+func fakeTop(id uint32, pos, k int) (vals []float32, ids []uint32) {
+	for j := range k {
+		vals = append(vals, fakeLP(pos)-float32(j))
+		ids = append(ids, id+uint32(j))
+	}
+	return vals, ids
+}
+
+func sglangOutLP(ids []uint32, from, k int) *sglangpb.OutputLogProbs {
+	o := &sglangpb.OutputLogProbs{}
+	for i, id := range ids {
+		o.TokenLogprobs = append(o.TokenLogprobs, fakeLP(from+i))
+		o.TokenIds = append(o.TokenIds, id)
+		if k > 0 {
+			v, t := fakeTop(id, from+i, k)
+			o.TopLogprobs = append(o.TopLogprobs, &sglangpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+	}
+	return o
+}
+
+func vllmOutLP(ids []uint32, from, k int) *vllmpb.OutputLogProbs {
+	o := &vllmpb.OutputLogProbs{}
+	for i, id := range ids {
+		o.TokenLogprobs = append(o.TokenLogprobs, fakeLP(from+i))
+		o.TokenIds = append(o.TokenIds, id)
+		if k > 0 {
+			v, t := fakeTop(id, from+i, k)
+			o.TopLogprobs = append(o.TopLogprobs, &vllmpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+	}
+	return o
+}
+
+func sglangInLP(ids []uint32) *sglangpb.InputLogProbs {
+	in := &sglangpb.InputLogProbs{TokenIds: ids}
+	for i := range ids {
+		v := &sglangpb.InputTokenLogProb{}
+		if i > 0 {
+			x := float32(-0.5)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+	}
+	return in
+}
+
+func vllmInLP(ids []uint32) *vllmpb.InputLogProbs {
+	in := &vllmpb.InputLogProbs{TokenIds: ids}
+	for i := range ids {
+		v := &vllmpb.InputTokenLogProb{}
+		if i > 0 {
+			x := float32(-0.5)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+	}
+	return in
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/jsonx"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
@@ -21,6 +22,7 @@ type meta struct {
 	model   string
 	proto   enginegrpc.Protocol
 	eos     []int
+	tok     *tokenizer.Tokenizer // for logprobs' token strings
 }
 
 func appendHead(dst []byte, m *meta, object string) []byte {
@@ -118,13 +120,19 @@ func renderWhole(c *call, m *meta, s *sample) []byte {
 			}
 			dst = append(dst, ']')
 		}
-		dst = append(dst, `},"logprobs":null`...)
+		dst = append(dst, '}')
+		dst = appendChatChoiceLogprobs(dst, c, m, s.lps)
 		dst = appendFinish(dst, m, s, true)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
 		dst = append(dst, `,"choices":[{"index":0,"text":`...)
-		dst = jsonx.AppendString(dst, string(s.text))
-		dst = append(dst, `,"logprobs":null`...)
+		text, lps := string(s.text), s.lps
+		if c.echo {
+			text = s.echoText + text
+			lps = append(append([]tokenLP(nil), s.inLPs...), lps...)
+		}
+		dst = jsonx.AppendString(dst, text)
+		dst = appendCompletionChoiceLogprobs(dst, c, m, s, lps)
 		dst = appendFinish(dst, m, s, true)
 	default:
 		return appendGenerate(dst, c, m, s, true)
@@ -166,6 +174,9 @@ func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte 
 	dst = strconv.AppendUint(dst, uint64(s.completion), 10)
 	dst = append(dst, `,"cached_tokens":`...)
 	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	if c.lp.output {
+		dst = appendGenerateLogprobs(dst, c, s)
+	}
 	return append(dst, `}}`...)
 }
 
@@ -234,12 +245,13 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 			}
 			dst = append(dst, ']')
 		}
-		dst = append(dst, `},"logprobs":null`...)
+		dst = append(dst, '}')
+		dst = appendChatChoiceLogprobs(dst, c, m, d.lps)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
 		dst = append(dst, `,"choices":[{"index":0,"text":`...)
 		dst = jsonx.AppendString(dst, d.content)
-		dst = append(dst, `,"logprobs":null`...)
+		dst = appendCompletionChoiceLogprobs(dst, c, m, s, d.lps)
 	default:
 		return appendGenerate(dst, c, m, s, final)
 	}
@@ -276,4 +288,22 @@ func appendErrorBody(dst []byte, message, typ, param, code string) []byte {
 	dst = append(dst, `,"code":`...)
 	dst = jsonx.AppendString(dst, code)
 	return append(dst, "}}"...)
+}
+
+// appendChatChoiceLogprobs writes a chat choice's logprobs: null unless the request asked for them.
+func appendChatChoiceLogprobs(dst []byte, c *call, m *meta, lps []tokenLP) []byte {
+	if !c.lp.output {
+		return append(dst, `,"logprobs":null`...)
+	}
+	return appendChatLogprobs(dst, m.tok, lps, c.lp.top)
+}
+
+// appendCompletionChoiceLogprobs writes a completions choice's logprobs, their text offsets going on
+// from the sample's previous chunks.
+func appendCompletionChoiceLogprobs(dst []byte, c *call, m *meta, s *sample, lps []tokenLP) []byte {
+	if !c.lp.output {
+		return append(dst, `,"logprobs":null`...)
+	}
+	dst, s.lpOffset = appendCompletionLogprobs(dst, m.tok, lps, c.lp.top, s.lpOffset)
+	return dst
 }

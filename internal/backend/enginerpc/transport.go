@@ -198,7 +198,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c.requestID == "" {
 		c.requestID = t.newID()
 	}
-	m := &meta{id: c.requestID, created: t.now().Unix(), model: c.model, proto: e.Protocol, eos: e.EOS}
+	m := &meta{id: c.requestID, created: t.now().Unix(), model: c.model, proto: e.Protocol, eos: e.EOS, tok: e.Tokenizer}
 	switch route {
 	case body.RouteChat:
 		m.id = "chatcmpl-" + c.requestID
@@ -330,6 +330,10 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 				return t.failed(req, g, err)
 			}
 			ev = st.event()
+		}
+		if c.echo && c.lp.output && len(s.inLPs) == 0 {
+			re := errNoPromptLogprobs
+			return errorResponse(req, http.StatusBadRequest, re.Message, "invalid_request_error", re.Param, "invalid_request_error"), nil
 		}
 		return jsonResponse(req, http.StatusOK, renderWhole(c, m, s)), nil
 	}
