@@ -222,7 +222,7 @@ func TestLogprobsRefusals(t *testing.T) {
 	f := newFake("x")
 	tr, url := setup(t, enginegrpc.VLLM, f)
 	for body, param := range map[string]string{
-		`{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2}`:                   "top_logprobs",
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2}`:                  "top_logprobs",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`: "top_logprobs",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":3}`:                      "logprobs",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"echo":true}`:                       "echo",
