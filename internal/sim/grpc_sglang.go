@@ -86,6 +86,12 @@ func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequ
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
 	var last, all []uint32
 	completion := uint32(0)
+	// Logprobs as the servicer sends them: a stream's chunks carry their own tokens' and the first
+	// chunk the prompt's (from logprob_start_len >= 0, on an engine that computed the prompt); a
+	// Complete not streamed carries them all.
+	lp := &lpModel{top: int(req.GetTopLogprobsNum()), byteIDs: s.g.e.cfg.ByteTokenIDs}
+	wantLP := req.GetReturnLogprob()
+	inLP := wantLP && req.GetLogprobStartLen() >= 0 && s.g.e.cfg.Role != RoleDecode
 	res, aborted, err := s.g.generate(ctx, sglangpbconnect.SglangSchedulerGenerateProcedure, stream.Conn().RequestHeader(),
 		func() (*grpcCall, error) { return s.parse(req) },
 		func(ids []uint32, cached int) error {
@@ -98,9 +104,14 @@ func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequ
 			if len(ids) == 0 {
 				return nil // a stop string cut the token away: nothing to stream
 			}
-			return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Chunk{
-				Chunk: &sglangpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)},
-			}})
+			ch := &sglangpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)}
+			if wantLP {
+				ch.OutputLogprobs = lp.sglang(ids)
+				if inLP {
+					ch.InputLogprobs, inLP = lp.sglangInput(req.GetTokenized().GetInputIds()), false
+				}
+			}
+			return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
 		return err
@@ -111,6 +122,11 @@ func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequ
 	}
 	if req.GetStream() {
 		done.OutputIds = last
+	} else if wantLP {
+		done.OutputLogprobs = lp.sglang(all)
+		if inLP {
+			done.InputLogprobs = lp.sglangInput(req.GetTokenized().GetInputIds())
+		}
 	}
 	switch {
 	case aborted:

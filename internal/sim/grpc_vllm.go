@@ -120,13 +120,25 @@ func vllmKVParams(req *vllmpb.GenerateRequest) (*kvParams, error) {
 // and the Complete is built from the same engine output as the last chunk, so it repeats that chunk's
 // ids. Not streaming, the Complete has every id and the totals.
 func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest, stream *connect.ServerStream[vllmpb.GenerateResponse]) error {
-	var last, all []uint32
+	var last, all, promptIDs []uint32
 	prompt := 0
+	// Logprobs as the servicer sends them: sampling_params.logprobs alternatives per output token (a
+	// stream's chunks carry their own), prompt_logprobs the prompt's in the first chunk, or in a
+	// Complete not streamed; a decode leg computed no prompt.
+	p := req.GetSamplingParams()
+	lp := &lpModel{top: int(p.GetLogprobs()), byteIDs: s.g.e.cfg.ByteTokenIDs}
+	wantLP := p.Logprobs != nil
+	inLP := p.PromptLogprobs != nil && s.g.e.cfg.Role != RoleDecode
+	if inLP && !wantLP {
+		lp.top = int(p.GetPromptLogprobs())
+	}
+	first := true
 	res, aborted, err := s.g.generate(ctx, vllmpbconnect.VllmEngineGenerateProcedure, stream.Conn().RequestHeader(),
 		func() (*grpcCall, error) {
 			c, err := s.parse(req)
 			if err == nil {
 				prompt = len(c.spec.prompt.ids)
+				promptIDs = c.spec.prompt.ids
 			}
 			return c, err
 		},
@@ -139,9 +151,17 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			if len(ids) == 0 {
 				return nil // a stop string cut the token away: nothing to stream
 			}
-			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
+			ch := &vllmpb.GenerateStreamChunk{
 				TokenIds: ids, PromptTokens: uint32(prompt), CompletionTokens: 1, CachedTokens: uint32(cached), // one engine token
-			}}})
+			}
+			if wantLP {
+				ch.OutputLogprobs = lp.vllm(ids)
+			}
+			if inLP && first {
+				ch.InputLogprobs = lp.vllmInput(promptIDs)
+			}
+			first = false
+			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
 		return err
@@ -152,6 +172,13 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 	}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = last, 1
+	} else {
+		if wantLP {
+			done.OutputLogprobs = lp.vllm(all)
+		}
+		if inLP {
+			done.InputLogprobs = lp.vllmInput(promptIDs)
+		}
 	}
 	switch {
 	case aborted:
