@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +188,8 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				t.Fatalf("streamed completion %q, unary %q", text.String(), comp.Choices[0].Text)
 			}
 
+			checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
+
 			// The gateway tokenized the prompt: the simulator counted the chat's rendered bytes.
 			for _, e := range c.Engines {
 				if e.Stats().Completed == 0 {
@@ -196,6 +200,70 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				tp.checkKV(t, c)
 			}
 		})
+	}
+}
+
+// checkEngineGRPCLogprobs: chat logprobs with top_logprobs, whole and streamed, one entry per token id
+// (the simulator's ids are the text's bytes, so the entries' strings join to the text) with its bytes
+// and alternatives; completions' logprobs with echo, the prompt first. A PD decode
+// leg computed no prompt, so there echo with logprobs is a 400 naming echo.
+func checkEngineGRPCLogprobs(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion, pd bool) {
+	t.Helper()
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(5), Seed: openai.Int(3),
+		Logprobs: openai.Bool(true), TopLogprobs: openai.Int(2)}
+	chat, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatalf("chat with logprobs: %v", err)
+	}
+	lp := chat.Choices[0].Logprobs.Content
+	var joined strings.Builder
+	for i, e := range lp {
+		joined.WriteString(e.Token)
+		if e.Logprob >= 0 || len(e.TopLogprobs) != 2 || e.TopLogprobs[0].Logprob != e.Logprob || string(rune(e.Bytes[0])) != e.Token[:1] {
+			t.Errorf("chat logprobs entry %d = %+v", i, e)
+		}
+	}
+	if len(lp) == 0 || joined.String() != chat.Choices[0].Message.Content {
+		t.Fatalf("chat logprobs: %d entries joining to %q, content %q", len(lp), joined.String(), chat.Choices[0].Message.Content)
+	}
+	// Streamed, each chunk has its own tokens' entries (SGLang PD samples differ per room: compare the
+	// stream with itself).
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var content, tokens strings.Builder
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			content.WriteString(ch.Delta.Content)
+			for _, e := range ch.Logprobs.Content {
+				tokens.WriteString(e.Token)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil || tokens.Len() == 0 || tokens.String() != content.String() {
+		t.Errorf("streamed chat logprobs join to %q (err %v), content %q", tokens.String(), err, content.String())
+	}
+
+	const prompt = "Echo me"
+	comp, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}, MaxTokens: openai.Int(4),
+		Logprobs: openai.Int(1), Echo: openai.Bool(true)})
+	if pd {
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "echo" {
+			t.Errorf("PD completion with echo and logprobs: %v; want a 400 naming echo", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("completion with echo and logprobs: %v", err)
+	}
+	c := comp.Choices[0]
+	// The prompt's first token has no logprob: null in token_logprobs and top_logprobs, as vLLM's (the
+	// SDK's typed top_logprobs does not take the null: read the raw JSON).
+	if !strings.HasPrefix(c.Text, prompt) || strings.Join(c.Logprobs.Tokens, "") != c.Text ||
+		len(c.Logprobs.TokenLogprobs) != len(c.Logprobs.Tokens) || len(c.Logprobs.TextOffset) != len(c.Logprobs.Tokens) ||
+		!strings.HasPrefix(c.Logprobs.JSON.TopLogprobs.Raw(), `[null,{"c":`) {
+		t.Errorf("completion with echo: text %q, logprobs %+v", c.Text, c.Logprobs)
 	}
 }
 
