@@ -27,7 +27,11 @@
 // sampling_params.logprobs/prompt_logprobs; the engine's values come back in the HTTP servers' shapes,
 // token strings from the gateway's tokenizer.
 //
-// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, chat's echo.
+// n > 1 (samples.go) is one Generate with sampling_params.n; the engine's chunks and Completes carry
+// their sample's index, which becomes the choice's; usage counts the prompt once and every sample's
+// completion; /generate answers a list.
+//
+// Not served yet, refused with a 400 naming the field: prompt batches, chat's echo.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

@@ -17,6 +17,7 @@ import (
 // event is one GenerateResponse of either protocol.
 type event struct {
 	ids                        []uint32
+	index                      uint32 // the sample (n > 1)
 	outLP, inLP                []tokenLP // the engine's logprobs of ids, and of the prompt
 	complete                   bool
 	finish                     string
@@ -64,7 +65,7 @@ func sglangSampling(c *call) *sglangpb.SamplingParams {
 		Temperature: deref(c.temperature, 1), TopP: deref(c.topP, 1), TopK: deref(c.topK, -1),
 		MinP: deref(c.minP, 0), FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
 		RepetitionPenalty: deref(c.repPen, 1), Stop: c.stops, StopTokenIds: c.stopIDs,
-		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, N: 1, MinNewTokens: c.minTokens,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, N: uint32(c.n), MinNewTokens: c.minTokens,
 		IgnoreEos: c.ignoreEOS, NoStopTrim: c.includeStop,
 	}
 	if c.maxTokens != nil {
@@ -116,13 +117,13 @@ func (s sglangStream) event() event {
 	if ch := m.GetChunk(); ch != nil {
 		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
 		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
-			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(in)}
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(in), index: ch.GetIndex()}
 	}
 	d := m.GetComplete()
 	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
 		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(),
-		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(d.GetInputLogprobs())}
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
 	switch ms := d.GetMatchedStop().(type) {
 	case *sglangpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -154,7 +155,7 @@ func vllmSampling(c *call) *vllmpb.SamplingParams {
 		Temperature: c.temperature, TopP: deref(c.topP, 1), MinP: deref(c.minP, 0),
 		FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
 		RepetitionPenalty: deref(c.repPen, 1), MinTokens: c.minTokens, Stop: c.stops, StopTokenIds: c.stopIDs,
-		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: 1,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: uint32(c.n),
 		IncludeStopStrInOutput: c.includeStop,
 	}
 	if c.lp.output {
@@ -215,13 +216,13 @@ func (s vllmStream) event() event {
 	if ch := m.GetChunk(); ch != nil {
 		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
 		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
-			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(in)}
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(in), index: ch.GetIndex()}
 	}
 	d := m.GetComplete()
 	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
 		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson,
-		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(d.GetInputLogprobs())}
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
 	switch ms := d.GetMatchedStop().(type) {
 	case *vllmpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId

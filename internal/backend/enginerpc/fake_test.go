@@ -136,13 +136,17 @@ func (f *fakeEngine) aborts() []string {
 	return append([]string(nil), f.aborted...)
 }
 
-// output is the ids the engine generates for max tokens (nil: none).
-func (f *fakeEngine) output(max *uint32) (ids []uint32, finish string) {
+// output is the ids the engine generates for max tokens (nil: none), for sample index of n.
+func (f *fakeEngine) output(max *uint32, index, n int) (ids []uint32, finish string) {
 	eos := uint32(imEnd)
 	if f.eos != 0 {
 		eos = f.eos
 	}
-	ids = append(append(ids, f.reply...), eos)
+	ids = append(ids, f.reply...)
+	if n > 1 {
+		ids = append(ids, uint32('0'+index)) // each sample of n > 1 its own text
+	}
+	ids = append(ids, eos)
 	if max != nil && int(*max) < len(ids) {
 		return ids[:*max], "length"
 	}
@@ -178,12 +182,23 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 	if f.err != nil {
 		return f.err
 	}
+	// n > 1: the samples one after the other, the last index first, so that a client must sort them.
+	n := max(int(req.GetSamplingParams().GetN()), 1)
+	for i := n - 1; i >= 0; i-- {
+		if err := f.sglangSample(ctx, req, st, uint32(i), n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeEngine) sglangSample(ctx context.Context, req *sglangpb.GenerateRequest, st *connect.ServerStream[sglangpb.GenerateResponse], index uint32, n int) error {
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
-	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens)
+	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens, int(index), n)
 	lp, k := req.GetReturnLogprob(), int(req.GetTopLogprobsNum())
-	inLP := lp && req.GetLogprobStartLen() >= 0 && !f.noInLP
+	inLP := lp && req.GetLogprobStartLen() >= 0 && !f.noInLP && index == 0
 	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
-		ch := &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}
+		ch := &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached, Index: index}
 		if lp {
 			ch.OutputLogprobs = sglangOutLP(c, n-len(c), k)
 		}
@@ -196,7 +211,7 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 		return err
 	}
 	done := &sglangpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
-		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached, Index: index}
 	if req.GetStream() {
 		done.OutputIds = ids[len(ids)-1:]
 	} else if lp {
@@ -230,12 +245,23 @@ func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st 
 	if f.err != nil {
 		return f.err
 	}
+	n := max(int(req.GetSamplingParams().GetN()), 1)
+	for i := n - 1; i >= 0; i-- {
+		if err := v.sample(ctx, req, st, uint32(i), n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v vllmFake) sample(ctx context.Context, req *vllmpb.GenerateRequest, st *connect.ServerStream[vllmpb.GenerateResponse], index uint32, n int) error {
+	f := v.f
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
 	p := req.GetSamplingParams()
-	ids, finish := f.output(p.MaxTokens)
+	ids, finish := f.output(p.MaxTokens, int(index), n)
 	inLP := p.PromptLogprobs != nil && !f.noInLP
 	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
-		ch := &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached}
+		ch := &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached, Index: index}
 		if p.Logprobs != nil {
 			ch.OutputLogprobs = vllmOutLP(c, n-len(c), int(p.GetLogprobs()))
 		}
@@ -248,7 +274,7 @@ func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st 
 		return err
 	}
 	done := &vllmpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
-		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached, Index: index}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = ids[len(ids)-1:], 1
 	} else if p.Logprobs != nil {

@@ -51,8 +51,8 @@ func (s *sample) promptTokens(c *call) uint32 {
 	return uint32(len(c.ids))
 }
 
-func appendUsage(dst []byte, c *call, s *sample) []byte {
-	p, comp := uint64(s.promptTokens(c)), uint64(s.completion)
+func appendUsage(dst []byte, c *call, ss *samples) []byte {
+	p, comp, cached := ss.usage(c)
 	dst = append(dst, `{"prompt_tokens":`...)
 	dst = strconv.AppendUint(dst, p, 10)
 	dst = append(dst, `,"completion_tokens":`...)
@@ -60,7 +60,7 @@ func appendUsage(dst []byte, c *call, s *sample) []byte {
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendUint(dst, p+comp, 10)
 	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
-	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	dst = strconv.AppendUint(dst, cached, 10)
 	return append(dst, `}}`...)
 }
 
@@ -94,58 +94,101 @@ func appendKVTransfer(dst []byte, m *meta, s *sample) []byte {
 	return append(dst, *s.kvTransfer...)
 }
 
-// renderWhole is a unary answer.
-func renderWhole(c *call, m *meta, s *sample) []byte {
+// renderWhole is a unary answer: one choice per sample; /generate's is one object, or with n > 1 a
+// list of them, as SGLang's HTTP server answers.
+func renderWhole(c *call, m *meta, ss *samples) []byte {
 	var dst []byte
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion")
-		content, reasoningText, calls := s.whole(c)
-		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-		if content == "" && len(calls) > 0 {
-			dst = append(dst, "null"...) // OpenAI's content of a message that only calls tools
-		} else {
-			dst = jsonx.AppendString(dst, content)
-		}
-		if reasoningText != nil {
-			dst = appendReasoning(dst, *reasoningText)
-		}
-		if len(calls) > 0 {
-			dst = append(dst, `,"tool_calls":[`...)
-			for i, tc := range calls {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = appendCall(dst, toolcall.CallDelta{Index: -1, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		dst = append(dst, `,"choices":[`...)
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
 			}
-			dst = append(dst, ']')
+			dst = appendChatChoice(dst, c, m, s)
 		}
-		dst = append(dst, '}')
-		dst = appendChatChoiceLogprobs(dst, c, m, s.lps)
-		dst = appendFinish(dst, m, s, true)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
-		dst = append(dst, `,"choices":[{"index":0,"text":`...)
-		text, lps := string(s.text), s.lps
-		if c.echo {
-			text = s.echoText + text
-			lps = append(append([]tokenLP(nil), s.inLPs...), lps...)
+		dst = append(dst, `,"choices":[`...)
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendCompletionChoice(dst, c, m, s)
 		}
-		dst = jsonx.AppendString(dst, text)
-		dst = appendCompletionChoiceLogprobs(dst, c, m, s, lps)
-		dst = appendFinish(dst, m, s, true)
 	default:
-		return appendGenerate(dst, c, m, s, true)
+		if len(ss.all) == 1 {
+			return appendGenerate(dst, c, m, ss.all[0], true)
+		}
+		dst = append(dst, '[')
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendGenerate(dst, c, m, s, true)
+		}
+		return append(dst, ']')
 	}
-	dst = append(dst, `}],"usage":`...)
-	dst = appendUsage(dst, c, s)
-	dst = appendKVTransfer(dst, m, s)
+	dst = append(dst, `],"usage":`...)
+	dst = appendUsage(dst, c, ss)
+	dst = appendKVTransfer(dst, m, ss.all[0])
+	return append(dst, '}')
+}
+
+func appendChatChoice(dst []byte, c *call, m *meta, s *sample) []byte {
+	content, reasoningText, calls := s.whole(c)
+	dst = append(dst, `{"index":`...)
+	dst = strconv.AppendInt(dst, int64(s.index), 10)
+	dst = append(dst, `,"message":{"role":"assistant","content":`...)
+	if content == "" && len(calls) > 0 {
+		dst = append(dst, "null"...) // OpenAI's content of a message that only calls tools
+	} else {
+		dst = jsonx.AppendString(dst, content)
+	}
+	if reasoningText != nil {
+		dst = appendReasoning(dst, *reasoningText)
+	}
+	if len(calls) > 0 {
+		dst = append(dst, `,"tool_calls":[`...)
+		for i, tc := range calls {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendCall(dst, toolcall.CallDelta{Index: -1, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		dst = append(dst, ']')
+	}
+	dst = append(dst, '}')
+	dst = appendChatChoiceLogprobs(dst, c, m, s.lps)
+	dst = appendFinish(dst, m, s, true)
+	return append(dst, '}')
+}
+
+func appendCompletionChoice(dst []byte, c *call, m *meta, s *sample) []byte {
+	dst = append(dst, `{"index":`...)
+	dst = strconv.AppendInt(dst, int64(s.index), 10)
+	dst = append(dst, `,"text":`...)
+	text, lps := string(s.text), s.lps
+	if c.echo {
+		text = s.echoText + text
+		lps = append(append([]tokenLP(nil), s.inLPs...), lps...)
+	}
+	dst = jsonx.AppendString(dst, text)
+	dst = appendCompletionChoiceLogprobs(dst, c, m, s, lps)
+	dst = appendFinish(dst, m, s, true)
 	return append(dst, '}')
 }
 
 // appendGenerate is SGLang's /generate object; streamed, each carries the text and ids so far.
 func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte {
-	dst = append(dst, `{"text":`...)
+	dst = append(dst, '{')
+	if c.n > 1 {
+		dst = append(dst, `"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"text":`...)
 	dst = jsonx.AppendString(dst, string(s.text))
 	dst = append(dst, `,"output_ids":[`...)
 	for i, id := range s.ids {
@@ -219,7 +262,9 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion.chunk")
-		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+		dst = append(dst, `,"choices":[{"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, `,"delta":{`...)
 		sep := ""
 		if first {
 			dst = append(dst, `"role":"assistant","content":`...)
@@ -249,7 +294,9 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 		dst = appendChatChoiceLogprobs(dst, c, m, d.lps)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
-		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = append(dst, `,"choices":[{"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, `,"text":`...)
 		dst = jsonx.AppendString(dst, d.content)
 		dst = appendCompletionChoiceLogprobs(dst, c, m, s, d.lps)
 	default:
@@ -263,14 +310,14 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 	return append(dst, '}')
 }
 
-func appendUsageChunk(dst []byte, c *call, m *meta, s *sample) []byte {
+func appendUsageChunk(dst []byte, c *call, m *meta, ss *samples) []byte {
 	object := "chat.completion.chunk"
 	if c.route == body.RouteCompletions {
 		object = "text_completion"
 	}
 	dst = appendHead(dst, m, object)
 	dst = append(dst, `,"choices":[],"usage":`...)
-	dst = appendUsage(dst, c, s)
+	dst = appendUsage(dst, c, ss)
 	return append(dst, '}')
 }
 

@@ -115,6 +115,7 @@ type call struct {
 	stopParams               stop.Params
 	eos                      []int
 	lp                       lpRequest
+	n                        int // samples
 	echo                     bool // completions: the prompt's text (and logprobs) before the answer's
 
 	// The chat answer's parsers (empty: none) and the request's switch of the reasoning one.
@@ -156,6 +157,12 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 	}
 	if err := c.setLogprobs(&r); err != nil {
 		return nil, err
+	}
+	c.n = 1
+	if s.N != nil {
+		c.n = *s.N
+	} else if r.N != nil {
+		c.n = *r.N
 	}
 	if route == body.RouteChat {
 		if err := c.setParsers(&r, e); err != nil {
@@ -201,14 +208,17 @@ func (c *call) setPrompt(r *requestJSON, e *Engine) (samplingJSON, *int, error) 
 	return s, maxTokens, nil
 }
 
+// maxN bounds n: every sample is state the gateway keeps for the answer.
+const maxN = 128
+
 // refuseUnsupported refuses, naming the field, what the gateway cannot yet serve over the engines' gRPC.
 func refuseUnsupported(route body.Route, r *requestJSON, s *samplingJSON) error {
 	n := r.N
 	if s.N != nil {
 		n = s.N
 	}
-	if n != nil && *n != 1 {
-		return requestError("n", "n = %d is not supported over the engines' gRPC protocols yet: send n = 1", *n)
+	if n != nil && (*n < 1 || *n > maxN) {
+		return requestError("n", "n must be between 1 and %d, got %d", maxN, *n)
 	}
 	if r.Echo && route != body.RouteCompletions {
 		return requestError("echo", "echo is only served for completions over the engines' gRPC protocols")

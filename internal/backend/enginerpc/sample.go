@@ -13,6 +13,7 @@ import (
 // sample is one generation's state: the engine's ids turned into text (DecodeStream), cut at stops
 // (stop.Matcher), and the engine's counts.
 type sample struct {
+	index      int // the choice's index (n > 1)
 	ds         *tokenizer.DecodeStream
 	m          *stop.Matcher
 	cumulative bool // the chunks' counts are totals so far (SGLang), else each chunk's own (vLLM)
