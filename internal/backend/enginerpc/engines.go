@@ -17,7 +17,7 @@ import (
 // event is one GenerateResponse of either protocol.
 type event struct {
 	ids                        []uint32
-	index                      uint32 // the sample (n > 1)
+	index                      uint32    // the sample (n > 1)
 	outLP, inLP                []tokenLP // the engine's logprobs of ids, and of the prompt
 	complete                   bool
 	finish                     string

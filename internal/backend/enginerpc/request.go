@@ -115,7 +115,7 @@ type call struct {
 	stopParams               stop.Params
 	eos                      []int
 	lp                       lpRequest
-	n                        int // samples
+	n                        int  // samples
 	echo                     bool // completions: the prompt's text (and logprobs) before the answer's
 
 	// The chat answer's parsers (empty: none) and the request's switch of the reasoning one.
