@@ -38,7 +38,7 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("GenerateRequest needs tokenized input or text"))
 	}
 	p := req.GetSamplingParams()
-	if p.GetN() > 1 {
+	if p.GetN() > 1 && e.cfg.Role != RoleRegular {
 		return nil, errNUnsupported
 	}
 	temp, topP := 1.0, 1.0
@@ -119,7 +119,21 @@ func vllmKVParams(req *vllmpb.GenerateRequest) (*kvParams, error) {
 // streaming: every chunk and the Complete carry the new ids and their count (the gateway accumulates),
 // and the Complete is built from the same engine output as the last chunk, so it repeats that chunk's
 // ids. Not streaming, the Complete has every id and the totals.
+//
+// n > 1: the samples run one after the other, each tagged with its index and ended by its own
+// Complete.
 func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest, stream *connect.ServerStream[vllmpb.GenerateResponse]) error {
+	for i := range max(req.GetSamplingParams().GetN(), 1) {
+		aborted, err := s.generateSample(ctx, req, stream, i)
+		if err != nil || aborted {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateSample runs sample index of a Generate and reports whether an Abort ended it.
+func (s vllmServicer) generateSample(ctx context.Context, req *vllmpb.GenerateRequest, stream *connect.ServerStream[vllmpb.GenerateResponse], index uint32) (bool, error) {
 	var last, all, promptIDs []uint32
 	prompt := 0
 	// Logprobs as the servicer sends them: sampling_params.logprobs alternatives per output token (a
@@ -139,6 +153,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			if err == nil {
 				prompt = len(c.spec.prompt.ids)
 				promptIDs = c.spec.prompt.ids
+				c.spec.choice = int(index)
 			}
 			return c, err
 		},
@@ -153,6 +168,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			}
 			ch := &vllmpb.GenerateStreamChunk{
 				TokenIds: ids, PromptTokens: uint32(prompt), CompletionTokens: 1, CachedTokens: uint32(cached), // one engine token
+				Index: index,
 			}
 			if wantLP {
 				ch.OutputLogprobs = lp.vllm(ids)
@@ -164,11 +180,11 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
-		return err
+		return false, err
 	}
 	done := &vllmpb.GenerateComplete{
 		FinishReason: res.finish, PromptTokens: uint32(res.promptTokens), CachedTokens: uint32(res.cachedTokens),
-		OutputIds: all, CompletionTokens: uint32(res.completionTokens),
+		OutputIds: all, CompletionTokens: uint32(res.completionTokens), Index: index,
 	}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = last, 1
@@ -193,7 +209,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 		// when the params carry a valid host and port.
 		b, err := json.Marshal(kv)
 		if err != nil {
-			return connect.NewError(connect.CodeInternal, err)
+			return false, connect.NewError(connect.CodeInternal, err)
 		}
 		js := string(b)
 		done.KvTransferParamsJson = &js
@@ -201,7 +217,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			done.KvTransferParams = &vllmpb.KvTransferParams{RemoteHost: *kv.RemoteHost, RemotePort: uint32(*kv.RemotePort)}
 		}
 	}
-	return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
+	return aborted, stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
 }
 
 // HealthCheck answers healthy unless the FailHealth fault is on (vLLM's reports engine.errored).
