@@ -9,8 +9,8 @@ import (
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 )
 
-// n > 1 over both servicers: every sample's chunks and its own Complete carry its index; a PD leg
-// still refuses n > 1.
+// n > 1 over both servicers: every sample's chunks and its own Complete carry its index; a vLLM KV
+// handoff (one consumer) still refuses n > 1.
 func TestGRPCNSamples(t *testing.T) {
 	t.Parallel()
 	sg := startEngine(t, Config{Mode: ModeInstant, InstantOutputTokens: 32, GRPC: true, Seed: 5})
@@ -63,6 +63,8 @@ func TestGRPCNSamples(t *testing.T) {
 	}
 
 	p := startEngine(t, Config{Protocol: ProtocolVLLM, Role: RolePrefill, GRPC: true})
+	kv := `{"do_remote_decode":true}`
+	vreq.KvTransferParamsJson = &kv
 	_, _, err = vllmRun(t.Context(), vllmpb.NewVllmEngineClient(grpcConn(t, p)), vreq)
 	wantCode(t, err, codes.Unimplemented, "PD leg")
 }

@@ -38,9 +38,6 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("GenerateRequest needs tokenized input or text"))
 	}
 	p := req.GetSamplingParams()
-	if p.GetN() > 1 && e.cfg.Role != RoleRegular {
-		return nil, errNUnsupported
-	}
 	temp, topP := 1.0, 1.0
 	if p != nil && p.Temperature != nil {
 		temp = float64(p.GetTemperature())
@@ -63,6 +60,9 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 	kv, err := vllmKVParams(req)
 	if err != nil {
 		return nil, err
+	}
+	if p.GetN() > 1 && kv != nil {
+		return nil, errNUnsupported // one KV handoff per request: a gateway sends n > 1 to a decode alone
 	}
 	rid := req.GetRequestId()
 	if rid == "" {

@@ -199,6 +199,8 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 			if tp.checkKV != nil {
 				tp.checkKV(t, c)
 			}
+			// Last: vLLM PD sends n > 1 to a decode alone, which computes its prompt itself.
+			checkEngineGRPCSamples(t, &client, msgs)
 		})
 	}
 }
@@ -264,6 +266,48 @@ func checkEngineGRPCLogprobs(t *testing.T, client *openai.Client, msgs []openai.
 		len(c.Logprobs.TokenLogprobs) != len(c.Logprobs.Tokens) || len(c.Logprobs.TextOffset) != len(c.Logprobs.Tokens) ||
 		!strings.HasPrefix(c.Logprobs.JSON.TopLogprobs.Raw(), `[null,{"c":`) {
 		t.Errorf("completion with echo: text %q, logprobs %+v", c.Text, c.Logprobs)
+	}
+}
+
+// checkEngineGRPCSamples: n > 1 through the SDK, whole and streamed: one choice per index, each with
+// its finish, usage the sum of the samples' tokens.
+func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion) {
+	t.Helper()
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(4), N: openai.Int(3),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}
+	chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(4), N: openai.Int(3)})
+	if err != nil {
+		t.Fatalf("chat n=3: %v", err)
+	}
+	if len(chat.Choices) != 3 || chat.Usage.CompletionTokens != 12 {
+		t.Fatalf("chat n=3: %d choices, usage %+v; want 3 and 12 completion tokens", len(chat.Choices), chat.Usage)
+	}
+	for i, c := range chat.Choices {
+		if c.Index != int64(i) || c.Message.Content == "" || c.FinishReason != "length" {
+			t.Errorf("chat n=3 choice %d: %+v", i, c)
+		}
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("chat n=3 stream: %v", err)
+	}
+	if len(acc.Choices) != 3 || acc.Usage.CompletionTokens != 12 || acc.Usage.PromptTokens != chat.Usage.PromptTokens {
+		t.Fatalf("chat n=3 stream: %d choices, usage %+v", len(acc.Choices), acc.Usage)
+	}
+	for i, c := range acc.Choices {
+		if c.Message.Content == "" || c.FinishReason != "length" {
+			t.Errorf("chat n=3 streamed choice %d: %+v", i, c)
+		}
+	}
+	comp, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Two ways")}, MaxTokens: openai.Int(3), N: openai.Int(2)})
+	if err != nil || len(comp.Choices) != 2 || comp.Choices[1].Index != 1 || comp.Usage.CompletionTokens != 6 {
+		t.Errorf("completion n=2: %v, %+v", err, comp)
 	}
 }
 
