@@ -111,6 +111,7 @@ func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Prot
 	for _, id := range info.EOSTokenIDs {
 		e.EOS = append(e.EOS, int(id))
 	}
+	e.ContextLength = info.ContextLength
 	return e, true, nil
 }
 

@@ -386,3 +386,30 @@ func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineGRPCContextLengthExceeded: a prompt longer than the model's context (GetModelInfo's) is the
+// gateway's own 400 context_length_exceeded, before any Generate reaches the engine.
+func TestEngineGRPCContextLengthExceeded(t *testing.T) {
+	t.Parallel()
+	tok := byteTokenizerDir(t)
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(p), func(t *testing.T) {
+			cfg := engineGRPCConfig()
+			cfg.ContextLength = 64
+			c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: p, Engine: cfg})
+			gw := startGateway(t, app.Options{}, engineGRPCArgs(c, tok)...)
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+			_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: simModel,
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("too long ", 20))}})
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "context_length_exceeded" ||
+				apiErr.Param != "messages" || !strings.Contains(apiErr.Message, "maximum context length is 64") {
+				t.Fatalf("long prompt: %v; want the gateway's 400 context_length_exceeded", err)
+			}
+			if st := c.Engines[0].Stats(); st.Completed != 0 || st.Failed != 0 {
+				t.Errorf("engine: %d completed, %d failed; want no request", st.Completed, st.Failed)
+			}
+		})
+	}
+}

@@ -114,3 +114,34 @@ func TestGenerateN(t *testing.T) {
 		t.Errorf("generate n=2: %+v", got)
 	}
 }
+
+// A prompt that fills the model's context is a 400 context_length_exceeded naming the prompt's field,
+// and the engine never hears of it; a shorter one is served.
+func TestContextLengthExceeded(t *testing.T) {
+	f := newFake("ok")
+	tr, url := setupEngine(t, f, Engine{Protocol: enginegrpc.VLLM, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m", ContextLength: 4})
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"m","messages":[{"role":"user","content":"x"}]}`,
+		"/v1/completions":      `{"model":"m","prompt":"abcd"}`,
+		"/generate":            `{"input_ids":[1,2,3,4,5]}`,
+	} {
+		resp := post(t, tr, t.Context(), url, path, body)
+		got := decode[struct {
+			Error struct {
+				Param string `json:"param"`
+				Code  string `json:"code"`
+			} `json:"error"`
+		}](t, resp)
+		if resp.StatusCode != http.StatusBadRequest || got.Error.Code != "context_length_exceeded" || got.Error.Param == "" {
+			t.Errorf("%s: status %d, error %+v", path, resp.StatusCode, got.Error)
+		}
+	}
+	if len(f.vllm) != 0 {
+		t.Errorf("%d requests reached the engine", len(f.vllm))
+	}
+	if resp := post(t, tr, t.Context(), url, "/v1/completions", `{"model":"m","prompt":"abc"}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("a 3-token prompt in a 4-token context: status %d", resp.StatusCode)
+	} else {
+		resp.Body.Close()
+	}
+}

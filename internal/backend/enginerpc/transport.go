@@ -37,6 +37,9 @@ type Engine struct {
 	// ReasoningParser and ToolCallParser name the model's parsers of chat answers (internal/reasoning,
 	// internal/toolcall: --reasoning-parser, --tool-call-parser); "" is none.
 	ReasoningParser, ToolCallParser string
+	// ContextLength is the model's context in tokens (GetModelInfo); 0 is unknown. A longer prompt is
+	// refused here, before any engine call.
+	ContextLength int
 }
 
 type engineEntry struct {
@@ -194,6 +197,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if e.ContextLength > 0 && len(c.ids) >= e.ContextLength {
+		return contextExceeded(req, c, e.ContextLength), nil
+	}
 	c.requestID = req.Header.Get("X-Request-Id")
 	if c.requestID == "" {
 		c.requestID = t.newID()
@@ -206,6 +212,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		m.id = "cmpl-" + c.requestID
 	}
 	return t.run(req, e, c, m)
+}
+
+// contextExceeded is vLLM's 400 for a prompt that leaves no room in the model's context, with OpenAI's
+// code context_length_exceeded, naming the prompt's field.
+func contextExceeded(req *http.Request, c *call, limit int) *http.Response {
+	param := "prompt"
+	switch {
+	case c.route == body.RouteChat:
+		param = "messages"
+	case c.route == body.RouteGenerate && c.text == "":
+		param = "input_ids"
+	case c.route == body.RouteGenerate:
+		param = "text"
+	}
+	msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+		"Please reduce the length of the input.", limit, len(c.ids))
+	return errorResponse(req, http.StatusBadRequest, msg, "invalid_request_error", param, "context_length_exceeded")
 }
 
 // passThrough sends any other request (a gRPC call such as a health check made through an
