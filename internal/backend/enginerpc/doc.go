@@ -31,7 +31,12 @@
 // their sample's index, which becomes the choice's; usage counts the prompt once and every sample's
 // completion; /generate answers a list.
 //
-// Not served yet, refused with a 400 naming the field: prompt batches, chat's echo.
+// /v1/embeddings (embed.go) is one Embed call per input, answered as OpenAI's embeddings list.
+// A prompt that fills the model's context (Engine.ContextLength) is a 400 context_length_exceeded
+// before any engine call.
+//
+// Not served yet, refused with a 400 naming the field: prompt batches, chat's echo, embeddings'
+// dimensions.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

@@ -37,6 +37,8 @@ type genStream interface {
 type engineClient interface {
 	generate(ctx context.Context, c *call) (genStream, error)
 	abort(ctx context.Context, requestID string) error
+	// embed runs Embed on one input: its vector and prompt tokens.
+	embed(ctx context.Context, requestID string, ids []uint32) ([]float32, uint32, error)
 	// cumulativeCounts says the stream chunks' counts are totals so far (SGLang) rather than the
 	// chunk's own (vLLM).
 	cumulativeCounts() bool

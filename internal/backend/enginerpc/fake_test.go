@@ -402,3 +402,16 @@ func vllmInLP(ids []uint32) *vllmpb.InputLogProbs {
 	}
 	return in
 }
+
+// The fake's embedding of an input: its length and first id, so that a test can tell inputs apart.
+func fakeEmbedding(ids []uint32) []float32 { return []float32{float32(len(ids)), float32(ids[0]), 0.5} }
+
+func (f *fakeEngine) Embed(_ context.Context, req *sglangpb.EmbedRequest) (*sglangpb.EmbedResponse, error) {
+	ids := req.GetTokenized().GetInputIds()
+	return &sglangpb.EmbedResponse{Embedding: fakeEmbedding(ids), EmbeddingDim: 3, PromptTokens: uint32(len(ids))}, nil
+}
+
+func (v vllmFake) Embed(_ context.Context, req *vllmpb.EmbedRequest) (*vllmpb.EmbedResponse, error) {
+	ids := req.GetTokenized().GetInputIds()
+	return &vllmpb.EmbedResponse{Embedding: fakeEmbedding(ids), EmbeddingDim: 3, PromptTokens: uint32(len(ids))}, nil
+}

@@ -177,7 +177,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.fallback.RoundTrip(req)
 	}
 	route, ok := body.RouteFromPath(req.URL.Path)
-	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate) {
+	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate && route != body.RouteEmbeddings) {
 		return t.passThrough(req)
 	}
 	var raw []byte
@@ -188,6 +188,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if route == body.RouteEmbeddings {
+		return t.embed(req, e, raw)
 	}
 	c, err := parseCall(route, raw, &e.Engine)
 	if err != nil {
@@ -221,6 +224,8 @@ func contextExceeded(req *http.Request, c *call, limit int) *http.Response {
 	switch {
 	case c.route == body.RouteChat:
 		param = "messages"
+	case c.route == body.RouteEmbeddings:
+		param = "input"
 	case c.route == body.RouteGenerate && c.text == "":
 		param = "input_ids"
 	case c.route == body.RouteGenerate:
