@@ -221,9 +221,10 @@
 // pins the rank; SGLang's servicer does not pass its data_parallel_rank on, so neither does the
 // simulator. Logprobs (grpc_logprobs.go): SGLang's return_logprob/top_logprobs_num/logprob_start_len
 // and vLLM's logprobs/prompt_logprobs give OutputLogProbs and InputLogProbs from the model of
-// /generate's input_token_logprobs (a decode leg gives no prompt logprobs). Not served over gRPC:
+// /generate's input_token_logprobs (a decode leg gives no prompt logprobs). Embed answers
+// /v1/embeddings' vector of the tokenized input (grpc_embed.go). Not served over gRPC:
 // n > 1 on an SGLang PD leg or with vLLM's kv_transfer_params (UNIMPLEMENTED; otherwise the samples
-// run one after the other, each with its index and own Complete), Embed, GetTokenizer, SubscribeKvEvents, LoRA and profiling RPCs, hidden
+// run one after the other, each with its index and own Complete), GetTokenizer, SubscribeKvEvents, LoRA and profiling RPCs, hidden
 // states, and structured output constraints (ignored).
 // vLLM's text input is tokenized by the simulator's tokenizer.
 //
