@@ -189,6 +189,13 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 			}
 
 			checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
+			if len(c.ByRole(sim.RolePrefill)) == 0 { // PD mode serves no embeddings (dispatch's aux.go), as over HTTP
+				emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: simModel,
+					Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"first", "second"}}})
+				if err != nil || len(emb.Data) != 2 || emb.Data[1].Index != 1 || len(emb.Data[0].Embedding) != sim.EmbeddingDim || emb.Usage.PromptTokens == 0 {
+					t.Errorf("embeddings over Embed: %v, %+v", err, emb)
+				}
+			}
 
 			// The gateway tokenized the prompt: the simulator counted the chat's rendered bytes.
 			for _, e := range c.Engines {
