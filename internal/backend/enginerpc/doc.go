@@ -35,7 +35,10 @@
 // A prompt that fills the model's context (Engine.ContextLength) is a 400 context_length_exceeded
 // before any engine call.
 //
-// Not served yet, refused with a 400 naming the field: prompt batches, chat's echo, embeddings'
+// A batch of prompts (batch.go) is one Generate per prompt, run at once, the answers merged as the
+// engines' HTTP servers give them.
+//
+// Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
 // dimensions.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the

@@ -192,6 +192,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if route == body.RouteEmbeddings {
 		return t.embed(req, e, raw)
 	}
+	if field, items := batchField(route, raw); field != "" {
+		return t.batch(req, route, raw, field, items)
+	}
 	c, err := parseCall(route, raw, &e.Engine)
 	if err != nil {
 		var re *body.RequestError
