@@ -207,7 +207,7 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				tp.checkKV(t, c)
 			}
 			// Last: vLLM PD sends n > 1 to a decode alone, which computes its prompt itself.
-			checkEngineGRPCSamples(t, &client, msgs)
+			checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
 		})
 	}
 }
@@ -278,7 +278,7 @@ func checkEngineGRPCLogprobs(t *testing.T, client *openai.Client, msgs []openai.
 
 // checkEngineGRPCSamples: n > 1 through the SDK, whole and streamed: one choice per index, each with
 // its finish, usage the sum of the samples' tokens.
-func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion) {
+func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion, sglangPD bool) {
 	t.Helper()
 	ctx := context.Background()
 	params := openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(4), N: openai.Int(3),
@@ -315,6 +315,18 @@ func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.C
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Two ways")}, MaxTokens: openai.Int(3), N: openai.Int(2)})
 	if err != nil || len(comp.Choices) != 2 || comp.Choices[1].Index != 1 || comp.Usage.CompletionTokens != 6 {
 		t.Errorf("completion n=2: %v, %+v", err, comp)
+	}
+	// A batch of prompts: one Generate per prompt, choices prompt by prompt (SGLang PD refuses a batch
+	// with n > 1, as over HTTP: there n = 1, each prompt its own bootstrap room).
+	n := int64(2)
+	if sglangPD {
+		n = 1
+	}
+	batch, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"First prompt", "Second"}}, MaxTokens: openai.Int(3), N: openai.Int(n)})
+	if err != nil || len(batch.Choices) != 2*int(n) || batch.Choices[len(batch.Choices)-1].Index != 2*n-1 || batch.Usage.CompletionTokens != 6*n ||
+		batch.Usage.PromptTokens != int64(len("First prompt")+len("Second")) {
+		t.Errorf("completion batch of 2 prompts, n=2: %v, %+v", err, batch)
 	}
 }
 

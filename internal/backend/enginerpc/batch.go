@@ -15,7 +15,8 @@ import (
 // input_ids lists, is one Generate per prompt, as the Rust gateway fans a batch out (one backend
 // request per prompt), run at once; their answers merge into the one the engines' HTTP servers give:
 // completions' choices numbered prompt by prompt (index = prompt * n + sample) with usage summed,
-// /generate's list of objects in prompt order. A streamed batch is refused with a 400 naming stream.
+// /generate's list of objects in prompt order. SGLang PD's per-prompt bootstrap lists give each prompt
+// its own. A streamed batch is refused with a 400 naming stream.
 
 // batchField returns the field holding a batch of prompts and its items, or "" when the body is one
 // prompt.
@@ -83,6 +84,7 @@ func (t *Transport) batch(req *http.Request, route body.Route, raw []byte, field
 			one[k] = v
 		}
 		one[field] = item
+		perPrompt(one, fields, i, len(items))
 		b, err := json.Marshal(one)
 		if err != nil {
 			return nil, err
@@ -178,4 +180,22 @@ func mergeBatch(route body.Route, rid string, answers [][]byte) ([]byte, error) 
 		return nil, err
 	}
 	return json.Marshal(head)
+}
+
+// perPromptFields are the fields a batch gives per prompt: SGLang PD's handshake, a list with one entry
+// per prompt.
+var perPromptFields = []string{"bootstrap_host", "bootstrap_port", "bootstrap_room"}
+
+// perPrompt sets a prompt's own entry of each per-prompt list.
+func perPrompt(one, fields map[string]json.RawMessage, i, n int) {
+	for _, k := range perPromptFields {
+		v := bytes.TrimSpace(fields[k])
+		if len(v) == 0 || v[0] != '[' {
+			continue
+		}
+		var list []json.RawMessage
+		if json.Unmarshal(v, &list) == nil && len(list) == n {
+			one[k] = list[i]
+		}
+	}
 }

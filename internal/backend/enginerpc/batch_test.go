@@ -67,3 +67,23 @@ func TestBatches(t *testing.T) {
 		t.Errorf("generate batch: %+v, %d Generate calls", gen, len(f.sglang))
 	}
 }
+
+// SGLang PD's batch gives each prompt its own bootstrap entry (dispatch writes lists); each prompt's
+// Generate carries its own room.
+func TestBatchBootstrapPerPrompt(t *testing.T) {
+	f := newFake("ok")
+	tr, url := setup(t, enginegrpc.SGLang, f)
+	resp := post(t, tr, t.Context(), url, "/v1/completions",
+		`{"model":"m","prompt":["a","b"],"bootstrap_host":["h","h"],"bootstrap_port":[8998,8998],"bootstrap_room":[11,22]}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	rooms := map[string]int32{}
+	for _, r := range f.sglang {
+		rooms[string(rune(r.GetTokenized().GetInputIds()[0]))] = r.GetDisaggregatedParams().GetBootstrapRoom()
+	}
+	if rooms["a"] != 11 || rooms["b"] != 22 {
+		t.Errorf("rooms by prompt %v, want a:11 b:22", rooms)
+	}
+}
