@@ -75,7 +75,7 @@ func (t *Transport) batch(req *http.Request, route body.Route, raw []byte, field
 		rid = t.newID()
 	}
 	answers := make([][]byte, len(items))
-	resps := make([]*http.Response, len(items))
+	statuses := make([]int, len(items))
 	errs := make([]error, len(items))
 	var wg sync.WaitGroup
 	for i, item := range items {
@@ -96,11 +96,7 @@ func (t *Transport) batch(req *http.Request, route body.Route, raw []byte, field
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resps[i], errs[i] = t.RoundTrip(sub)
-			if errs[i] == nil {
-				answers[i], errs[i] = io.ReadAll(resps[i].Body)
-				resps[i].Body.Close()
-			}
+			statuses[i], answers[i], errs[i] = t.roundTripBytes(sub)
 		}()
 	}
 	wg.Wait()
@@ -108,8 +104,8 @@ func (t *Transport) batch(req *http.Request, route body.Route, raw []byte, field
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
-		if resps[i].StatusCode != http.StatusOK {
-			return jsonResponse(req, resps[i].StatusCode, answers[i]), nil
+		if statuses[i] != http.StatusOK {
+			return jsonResponse(req, statuses[i], answers[i]), nil
 		}
 	}
 	merged, err := mergeBatch(route, rid, answers)
@@ -117,6 +113,17 @@ func (t *Transport) batch(req *http.Request, route body.Route, raw []byte, field
 		return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
 	}
 	return jsonResponse(req, http.StatusOK, merged), nil
+}
+
+// roundTripBytes runs one prompt's unary request and reads its answer.
+func (t *Transport) roundTripBytes(req *http.Request) (int, []byte, error) {
+	resp, err := t.RoundTrip(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // mergeBatch joins the prompts' answers: /generate's objects (each one, or a list with n > 1) into one
