@@ -1,10 +1,10 @@
 package admission
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/fielderr"
 )
 
 // Defaults of the command-line flags (see DESIGN.md §3).
@@ -171,37 +171,25 @@ func (s *Settings) initialLimit() int {
 	return min(max(s.MaxInflightPerWorker, s.Adaptive.Min), s.Adaptive.Max)
 }
 
-// FieldError is one invalid field of [Settings]: Field is the field's Go name ("QueueSize", "Bands",
-// ...) and Problem says what is wrong in words that follow the field's name ("must be at least 0, got
-// -1"). The rule and its wording live here once; a caller that reads settings from its own spelling
-// of them (command-line flags, an RPC's fields) names the field its way with [FieldError.Named].
-type FieldError struct {
-	Field   string
-	Problem string
-}
-
 // fieldNames are the fields as this package's own errors name them.
 var fieldNames = map[string]string{
-	"QueueSize":    "queue size",
-	"QueueTimeout": "queue timeout",
-	"Bands":        "priority bands",
-	"Aging":        "aging",
-	"Adaptive":     "adaptive limit range",
+	"QueueSize":         "queue size",
+	"QueueTimeout":      "queue timeout",
+	"Bands":             "priority bands",
+	"Aging":             "aging",
+	"Adaptive":          "adaptive limit range",
+	"Tenants.MaxQueued": "tenant max queued",
+	"Tenants.Burst":     "tenant burst",
+	"Tenants.Weights":   "tenant weights",
 }
 
-func (e *FieldError) Error() string { return "admission: " + e.Named(fieldNames[e.Field]) }
-
-// Named is the error with the field called name.
-func (e *FieldError) Named(name string) string { return name + " " + e.Problem }
-
-// Validate reports every invalid field, each a *[FieldError] (errors.Join). Rejecting queue flags
+// Validate reports every invalid field, each a *[fielderr.Error] (errors.Join) keyed by the field's
+// Go name ("QueueSize", "Tenants.Burst"). Rejecting queue flags
 // given without a positive limit is the flag parser's job: only it knows whether a value was set
 // explicitly or is a default. Tenants are checked by their own rules (tenants.go).
 func (s Settings) Validate() error {
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, a...)})
-	}
+	l := fielderr.New("admission", fieldNames)
+	bad := l.Add
 	if s.QueueSize < 0 {
 		bad("QueueSize", "must be at least 0, got %d", s.QueueSize)
 	}
@@ -239,10 +227,8 @@ func (s Settings) Validate() error {
 	case a.Min < 1 || a.Max < a.Min:
 		bad("Adaptive", "%d:%d must have 1 <= min <= max", a.Min, a.Max)
 	}
-	if err := s.Tenants.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	s.Tenants.validate(l)
+	return l.Err()
 }
 
 func validBandName(n string) bool {

@@ -1,9 +1,10 @@
 package admission
 
 import (
-	"errors"
-	"fmt"
 	"maps"
+	"slices"
+
+	"github.com/sluicegw/sluice/internal/fielderr"
 )
 
 // Tenants (Settings.Tenants): a request names its tenant, which orders it
@@ -53,23 +54,20 @@ func (t TenantSettings) clone() TenantSettings {
 	return t
 }
 
-func (t *TenantSettings) validate() error {
-	var errs []error
+func (t *TenantSettings) validate(l *fielderr.List) {
 	if t.MaxQueued < 0 {
-		errs = append(errs, fmt.Errorf("admission: tenant max queued must be >= 0, got %d", t.MaxQueued))
+		l.Add("Tenants.MaxQueued", "must be at least 0, got %d", t.MaxQueued)
 	}
 	if t.Burst < 0 || t.Burst > maxTenantWeight {
-		errs = append(errs, fmt.Errorf("admission: tenant burst must be 0-%d, got %d", maxTenantWeight, t.Burst))
+		l.Add("Tenants.Burst", "must be 0-%d (0 and 1: one turn of the tenant's weight), got %d", maxTenantWeight, t.Burst)
 	}
-	for name, w := range t.Weights {
-		if name == "" {
-			errs = append(errs, errors.New("admission: a tenant weight needs a tenant name"))
-		}
-		if w < 1 || w > maxTenantWeight {
-			errs = append(errs, fmt.Errorf("admission: tenant %q: weight must be 1-%d, got %d", name, maxTenantWeight, w))
+	for _, name := range slices.Sorted(maps.Keys(t.Weights)) {
+		if w := t.Weights[name]; name == "" {
+			l.Add("Tenants.Weights", "need a tenant name for weight %d", w)
+		} else if w < 1 || w > maxTenantWeight {
+			l.Add("Tenants.Weights", "of tenant %q must be 1-%d, got %d", name, maxTenantWeight, w)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // maxTenantWeight bounds a weight or burst, hence the grants one tenant gets in a row.

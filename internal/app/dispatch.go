@@ -52,7 +52,11 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 	if cfg.Workers.ModelID != "" {
 		models = []string{cfg.Workers.ModelID}
 	}
-	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: worker.Protocol(cfg.Workers.Runtime),
+	fallback := worker.Protocol(cfg.Workers.Runtime)
+	if fallback == worker.ProtocolTRTLLM {
+		fallback = worker.ProtocolSGLang // TensorRT-LLM's is a gRPC protocol: an http(s) worker keeps --runtime's default
+	}
+	a.detector = &dispatch.Detector{HTTP: httpClient, DefaultProtocol: fallback,
 		DefaultModels: models, DefaultKVConnector: cfg.Workers.KVConnector, Tokenizer: tokenizers, Logger: logger,
 		Parsers: func(model string) (string, string) {
 			return cfg.Parsers.ReasoningParser(model), cfg.Parsers.ToolCallParser(model)

@@ -37,10 +37,7 @@ func upstreamIdleTimeout(cfg *config.Config) time.Duration {
 // routes change workers through. It runs in New after the admin service exists.
 func (a *App) setupSMG(cfg *config.Config, admin smgapi.Admin) ([]server.Route, error) {
 	if cc := cfg.Concurrency; cc.Enabled() {
-		l, err := concurrency.New(concurrency.Config{
-			Capacity: cc.MaxConcurrent, QueueSize: cc.QueueSize, QueueTimeout: cc.QueueTimeout,
-			RefillPerSecond: float64(cc.TokensPerSecond),
-		}, concurrency.Deps{Metrics: concurrency.NewPrometheusMetrics(a.Prom)})
+		l, err := concurrency.New(cc, concurrency.Deps{Metrics: concurrency.NewPrometheusMetrics(a.Prom)})
 		if err != nil {
 			return nil, err
 		}

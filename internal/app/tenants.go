@@ -20,8 +20,7 @@ func withTenants(s admission.Settings, t config.TenantsConfig) admission.Setting
 	if !t.On() {
 		return s
 	}
-	s.Tenants = admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued, Burst: t.Burst,
-		UnderShareFirst: t.UnderShareFirst()}
+	s.Tenants = t.Admission()
 	return s
 }
 

@@ -122,12 +122,16 @@ type RankLoad struct {
 }
 
 // FetchLoad reads an engine's load in the way its protocol offers it: grpc:// workers through
-// LoadService.GetLoad, or their engine's GetLoads when protocol is "sglang" or "vllm"; vLLM only through its Prometheus /metrics (fetchVLLMLoad); SGLang at
+// LoadService.GetLoad, or their engine's GetLoads when protocol is "sglang" or "vllm" (none for
+// "trtllm": ErrNotSupported); vLLM only through its Prometheus /metrics (fetchVLLMLoad); SGLang at
 // GET /v1/loads, or GET /get_load on engines older than /v1/loads (both in
 // python/sglang/srt/entrypoints/http_server.py).
 func (u *Upstream) FetchLoad(ctx context.Context, baseURL, protocol string) (Load, error) {
 	if IsGRPC(baseURL) && (protocol == "sglang" || protocol == "vllm") {
 		return u.fetchEngineGRPCLoad(ctx, baseURL, protocol) // load_enginegrpc.go
+	}
+	if IsGRPC(baseURL) && protocol == "trtllm" {
+		return Load{}, ErrNotSupported // TensorRT-LLM's service has no GetLoads
 	}
 	if IsGRPC(baseURL) {
 		lc := workerv1connect.NewLoadServiceClient(u.client(), baseURL, connect.WithGRPC())

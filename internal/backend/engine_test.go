@@ -283,6 +283,9 @@ func TestFlushCacheAndProbeHTTP(t *testing.T) {
 	if err := Probe(ctx, testClient(t), "http://"+closedAddr(t), ""); err == nil {
 		t.Error("Probe of a closed port succeeded")
 	}
+	if _, err := (&Upstream{Client: testClient(t)}).FetchLoad(ctx, "grpc://127.0.0.1:1", "trtllm"); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("trtllm FetchLoad = %v, want ErrNotSupported (TensorRT-LLM's service has no GetLoads)", err)
+	}
 	if err := FlushCache(ctx, testClient(t), "grpc://127.0.0.1:1", "grpc"); !errors.Is(err, ErrNotSupported) {
 		t.Errorf("grpc FlushCache = %v", err)
 	}

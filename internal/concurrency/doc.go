@@ -2,10 +2,10 @@
 // model or worker: the Rust gateway's --max-concurrent-requests with --queue-size and
 // --queue-timeout-secs, and its --rate-limit-tokens-per-second refill.
 //
-// It is a token bucket of Capacity tokens. A request takes one token when it is admitted and gives
-// it back when it ends (its response fully sent, streaming included, or abandoned); with a refill
-// rate the bucket also gains RefillPerSecond tokens per second, never above Capacity, as SMG's does
-// (model_gateway/src/middleware/token_bucket.rs). Without a refill rate it is a plain concurrency
+// It is a token bucket of MaxConcurrent tokens. A request takes one token when it is admitted and
+// gives it back when it ends (its response fully sent, streaming included, or abandoned); with a
+// refill rate the bucket also gains TokensPerSecond tokens per second, never above MaxConcurrent, as
+// SMG's does (model_gateway/src/middleware/token_bucket.rs). Without a refill rate it is a plain concurrency
 // bound. A request that finds no token waits in one FIFO queue of at most QueueSize requests: a full
 // queue rejects at once ([ErrQueueFull], HTTP 429), a wait longer than QueueTimeout ends with
 // [ErrQueueTimeout] (HTTP 408, as SMG answers).

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicegw/sluice/internal/fielderr"
 	"github.com/sluicegw/sluice/internal/waitq"
 )
 
@@ -22,33 +23,43 @@ var (
 	ErrQueueTimeout = fmt.Errorf("%w: queue timeout", ErrRejected)
 )
 
-// Config is the limiter's behaviour.
-type Config struct {
-	// Capacity is the number of tokens; requests in flight at once without refill. Must be >= 1.
-	Capacity int
+// Settings are the gateway limit's flags (SMG's --max-concurrent-requests, --queue-size,
+// --queue-timeout-secs, --rate-limit-tokens-per-second); internal/config binds the flags to these
+// fields and nothing else. SMG accepts the queue flags without a limit and ignores them (its Helm
+// chart always passes them), so Validate checks every field whether or not the limit is on.
+type Settings struct {
+	// MaxConcurrent is the bucket's capacity: requests in flight at once without refill; <= 0 = off.
+	MaxConcurrent int
 	// QueueSize bounds the waiting requests; 0 rejects at once when no token is left.
 	QueueSize int
 	// QueueTimeout bounds one request's wait. Must be positive.
 	QueueTimeout time.Duration
-	// RefillPerSecond adds tokens over time besides the ones requests give back (0 = none).
-	RefillPerSecond float64
+	// TokensPerSecond adds tokens over time besides the ones requests give back (0 = none: a pure
+	// concurrency bound).
+	TokensPerSecond int
 }
 
-func (c Config) validate() error {
-	var errs []error
-	if c.Capacity < 1 {
-		errs = append(errs, fmt.Errorf("capacity must be at least 1, got %d", c.Capacity))
+// Enabled reports whether the limit is on.
+func (s Settings) Enabled() bool { return s.MaxConcurrent > 0 }
+
+var fieldNames = map[string]string{
+	"QueueSize": "queue size", "QueueTimeout": "queue timeout", "TokensPerSecond": "refill rate",
+}
+
+// Validate reports every invalid field, each a *[fielderr.Error] (errors.Join) keyed by the field's
+// Go name. A limit that is off is valid; [New] refuses to build one.
+func (s Settings) Validate() error {
+	l := fielderr.New("concurrency", fieldNames)
+	if s.QueueSize < 0 {
+		l.Add("QueueSize", "must be at least 0, got %d", s.QueueSize)
 	}
-	if c.QueueSize < 0 {
-		errs = append(errs, fmt.Errorf("queue size must not be negative, got %d", c.QueueSize))
+	if s.QueueTimeout <= 0 {
+		l.Add("QueueTimeout", "must be positive, got %v (use a queue size of 0 to never wait)", s.QueueTimeout)
 	}
-	if c.QueueTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("queue timeout must be positive, got %v", c.QueueTimeout))
+	if s.TokensPerSecond < 0 {
+		l.Add("TokensPerSecond", "must be at least 0, got %d", s.TokensPerSecond)
 	}
-	if !(c.RefillPerSecond >= 0) || math.IsInf(c.RefillPerSecond, 0) {
-		errs = append(errs, fmt.Errorf("refill rate must be a non-negative number, got %v", c.RefillPerSecond))
-	}
-	return errors.Join(errs...)
+	return l.Err()
 }
 
 // Metrics receives the limiter's state changes. Calls happen under the limiter's mutex, in order.
@@ -70,7 +81,7 @@ type Deps struct {
 
 // Limiter is the gateway-wide token bucket. It is safe for concurrent use.
 type Limiter struct {
-	cfg     Config
+	cfg     Settings
 	metrics Metrics
 	now     func() time.Time
 
@@ -86,9 +97,12 @@ type waiter struct {
 }
 
 // New builds a limiter with a full bucket.
-func New(cfg Config, d Deps) (*Limiter, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("concurrency: %w", err)
+func New(cfg Settings, d Deps) (*Limiter, error) {
+	if !cfg.Enabled() {
+		return nil, fmt.Errorf("concurrency: the limit is off (max concurrent %d): build no limiter", cfg.MaxConcurrent)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if d.Metrics == nil {
 		d.Metrics = nopMetrics{}
@@ -96,7 +110,7 @@ func New(cfg Config, d Deps) (*Limiter, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	l := &Limiter{cfg: cfg, metrics: d.Metrics, now: d.Now, tokens: float64(cfg.Capacity)}
+	l := &Limiter{cfg: cfg, metrics: d.Metrics, now: d.Now, tokens: float64(cfg.MaxConcurrent)}
 	l.last = l.now()
 	l.metrics.SetInflight(0)
 	l.metrics.SetQueued(0)
@@ -125,7 +139,7 @@ func (p *Permit) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
-	l.tokens = min(l.tokens+1, float64(l.cfg.Capacity))
+	l.tokens = min(l.tokens+1, float64(l.cfg.MaxConcurrent))
 	l.grantLocked()
 	l.metrics.SetInflight(l.inflight)
 }
@@ -188,7 +202,7 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 		case <-ctx.Done():
 			l.mu.Lock()
 			if w.Granted() { // the grant raced in: give it back, cancellation wins
-				l.tokens = min(l.tokens+1, float64(l.cfg.Capacity))
+				l.tokens = min(l.tokens+1, float64(l.cfg.MaxConcurrent))
 				l.grantLocked()
 			} else {
 				l.removeLocked(w)
@@ -230,9 +244,9 @@ func (l *Limiter) grantedLocked() *Permit {
 // refillLocked adds the tokens accrued since the last refill.
 func (l *Limiter) refillLocked() {
 	now := l.now()
-	if l.cfg.RefillPerSecond > 0 {
+	if l.cfg.TokensPerSecond > 0 {
 		if d := now.Sub(l.last); d > 0 {
-			l.tokens = min(l.tokens+d.Seconds()*l.cfg.RefillPerSecond, float64(l.cfg.Capacity))
+			l.tokens = min(l.tokens+d.Seconds()*float64(l.cfg.TokensPerSecond), float64(l.cfg.MaxConcurrent))
 		}
 	}
 	l.last = now
@@ -264,7 +278,7 @@ func (l *Limiter) removeLocked(w *waitq.Waiter[waiter]) {
 }
 
 func (l *Limiter) nudgeHeadLocked() {
-	if l.cfg.RefillPerSecond <= 0 {
+	if l.cfg.TokensPerSecond <= 0 {
 		return // only refill needs the head awake; returns grant from the releaser's goroutine
 	}
 	if f := l.waiters.Front(); f != nil {
@@ -278,10 +292,10 @@ func (l *Limiter) nudgeHeadLocked() {
 // refillTimerLocked returns a timer for when the head's token will have accrued, or nil when e is
 // not the head or nothing refills.
 func (l *Limiter) refillTimerLocked(w *waitq.Waiter[waiter]) *time.Timer {
-	if l.cfg.RefillPerSecond <= 0 || l.waiters.Front() != w {
+	if l.cfg.TokensPerSecond <= 0 || l.waiters.Front() != w {
 		return nil
 	}
-	need := (1 - l.tokens) / l.cfg.RefillPerSecond
+	need := (1 - l.tokens) / float64(l.cfg.TokensPerSecond)
 	d := time.Duration(math.Ceil(need * float64(time.Second)))
 	return time.NewTimer(max(d, time.Millisecond))
 }
@@ -297,5 +311,5 @@ func (l *Limiter) Status() Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refillLocked()
-	return Status{Capacity: l.cfg.Capacity, Inflight: l.inflight, Queued: l.waiters.Len(), Tokens: l.tokens}
+	return Status{Capacity: l.cfg.MaxConcurrent, Inflight: l.inflight, Queued: l.waiters.Len(), Tokens: l.tokens}
 }

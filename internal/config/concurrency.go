@@ -1,25 +1,14 @@
 package config
 
-import "time"
+import (
+	"time"
 
-// ConcurrencyConfig is the gateway-wide concurrency limit (SMG's --max-concurrent-requests): a
-// bucket of MaxConcurrent tokens, one taken by each inference request for its whole life (streaming
-// included) and given back when it ends, optionally also refilled at TokensPerSecond. Requests that
-// find no token wait in a FIFO queue; a full queue answers 429, a wait past QueueTimeout 408.
-type ConcurrencyConfig struct {
-	// MaxConcurrent is the bucket's capacity (--max-concurrent-requests, default -1; <= 0 = off).
-	MaxConcurrent int
-	// QueueSize bounds the waiting requests (--queue-size, default 100; 0 = reject at once).
-	QueueSize int
-	// QueueTimeout bounds one request's wait (--queue-timeout-secs, default 60s).
-	QueueTimeout time.Duration
-	// TokensPerSecond refills the bucket besides the tokens requests give back
-	// (--rate-limit-tokens-per-second, default 0 = no refill: a pure concurrency bound).
-	TokensPerSecond int
-}
+	"github.com/sluicegw/sluice/internal/concurrency"
+)
 
-// Enabled reports whether the limit is on.
-func (c ConcurrencyConfig) Enabled() bool { return c.MaxConcurrent > 0 }
+// ConcurrencyConfig is the gateway-wide concurrency limit (SMG's --max-concurrent-requests): its
+// meaning and validation are internal/concurrency's; config binds the flags to its fields.
+type ConcurrencyConfig = concurrency.Settings
 
 func (s *flagSet) registerConcurrency() {
 	c := &s.cfg.Concurrency
@@ -34,14 +23,10 @@ func (s *flagSet) registerConcurrency() {
 // flags are accepted without a limit and then ignored, as SMG does: its Helm chart always passes them
 // (with --max-concurrent-requests -1).
 func (c *Config) validateConcurrency(p *problems) {
-	cc := c.Concurrency
-	if cc.QueueSize < 0 {
-		p.add("--queue-size must be at least 0, got %d", cc.QueueSize)
-	}
-	if cc.QueueTimeout <= 0 {
-		p.add("--queue-timeout-secs must be positive, got %v (use --queue-size 0 to never wait)", cc.QueueTimeout)
-	}
-	if cc.TokensPerSecond < 0 {
-		p.add("--rate-limit-tokens-per-second must be at least 0, got %d", cc.TokensPerSecond)
-	}
+	p.settings(c.Concurrency.Validate(), concurrencyFlags)
+}
+
+// concurrencyFlags name concurrency.Settings' fields as the flags that set them.
+var concurrencyFlags = map[string]string{
+	"QueueSize": "queue-size", "QueueTimeout": "queue-timeout-secs", "TokensPerSecond": "rate-limit-tokens-per-second",
 }

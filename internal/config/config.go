@@ -30,6 +30,8 @@ const (
 	ProtocolSGLang = "sglang"
 	ProtocolVLLM   = "vllm"
 	ProtocolGRPC   = "grpc"
+	// ProtocolTRTLLM is TensorRT-LLM's gRPC service: a --runtime for grpc:// workers only.
+	ProtocolTRTLLM = "trtllm"
 )
 
 // Routing policy names accepted by --policy, --prefill-policy and --decode-policy: internal/placement's.
@@ -135,7 +137,8 @@ type WorkersConfig struct {
 	// PDDisaggregation selects [ModePD] (--pd-disaggregation, default false).
 	PDDisaggregation bool
 	// Runtime is the protocol assumed for http(s) workers whose engine does
-	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang").
+	// not say what it is: "sglang" or "vllm" (--runtime, default "sglang"). Given explicitly it names
+	// the engine gRPC of grpc:// workers, where "trtllm" (TensorRT-LLM's) is accepted too.
 	Runtime string
 	// DPSize is the data-parallel size of flag workers whose engine does not
 	// report one (--dp-size, default 0 = one rank).

@@ -173,7 +173,10 @@ func TestParseRejects(t *testing.T) {
 		{"decode without pd flag", []string{"--decode", d1}, "--prefill/--decode need --pd-disaggregation"},
 		{"worker-urls with pd flag", []string{"--pd-disaggregation", "--worker-urls", p1}, "--worker-urls cannot be used with --pd-disaggregation"},
 		{"worker-urls with prefill", []string{"--pd-disaggregation", "--worker-urls", p2, "--prefill", p1}, "--worker-urls cannot be combined with --prefill/--decode"},
-		{"bad runtime", []string{"--runtime", "tgi"}, `--runtime must be sglang or vllm, got "tgi"`},
+		{"bad runtime", []string{"--runtime", "tgi"}, `--runtime must be sglang, vllm or trtllm, got "tgi"`},
+		{"trtllm runtime at an http worker", []string{"--runtime", "trtllm", "--worker-urls", "http://h:8000"}, "--runtime trtllm is TensorRT-LLM's gRPC service"},
+		{"trtllm prefill", []string{"--runtime", "trtllm", "--pd-disaggregation", "--prefill", "grpc://p:1", "--decode", "grpc://d:1"},
+			"TensorRT-LLM workers serve regular requests only"},
 		{"worker url without scheme", []string{"--worker-urls", "10.0.0.1:30000"}, "--worker-urls"},
 		{"worker url bare host", []string{"--worker-urls", "worker-1"}, `--worker-urls "worker-1": missing scheme`},
 		{"worker url bad scheme", []string{"--worker-urls", "ftp://h:1"}, `scheme "ftp" not supported`},
@@ -260,7 +263,7 @@ func TestValidateHandBuilt(t *testing.T) {
 		{"protocol left to detection", func(c *Config) { c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular}} }, ""},
 		{"unknown protocol", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: "tgi"}}
-		}, `protocol must be sglang, vllm or grpc, got "tgi"`},
+		}, `protocol must be sglang, vllm, trtllm or grpc, got "tgi"`},
 		{"grpc protocol on http url", func(c *Config) {
 			c.Workers.Initial = []WorkerFlag{{URL: "http://h:1", Role: RoleRegular, Protocol: ProtocolGRPC}}
 		}, "protocol grpc goes with grpc:// and grpcs:// URLs only"},
@@ -386,6 +389,16 @@ func TestParseWorkers(t *testing.T) {
 			name: "quoted URL and port in one argument",
 			args: []string{"--pd-disaggregation", "--prefill", "http://p:1 8998"},
 			want: []WorkerFlag{{URL: "http://p:1", Role: RolePrefill, BootstrapPort: 8998}},
+		},
+		{
+			name: "--runtime trtllm names TensorRT-LLM's gRPC for grpc workers",
+			args: []string{"--worker-urls", "grpc://t:50051", "--runtime", "trtllm"},
+			want: []WorkerFlag{{URL: "grpc://t:50051", Role: RoleRegular, Protocol: ProtocolTRTLLM}},
+		},
+		{
+			name: "SMG's --backend trtllm does the same",
+			args: []string{"--backend", "trtllm", "--worker-urls", "grpc://t:50051"},
+			want: []WorkerFlag{{URL: "grpc://t:50051", Role: RoleRegular, Protocol: ProtocolTRTLLM}},
 		},
 		{
 			name: "http workers' protocol is left to detection whatever --runtime says; an explicit --runtime names a grpc URL's engine gRPC",

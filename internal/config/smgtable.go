@@ -217,7 +217,7 @@ func (s *flagSet) registerSMGCompat() {
 		s.fs.Var(f.Value, a.name, "Alias of --"+a.target+".")
 		s.record(a.name, s.metavar[a.target])
 	}
-	s.add(backendValue{&s.cfg.Workers.Runtime}, "backend", "NAME", "SMG's --backend: sglang or vllm set --runtime; other backends are refused.")
+	s.add(backendValue{&s.cfg.Workers.Runtime}, "backend", "NAME", "SMG's --backend: sglang, vllm or trtllm set --runtime; other backends are refused.")
 	for _, f := range smgInert {
 		s.add(inertValue{name: f.name, kind: f.kind, check: f.check, into: &s.cfg.InertSMGFlags}, f.name, f.metavar, f.reason)
 	}

@@ -67,15 +67,15 @@ func (v backendValue) String() string {
 
 func (v backendValue) Set(s string) error {
 	switch s = strings.ToLower(strings.TrimSpace(s)); s {
-	case ProtocolSGLang, ProtocolVLLM:
+	case ProtocolSGLang, ProtocolVLLM, ProtocolTRTLLM: // trtllm: TensorRT-LLM's gRPC, grpc:// workers only
 		*v.p = s
 		return nil
-	case "trtllm", "tokenspeed":
-		return fmt.Errorf("%s engines are not supported: sluice speaks SGLang's and vLLM's HTTP APIs", s)
+	case "tokenspeed":
+		return fmt.Errorf("%s engines are not supported: sluice speaks SGLang's, vLLM's and TensorRT-LLM's APIs", s)
 	case "openai", "anthropic", "gemini":
 		return fmt.Errorf("sluice does not route to cloud providers (%s); it fronts self-hosted SGLang and vLLM engines", s)
 	}
-	return fmt.Errorf("want sglang or vllm, got %q", s)
+	return fmt.Errorf("want sglang, vllm or trtllm, got %q", s)
 }
 
 // floatListValue is a repeatable flag of numbers.

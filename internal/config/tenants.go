@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/internal/admission"
 )
 
 // TenantsConfig names the tenant sources and admission's tenancy (internal/tenant,
@@ -87,7 +89,7 @@ func (s *flagSet) registerTenants() {
 	s.str(&c.Tenants.Header, "tenant-header", "HEADER", "", "Request header naming the tenant of callers no credential names; the least trusted source. Callers named by no source share the tenant \"default\".")
 	s.str(&c.Tenants.Fairness, "tenant-fairness", "share|round-robin|off", FairnessShare, "With a tenant source and prefill admission on, how admission orders tenants within a priority band, FIFO within a tenant: share (default; on is the same) = first the tenants whose grants over the last ~2 s are below their weighted share, most under-served first (max-min fairness: a tenant under its share never waits behind one over it), else weighted deficit round robin; round-robin = the round robin alone (a quiet tenant's requests go one a turn between a flood's); off = one FIFO.")
 	s.add(tenantWeightsValue{&c.Tenants.Weights}, "tenant-weights", "T=W,...", "Tenants' weights in fair queueing (grants per round, 1-1000); tenants not named weigh 1.")
-	s.int(&c.Tenants.Burst, "tenant-burst", "N", 1, "In fair queueing, the requests a tenant back from idle is granted back to back in its first turn (at least its weight), repaid from its later turns: over any interval a tenant gets at most its share plus N; 1 (default) = one turn of its weight, 1-1000.")
+	s.int(&c.Tenants.Burst, "tenant-burst", "N", 1, "In fair queueing, the requests a tenant back from idle is granted back to back in its first turn (at least its weight), repaid from its later turns: over any interval a tenant gets at most its share plus N; 1 (default) = one turn of its weight, 0-1000 (0 is 1).")
 	s.add(tenantMaxQueuedValue{&c.Tenants.MaxQueued}, "tenant-max-queued", "N|off", "Requests one tenant may have waiting for admission; beyond it 429 tenant_queue_full while other tenants still queue; 0 or off = no bound. Default with a tenant source and admission on: half of --prefill-queue-size (at least 1), so that one tenant's flood leaves the other half of the shared queue to the other tenants instead of filling it (then they would get 429 pd_prefill_queue_full however fair the order); without a tenant source, no bound.")
 	s.int64(&c.Tenants.TokensPerMinute, "tenant-tokens-per-minute", "N", 0, "Every tenant's token budget per minute (prompt tokens reserved on arrival, settled on the reported usage); beyond it 429 rate_limit_exceeded with Retry-After and x-ratelimit-* headers; 0 = none.")
 	s.int64(&c.Tenants.RequestsPerMinute, "tenant-requests-per-minute", "N", 0, "Every tenant's request budget per minute; 0 = none.")
@@ -96,6 +98,18 @@ func (s *flagSet) registerTenants() {
 
 	s.section("Session affinity (agents)")
 	s.str(&c.Tenants.SessionHeader, "session-header", "HEADER", "", "Request header naming a conversation's session, read as a routing key after --routing-key-headers; cache_aware and kv_aware then keep a request with a routing key on the worker its key used last while that worker is healthy, below its limits and not overloaded by the balance thresholds (keys idle --max-idle-secs are forgotten); empty = off.")
+}
+
+// Admission is the tenancy admission orders waiters by (its rules and their validation are
+// admission's); app uses it only when a tenant source is on.
+func (t TenantsConfig) Admission() admission.TenantSettings {
+	return admission.TenantSettings{Fair: t.Fair(), Weights: maps.Clone(t.Weights), MaxQueued: t.MaxQueued, Burst: t.Burst,
+		UnderShareFirst: t.UnderShareFirst()}
+}
+
+// tenantFlags name admission.TenantSettings' fields as the flags that set them.
+var tenantFlags = map[string]string{
+	"Tenants.MaxQueued": "tenant-max-queued", "Tenants.Burst": "tenant-burst", "Tenants.Weights": "tenant-weights",
 }
 
 func (c *Config) validateTenants(p *problems) {
@@ -114,12 +128,7 @@ func (c *Config) validateTenants(p *problems) {
 	if t.Header != "" && !validHeaderName(t.Header) {
 		p.add("--tenant-header %q is not a header name", t.Header)
 	}
-	if t.MaxQueued < 0 {
-		p.add("--tenant-max-queued must be at least 0, got %d", t.MaxQueued)
-	}
-	if t.Burst < 1 || t.Burst > 1000 {
-		p.add("--tenant-burst must be 1-1000, got %d", t.Burst)
-	}
+	p.settings(admission.Settings{Tenants: t.Admission()}.Validate(), tenantFlags)
 	if t.MetricsMaxTenants < 0 {
 		p.add("--tenant-metrics-max-tenants must be at least 0, got %d", t.MetricsMaxTenants)
 	}
@@ -204,8 +213,8 @@ func (v tenantWeightsValue) Set(s string) error {
 		switch {
 		case !ok || name == "":
 			return fmt.Errorf("want TENANT=WEIGHT, got %q", part)
-		case err != nil || n < 1 || n > 1000:
-			return fmt.Errorf("tenant %q: weight must be an integer 1-1000, got %q", name, w)
+		case err != nil: // the range is admission's rule (TenantSettings.Weights), checked with the rest
+			return fmt.Errorf("tenant %q: weight must be an integer, got %q", name, w)
 		}
 		if *v.p == nil {
 			*v.p = map[string]int{}

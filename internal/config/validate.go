@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/fielderr"
 	"github.com/sluicegw/sluice/internal/placement"
 )
 
@@ -210,28 +210,20 @@ var admissionFlags = map[string]string{
 	"Adaptive":     "prefill-adaptive-limit",
 }
 
-// settings adds the problems a core package's Settings.Validate reported (errors.Join of field
-// errors), each named by its flag: the rules and their wording are the core package's, config only
-// names the fields.
+// settings adds the problems a core package's Settings.Validate reported (errors.Join of
+// fielderr.Errors), each named by its flag: the rules and their wording are the core package's,
+// config only names the fields.
 func (p *problems) settings(err error, flags map[string]string) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		var ae *admission.FieldError
-		var pe *placement.FieldError
-		switch {
-		case errors.As(e, &ae) && flags[ae.Field] != "":
-			p.add("%s", ae.Named("--"+flags[ae.Field]))
-		case errors.As(e, &pe) && flags[pe.Field] != "":
-			p.add("%s", pe.Named("--"+flags[pe.Field]))
-		default:
-			p.add("%v", e)
+	fields, other := fielderr.All(err)
+	for _, f := range fields {
+		if name := flags[f.Field]; name != "" {
+			p.add("%s", f.Named("--"+name))
+		} else {
+			p.add("%v", f)
 		}
+	}
+	for _, e := range other {
+		p.add("%v", e)
 	}
 }
 
@@ -324,8 +316,8 @@ func (c *Config) validateWorkers(p *problems) {
 	if kc := wc.KVConnector; kc != "nixl" && kc != "mooncake" {
 		p.add("--kv-connector: want nixl or mooncake, got %q", kc)
 	}
-	if rt := wc.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM {
-		p.add("--runtime must be sglang or vllm, got %q", rt)
+	if rt := wc.Runtime; rt != ProtocolSGLang && rt != ProtocolVLLM && rt != ProtocolTRTLLM {
+		p.add("--runtime must be sglang, vllm or trtllm, got %q", rt)
 	}
 	if wc.DrainSettle < 0 {
 		p.add("--drain-settle-secs must not be negative, got %v", wc.DrainSettle)
@@ -356,8 +348,12 @@ func (c *Config) validateWorkers(p *problems) {
 		seen[w.URL] = true
 		isGRPC := strings.HasPrefix(strings.ToLower(w.URL), "grpc://") || strings.HasPrefix(strings.ToLower(w.URL), "grpcs://")
 		switch {
-		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC:
-			p.add("--%s %q: protocol must be sglang, vllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
+		case w.Protocol != "" && w.Protocol != ProtocolSGLang && w.Protocol != ProtocolVLLM && w.Protocol != ProtocolGRPC && w.Protocol != ProtocolTRTLLM:
+			p.add("--%s %q: protocol must be sglang, vllm, trtllm or grpc, got %q", flagName, redactURL(w.URL), w.Protocol)
+		case w.Protocol == ProtocolTRTLLM && w.Role != RoleRegular:
+			p.add("--%s %q: TensorRT-LLM workers serve regular requests only (--worker-urls): its gRPC service returns no context-phase state for a decode worker", flagName, redactURL(w.URL))
+		case wc.Runtime == ProtocolTRTLLM && !isGRPC:
+			p.add("--%s %q: --runtime trtllm is TensorRT-LLM's gRPC service: give its workers as grpc:// URLs", flagName, redactURL(w.URL))
 		case w.Protocol == ProtocolGRPC && !isGRPC, isGRPC && w.Protocol == "":
 			// sglang or vllm at grpc:// is that engine's own gRPC (backend/enginerpc).
 			p.add("--%s %q: protocol grpc goes with grpc:// and grpcs:// URLs only, got protocol %q", flagName, redactURL(w.URL), w.Protocol)

@@ -21,10 +21,11 @@ import (
 )
 
 // completeEngine asks a grpc:// worker whether it speaks an engine's own gRPC (SGLang's scheduler,
-// vLLM's engine: enginegrpc.Detect, or GetModelInfo of the protocol the operator named with
-// --runtime/protocol). When it does and the model's tokenizer is loaded (--tokenizer-path), the worker
-// is registered with the client's engine transport (backend.EngineRPC) and its spec says sglang or
-// vllm, so dispatch runs it as that engine, PD flows included. handled is false when the worker is
+// vLLM's engine, TensorRT-LLM's service: enginegrpc.Detect, or GetModelInfo of the protocol the
+// operator named with --runtime/protocol). When it does and the model's tokenizer is loaded
+// (--tokenizer-path), the worker is registered with the client's engine transport
+// (backend.EngineRPC) and its spec says sglang, vllm or trtllm, so dispatch runs it as that engine,
+// PD flows included (TensorRT-LLM: regular workers only, worker.ErrTRTLLMRole). handled is false when the worker is
 // left to the sluice.worker.v1 protocol: the server answers it, or implements no engine service, or
 // (detected, not named) no tokenizer is loaded for its model, since the gateway cannot speak token
 // ids without one.
@@ -33,7 +34,7 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	if et == nil {
 		return spec, false, nil
 	}
-	named := spec.Protocol == worker.ProtocolSGLang || spec.Protocol == worker.ProtocolVLLM
+	named := spec.Protocol == worker.ProtocolSGLang || spec.Protocol == worker.ProtocolVLLM || spec.Protocol == worker.ProtocolTRTLLM
 	defer func() {
 		if !handled {
 			et.RemoveEngine(spec.URL) // a re-detected worker that no longer speaks an engine's gRPC
@@ -66,6 +67,9 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 		return d.pending(spec, err, logger), true, nil
 	case err != nil:
 		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
+	if proto == enginegrpc.TRTLLM && spec.Role != worker.RoleRegular {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, worker.ErrTRTLLMRole)
 	}
 	models := spec.Models
 	if len(models) == 0 && info.ServedModelName != "" {
@@ -104,14 +108,13 @@ func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Prot
 			"url", spec.URL, "engine", proto, "model", model)
 		return e, false, nil
 	}
-	e.Protocol, e.Model = proto, model
+	e.Protocol, e.Model, e.ContextLength = proto, model, info.ContextLength
 	if d.Parsers != nil {
 		e.ReasoningParser, e.ToolCallParser = d.Parsers(model)
 	}
 	for _, id := range info.EOSTokenIDs {
 		e.EOS = append(e.EOS, int(id))
 	}
-	e.ContextLength = info.ContextLength
 	return e, true, nil
 }
 

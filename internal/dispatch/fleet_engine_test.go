@@ -82,6 +82,12 @@ func TestDetectorCompleteEngineGRPC(t *testing.T) {
 			want: worker.ProtocolSGLang, source: worker.ProtocolFromModelInfo},
 		{name: "vLLM named", engine: engineOnly(sim.ProtocolVLLM), tokenizer: withTok, protocol: worker.ProtocolVLLM,
 			want: worker.ProtocolVLLM, source: worker.ProtocolFromConfig},
+		{name: "TensorRT-LLM detected", engine: engineOnly(sim.ProtocolTRTLLM), tokenizer: withTok, protocol: worker.ProtocolGRPC,
+			want: worker.ProtocolTRTLLM, source: worker.ProtocolFromModelInfo},
+		{name: "TensorRT-LLM named", engine: engineOnly(sim.ProtocolTRTLLM), tokenizer: withTok, protocol: worker.ProtocolTRTLLM,
+			want: worker.ProtocolTRTLLM, source: worker.ProtocolFromConfig},
+		{name: "TensorRT-LLM named but the server speaks SGLang's", engine: engineOnly(sim.ProtocolSGLang), tokenizer: withTok,
+			protocol: worker.ProtocolTRTLLM, wantErr: "trtllm GetModelInfo"},
 		{name: "detected without a tokenizer stays on the worker protocol", engine: engineOnly(sim.ProtocolVLLM),
 			protocol: worker.ProtocolGRPC, want: worker.ProtocolGRPC, source: worker.ProtocolFromURLScheme},
 		{name: "named without a tokenizer is refused", engine: engineOnly(sim.ProtocolSGLang), protocol: worker.ProtocolSGLang,
@@ -117,6 +123,22 @@ func TestDetectorCompleteEngineGRPC(t *testing.T) {
 				t.Errorf("models = %v, want GetModelInfo's served model", got.Models)
 			}
 		})
+	}
+}
+
+// A TensorRT-LLM worker given as a prefill or decode worker is refused with the reason: its service
+// cannot hand a context phase's state to a decode worker.
+func TestDetectorTRTLLMNotPD(t *testing.T) {
+	tk := byteTokenizer(t)
+	url := startSimEngine(t, sim.Config{Protocol: sim.ProtocolTRTLLM, EngineGRPCOnly: true})
+	client := backend.NewHTTPClient(backend.HTTPClientOptions{})
+	t.Cleanup(client.CloseIdleConnections)
+	d := &Detector{HTTP: client, Tokenizer: func(string) *tokenizer.Tokenizer { return tk }}
+	for _, role := range []worker.Role{worker.RolePrefill, worker.RoleDecode} {
+		_, err := d.Complete(context.Background(), worker.Spec{URL: url, Role: role, Protocol: worker.ProtocolGRPC})
+		if !errors.Is(err, worker.ErrInvalidSpec) || !errors.Is(err, worker.ErrTRTLLMRole) {
+			t.Errorf("%s: err = %v, want ErrInvalidSpec and ErrTRTLLMRole", role, err)
+		}
 	}
 }
 

@@ -252,6 +252,41 @@ func TestTableCoversWhatTheGatewayUses(t *testing.T) {
 	}
 }
 
+// trtllmFieldsUsed are the TensorRT-LLM fields the gateway sends (backend/enginerpc/trtllm.go) or reads
+// (there and Detect): each must be in the table, so the comparison above pins its number and type.
+var trtllmFieldsUsed = map[protoreflect.FullName][]protoreflect.Name{
+	"trtllm.GenerateRequest": {"request_id", "tokenized", "sampling_config", "output_config", "max_tokens", "streaming",
+		"guided_decoding", "stop", "stop_token_ids", "ignore_eos", "bad", "bad_token_ids", "include_stop_token_in_output"},
+	"trtllm.TokenizedInput": {"original_text", "input_token_ids"},
+	"trtllm.SamplingConfig": {"beam_width", "num_return_sequences", "top_k", "top_p", "seed", "temperature", "min_tokens",
+		"repetition_penalty", "presence_penalty", "frequency_penalty", "min_p"},
+	"trtllm.OutputConfig":          {"exclude_input_from_output"},
+	"trtllm.GuidedDecodingParams":  {"guide_type", "guide"},
+	"trtllm.GenerateResponse":      {"request_id", "chunk", "complete"},
+	"trtllm.GenerateStreamChunk":   {"token_ids", "prompt_tokens", "completion_tokens", "cached_tokens"},
+	"trtllm.GenerateComplete":      {"output_token_ids", "finish_reason", "matched_stop_str", "matched_token_id", "prompt_tokens", "completion_tokens", "cached_tokens"},
+	"trtllm.AbortRequest":          {"request_id"},
+	"trtllm.GetModelInfoResponse":  {"model_id", "max_seq_len"},
+	"trtllm.DisaggregatedParams":   {"request_type"}, // the simulator refuses all but context-and-generation
+	"trtllm.HealthCheckResponse":   {"status"},
+	"trtllm.GetServerInfoResponse": {"backend"},
+}
+
+// TestTRTLLMFieldsUsedArePinned guards the TensorRT-LLM rows the gateway depends on.
+func TestTRTLLMFieldsUsedArePinned(t *testing.T) {
+	inTable := map[protoreflect.FullName]bool{}
+	for _, f := range upstreamFields {
+		inTable[f.msg.Append(f.name)] = true
+	}
+	for msg, names := range trtllmFieldsUsed {
+		for _, n := range names {
+			if !inTable[msg.Append(n)] {
+				t.Errorf("%s.%s is used but not pinned in the table", msg, n)
+			}
+		}
+	}
+}
+
 var upstreamFields = []wireField{
 	// common.proto
 	{"smg.grpc.common.GetTokenizerChunk", "data", 1, "bytes", ""},

@@ -1,11 +1,11 @@
 package placement
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/fielderr"
 )
 
 // Settings are the policies' tuning an operator sets (flags, a config file). placement owns their
@@ -56,14 +56,7 @@ func DefaultSettings() Settings {
 	}
 }
 
-// FieldError is one invalid field of [Settings]: Field is the field's Go name ("CacheThreshold"),
-// Problem what is wrong with its value. Error names the field in words; a surface that names fields
-// its own way (command-line flags) uses [FieldError.Named].
-type FieldError struct {
-	Field   string
-	Problem string
-}
-
+// fieldNames are the fields as this package's own errors name them.
 var fieldNames = map[string]string{
 	"Policy": "policy", "PrefillPolicy": "prefill policy", "DecodePolicy": "decode policy",
 	"CacheThreshold": "cache threshold", "BalanceAbsThreshold": "balance abs threshold",
@@ -72,19 +65,12 @@ var fieldNames = map[string]string{
 	"AssignmentMode": "assignment mode",
 }
 
-func (e *FieldError) Error() string { return "placement: " + e.Named(fieldNames[e.Field]) }
-
-// Named is the error with the field called name.
-func (e *FieldError) Named(name string) string { return name + " " + e.Problem }
-
-// Validate reports every invalid field, each a *[FieldError] (errors.Join). It is strict: a zero
-// size, interval or count is refused here; only [Config]'s normalization, for configurations built
+// Validate reports every invalid field, each a *[fielderr.Error] (errors.Join) keyed by the
+// field's Go name. It is strict: a zero size, interval or count is refused here; only [Config]'s normalization, for configurations built
 // in code, reads those zeros as "the default". An empty PD policy means Policy.
 func (s Settings) Validate() error {
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, a...)})
-	}
+	l := fielderr.New("placement", fieldNames)
+	bad := l.Add
 	for _, f := range []struct{ field, value string }{
 		{"Policy", s.Policy}, {"PrefillPolicy", s.PrefillPolicy}, {"DecodePolicy", s.DecodePolicy},
 	} {
@@ -121,5 +107,5 @@ func (s Settings) Validate() error {
 	default:
 		bad("AssignmentMode", "must be random, min_load, min_group or delegate, got %q", s.AssignmentMode)
 	}
-	return errors.Join(errs...)
+	return l.Err()
 }

@@ -24,7 +24,7 @@ func (l *stringList) Set(v string) error {
 func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	d := DefaultConfig()
 	role := fs.String("role", string(RoleRegular), "engine role: regular, prefill or decode")
-	protocol := fs.String("protocol", string(ProtocolSGLang), "disaggregation protocol: sglang or vllm")
+	protocol := fs.String("protocol", string(ProtocolSGLang), "engine protocol: sglang, vllm, or trtllm (TensorRT-LLM's gRPC service only: with --grpc, regular role)")
 	mode := fs.String("mode", string(ModeRealistic), "performance model: realistic or instant")
 	fs.StringVar(&cfg.Host, "host", d.Host, "listen host")
 	fs.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free port)")

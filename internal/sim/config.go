@@ -24,6 +24,9 @@ type Protocol string
 const (
 	ProtocolSGLang Protocol = "sglang"
 	ProtocolVLLM   Protocol = "vllm"
+	// ProtocolTRTLLM is TensorRT-LLM's trtllm.TrtllmService, served over gRPC only and by a regular
+	// engine only (grpc_trtllm.go says why).
+	ProtocolTRTLLM Protocol = "trtllm"
 )
 
 // Mode selects the performance model.
@@ -65,7 +68,7 @@ const (
 // Validate reports the fields that are out of range.
 type Config struct {
 	Role     Role     // regular (default), prefill or decode
-	Protocol Protocol // sglang (default) or vllm
+	Protocol Protocol // sglang (default), vllm or trtllm (gRPC only)
 	Mode     Mode     // realistic (default) or instant
 
 	Host string // listen host, default 127.0.0.1
@@ -222,8 +225,15 @@ func (c *Config) Validate() error {
 	}
 	switch c.Protocol {
 	case ProtocolSGLang, ProtocolVLLM:
+	case ProtocolTRTLLM:
+		if !c.GRPC {
+			bad("protocol trtllm is TensorRT-LLM's gRPC service: it needs GRPC (its HTTP API is not simulated)")
+		}
+		if c.Role != RoleRegular {
+			bad("protocol trtllm serves the regular role only: TensorRT-LLM's gRPC service returns no context-phase state for a generation-only leg")
+		}
 	default:
-		bad("protocol %q: want sglang or vllm", c.Protocol)
+		bad("protocol %q: want sglang, vllm or trtllm", c.Protocol)
 	}
 	switch c.Mode {
 	case ModeRealistic, ModeInstant:
@@ -253,7 +263,7 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Protocol == ProtocolVLLM && c.KVConnector != ConnectorNIXL && c.KVConnector != ConnectorMooncake:
 		bad("kv connector %q: want nixl or mooncake", c.KVConnector)
-	case c.Protocol == ProtocolSGLang && c.KVConnector != "":
+	case c.Protocol != ProtocolVLLM && c.KVConnector != "":
 		bad("kv connector %q: only vLLM engines have a KV connector (SGLang's transfer backend is not simulated)", c.KVConnector)
 	}
 	if c.MaxRunningRequests < 0 {

@@ -40,8 +40,10 @@
 //   - Output: words of at most 4 bytes (so each is exactly one token) drawn from a fixed vocabulary by a
 //     PRNG seeded with hash(Config.Seed, request seed, prompt tokens, choice index), and for an unseeded
 //     request over the bootstrap handoff its room too: SGLang PD serves n > 1 as n single-sample requests,
-//     which differ as the engines' own random sampling would. Temperature 0 is greedy: the choice index is
-//     not mixed in, so all n choices are equal. Without max_tokens a generation ends
+//     which differ as the engines' own random sampling would. Temperature 0 is greedy: each token is a
+//     function of the whole context (the engine's seed, the prompt's token ids and the tokens generated
+//     so far), as a greedy model's argmax is, so all n choices are equal and a generation continued from
+//     its prompt plus its first k output tokens repeats the rest of the original (request migration). Without max_tokens a generation ends
 //     "naturally" (finish_reason "stop", the EOS) after Config.DefaultMaxTokens tokens (at most the rest
 //     of the context); with max_tokens it runs to max_tokens ("length") unless a stop string matches
 //     ("stop", text cut before the match).
@@ -227,6 +229,14 @@
 // run one after the other, each with its index and own Complete), GetTokenizer, SubscribeKvEvents, LoRA and profiling RPCs, hidden
 // states, and structured output constraints (ignored).
 // vLLM's text input is tokenized by the simulator's tokenizer.
+//
+// Protocol trtllm (gRPC only, regular role only) serves TensorRT-LLM's trtllm.TrtllmService as
+// `trtllm-serve --grpc --grpc-protocol smg` does (NVIDIA/TensorRT-LLM tensorrt_llm/grpc/smg/
+// servicer.py; grpc_trtllm.go): chunks with the new ids and the cumulative count, a Complete with every
+// output id whether streaming or not, no matched stop for the end id; an unset temperature or top_p is
+// 1.0; max_tokens is required, and one above the model's answer (DefaultMaxTokens) ends "stop" there.
+// Abort completes the stream "cancelled". Context-only and generation-only requests are refused: the
+// service returns no context-phase state for a decode leg, so TensorRT-LLM PD is not modelled.
 //
 // # Not modelled
 //

@@ -195,7 +195,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	}
 	sp.cached = res.cachedTokens
 
-	out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.greedy, sp.nonce())}
+	next := e.picker(sp)
 	var text strings.Builder
 	realistic := e.cfg.Mode == ModeRealistic
 	if realistic && maxTokens > 1 {
@@ -211,7 +211,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 				return res, err
 			}
 		}
-		w, id := out.word()
+		w, id := next()
 		prev := text.Len()
 		text.WriteString(w)
 		delta := w
@@ -253,6 +253,40 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	}
 	return res, nil
 }
+
+// picker returns the sample's next-token function. Sampled: a PRNG seeded from the engine, the
+// request's seed, the prompt and the choice. Greedy: each token is a function of the whole context,
+// prompt and generated tokens alike, as a greedy model's argmax is, so a generation continued from
+// its prompt plus the first k tokens it produced (a stream migrated to another engine) produces
+// exactly the rest of the original output. The context is folded in the ids the client sees: the
+// gRPC byte-token mode's output bytes, or the simulator's own word tokens (which its tokenizer
+// gives back for the output text, so a prompt continued as text folds alike).
+func (e *Engine) picker(sp *sampleSpec) func() (string, uint32) {
+	if !sp.greedy {
+		out := rng{s: outputSeed(e.cfg.Seed, sp.reqSeed, sp.prompt.hash, sp.choice, sp.nonce())}
+		return out.word
+	}
+	h := mix64(greedySeed, uint64(e.cfg.Seed))
+	for _, id := range sp.prompt.ids {
+		h = mix64(h, uint64(id))
+	}
+	bytes := e.cfg.ByteTokenIDs
+	return func() (string, uint32) {
+		i := h % uint64(len(vocabText))
+		w, id := vocabText[i], vocabIDs[i]
+		if bytes {
+			for j := range len(w) {
+				h = mix64(h, uint64(w[j]))
+			}
+		} else {
+			h = mix64(h, uint64(id))
+		}
+		return w, id
+	}
+}
+
+// greedySeed starts the greedy context hash (apart from hashSeed, so that it is not a prompt hash).
+const greedySeed uint64 = 0x2545f4914f6cdd1d
 
 // findStop finds the earliest stop string that ends in the text added after prev.
 func findStop(text string, prev int, stops []string) (int, string) {

@@ -16,8 +16,9 @@ import (
 )
 
 // The engines' own gRPC protocols (SGLang's sglang.grpc.scheduler.SglangScheduler, vLLM's
-// vllm.grpc.engine.VllmEngine, as smg-project/smg grpc_servicer/smg_grpc_servicer/ serves them): what
-// the two servicers share. Each protocol's flow is in its own file (grpc_sglang.go, grpc_vllm.go).
+// vllm.grpc.engine.VllmEngine, as smg-project/smg grpc_servicer/smg_grpc_servicer/ serves them, and
+// TensorRT-LLM's trtllm.TrtllmService, as tensorrt_llm/grpc/smg/ serves it): what the servicers share.
+// Each protocol's flow is in its own file (grpc_sglang.go, grpc_vllm.go, grpc_trtllm.go).
 
 // eosTokenID is the simulated model's end-of-sequence token id: GetModelInfo's eos_token_ids, and the
 // token an SGLang generation that ends "naturally" reports as matched (as /generate does).
@@ -30,6 +31,15 @@ func (e *Engine) mountEngineGRPC(mux *http.ServeMux) {
 	g := &grpcEngine{e: e, started: time.Now(), running: make(map[string]*grpcRequest)}
 	var paths []func() (string, http.Handler)
 	switch e.cfg.Protocol {
+	case ProtocolTRTLLM:
+		paths = append(paths,
+			func() (string, http.Handler) { return trtllmpbconnect.NewTrtllmServiceHandler(trtllmServicer{g: g}) },
+			func() (string, http.Handler) {
+				return sglangpbconnect.NewSglangSchedulerHandler(sglangpbconnect.UnimplementedSglangSchedulerHandler{})
+			},
+			func() (string, http.Handler) {
+				return vllmpbconnect.NewVllmEngineHandler(vllmpbconnect.UnimplementedVllmEngineHandler{})
+			})
 	case ProtocolVLLM:
 		paths = append(paths,
 			func() (string, http.Handler) { return vllmpbconnect.NewVllmEngineHandler(vllmServicer{g: g}) },
@@ -43,9 +53,11 @@ func (e *Engine) mountEngineGRPC(mux *http.ServeMux) {
 				return vllmpbconnect.NewVllmEngineHandler(vllmpbconnect.UnimplementedVllmEngineHandler{})
 			})
 	}
-	paths = append(paths, func() (string, http.Handler) {
-		return trtllmpbconnect.NewTrtllmServiceHandler(trtllmpbconnect.UnimplementedTrtllmServiceHandler{})
-	})
+	if e.cfg.Protocol != ProtocolTRTLLM {
+		paths = append(paths, func() (string, http.Handler) {
+			return trtllmpbconnect.NewTrtllmServiceHandler(trtllmpbconnect.UnimplementedTrtllmServiceHandler{})
+		})
+	}
 	if e.cfg.EngineGRPCOnly {
 		// Every engine's gRPC server also serves the standard health service (without sluice.worker.v1
 		// the gateway's probe has nothing else to ask); the FailHealth fault makes it NOT_SERVING.

@@ -42,6 +42,20 @@ func waitIdle(t *testing.T, e *Engine) {
 	})
 }
 
+// TestEngineGRPCDetectTRTLLM: a TensorRT-LLM engine is detected by its service's GetModelInfo, which
+// names the model by its id and reports max_seq_len as the context length, and no EOS ids.
+func TestEngineGRPCDetectTRTLLM(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolTRTLLM, Mode: ModeInstant, GRPC: true, ContextLength: 4096, Models: []string{"trt-sim"}})
+	got, info, err := enginegrpc.Detect(t.Context(), grpcConn(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != enginegrpc.TRTLLM || info.ServedModelName != "trt-sim" || info.ContextLength != 4096 || info.EOSTokenIDs != nil {
+		t.Errorf("Detect = %s %+v, want trtllm serving trt-sim, context 4096, no EOS ids", got, info)
+	}
+}
+
 // TestEngineGRPCDetect: the gateway's detection (one GetModelInfo per engine service, UNIMPLEMENTED
 // for the others) names the engine's protocol and reads its model, context length and EOS ids.
 func TestEngineGRPCDetect(t *testing.T) {

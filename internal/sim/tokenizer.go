@@ -128,17 +128,15 @@ func (r *rng) word() (string, uint32) {
 	return vocabText[i], vocabIDs[i]
 }
 
-// outputSeed derives the PRNG seed of one choice; nonce (sampleSpec.nonce), when not 0, sets apart
-// samples that are otherwise alike.
-func outputSeed(engineSeed int64, reqSeed int64, promptHash uint64, choice int, greedy bool, nonce uint64) uint64 {
+// outputSeed derives the PRNG seed of one sampled (not greedy) choice; nonce (sampleSpec.nonce),
+// when not 0, sets apart samples that are otherwise alike.
+func outputSeed(engineSeed int64, reqSeed int64, promptHash uint64, choice int, nonce uint64) uint64 {
 	h := mix64(hashSeed, uint64(engineSeed))
 	h = mix64(h, uint64(reqSeed))
 	h = mix64(h, promptHash)
-	if !greedy {
-		h = mix64(h, uint64(choice)+1)
-		if nonce != 0 {
-			h = mix64(h, nonce)
-		}
+	h = mix64(h, uint64(choice)+1)
+	if nonce != 0 {
+		h = mix64(h, nonce)
 	}
 	return h
 }

@@ -55,7 +55,15 @@ const (
 	ProtocolSGLang Protocol = "sglang"
 	ProtocolVLLM   Protocol = "vllm"
 	ProtocolGRPC   Protocol = "grpc"
+	// ProtocolTRTLLM is TensorRT-LLM's own gRPC service (trtllm.TrtllmService) at a grpc:// URL. It
+	// has no KV handoff: such a worker serves regular requests only (ErrTRTLLMRole).
+	ProtocolTRTLLM Protocol = "trtllm"
 )
+
+// ErrTRTLLMRole refuses a TensorRT-LLM worker in a prefill or decode role. Its gRPC service returns
+// none of the context phase's state a generation-only request needs, and the Rust gateway refuses PD
+// for it too (smg model_gateway/src/routers/grpc/common/stages/request_execution.rs).
+var ErrTRTLLMRole = errors.New("TensorRT-LLM workers serve regular requests only: its gRPC service returns no context-phase state for a decode worker, so prefill/decode is not supported")
 
 // Handoff is how a prefill worker hands a request's KV cache to a decode worker. A PD pair is only
 // formed from two workers with the same handoff: an SGLang prefill cannot feed a vLLM decode.
@@ -151,10 +159,10 @@ func (s HandoffSet) Single() bool { return s != 0 && s&(s-1) == 0 }
 // ParseProtocol parses a protocol name. The empty string is not a protocol.
 func ParseProtocol(s string) (Protocol, error) {
 	switch p := Protocol(s); p {
-	case ProtocolSGLang, ProtocolVLLM, ProtocolGRPC:
+	case ProtocolSGLang, ProtocolVLLM, ProtocolGRPC, ProtocolTRTLLM:
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown worker protocol %q (want sglang, vllm or grpc)", s)
+	return "", fmt.Errorf("unknown worker protocol %q (want sglang, vllm, trtllm or grpc)", s)
 }
 
 // Spec describes a worker as configured by flags or the admin API.
@@ -266,8 +274,11 @@ func (s Spec) Validate() error {
 		return err
 	}
 	// sglang and vllm at a grpc:// URL are those engines' own gRPC protocols (backend/enginerpc).
-	if s.Protocol == ProtocolGRPC && !isGRPCScheme(u.Scheme) {
+	if (s.Protocol == ProtocolGRPC || s.Protocol == ProtocolTRTLLM) && !isGRPCScheme(u.Scheme) {
 		return fmt.Errorf("protocol %q does not match URL scheme %q", s.Protocol, u.Scheme)
+	}
+	if s.Protocol == ProtocolTRTLLM && s.Role != RoleRegular {
+		return ErrTRTLLMRole
 	}
 	if s.KVEvents != "" {
 		if _, err := kvspec.Parse(s.URL, s.KVEvents); err != nil {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ func TestParseRoleProtocol(t *testing.T) {
 			t.Errorf("ParseRole(%q) = %q, %v", s, r, err)
 		}
 	}
-	for _, s := range []string{"sglang", "vllm", "grpc"} {
+	for _, s := range []string{"sglang", "vllm", "grpc", "trtllm"} {
 		if p, err := ParseProtocol(s); err != nil || string(p) != s {
 			t.Errorf("ParseProtocol(%q) = %q, %v", s, p, err)
 		}
@@ -24,6 +25,30 @@ func TestParseRoleProtocol(t *testing.T) {
 	}
 	if _, err := ParseProtocol("tgi"); err == nil || !strings.Contains(err.Error(), `"tgi"`) {
 		t.Errorf("ParseProtocol(bad) error = %v, want it to name the value", err)
+	}
+}
+
+// A TensorRT-LLM worker is a regular grpc:// worker: it has no KV handoff.
+func TestTRTLLMSpec(t *testing.T) {
+	t.Parallel()
+	ok := Spec{URL: "grpc://h:50051", Protocol: ProtocolTRTLLM, Role: RoleRegular}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("regular trtllm worker: %v", err)
+	}
+	if h := ok.Handoff(); h != HandoffNone {
+		t.Errorf("trtllm handoff = %s, want none", h)
+	}
+	for _, s := range []Spec{
+		{URL: "http://h:8000", Protocol: ProtocolTRTLLM, Role: RoleRegular},
+		{URL: "grpc://h:50051", Protocol: ProtocolTRTLLM, Role: RolePrefill},
+		{URL: "grpc://h:50051", Protocol: ProtocolTRTLLM, Role: RoleDecode},
+	} {
+		if err := s.Validate(); err == nil {
+			t.Errorf("%s %s at %s: valid, want refused", s.Role, s.Protocol, s.URL)
+		}
+	}
+	if err := (Spec{URL: "grpc://h:1", Protocol: ProtocolTRTLLM, Role: RoleDecode}).Validate(); !errors.Is(err, ErrTRTLLMRole) {
+		t.Errorf("decode trtllm: %v, want ErrTRTLLMRole", err)
 	}
 }
 

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/admission"
@@ -131,5 +133,40 @@ func TestWorkerKVEvents(t *testing.T) {
 	for _, bad := range []string{"tcp://*:5557", "ipc:///tmp/x", "tcp://h:5557?dp=0", "tcp://h:5557?bogus=1"} {
 		_, err := s.AddWorker(ctx, &adminv1.AddWorkerRequest{Worker: &adminv1.WorkerSpec{Url: "http://10.0.0.6:30000", Role: "regular", Protocol: "vllm", KvEvents: bad}})
 		refusedParam(t, err, "kv_events")
+	}
+}
+
+// TestUpdateAdmissionRefusals: admission's Settings.Validate is the one rule; the admin API only names
+// the bad field as its request does, and a refused update changes nothing.
+func TestUpdateAdmissionRefusals(t *testing.T) {
+	s, _ := newTestService(t, true)
+	ctx := context.Background()
+	before := s.d.Admission.Settings()
+	neg, zero := int32(-1), durationpb.New(0)
+	two := &adminv1.PriorityBandList{Bands: []*adminv1.PriorityBand{{Name: "low", MinPriority: 0}, {Name: "high", MinPriority: 5}}}
+	for _, tt := range []struct {
+		name  string
+		req   *adminv1.UpdateAdmissionRequest
+		param string
+		words string
+	}{
+		{"negative queue", &adminv1.UpdateAdmissionRequest{QueueSize: &neg}, "queue_size", "queue_size must be at least 0, got -1"},
+		{"zero timeout with a queue", &adminv1.UpdateAdmissionRequest{QueueTimeout: zero}, "queue_timeout", "queue_timeout must be positive when requests may wait"},
+		{"zero aging with bands", &adminv1.UpdateAdmissionRequest{PriorityBands: two, PriorityAging: zero}, "priority_aging", "priority_aging must be positive with several priority bands"},
+		{"bad adaptive range", &adminv1.UpdateAdmissionRequest{AdaptiveLimit: &adminv1.AdaptiveLimit{Min: 0, Max: 4}}, "adaptive_limit", "turn adaptation off"},
+	} {
+		_, err := s.UpdateAdmission(ctx, tt.req)
+		refusedParam(t, err, tt.param)
+		if err != nil && !strings.Contains(err.Error(), tt.words) {
+			t.Errorf("%s: message %q, want one containing %q", tt.name, err, tt.words)
+		}
+		if got := s.d.Admission.Settings(); !reflect.DeepEqual(got, before) {
+			t.Errorf("%s: settings changed by a refused update: %+v, was %+v", tt.name, got, before)
+		}
+	}
+	// What the flags accept, the API accepts: no queue needs no timeout.
+	qs := int32(0)
+	if _, err := s.UpdateAdmission(ctx, &adminv1.UpdateAdmissionRequest{QueueSize: &qs, QueueTimeout: zero}); err != nil {
+		t.Errorf("queue size 0 with timeout 0 (never wait): %v", err)
 	}
 }

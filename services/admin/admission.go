@@ -5,12 +5,14 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	adminv1 "github.com/sluicegw/sluice/gen/sluice/admin/v1"
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/cluster"
+	"github.com/sluicegw/sluice/internal/fielderr"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -134,20 +136,13 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		}
 	}
 	if req.QueueSize != nil {
-		if req.GetQueueSize() < 0 {
-			return nil, invalid("queue_size", "queue_size must be >= 0, got %d", req.GetQueueSize())
-		}
 		set.QueueSize = int(req.GetQueueSize())
 	}
 	if req.QueueTimeout != nil {
 		if err := req.GetQueueTimeout().CheckValid(); err != nil {
 			return nil, invalid("queue_timeout", "%v", err)
 		}
-		d := req.GetQueueTimeout().AsDuration()
-		if d <= 0 {
-			return nil, invalid("queue_timeout", "queue_timeout must be positive, got %s", d)
-		}
-		set.QueueTimeout = d
+		set.QueueTimeout = req.GetQueueTimeout().AsDuration()
 	}
 	if req.MaxInflightTokensPerWorker != nil {
 		set.MaxInflightTokensPerWorker = int64(max(req.GetMaxInflightTokensPerWorker(), 0))
@@ -156,22 +151,15 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		if err := req.GetPriorityAging().CheckValid(); err != nil {
 			return nil, invalid("priority_aging", "%v", err)
 		}
-		d := req.GetPriorityAging().AsDuration()
-		if d <= 0 {
-			return nil, invalid("priority_aging", "priority_aging must be positive, got %s", d)
-		}
-		set.Aging = d
+		set.Aging = req.GetPriorityAging().AsDuration()
 	}
 	if req.PriorityBands != nil {
 		set.Bands = nil
 		for _, b := range req.GetPriorityBands().GetBands() {
 			set.Bands = append(set.Bands, admission.Band{Name: b.GetName(), MinPriority: int(b.GetMinPriority())})
 		}
-		if len(set.Bands) > 1 && set.Aging <= 0 {
+		if len(set.Bands) > 1 && set.Aging == 0 && req.PriorityAging == nil {
 			set.Aging = admission.DefaultAging
-		}
-		if err := (admission.Settings{Bands: set.Bands, Aging: set.Aging}).Validate(); err != nil {
-			return nil, invalid("priority_bands", "%v", err)
 		}
 	}
 	if req.EarlyRejection != nil {
@@ -185,12 +173,9 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 	}
 	if req.AdaptiveLimit != nil {
 		set.Adaptive = admission.AdaptiveLimit{Min: int(req.GetAdaptiveLimit().GetMin()), Max: int(req.GetAdaptiveLimit().GetMax())}
-		if err := (admission.Settings{Adaptive: set.Adaptive}).Validate(); err != nil {
-			return nil, invalid("adaptive_limit", "%v (min 0 and max 0 turn adaptation off)", err)
-		}
 	}
 	if err := s.d.Admission.Update(set); err != nil {
-		return nil, invalid("max_inflight_per_worker", "%v", err)
+		return nil, invalidSettings(err)
 	}
 	if s.d.OnAdmissionUpdate != nil {
 		s.d.OnAdmissionUpdate(set)
@@ -200,6 +185,39 @@ func (s *Service) UpdateAdmission(_ context.Context, req *adminv1.UpdateAdmissio
 		"adaptive_min", set.Adaptive.Min, "adaptive_max", set.Adaptive.Max,
 		"decode_limit", set.DecodeMaxInflightPerWorker, "decode_auto", set.DecodeAuto)
 	return &adminv1.UpdateAdmissionResponse{Status: s.status()}, nil
+}
+
+// admissionFields name admission.Settings' fields as UpdateAdmissionRequest's fields.
+var admissionFields = map[string]string{
+	"QueueSize": "queue_size", "QueueTimeout": "queue_timeout", "Bands": "priority_bands",
+	"Aging": "priority_aging", "Adaptive": "adaptive_limit",
+}
+
+// invalidSettings is admission's own refusal of the new settings (Settings.Validate: its rules and
+// words, checked once), as InvalidArgument naming each bad field as the request names it.
+func invalidSettings(err error) error {
+	fields, other := fielderr.All(err)
+	param := "max_inflight_per_worker" // a refusal that names no field is of the settings as a whole
+	var msgs []string
+	for i, f := range fields {
+		name := admissionFields[f.Field]
+		if name == "" {
+			msgs = append(msgs, f.Error())
+			continue
+		}
+		if i == 0 {
+			param = name
+		}
+		m := f.Named(name)
+		if f.Field == "Adaptive" {
+			m += " (min 0 and max 0 turn adaptation off)"
+		}
+		msgs = append(msgs, m)
+	}
+	for _, e := range other {
+		msgs = append(msgs, e.Error())
+	}
+	return invalid(param, "%s", strings.Join(msgs, "; "))
 }
 
 // withUnboundedDecode adds to the seat table, under decode seats auto, every registered decode worker

@@ -86,7 +86,7 @@ func TestAdmissionFeaturesThroughAdminAPI(t *testing.T) {
 	if code != 400 || !strings.Contains(string(b), "must be above the previous band") {
 		t.Fatalf("PATCH bad bands: %d %s", code, b)
 	}
-	if code, b := patch(`{"adaptive_limit":{"min":0,"max":4}}`); code != 400 || !strings.Contains(string(b), "adaptive limit range") {
+	if code, b := patch(`{"adaptive_limit":{"min":0,"max":4}}`); code != 400 || !strings.Contains(string(b), "adaptive_limit 0:4 must have") {
 		t.Fatalf("PATCH bad adaptive range: %d %s", code, b)
 	}
 	_, body := get(t, gw.URL+"/admin/v1/admission")

@@ -103,6 +103,9 @@ func engineGRPCTopologies() []topology {
 		// Named rather than detected: an explicit --runtime says which engine gRPC grpc:// workers speak.
 		{name: "vllm", cluster: sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolVLLM, Engine: cfg},
 			args: func(*sim.Cluster) []string { return []string{"--runtime", "vllm"} }},
+		// TensorRT-LLM's service serves regular workers only (docs/engines.md: no PD over its gRPC).
+		{name: "trtllm", cluster: sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolTRTLLM, Engine: cfg},
+			args: func(*sim.Cluster) []string { return []string{"--runtime", "trtllm"} }},
 		{name: "pd-sglang", cluster: sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang, Engine: cfg}, checkKV: noMismatches},
 		{name: "pd-vllm", cluster: sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolVLLM, Engine: cfg}, checkKV: func(t *testing.T, c *sim.Cluster) {
 			t.Helper()
@@ -188,8 +191,12 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				t.Fatalf("streamed completion %q, unary %q", text.String(), comp.Choices[0].Text)
 			}
 
-			checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
-			if len(c.ByRole(sim.RolePrefill)) == 0 { // PD mode serves no embeddings (dispatch's aux.go), as over HTTP
+			// The gateway asks TensorRT-LLM's service for no logprobs, samples or embeddings yet.
+			trt := tp.name == "trtllm"
+			if !trt {
+				checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
+			}
+			if !trt && len(c.ByRole(sim.RolePrefill)) == 0 { // PD mode serves no embeddings (dispatch's aux.go), as over HTTP
 				emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: simModel,
 					Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"first", "second"}}})
 				if err != nil || len(emb.Data) != 2 || emb.Data[1].Index != 1 || len(emb.Data[0].Embedding) != sim.EmbeddingDim || emb.Usage.PromptTokens == 0 {
@@ -207,7 +214,9 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				tp.checkKV(t, c)
 			}
 			// Last: vLLM PD sends n > 1 to a decode alone, which computes its prompt itself.
-			checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
+			if !trt {
+				checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
+			}
 		})
 	}
 }
@@ -332,15 +341,20 @@ func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.C
 
 // TestEngineGRPCCancelledStreamAborts: a client that goes away mid-stream of a PD request is an Abort
 // of the decode engine's Generate (it fails without the Abort RPC: checked), and no request is left on
-// either engine, for SGLang and vLLM.
+// either engine, for SGLang and vLLM; for TensorRT-LLM (regular workers only) it is an Abort of its one
+// engine's Generate.
 func TestEngineGRPCCancelledStreamAborts(t *testing.T) {
 	t.Parallel()
 	tok := byteTokenizerDir(t)
-	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM, sim.ProtocolTRTLLM} {
 		t.Run(string(p), func(t *testing.T) {
 			cfg := engineGRPCConfig()
 			cfg.Mode = sim.ModeRealistic
-			c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: p, Engine: cfg})
+			cc := sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: p, Engine: cfg}
+			if p == sim.ProtocolTRTLLM {
+				cc = sim.ClusterConfig{Regular: 1, Protocol: p, Engine: cfg}
+			}
+			c := startCluster(t, cc)
 			gw := startGateway(t, app.Options{}, engineGRPCArgs(c, tok)...)
 			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
@@ -358,7 +372,11 @@ func TestEngineGRPCCancelledStreamAborts(t *testing.T) {
 			for _, e := range c.Engines {
 				waitFor(t, "engine "+e.URL()+" ends the request", 10*time.Second, func() bool { return e.Stats().InFlight == 0 })
 			}
-			d := c.ByRole(sim.RoleDecode)[0].Stats()
+			generating := c.ByRole(sim.RoleDecode)
+			if p == sim.ProtocolTRTLLM {
+				generating = c.ByRole(sim.RoleRegular)
+			}
+			d := generating[0].Stats()
 			if d.Completed != 0 || d.GRPCAborts != 1 {
 				t.Errorf("decode engine: %d completed, %d aborted by Abort; want the generation aborted unfinished", d.Completed, d.GRPCAborts)
 			}
@@ -430,5 +448,23 @@ func TestEngineGRPCContextLengthExceeded(t *testing.T) {
 				t.Errorf("engine: %d completed, %d failed; want no request", st.Completed, st.Failed)
 			}
 		})
+	}
+}
+
+// TestEngineGRPCTRTLLMPDRefused: TensorRT-LLM engines given as prefill and decode workers (detected,
+// not named) stop the gateway's start with the reason: the service returns no context-phase state for a
+// decode worker, and the Rust gateway refuses this runtime's PD too (docs/engines.md).
+func TestEngineGRPCTRTLLMPDRefused(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolTRTLLM, Engine: engineGRPCConfig()})
+	a := newApp(t, testLogger(t), "--port", "0", "--tokenizer-path", byteTokenizerDir(t), "--pd-disaggregation",
+		"--prefill", grpcURL(c.Engines[0]), "--decode", grpcURL(c.Engines[1]))
+	err := a.Start(context.Background())
+	if err == nil {
+		_ = a.Shutdown(context.Background())
+		t.Fatal("the gateway started with TensorRT-LLM prefill/decode workers")
+	}
+	if !strings.Contains(err.Error(), "TensorRT-LLM workers serve regular requests only") {
+		t.Errorf("start error %v, want the reason TensorRT-LLM PD is refused", err)
 	}
 }

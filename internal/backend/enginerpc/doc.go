@@ -1,19 +1,22 @@
 // Package enginerpc serves the gateway's generation requests from workers that speak an engine's own
-// gRPC protocol (SGLang's sglang.grpc.scheduler.SglangScheduler, vLLM's vllm.grpc.engine.VllmEngine:
-// gen/sglang, gen/vllm), as an http.RoundTripper, so that dispatch treats them exactly like HTTP
-// engines. A request "POST grpc://host:port/v1/chat/completions" (or /v1/completions, /generate)
+// gRPC protocol (SGLang's sglang.grpc.scheduler.SglangScheduler, vLLM's vllm.grpc.engine.VllmEngine,
+// TensorRT-LLM's trtllm.TrtllmService: gen/sglang, gen/vllm, gen/trtllm), as an http.RoundTripper, so
+// that dispatch treats them exactly like HTTP engines. A request "POST grpc://host:port/v1/chat/completions" (or /v1/completions, /generate)
 // carries the JSON body dispatch would send the engine's HTTP server; the transport renders the chat
 // with the model's template and tokenizes it (internal/tokenizer), calls Generate with the token ids
 // and the sampling parameters mapped to the engine's defaults (engines.go), decodes the streamed ids
 // (tokenizer.DecodeStream), cuts them at stop strings and ids (internal/stop), and answers the OpenAI
 // JSON or SSE (or SGLang's /generate object) the engine's HTTP server would have (render.go): usage
-// from the engine's counts, finish_reason, vLLM's stop_reason and kv_transfer_params, SGLang's
-// matched_stop.
+// from the engine's counts, finish_reason, vLLM's stop_reason and kv_transfer_params (TensorRT-LLM's
+// server answers vLLM's stop_reason too), SGLang's matched_stop. Each protocol's mapping is in its own
+// file: engines.go (SGLang, vLLM), trtllm.go (TensorRT-LLM: its sampling defaults, max_tokens it
+// requires, stop and bad words it tokenizes itself).
 //
 // Prefill/decode: SGLang's bootstrap_host/port/room, which dispatch writes into both legs' bodies,
 // become DisaggregatedParams (the room reduced to the wire's int32, keeping room % dp_size); vLLM's
 // kv_transfer_params become kv_transfer_params_json, and the Complete's kv_transfer_params_json comes
 // back as the answer's kv_transfer_params, which dispatch's NIXL flow hands to the decode leg.
+// TensorRT-LLM workers serve regular requests only (docs/engines.md says why).
 //
 // Chat answers of a model with parsers (Engine.ReasoningParser, ToolCallParser: --reasoning-parser,
 // --tool-call-parser) are split as vLLM's are: reasoning_content (the request's

@@ -191,3 +191,8 @@ func (v vllmClient) embed(ctx context.Context, rid string, ids []uint32) ([]floa
 	}
 	return resp.GetEmbedding(), max(resp.GetPromptTokens(), uint32(len(ids))), nil
 }
+
+// TensorRT-LLM's Embed is not asked yet: an UNIMPLEMENTED, answered as the engine's 501.
+func (trtllmClient) embed(context.Context, string, []uint32) ([]float32, uint32, error) {
+	return nil, 0, connect.NewError(connect.CodeUnimplemented, errors.New("embeddings are not served over TensorRT-LLM's gRPC yet"))
+}

@@ -15,6 +15,8 @@ import (
 
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	trtllmpb "github.com/sluicegw/sluice/gen/trtllm"
+	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
@@ -108,6 +110,7 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	sglang  []*sglangpb.GenerateRequest
 	vllm    []*vllmpb.GenerateRequest
+	trtllm  []*trtllmpb.GenerateRequest // trtllm_test.go
 	aborted []string
 	abortCh chan struct{}
 }
@@ -298,9 +301,12 @@ func (v vllmFake) Abort(_ context.Context, req *vllmpb.AbortRequest) (*vllmpb.Ab
 func startEngine(t testing.TB, f *fakeEngine, p enginegrpc.Protocol) string {
 	t.Helper()
 	mux := http.NewServeMux()
-	if p == enginegrpc.VLLM {
+	switch p {
+	case enginegrpc.VLLM:
 		mux.Handle(vllmpbconnect.NewVllmEngineHandler(vllmFake{f: f}))
-	} else {
+	case enginegrpc.TRTLLM:
+		mux.Handle(trtllmpbconnect.NewTrtllmServiceHandler(trtllmFake{f: f}))
+	default:
 		mux.Handle(sglangpbconnect.NewSglangSchedulerHandler(f))
 	}
 	srv := httptest.NewUnstartedServer(mux)

@@ -25,6 +25,10 @@ type meta struct {
 	tok     *tokenizer.Tokenizer // for logprobs' token strings
 }
 
+// stopReason reports an answer in vLLM's shape, with stop_reason (TensorRT-LLM's OpenAI server has
+// vLLM's), rather than SGLang's matched_stop.
+func (m *meta) stopReason() bool { return m.proto == enginegrpc.VLLM || m.proto == enginegrpc.TRTLLM }
+
 func appendHead(dst []byte, m *meta, object string) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = jsonx.AppendString(dst, m.id)
@@ -69,13 +73,13 @@ func appendFinish(dst []byte, m *meta, s *sample, final bool) []byte {
 	dst = append(dst, `,"finish_reason":`...)
 	if !final {
 		dst = append(dst, "null"...)
-		if m.proto == enginegrpc.VLLM {
+		if m.stopReason() {
 			dst = append(dst, `,"stop_reason":null`...)
 		}
 		return dst
 	}
 	dst = jsonx.AppendString(dst, s.finishReason())
-	if m.proto == enginegrpc.VLLM {
+	if m.stopReason() {
 		dst = append(dst, `,"stop_reason":`...)
 		return appendAny(dst, s.matched(m.eos, false))
 	}

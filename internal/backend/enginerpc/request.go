@@ -77,6 +77,8 @@ type samplingJSON struct {
 	Regex             *string         `json:"regex"`
 	Ebnf              *string         `json:"ebnf"`
 	N                 *int            `json:"n"`
+	Bad               json.RawMessage `json:"bad"`           // TensorRT-LLM's bad words
+	BadTokenIDs       []uint32        `json:"bad_token_ids"` // TensorRT-LLM's
 
 	MaxNewTokens *int    `json:"max_new_tokens"`
 	MinNewTokens uint32  `json:"min_new_tokens"`
@@ -103,6 +105,8 @@ type call struct {
 	maxTokens                *int
 	stops                    []string
 	stopIDs                  []uint32
+	bad                      []string // TensorRT-LLM's bad words; the others' servers have none
+	badIDs                   []uint32
 	seed                     *int64
 	minTokens                uint32
 	ignoreEOS, includeStop   bool
@@ -242,6 +246,10 @@ func (c *call) setSampling(r *requestJSON, s *samplingJSON, maxTokens *int, e *E
 		return err
 	}
 	c.stops = stops
+	if c.bad, err = wordList("bad", s.Bad); err != nil {
+		return err
+	}
+	c.badIDs = s.BadTokenIDs
 	if err := c.setConstraint(r, s); err != nil {
 		return err
 	}
@@ -351,7 +359,10 @@ func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
 	return nil
 }
 
-func stopStrings(raw json.RawMessage) ([]string, error) {
+func stopStrings(raw json.RawMessage) ([]string, error) { return wordList("stop", raw) }
+
+// wordList reads a field that is one string or a list of strings (stop, bad).
+func wordList(param string, raw json.RawMessage) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, nil
@@ -359,13 +370,13 @@ func stopStrings(raw json.RawMessage) ([]string, error) {
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, requestError("stop", "stop: %s", err.Error())
+			return nil, requestError(param, "%s: %s", param, err.Error())
 		}
 		return []string{s}, nil
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, requestError("stop", "stop must be a string or a list of strings")
+		return nil, requestError(param, "%s must be a string or a list of strings", param)
 	}
 	return list, nil
 }

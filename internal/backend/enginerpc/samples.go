@@ -3,6 +3,9 @@ package enginerpc
 import (
 	"fmt"
 
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
+
 	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
@@ -76,6 +79,23 @@ func (ss *samples) inLPs() []tokenLP {
 		if s.inLPs != nil {
 			return s.inLPs
 		}
+	}
+	return nil
+}
+
+// refuseForProtocol refuses, naming the field, what the gateway does not ask of TensorRT-LLM's service
+// yet (its client sends one sequence and no logprobs): n > 1, logprobs, echo.
+func refuseForProtocol(c *call, p enginegrpc.Protocol) *body.RequestError {
+	if p != enginegrpc.TRTLLM {
+		return nil
+	}
+	switch {
+	case c.n > 1:
+		return requestError("n", "n > 1 is not served over TensorRT-LLM's gRPC yet: send n = 1")
+	case c.lp.output:
+		return requestError("logprobs", "logprobs are not served over TensorRT-LLM's gRPC yet")
+	case c.echo:
+		return requestError("echo", "echo is not served over TensorRT-LLM's gRPC yet")
 	}
 	return nil
 }

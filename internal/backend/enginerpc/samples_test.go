@@ -145,3 +145,27 @@ func TestContextLengthExceeded(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// What the gateway does not ask of TensorRT-LLM's service yet is a 400 naming the field, before any
+// engine call.
+func TestTRTLLMRefusesSamplesAndLogprobs(t *testing.T) {
+	f := newFake("x")
+	tr, url := setupEngine(t, f, Engine{Protocol: enginegrpc.TRTLLM, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m", ContextLength: 100})
+	for body, param := range map[string]string{
+		`{"model":"m","prompt":"a","n":2}`:              "n",
+		`{"model":"m","prompt":"a","logprobs":1}`:       "logprobs",
+		`{"model":"m","prompt":"a","echo":true}`:        "echo",
+		`{"model":"m","prompt":"a","logprobs":0,"n":1}`: "logprobs",
+	} {
+		resp := post(t, tr, t.Context(), url, "/v1/completions", body)
+		got := decode[lpAnswer](t, resp)
+		if resp.StatusCode != http.StatusBadRequest || got.Error == nil || got.Error.Param != param {
+			t.Errorf("%s: status %d, %+v, want param %q", body, resp.StatusCode, got.Error, param)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.trtllm) != 0 {
+		t.Errorf("%d requests reached the engine", len(f.trtllm))
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
+	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
@@ -28,8 +29,11 @@ import (
 
 // Engine is what the transport needs to know of a worker that speaks an engine's protocol.
 type Engine struct {
-	Protocol  enginegrpc.Protocol // SGLang or VLLM
+	Protocol  enginegrpc.Protocol // SGLang, VLLM or TRTLLM
 	Tokenizer *tokenizer.Tokenizer
+	// ContextLength is the model's longest sequence, prompt plus output (GetModelInfo; 0 unknown). A
+	// prompt that fills it is refused before any engine call.
+	ContextLength int
 	// EOS are the model's end-of-sequence ids (GetModelInfo's eos_token_ids): their text is not output.
 	EOS []int
 	// Model answers for "model" when the request has none.
@@ -37,9 +41,6 @@ type Engine struct {
 	// ReasoningParser and ToolCallParser name the model's parsers of chat answers (internal/reasoning,
 	// internal/toolcall: --reasoning-parser, --tool-call-parser); "" is none.
 	ReasoningParser, ToolCallParser string
-	// ContextLength is the model's context in tokens (GetModelInfo); 0 is unknown. A longer prompt is
-	// refused here, before any engine call.
-	ContextLength int
 }
 
 type engineEntry struct {
@@ -127,8 +128,10 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, connect.WithGRPC())}
 	case enginegrpc.VLLM:
 		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, connect.WithGRPC())}
+	case enginegrpc.TRTLLM:
+		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, connect.WithGRPC()), e.ContextLength}
 	default:
-		return fmt.Errorf("enginerpc: protocol %q is not served yet (sglang and vllm are)", e.Protocol)
+		return fmt.Errorf("enginerpc: unknown engine protocol %q", e.Protocol)
 	}
 	t.mu.Lock()
 	t.engines[engineKey(u)] = entry
@@ -202,6 +205,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return errorResponse(req, http.StatusBadRequest, re.Message, "invalid_request_error", re.Param, "invalid_request_error"), nil
 		}
 		return nil, err
+	}
+	if err := refuseForProtocol(c, e.Protocol); err != nil {
+		return errorResponse(req, http.StatusBadRequest, err.Message, "invalid_request_error", err.Param, "invalid_request_error"), nil
 	}
 	if e.ContextLength > 0 && len(c.ids) >= e.ContextLength {
 		return contextExceeded(req, c, e.ContextLength), nil

@@ -1,0 +1,107 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+)
+
+// TestGreedyContinuation: at temperature 0 each token is a function of the whole context, so a
+// generation continued from its prompt plus its first k output tokens (as a gateway migrating a
+// stream sends it, as input_ids or as text) produces exactly the rest of the original output. A
+// sampled generation keeps its own seed and is not bound by this.
+func TestGreedyContinuation(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolSGLang, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64})
+	c := testClient(t)
+	generate := func(body string) string {
+		t.Helper()
+		status, b := post(t, c, e.URL()+"/generate", body)
+		if status != 200 {
+			t.Fatalf("generate %s: %d %s", body, status, b)
+		}
+		var out struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Text
+	}
+	ids := func(v []uint32) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	const n = 12
+	prompt := appendTokens(nil, "once upon a time there was a gateway")
+	whole := generate(fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":%d,"temperature":0}}`, ids(prompt), n))
+	out := appendTokens(nil, whole)
+	if len(out) != n {
+		t.Fatalf("output %q is %d tokens, want %d", whole, len(out), n)
+	}
+	words := strings.Fields(whole)
+	for _, k := range []int{1, 5, n - 1} {
+		ctx := append(append([]uint32(nil), prompt...), out[:k]...)
+		rest := generate(fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":%d,"temperature":0}}`, ids(ctx), n-k))
+		if want := " " + strings.Join(words[k:], " "); rest != want {
+			t.Errorf("continued after %d tokens (input_ids): %q, want the original's rest %q", k, rest, want)
+		}
+		text := "once upon a time there was a gateway" + strings.Join(append([]string{""}, words[:k]...), " ")
+		rest = generate(fmt.Sprintf(`{"text":%q,"sampling_params":{"max_new_tokens":%d,"temperature":0}}`, text, n-k))
+		if want := " " + strings.Join(words[k:], " "); rest != want {
+			t.Errorf("continued after %d tokens (text): %q, want the original's rest %q", k, rest, want)
+		}
+	}
+	// The greedy output is the engine's (its seed), not the request's.
+	seeded := generate(fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":%d,"temperature":0,"seed":99}}`, ids(prompt), n))
+	if seeded != whole {
+		t.Errorf("greedy with a seed: %q, want the unseeded greedy output %q", seeded, whole)
+	}
+	other := startEngine(t, Config{Protocol: ProtocolSGLang, Mode: ModeInstant, Seed: 8, InstantOutputTokens: 64})
+	status, b := post(t, c, other.URL()+"/generate", fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":%d,"temperature":0}}`, ids(prompt), n))
+	if status != 200 || strings.Contains(string(b), fmt.Sprintf("%q", whole)) {
+		t.Errorf("an engine with another seed (another model) answered %d %s, want another output", status, b)
+	}
+}
+
+// TestGreedyContinuationByteTokens: over the engine gRPC protocol with byte token ids (the ids a
+// gateway's byte-level tokenizer decodes), the ids the client saw continue the context: prompt ids
+// plus the first k output ids give the rest of the output ids.
+func TestGreedyContinuationByteTokens(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Mode: ModeInstant, InstantOutputTokens: 32, GRPC: true, ByteTokenIDs: true, Seed: 5})
+	client := sglangpb.NewSglangSchedulerClient(grpcConn(t, e))
+	run := func(ids []uint32, maxNew int) []uint32 {
+		t.Helper()
+		req := sglangReq("r", "", maxNew, false)
+		req.Tokenized = &sglangpb.TokenizedInput{InputIds: ids}
+		_, done, err := sglangRun(t.Context(), client, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return done.GetOutputIds()
+	}
+	prompt := []uint32{101, 7, 250, 3, 3, 9}
+	whole := run(prompt, 10)
+	if len(whole) < 10 {
+		t.Fatalf("output ids %v: want the bytes of 10 words", whole)
+	}
+	// Cut after the first word's bytes, and after a few more: each word begins with its space.
+	for _, k := range []int{0, 2, 5} {
+		cut, words := 0, 0
+		for cut < len(whole) && words <= k {
+			cut++
+			if cut < len(whole) && whole[cut] == ' ' {
+				words++
+			}
+		}
+		ctx := append(append([]uint32(nil), prompt...), whole[:cut]...)
+		if rest := run(ctx, 10-(k+1)); !slices.Equal(rest, whole[cut:]) {
+			t.Errorf("continued after %d words (%d ids): %v, want the original's rest %v", k+1, cut, rest, whole[cut:])
+		}
+	}
+}
