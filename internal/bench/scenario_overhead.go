@@ -97,6 +97,9 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	if o.PDRate > 0 {
 		p.pdRate = o.PDRate
 	}
+	if o.StreamRate > 0 {
+		p.spacedRate, p.b2bRat = o.StreamRate, o.StreamRate
+	}
 	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
 		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
 		s.res.Measurements[k] = v
