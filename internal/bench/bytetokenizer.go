@@ -18,7 +18,8 @@ func writeByteTokenizer(dir string) error {
 		// GPT-2's byte-to-unicode table: printable Latin-1 bytes are themselves, the others are
 		// shifted past 255 in order.
 		r := rune(c)
-		if !(c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE) {
+		printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE
+		if !printable {
 			r = rune(256 + unprintable)
 			unprintable++
 		}

@@ -29,7 +29,8 @@ func TestOverheadScenarioShort(t *testing.T) {
 	succeeded := map[string]int{}
 	for _, r := range res.Runs {
 		target := r.Label[strings.LastIndex(r.Label, "-")+1:] // labels are r<round>-<load>-<target>
-		for _, pd := range []string{"bare-pd", "sluice-pd", "sluice-pd-grpc"} { // longest suffix last
+		// Targets with dashes in their names, the longest suffix last.
+		for _, pd := range []string{"bare-pd", "sluice-pd", "sluice-pd-grpc"} {
 			if strings.HasSuffix(r.Label, "-"+pd) {
 				target = pd
 			}
