@@ -29,9 +29,12 @@ type ScenarioOptions struct {
 	SimBin       string // overhead: the simulator binary (default: built from the module)
 	BaselineBin  string // overhead: the baseline servers' binary (default: built from the module)
 	Rounds       int    // overhead: interleaved rounds (default 3; 1 when short)
-	PDOnly       bool   // overhead: only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads
+	PDOnly       bool   // overhead: only the PD targets (bare-pd, sluice-pd, sluice-pd-seats, sluice-pd-grpc)
 	// PDRate is overhead's PD JSON open-loop rate (default 1000 req/s; 200 when short).
 	PDRate float64
+	// StreamRate is overhead's streamed loads' arrival rate, spaced and back to back (default 200 and
+	// 1,000 req/s; 50 and 200 when short).
+	StreamRate float64
 	// Engines is tenants' prefill engines and decode engines each (default 4).
 	Engines int
 	// Duration is tenants' measured time per variant (default 60 s).
@@ -229,8 +232,9 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.SimBin, "sim-bin", "", "overhead: sluice-sim binary (default: go build ./cmd/sluice-sim)")
 	fs.StringVar(&o.BaselineBin, "baseline-bin", "", "overhead: sluice-baseline binary (default: go build ./cmd/sluice-baseline)")
 	fs.IntVar(&o.Rounds, "rounds", 0, "overhead: interleaved rounds (default 3, 1 with --short)")
+	fs.Float64Var(&o.StreamRate, "stream-rate", 0, "overhead: arrival rate of the streamed loads, spaced and back to back (default 200 and 1000 req/s, 50 and 200 with --short); lower it on a loaded machine")
 	fs.Float64Var(&o.PDRate, "pd-rate", 0, "overhead: arrival rate of the PD JSON open loop (default 1000 req/s, 200 with --short); lower it on a loaded machine, where the engines cannot keep up")
-	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats) on the JSON loads (CPU per request, e.g. the decode seats' ratio; no streams, no memory)")
+	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats, sluice-pd-grpc) on their JSON and streamed loads (CPU per request and per frame, e.g. the decode seats' and gRPC mode's ratios; no memory)")
 	fs.IntVar(&o.Engines, "engines", 0, "tenants: prefill engines and decode engines each (default 4); the non-preemptive floor of a quiet request's wait falls with the number of prefill slots")
 	fs.DurationVar(&o.Duration, "duration", 0, "tenants: measured time per variant (default 60s); a tenant's p99 over a minute rests on its two slowest of ~200 requests")
 	fs.StringVar(&o.Prompts, "prompts", "", "tenants: prompt lengths in tokens, N (every prompt N) or LO-HI (lognormal between them, the median at their geometric mean, the bounds at ±2 sigma); default 256-4096. Equal prompts are the worst case for the quiet tenants' p99 ratio: its baseline is the bare prefill, and the flood's prefills, started together, end together")

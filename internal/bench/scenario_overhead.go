@@ -23,8 +23,11 @@ import (
 //
 // Upstreams: the frame server (baseline.Frames, an instant engine that streams its tokens back to
 // back or spaced like tokens) for single-leg proxies, and an instant SGLang prefill + decode pair
-// (sluice-sim) for the PD ones. Targets: the frame server called directly, nginx proxy_pass,
-// httputil.ReverseProxy, sluice in regular mode, the bare two-leg PD proxy and sluice in PD mode.
+// (sluice-sim) for the PD ones, and the same pair speaking only SGLang's scheduler gRPC (issue #35).
+// Targets: the frame server called directly, nginx proxy_pass, httputil.ReverseProxy, sluice in
+// regular mode, the bare two-leg PD proxy, sluice in PD mode, and sluice in PD mode over the engines'
+// gRPC, where the gateway renders, tokenizes and detokenizes (a byte-level tokenizer: the engine's
+// output ids are its text's bytes).
 // Per-frame CPU comes from two stream lengths at the same arrival rate: (CPU per request at n2
 // frames - at n1 frames) / (n2 - n1).
 
@@ -73,6 +76,8 @@ const (
 	tPD     = "sluice-pd"
 	// tPDSeats is sluice-pd with decode seats on, bounds that never bind: what the pair gate costs.
 	tPDSeats = "sluice-pd-seats"
+	// tPDGRPC is sluice-pd in front of the pair speaking its engine gRPC: what the text layer costs.
+	tPDGRPC = "sluice-pd-grpc"
 )
 
 // ScenarioOverhead measures what the gateway adds to requests and to streamed frames, against nginx,
@@ -91,6 +96,9 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	}
 	if o.PDRate > 0 {
 		p.pdRate = o.PDRate
+	}
+	if o.StreamRate > 0 {
+		p.spacedRate, p.b2bRat = o.StreamRate, o.StreamRate
 	}
 	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
 		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
@@ -123,7 +131,7 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 				order = append(order[k:], order[:k]...)
 			}
 			for _, t := range order {
-				if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream) {
+				if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream && !t.pd) {
 					continue
 				}
 				c, err := runOverheadCell(ctx, s, p, round, l, t)
@@ -217,11 +225,14 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		return nil
 	})
 
-	// The engines: the frame server, and an instant SGLang prefill + decode pair.
+	// The engines: the frame server, an instant SGLang prefill + decode pair, and one in engine gRPC.
 	var framesURL, prefillURL, decodeURL string
 	var bootstrapPort int
+	var gp grpcPair
 	simArgs := sim.ClusterConfig{Prefill: 1, Decode: 1, Mode: sim.ModeInstant, Logger: o.Logger}
 	simArgs.Engine.InstantOutputTokens = p.n2
+	grpcArgs := simArgs
+	grpcArgs.Engine.GRPC, grpcArgs.Engine.EngineGRPCOnly, grpcArgs.Engine.ByteTokenIDs = true, true, true
 	if o.InProcess {
 		u, stop, err := serveInProcess(ctx, &baseline.Frames{})
 		if err != nil {
@@ -236,6 +247,13 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		stops = append(stops, c.Close)
 		pe := c.ByRole(sim.RolePrefill)[0]
 		prefillURL, bootstrapPort, decodeURL = pe.URL(), pe.BootstrapPort(), c.ByRole(sim.RoleDecode)[0].URL()
+		gc, err := sim.StartCluster(ctx, grpcArgs)
+		if err != nil {
+			return fail(err)
+		}
+		stops = append(stops, gc.Close)
+		pe = gc.ByRole(sim.RolePrefill)[0]
+		gp = grpcPair{prefill: pe.URL(), decode: gc.ByRole(sim.RoleDecode)[0].URL(), bootstrapPort: pe.BootstrapPort()}
 		s.note("in-process: targets, engines and load generator share one process; CPU and memory not measured")
 	} else {
 		c, u, err := startBaselineProcess(bins.baseline, []string{"frames"}, o)
@@ -252,6 +270,14 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		stops = append(stops, sp.proc.stop)
 		pe := sp.byRole("prefill")[0]
 		prefillURL, bootstrapPort, decodeURL = pe.url, pe.bootstrapPort, sp.byRole("decode")[0].url
+		gsp, err := startSimProcess(bins.sim, []string{"--prefill", "1", "--decode", "1", "--mode", "instant",
+			"--instant-output-tokens", strconv.Itoa(p.n2), "--grpc", "--grpc-engine-only", "--grpc-byte-token-ids"}, 2, o.Log)
+		if err != nil {
+			return fail(err)
+		}
+		stops = append(stops, gsp.proc.stop)
+		pe = gsp.byRole("prefill")[0]
+		gp = grpcPair{prefill: pe.url, decode: gsp.byRole("decode")[0].url, bootstrapPort: pe.bootstrapPort}
 		s.note("targets, engines and the load generator run as separate processes; CPU from /proc/<pid>/stat utime+stime")
 	}
 
@@ -348,8 +374,30 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		"--decode-max-inflight-requests-per-worker", "1024"}); err != nil {
 		return fail(err)
 	}
+	tok, err := os.MkdirTemp("", "sluice-bench-tokenizer-")
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, func() error { return os.RemoveAll(tok) })
+	if err := writeByteTokenizer(tok); err != nil {
+		return fail(err)
+	}
+	if err := gw(tPDGRPC, true, []string{"--pd-disaggregation", "--prefill", gp.grpcURL(gp.prefill), strconv.Itoa(gp.bootstrapPort),
+		"--decode", gp.grpcURL(gp.decode), "--tokenizer-path", tok,
+		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024"}); err != nil {
+		return fail(err)
+	}
 	return targets, cleanup, nil
 }
+
+// grpcPair is the PD pair that speaks only SGLang's scheduler gRPC.
+type grpcPair struct {
+	prefill, decode string
+	bootstrapPort   int
+}
+
+// grpcURL names an engine's address as a gRPC worker.
+func (grpcPair) grpcURL(u string) string { return "grpc://" + strings.TrimPrefix(u, "http://") }
 
 // overheadBins are the programs the scenario runs as separate processes.
 type overheadBins struct{ sluice, sim, baseline string }

@@ -73,6 +73,7 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 	cpu := func(c overheadCell) float64 { return c.cpuReq }
 	p50 := func(c overheadCell) float64 { return c.res.Summary.E2E.P50 }
 	p99 := func(c overheadCell) float64 { return c.res.Summary.E2E.P99 }
+	ttft50 := func(c overheadCell) float64 { return c.res.Summary.TTFT.P50 }
 	has := func(v spread) bool { return len(v) > 0 && !math.IsNaN(v.med()) }
 
 	// Per request (JSON answers of 8 tokens).
@@ -172,6 +173,12 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 		{"PD JSON CPU per request, closed loop: sluice-pd / bare-pd", "<= 1.0", over(get(loads[2].name, tPD, cpu), get(loads[2].name, tBarePD, cpu)), le(1.0), 2},
 		{"PD JSON CPU per request, open loop: sluice-pd-seats / sluice-pd (issue #21)", "<= 1.05",
 			over(get(loads[1].name, tPDSeats, cpu), get(loads[1].name, tPD, cpu)), le(1.05), 2},
+		{"PD JSON CPU per request, open loop: sluice-pd-grpc / sluice-pd (issue #35)", "<= 1.3",
+			over(get(loads[1].name, tPDGRPC, cpu), get(loads[1].name, tPD, cpu)), le(1.3), 2},
+		{"PD stream of " + strconv.Itoa(p.n2) + " tokens CPU per request: sluice-pd-grpc / sluice-pd (issue #35)", "<= 1.3",
+			over(get(loads[6].name, tPDGRPC, cpu), get(loads[6].name, tPD, cpu)), le(1.3), 2},
+		{"PD stream of " + strconv.Itoa(p.n2) + " tokens, added TTFT p50: sluice-pd-grpc - sluice-pd (ms)", "<= 0",
+			minus(get(loads[6].name, tPDGRPC, ttft50), get(loads[6].name, tPD, ttft50)), le(0), 3},
 		{"added p50 at " + strconv.Itoa(int(p.rate)) + " req/s: sluice - nginx (ms)", "<= 0.100",
 			minus(get(loads[0].name, tSluice, p50), get(loads[0].name, tNginx, p50)), le(0.1), 3},
 		{"added p99 at " + strconv.Itoa(int(p.rate)) + " req/s: sluice - nginx (ms)", "<= 1.000",
@@ -190,7 +197,7 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 		gt = append(gt, []string{"gateway memory per open stream (KiB)", "<= 64", strconv.FormatFloat(kib, 'f', 1, 64),
 			map[bool]string{true: "yes", false: "no"}[kib <= 64]})
 	}
-	s.section("Goals (issues #17, #21)", gt)
+	s.section("Goals (issues #17, #21, #35)", gt)
 	s.note("latency is end-to-end (JSON); added = target - direct in the same round; %d rounds, targets in rotating order", p.rounds)
 	s.note("load generator, engines and proxies share the machine's %d CPUs", numCPU())
 }

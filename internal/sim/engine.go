@@ -52,6 +52,7 @@ type Engine struct {
 	bootPort    int
 	refuseTimer *time.Timer
 	hold        chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
+	holdSkip    int           // requests still let through the hold (Faults.HoldSkip)
 	serveWG     sync.WaitGroup
 	kvPubs      []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
 }
@@ -80,7 +81,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	}}
 	f := cfg.Faults
 	f.normalize()
-	e.setHold(f.Hold && f.appliesTo(cfg.Role))
+	e.setHold(f.Hold && f.appliesTo(cfg.Role), f.HoldSkip)
 	e.faults.Store(&f)
 	e.stats.perPath = make(map[string]int64)
 	e.metrics = newEngineMetrics(e)
@@ -220,15 +221,17 @@ func (e *Engine) SetFaults(f Faults) error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	f.normalize()
-	e.setHold(f.Hold && f.appliesTo(e.cfg.Role))
+	e.setHold(f.Hold && f.appliesTo(e.cfg.Role), f.HoldSkip)
 	e.faults.Store(&f)
 	return e.applyRefuse(f.RefuseConnections && f.appliesTo(e.cfg.Role), 0)
 }
 
 // setHold opens or closes the gate held requests wait on; clearing it releases every one of them.
-func (e *Engine) setHold(hold bool) {
+// skip is how many requests pass the gate before it holds any.
+func (e *Engine) setHold(hold bool, skip int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.holdSkip = skip
 	switch {
 	case hold && e.hold == nil:
 		e.hold = make(chan struct{})
@@ -238,10 +241,15 @@ func (e *Engine) setHold(hold bool) {
 	}
 }
 
-// held is the channel a held request waits on, nil when nothing is held.
+// held is the channel a held request waits on, nil when nothing is held or the request is one of
+// the HoldSkip let through.
 func (e *Engine) held() <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.hold != nil && e.holdSkip > 0 {
+		e.holdSkip--
+		return nil
+	}
 	return e.hold
 }
 

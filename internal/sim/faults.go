@@ -19,6 +19,10 @@ type Faults struct {
 	// Hold makes generation requests that start while it is set wait until it is cleared (or the client
 	// goes away); a test uses it to keep requests in flight for exactly as long as its scenario needs.
 	Hold bool `json:"hold"`
+	// HoldSkip lets the first HoldSkip generation requests since the faults were set run; the later
+	// ones are held. A test staggers requests that arrive together with it (the n single-sample
+	// requests of a split n > 1), which no timing could do reliably.
+	HoldSkip int `json:"hold_skip"`
 	// LatencyMS is added before a generation request starts.
 	LatencyMS float64 `json:"latency_ms"`
 	// SlownessFactor multiplies every modelled duration (default 1).
@@ -54,6 +58,9 @@ func (f *Faults) validate() error {
 	}
 	if f.SlownessFactor < 0 {
 		errs = append(errs, fmt.Errorf("slowness_factor %g < 0", f.SlownessFactor))
+	}
+	if f.HoldSkip < 0 {
+		errs = append(errs, fmt.Errorf("hold_skip %d < 0", f.HoldSkip))
 	}
 	if f.DieAfterTokens < 0 {
 		errs = append(errs, fmt.Errorf("die_after_tokens %d < 0", f.DieAfterTokens))

@@ -156,6 +156,42 @@ func TestFaultHold(t *testing.T) {
 	}
 }
 
+// TestFaultHoldSkip: with hold_skip 2, of three requests sent together two answer and the third
+// waits until the hold is cleared.
+func TestFaultHoldSkip(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Mode: ModeInstant})
+	c := testClient(t)
+	setFaults(t, c, e, `{"hold":true,"hold_skip":2}`)
+	done := make(chan int, 3)
+	for range 3 {
+		go func() {
+			resp, err := c.Post(e.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	for range 2 {
+		if status := <-done; status != 200 {
+			t.Fatalf("a let-through request: status %d, want 200", status)
+		}
+	}
+	waitFor(t, "the third request held", func() bool { return e.Stats().InFlight == 1 })
+	select {
+	case status := <-done:
+		t.Fatalf("the held request answered %d before the hold was cleared", status)
+	default:
+	}
+	setFaults(t, c, e, `{"hold":false}`)
+	if status := <-done; status != 200 {
+		t.Errorf("released request: status %d, want 200", status)
+	}
+}
+
 func TestFaultHangEndsOnClose(t *testing.T) {
 	t.Parallel()
 	e, err := New(Config{Mode: ModeInstant, Faults: Faults{Hang: true}}, nil)

@@ -289,7 +289,7 @@ func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	f := p.Faults
 	f.normalize()
-	e.setHold(f.Hold && f.appliesTo(e.cfg.Role))
+	e.setHold(f.Hold && f.appliesTo(e.cfg.Role), f.HoldSkip)
 	e.faults.Store(&f)
 	refuse := f.RefuseConnections && f.appliesTo(e.cfg.Role)
 	// Answer first: closing the listener also drops this connection's keep-alive.

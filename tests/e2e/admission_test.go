@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
@@ -90,15 +89,25 @@ func goPost(ctx context.Context, url, body string) <-chan result {
 // fills the slot, requests queue, the overflow gets 429 pd_prefill_queue_full, a short timeout gets 429
 // pd_prefill_queue_timeout, a cancelled client leaves the queue, the slot frees when prefill ends while
 // decode still streams, and the gauges return to 0.
+// It runs in every PD mode: over HTTP and over the engines' gRPC.
 func TestAdmissionEndToEnd(t *testing.T) {
 	t.Parallel()
+	for _, m := range pdModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			admissionEndToEnd(t, m)
+		})
+	}
+}
+
+func admissionEndToEnd(t *testing.T, m pdMode) {
 	// F's decode must outlast the test's checks: a long output needs a context to match.
-	c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Protocol: sim.ProtocolSGLang,
+	c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1,
 		Engine: sim.Config{BootstrapTimeout: time.Minute, ContextLength: 1 << 20}})
-	gw := startGateway(t, app.Options{}, append([]string{"--pd-disaggregation", "--disable-retries",
-		"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "2", "--prefill-queue-timeout-secs", "60"}, pdArgs(c)...)...)
-	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	gw := m.startGateway(t, c, "--disable-retries",
+		"--prefill-max-inflight-requests-per-worker", "1", "--prefill-queue-size", "2", "--prefill-queue-timeout-secs", "60")
 	prefill := c.ByRole(sim.RolePrefill)[0]
+	prefillURL := m.url(prefill)
 	chat := gw.URL + "/v1/chat/completions"
 	short := `{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
 
@@ -109,7 +118,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(context.Background())
 	defer cancelA()
 	a := goPost(ctxA, chat, short)
-	waitFor(t, "A holds the slot", 10*time.Second, func() bool { return gw.Admission.Status().Inflight[prefill.URL()] == 1 })
+	waitFor(t, "A holds the slot", 10*time.Second, func() bool { return gw.Admission.Status().Inflight[prefillURL] == 1 })
 
 	// B and C queue.
 	b := goPost(context.Background(), chat, short)
@@ -201,7 +210,7 @@ func TestAdmissionEndToEnd(t *testing.T) {
 		t.Fatalf("F first line %q, %v", line, err)
 	}
 	waitFor(t, "slot freed while decode streams", 10*time.Second, func() bool {
-		return gw.Admission.Status().Inflight[prefill.URL()] == 0
+		return gw.Admission.Status().Inflight[prefillURL] == 0
 	})
 	if st := c.ByRole(sim.RoleDecode)[0].Stats(); st.Decoding == 0 && st.Running == 0 {
 		t.Errorf("decode engine is not decoding any more (stats %+v): the check above proved nothing", st)

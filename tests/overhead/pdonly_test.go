@@ -10,7 +10,7 @@ import (
 )
 
 // TestOverheadScenarioPDOnly runs the short overhead scenario with --pd-only in process: only the PD
-// targets run (the three of them, each answering), and only they have rows in the per-request table.
+// targets run (the four of them, each answering, streams included), and only they have rows in the per-request table.
 // Like TestOverheadScenarioShort, it checks the measurement, never what it measured.
 func TestOverheadScenarioPDOnly(t *testing.T) {
 	if testing.Short() {
@@ -21,7 +21,7 @@ func TestOverheadScenarioPDOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdTargets := []string{"sluice-pd-seats", "sluice-pd", "bare-pd"} // longest suffix first
+	pdTargets := []string{"sluice-pd-seats", "sluice-pd-grpc", "sluice-pd", "bare-pd"} // longest suffix first
 	succeeded := map[string]int{}
 	for _, r := range res.Runs {
 		i := slices.IndexFunc(pdTargets, func(tg string) bool { return strings.HasSuffix(r.Label, "-"+tg) })

@@ -29,7 +29,8 @@ func TestOverheadScenarioShort(t *testing.T) {
 	succeeded := map[string]int{}
 	for _, r := range res.Runs {
 		target := r.Label[strings.LastIndex(r.Label, "-")+1:] // labels are r<round>-<load>-<target>
-		for _, pd := range []string{"bare-pd", "sluice-pd"} {
+		// Targets with dashes in their names, the longest suffix last.
+		for _, pd := range []string{"bare-pd", "sluice-pd", "sluice-pd-grpc"} {
 			if strings.HasSuffix(r.Label, "-"+pd) {
 				target = pd
 			}
@@ -39,7 +40,7 @@ func TestOverheadScenarioShort(t *testing.T) {
 			t.Errorf("run %s: %d of %d requests failed", r.Label, r.Summary.Failed, r.Summary.Sent)
 		}
 	}
-	for _, target := range []string{"direct", "reverseproxy", "sluice", "bare-pd", "sluice-pd"} {
+	for _, target := range []string{"direct", "reverseproxy", "sluice", "bare-pd", "sluice-pd", "sluice-pd-grpc"} {
 		if succeeded[target] == 0 {
 			t.Errorf("%s answered no request: %v", target, succeeded)
 		}
@@ -52,7 +53,7 @@ func TestOverheadScenarioShort(t *testing.T) {
 		return out
 	}
 	perRequest := rows(res.Table, 1)
-	for _, target := range []string{"direct", "reverseproxy", "sluice", "bare-pd", "sluice-pd"} {
+	for _, target := range []string{"direct", "reverseproxy", "sluice", "bare-pd", "sluice-pd", "sluice-pd-grpc"} {
 		if !slices.Contains(perRequest, target) {
 			t.Errorf("per-request table has no %s row: %v", target, res.Table)
 		}
