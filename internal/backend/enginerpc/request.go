@@ -323,7 +323,7 @@ func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) e
 		var ids []uint32
 		if err := json.Unmarshal(raw, &ids); err == nil {
 			c.ids = ids
-			return nil
+			return knownIDs("prompt", ids, tok)
 		}
 		var one []string
 		if err := json.Unmarshal(raw, &one); err == nil && len(one) == 1 {
@@ -334,7 +334,7 @@ func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) e
 		var lists [][]uint32
 		if err := json.Unmarshal(raw, &lists); err == nil && len(lists) == 1 {
 			c.ids = lists[0]
-			return nil
+			return knownIDs("prompt", c.ids, tok)
 		}
 		return requestError("prompt", "a batch of prompts is not supported over the engines' gRPC protocols yet: send one prompt per request")
 	}
@@ -346,7 +346,7 @@ func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
 		if err := json.Unmarshal(ids, &c.ids); err != nil {
 			return requestError("input_ids", "input_ids must be one list of token ids (batches are not supported over the engines' gRPC protocols yet)")
 		}
-		return nil
+		return knownIDs("input_ids", c.ids, tok)
 	}
 	text := bytes.TrimSpace(r.Text)
 	if len(text) == 0 || text[0] != '"' {
@@ -356,6 +356,18 @@ func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
 		return requestError("text", "text: %s", err.Error())
 	}
 	c.ids = toUint32s(tok.EncodeSpecial(c.text))
+	return nil
+}
+
+// knownIDs refuses a prompt given as token ids that names no token of the model: over HTTP the engine
+// refuses it itself, and an engine's gRPC servicer would run it.
+func knownIDs(field string, ids []uint32, tok *tokenizer.Tokenizer) error {
+	var u *tokenizer.UnknownTokenError
+	if err := tok.CheckIDs(ids); errors.As(err, &u) {
+		return requestError(field, "%s[%d]: token id %d is not in the model's vocabulary", field, u.Index, u.ID)
+	} else if err != nil {
+		return requestError(field, "%s: %s", field, err.Error())
+	}
 	return nil
 }
 

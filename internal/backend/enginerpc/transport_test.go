@@ -365,6 +365,8 @@ func TestRefusals(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]}`:            "stop",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"regex":"a","ebnf":"b"}`: "response_format",
 		`{"model":"m","messages":"nope"}`:                                                 "messages",
+		`{"model":"m","prompt":[1,4000000]}`:                                              "prompt",
+		`{"model":"m","prompt":[[4000000]]}`:                                              "prompt",
 	} {
 		path := "/v1/chat/completions"
 		if strings.Contains(body, `"prompt"`) {
@@ -378,6 +380,17 @@ func TestRefusals(t *testing.T) {
 	}
 	if len(f.vllm) != 0 {
 		t.Errorf("%d requests reached the engine", len(f.vllm))
+	}
+	// SGLang's /generate: input_ids that name no token are refused, naming input_ids.
+	sf := newFake("x")
+	str, surl := setup(t, enginegrpc.SGLang, sf)
+	resp := post(t, str, t.Context(), surl, "/generate", `{"input_ids":[1,2,4000000]}`)
+	if got := decode[chatResponse](t, resp); resp.StatusCode != 400 || got.Error == nil || got.Error.Param != "input_ids" ||
+		!strings.Contains(got.Error.Message, "input_ids[2]: token id 4000000") {
+		t.Errorf("unknown input id: status %d, error %+v", resp.StatusCode, got.Error)
+	}
+	if len(sf.sglang) != 0 {
+		t.Errorf("%d requests with an unknown id reached the engine", len(sf.sglang))
 	}
 	// An empty tools list (or null) is no tools.
 	for _, tools := range []string{"[]", "null"} {
