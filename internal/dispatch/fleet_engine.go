@@ -79,6 +79,9 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	if !ok || err != nil {
 		return spec, err != nil, err
 	}
+	if err := completeEngineServer(ctx, conn, proto, &spec, logger); err != nil {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+	}
 	if err := et.SetEngine(spec.URL, e); err != nil {
 		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
 	}
@@ -112,6 +115,54 @@ func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Prot
 		e.EOS = append(e.EOS, int(id))
 	}
 	return e, true, nil
+}
+
+// completeEngineServer fills in what the engine's GetServerInfo tells of a worker the operator left
+// out, as HTTP mode does from /get_server_info: SGLang's dp size, a prefill's bootstrap port, a
+// decode's window and KV capacity (completeSGLang, after the same role check); vLLM's dp size and KV
+// connector, its kv_role checked against the configured role. An engine that does not answer is not
+// refused: what it did not tell stays as given, as over HTTP.
+func completeEngineServer(ctx context.Context, conn grpc.ClientConnInterface, proto enginegrpc.Protocol, spec *worker.Spec, logger *slog.Logger) error {
+	si, err := enginegrpc.GetServerInfo(ctx, conn, proto)
+	if err != nil {
+		logger.Warn("engine did not answer GetServerInfo; its dp size, bootstrap port and decode window stay as configured",
+			"url", spec.URL, "engine", proto, "err", err)
+		return nil
+	}
+	if info := backend.ParseServerInfo(si.SGLang); info != nil {
+		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
+			return err
+		}
+		completeSGLang(spec, info)
+	}
+	if proto != enginegrpc.VLLM {
+		return nil
+	}
+	if err := checkKVRole(spec.Role, si.KVRole); err != nil {
+		return err
+	}
+	if spec.DPSize == 0 && si.DPSize > 1 {
+		spec.DPSize = si.DPSize
+	}
+	if spec.KVConnector == "" {
+		switch si.KVConnector {
+		case "MooncakeConnector":
+			spec.KVConnector = worker.KVConnectorMooncake
+		case "NixlConnector":
+			spec.KVConnector = worker.KVConnectorNIXL
+		}
+	}
+	return nil
+}
+
+// checkKVRole compares a configured role with vLLM's kv_role: a producer only prefills, a consumer
+// only decodes; kv_both (or no KV transfer, "") fits any role that the rest of the spec allows.
+func checkKVRole(role worker.Role, kvRole string) error {
+	switch {
+	case kvRole == "kv_producer" && role == worker.RoleDecode, kvRole == "kv_consumer" && role == worker.RolePrefill:
+		return fmt.Errorf("configured as %s, but the engine's server info says kv_role %s", role, kvRole)
+	}
+	return nil
 }
 
 // engineSpec is the worker's spec once its engine transport is registered: the engine's protocol, where
