@@ -227,7 +227,8 @@ func (s sglangServicer) GetLoads(_ context.Context, req *sglangpb.GetLoadsReques
 			load.Disaggregation = d
 		}
 		if want("queues") {
-			load.Queues = &sglangpb.QueueMetrics{Waiting: waiting}
+			// The waiting queue alone (len(waiting_queue)); num_waiting_reqs adds the PD queues.
+			load.Queues = &sglangpb.QueueMetrics{Waiting: int32(snap.waiting + snap.prefillWaiting)}
 		}
 		out.Loads = append(out.Loads, load)
 		agg.TotalRunningReqs += running
