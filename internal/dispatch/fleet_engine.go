@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -75,7 +77,7 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	if len(models) > 0 {
 		model = models[0]
 	}
-	e, ok, err := d.engineFor(spec, named, proto, model, info, logger)
+	e, ok, err := d.engineFor(ctx, conn, spec, named, proto, model, info, logger)
 	if !ok || err != nil {
 		return spec, err != nil, err
 	}
@@ -91,21 +93,31 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 }
 
 // engineFor is what the engine transport needs for the worker's model: its tokenizer, parsers and EOS
-// ids. ok is false, with no error, when a detected (not named) engine has no tokenizer loaded: the
-// worker is then left to sluice.worker.v1, with a warning.
-func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Protocol, model string,
-	info enginegrpc.ModelInfo, logger *slog.Logger) (e enginerpc.Engine, ok bool, err error) {
+// ids. The tokenizer is the model's --tokenizer-path (or --model-path) one, else the engine's own,
+// pulled with GetTokenizer. ok is false, with no error, when a detected (not named) engine has no
+// tokenizer to give: the worker is then left to sluice.worker.v1, with a warning. A bundle that does
+// not match its SHA-256 refuses the worker, named or not.
+func (d *Detector) engineFor(ctx context.Context, conn grpc.ClientConnInterface, spec worker.Spec, named bool, proto enginegrpc.Protocol,
+	model string, info enginegrpc.ModelInfo, logger *slog.Logger) (e enginerpc.Engine, ok bool, err error) {
 	if d.Tokenizer != nil {
 		e.Tokenizer = d.Tokenizer(model)
 	}
 	if e.Tokenizer == nil {
-		if named {
-			return e, false, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path",
-				worker.ErrInvalidSpec, spec.URL, proto, model)
+		tk, err := d.pulled.pull(ctx, conn, proto)
+		switch {
+		case err == nil:
+			logger.Info("tokenizer pulled from the engine (GetTokenizer)", "url", spec.URL, "engine", proto, "model", model)
+			e.Tokenizer = tk
+		case errors.Is(err, enginegrpc.ErrTokenizerChecksum):
+			return e, false, fmt.Errorf("%w: worker %s: its tokenizer (GetTokenizer) is refused: %w", worker.ErrInvalidSpec, spec.URL, err)
+		case named:
+			return e, false, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path or --model-path (the engine's own could not be pulled: %w)",
+				worker.ErrInvalidSpec, spec.URL, proto, model, err)
+		default:
+			logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path, --model-path) and the engine's could not be pulled; using the sluice.worker.v1 protocol",
+				"url", spec.URL, "engine", proto, "model", model, "err", err)
+			return e, false, nil
 		}
-		logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path); using the sluice.worker.v1 protocol",
-			"url", spec.URL, "engine", proto, "model", model)
-		return e, false, nil
 	}
 	e.Protocol, e.Model = proto, model
 	if d.Parsers != nil {
@@ -203,4 +215,34 @@ func unreachable(err error) bool {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// pulledTokenizers keeps the tokenizers pulled from engines by their bundle's SHA-256: the workers of a
+// model send the same bundle, which is unpacked and loaded once.
+type pulledTokenizers struct {
+	mu    sync.Mutex
+	bySum map[string]*tokenizer.Tokenizer
+}
+
+// pull asks the engine for its tokenizer bundle and loads it, or returns the one loaded from the same
+// bundle before.
+func (p *pulledTokenizers) pull(ctx context.Context, conn grpc.ClientConnInterface, proto enginegrpc.Protocol) (*tokenizer.Tokenizer, error) {
+	b, err := enginegrpc.GetTokenizer(ctx, conn, proto)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tk, ok := p.bySum[b.SHA256]; ok {
+		return tk, nil
+	}
+	tk, err := b.Load()
+	if err != nil {
+		return nil, err
+	}
+	if p.bySum == nil {
+		p.bySum = map[string]*tokenizer.Tokenizer{}
+	}
+	p.bySum[b.SHA256] = tk
+	return tk, nil
 }

@@ -3,10 +3,12 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
@@ -93,4 +95,48 @@ func TestDetectorCompleteEngineServerInfo(t *testing.T) {
 			tt.check(t, got)
 		})
 	}
+}
+
+// Without --tokenizer-path or --model-path the engine's tokenizer is pulled (GetTokenizer) and loaded
+// once per bundle; a bundle that does not match its SHA-256 refuses the worker, named or detected.
+func TestDetectorPullsEngineTokenizer(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%t", named), func(t *testing.T) {
+			cfg := sim.Config{Protocol: sim.ProtocolSGLang, EngineGRPCOnly: true}
+			cfg.Faults.CorruptTokenizer = true
+			spec := worker.Spec{URL: startSimEngine(t, cfg), Role: worker.RoleRegular, Protocol: worker.ProtocolGRPC}
+			if named {
+				spec.Protocol = worker.ProtocolSGLang
+			}
+			client := backend.NewHTTPClient(backend.HTTPClientOptions{})
+			t.Cleanup(client.CloseIdleConnections)
+			_, err := (&Detector{HTTP: client}).Complete(context.Background(), spec)
+			if err == nil || !errors.Is(err, worker.ErrInvalidSpec) || !errors.Is(err, enginegrpc.ErrTokenizerChecksum) {
+				t.Fatalf("err = %v, want ErrInvalidSpec for the tokenizer's SHA-256", err)
+			}
+		})
+	}
+	t.Run("loaded once", func(t *testing.T) {
+		var p pulledTokenizers
+		var got []*tokenizer.Tokenizer
+		for range 2 {
+			url := startSimEngine(t, sim.Config{Protocol: sim.ProtocolVLLM, EngineGRPCOnly: true})
+			conn, err := dialEngine(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := p.pull(context.Background(), conn, enginegrpc.VLLM)
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, tk)
+		}
+		if got[0] != got[1] {
+			t.Error("two engines sending the same bundle gave two tokenizers: want it loaded once")
+		}
+		if ids := got[0].Encode("ok"); len(ids) != 2 || ids[0] != 'o' {
+			t.Errorf("the simulator's tokenizer encodes \"ok\" as %v, want its bytes", ids)
+		}
+	})
 }
