@@ -17,7 +17,8 @@ import (
 // sglangServicer serves SGLang's sglang.grpc.scheduler.SglangScheduler as `--grpc-mode` does
 // (smg-project/smg grpc_servicer/smg_grpc_servicer/sglang/servicer.py): token ids in and out, PD over
 // the same bootstrap rendezvous as the HTTP API. RPCs the simulator does not model (Embed, LoRA,
-// profiling) answer UNIMPLEMENTED; GetTokenizer and SubscribeKvEvents are in grpc_tokenizer.go, grpc_kvevents.go.
+// profiling) answer UNIMPLEMENTED; GetTokenizer and SubscribeKvEvents are in grpc_tokenizer.go and
+// grpc_kvevents.go.
 type sglangServicer struct {
 	sglangpbconnect.UnimplementedSglangSchedulerHandler
 	g *grpcEngine
