@@ -45,7 +45,7 @@ type tokenizerBundle struct {
 func (g *grpcEngine) tokenizerBundle() ([]byte, string, error) {
 	e, b := g.e, &g.tokenizer
 	b.once.Do(func() {
-		var src fs.FS = os.DirFS(e.cfg.TokenizerDir)
+		src := os.DirFS(e.cfg.TokenizerDir)
 		if e.cfg.TokenizerDir == "" {
 			src, _ = fs.Sub(byteTokenizerFS, "bytetokenizer")
 		}
