@@ -156,6 +156,7 @@ func (s *GRPCSubscriber) session(ctx context.Context) (applied int, err error) {
 	if err != nil {
 		return 0, err
 	}
+	s.log.Info("kv events subscribed", "resume_after", s.last)
 	for ; ; applied++ {
 		b, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
