@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/kvevents/kvspec"
 	"github.com/sluicegw/sluice/internal/telemetry"
@@ -71,6 +72,9 @@ func (k *kvEvents) reconcile() {
 	for _, w := range k.reg.Snapshot().All() {
 		spec := w.KVEvents()
 		if spec == "" {
+			if ep, ok := engineGRPCEvents(w); ok {
+				eps = append(eps, ep)
+			}
 			continue
 		}
 		e, err := kvspec.Parse(w.URL(), withDP(spec, len(w.Ranks())))
@@ -83,6 +87,17 @@ func (k *kvEvents) reconcile() {
 	if err := k.manager.Set(eps); err != nil {
 		k.logger.Warn("kv events endpoints", "err", err)
 	}
+}
+
+// engineGRPCEvents is the KV event stream of a worker driven in an engine's own gRPC (SGLang's or
+// vLLM's, at a grpc:// URL) with no ZeroMQ endpoint given: its SubscribeKvEvents, which an engine
+// started without KV events refuses (the subscriber then stops).
+func engineGRPCEvents(w *worker.Worker) (kvevents.Endpoint, bool) {
+	spec := w.Spec()
+	if !backend.IsGRPC(w.URL()) || (spec.Protocol != worker.ProtocolSGLang && spec.Protocol != worker.ProtocolVLLM) {
+		return kvevents.Endpoint{}, false
+	}
+	return kvevents.Endpoint{Worker: w.URL(), Publisher: w.URL(), Engine: string(spec.Protocol)}, true
 }
 
 // withDP gives a spec without a dp parameter the engine's data-parallel size (ranks > 1), as the

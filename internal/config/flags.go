@@ -481,6 +481,7 @@ func (s *flagSet) finish() {
 	}
 	c.Cluster.Mode = c.Cluster.mode()
 	c.defaultTenantMaxQueued()
+	c.useModelPath() // tokenizer.go
 	slices.Sort(c.InertSMGFlags)
 	c.InertSMGFlags = slices.Compact(c.InertSMGFlags)
 }

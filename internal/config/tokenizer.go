@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 )
@@ -15,6 +16,11 @@ type TokenizerConfig struct {
 	// given without a model (SMG's --tokenizer-path DIR): the tokenizer of every model that has no
 	// directory of its own.
 	Paths map[string]string
+	// ModelPath is SMG's --model-path (alias --model) as given. A local directory is the tokenizer
+	// source of every model without one of its own, as a bare --tokenizer-path is (which wins when both
+	// are given); anything else (a hub id) is accepted and not used, since sluice downloads nothing:
+	// engine-gRPC workers are then asked for their tokenizer (GetTokenizer).
+	ModelPath string
 }
 
 func (s *flagSet) registerTokenizer() {
@@ -23,6 +29,31 @@ func (s *flagSet) registerTokenizer() {
 		"Hugging Face model directory (tokenizer.json, tokenizer_config.json with its chat_template) of a model, "+
 			"loaded at startup: the gateway then answers /tokenize and /v1/tokenize for it in vLLM's shape. "+
 			"Repeatable; DIR alone applies to every model without its own.")
+	s.str(&s.cfg.Tokenizer.ModelPath, "model-path", "PATH", "",
+		"SMG's model path: a local directory (tokenizer.json, tokenizer_config.json) is the tokenizer of every model "+
+			"without its own, as a bare --tokenizer-path DIR is (which wins over it). A hub id is accepted and not used "+
+			"(sluice downloads nothing): engine-gRPC workers are then asked for their tokenizer.")
+	s.alias("model", "model-path", "Alias of --model-path: a local directory is a tokenizer source, as --tokenizer-path DIR.")
+}
+
+// useModelPath makes a local --model-path directory the default tokenizer directory, unless a bare
+// --tokenizer-path gave one; a path that is no local directory is recorded as an inert SMG flag.
+func (c *Config) useModelPath() {
+	t := &c.Tokenizer
+	if t.ModelPath == "" {
+		return
+	}
+	if st, err := os.Stat(t.ModelPath); err != nil || !st.IsDir() {
+		c.InertSMGFlags = append(c.InertSMGFlags, "model-path")
+		return
+	}
+	if _, given := t.Paths[""]; given {
+		return
+	}
+	if t.Paths == nil {
+		t.Paths = map[string]string{}
+	}
+	t.Paths[""] = t.ModelPath
 }
 
 // tokenizerPathValue is a repeatable MODEL=DIR (or DIR) flag.

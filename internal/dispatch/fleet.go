@@ -33,6 +33,8 @@ type Detector struct {
 	// Timeout bounds the engine calls; zero means 5 s.
 	Timeout time.Duration
 	Logger  *slog.Logger
+
+	pulled pulledTokenizers // tokenizers pulled from engines (fleet_engine.go)
 }
 
 // Complete returns spec with what the operator left out filled in from the engine: the protocol

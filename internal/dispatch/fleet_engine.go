@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -79,9 +81,12 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 	if len(models) > 0 {
 		model = models[0]
 	}
-	e, ok, err := d.engineFor(spec, named, proto, model, info, logger)
+	e, ok, err := d.engineFor(ctx, conn, spec, named, proto, model, info, logger)
 	if !ok || err != nil {
 		return spec, err != nil, err
+	}
+	if err := completeEngineServer(ctx, conn, proto, &spec, logger); err != nil {
+		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
 	}
 	if err := et.SetEngine(spec.URL, e); err != nil {
 		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
@@ -92,21 +97,31 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 }
 
 // engineFor is what the engine transport needs for the worker's model: its tokenizer, parsers and EOS
-// ids. ok is false, with no error, when a detected (not named) engine has no tokenizer loaded: the
-// worker is then left to sluice.worker.v1, with a warning.
-func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Protocol, model string,
-	info enginegrpc.ModelInfo, logger *slog.Logger) (e enginerpc.Engine, ok bool, err error) {
+// ids. The tokenizer is the model's --tokenizer-path (or --model-path) one, else the engine's own,
+// pulled with GetTokenizer. ok is false, with no error, when a detected (not named) engine has no
+// tokenizer to give: the worker is then left to sluice.worker.v1, with a warning. A bundle that does
+// not match its SHA-256 refuses the worker, named or not.
+func (d *Detector) engineFor(ctx context.Context, conn grpc.ClientConnInterface, spec worker.Spec, named bool, proto enginegrpc.Protocol,
+	model string, info enginegrpc.ModelInfo, logger *slog.Logger) (e enginerpc.Engine, ok bool, err error) {
 	if d.Tokenizer != nil {
 		e.Tokenizer = d.Tokenizer(model)
 	}
 	if e.Tokenizer == nil {
-		if named {
-			return e, false, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path",
-				worker.ErrInvalidSpec, spec.URL, proto, model)
+		tk, err := d.pulled.pull(ctx, conn, proto)
+		switch {
+		case err == nil:
+			logger.Info("tokenizer pulled from the engine (GetTokenizer)", "url", spec.URL, "engine", proto, "model", model)
+			e.Tokenizer = tk
+		case errors.Is(err, enginegrpc.ErrTokenizerChecksum):
+			return e, false, fmt.Errorf("%w: worker %s: its tokenizer (GetTokenizer) is refused: %w", worker.ErrInvalidSpec, spec.URL, err)
+		case named:
+			return e, false, fmt.Errorf("%w: worker %s speaks %s's gRPC, which takes token ids: give the tokenizer of model %q with --tokenizer-path or --model-path (the engine's own could not be pulled: %w)",
+				worker.ErrInvalidSpec, spec.URL, proto, model, err)
+		default:
+			logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path, --model-path) and the engine's could not be pulled; using the sluice.worker.v1 protocol",
+				"url", spec.URL, "engine", proto, "model", model, "err", err)
+			return e, false, nil
 		}
-		logger.Warn("worker speaks an engine's gRPC but no tokenizer is loaded for its model (--tokenizer-path); using the sluice.worker.v1 protocol",
-			"url", spec.URL, "engine", proto, "model", model)
-		return e, false, nil
 	}
 	e.Protocol, e.Model, e.ContextLength = proto, model, info.ContextLength
 	if d.Parsers != nil {
@@ -116,6 +131,54 @@ func (d *Detector) engineFor(spec worker.Spec, named bool, proto enginegrpc.Prot
 		e.EOS = append(e.EOS, int(id))
 	}
 	return e, true, nil
+}
+
+// completeEngineServer fills in what the engine's GetServerInfo tells of a worker the operator left
+// out, as HTTP mode does from /get_server_info: SGLang's dp size, a prefill's bootstrap port, a
+// decode's window and KV capacity (completeSGLang, after the same role check); vLLM's dp size and KV
+// connector, its kv_role checked against the configured role. An engine that does not answer is not
+// refused: what it did not tell stays as given, as over HTTP.
+func completeEngineServer(ctx context.Context, conn grpc.ClientConnInterface, proto enginegrpc.Protocol, spec *worker.Spec, logger *slog.Logger) error {
+	si, err := enginegrpc.GetServerInfo(ctx, conn, proto)
+	if err != nil {
+		logger.Warn("engine did not answer GetServerInfo; its dp size, bootstrap port and decode window stay as configured",
+			"url", spec.URL, "engine", proto, "err", err)
+		return nil
+	}
+	if info := backend.ParseServerInfo(si.SGLang); info != nil {
+		if err := checkRole(spec.Role, info.DisaggregationMode); err != nil {
+			return err
+		}
+		completeSGLang(spec, info)
+	}
+	if proto != enginegrpc.VLLM {
+		return nil
+	}
+	if err := checkKVRole(spec.Role, si.KVRole); err != nil {
+		return err
+	}
+	if spec.DPSize == 0 && si.DPSize > 1 {
+		spec.DPSize = si.DPSize
+	}
+	if spec.KVConnector == "" {
+		switch si.KVConnector {
+		case "MooncakeConnector":
+			spec.KVConnector = worker.KVConnectorMooncake
+		case "NixlConnector":
+			spec.KVConnector = worker.KVConnectorNIXL
+		}
+	}
+	return nil
+}
+
+// checkKVRole compares a configured role with vLLM's kv_role: a producer only prefills, a consumer
+// only decodes; kv_both (or no KV transfer, "") fits any role that the rest of the spec allows.
+func checkKVRole(role worker.Role, kvRole string) error {
+	switch {
+	case kvRole == "kv_producer" && role == worker.RoleDecode, kvRole == "kv_consumer" && role == worker.RolePrefill:
+		return fmt.Errorf("configured as %s, but the engine's server info says kv_role %s", role, kvRole)
+	}
+	return nil
 }
 
 // engineSpec is the worker's spec once its engine transport is registered: the engine's protocol, where
@@ -156,4 +219,34 @@ func unreachable(err error) bool {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// pulledTokenizers keeps the tokenizers pulled from engines by their bundle's SHA-256: the workers of a
+// model send the same bundle, which is unpacked and loaded once.
+type pulledTokenizers struct {
+	mu    sync.Mutex
+	bySum map[string]*tokenizer.Tokenizer
+}
+
+// pull asks the engine for its tokenizer bundle and loads it, or returns the one loaded from the same
+// bundle before.
+func (p *pulledTokenizers) pull(ctx context.Context, conn grpc.ClientConnInterface, proto enginegrpc.Protocol) (*tokenizer.Tokenizer, error) {
+	b, err := enginegrpc.GetTokenizer(ctx, conn, proto)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tk, ok := p.bySum[b.SHA256]; ok {
+		return tk, nil
+	}
+	tk, err := b.Load()
+	if err != nil {
+		return nil, err
+	}
+	if p.bySum == nil {
+		p.bySum = map[string]*tokenizer.Tokenizer{}
+	}
+	p.bySum[b.SHA256] = tk
+	return tk, nil
 }

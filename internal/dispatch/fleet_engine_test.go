@@ -69,6 +69,8 @@ func TestDetectorCompleteEngineGRPC(t *testing.T) {
 	tk := byteTokenizer(t)
 	withTok := func(string) *tokenizer.Tokenizer { return tk }
 	engineOnly := func(p sim.Protocol) sim.Config { return sim.Config{Protocol: p, EngineGRPCOnly: true} }
+	// An engine whose tokenizer directory has no tokenizer files: its GetTokenizer fails.
+	noTokenizer := func(c sim.Config) sim.Config { c.TokenizerDir = t.TempDir(); return c }
 	tests := []struct {
 		name      string
 		engine    sim.Config
@@ -88,10 +90,12 @@ func TestDetectorCompleteEngineGRPC(t *testing.T) {
 			want: worker.ProtocolTRTLLM, source: worker.ProtocolFromConfig},
 		{name: "TensorRT-LLM named but the server speaks SGLang's", engine: engineOnly(sim.ProtocolSGLang), tokenizer: withTok,
 			protocol: worker.ProtocolTRTLLM, wantErr: "trtllm GetModelInfo"},
-		{name: "detected without a tokenizer stays on the worker protocol", engine: engineOnly(sim.ProtocolVLLM),
+		{name: "detected without a tokenizer stays on the worker protocol", engine: noTokenizer(engineOnly(sim.ProtocolVLLM)),
 			protocol: worker.ProtocolGRPC, want: worker.ProtocolGRPC, source: worker.ProtocolFromURLScheme},
-		{name: "named without a tokenizer is refused", engine: engineOnly(sim.ProtocolSGLang), protocol: worker.ProtocolSGLang,
+		{name: "named without a tokenizer is refused", engine: noTokenizer(engineOnly(sim.ProtocolSGLang)), protocol: worker.ProtocolSGLang,
 			wantErr: "--tokenizer-path"},
+		{name: "detected without --tokenizer-path pulls the engine's", engine: engineOnly(sim.ProtocolVLLM),
+			protocol: worker.ProtocolGRPC, want: worker.ProtocolVLLM, source: worker.ProtocolFromModelInfo},
 		{name: "named but the server speaks the other engine's protocol", engine: engineOnly(sim.ProtocolSGLang), tokenizer: withTok,
 			protocol: worker.ProtocolVLLM, wantErr: "vllm GetModelInfo"},
 		{name: "a server that also speaks sluice.worker.v1 keeps it", engine: sim.Config{Protocol: sim.ProtocolSGLang}, tokenizer: withTok,

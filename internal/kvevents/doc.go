@@ -7,7 +7,9 @@
 // (python/sglang/srt/disaggregation/kv_events.py, python/sglang/srt/mem_cache/events.py). wire.go
 // states the frame layout and the msgpack encodings accepted; index.go the block index; subscriber.go
 // one subscriber per (worker, rank) endpoint with sequence-gap repair through the replay socket;
-// manager.go the subscribers of a changing set of endpoints.
+// manager.go the subscribers of a changing set of endpoints. Engines serving their own gRPC stream
+// the same events on SubscribeKvEvents instead (grpc.go: every rank on one stream, whose servicer
+// repairs rank gaps itself; grpcsource.go dials it for the manager).
 //
 // Blocks are keyed by the chain of their token ids (each block's key hashes its parent's key and its
 // own tokens), not by the engine's block hashes: those are engine-local (vLLM hashes with a

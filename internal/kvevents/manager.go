@@ -76,10 +76,7 @@ func (m *Manager) Set(eps []Endpoint) error {
 		if _, ok := m.subs[ep]; ok {
 			continue
 		}
-		sub, err := NewSubscriber(SubscriberConfig{
-			Endpoint: ep, Index: m.cfg.Index, ReplayTimeout: m.cfg.ReplayTimeout, RetryInterval: m.cfg.RetryInterval,
-			Logger: m.cfg.Logger, Metrics: m.cfg.Metrics, Now: m.cfg.Now,
-		})
+		sub, err := m.newRunner(ep)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -102,6 +99,23 @@ func (m *Manager) Set(eps []Endpoint) error {
 		}
 	}
 	return firstErr
+}
+
+// runner is a subscriber of either transport.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// newRunner makes ep's subscriber: ZeroMQ, or the engine gRPC's stream (grpcsource.go) when ep names
+// an engine.
+func (m *Manager) newRunner(ep Endpoint) (runner, error) {
+	if ep.Engine != "" {
+		return newEngineRunner(ep, m.cfg)
+	}
+	return NewSubscriber(SubscriberConfig{
+		Endpoint: ep, Index: m.cfg.Index, ReplayTimeout: m.cfg.ReplayTimeout, RetryInterval: m.cfg.RetryInterval,
+		Logger: m.cfg.Logger, Metrics: m.cfg.Metrics, Now: m.cfg.Now,
+	})
 }
 
 func (m *Manager) hasWorkerLocked(w string) bool {

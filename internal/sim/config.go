@@ -89,6 +89,10 @@ type Config struct {
 	// token ids (a byte-level vocabulary whose ids 0-255 are the bytes), which a gateway can decode
 	// with such a tokenizer; otherwise the ids are the simulator's own word chunks (tokenizer.go).
 	ByteTokenIDs bool
+	// TokenizerDir is the model directory whose tokenizer files the engines' gRPC GetTokenizer
+	// streams as a zip bundle; empty serves the built-in byte-level tokenizer (bytetokenizer/:
+	// ids 0-255 the bytes, ChatML's template), the one whose ids ByteTokenIDs answers.
+	TokenizerDir string
 
 	Models []string // served model ids, default ["sim-model"]; the first is the default model
 	Seed   int64    // output PRNG seed

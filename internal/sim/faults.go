@@ -38,6 +38,9 @@ type Faults struct {
 	// ended it: with NIXL, kv_transfer_params is null (the decode must then recompute); with Mooncake,
 	// no KV is kept under the transfer_id (the decode's pull times out).
 	OmitKVTransferParams bool `json:"omit_kv_transfer_params"`
+	// CorruptTokenizer makes the engines' gRPC GetTokenizer send a SHA-256 that does not match its
+	// bundle, as a bundle damaged on the way would arrive.
+	CorruptTokenizer bool `json:"corrupt_tokenizer"`
 	// Roles, when not empty, limits every fault to engines of these roles.
 	Roles []Role `json:"roles,omitempty"`
 	// Paths, when not empty, limits the request faults (error, hang, latency, slowness, die) to these

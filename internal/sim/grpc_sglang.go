@@ -16,8 +16,8 @@ import (
 
 // sglangServicer serves SGLang's sglang.grpc.scheduler.SglangScheduler as `--grpc-mode` does
 // (smg-project/smg grpc_servicer/smg_grpc_servicer/sglang/servicer.py): token ids in and out, PD over
-// the same bootstrap rendezvous as the HTTP API. RPCs the simulator does not model (LoRA,
-// profiling, GetTokenizer, SubscribeKvEvents) answer UNIMPLEMENTED.
+// the same bootstrap rendezvous as the HTTP API. RPCs the simulator does not model (LoRA, profiling)
+// answer UNIMPLEMENTED; GetTokenizer and SubscribeKvEvents are in grpc_tokenizer.go and grpc_kvevents.go.
 type sglangServicer struct {
 	sglangpbconnect.UnimplementedSglangSchedulerHandler
 	g *grpcEngine
@@ -263,7 +263,8 @@ func (s sglangServicer) GetLoads(_ context.Context, req *sglangpb.GetLoadsReques
 			load.Disaggregation = d
 		}
 		if want("queues") {
-			load.Queues = &sglangpb.QueueMetrics{Waiting: waiting}
+			// The waiting queue alone (len(waiting_queue)); num_waiting_reqs adds the PD queues.
+			load.Queues = &sglangpb.QueueMetrics{Waiting: int32(snap.waiting + snap.prefillWaiting)}
 		}
 		out.Loads = append(out.Loads, load)
 		agg.TotalRunningReqs += running

@@ -15,7 +15,8 @@ import (
 // vllmServicer serves vLLM's vllm.grpc.engine.VllmEngine as `vllm serve --grpc` does
 // (smg-project/smg grpc_servicer/smg_grpc_servicer/vllm/servicer.py, kv_transfer.py): token ids in and
 // out, PD through kv_transfer_params_json with the same NIXL (or Mooncake) logic as the HTTP API. RPCs
-// the simulator does not model (GetTokenizer, SubscribeKvEvents) answer UNIMPLEMENTED.
+// the simulator does not model answer UNIMPLEMENTED; GetTokenizer and SubscribeKvEvents are in
+// grpc_tokenizer.go, grpc_kvevents.go.
 type vllmServicer struct {
 	vllmpbconnect.UnimplementedVllmEngineHandler
 	g *grpcEngine

@@ -81,8 +81,9 @@ func (h healthChecker) Check(context.Context, *grpchealth.CheckRequest) (*grpche
 
 // grpcEngine is the state both servicers share: the running Generate calls by request id, for Abort.
 type grpcEngine struct {
-	e       *Engine
-	started time.Time
+	e         *Engine
+	started   time.Time
+	tokenizer tokenizerBundle // GetTokenizer's zip (grpc_tokenizer.go)
 
 	mu      sync.Mutex
 	running map[string]*grpcRequest

@@ -197,6 +197,7 @@ type kvPublisher struct {
 	seq            int64
 	dropNext       int
 	dropReplayable bool
+	streams        map[*kvStream]struct{} // the engine gRPC's SubscribeKvEvents calls (grpc_kvevents.go)
 }
 
 func newKVPublisher(parent context.Context, rank, blockSize int, host string, pubPort, replayPort int, kc KVEventsConfig, sglang bool) (*kvPublisher, error) {
@@ -303,6 +304,7 @@ func (p *kvPublisher) run(ctx context.Context, bufferSteps int) {
 		if keep {
 			p.bufferLocked(bufferedBatch{seq, payload}, bufferSteps)
 		}
+		p.relayLocked(evs, send || keep)
 		p.mu.Unlock()
 		if send {
 			_ = p.pub.Send(zmq4.NewMsgFrom(p.topic, seqFrame(seq), payload))

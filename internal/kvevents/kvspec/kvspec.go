@@ -27,6 +27,10 @@ type Endpoint struct {
 	Publisher string
 	Replay    string // the ROUTER replay endpoint; "" when the engine has none (gaps then clear)
 	Topic     string // subscription prefix; "" (vLLM's default) receives every topic
+	// Engine, when set ("sglang" or "vllm"), makes Publisher the worker's grpc:// (or grpcs://) URL,
+	// whose engine gRPC streams every rank's events on SubscribeKvEvents; Rank is then 0 and the
+	// batches carry theirs, and Replay and Topic are unused.
+	Engine string
 }
 
 // Validate checks that e names a worker, a rank and endpoints the gateway can dial.
@@ -39,6 +43,15 @@ func (e Endpoint) Validate() error {
 	}
 	if e.Publisher == "" {
 		return fmt.Errorf("%w: worker %s: no publisher endpoint", ErrConfig, e.Worker)
+	}
+	if e.Engine != "" {
+		if e.Engine != "sglang" && e.Engine != "vllm" {
+			return fmt.Errorf("%w: worker %s: engine %q has no KV event stream (want sglang or vllm)", ErrConfig, e.Worker, e.Engine)
+		}
+		if !strings.HasPrefix(e.Publisher, "grpc://") && !strings.HasPrefix(e.Publisher, "grpcs://") {
+			return fmt.Errorf("%w: worker %s: engine gRPC endpoint %q is not grpc:// or grpcs://", ErrConfig, e.Worker, e.Publisher)
+		}
+		return nil
 	}
 	for _, ep := range []string{e.Publisher, e.Replay} {
 		if ep == "" {
