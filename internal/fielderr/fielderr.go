@@ -58,7 +58,7 @@ func All(err error) (fields []*Error, other []error) {
 		if e == nil {
 			return
 		}
-		if fe, ok := e.(*Error); ok {
+		if fe, ok := e.(*Error); ok { //nolint:errorlint // each node of the tree is classified itself; errors.As would reach past a wrapper
 			fields = append(fields, fe)
 			return
 		}
