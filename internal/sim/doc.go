@@ -221,8 +221,13 @@
 // kv_transfer_params_json (else the deprecated typed host/port), and a prefill's Complete answers the
 // NIXL params in kv_transfer_params_json with the typed host/port mirror. vLLM's data_parallel_rank
 // pins the rank; SGLang's servicer does not pass its data_parallel_rank on, so neither does the
-// simulator. Not served over gRPC: n > 1 (UNIMPLEMENTED), Embed, GetTokenizer, SubscribeKvEvents,
-// LoRA and profiling RPCs, logprobs and hidden states, and structured output constraints (ignored).
+// simulator. Logprobs (grpc_logprobs.go): SGLang's return_logprob/top_logprobs_num/logprob_start_len
+// and vLLM's logprobs/prompt_logprobs give OutputLogProbs and InputLogProbs from the model of
+// /generate's input_token_logprobs (a decode leg gives no prompt logprobs). Embed answers
+// /v1/embeddings' vector of the tokenized input (grpc_embed.go). Not served over gRPC:
+// n > 1 on an SGLang PD leg or with vLLM's kv_transfer_params (UNIMPLEMENTED; otherwise the samples
+// run one after the other, each with its index and own Complete), GetTokenizer, SubscribeKvEvents, LoRA and profiling RPCs, hidden
+// states, and structured output constraints (ignored).
 // vLLM's text input is tokenized by the simulator's tokenizer.
 //
 // Protocol trtllm (gRPC only, regular role only) serves TensorRT-LLM's trtllm.TrtllmService as
@@ -250,7 +255,7 @@
 // kv_load_failure_policy "recompute", heterogeneous TP between prefill and decode, KV a prefill keeps for
 // its decode counting against its KV budget (NIXL and Mooncake), vLLM's DP load balancer's 100 ms stale
 // counts (the simulator's are live), X-Request-Id as vLLM's response id, chat templates (a chat prompt is
-// its messages' tokens), logprobs beyond /generate's input_token_logprobs, SGLang's 300 s and vLLM's
+// its messages' tokens), logprobs over HTTP beyond /generate's input_token_logprobs, SGLang's 300 s and vLLM's
 // 480 s default transfer timeouts (30 s here), vLLM's n > 1 with do_remote_prefill (refused with 400),
 // and every upstream message not quoted in validate.go, rank.go, rendezvous.go, mooncake.go and errors.go.
 //

@@ -16,7 +16,7 @@ import (
 
 // sglangServicer serves SGLang's sglang.grpc.scheduler.SglangScheduler as `--grpc-mode` does
 // (smg-project/smg grpc_servicer/smg_grpc_servicer/sglang/servicer.py): token ids in and out, PD over
-// the same bootstrap rendezvous as the HTTP API. RPCs the simulator does not model (Embed, LoRA,
+// the same bootstrap rendezvous as the HTTP API. RPCs the simulator does not model (LoRA,
 // profiling, GetTokenizer, SubscribeKvEvents) answer UNIMPLEMENTED.
 type sglangServicer struct {
 	sglangpbconnect.UnimplementedSglangSchedulerHandler
@@ -35,7 +35,7 @@ func (s sglangServicer) parse(req *sglangpb.GenerateRequest) (*grpcCall, error) 
 		return nil, rpcError(requestError("", "Tokenized input must be provided"))
 	}
 	p := req.GetSamplingParams()
-	if p.GetN() > 1 {
+	if p.GetN() > 1 && e.cfg.Role != RoleRegular {
 		return nil, errNUnsupported
 	}
 	temp, topP := float64(p.GetTemperature()), float64(p.GetTopP())
@@ -81,13 +81,39 @@ func (s sglangServicer) parse(req *sglangpb.GenerateRequest) (*grpcCall, error) 
 // only the Complete when the request did not ask to stream. As in the servicer, a stream's Complete is
 // built from the same engine output as the last chunk, so it repeats that chunk's ids; a non-streamed
 // Complete has every output id.
+//
+// n > 1: the samples run one after the other, each tagged with its index and ended by its own
+// Complete (SGLang's engine runs them at once; a client sorts by index either way).
 func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequest, stream *connect.ServerStream[sglangpb.GenerateResponse]) error {
+	for i := range max(req.GetSamplingParams().GetN(), 1) {
+		aborted, err := s.generateSample(ctx, req, stream, i)
+		if err != nil || aborted {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateSample runs sample index of a Generate and reports whether an Abort ended it.
+func (s sglangServicer) generateSample(ctx context.Context, req *sglangpb.GenerateRequest, stream *connect.ServerStream[sglangpb.GenerateResponse], index uint32) (bool, error) {
 	rid := req.GetRequestId()
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
 	var last, all []uint32
 	completion := uint32(0)
+	// Logprobs as the servicer sends them: a stream's chunks carry their own tokens' and the first
+	// chunk the prompt's (from logprob_start_len >= 0, on an engine that computed the prompt); a
+	// Complete not streamed carries them all.
+	lp := &lpModel{top: int(req.GetTopLogprobsNum()), byteIDs: s.g.e.cfg.ByteTokenIDs}
+	wantLP := req.GetReturnLogprob()
+	inLP := wantLP && req.GetLogprobStartLen() >= 0 && s.g.e.cfg.Role != RoleDecode
 	res, aborted, err := s.g.generate(ctx, sglangpbconnect.SglangSchedulerGenerateProcedure, stream.Conn().RequestHeader(),
-		func() (*grpcCall, error) { return s.parse(req) },
+		func() (*grpcCall, error) {
+			c, err := s.parse(req)
+			if err == nil {
+				c.spec.choice = int(index)
+			}
+			return c, err
+		},
 		func(ids []uint32, cached int) error {
 			completion++
 			last = append(last[:0], ids...)
@@ -98,19 +124,29 @@ func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequ
 			if len(ids) == 0 {
 				return nil // a stop string cut the token away: nothing to stream
 			}
-			return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Chunk{
-				Chunk: &sglangpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)},
-			}})
+			ch := &sglangpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached), Index: index}
+			if wantLP {
+				ch.OutputLogprobs = lp.sglang(ids)
+				if inLP {
+					ch.InputLogprobs, inLP = lp.sglangInput(req.GetTokenized().GetInputIds()), false
+				}
+			}
+			return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
-		return err
+		return false, err
 	}
 	done := &sglangpb.GenerateComplete{
 		FinishReason: res.finish, PromptTokens: uint32(res.promptTokens),
-		CompletionTokens: uint32(res.completionTokens), CachedTokens: uint32(res.cachedTokens), OutputIds: all,
+		CompletionTokens: uint32(res.completionTokens), CachedTokens: uint32(res.cachedTokens), OutputIds: all, Index: index,
 	}
 	if req.GetStream() {
 		done.OutputIds = last
+	} else if wantLP {
+		done.OutputLogprobs = lp.sglang(all)
+		if inLP {
+			done.InputLogprobs = lp.sglangInput(req.GetTokenized().GetInputIds())
+		}
 	}
 	switch {
 	case aborted:
@@ -122,7 +158,7 @@ func (s sglangServicer) Generate(ctx context.Context, req *sglangpb.GenerateRequ
 	case res.finish == "stop":
 		done.MatchedStop = &sglangpb.GenerateComplete_MatchedTokenId{MatchedTokenId: eosTokenID}
 	}
-	return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Complete{Complete: done}})
+	return aborted, stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Complete{Complete: done}})
 }
 
 // HealthCheck answers healthy unless the FailHealth fault is on. (SGLang's runs a one-token generation

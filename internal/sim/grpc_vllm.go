@@ -15,7 +15,7 @@ import (
 // vllmServicer serves vLLM's vllm.grpc.engine.VllmEngine as `vllm serve --grpc` does
 // (smg-project/smg grpc_servicer/smg_grpc_servicer/vllm/servicer.py, kv_transfer.py): token ids in and
 // out, PD through kv_transfer_params_json with the same NIXL (or Mooncake) logic as the HTTP API. RPCs
-// the simulator does not model (Embed, GetTokenizer, SubscribeKvEvents) answer UNIMPLEMENTED.
+// the simulator does not model (GetTokenizer, SubscribeKvEvents) answer UNIMPLEMENTED.
 type vllmServicer struct {
 	vllmpbconnect.UnimplementedVllmEngineHandler
 	g *grpcEngine
@@ -38,9 +38,6 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("GenerateRequest needs tokenized input or text"))
 	}
 	p := req.GetSamplingParams()
-	if p.GetN() > 1 {
-		return nil, errNUnsupported
-	}
 	temp, topP := 1.0, 1.0
 	if p != nil && p.Temperature != nil {
 		temp = float64(p.GetTemperature())
@@ -63,6 +60,9 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 	kv, err := vllmKVParams(req)
 	if err != nil {
 		return nil, err
+	}
+	if p.GetN() > 1 && kv != nil {
+		return nil, errNUnsupported // one KV handoff per request: a gateway sends n > 1 to a decode alone
 	}
 	rid := req.GetRequestId()
 	if rid == "" {
@@ -119,14 +119,41 @@ func vllmKVParams(req *vllmpb.GenerateRequest) (*kvParams, error) {
 // streaming: every chunk and the Complete carry the new ids and their count (the gateway accumulates),
 // and the Complete is built from the same engine output as the last chunk, so it repeats that chunk's
 // ids. Not streaming, the Complete has every id and the totals.
+//
+// n > 1: the samples run one after the other, each tagged with its index and ended by its own
+// Complete.
 func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest, stream *connect.ServerStream[vllmpb.GenerateResponse]) error {
-	var last, all []uint32
+	for i := range max(req.GetSamplingParams().GetN(), 1) {
+		aborted, err := s.generateSample(ctx, req, stream, i)
+		if err != nil || aborted {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateSample runs sample index of a Generate and reports whether an Abort ended it.
+func (s vllmServicer) generateSample(ctx context.Context, req *vllmpb.GenerateRequest, stream *connect.ServerStream[vllmpb.GenerateResponse], index uint32) (bool, error) {
+	var last, all, promptIDs []uint32
 	prompt := 0
+	// Logprobs as the servicer sends them: sampling_params.logprobs alternatives per output token (a
+	// stream's chunks carry their own), prompt_logprobs the prompt's in the first chunk, or in a
+	// Complete not streamed; a decode leg computed no prompt.
+	p := req.GetSamplingParams()
+	lp := &lpModel{top: int(p.GetLogprobs()), byteIDs: s.g.e.cfg.ByteTokenIDs}
+	wantLP := p.Logprobs != nil
+	inLP := p.PromptLogprobs != nil && s.g.e.cfg.Role != RoleDecode
+	if inLP && !wantLP {
+		lp.top = int(p.GetPromptLogprobs())
+	}
+	first := true
 	res, aborted, err := s.g.generate(ctx, vllmpbconnect.VllmEngineGenerateProcedure, stream.Conn().RequestHeader(),
 		func() (*grpcCall, error) {
 			c, err := s.parse(req)
 			if err == nil {
 				prompt = len(c.spec.prompt.ids)
+				promptIDs = c.spec.prompt.ids
+				c.spec.choice = int(index)
 			}
 			return c, err
 		},
@@ -139,19 +166,35 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			if len(ids) == 0 {
 				return nil // a stop string cut the token away: nothing to stream
 			}
-			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
+			ch := &vllmpb.GenerateStreamChunk{
 				TokenIds: ids, PromptTokens: uint32(prompt), CompletionTokens: 1, CachedTokens: uint32(cached), // one engine token
-			}}})
+				Index: index,
+			}
+			if wantLP {
+				ch.OutputLogprobs = lp.vllm(ids)
+			}
+			if inLP && first {
+				ch.InputLogprobs = lp.vllmInput(promptIDs)
+			}
+			first = false
+			return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
-		return err
+		return false, err
 	}
 	done := &vllmpb.GenerateComplete{
 		FinishReason: res.finish, PromptTokens: uint32(res.promptTokens), CachedTokens: uint32(res.cachedTokens),
-		OutputIds: all, CompletionTokens: uint32(res.completionTokens),
+		OutputIds: all, CompletionTokens: uint32(res.completionTokens), Index: index,
 	}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = last, 1
+	} else {
+		if wantLP {
+			done.OutputLogprobs = lp.vllm(all)
+		}
+		if inLP {
+			done.InputLogprobs = lp.vllmInput(promptIDs)
+		}
 	}
 	switch {
 	case aborted:
@@ -166,7 +209,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 		// when the params carry a valid host and port.
 		b, err := json.Marshal(kv)
 		if err != nil {
-			return connect.NewError(connect.CodeInternal, err)
+			return false, connect.NewError(connect.CodeInternal, err)
 		}
 		js := string(b)
 		done.KvTransferParamsJson = &js
@@ -174,7 +217,7 @@ func (s vllmServicer) Generate(ctx context.Context, req *vllmpb.GenerateRequest,
 			done.KvTransferParams = &vllmpb.KvTransferParams{RemoteHost: *kv.RemoteHost, RemotePort: uint32(*kv.RemotePort)}
 		}
 	}
-	return stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
+	return aborted, stream.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
 }
 
 // HealthCheck answers healthy unless the FailHealth fault is on (vLLM's reports engine.errored).

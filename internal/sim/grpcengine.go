@@ -240,8 +240,9 @@ func (e *Engine) grpcSample(ids []uint32, s *grpcSampling, rid string) (sampleSp
 	return sp, nil
 }
 
-// errNUnsupported refuses n > 1, which the simulator does not serve over the engines' gRPC protocols.
-var errNUnsupported = connect.NewError(connect.CodeUnimplemented, errors.New("the simulator serves n = 1 per gRPC Generate request"))
+// errNUnsupported refuses n > 1 on a PD leg, which the simulator does not serve over the engines' gRPC
+// protocols (SGLang PD gateways send n single-sample requests; vLLM's NIXL handoff is single-consumer).
+var errNUnsupported = connect.NewError(connect.CodeUnimplemented, errors.New("the simulator serves n = 1 per gRPC Generate request of a PD leg"))
 
 // grpcTimestamp is the ISO 8601 time of a GetLoads answer.
 func grpcTimestamp() string { return time.Now().UTC().Format(time.RFC3339Nano) }

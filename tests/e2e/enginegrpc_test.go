@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,6 +191,19 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				t.Fatalf("streamed completion %q, unary %q", text.String(), comp.Choices[0].Text)
 			}
 
+			// The gateway asks TensorRT-LLM's service for no logprobs, samples or embeddings yet.
+			trt := tp.name == "trtllm"
+			if !trt {
+				checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
+			}
+			if !trt && len(c.ByRole(sim.RolePrefill)) == 0 { // PD mode serves no embeddings (dispatch's aux.go), as over HTTP
+				emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: simModel,
+					Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"first", "second"}}})
+				if err != nil || len(emb.Data) != 2 || emb.Data[1].Index != 1 || len(emb.Data[0].Embedding) != sim.EmbeddingDim || emb.Usage.PromptTokens == 0 {
+					t.Errorf("embeddings over Embed: %v, %+v", err, emb)
+				}
+			}
+
 			// The gateway tokenized the prompt: the simulator counted the chat's rendered bytes.
 			for _, e := range c.Engines {
 				if e.Stats().Completed == 0 {
@@ -198,7 +213,129 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 			if tp.checkKV != nil {
 				tp.checkKV(t, c)
 			}
+			// Last: vLLM PD sends n > 1 to a decode alone, which computes its prompt itself.
+			if !trt {
+				checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
+			}
 		})
+	}
+}
+
+// checkEngineGRPCLogprobs: chat logprobs with top_logprobs, whole and streamed, one entry per token id
+// (the simulator's ids are the text's bytes, so the entries' strings join to the text) with its bytes
+// and alternatives; completions' logprobs with echo, the prompt first. A PD decode
+// leg computed no prompt, so there echo with logprobs is a 400 naming echo.
+func checkEngineGRPCLogprobs(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion, pd bool) {
+	t.Helper()
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(5), Seed: openai.Int(3),
+		Logprobs: openai.Bool(true), TopLogprobs: openai.Int(2)}
+	chat, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatalf("chat with logprobs: %v", err)
+	}
+	lp := chat.Choices[0].Logprobs.Content
+	var joined strings.Builder
+	for i, e := range lp {
+		joined.WriteString(e.Token)
+		if e.Logprob >= 0 || len(e.TopLogprobs) != 2 || e.TopLogprobs[0].Logprob != e.Logprob || string(rune(e.Bytes[0])) != e.Token[:1] {
+			t.Errorf("chat logprobs entry %d = %+v", i, e)
+		}
+	}
+	if len(lp) == 0 || joined.String() != chat.Choices[0].Message.Content {
+		t.Fatalf("chat logprobs: %d entries joining to %q, content %q", len(lp), joined.String(), chat.Choices[0].Message.Content)
+	}
+	// Streamed, each chunk has its own tokens' entries (SGLang PD samples differ per room: compare the
+	// stream with itself).
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var content, tokens strings.Builder
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			content.WriteString(ch.Delta.Content)
+			for _, e := range ch.Logprobs.Content {
+				tokens.WriteString(e.Token)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil || tokens.Len() == 0 || tokens.String() != content.String() {
+		t.Errorf("streamed chat logprobs join to %q (err %v), content %q", tokens.String(), err, content.String())
+	}
+
+	const prompt = "Echo me"
+	comp, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}, MaxTokens: openai.Int(4),
+		Logprobs: openai.Int(1), Echo: openai.Bool(true)})
+	if pd {
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "echo" {
+			t.Errorf("PD completion with echo and logprobs: %v; want a 400 naming echo", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("completion with echo and logprobs: %v", err)
+	}
+	c := comp.Choices[0]
+	// The prompt's first token has no logprob: null in token_logprobs and top_logprobs, as vLLM's (the
+	// SDK's typed top_logprobs does not take the null: read the raw JSON).
+	if !strings.HasPrefix(c.Text, prompt) || strings.Join(c.Logprobs.Tokens, "") != c.Text ||
+		len(c.Logprobs.TokenLogprobs) != len(c.Logprobs.Tokens) || len(c.Logprobs.TextOffset) != len(c.Logprobs.Tokens) ||
+		!strings.HasPrefix(c.Logprobs.JSON.TopLogprobs.Raw(), `[null,{"c":`) {
+		t.Errorf("completion with echo: text %q, logprobs %+v", c.Text, c.Logprobs)
+	}
+}
+
+// checkEngineGRPCSamples: n > 1 through the SDK, whole and streamed: one choice per index, each with
+// its finish, usage the sum of the samples' tokens.
+func checkEngineGRPCSamples(t *testing.T, client *openai.Client, msgs []openai.ChatCompletionMessageParamUnion, sglangPD bool) {
+	t.Helper()
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(4), N: openai.Int(3),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}
+	chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(4), N: openai.Int(3)})
+	if err != nil {
+		t.Fatalf("chat n=3: %v", err)
+	}
+	if len(chat.Choices) != 3 || chat.Usage.CompletionTokens != 12 {
+		t.Fatalf("chat n=3: %d choices, usage %+v; want 3 and 12 completion tokens", len(chat.Choices), chat.Usage)
+	}
+	for i, c := range chat.Choices {
+		if c.Index != int64(i) || c.Message.Content == "" || c.FinishReason != "length" {
+			t.Errorf("chat n=3 choice %d: %+v", i, c)
+		}
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("chat n=3 stream: %v", err)
+	}
+	if len(acc.Choices) != 3 || acc.Usage.CompletionTokens != 12 || acc.Usage.PromptTokens != chat.Usage.PromptTokens {
+		t.Fatalf("chat n=3 stream: %d choices, usage %+v", len(acc.Choices), acc.Usage)
+	}
+	for i, c := range acc.Choices {
+		if c.Message.Content == "" || c.FinishReason != "length" {
+			t.Errorf("chat n=3 streamed choice %d: %+v", i, c)
+		}
+	}
+	comp, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Two ways")}, MaxTokens: openai.Int(3), N: openai.Int(2)})
+	if err != nil || len(comp.Choices) != 2 || comp.Choices[1].Index != 1 || comp.Usage.CompletionTokens != 6 {
+		t.Errorf("completion n=2: %v, %+v", err, comp)
+	}
+	// A batch of prompts: one Generate per prompt, choices prompt by prompt (SGLang PD refuses a batch
+	// with n > 1, as over HTTP: there n = 1, each prompt its own bootstrap room).
+	n := int64(2)
+	if sglangPD {
+		n = 1
+	}
+	batch, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"First prompt", "Second"}}, MaxTokens: openai.Int(3), N: openai.Int(n)})
+	if err != nil || len(batch.Choices) != 2*int(n) || batch.Choices[len(batch.Choices)-1].Index != 2*n-1 || batch.Usage.CompletionTokens != 6*n ||
+		batch.Usage.PromptTokens != int64(len("First prompt")+len("Second")) {
+		t.Errorf("completion batch of 2 prompts, n=2: %v, %+v", err, batch)
 	}
 }
 
@@ -284,6 +421,33 @@ func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
 		if st := e.Stats(); st.GRPCAborts != 1 || st.Completed != 0 {
 			t.Errorf("%s engine: %d aborted by Abort, %d completed; want the request aborted", e.Role(), st.GRPCAborts, st.Completed)
 		}
+	}
+}
+
+// TestEngineGRPCContextLengthExceeded: a prompt longer than the model's context (GetModelInfo's) is the
+// gateway's own 400 context_length_exceeded, before any Generate reaches the engine.
+func TestEngineGRPCContextLengthExceeded(t *testing.T) {
+	t.Parallel()
+	tok := byteTokenizerDir(t)
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(p), func(t *testing.T) {
+			cfg := engineGRPCConfig()
+			cfg.ContextLength = 64
+			c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: p, Engine: cfg})
+			gw := startGateway(t, app.Options{}, engineGRPCArgs(c, tok)...)
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+			_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: simModel,
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("too long ", 20))}})
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "context_length_exceeded" ||
+				apiErr.Param != "messages" || !strings.Contains(apiErr.Message, "maximum context length is 64") {
+				t.Fatalf("long prompt: %v; want the gateway's 400 context_length_exceeded", err)
+			}
+			if st := c.Engines[0].Stats(); st.Completed != 0 || st.Failed != 0 {
+				t.Errorf("engine: %d completed, %d failed; want no request", st.Completed, st.Failed)
+			}
+		})
 	}
 }
 

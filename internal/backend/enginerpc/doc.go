@@ -25,7 +25,24 @@
 // delta.tool_calls argument deltas, which join to the whole answer. tools for a model without a
 // tool-call parser are a 400 naming tools: the calls would reach the client as raw text.
 //
-// Not served yet, refused with a 400 naming the field: n > 1, prompt batches, logprobs, echo.
+// Logprobs (logprobs.go): chat's logprobs/top_logprobs, completions' logprobs and echo, /generate's
+// return_logprob become SGLang's return_logprob/top_logprobs_num/logprob_start_len and vLLM's
+// sampling_params.logprobs/prompt_logprobs; the engine's values come back in the HTTP servers' shapes,
+// token strings from the gateway's tokenizer.
+//
+// n > 1 (samples.go) is one Generate with sampling_params.n; the engine's chunks and Completes carry
+// their sample's index, which becomes the choice's; usage counts the prompt once and every sample's
+// completion; /generate answers a list.
+//
+// /v1/embeddings (embed.go) is one Embed call per input, answered as OpenAI's embeddings list.
+// A prompt that fills the model's context (Engine.ContextLength) is a 400 context_length_exceeded
+// before any engine call.
+//
+// A batch of prompts (batch.go) is one Generate per prompt, run at once, the answers merged as the
+// engines' HTTP servers give them.
+//
+// Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
+// dimensions.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

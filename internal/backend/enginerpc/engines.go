@@ -17,6 +17,8 @@ import (
 // event is one GenerateResponse of either protocol.
 type event struct {
 	ids                        []uint32
+	index                      uint32    // the sample (n > 1)
+	outLP, inLP                []tokenLP // the engine's logprobs of ids, and of the prompt
 	complete                   bool
 	finish                     string
 	prompt, completion, cached uint32
@@ -35,6 +37,8 @@ type genStream interface {
 type engineClient interface {
 	generate(ctx context.Context, c *call) (genStream, error)
 	abort(ctx context.Context, requestID string) error
+	// embed runs Embed on one input: its vector and prompt tokens.
+	embed(ctx context.Context, requestID string, ids []uint32) ([]float32, uint32, error)
 	// cumulativeCounts says the stream chunks' counts are totals so far (SGLang) rather than the
 	// chunk's own (vLLM).
 	cumulativeCounts() bool
@@ -63,7 +67,7 @@ func sglangSampling(c *call) *sglangpb.SamplingParams {
 		Temperature: deref(c.temperature, 1), TopP: deref(c.topP, 1), TopK: deref(c.topK, -1),
 		MinP: deref(c.minP, 0), FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
 		RepetitionPenalty: deref(c.repPen, 1), Stop: c.stops, StopTokenIds: c.stopIDs,
-		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, N: 1, MinNewTokens: c.minTokens,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, N: uint32(c.n), MinNewTokens: c.minTokens,
 		IgnoreEos: c.ignoreEOS, NoStopTrim: c.includeStop,
 	}
 	if c.maxTokens != nil {
@@ -89,7 +93,9 @@ func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) 
 		Tokenized:       &sglangpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids},
 		SamplingParams:  sglangSampling(c),
 		Stream:          c.stream,
-		LogprobStartLen: -1,
+		ReturnLogprob:   c.lp.output,
+		TopLogprobsNum:  c.lp.top,
+		LogprobStartLen: c.lp.start,
 	}
 	if b := c.bootstrap; b != nil {
 		req.DisaggregatedParams = &sglangpb.DisaggregatedParams{BootstrapHost: b.host, BootstrapPort: b.port, BootstrapRoom: b.room}
@@ -111,11 +117,15 @@ type sglangStream struct {
 func (s sglangStream) event() event {
 	m := s.Msg()
 	if ch := m.GetChunk(); ch != nil {
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(in), index: ch.GetIndex()}
 	}
 	d := m.GetComplete()
+	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens()}
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(),
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
 	switch ms := d.GetMatchedStop().(type) {
 	case *sglangpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -147,8 +157,15 @@ func vllmSampling(c *call) *vllmpb.SamplingParams {
 		Temperature: c.temperature, TopP: deref(c.topP, 1), MinP: deref(c.minP, 0),
 		FrequencyPenalty: deref(c.freqPen, 0), PresencePenalty: deref(c.presPen, 0),
 		RepetitionPenalty: deref(c.repPen, 1), MinTokens: c.minTokens, Stop: c.stops, StopTokenIds: c.stopIDs,
-		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: 1,
+		SkipSpecialTokens: true, SpacesBetweenSpecialTokens: true, IgnoreEos: c.ignoreEOS, N: uint32(c.n),
 		IncludeStopStrInOutput: c.includeStop,
+	}
+	if c.lp.output {
+		k := c.lp.top
+		p.Logprobs = &k
+		if c.lp.prompt {
+			p.PromptLogprobs = &k
+		}
 	}
 	if c.topK != nil && *c.topK > 0 {
 		p.TopK = uint32(*c.topK)
@@ -199,11 +216,15 @@ type vllmStream struct {
 func (s vllmStream) event() event {
 	m := s.Msg()
 	if ch := m.GetChunk(); ch != nil {
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
+			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(in), index: ch.GetIndex()}
 	}
 	d := m.GetComplete()
+	o := d.GetOutputLogprobs()
 	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson}
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson,
+		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
 	switch ms := d.GetMatchedStop().(type) {
 	case *vllmpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -218,4 +239,20 @@ func deref[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+func sglangInputLPs(in *sglangpb.InputLogProbs) []tokenLP {
+	vals := make([]*float32, len(in.GetTokenLogprobs()))
+	for i, v := range in.GetTokenLogprobs() {
+		vals[i] = v.Value
+	}
+	return inputLPs(vals, in.GetTokenIds(), in.GetTopLogprobs())
+}
+
+func vllmInputLPs(in *vllmpb.InputLogProbs) []tokenLP {
+	vals := make([]*float32, len(in.GetTokenLogprobs()))
+	for i, v := range in.GetTokenLogprobs() {
+		vals[i] = v.Value
+	}
+	return inputLPs(vals, in.GetTokenIds(), in.GetTopLogprobs())
 }

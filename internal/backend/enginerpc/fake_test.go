@@ -105,6 +105,7 @@ type fakeEngine struct {
 	kvReturn string
 	cached   uint32
 	eos      uint32 // 0: imEnd
+	noInLP   bool   // send no prompt logprobs even when asked
 
 	mu      sync.Mutex
 	sglang  []*sglangpb.GenerateRequest
@@ -138,13 +139,17 @@ func (f *fakeEngine) aborts() []string {
 	return append([]string(nil), f.aborted...)
 }
 
-// output is the ids the engine generates for max tokens (nil: none).
-func (f *fakeEngine) output(max *uint32) (ids []uint32, finish string) {
+// output is the ids the engine generates for max tokens (nil: none), for sample index of n.
+func (f *fakeEngine) output(max *uint32, index, n int) (ids []uint32, finish string) {
 	eos := uint32(imEnd)
 	if f.eos != 0 {
 		eos = f.eos
 	}
-	ids = append(append(ids, f.reply...), eos)
+	ids = append(ids, f.reply...)
+	if n > 1 {
+		ids = append(ids, uint32('0'+index)) // each sample of n > 1 its own text
+	}
+	ids = append(ids, eos)
 	if max != nil && int(*max) < len(ids) {
 		return ids[:*max], "length"
 	}
@@ -180,19 +185,43 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 	if f.err != nil {
 		return f.err
 	}
+	// n > 1: the samples one after the other, the last index first, so that a client must sort them.
+	n := max(int(req.GetSamplingParams().GetN()), 1)
+	for i := n - 1; i >= 0; i-- {
+		if err := f.sglangSample(ctx, req, st, uint32(i), n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeEngine) sglangSample(ctx context.Context, req *sglangpb.GenerateRequest, st *connect.ServerStream[sglangpb.GenerateResponse], index uint32, n int) error {
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
-	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens)
+	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens, int(index), n)
+	lp, k := req.GetReturnLogprob(), int(req.GetTopLogprobsNum())
+	inLP := lp && req.GetLogprobStartLen() >= 0 && !f.noInLP && index == 0
 	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
-		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Chunk{
-			Chunk: &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}}})
+		ch := &sglangpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached, Index: index}
+		if lp {
+			ch.OutputLogprobs = sglangOutLP(c, n-len(c), k)
+		}
+		if inLP && n == 1 {
+			ch.InputLogprobs = sglangInLP(req.GetTokenized().GetInputIds())
+		}
+		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}})
 	})
 	if err != nil {
 		return err
 	}
 	done := &sglangpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
-		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached, Index: index}
 	if req.GetStream() {
 		done.OutputIds = ids[len(ids)-1:]
+	} else if lp {
+		done.OutputLogprobs = sglangOutLP(ids, 0, k)
+		if inLP {
+			done.InputLogprobs = sglangInLP(req.GetTokenized().GetInputIds())
+		}
 	}
 	if finish == "stop" {
 		done.MatchedStop = &sglangpb.GenerateComplete_MatchedTokenId{MatchedTokenId: imEnd}
@@ -219,19 +248,43 @@ func (v vllmFake) Generate(ctx context.Context, req *vllmpb.GenerateRequest, st 
 	if f.err != nil {
 		return f.err
 	}
+	n := max(int(req.GetSamplingParams().GetN()), 1)
+	for i := n - 1; i >= 0; i-- {
+		if err := v.sample(ctx, req, st, uint32(i), n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v vllmFake) sample(ctx context.Context, req *vllmpb.GenerateRequest, st *connect.ServerStream[vllmpb.GenerateResponse], index uint32, n int) error {
+	f := v.f
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
-	ids, finish := f.output(req.GetSamplingParams().MaxTokens)
-	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, _ int) error {
-		return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{
-			Chunk: &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached}}})
+	p := req.GetSamplingParams()
+	ids, finish := f.output(p.MaxTokens, int(index), n)
+	inLP := p.PromptLogprobs != nil && !f.noInLP
+	err := f.run(ctx, req.GetStream(), ids, func(c []uint32, n int) error {
+		ch := &vllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(len(c)), CachedTokens: f.cached, Index: index}
+		if p.Logprobs != nil {
+			ch.OutputLogprobs = vllmOutLP(c, n-len(c), int(p.GetLogprobs()))
+		}
+		if inLP && n == 1 {
+			ch.InputLogprobs = vllmInLP(req.GetTokenized().GetInputIds())
+		}
+		return st.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 	})
 	if err != nil {
 		return err
 	}
 	done := &vllmpb.GenerateComplete{OutputIds: ids, FinishReason: finish, PromptTokens: prompt,
-		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached, Index: index}
 	if req.GetStream() {
 		done.OutputIds, done.CompletionTokens = ids[len(ids)-1:], 1
+	} else if p.Logprobs != nil {
+		done.OutputLogprobs = vllmOutLP(ids, 0, int(p.GetLogprobs()))
+		if inLP {
+			done.InputLogprobs = vllmInLP(req.GetTokenized().GetInputIds())
+		}
 	}
 	if f.kvReturn != "" {
 		done.KvTransferParamsJson = &f.kvReturn
@@ -290,4 +343,81 @@ func setupEngine(t *testing.T, f *fakeEngine, e Engine) (*Transport, string) {
 		t.Fatal(err)
 	}
 	return tr, url
+}
+
+// The fake's logprobs: output position i has -(i+1)/10 and k alternatives, the token itself first and
+// then the ids after it at -(i+1)/10 - j; a prompt's tokens -0.5 each but the first, which has none.
+func fakeLP(pos int) float32 { return -float32(pos+1) / 10 }
+
+func fakeTop(id uint32, pos, k int) (vals []float32, ids []uint32) {
+	for j := range k {
+		vals = append(vals, fakeLP(pos)-float32(j))
+		ids = append(ids, id+uint32(j))
+	}
+	return vals, ids
+}
+
+func sglangOutLP(ids []uint32, from, k int) *sglangpb.OutputLogProbs {
+	o := &sglangpb.OutputLogProbs{}
+	for i, id := range ids {
+		o.TokenLogprobs = append(o.TokenLogprobs, fakeLP(from+i))
+		o.TokenIds = append(o.TokenIds, id)
+		if k > 0 {
+			v, t := fakeTop(id, from+i, k)
+			o.TopLogprobs = append(o.TopLogprobs, &sglangpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+	}
+	return o
+}
+
+func vllmOutLP(ids []uint32, from, k int) *vllmpb.OutputLogProbs {
+	o := &vllmpb.OutputLogProbs{}
+	for i, id := range ids {
+		o.TokenLogprobs = append(o.TokenLogprobs, fakeLP(from+i))
+		o.TokenIds = append(o.TokenIds, id)
+		if k > 0 {
+			v, t := fakeTop(id, from+i, k)
+			o.TopLogprobs = append(o.TopLogprobs, &vllmpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+	}
+	return o
+}
+
+func sglangInLP(ids []uint32) *sglangpb.InputLogProbs {
+	in := &sglangpb.InputLogProbs{TokenIds: ids}
+	for i := range ids {
+		v := &sglangpb.InputTokenLogProb{}
+		if i > 0 {
+			x := float32(-0.5)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+	}
+	return in
+}
+
+func vllmInLP(ids []uint32) *vllmpb.InputLogProbs {
+	in := &vllmpb.InputLogProbs{TokenIds: ids}
+	for i := range ids {
+		v := &vllmpb.InputTokenLogProb{}
+		if i > 0 {
+			x := float32(-0.5)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+	}
+	return in
+}
+
+// The fake's embedding of an input: its length and first id, so that a test can tell inputs apart.
+func fakeEmbedding(ids []uint32) []float32 { return []float32{float32(len(ids)), float32(ids[0]), 0.5} }
+
+func (f *fakeEngine) Embed(_ context.Context, req *sglangpb.EmbedRequest) (*sglangpb.EmbedResponse, error) {
+	ids := req.GetTokenized().GetInputIds()
+	return &sglangpb.EmbedResponse{Embedding: fakeEmbedding(ids), EmbeddingDim: 3, PromptTokens: uint32(len(ids))}, nil
+}
+
+func (v vllmFake) Embed(_ context.Context, req *vllmpb.EmbedRequest) (*vllmpb.EmbedResponse, error) {
+	ids := req.GetTokenized().GetInputIds()
+	return &vllmpb.EmbedResponse{Embedding: fakeEmbedding(ids), EmbeddingDim: 3, PromptTokens: uint32(len(ids))}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/jsonx"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/toolcall"
 )
 
@@ -21,6 +22,7 @@ type meta struct {
 	model   string
 	proto   enginegrpc.Protocol
 	eos     []int
+	tok     *tokenizer.Tokenizer // for logprobs' token strings
 }
 
 // stopReason reports an answer in vLLM's shape, with stop_reason (TensorRT-LLM's OpenAI server has
@@ -53,8 +55,8 @@ func (s *sample) promptTokens(c *call) uint32 {
 	return uint32(len(c.ids))
 }
 
-func appendUsage(dst []byte, c *call, s *sample) []byte {
-	p, comp := uint64(s.promptTokens(c)), uint64(s.completion)
+func appendUsage(dst []byte, c *call, ss *samples) []byte {
+	p, comp, cached := ss.usage(c)
 	dst = append(dst, `{"prompt_tokens":`...)
 	dst = strconv.AppendUint(dst, p, 10)
 	dst = append(dst, `,"completion_tokens":`...)
@@ -62,7 +64,7 @@ func appendUsage(dst []byte, c *call, s *sample) []byte {
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendUint(dst, p+comp, 10)
 	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
-	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	dst = strconv.AppendUint(dst, cached, 10)
 	return append(dst, `}}`...)
 }
 
@@ -96,52 +98,101 @@ func appendKVTransfer(dst []byte, m *meta, s *sample) []byte {
 	return append(dst, *s.kvTransfer...)
 }
 
-// renderWhole is a unary answer.
-func renderWhole(c *call, m *meta, s *sample) []byte {
+// renderWhole is a unary answer: one choice per sample; /generate's is one object, or with n > 1 a
+// list of them, as SGLang's HTTP server answers.
+func renderWhole(c *call, m *meta, ss *samples) []byte {
 	var dst []byte
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion")
-		content, reasoningText, calls := s.whole(c)
-		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-		if content == "" && len(calls) > 0 {
-			dst = append(dst, "null"...) // OpenAI's content of a message that only calls tools
-		} else {
-			dst = jsonx.AppendString(dst, content)
-		}
-		if reasoningText != nil {
-			dst = appendReasoning(dst, *reasoningText)
-		}
-		if len(calls) > 0 {
-			dst = append(dst, `,"tool_calls":[`...)
-			for i, tc := range calls {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = appendCall(dst, toolcall.CallDelta{Index: -1, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		dst = append(dst, `,"choices":[`...)
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
 			}
-			dst = append(dst, ']')
+			dst = appendChatChoice(dst, c, m, s)
 		}
-		dst = append(dst, `},"logprobs":null`...)
-		dst = appendFinish(dst, m, s, true)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
-		dst = append(dst, `,"choices":[{"index":0,"text":`...)
-		dst = jsonx.AppendString(dst, string(s.text))
-		dst = append(dst, `,"logprobs":null`...)
-		dst = appendFinish(dst, m, s, true)
+		dst = append(dst, `,"choices":[`...)
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendCompletionChoice(dst, c, m, s)
+		}
 	default:
-		return appendGenerate(dst, c, m, s, true)
+		if len(ss.all) == 1 {
+			return appendGenerate(dst, c, m, ss.all[0], true)
+		}
+		dst = append(dst, '[')
+		for i, s := range ss.all {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendGenerate(dst, c, m, s, true)
+		}
+		return append(dst, ']')
 	}
-	dst = append(dst, `}],"usage":`...)
-	dst = appendUsage(dst, c, s)
-	dst = appendKVTransfer(dst, m, s)
+	dst = append(dst, `],"usage":`...)
+	dst = appendUsage(dst, c, ss)
+	dst = appendKVTransfer(dst, m, ss.all[0])
+	return append(dst, '}')
+}
+
+func appendChatChoice(dst []byte, c *call, m *meta, s *sample) []byte {
+	content, reasoningText, calls := s.whole(c)
+	dst = append(dst, `{"index":`...)
+	dst = strconv.AppendInt(dst, int64(s.index), 10)
+	dst = append(dst, `,"message":{"role":"assistant","content":`...)
+	if content == "" && len(calls) > 0 {
+		dst = append(dst, "null"...) // OpenAI's content of a message that only calls tools
+	} else {
+		dst = jsonx.AppendString(dst, content)
+	}
+	if reasoningText != nil {
+		dst = appendReasoning(dst, *reasoningText)
+	}
+	if len(calls) > 0 {
+		dst = append(dst, `,"tool_calls":[`...)
+		for i, tc := range calls {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendCall(dst, toolcall.CallDelta{Index: -1, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		dst = append(dst, ']')
+	}
+	dst = append(dst, '}')
+	dst = appendChatChoiceLogprobs(dst, c, m, s.lps)
+	dst = appendFinish(dst, m, s, true)
+	return append(dst, '}')
+}
+
+func appendCompletionChoice(dst []byte, c *call, m *meta, s *sample) []byte {
+	dst = append(dst, `{"index":`...)
+	dst = strconv.AppendInt(dst, int64(s.index), 10)
+	dst = append(dst, `,"text":`...)
+	text, lps := string(s.text), s.lps
+	if c.echo {
+		text = s.echoText + text
+		lps = append(append([]tokenLP(nil), s.inLPs...), lps...)
+	}
+	dst = jsonx.AppendString(dst, text)
+	dst = appendCompletionChoiceLogprobs(dst, c, m, s, lps)
+	dst = appendFinish(dst, m, s, true)
 	return append(dst, '}')
 }
 
 // appendGenerate is SGLang's /generate object; streamed, each carries the text and ids so far.
 func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte {
-	dst = append(dst, `{"text":`...)
+	dst = append(dst, '{')
+	if c.n > 1 {
+		dst = append(dst, `"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"text":`...)
 	dst = jsonx.AppendString(dst, string(s.text))
 	dst = append(dst, `,"output_ids":[`...)
 	for i, id := range s.ids {
@@ -170,6 +221,9 @@ func appendGenerate(dst []byte, c *call, m *meta, s *sample, final bool) []byte 
 	dst = strconv.AppendUint(dst, uint64(s.completion), 10)
 	dst = append(dst, `,"cached_tokens":`...)
 	dst = strconv.AppendUint(dst, uint64(s.cached), 10)
+	if c.lp.output {
+		dst = appendGenerateLogprobs(dst, c, s)
+	}
 	return append(dst, `}}`...)
 }
 
@@ -212,7 +266,9 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion.chunk")
-		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+		dst = append(dst, `,"choices":[{"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, `,"delta":{`...)
 		sep := ""
 		if first {
 			dst = append(dst, `"role":"assistant","content":`...)
@@ -238,12 +294,15 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 			}
 			dst = append(dst, ']')
 		}
-		dst = append(dst, `},"logprobs":null`...)
+		dst = append(dst, '}')
+		dst = appendChatChoiceLogprobs(dst, c, m, d.lps)
 	case body.RouteCompletions:
 		dst = appendHead(dst, m, "text_completion")
-		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = append(dst, `,"choices":[{"index":`...)
+		dst = strconv.AppendInt(dst, int64(s.index), 10)
+		dst = append(dst, `,"text":`...)
 		dst = jsonx.AppendString(dst, d.content)
-		dst = append(dst, `,"logprobs":null`...)
+		dst = appendCompletionChoiceLogprobs(dst, c, m, s, d.lps)
 	default:
 		return appendGenerate(dst, c, m, s, final)
 	}
@@ -255,14 +314,14 @@ func appendChunk(dst []byte, c *call, m *meta, s *sample, d delta, first, final 
 	return append(dst, '}')
 }
 
-func appendUsageChunk(dst []byte, c *call, m *meta, s *sample) []byte {
+func appendUsageChunk(dst []byte, c *call, m *meta, ss *samples) []byte {
 	object := "chat.completion.chunk"
 	if c.route == body.RouteCompletions {
 		object = "text_completion"
 	}
 	dst = appendHead(dst, m, object)
 	dst = append(dst, `,"choices":[],"usage":`...)
-	dst = appendUsage(dst, c, s)
+	dst = appendUsage(dst, c, ss)
 	return append(dst, '}')
 }
 
@@ -280,4 +339,22 @@ func appendErrorBody(dst []byte, message, typ, param, code string) []byte {
 	dst = append(dst, `,"code":`...)
 	dst = jsonx.AppendString(dst, code)
 	return append(dst, "}}"...)
+}
+
+// appendChatChoiceLogprobs writes a chat choice's logprobs: null unless the request asked for them.
+func appendChatChoiceLogprobs(dst []byte, c *call, m *meta, lps []tokenLP) []byte {
+	if !c.lp.output {
+		return append(dst, `,"logprobs":null`...)
+	}
+	return appendChatLogprobs(dst, m.tok, lps, c.lp.top)
+}
+
+// appendCompletionChoiceLogprobs writes a completions choice's logprobs, their text offsets going on
+// from the sample's previous chunks.
+func appendCompletionChoiceLogprobs(dst []byte, c *call, m *meta, s *sample, lps []tokenLP) []byte {
+	if !c.lp.output {
+		return append(dst, `,"logprobs":null`...)
+	}
+	dst, s.lpOffset = appendCompletionLogprobs(dst, m.tok, lps, c.lp.top, s.lpOffset)
+	return dst
 }

@@ -37,6 +37,7 @@ type requestJSON struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Logprobs            json.RawMessage `json:"logprobs"`
 	Echo                bool            `json:"echo"`
+	TopLogprobs         *int            `json:"top_logprobs"`
 	ResponseFormat      *struct {
 		Type       string `json:"type"`
 		JSONSchema *struct {
@@ -51,6 +52,8 @@ type requestJSON struct {
 	RoutedDPRank     *int32          `json:"routed_dp_rank"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	ReturnLogprob    bool            `json:"return_logprob"`
+	TopLogprobsNum   *int32          `json:"top_logprobs_num"`
+	LogprobStartLen  *int32          `json:"logprob_start_len"`
 }
 
 // samplingJSON holds the sampling fields, at the top of an OpenAI body and in /generate's
@@ -115,6 +118,9 @@ type call struct {
 	wantKVBack               bool    // vLLM: the prefill leg; its answer carries kv_transfer_params
 	stopParams               stop.Params
 	eos                      []int
+	lp                       lpRequest
+	n                        int  // samples
+	echo                     bool // completions: the prompt's text (and logprobs) before the answer's
 
 	// The chat answer's parsers (empty: none) and the request's switch of the reasoning one.
 	reasoningParser string
@@ -150,8 +156,17 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseUnsupported(&r, &s); err != nil {
+	if err := refuseUnsupported(route, &r, &s); err != nil {
 		return nil, err
+	}
+	if err := c.setLogprobs(&r); err != nil {
+		return nil, err
+	}
+	c.n = 1
+	if s.N != nil {
+		c.n = *s.N
+	} else if r.N != nil {
+		c.n = *r.N
 	}
 	if route == body.RouteChat {
 		if err := c.setParsers(&r, e); err != nil {
@@ -197,20 +212,20 @@ func (c *call) setPrompt(r *requestJSON, e *Engine) (samplingJSON, *int, error) 
 	return s, maxTokens, nil
 }
 
+// maxN bounds n: every sample is state the gateway keeps for the answer.
+const maxN = 128
+
 // refuseUnsupported refuses, naming the field, what the gateway cannot yet serve over the engines' gRPC.
-func refuseUnsupported(r *requestJSON, s *samplingJSON) error {
+func refuseUnsupported(route body.Route, r *requestJSON, s *samplingJSON) error {
 	n := r.N
 	if s.N != nil {
 		n = s.N
 	}
-	if n != nil && *n != 1 {
-		return requestError("n", "n = %d is not supported over the engines' gRPC protocols yet: send n = 1", *n)
+	if n != nil && (*n < 1 || *n > maxN) {
+		return requestError("n", "n must be between 1 and %d, got %d", maxN, *n)
 	}
-	if lp := bytes.TrimSpace(r.Logprobs); (len(lp) > 0 && !bytes.Equal(lp, []byte("null")) && !bytes.Equal(lp, []byte("false"))) || r.ReturnLogprob {
-		return requestError("logprobs", "logprobs are not supported over the engines' gRPC protocols yet")
-	}
-	if r.Echo {
-		return requestError("echo", "echo is not supported over the engines' gRPC protocols yet")
+	if r.Echo && route != body.RouteCompletions {
+		return requestError("echo", "echo is only served for completions over the engines' gRPC protocols")
 	}
 	return nil
 }

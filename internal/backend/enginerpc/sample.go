@@ -13,6 +13,7 @@ import (
 // sample is one generation's state: the engine's ids turned into text (DecodeStream), cut at stops
 // (stop.Matcher), and the engine's counts.
 type sample struct {
+	index      int // the choice's index (n > 1)
 	ds         *tokenizer.DecodeStream
 	m          *stop.Matcher
 	cumulative bool // the chunks' counts are totals so far (SGLang), else each chunk's own (vLLM)
@@ -28,6 +29,15 @@ type sample struct {
 	matchedStr                 *string
 	kvTransfer                 *string
 
+	// Logprobs, when asked for: of the output tokens kept (none after a stop), and of the prompt.
+	wantLP bool
+	lps    []tokenLP
+	inLPs  []tokenLP
+	// echo: the prompt's text; a streamed completion's first chunk has it (and its logprobs) still to go.
+	echoPending bool
+	echoText    string
+	lpOffset    int // completions: the text_offset of the next token
+
 	// A streamed chat's parsers (nil: none): the text goes through the reasoning parser, then its
 	// content through the tool-call parser. A whole answer is parsed at the end (whole).
 	rp        *reasoning.Parser
@@ -39,16 +49,24 @@ type sample struct {
 type delta struct {
 	content, reasoning string
 	calls              []toolcall.CallDelta
+	lps                []tokenLP // the logprobs of this event's tokens (with echo, the prompt's first)
 }
 
-func (d delta) empty() bool { return d.content == "" && d.reasoning == "" && len(d.calls) == 0 }
+func (d delta) empty() bool {
+	return d.content == "" && d.reasoning == "" && len(d.calls) == 0 && len(d.lps) == 0
+}
 
 func newSample(tok *tokenizer.Tokenizer, c *call, cumulative bool) *sample {
 	m, err := stop.New(c.stopParams)
 	if err != nil {
 		panic(err) // parseCall checked these Params
 	}
-	s := &sample{ds: tok.NewDecodeStream(c.skipSpecial), m: m, cumulative: cumulative, streaming: c.stream}
+	s := &sample{ds: tok.NewDecodeStream(c.skipSpecial), m: m, cumulative: cumulative, streaming: c.stream,
+		wantLP: c.lp.output}
+	if c.echo {
+		s.echoText = promptText(tok, c)
+		s.echoPending = c.stream
+	}
 	if c.stream && c.route == body.RouteChat {
 		// SetEngine checked the names.
 		if c.reasoningParser != "" {
@@ -78,8 +96,9 @@ func (s *sample) add(ev event) (delta, error) {
 		ids = nil
 	}
 	var out []byte
+	var lps []tokenLP
 	stopped := s.m.Result().Reason != ""
-	for _, id := range ids {
+	for i, id := range ids {
 		s.ids = append(s.ids, id)
 		if stopped {
 			continue // text after a stop is dropped; the engine stops on its own
@@ -91,6 +110,13 @@ func (s *sample) add(ev event) (delta, error) {
 		emit, done := s.m.Feed(int(id), t)
 		out = append(out, emit...)
 		stopped = done
+		if s.wantLP && i < len(ev.outLP) {
+			lps = append(lps, ev.outLP[i])
+		}
+	}
+	s.lps = append(s.lps, lps...)
+	if len(ev.inLP) > 0 && s.inLPs == nil {
+		s.inLPs = ev.inLP
 	}
 	if !ev.complete {
 		s.chunks++
@@ -115,7 +141,36 @@ func (s *sample) add(ev event) (delta, error) {
 	}
 	s.cached = max(s.cached, ev.cached)
 	s.text = append(s.text, out...)
-	return s.split(string(out), ev.complete), nil
+	d := s.split(string(out), ev.complete)
+	d.lps = lps
+	if s.echoPending {
+		s.echoPending = false
+		if s.wantLP && len(s.inLPs) == 0 {
+			return delta{}, errNoPromptLogprobs
+		}
+		d.content = s.echoText + d.content
+		if s.wantLP {
+			d.lps = append(append([]tokenLP(nil), s.inLPs...), d.lps...)
+		}
+	}
+	return d, nil
+}
+
+// errNoPromptLogprobs: echo with logprobs needs the prompt's logprobs, which the engine did not send
+// (a decode leg computed no prompt).
+var errNoPromptLogprobs = &body.RequestError{Param: "echo",
+	Message: "echo with logprobs needs the prompt's logprobs, and the engine returned none"}
+
+// promptText is the prompt as echo shows it: the request's text, or its token ids decoded.
+func promptText(tok *tokenizer.Tokenizer, c *call) string {
+	if c.text != "" {
+		return c.text
+	}
+	t, err := tok.Decode(toInts(c.ids), false)
+	if err != nil {
+		return ""
+	}
+	return t
 }
 
 // split runs a streamed chat's new text through its parsers; final flushes what they hold back.

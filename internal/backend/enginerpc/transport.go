@@ -31,7 +31,8 @@ import (
 type Engine struct {
 	Protocol  enginegrpc.Protocol // SGLang, VLLM or TRTLLM
 	Tokenizer *tokenizer.Tokenizer
-	// ContextLength is the model's longest sequence, prompt plus output (GetModelInfo; 0 unknown).
+	// ContextLength is the model's longest sequence, prompt plus output (GetModelInfo; 0 unknown). A
+	// prompt that fills it is refused before any engine call.
 	ContextLength int
 	// EOS are the model's end-of-sequence ids (GetModelInfo's eos_token_ids): their text is not output.
 	EOS []int
@@ -179,7 +180,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.fallback.RoundTrip(req)
 	}
 	route, ok := body.RouteFromPath(req.URL.Path)
-	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate) {
+	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate && route != body.RouteEmbeddings) {
 		return t.passThrough(req)
 	}
 	var raw []byte
@@ -191,6 +192,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+	if route == body.RouteEmbeddings {
+		return t.embed(req, e, raw)
+	}
+	if field, items := batchField(route, raw); field != "" {
+		return t.batch(req, route, raw, field, items)
+	}
 	c, err := parseCall(route, raw, &e.Engine)
 	if err != nil {
 		var re *body.RequestError
@@ -199,11 +206,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if err := refuseForProtocol(c, e.Protocol); err != nil {
+		return errorResponse(req, http.StatusBadRequest, err.Message, "invalid_request_error", err.Param, "invalid_request_error"), nil
+	}
+	if e.ContextLength > 0 && len(c.ids) >= e.ContextLength {
+		return contextExceeded(req, c, e.ContextLength), nil
+	}
 	c.requestID = req.Header.Get("X-Request-Id")
 	if c.requestID == "" {
 		c.requestID = t.newID()
 	}
-	m := &meta{id: c.requestID, created: t.now().Unix(), model: c.model, proto: e.Protocol, eos: e.EOS}
+	m := &meta{id: c.requestID, created: t.now().Unix(), model: c.model, proto: e.Protocol, eos: e.EOS, tok: e.Tokenizer}
 	switch route {
 	case body.RouteChat:
 		m.id = "chatcmpl-" + c.requestID
@@ -211,6 +224,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		m.id = "cmpl-" + c.requestID
 	}
 	return t.run(req, e, c, m)
+}
+
+// contextExceeded is vLLM's 400 for a prompt that leaves no room in the model's context, with OpenAI's
+// code context_length_exceeded, naming the prompt's field.
+func contextExceeded(req *http.Request, c *call, limit int) *http.Response {
+	param := "prompt"
+	switch {
+	case c.route == body.RouteChat:
+		param = "messages"
+	case c.route == body.RouteEmbeddings:
+		param = "input"
+	case c.route == body.RouteGenerate && c.text == "":
+		param = "input_ids"
+	case c.route == body.RouteGenerate:
+		param = "text"
+	}
+	msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
+		"Please reduce the length of the input.", limit, len(c.ids))
+	return errorResponse(req, http.StatusBadRequest, msg, "invalid_request_error", param, "context_length_exceeded")
 }
 
 // passThrough sends any other request (a gRPC call such as a health check made through an
@@ -302,7 +334,7 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		g.end()
 		return resp, ferr
 	}
-	s := newSample(e.Tokenizer, c, e.client.cumulativeCounts())
+	ss := newSamples(e.Tokenizer, c, e.client.cumulativeCounts())
 	if !st.Receive() {
 		err := st.Err()
 		st.Close()
@@ -317,30 +349,11 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 	if !c.stream {
 		defer g.end()
 		defer st.Close()
-		ev := first
-		for {
-			if _, err := s.add(ev); err != nil {
-				g.abort()
-				return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
-			}
-			if ev.complete {
-				g.completed.Store(true)
-				break
-			}
-			if !st.Receive() {
-				err := st.Err()
-				if err == nil {
-					err = errNoAnswer
-				}
-				return t.failed(req, g, err)
-			}
-			ev = st.event()
-		}
-		return jsonResponse(req, http.StatusOK, renderWhole(c, m, s)), nil
+		return t.whole(req, g, st, ss, first, m)
 	}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
-	w := &sseWriter{g: g, c: c, m: m, s: s, pw: pw}
+	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: pw}
 	go func() {
 		defer close(done)
 		err := w.run(st, first)
@@ -352,6 +365,39 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		pw.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
 	return streamResponse(req, &streamBody{pr: pr, g: g, done: done}), nil
+}
+
+// whole reads a unary call's events until every sample's Complete and answers them.
+func (t *Transport) whole(req *http.Request, g *generation, st genStream, ss *samples, ev event, m *meta) (*http.Response, error) {
+	c := g.c
+	for {
+		if _, _, err := ss.add(ev); err != nil {
+			g.abort()
+			return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
+		}
+		if ss.done() {
+			g.completed.Store(true)
+			break
+		}
+		if !st.Receive() {
+			err := st.Err()
+			if err == nil {
+				err = errNoAnswer
+			}
+			return t.failed(req, g, err)
+		}
+		ev = st.event()
+	}
+	if c.echo && c.lp.output && ss.inLPs() == nil {
+		re := errNoPromptLogprobs
+		return errorResponse(req, http.StatusBadRequest, re.Message, "invalid_request_error", re.Param, "invalid_request_error"), nil
+	}
+	for _, s := range ss.all {
+		if s.inLPs == nil {
+			s.inLPs = ss.inLPs()
+		}
+	}
+	return jsonResponse(req, http.StatusOK, renderWhole(c, m, ss)), nil
 }
 
 var errNoAnswer = errors.New("the engine ended the Generate stream without a result")
@@ -380,7 +426,7 @@ type sseWriter struct {
 	g   *generation
 	c   *call
 	m   *meta
-	s   *sample
+	ss  *samples
 	pw  *io.PipeWriter
 	buf []byte
 }
@@ -391,42 +437,48 @@ func (w *sseWriter) write() error {
 	return err
 }
 
-func (w *sseWriter) chunk(d delta, first, final bool) {
+func (w *sseWriter) chunk(s *sample, d delta, first, final bool) {
 	w.buf = append(w.buf, "data: "...)
-	w.buf = appendChunk(w.buf, w.c, w.m, w.s, d, first, final)
+	w.buf = appendChunk(w.buf, w.c, w.m, s, d, first, final)
 	w.buf = append(w.buf, "\n\n"...)
 }
 
 // run writes chunks until the Complete, then the usage chunk and [DONE]. A non-nil error ends the body
 // abnormally (the stream broke off, the reader went away).
 func (w *sseWriter) run(st genStream, ev event) error {
-	first := w.c.route == body.RouteChat // a chat stream opens with the role, as vLLM's does
-	if first {
-		w.chunk(delta{}, true, false)
+	if w.c.route == body.RouteChat { // a chat stream opens with the role of each choice, as vLLM's does
+		for _, s := range w.ss.all {
+			w.chunk(s, delta{}, true, false)
+		}
 		if err := w.write(); err != nil {
 			return err
 		}
 	}
 	for {
-		d, err := w.s.add(ev)
+		s, d, err := w.ss.add(ev)
 		if err != nil {
 			w.errorEvent(err.Error(), "server_error", "bad_gateway")
 			_ = w.write()
 			return nil
 		}
 		switch {
-		case ev.complete:
+		case ev.complete && w.ss.done():
 			w.g.completed.Store(true)
-			w.chunk(d, false, true)
+			w.chunk(s, d, false, true)
 			if w.c.includeUsage && w.c.route != body.RouteGenerate {
 				w.buf = append(w.buf, "data: "...)
-				w.buf = appendUsageChunk(w.buf, w.c, w.m, w.s)
+				w.buf = appendUsageChunk(w.buf, w.c, w.m, w.ss)
 				w.buf = append(w.buf, "\n\n"...)
 			}
 			w.buf = append(w.buf, "data: [DONE]\n\n"...)
 			return w.write()
+		case ev.complete:
+			w.chunk(s, d, false, true)
+			if err := w.write(); err != nil {
+				return err
+			}
 		case !d.empty() || w.c.route == body.RouteGenerate:
-			w.chunk(d, false, false)
+			w.chunk(s, d, false, false)
 			if err := w.write(); err != nil {
 				return err
 			}

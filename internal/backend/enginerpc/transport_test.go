@@ -360,9 +360,8 @@ func TestRefusals(t *testing.T) {
 	f := newFake("x")
 	tr, url := setup(t, enginegrpc.VLLM, f)
 	for body, param := range map[string]string{
-		`{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}`:                  "n",
-		`{"model":"m","prompt":["a","b"]}`:                                                "prompt",
-		`{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true}`:        "logprobs",
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}`:                  "n",
+		`{"model":"m","prompt":["a","b"],"stream":true}`:                                  "stream",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]}`:            "stop",
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"regex":"a","ebnf":"b"}`: "response_format",
 		`{"model":"m","messages":"nope"}`:                                                 "messages",

@@ -33,7 +33,7 @@ func (v trtllmFake) Generate(ctx context.Context, req *trtllmpb.GenerateRequest,
 	}
 	prompt := uint32(len(req.GetTokenized().GetInputTokenIds()))
 	maxTokens := req.GetMaxTokens()
-	ids, finish := f.output(&maxTokens)
+	ids, finish := f.output(&maxTokens, 0, 1)
 	if finish == "stop" {
 		ids = ids[:len(ids)-1] // the end id is not output
 	}

@@ -1,0 +1,92 @@
+package sim
+
+import (
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
+)
+
+// Logprobs over the engines' gRPC, from the model /generate's input_token_logprobs use over HTTP: a
+// token at position k (of the prompt, or of the output) has logprob -0.(k%9+1). The first prompt token
+// has none, as the engines' InputLogProbs say. A token's k alternatives are itself and the ids after
+// it (within the bytes when ids are bytes, so that a byte-level tokenizer knows them), each 1 lower.
+
+func simLogprob(pos int) float32 { return -float32(pos%9+1) / 10 }
+
+// lpModel numbers a request's output tokens and gives their logprobs.
+type lpModel struct {
+	top     int  // alternatives per token
+	byteIDs bool // ids are bytes: alternatives stay below 256
+	pos     int  // the next output token's position
+}
+
+func (m *lpModel) alternatives(id uint32, pos int) (vals []float32, ids []uint32) {
+	for j := range m.top {
+		alt := id + uint32(j)
+		if m.byteIDs {
+			alt %= 256
+		}
+		vals = append(vals, simLogprob(pos)-float32(j))
+		ids = append(ids, alt)
+	}
+	return vals, ids
+}
+
+func (m *lpModel) sglang(ids []uint32) *sglangpb.OutputLogProbs {
+	o := &sglangpb.OutputLogProbs{}
+	for _, id := range ids {
+		o.TokenLogprobs, o.TokenIds = append(o.TokenLogprobs, simLogprob(m.pos)), append(o.TokenIds, id)
+		if m.top > 0 {
+			v, t := m.alternatives(id, m.pos)
+			o.TopLogprobs = append(o.TopLogprobs, &sglangpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+		m.pos++
+	}
+	return o
+}
+
+func (m *lpModel) vllm(ids []uint32) *vllmpb.OutputLogProbs {
+	o := &vllmpb.OutputLogProbs{}
+	for _, id := range ids {
+		o.TokenLogprobs, o.TokenIds = append(o.TokenLogprobs, simLogprob(m.pos)), append(o.TokenIds, id)
+		if m.top > 0 {
+			v, t := m.alternatives(id, m.pos)
+			o.TopLogprobs = append(o.TopLogprobs, &vllmpb.TopLogProbs{Values: v, TokenIds: t})
+		}
+		m.pos++
+	}
+	return o
+}
+
+func (m *lpModel) sglangInput(prompt []uint32) *sglangpb.InputLogProbs {
+	in := &sglangpb.InputLogProbs{TokenIds: prompt}
+	for k, id := range prompt {
+		v := &sglangpb.InputTokenLogProb{}
+		if k > 0 {
+			x := simLogprob(k)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+		if m.top > 0 {
+			vals, ids := m.alternatives(id, k)
+			in.TopLogprobs = append(in.TopLogprobs, &sglangpb.TopLogProbs{Values: vals, TokenIds: ids})
+		}
+	}
+	return in
+}
+
+func (m *lpModel) vllmInput(prompt []uint32) *vllmpb.InputLogProbs {
+	in := &vllmpb.InputLogProbs{TokenIds: prompt}
+	for k, id := range prompt {
+		v := &vllmpb.InputTokenLogProb{}
+		if k > 0 {
+			x := simLogprob(k)
+			v.Value = &x
+		}
+		in.TokenLogprobs = append(in.TokenLogprobs, v)
+		if m.top > 0 {
+			vals, ids := m.alternatives(id, k)
+			in.TopLogprobs = append(in.TopLogprobs, &vllmpb.TopLogProbs{Values: vals, TokenIds: ids})
+		}
+	}
+	return in
+}
