@@ -217,3 +217,32 @@ func TestTRTLLMClosedStreamAborts(t *testing.T) {
 		t.Errorf("aborts = %q, want [r1]", got)
 	}
 }
+
+// /generate with return_logprob over TensorRT-LLM: output_config asks for the alternatives and the
+// prompt's logprobs, which the engine sends for the whole prompt; the answer shows them from
+// logprob_start_len (the first prompt token null), and the output's as SGLang's HTTP server does.
+func TestTRTLLMGenerateLogprobs(t *testing.T) {
+	f := newFake("ok")
+	tr, url := setup(t, enginegrpc.TRTLLM, f)
+	type meta struct {
+		Meta struct {
+			In   [][]any   `json:"input_token_logprobs"`
+			Out  [][]any   `json:"output_token_logprobs"`
+			OTop [][][]any `json:"output_top_logprobs"`
+		} `json:"meta_info"`
+	}
+	m := decode[meta](t, post(t, tr, t.Context(), url, "/generate", `{"text":"abc","return_logprob":true,"top_logprobs_num":1}`)).Meta
+	if len(m.In) != 3 || m.In[0][0] != nil || m.In[1][0] != -0.5 || m.In[1][1] != float64('b') {
+		t.Errorf("input_token_logprobs = %v", m.In)
+	}
+	if len(m.Out) != 2 || m.Out[0][1] != float64('o') || !close32(m.Out[1][0].(float64), -0.2) || len(m.OTop) != 2 || len(m.OTop[0]) != 1 {
+		t.Errorf("output_token_logprobs = %v, top %v", m.Out, m.OTop)
+	}
+	if oc := f.trtllmRequests()[0].GetOutputConfig(); oc.Logprobs == nil || oc.GetLogprobs() != 1 || oc.GetPromptLogprobs() != 1 {
+		t.Errorf("output config = %v", oc)
+	}
+	m = decode[meta](t, post(t, tr, t.Context(), url, "/generate", `{"text":"abc","return_logprob":true,"logprob_start_len":2}`)).Meta
+	if len(m.In) != 1 || m.In[0][0] != -0.5 || m.In[0][1] != float64('c') {
+		t.Errorf("from logprob_start_len 2: input_token_logprobs = %v", m.In)
+	}
+}
