@@ -2,6 +2,7 @@ package sim
 
 import (
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	trtllmpb "github.com/sluicegw/sluice/gen/trtllm"
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 )
 
@@ -20,7 +21,11 @@ type lpModel struct {
 }
 
 func (m *lpModel) alternatives(id uint32, pos int) (vals []float32, ids []uint32) {
-	for j := range m.top {
+	return m.alternativesK(id, pos, m.top)
+}
+
+func (m *lpModel) alternativesK(id uint32, pos, k int) (vals []float32, ids []uint32) {
+	for j := range k {
 		alt := id + uint32(j)
 		if m.byteIDs {
 			alt %= 256
@@ -89,4 +94,40 @@ func (m *lpModel) vllmInput(prompt []uint32) *vllmpb.InputLogProbs {
 		}
 	}
 	return in
+}
+
+// trtllm is TensorRT-LLM's TokenLogprobs of ids: per id its logprob and, as top_logprobs, every entry
+// of the engine's dictionary, which holds the k best and the sampled token (so one entry when k is 0;
+// in the model the sampled token is the best).
+func (m *lpModel) trtllm(ids []uint32) []*trtllmpb.TokenLogprob {
+	out := make([]*trtllmpb.TokenLogprob, 0, len(ids))
+	for _, id := range ids {
+		e := &trtllmpb.TokenLogprob{TokenId: id, Logprob: simLogprob(m.pos)}
+		vals, tids := m.alternativesK(id, m.pos, max(m.top, 1))
+		for j := range vals {
+			e.TopLogprobs = append(e.TopLogprobs, &trtllmpb.TopLogprob{TokenId: tids[j], Logprob: vals[j]})
+		}
+		out = append(out, e)
+		m.pos++
+	}
+	return out
+}
+
+// trtllmPrompt is TensorRT-LLM's prompt_logprobs: the servicer pairs every prompt token with an entry,
+// the first too, for which the model has no logprob (0, the servicer's value for a token missing from
+// its dictionary, and no alternatives).
+func (m *lpModel) trtllmPrompt(prompt []uint32) []*trtllmpb.TokenLogprob {
+	out := make([]*trtllmpb.TokenLogprob, 0, len(prompt))
+	for k, id := range prompt {
+		e := &trtllmpb.TokenLogprob{TokenId: id}
+		if k > 0 {
+			e.Logprob = simLogprob(k)
+			vals, tids := m.alternativesK(id, k, max(m.top, 1))
+			for j := range vals {
+				e.TopLogprobs = append(e.TopLogprobs, &trtllmpb.TopLogprob{TokenId: tids[j], Logprob: vals[j]})
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -32,7 +33,8 @@ var _ trtllmpbconnect.TrtllmServiceHandler = trtllmServicer{}
 
 // parse converts a GenerateRequest as create_sampling_params_from_proto does: an unset temperature or
 // top_p is 1.0 (the servicer's own guard, not proto3's zero), max_tokens is taken as written (the
-// field is required), num_return_sequences 0 is one sequence. The simulated model's answer ends with
+// field is required), num_return_sequences 0 is one sequence (the caller runs each sequence; beam search
+// is not simulated). The simulated model's answer ends with
 // its EOS after DefaultMaxTokens tokens, so a max_tokens above that (a gateway's "until EOS" cap)
 // ends "stop" there, unless ignore_eos.
 func (s trtllmServicer) parse(req *trtllmpb.GenerateRequest) (*grpcCall, error) {
@@ -42,8 +44,8 @@ func (s trtllmServicer) parse(req *trtllmpb.GenerateRequest) (*grpcCall, error) 
 		return nil, rpcError(requestError("", "Missing tokenized input")) // the servicer's words
 	}
 	cfg := req.GetSamplingConfig()
-	if cfg.GetNumReturnSequences() > 1 || cfg.GetBeamWidth() > 1 {
-		return nil, errNUnsupported
+	if cfg.GetBeamWidth() > 1 {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("the simulator samples: beam_width above 1 is not served"))
 	}
 	if dp := req.GetDisaggregatedParams(); dp != nil && dp.GetRequestType() != trtllmpb.DisaggregatedParams_REQUEST_TYPE_CONTEXT_AND_GENERATION {
 		return nil, connect.NewError(connect.CodeUnimplemented,
@@ -84,29 +86,83 @@ func (s trtllmServicer) parse(req *trtllmpb.GenerateRequest) (*grpcCall, error) 
 // output id ("cumulative, not a delta") whether streaming or not. Finishing on the EOS is "stop" with
 // no matched stop (TensorRT-LLM reports no stop_reason for its end id, and its output leaves the end
 // id out); a stop string or id is reported as matched.
+//
+// n > 1 (num_return_sequences): every chunk carries its sequence_index, and the Completes, one per
+// sequence, come together once the whole request has finished, as the servicer sends them when its
+// GenerationResult is finished. The simulator runs the sequences one after the other. An Abort ends
+// the request: the running sequence and those not yet run complete "cancelled".
+//
+// Logprobs (output_config.logprobs): each chunk carries its tokens' TokenLogprobs, each Complete its
+// sequence's all; prompt_logprobs come only with the Completes.
 func (s trtllmServicer) Generate(ctx context.Context, req *trtllmpb.GenerateRequest, stream *connect.ServerStream[trtllmpb.GenerateResponse]) error {
+	n := max(req.GetSamplingConfig().GetNumReturnSequences(), 1)
+	dones := make([]*trtllmpb.GenerateComplete, 0, n)
+	for i := range n {
+		done, aborted, err := s.generateSequence(ctx, req, stream, i)
+		if err != nil {
+			return err
+		}
+		dones = append(dones, done)
+		if aborted {
+			for j := i + 1; j < n; j++ {
+				dones = append(dones, &trtllmpb.GenerateComplete{SequenceIndex: j, FinishReason: "cancelled",
+					PromptTokens: uint32(len(req.GetTokenized().GetInputTokenIds()))})
+			}
+			break
+		}
+	}
+	for _, done := range dones {
+		if err := stream.Send(&trtllmpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &trtllmpb.GenerateResponse_Complete{Complete: done}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateSequence runs sequence index of a Generate, streaming its chunks, and returns its Complete
+// and whether an Abort ended it.
+func (s trtllmServicer) generateSequence(ctx context.Context, req *trtllmpb.GenerateRequest, stream *connect.ServerStream[trtllmpb.GenerateResponse],
+	index uint32,
+) (*trtllmpb.GenerateComplete, bool, error) {
 	rid := req.GetRequestId()
 	prompt := uint32(len(req.GetTokenized().GetInputTokenIds()))
+	oc := req.GetOutputConfig()
+	lp := &lpModel{top: int(oc.GetLogprobs()), byteIDs: s.g.e.cfg.ByteTokenIDs}
+	wantLP, wantPromptLP := oc != nil && oc.Logprobs != nil, oc != nil && oc.PromptLogprobs != nil
 	var all []uint32
 	completion := uint32(0) // engine tokens; with ByteTokenIDs one token is several ids
 	res, aborted, err := s.g.generate(ctx, trtllmpbconnect.TrtllmServiceGenerateProcedure, stream.Conn().RequestHeader(),
-		func() (*grpcCall, error) { return s.parse(req) },
+		func() (*grpcCall, error) {
+			c, err := s.parse(req)
+			if err == nil {
+				c.spec.choice = int(index)
+			}
+			return c, err
+		},
 		func(ids []uint32, cached int) error {
 			completion++
 			all = append(all, ids...)
 			if !req.GetStreaming() || len(ids) == 0 {
 				return nil // not streaming, or a stop string cut the token away: nothing new to send
 			}
-			return stream.Send(&trtllmpb.GenerateResponse{RequestId: rid, Response: &trtllmpb.GenerateResponse_Chunk{
-				Chunk: &trtllmpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)},
-			}})
+			ch := &trtllmpb.GenerateStreamChunk{TokenIds: ids, SequenceIndex: index, PromptTokens: prompt, CompletionTokens: completion, CachedTokens: uint32(cached)}
+			if wantLP {
+				ch.Logprobs = lp.trtllm(ids)
+			}
+			return stream.Send(&trtllmpb.GenerateResponse{RequestId: rid, Response: &trtllmpb.GenerateResponse_Chunk{Chunk: ch}})
 		})
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	done := &trtllmpb.GenerateComplete{
-		OutputTokenIds: all, FinishReason: res.finish, PromptTokens: uint32(res.promptTokens),
+		OutputTokenIds: all, SequenceIndex: index, FinishReason: res.finish, PromptTokens: uint32(res.promptTokens),
 		CompletionTokens: uint32(res.completionTokens), CachedTokens: uint32(res.cachedTokens),
+	}
+	if wantLP {
+		done.Logprobs = (&lpModel{top: lp.top, byteIDs: lp.byteIDs}).trtllm(all)
+	}
+	if wantPromptLP {
+		done.PromptLogprobs = (&lpModel{top: int(oc.GetPromptLogprobs()), byteIDs: lp.byteIDs}).trtllmPrompt(req.GetTokenized().GetInputTokenIds())
 	}
 	switch {
 	case aborted:
@@ -116,7 +172,7 @@ func (s trtllmServicer) Generate(ctx context.Context, req *trtllmpb.GenerateRequ
 	case res.matched != "":
 		done.MatchedStop = &trtllmpb.GenerateComplete_MatchedStopStr{MatchedStopStr: res.matched}
 	}
-	return stream.Send(&trtllmpb.GenerateResponse{RequestId: rid, Response: &trtllmpb.GenerateResponse_Complete{Complete: done}})
+	return done, aborted, nil
 }
 
 // HealthCheck answers "OK" when healthy; anything else is what is wrong (request_manager.py

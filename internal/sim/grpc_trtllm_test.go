@@ -118,10 +118,10 @@ func TestTRTLLMGRPCGenerate(t *testing.T) {
 	t.Run("refusals", func(t *testing.T) {
 		_, _, err := trtllmRun(t.Context(), client, &trtllmpb.GenerateRequest{RequestId: "none", MaxTokens: 3})
 		wantCode(t, err, codes.InvalidArgument, "Missing tokenized input")
-		req := trtllmReq("n2", prompt, 3, false)
-		req.SamplingConfig.NumReturnSequences = 2
+		req := trtllmReq("beams", prompt, 3, false)
+		req.SamplingConfig.BeamWidth = 2
 		_, _, err = trtllmRun(t.Context(), client, req)
-		wantCode(t, err, codes.Unimplemented, "n = 1")
+		wantCode(t, err, codes.Unimplemented, "beam_width")
 		req = trtllmReq("ctx", prompt, 1, false)
 		req.DisaggregatedParams = &trtllmpb.DisaggregatedParams{RequestType: trtllmpb.DisaggregatedParams_REQUEST_TYPE_CONTEXT_ONLY}
 		_, _, err = trtllmRun(t.Context(), client, req)
@@ -217,5 +217,87 @@ func TestTRTLLMConfig(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "trtllm") {
 			t.Errorf("%+v: error %v, want a refusal naming trtllm", cfg, err)
 		}
+	}
+}
+
+// n > 1 and logprobs as TensorRT-LLM's servicer sends them: every chunk tagged with its
+// sequence_index and carrying its tokens' TokenLogprobs; then, after every chunk, one Complete per
+// sequence with all of its ids and logprobs and the prompt's (the first prompt token without one).
+func TestTRTLLMGRPCSamplesAndLogprobs(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolTRTLLM, Mode: ModeInstant, InstantOutputTokens: 32, GRPC: true, Seed: 3})
+	client := trtllmpb.NewTrtllmServiceClient(grpcConn(t, e))
+	const prompt = "three ways to say it"
+	promptIDs := appendTokens(nil, prompt)
+	req := trtllmReq("n3", prompt, 4, true)
+	temp, k := float32(1), int32(2)
+	req.SamplingConfig.Temperature, req.SamplingConfig.NumReturnSequences = &temp, 3
+	req.OutputConfig = &trtllmpb.OutputConfig{ExcludeInputFromOutput: true, Logprobs: &k, PromptLogprobs: &k}
+	stream, err := client.Generate(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := map[uint32][]uint32{}
+	streamedLP := map[uint32][]*trtllmpb.TokenLogprob{}
+	var completes []*trtllmpb.GenerateComplete
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		if ch := msg.GetChunk(); ch != nil {
+			if len(completes) > 0 {
+				t.Errorf("chunk %v after a Complete: the servicer sends the Completes once every sequence has finished", ch)
+			}
+			streamed[ch.GetSequenceIndex()] = append(streamed[ch.GetSequenceIndex()], ch.GetTokenIds()...)
+			streamedLP[ch.GetSequenceIndex()] = append(streamedLP[ch.GetSequenceIndex()], ch.GetLogprobs()...)
+		}
+		if d := msg.GetComplete(); d != nil {
+			completes = append(completes, d)
+		}
+	}
+	if len(completes) != 3 || len(streamed) != 3 {
+		t.Fatalf("%d completes, chunks of %d sequences; want 3 and 3", len(completes), len(streamed))
+	}
+	for i, d := range completes {
+		idx := d.GetSequenceIndex()
+		if idx != uint32(i) || d.GetFinishReason() != "length" || !slices.Equal(d.GetOutputTokenIds(), streamed[idx]) {
+			t.Errorf("complete %d = %v, want sequence %d with the streamed ids %v", i, d, i, streamed[idx])
+		}
+		lps := d.GetLogprobs()
+		if len(lps) != len(d.GetOutputTokenIds()) || len(streamedLP[idx]) != len(lps) {
+			t.Fatalf("sequence %d: %d logprobs in the Complete, %d streamed, for %d ids", idx, len(lps), len(streamedLP[idx]), len(d.GetOutputTokenIds()))
+		}
+		for j, l := range lps {
+			top := l.GetTopLogprobs()
+			if l.GetTokenId() != d.GetOutputTokenIds()[j] || l.GetLogprob() >= 0 || len(top) != 2 || top[0].GetTokenId() != l.GetTokenId() ||
+				top[0].GetLogprob() != l.GetLogprob() || streamedLP[idx][j].GetLogprob() != l.GetLogprob() {
+				t.Errorf("sequence %d logprob %d = %v (streamed %v)", idx, j, l, streamedLP[idx][j])
+			}
+		}
+		pl := d.GetPromptLogprobs()
+		if len(pl) != len(promptIDs) || pl[0].GetLogprob() != 0 || len(pl[0].GetTopLogprobs()) != 0 || pl[1].GetLogprob() >= 0 || pl[1].GetTokenId() != promptIDs[1] {
+			t.Errorf("sequence %d prompt logprobs %v", idx, pl)
+		}
+	}
+	if slices.Equal(streamed[0], streamed[1]) && slices.Equal(streamed[1], streamed[2]) {
+		t.Errorf("three sampled sequences are equal: %v", streamed[0])
+	}
+
+	// logprobs 0: the sampled token's alone, which is the dictionary's one entry; no prompt logprobs
+	// unless asked.
+	zero := int32(0)
+	req = trtllmReq("k0", prompt, 3, false)
+	req.OutputConfig = &trtllmpb.OutputConfig{Logprobs: &zero}
+	_, done, err := trtllmRun(t.Context(), client, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done.GetLogprobs()) != 3 || len(done.GetLogprobs()[0].GetTopLogprobs()) != 1 || done.GetPromptLogprobs() != nil {
+		t.Errorf("logprobs 0: %v", done)
+	}
+	// Not asked: none.
+	if _, done, err = trtllmRun(t.Context(), client, trtllmReq("none", prompt, 3, false)); err != nil || done.GetLogprobs() != nil {
+		t.Errorf("no logprobs asked: %v, %v", done, err)
 	}
 }

@@ -191,11 +191,9 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				t.Fatalf("streamed completion %q, unary %q", text.String(), comp.Choices[0].Text)
 			}
 
-			// The gateway asks TensorRT-LLM's service for no logprobs, samples or embeddings yet.
+			checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
+			// TensorRT-LLM's servicer serves no Embed.
 			trt := tp.name == "trtllm"
-			if !trt {
-				checkEngineGRPCLogprobs(t, &client, msgs, len(c.ByRole(sim.RolePrefill)) > 0)
-			}
 			if !trt && len(c.ByRole(sim.RolePrefill)) == 0 { // PD mode serves no embeddings (dispatch's aux.go), as over HTTP
 				emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: simModel,
 					Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"first", "second"}}})
@@ -214,9 +212,7 @@ func TestOpenAISDKOverEngineGRPC(t *testing.T) {
 				tp.checkKV(t, c)
 			}
 			// Last: vLLM PD sends n > 1 to a decode alone, which computes its prompt itself.
-			if !trt {
-				checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
-			}
+			checkEngineGRPCSamples(t, &client, msgs, tp.name == "pd-sglang")
 		})
 	}
 }

@@ -27,11 +27,12 @@
 //
 // Logprobs (logprobs.go): chat's logprobs/top_logprobs, completions' logprobs and echo, /generate's
 // return_logprob become SGLang's return_logprob/top_logprobs_num/logprob_start_len and vLLM's
-// sampling_params.logprobs/prompt_logprobs; the engine's values come back in the HTTP servers' shapes,
-// token strings from the gateway's tokenizer.
+// sampling_params.logprobs/prompt_logprobs and TensorRT-LLM's output_config.logprobs/prompt_logprobs;
+// the engine's values come back in the HTTP servers' shapes, token strings from the gateway's
+// tokenizer.
 //
-// n > 1 (samples.go) is one Generate with sampling_params.n; the engine's chunks and Completes carry
-// their sample's index, which becomes the choice's; usage counts the prompt once and every sample's
+// n > 1 (samples.go) is one Generate with sampling_params.n (TensorRT-LLM: num_return_sequences); the
+// engine's chunks and Completes carry their sample's index (sequence_index), which becomes the choice's; usage counts the prompt once and every sample's
 // completion; /generate answers a list.
 //
 // /v1/embeddings (embed.go) is one Embed call per input, answered as OpenAI's embeddings list.
@@ -42,7 +43,7 @@
 // engines' HTTP servers give them.
 //
 // Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
-// dimensions.
+// dimensions, and over TensorRT-LLM a streamed echo with logprobs (its prompt logprobs come last).
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).

@@ -12,6 +12,9 @@ import (
 
 var protocols = []enginegrpc.Protocol{enginegrpc.SGLang, enginegrpc.VLLM}
 
+// genProtocols are the protocols whose Generate serves logprobs and n > 1: TensorRT-LLM's too.
+var genProtocols = []enginegrpc.Protocol{enginegrpc.SGLang, enginegrpc.VLLM, enginegrpc.TRTLLM}
+
 type chatLP struct {
 	Token       string  `json:"token"`
 	Logprob     float64 `json:"logprob"`
@@ -41,11 +44,15 @@ type lpAnswer struct {
 	} `json:"error"`
 }
 
-// wantTokens is the fake's reply as logprobs show it: one entry per byte token, then the EOS.
-func wantTokens(reply string) []string {
+// wantTokens is the fake's reply as logprobs show it: one entry per byte token, then the EOS, which
+// TensorRT-LLM leaves out of its output.
+func wantTokens(p enginegrpc.Protocol, reply string) []string {
 	var out []string
 	for i := range len(reply) {
 		out = append(out, reply[i:i+1])
+	}
+	if p == enginegrpc.TRTLLM {
+		return out
 	}
 	return append(out, "<|im_end|>")
 }
@@ -55,7 +62,7 @@ func wantTokens(reply string) []string {
 // carry their own tokens' entries, which join to the whole answer's.
 func TestChatLogprobs(t *testing.T) {
 	const body = `{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":2`
-	for _, p := range protocols {
+	for _, p := range genProtocols {
 		f := newFake("hi")
 		tr, url := setup(t, p, f)
 		got := decode[lpAnswer](t, post(t, tr, t.Context(), url, "/v1/chat/completions", body+`}`))
@@ -73,15 +80,22 @@ func TestChatLogprobs(t *testing.T) {
 				t.Errorf("%s: entry %d = %+v", p, i, e)
 			}
 		}
-		if !slices.Equal(toks, wantTokens("hi")) {
-			t.Errorf("%s: tokens %q, want %q", p, toks, wantTokens("hi"))
+		if !slices.Equal(toks, wantTokens(p, "hi")) {
+			t.Errorf("%s: tokens %q, want %q", p, toks, wantTokens(p, "hi"))
 		}
-		if p == enginegrpc.SGLang {
+		switch p {
+		case enginegrpc.SGLang:
 			if r := f.sglang[0]; !r.GetReturnLogprob() || r.GetTopLogprobsNum() != 2 || r.GetLogprobStartLen() != -1 {
 				t.Errorf("sglang request: return_logprob %v top %d start %d", r.GetReturnLogprob(), r.GetTopLogprobsNum(), r.GetLogprobStartLen())
 			}
-		} else if sp := f.vllm[0].GetSamplingParams(); sp.Logprobs == nil || sp.GetLogprobs() != 2 || sp.PromptLogprobs != nil {
-			t.Errorf("vllm sampling params: %v", sp)
+		case enginegrpc.VLLM:
+			if sp := f.vllm[0].GetSamplingParams(); sp.Logprobs == nil || sp.GetLogprobs() != 2 || sp.PromptLogprobs != nil {
+				t.Errorf("vllm sampling params: %v", sp)
+			}
+		case enginegrpc.TRTLLM:
+			if oc := f.trtllmRequests()[0].GetOutputConfig(); oc.Logprobs == nil || oc.GetLogprobs() != 2 || oc.PromptLogprobs != nil {
+				t.Errorf("trtllm output config: %v", oc)
+			}
 		}
 
 		var streamed []string
@@ -109,7 +123,7 @@ func close32(a, b float64) bool { d := a - b; return d < 1e-6 && d > -1e-6 }
 
 // Without logprobs the engines are not asked for them and choices say null.
 func TestNoLogprobsAsked(t *testing.T) {
-	for _, p := range protocols {
+	for _, p := range genProtocols {
 		f := newFake("hi")
 		tr, url := setup(t, p, f)
 		resp := post(t, tr, t.Context(), url, "/v1/chat/completions", chatBody)
@@ -122,6 +136,9 @@ func TestNoLogprobsAsked(t *testing.T) {
 		if p == enginegrpc.VLLM && f.vllm[0].GetSamplingParams().Logprobs != nil {
 			t.Error("vllm asked for logprobs")
 		}
+		if oc := f.trtllmRequests(); p == enginegrpc.TRTLLM && (oc[0].GetOutputConfig().Logprobs != nil || oc[0].GetOutputConfig().PromptLogprobs != nil) {
+			t.Error("trtllm asked for logprobs")
+		}
 	}
 }
 
@@ -129,7 +146,7 @@ func TestNoLogprobsAsked(t *testing.T) {
 // the prompt's text and logprobs come first (its first token has none), whole and streamed.
 func TestCompletionLogprobsEcho(t *testing.T) {
 	const body = `{"model":"m","prompt":"ab","logprobs":1,"echo":true,"max_tokens":2`
-	for _, p := range protocols {
+	for _, p := range genProtocols {
 		f := newFake("xyz")
 		tr, url := setup(t, p, f)
 		got := decode[lpAnswer](t, post(t, tr, t.Context(), url, "/v1/completions", body+`}`))
@@ -150,6 +167,18 @@ func TestCompletionLogprobsEcho(t *testing.T) {
 		}
 		if p == enginegrpc.VLLM && f.vllm[0].GetSamplingParams().GetPromptLogprobs() != 1 {
 			t.Errorf("vllm prompt_logprobs = %v", f.vllm[0].GetSamplingParams().PromptLogprobs)
+		}
+		if p == enginegrpc.TRTLLM {
+			if oc := f.trtllmRequests()[0].GetOutputConfig(); oc.GetLogprobs() != 1 || oc.GetPromptLogprobs() != 1 {
+				t.Errorf("trtllm output config = %v", oc)
+			}
+			// Its prompt logprobs come with the Complete, after every chunk: a streamed echo with
+			// logprobs is a 400 naming echo, before any engine call.
+			resp := post(t, tr, t.Context(), url, "/v1/completions", body+`,"stream":true}`)
+			if got := decode[lpAnswer](t, resp); resp.StatusCode != http.StatusBadRequest || got.Error == nil || got.Error.Param != "echo" || len(f.trtllmRequests()) != 1 {
+				t.Errorf("trtllm streamed echo with logprobs: status %d, %+v", resp.StatusCode, got.Error)
+			}
+			continue
 		}
 
 		var text strings.Builder
@@ -177,7 +206,7 @@ func TestCompletionLogprobsEcho(t *testing.T) {
 // Echo with logprobs from an engine that sends no prompt logprobs is a 400 naming echo; echo alone is
 // the prompt before the answer.
 func TestEchoWithoutPromptLogprobs(t *testing.T) {
-	for _, p := range protocols {
+	for _, p := range genProtocols {
 		f := newFake("z")
 		f.noInLP = true
 		tr, url := setup(t, p, f)

@@ -83,19 +83,12 @@ func (ss *samples) inLPs() []tokenLP {
 	return nil
 }
 
-// refuseForProtocol refuses, naming the field, what the gateway does not ask of TensorRT-LLM's service
-// yet (its client sends one sequence and no logprobs): n > 1, logprobs, echo.
+// refuseForProtocol refuses, naming the field, what a protocol cannot serve: TensorRT-LLM's servicer
+// sends the prompt's logprobs only with its Complete, after every streamed chunk, so a streamed echo
+// with logprobs, whose first chunk shows them, cannot be answered as it streams.
 func refuseForProtocol(c *call, p enginegrpc.Protocol) *body.RequestError {
-	if p != enginegrpc.TRTLLM {
-		return nil
-	}
-	switch {
-	case c.n > 1:
-		return requestError("n", "n > 1 is not served over TensorRT-LLM's gRPC yet: send n = 1")
-	case c.lp.output:
-		return requestError("logprobs", "logprobs are not served over TensorRT-LLM's gRPC yet")
-	case c.echo:
-		return requestError("echo", "echo is not served over TensorRT-LLM's gRPC yet")
+	if p == enginegrpc.TRTLLM && c.stream && c.echo && c.lp.output {
+		return requestError("echo", "echo with logprobs is not served streamed over TensorRT-LLM's gRPC (its engine sends the prompt's logprobs at the end): send stream false, or no logprobs")
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ type nAnswer struct {
 // the prompt once and every sample's tokens.
 func TestNSamples(t *testing.T) {
 	const chat = `{"model":"m","messages":[{"role":"user","content":"x"}],"n":3`
-	for _, p := range protocols {
+	for _, p := range genProtocols {
 		f := newFake("hi")
 		tr, url := setup(t, p, f)
 		resp := post(t, tr, t.Context(), url, "/v1/chat/completions", chat+`}`)
@@ -51,11 +51,18 @@ func TestNSamples(t *testing.T) {
 			}
 		}
 		prompt := len(testTokenizer(t).Encode("<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"))
-		if u := got.Usage; u.PromptTokens != prompt || u.CompletionTokens != 3*4 || u.TotalTokens != prompt+12 {
-			t.Errorf("%s: usage %+v, want %d prompt and 12 completion tokens", p, u, prompt)
+		perSample := 4 // "hi", the index, the EOS; TensorRT-LLM's output leaves the EOS out
+		if p == enginegrpc.TRTLLM {
+			perSample = 3
+		}
+		if u := got.Usage; u.PromptTokens != prompt || u.CompletionTokens != 3*perSample || u.TotalTokens != prompt+3*perSample {
+			t.Errorf("%s: usage %+v, want %d prompt and %d completion tokens", p, u, prompt, 3*perSample)
 		}
 		if p == enginegrpc.SGLang && f.sglang[0].GetSamplingParams().GetN() != 3 || p == enginegrpc.VLLM && f.vllm[0].GetSamplingParams().GetN() != 3 {
 			t.Errorf("%s: n not sent", p)
+		}
+		if sc := f.trtllmRequests(); p == enginegrpc.TRTLLM && (sc[0].GetSamplingConfig().GetNumReturnSequences() != 3 || sc[0].GetSamplingConfig().GetBeamWidth() != 1) {
+			t.Errorf("trtllm: sampling config %v, want 3 sequences of one beam", sc[0].GetSamplingConfig())
 		}
 
 		texts := make([]string, 3)
@@ -143,29 +150,5 @@ func TestContextLengthExceeded(t *testing.T) {
 		t.Errorf("a 3-token prompt in a 4-token context: status %d", resp.StatusCode)
 	} else {
 		resp.Body.Close()
-	}
-}
-
-// What the gateway does not ask of TensorRT-LLM's service yet is a 400 naming the field, before any
-// engine call.
-func TestTRTLLMRefusesSamplesAndLogprobs(t *testing.T) {
-	f := newFake("x")
-	tr, url := setupEngine(t, f, Engine{Protocol: enginegrpc.TRTLLM, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m", ContextLength: 100})
-	for body, param := range map[string]string{
-		`{"model":"m","prompt":"a","n":2}`:              "n",
-		`{"model":"m","prompt":"a","logprobs":1}`:       "logprobs",
-		`{"model":"m","prompt":"a","echo":true}`:        "echo",
-		`{"model":"m","prompt":"a","logprobs":0,"n":1}`: "logprobs",
-	} {
-		resp := post(t, tr, t.Context(), url, "/v1/completions", body)
-		got := decode[lpAnswer](t, resp)
-		if resp.StatusCode != http.StatusBadRequest || got.Error == nil || got.Error.Param != param {
-			t.Errorf("%s: status %d, %+v, want param %q", body, resp.StatusCode, got.Error, param)
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.trtllm) != 0 {
-		t.Errorf("%d requests reached the engine", len(f.trtllm))
 	}
 }

@@ -1,7 +1,9 @@
 package enginerpc
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -19,6 +21,12 @@ import (
 // Complete carries every output id even when streaming ("cumulative, not a delta"), which the sample
 // skips as it skips the other protocols' repeated ids. The engine leaves its end id out of the output
 // and reports no matched stop for it. Prefill/decode is not served: see docs/engines.md.
+//
+// n > 1 is one Generate with num_return_sequences n and one beam, as the Rust client sends it: the
+// servicer tags every chunk and Complete with its sequence_index and sends one Complete per sequence
+// once all have finished. Logprobs are OutputConfig's logprobs (the alternatives wanted) and
+// prompt_logprobs; each chunk carries its new tokens' TokenLogprobs, each Complete all of its
+// sequence's and, only there, the prompt's.
 
 type trtllmClient struct {
 	c trtllmpbconnect.TrtllmServiceClient
@@ -61,10 +69,10 @@ func trtllmMaxTokens(c *call, contextLength int) uint32 {
 // reads as "unset: TensorRT-LLM's default" (create_sampling_params_from_proto): temperature, top_p
 // and repetition_penalty are sent as the Rust gateway's client sends them (1.0 when absent), the rest
 // only when the client gave them. OpenAI's top_k -1 (off) is TensorRT-LLM's 0 (all logits); the seed
-// is the client's bits, as the Rust client casts it. One beam, one sequence.
+// is the client's bits, as the Rust client casts it. One beam, n sequences.
 func trtllmSampling(c *call) *trtllmpb.SamplingConfig {
 	p := &trtllmpb.SamplingConfig{
-		BeamWidth: 1, NumReturnSequences: 1,
+		BeamWidth: 1, NumReturnSequences: uint32(max(c.n, 1)),
 		Temperature: ptr(deref(c.temperature, 1)), TopP: ptr(deref(c.topP, 1)), RepetitionPenalty: ptr(deref(c.repPen, 1)),
 		MinP: c.minP, PresencePenalty: c.presPen, FrequencyPenalty: c.freqPen,
 	}
@@ -105,7 +113,7 @@ func trtllmRequest(c *call, contextLength int) *trtllmpb.GenerateRequest {
 		RequestId:                c.requestID,
 		Tokenized:                &trtllmpb.TokenizedInput{OriginalText: c.text, InputTokenIds: c.ids},
 		SamplingConfig:           trtllmSampling(c),
-		OutputConfig:             &trtllmpb.OutputConfig{ExcludeInputFromOutput: true},
+		OutputConfig:             trtllmOutput(c),
 		MaxTokens:                trtllmMaxTokens(c, contextLength),
 		Streaming:                c.stream,
 		GuidedDecoding:           trtllmGuide(c.constraint),
@@ -118,26 +126,45 @@ func trtllmRequest(c *call, contextLength int) *trtllmpb.GenerateRequest {
 	}
 }
 
+// trtllmOutput asks for logprobs as the Rust client does: logprobs is the number of alternatives
+// (0: the sampled token's alone), sent only when wanted; prompt_logprobs likewise, for echo and
+// /generate's input logprobs.
+func trtllmOutput(c *call) *trtllmpb.OutputConfig {
+	o := &trtllmpb.OutputConfig{ExcludeInputFromOutput: true}
+	if c.lp.output {
+		o.Logprobs = ptr(c.lp.top)
+		if c.lp.prompt {
+			o.PromptLogprobs = ptr(c.lp.top)
+		}
+	}
+	return o
+}
+
 func (t trtllmClient) generate(ctx context.Context, c *call) (genStream, error) {
 	st, err := t.c.Generate(ctx, trtllmRequest(c, t.contextLength))
 	if err != nil {
 		return nil, err
 	}
-	return trtllmStream{st}, nil
+	return trtllmStream{st, int(max(c.lp.start, 0))}, nil
 }
 
 type trtllmStream struct {
 	*connect.ServerStreamForClient[trtllmpb.GenerateResponse]
+	// promptFrom is the first prompt position whose logprobs the answer shows (/generate's
+	// logprob_start_len): the engine sends the whole prompt's.
+	promptFrom int
 }
 
 func (s trtllmStream) event() event {
 	m := s.Msg()
 	if ch := m.GetChunk(); ch != nil {
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens()}
+		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
+			index: ch.GetSequenceIndex(), outLP: trtllmLPs(ch.GetLogprobs())}
 	}
 	d := m.GetComplete()
 	ev := event{ids: d.GetOutputTokenIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens()}
+		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), index: d.GetSequenceIndex(),
+		outLP: trtllmLPs(d.GetLogprobs()), inLP: trtllmPromptLPs(d.GetPromptLogprobs(), s.promptFrom)}
 	switch ms := d.GetMatchedStop().(type) {
 	case *trtllmpb.GenerateComplete_MatchedTokenId:
 		ev.matchedID = &ms.MatchedTokenId
@@ -145,6 +172,41 @@ func (s trtllmStream) event() event {
 		ev.matchedStr = &ms.MatchedStopStr
 	}
 	return ev
+}
+
+// trtllmLPs converts TokenLogprobs. A token's top_logprobs are every entry of the engine's
+// dictionary: its k best and the sampled token when that is not among them, in no promised order;
+// sorted best first, the first k are the alternatives OpenAI's shapes show.
+func trtllmLPs(in []*trtllmpb.TokenLogprob) []tokenLP {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]tokenLP, len(in))
+	for i, t := range in {
+		out[i] = tokenLP{id: t.GetTokenId(), lp: t.GetLogprob(), has: true}
+		if tops := t.GetTopLogprobs(); len(tops) > 0 {
+			out[i].top = make([]topLP, len(tops))
+			for j, a := range tops {
+				out[i].top[j] = topLP{id: a.GetTokenId(), lp: a.GetLogprob()}
+			}
+			slices.SortStableFunc(out[i].top, func(a, b topLP) int { return cmp.Compare(b.lp, a.lp) })
+		}
+	}
+	return out
+}
+
+// trtllmPromptLPs converts the prompt's TokenLogprobs from position from. The servicer pairs each
+// prompt token with an entry, the first included, but nothing predicts the first token: it has no
+// logprob, as vLLM's and SGLang's InputLogProbs say.
+func trtllmPromptLPs(in []*trtllmpb.TokenLogprob, from int) []tokenLP {
+	out := trtllmLPs(in)
+	if len(out) > 0 {
+		out[0] = tokenLP{id: out[0].id}
+	}
+	if from >= len(out) {
+		return nil
+	}
+	return out[from:]
 }
 
 func ptr[T any](v T) *T { return &v }

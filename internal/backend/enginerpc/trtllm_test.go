@@ -18,6 +18,10 @@ import (
 // trtllmFake is the fake engine behind TensorRT-LLM's service, as its servicer answers
 // (tensorrt_llm/grpc/smg/servicer.py): chunks with the new ids and the cumulative count, a Complete
 // with every output id even when streaming, the end id left out of the output with no matched stop.
+// n > 1: every sequence's chunks (the last index first, so that a client must sort them), then one
+// Complete per sequence, all at the end, as the servicer sends them once the request has finished.
+// Logprobs: each chunk its tokens' TokenLogprobs, each Complete all of its sequence's and the
+// prompt's (the first entry 0, the servicer's value for a token its dictionary lacks).
 type trtllmFake struct {
 	trtllmpbconnect.UnimplementedTrtllmServiceHandler
 	f *fakeEngine
@@ -33,20 +37,62 @@ func (v trtllmFake) Generate(ctx context.Context, req *trtllmpb.GenerateRequest,
 	}
 	prompt := uint32(len(req.GetTokenized().GetInputTokenIds()))
 	maxTokens := req.GetMaxTokens()
-	ids, finish := f.output(&maxTokens, 0, 1)
-	if finish == "stop" {
-		ids = ids[:len(ids)-1] // the end id is not output
+	oc := req.GetOutputConfig()
+	n := max(int(req.GetSamplingConfig().GetNumReturnSequences()), 1)
+	var dones []*trtllmpb.GenerateComplete
+	for i := n - 1; i >= 0; i-- {
+		ids, finish := f.output(&maxTokens, i, n)
+		if finish == "stop" {
+			ids = ids[:len(ids)-1] // the end id is not output
+		}
+		err := f.run(ctx, req.GetStreaming(), ids, func(c []uint32, sent int) error {
+			ch := &trtllmpb.GenerateStreamChunk{TokenIds: c, SequenceIndex: uint32(i), PromptTokens: prompt, CompletionTokens: uint32(sent), CachedTokens: f.cached}
+			if oc.Logprobs != nil {
+				ch.Logprobs = trtllmOutLP(c, sent-len(c), int(oc.GetLogprobs()))
+			}
+			return st.Send(&trtllmpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &trtllmpb.GenerateResponse_Chunk{Chunk: ch}})
+		})
+		if err != nil {
+			return err
+		}
+		done := &trtllmpb.GenerateComplete{OutputTokenIds: ids, SequenceIndex: uint32(i), FinishReason: finish, PromptTokens: prompt,
+			CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
+		if oc.Logprobs != nil {
+			done.Logprobs = trtllmOutLP(ids, 0, int(oc.GetLogprobs()))
+		}
+		if oc.PromptLogprobs != nil && !f.noInLP {
+			for j, id := range req.GetTokenized().GetInputTokenIds() {
+				e := &trtllmpb.TokenLogprob{TokenId: id}
+				if j > 0 {
+					e.Logprob = -0.5
+				}
+				done.PromptLogprobs = append(done.PromptLogprobs, e)
+			}
+		}
+		dones = append(dones, done)
 	}
-	err := f.run(ctx, req.GetStreaming(), ids, func(c []uint32, n int) error {
-		return st.Send(&trtllmpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &trtllmpb.GenerateResponse_Chunk{
-			Chunk: &trtllmpb.GenerateStreamChunk{TokenIds: c, PromptTokens: prompt, CompletionTokens: uint32(n), CachedTokens: f.cached}}})
-	})
-	if err != nil {
-		return err
+	for _, done := range dones {
+		if err := st.Send(&trtllmpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &trtllmpb.GenerateResponse_Complete{Complete: done}}); err != nil {
+			return err
+		}
 	}
-	done := &trtllmpb.GenerateComplete{OutputTokenIds: ids, FinishReason: finish, PromptTokens: prompt,
-		CompletionTokens: uint32(len(ids)), CachedTokens: f.cached}
-	return st.Send(&trtllmpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &trtllmpb.GenerateResponse_Complete{Complete: done}})
+	return nil
+}
+
+// trtllmOutLP is the fake's logprobs of ids from position from with k alternatives, each entry's
+// dictionary listed worst first (the servicer promises no order) and holding the sampled token even
+// when k is 0, as TensorRT-LLM's does.
+func trtllmOutLP(ids []uint32, from, k int) []*trtllmpb.TokenLogprob {
+	var out []*trtllmpb.TokenLogprob
+	for i, id := range ids {
+		e := &trtllmpb.TokenLogprob{TokenId: id, Logprob: fakeLP(from + i)}
+		vals, tids := fakeTop(id, from+i, max(k, 1))
+		for j := len(vals) - 1; j >= 0; j-- {
+			e.TopLogprobs = append(e.TopLogprobs, &trtllmpb.TopLogprob{TokenId: tids[j], Logprob: vals[j]})
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 func (v trtllmFake) Abort(_ context.Context, req *trtllmpb.AbortRequest) (*trtllmpb.AbortResponse, error) {
@@ -169,5 +215,34 @@ func TestTRTLLMClosedStreamAborts(t *testing.T) {
 	resp.Body.Close()
 	if got := f.aborts(); !slices.Equal(got, []string{"r1"}) {
 		t.Errorf("aborts = %q, want [r1]", got)
+	}
+}
+
+// /generate with return_logprob over TensorRT-LLM: output_config asks for the alternatives and the
+// prompt's logprobs, which the engine sends for the whole prompt; the answer shows them from
+// logprob_start_len (the first prompt token null), and the output's as SGLang's HTTP server does.
+func TestTRTLLMGenerateLogprobs(t *testing.T) {
+	f := newFake("ok")
+	tr, url := setup(t, enginegrpc.TRTLLM, f)
+	type meta struct {
+		Meta struct {
+			In   [][]any   `json:"input_token_logprobs"`
+			Out  [][]any   `json:"output_token_logprobs"`
+			OTop [][][]any `json:"output_top_logprobs"`
+		} `json:"meta_info"`
+	}
+	m := decode[meta](t, post(t, tr, t.Context(), url, "/generate", `{"text":"abc","return_logprob":true,"top_logprobs_num":1}`)).Meta
+	if len(m.In) != 3 || m.In[0][0] != nil || m.In[1][0] != -0.5 || m.In[1][1] != float64('b') {
+		t.Errorf("input_token_logprobs = %v", m.In)
+	}
+	if len(m.Out) != 2 || m.Out[0][1] != float64('o') || !close32(m.Out[1][0].(float64), -0.2) || len(m.OTop) != 2 || len(m.OTop[0]) != 1 {
+		t.Errorf("output_token_logprobs = %v, top %v", m.Out, m.OTop)
+	}
+	if oc := f.trtllmRequests()[0].GetOutputConfig(); oc.Logprobs == nil || oc.GetLogprobs() != 1 || oc.GetPromptLogprobs() != 1 {
+		t.Errorf("output config = %v", oc)
+	}
+	m = decode[meta](t, post(t, tr, t.Context(), url, "/generate", `{"text":"abc","return_logprob":true,"logprob_start_len":2}`)).Meta
+	if len(m.In) != 1 || m.In[0][0] != -0.5 || m.In[0][1] != float64('c') {
+		t.Errorf("from logprob_start_len 2: input_token_logprobs = %v", m.In)
 	}
 }
