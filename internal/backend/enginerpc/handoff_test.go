@@ -1,8 +1,11 @@
 package enginerpc
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
@@ -78,5 +81,46 @@ func TestGivenPromptContextCheck(t *testing.T) {
 	}
 	if param, _ := ContextExceeded(body.RouteGenerate, false, 5, 4); param != "input_ids" {
 		t.Errorf("generate ids: param %q", param)
+	}
+}
+
+// BenchmarkGivenPrompt: a 9.9k-character completions prompt sent through the transport tokenizing it
+// itself (the baseline) and with its ids handed over (WithPrompt), as dispatch sends it after its
+// pre-admission check; the ratio of the two is what the second tokenization would cost.
+func BenchmarkGivenPrompt(b *testing.B) {
+	f := newFake("ok")
+	tok := testTokenizer(b)
+	url := startEngine(b, f, enginegrpc.SGLang)
+	h2c := newH2CClient()
+	b.Cleanup(h2c.CloseIdleConnections)
+	tr := NewTransport(h2c, nil)
+	if err := tr.SetEngine(url, Engine{Protocol: enginegrpc.SGLang, Tokenizer: tok, EOS: []int{imEnd}, Model: "m"}); err != nil {
+		b.Fatal(err)
+	}
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog ", 220)
+	reqBody := `{"model":"m","prompt":"` + text + `","max_tokens":1}`
+	given := &Prompt{Tokenizer: tok, Route: body.RouteCompletions, Text: text, IDs: toUint32s(tok.EncodeSpecial(text))}
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"tokenize", context.Background()}, {"handed-over", WithPrompt(context.Background(), given)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, err := http.NewRequestWithContext(bc.ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(reqBody))
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
 	}
 }
