@@ -25,7 +25,7 @@ const codeContextLengthExceeded = "context_length_exceeded"
 
 // engineContext reports, for a model served by engine-gRPC workers of the roles this dispatcher
 // runs, the smallest context length among them (0 when none said) and the tokenizer their transport
-// uses; tk is nil when no such worker serves the model.
+// uses; tk is nil when no such worker serves the model, or when they do not share one tokenizer.
 func (x *Dispatcher) engineContext(model string) (limit int, tk *tokenizer.Tokenizer) {
 	et := backend.EngineRPC(x.d.HTTP)
 	if et == nil {
@@ -45,9 +45,12 @@ func (x *Dispatcher) engineContext(model string) (limit int, tk *tokenizer.Token
 			if !ok {
 				continue
 			}
-			if tk == nil {
-				tk = t
+			if tk != nil && t != tk {
+				// Workers of one model with different tokenizers (or a request naming no model):
+				// no one count of the prompt's tokens; the transport checks it per engine.
+				return 0, nil
 			}
+			tk = t
 			if n > 0 && (limit == 0 || n < limit) {
 				limit = n
 			}

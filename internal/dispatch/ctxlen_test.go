@@ -13,6 +13,8 @@ import (
 	"github.com/sluicegw/sluice/internal/admission"
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
+	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/sim"
 	"github.com/sluicegw/sluice/internal/tokenizer"
@@ -172,5 +174,22 @@ func TestEnginePromptTokenizedOnceBeforeAdmission(t *testing.T) {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.Status != http.StatusOK || !strings.Contains(string(b), `"prompt_tokens":5`) {
 		t.Fatalf("status %d, %s (%v)", resp.Status, b, err)
+	}
+}
+
+// Engine workers that do not share one tokenizer give no count of a prompt's tokens to check: the
+// transport checks it per engine.
+func TestEngineContextNeedsOneTokenizer(t *testing.T) {
+	x, tk := newEngineDispatcher(t, 64, sim.Faults{})
+	if limit, got := x.engineContext("sim-model"); limit != 64 || got != tk {
+		t.Fatalf("engineContext = %d, %p; want 64 and the engines' tokenizer", limit, got)
+	}
+	et := backend.EngineRPC(x.d.HTTP)
+	decode := x.d.Registry.Snapshot().Candidates(worker.RoleDecode, "sim-model")[0].URL()
+	if err := et.SetEngine(decode, enginerpc.Engine{Protocol: enginegrpc.SGLang, Tokenizer: byteTokenizer(t), Model: "sim-model", ContextLength: 32}); err != nil {
+		t.Fatal(err)
+	}
+	if limit, got := x.engineContext("sim-model"); got != nil {
+		t.Errorf("engineContext with two tokenizers = %d, %p; want none", limit, got)
 	}
 }
