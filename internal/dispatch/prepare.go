@@ -8,8 +8,10 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/tenant"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 )
 
 // How Do prepares a request, once, before any attempt: it reads the routing fields (parse), renders a
@@ -25,6 +27,7 @@ type prepared struct {
 	preq    *placement.Request // the placement inputs
 	strip   bool               // Do asked the engine for the stream's usage (meter.strip)
 	asked   string             // the alias the client asked for, when br.Model is its target (alias.go)
+	prompt  *enginerpc.Prompt  // the prompt tokenized for engine-gRPC workers (ctxlen.go), for their transport
 
 	res        *tenant.Reservation // the tenant budget's reservation (budget.go); nil without one
 	rateHeader http.Header         // the budgeted tenant's x-ratelimit-* headers
@@ -70,12 +73,14 @@ func (x *Dispatcher) prepare(ctx context.Context, r *Request) (*prepared, error)
 }
 
 // routing builds the placement inputs: the prompt's token ids when a policy reads them, rendering a
-// typed request's JSON first when the tokenizer or the decode KV reservation reads it.
+// typed request's JSON first when the tokenizer or the decode KV reservation reads it. A prompt for
+// engine-gRPC workers is tokenized here too, and refused when it does not fit the context (ctxlen.go).
 func (x *Dispatcher) routing(q *prepared) error {
 	if err := x.resolveAlias(q); err != nil {
 		return err
 	}
-	if q.typed != nil && (x.wantsTokens() || x.d.Admission.DecodeKVKnown()) {
+	limit, etk := x.engineContext(q.br.Model)
+	if q.typed != nil && (x.wantsTokens() || x.d.Admission.DecodeKVKnown() || etk != nil) {
 		br, err := q.withJSON(q.br)
 		if err != nil {
 			return err
@@ -87,10 +92,22 @@ func (x *Dispatcher) routing(q *prepared) error {
 		return err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
+	var text string
+	var tk *tokenizer.Tokenizer
 	if x.wantsTokens() {
-		preq.TokenIDs = x.promptTokens(q.br) // tokens.go
+		if q.br.PromptTokenIDs == 0 && x.d.Tokenizer != nil {
+			tk = x.d.Tokenizer(q.br.Model)
+		}
+		preq.TokenIDs, text = promptTokens(q.br, tk) // tokens.go
 	}
 	q.preq = preq
+	if etk != nil {
+		var ids []uint32
+		if tk == etk || q.br.PromptTokenIDs > 0 {
+			ids = preq.TokenIDs // drawn already, with the engines' tokenizer or from the body's ids
+		}
+		return x.checkContext(q, limit, etk, ids, text)
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
 )
 
 // How Do runs a prepared request: its tenant's budget is reserved, then attempts run (attempt: aux,
@@ -38,6 +39,9 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 	var err error
 	if q.res, q.rateHeader, err = x.reserveBudget(&q.Request, q.br); err != nil {
 		return nil, err
+	}
+	if q.prompt != nil {
+		ctx = enginerpc.WithPrompt(ctx, q.prompt) // the transport's ids, tokenized before admission
 	}
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {

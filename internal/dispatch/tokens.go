@@ -36,49 +36,47 @@ type chatFields struct {
 	ChatTemplate         json.RawMessage `json:"chat_template"`
 }
 
-// promptTokens returns the request's prompt as token ids, or nil when they are not known exactly.
-func (x *Dispatcher) promptTokens(br *body.Request) []uint32 {
+// promptTokens returns the request's prompt as token ids by tk (nil: token id prompts only), or nil
+// when they are not known exactly, and the text they encode (the rendered chat, the text prompt; ""
+// for a prompt given as ids).
+func promptTokens(br *body.Request, tk *tokenizer.Tokenizer) ([]uint32, string) {
 	if br.BatchSize > 0 {
-		return nil
+		return nil, ""
 	}
 	if br.PromptTokenIDs > 0 {
 		switch br.Route {
 		case body.RouteCompletions:
-			return tokenArray(br.Body, "prompt")
+			return tokenArray(br.Body, "prompt"), ""
 		case body.RouteGenerate:
-			return tokenArray(br.Body, "input_ids")
+			return tokenArray(br.Body, "input_ids"), ""
 		}
-		return nil
+		return nil, ""
 	}
-	if x.d.Tokenizer == nil {
-		return nil
-	}
-	tk := x.d.Tokenizer(br.Model)
 	if tk == nil {
-		return nil
+		return nil, ""
 	}
 	switch br.Route {
 	case body.RouteChat:
 		var f chatFields
 		if json.Unmarshal(br.Body, &f) != nil || f.ContinueFinalMessage || !isNullOrEmpty(f.ChatTemplate) {
-			return nil
+			return nil, ""
 		}
 		gen := f.AddGenerationPrompt == nil || *f.AddGenerationPrompt
-		ids, err := tk.EncodeChat(tokenizer.Chat{Messages: f.Messages, Tools: f.Tools,
+		text, err := tk.RenderChat(tokenizer.Chat{Messages: f.Messages, Tools: f.Tools,
 			AddGenerationPrompt: gen, TemplateKwargs: f.ChatTemplateKwargs})
 		if err != nil {
-			return nil
+			return nil, ""
 		}
-		return toUint32(ids)
+		return toUint32(tk.Encode(text)), text
 	case body.RouteCompletions, body.RouteGenerate:
 		if br.Text == "" {
-			return nil
+			return nil, ""
 		}
 		// vLLM's completions and SGLang's /generate tokenize a text prompt with add_special_tokens
 		// (Llama 3's <|begin_of_text|>), so the ids the router matches must carry it too.
-		return toUint32(tk.EncodeSpecial(br.Text))
+		return toUint32(tk.EncodeSpecial(br.Text)), br.Text
 	}
-	return nil
+	return nil, ""
 }
 
 // tokenArray reads the body's field as one prompt of token ids (an array of integers), or nil.

@@ -37,7 +37,7 @@ func TestPromptTokens(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := x.promptTokens(br); !slices.Equal(got, tt.want) {
+			if got, _ := promptTokens(br, nil); !slices.Equal(got, tt.want) {
 				t.Errorf("promptTokens = %v, want %v", got, tt.want)
 			}
 		})

@@ -140,9 +140,9 @@ func requestError(param, format string, args ...any) *body.RequestError {
 }
 
 // parseCall converts a body of route for engine e: the chat rendered with the model's template and
-// tokenized, a text prompt tokenized as the engine would (special tokens added), token ids kept.
-// Errors are *body.RequestError (a 400).
-func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
+// tokenized, a text prompt tokenized as the engine would (special tokens added), token ids kept; given,
+// when not nil, is the prompt already tokenized (WithPrompt). Errors are *body.RequestError (a 400).
+func parseCall(route body.Route, raw []byte, e *Engine, given *Prompt) (*call, error) {
 	var r requestJSON
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, &body.RequestError{Message: "invalid JSON body: " + err.Error(), Malformed: true}
@@ -152,7 +152,7 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 		c.model = e.Model
 	}
 	c.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
-	s, maxTokens, err := c.setPrompt(&r, e)
+	s, maxTokens, err := c.setPrompt(&r, e, given)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func parseCall(route body.Route, raw []byte, e *Engine) (*call, error) {
 
 // setPrompt sets the prompt's token ids by route and returns the sampling fields and max tokens the
 // route reads: the body's own for chat and completions, sampling_params' for SGLang's /generate.
-func (c *call) setPrompt(r *requestJSON, e *Engine) (samplingJSON, *int, error) {
+func (c *call) setPrompt(r *requestJSON, e *Engine, given *Prompt) (samplingJSON, *int, error) {
 	s := r.samplingJSON
 	maxTokens := r.MaxTokens
 	var err error
@@ -190,16 +190,16 @@ func (c *call) setPrompt(r *requestJSON, e *Engine) (samplingJSON, *int, error) 
 		if r.MaxCompletionTokens != nil {
 			maxTokens = r.MaxCompletionTokens
 		}
-		err = c.renderChat(r, e.Tokenizer)
+		err = c.renderChat(r, e.Tokenizer, given)
 	case body.RouteCompletions:
-		err = c.completionPrompt(r.Prompt, e.Tokenizer)
+		err = c.completionPrompt(r.Prompt, e.Tokenizer, given)
 	case body.RouteGenerate:
 		if r.SamplingParams != nil {
 			s = *r.SamplingParams
 			s.MinTokens = max(s.MinTokens, s.MinNewTokens)
 		}
 		maxTokens = s.MaxNewTokens
-		err = c.generatePrompt(r, e.Tokenizer)
+		err = c.generatePrompt(r, e.Tokenizer, given)
 	default:
 		return s, nil, requestError("", "route %s is not served over the engines' gRPC protocols", c.route)
 	}
@@ -291,7 +291,11 @@ func (c *call) setParsers(r *requestJSON, e *Engine) error {
 	return nil
 }
 
-func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer) error {
+func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer, given *Prompt) error {
+	if given != nil && given.Text != "" {
+		c.text, c.ids = given.Text, given.IDs
+		return nil
+	}
 	agp := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
 	text, err := tok.RenderChat(tokenizer.Chat{Messages: r.Messages, Tools: r.Tools, AddGenerationPrompt: agp, TemplateKwargs: r.ChatTemplateKwargs})
 	switch {
@@ -307,7 +311,7 @@ func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer) error {
 	return nil
 }
 
-func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) error {
+func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, given *Prompt) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return requestError("prompt", "prompt is required")
@@ -317,7 +321,7 @@ func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) e
 		if err := json.Unmarshal(raw, &c.text); err != nil {
 			return requestError("prompt", "prompt: %s", err.Error())
 		}
-		c.ids = toUint32s(tok.EncodeSpecial(c.text))
+		c.ids = encodeText(tok, c.text, given)
 		return nil
 	case '[':
 		var ids []uint32
@@ -328,7 +332,7 @@ func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) e
 		var one []string
 		if err := json.Unmarshal(raw, &one); err == nil && len(one) == 1 {
 			c.text = one[0]
-			c.ids = toUint32s(tok.EncodeSpecial(c.text))
+			c.ids = encodeText(tok, c.text, given)
 			return nil
 		}
 		var lists [][]uint32
@@ -341,7 +345,7 @@ func (c *call) completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) e
 	return requestError("prompt", "prompt must be a string, a list of token ids, or a list of one of them")
 }
 
-func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
+func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer, given *Prompt) error {
 	if ids := bytes.TrimSpace(r.InputIDs); len(ids) > 0 && !bytes.Equal(ids, []byte("null")) {
 		if err := json.Unmarshal(ids, &c.ids); err != nil {
 			return requestError("input_ids", "input_ids must be one list of token ids (batches are not supported over the engines' gRPC protocols yet)")
@@ -355,7 +359,7 @@ func (c *call) generatePrompt(r *requestJSON, tok *tokenizer.Tokenizer) error {
 	if err := json.Unmarshal(text, &c.text); err != nil {
 		return requestError("text", "text: %s", err.Error())
 	}
-	c.ids = toUint32s(tok.EncodeSpecial(c.text))
+	c.ids = encodeText(tok, c.text, given)
 	return nil
 }
 
@@ -369,6 +373,15 @@ func knownIDs(field string, ids []uint32, tok *tokenizer.Tokenizer) error {
 		return requestError(field, "%s: %s", field, err.Error())
 	}
 	return nil
+}
+
+// encodeText tokenizes a text prompt with special tokens added, as the engines do, unless given
+// already holds this text's ids.
+func encodeText(tok *tokenizer.Tokenizer, text string, given *Prompt) []uint32 {
+	if given != nil && text != "" && given.Text == text {
+		return given.IDs
+	}
+	return toUint32s(tok.EncodeSpecial(text))
 }
 
 func stopStrings(raw json.RawMessage) ([]string, error) { return wordList("stop", raw) }

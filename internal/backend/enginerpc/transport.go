@@ -198,7 +198,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if field, items := batchField(route, raw); field != "" {
 		return t.batch(req, route, raw, field, items)
 	}
-	c, err := parseCall(route, raw, &e.Engine)
+	c, err := parseCall(route, raw, &e.Engine, givenPrompt(req.Context(), route, &e.Engine))
 	if err != nil {
 		var re *body.RequestError
 		if errors.As(err, &re) {
@@ -226,22 +226,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.run(req, e, c, m)
 }
 
-// contextExceeded is vLLM's 400 for a prompt that leaves no room in the model's context, with OpenAI's
-// code context_length_exceeded, naming the prompt's field.
+// contextExceeded is vLLM's 400 for a prompt that leaves no room in the model's context (ContextExceeded).
 func contextExceeded(req *http.Request, c *call, limit int) *http.Response {
-	param := "prompt"
-	switch {
-	case c.route == body.RouteChat:
-		param = "messages"
-	case c.route == body.RouteEmbeddings:
-		param = "input"
-	case c.route == body.RouteGenerate && c.text == "":
-		param = "input_ids"
-	case c.route == body.RouteGenerate:
-		param = "text"
-	}
-	msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. "+
-		"Please reduce the length of the input.", limit, len(c.ids))
+	param, msg := ContextExceeded(c.route, c.text != "", len(c.ids), limit)
 	return errorResponse(req, http.StatusBadRequest, msg, "invalid_request_error", param, "context_length_exceeded")
 }
 
