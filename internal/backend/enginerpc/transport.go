@@ -102,6 +102,12 @@ func baseURL(u *url.URL) (string, error) {
 	return "", fmt.Errorf("enginerpc: unsupported scheme %q", u.Scheme)
 }
 
+// clientOptions are the engine clients': gRPC, and no gzip offered for the answers. connect offers
+// gzip by default and a Go engine (the simulator) then compresses every streamed chunk of a few
+// bytes, which the gateway must inflate: that was most of the gateway's CPU per streamed token. The
+// engines' own servers (grpcio) and the Rust gateway's client (tonic) use no compression either.
+var clientOptions = connect.WithClientOptions(connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
+
 // SetEngine registers the worker at workerURL (grpc://host:port or grpcs://) as an engine speaking
 // e.Protocol; its requests are served by this transport from then on.
 func (t *Transport) SetEngine(workerURL string, e Engine) error {
@@ -125,11 +131,11 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	entry := &engineEntry{Engine: e}
 	switch e.Protocol {
 	case enginegrpc.SGLang:
-		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, connect.WithGRPC())}
+		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions)}
 	case enginegrpc.VLLM:
-		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, connect.WithGRPC())}
+		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions)}
 	case enginegrpc.TRTLLM:
-		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, connect.WithGRPC()), e.ContextLength}
+		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, clientOptions), e.ContextLength}
 	default:
 		return fmt.Errorf("enginerpc: unknown engine protocol %q", e.Protocol)
 	}
