@@ -357,9 +357,9 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		defer st.Close()
 		return t.whole(req, g, st, ss, first, m)
 	}
-	pr, pw := io.Pipe()
+	sb := newSSEBuffer()
 	done := make(chan struct{})
-	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: pw}
+	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb}
 	go func() {
 		defer close(done)
 		err := w.run(st, first)
@@ -368,9 +368,9 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		g.abort()
 		st.Close()
 		g.end()
-		pw.CloseWithError(err) // nil: the reader sees io.EOF
+		sb.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
-	return streamResponse(req, &streamBody{pr: pr, g: g, done: done}), nil
+	return streamResponse(req, &streamBody{pr: sb, g: g, done: done}), nil
 }
 
 // whole reads a unary call's events until every sample's Complete and answers them.
@@ -433,7 +433,7 @@ type sseWriter struct {
 	c   *call
 	m   *meta
 	ss  *samples
-	pw  *io.PipeWriter
+	pw  *sseBuffer
 	buf []byte
 }
 
@@ -517,7 +517,7 @@ func (w *sseWriter) errorEvent(message, typ, code string) {
 // streamBody is the SSE body; Close aborts and cancels the Generate unless it completed, and waits for
 // the writer.
 type streamBody struct {
-	pr   *io.PipeReader
+	pr   *sseBuffer
 	g    *generation
 	done <-chan struct{}
 	once sync.Once
@@ -528,7 +528,7 @@ func (b *streamBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
 func (b *streamBody) Close() error {
 	b.once.Do(func() {
 		b.g.stop()
-		b.pr.CloseWithError(errBodyClosed)
+		b.pr.CloseRead(errBodyClosed)
 	})
 	<-b.done
 	return nil
