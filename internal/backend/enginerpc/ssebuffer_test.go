@@ -22,7 +22,7 @@ func TestSSEBufferCoalescesFrames(t *testing.T) {
 	if err != nil || string(p[:n]) != "data: 1\n\ndata: 2\n\ndata: 3\n\n" {
 		t.Fatalf("Read = %q, %v; want the three frames in one read", p[:n], err)
 	}
-	if n, err := b.Read(p); n != 0 || err != io.EOF {
+	if n, err := b.Read(p); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("Read after the end = %d, %v; want io.EOF", n, err)
 	}
 }
@@ -73,7 +73,7 @@ func TestSSEBufferCloseReadFailsWriter(t *testing.T) {
 	if _, err := b.Write([]byte("z")); !errors.Is(err, errBodyClosed) {
 		t.Fatalf("Write after CloseRead = %v", err)
 	}
-	if _, err := b.Read(make([]byte, 1)); err != io.ErrClosedPipe {
+	if _, err := b.Read(make([]byte, 1)); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("Read after CloseRead = %v", err)
 	}
 }
