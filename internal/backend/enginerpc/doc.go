@@ -56,8 +56,8 @@
 // on the request's context, or closing the body, sends Abort (once, bounded by a timeout, never after
 // the Complete) and cancels the RPC. A unary call runs on the caller's goroutine. A streamed call
 // answers once the engine sent its first message; one writer goroutine then reads the Generate stream
-// and writes SSE into a pipe, until the Complete, a stream error, or the cancellation; when it ends
-// without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
+// and writes SSE into a bounded buffer the body reads (ssebuffer.go), until the Complete, a stream
+// error, or the cancellation; when it ends without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
 // deregistering the AfterFunc or waiting for it, and closing the body waits for the writer, so after
 // RoundTrip's error or the body's Close no goroutine of the call is left.
 package enginerpc

@@ -102,6 +102,12 @@ func baseURL(u *url.URL) (string, error) {
 	return "", fmt.Errorf("enginerpc: unsupported scheme %q", u.Scheme)
 }
 
+// clientOptions are the engine clients': gRPC, and no gzip offered for the answers. connect offers
+// gzip by default and a Go engine (the simulator) then compresses every streamed chunk of a few
+// bytes, which the gateway must inflate: that was most of the gateway's CPU per streamed token. The
+// engines' own servers (grpcio) and the Rust gateway's client (tonic) use no compression either.
+var clientOptions = connect.WithClientOptions(connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
+
 // SetEngine registers the worker at workerURL (grpc://host:port or grpcs://) as an engine speaking
 // e.Protocol; its requests are served by this transport from then on.
 func (t *Transport) SetEngine(workerURL string, e Engine) error {
@@ -125,11 +131,11 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	entry := &engineEntry{Engine: e}
 	switch e.Protocol {
 	case enginegrpc.SGLang:
-		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, connect.WithGRPC())}
+		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions)}
 	case enginegrpc.VLLM:
-		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, connect.WithGRPC())}
+		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions)}
 	case enginegrpc.TRTLLM:
-		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, connect.WithGRPC()), e.ContextLength}
+		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, clientOptions), e.ContextLength}
 	default:
 		return fmt.Errorf("enginerpc: unknown engine protocol %q", e.Protocol)
 	}
@@ -338,9 +344,9 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		defer st.Close()
 		return t.whole(req, g, st, ss, first, m)
 	}
-	pr, pw := io.Pipe()
+	sb := newSSEBuffer()
 	done := make(chan struct{})
-	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: pw}
+	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb}
 	go func() {
 		defer close(done)
 		err := w.run(st, first)
@@ -349,9 +355,9 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		g.abort()
 		st.Close()
 		g.end()
-		pw.CloseWithError(err) // nil: the reader sees io.EOF
+		sb.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
-	return streamResponse(req, &streamBody{pr: pr, g: g, done: done}), nil
+	return streamResponse(req, &streamBody{pr: sb, g: g, done: done}), nil
 }
 
 // whole reads a unary call's events until every sample's Complete and answers them.
@@ -414,7 +420,7 @@ type sseWriter struct {
 	c   *call
 	m   *meta
 	ss  *samples
-	pw  *io.PipeWriter
+	pw  *sseBuffer
 	buf []byte
 }
 
@@ -498,7 +504,7 @@ func (w *sseWriter) errorEvent(message, typ, code string) {
 // streamBody is the SSE body; Close aborts and cancels the Generate unless it completed, and waits for
 // the writer.
 type streamBody struct {
-	pr   *io.PipeReader
+	pr   *sseBuffer
 	g    *generation
 	done <-chan struct{}
 	once sync.Once
@@ -509,7 +515,7 @@ func (b *streamBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
 func (b *streamBody) Close() error {
 	b.once.Do(func() {
 		b.g.stop()
-		b.pr.CloseWithError(errBodyClosed)
+		b.pr.CloseRead(errBodyClosed)
 	})
 	<-b.done
 	return nil

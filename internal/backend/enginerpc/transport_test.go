@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
+	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
@@ -444,3 +446,38 @@ func TestFallback(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The engine clients offer no compression: a Go engine would otherwise gzip every streamed chunk and
+// the gateway inflate it, which cost most of the gateway's CPU per streamed token.
+func TestGenerateOffersNoCompression(t *testing.T) {
+	f := newFake("hi")
+	mux := http.NewServeMux()
+	mux.Handle(sglangpbconnect.NewSglangSchedulerHandler(f))
+	accepted := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case accepted <- r.Header.Get("Grpc-Accept-Encoding"):
+		default:
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	h2c := newH2CClient()
+	t.Cleanup(h2c.CloseIdleConnections)
+	tr := NewTransport(h2c, nil)
+	url := "grpc://" + srv.Listener.Addr().String()
+	if err := tr.SetEngine(url, Engine{Protocol: enginegrpc.SGLang, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	events := sseEvents(t, post(t, tr, context.Background(), url, "/v1/chat/completions",
+		`{"messages":[{"role":"user","content":"x"}],"stream":true}`))
+	if len(events) == 0 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q", events)
+	}
+	if enc := <-accepted; strings.Contains(enc, "gzip") {
+		t.Errorf("grpc-accept-encoding %q offers gzip", enc)
+	}
+}
