@@ -25,6 +25,14 @@ func adminAllowed(path string) []string {
 		return []string{http.MethodGet, http.MethodPut}
 	case "cache:flush":
 		return []string{http.MethodPost}
+	case "model_aliases":
+		return []string{http.MethodGet}
+	}
+	if alias, ok := strings.CutPrefix(rest, "model_aliases/"); ok {
+		if alias == "" || strings.Contains(alias, "/") {
+			return nil
+		}
+		return []string{http.MethodDelete, http.MethodPut}
 	}
 	id, ok := strings.CutPrefix(rest, "workers/")
 	if !ok || id == "" || strings.Contains(id, "/") {

@@ -281,6 +281,8 @@ func TestBadInputWhileQueueFull(t *testing.T) {
 	defer cancelA()
 	a := goPost(ctxA, chat, short)
 	waitFor(t, "A holds the slot", 10*time.Second, func() bool { return gw.Admission.Status().Inflight[p.srv.URL] == 1 })
+	// A's two legs leave after its slot is taken: count them in before the snapshot below.
+	waitFor(t, "A's legs reached the engines", 10*time.Second, func() bool { return p.count() == 1 && d.count() == 1 })
 	b := goPost(context.Background(), chat, short)
 	waitFor(t, "B queued", 10*time.Second, func() bool { return gw.Admission.Status().QueuedTotal == 1 })
 
