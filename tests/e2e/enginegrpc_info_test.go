@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +17,8 @@ import (
 
 // What the gateway learns from engines speaking their own gRPC (issue #35) beyond GetModelInfo: the
 // tokenizer pulled with GetTokenizer when no flag gives one (or given as the Rust gateway's
-// --model-path) and the prefill's bootstrap port from GetServerInfo. (The KV events streamed on
-// SubscribeKvEvents are tested against the simulator in internal/kvevents.)
+// --model-path), the prefill's bootstrap port from GetServerInfo, and the KV events streamed on
+// SubscribeKvEvents.
 
 // engineGRPCChat asks the gateway one chat through the official OpenAI SDK and checks the answer.
 func engineGRPCChat(t *testing.T, gwURL, prompt string) {
@@ -72,6 +75,50 @@ func TestEngineGRPCInfoTokenizer(t *testing.T) {
 			if len(c.ByRole(sim.RolePrefill)) > 0 {
 				noMismatches(t, c)
 			}
+		})
+	}
+}
+
+// TestEngineGRPCInfoKVEvents: an engine-gRPC worker's KV events reach the gateway's index over
+// SubscribeKvEvents, with no --kv-events-endpoint: the prompt's blocks show in the index metrics.
+func TestEngineGRPCInfoKVEvents(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(proto), func(t *testing.T) {
+			// Realistic mode, fast: only it runs prompts through the prefix cache whose changes are the events.
+			cfg := engineGRPCConfig()
+			cfg.Mode, cfg.PrefillTokensPerSec, cfg.ITLBase, cfg.ITLPerSeq = sim.ModeRealistic, 1e7, time.Microsecond, time.Nanosecond
+			cfg.BlockSize = 4
+			cfg.KVEvents = sim.KVEventsConfig{Enabled: true}
+			c := startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: proto, Engine: cfg})
+			worker := grpcURL(c.Engines[0])
+			gw := startGateway(t, app.Options{}, "--worker-urls", worker, "--runtime", string(proto), "--policy", "kv_aware")
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			// The stream is live only, and the relay keeps no history: a block whose parent was stored
+			// before the gateway subscribed is an orphan the index drops (sluice_kv_index_dropped_blocks_total
+			// {reason="orphan"}), for as long as the engine keeps that parent cached. So each prompt starts a
+			// chain of its own (a completions prompt whose first block is new: no template prefix), until the
+			// index has the worker's blocks.
+			n := 0
+			waitFor(t, "blocks indexed from the engine's gRPC events", 30*time.Second, func() bool {
+				n++
+				resp, err := post(context.Background(), gw.URL+"/v1/completions",
+					fmt.Sprintf(`{"model":%q,"prompt":"%d say hello to the gateway","max_tokens":2}`, simModel, n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("completion: %d %s", resp.StatusCode, b)
+				}
+				for k, v := range scrape(t, gw.URL, "sluice_kv_index_blocks") {
+					if strings.Contains(k, "worker="+worker) && v > 0 {
+						return true
+					}
+				}
+				return false
+			})
 		})
 	}
 }
