@@ -72,13 +72,6 @@ func TestRetryReleasesBeforeBackoffAndIsReadmitted(t *testing.T) {
 	for _, m := range pdModes() {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			if m.name == "grpc-sglang" {
-				// Known bug, found at merge: over SGLang's gRPC the decode leg of a failed prefill ends with a
-				// Complete whose finish_reason is "abort", which enginerpc answers as a 200 with empty content;
-				// dispatch then returns it instead of retrying. The fix (an aborted whole answer is an upstream
-				// error) is the next step; until then this mode would fail every run.
-				t.Skip("known bug: an engine-gRPC decode aborted by its failed prefill is answered as a 200 (see the comment)")
-			}
 			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 1, Engine: sim.Config{BootstrapTimeout: time.Minute}})
 			// The backoff is the window the test acts in, not a wait it relies on ending: the retry is
 			// only observed once it is queued. 20 s, because on a loaded CI machine 5 s did not always

@@ -27,6 +27,9 @@ type event struct {
 	kvTransfer                 *string // vLLM's kv_transfer_params_json on the Complete
 }
 
+// aborted says the event ends its sample with the engine's abort, not a result.
+func (ev *event) aborted() bool { return ev.complete && ev.finish == "abort" }
+
 type genStream interface {
 	Receive() bool
 	Err() error

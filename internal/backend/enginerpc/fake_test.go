@@ -106,6 +106,7 @@ type fakeEngine struct {
 	cached   uint32
 	eos      uint32 // 0: imEnd
 	noInLP   bool   // send no prompt logprobs even when asked
+	abortAll bool   // end every sample at once with the engine's own abort (SGLang: a failed PD peer)
 
 	mu      sync.Mutex
 	sglang  []*sglangpb.GenerateRequest
@@ -197,6 +198,10 @@ func (f *fakeEngine) Generate(ctx context.Context, req *sglangpb.GenerateRequest
 
 func (f *fakeEngine) sglangSample(ctx context.Context, req *sglangpb.GenerateRequest, st *connect.ServerStream[sglangpb.GenerateResponse], index uint32, n int) error {
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
+	if f.abortAll {
+		done := &sglangpb.GenerateComplete{FinishReason: "abort", PromptTokens: prompt, Index: index}
+		return st.Send(&sglangpb.GenerateResponse{RequestId: req.GetRequestId(), Response: &sglangpb.GenerateResponse_Complete{Complete: done}})
+	}
 	ids, finish := f.output(req.GetSamplingParams().MaxNewTokens, int(index), n)
 	lp, k := req.GetReturnLogprob(), int(req.GetTopLogprobsNum())
 	inLP := lp && req.GetLogprobStartLen() >= 0 && !f.noInLP && index == 0

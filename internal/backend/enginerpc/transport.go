@@ -339,6 +339,14 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		return resp, ferr
 	}
 	first := st.event()
+	if first.aborted() {
+		// Nothing was generated: answer as the engine's HTTP server does, with an error status that
+		// dispatch may retry, not a 200 stream with an empty answer.
+		st.Close()
+		g.completed.Store(true)
+		g.end()
+		return abortedResponse(req), nil
+	}
 	if !c.stream {
 		defer g.end()
 		defer st.Close()
@@ -368,6 +376,12 @@ func (t *Transport) whole(req *http.Request, g *generation, st genStream, ss *sa
 			g.abort()
 			return errorResponse(req, http.StatusBadGateway, err.Error(), "server_error", "", "bad_gateway"), nil
 		}
+		if ev.aborted() {
+			// One sample aborted is the request aborted (SGLang's tokenizer manager raises on it).
+			g.completed.Store(ss.done())
+			g.abort()
+			return abortedResponse(req), nil
+		}
 		if ss.done() {
 			g.completed.Store(true)
 			break
@@ -391,6 +405,13 @@ func (t *Transport) whole(req *http.Request, g *generation, st genStream, ss *sa
 		}
 	}
 	return jsonResponse(req, http.StatusOK, renderWhole(c, m, ss)), nil
+}
+
+// abortedResponse answers a generation the engine aborted on its own (its Complete says "abort": a PD
+// leg whose peer failed, a scheduler that shed it) as SGLang's HTTP server does a non-client abort: a
+// 503 the gateway may retry, never a 200 with an empty answer.
+func abortedResponse(req *http.Request) *http.Response {
+	return errorResponse(req, http.StatusServiceUnavailable, "the engine aborted the request", "server_error", "", "engine_aborted")
 }
 
 var errNoAnswer = errors.New("the engine ended the Generate stream without a result")

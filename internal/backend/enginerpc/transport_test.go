@@ -357,6 +357,29 @@ func TestEngineErrors(t *testing.T) {
 	}
 }
 
+// An engine that ends a generation with its own abort and nothing generated (SGLang's decode leg whose
+// prefill failed) is a 503 dispatch may retry, streamed or not, and n > 1 alike: never a 200 with an
+// empty answer.
+func TestEngineAbortIsAnError(t *testing.T) {
+	f := newFake("x")
+	f.abortAll = true
+	tr, url := setup(t, enginegrpc.SGLang, f)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}`,
+	} {
+		resp := post(t, tr, t.Context(), url, "/v1/chat/completions", body)
+		got := decode[chatResponse](t, resp)
+		if resp.StatusCode != http.StatusServiceUnavailable || got.Error == nil || got.Error.Type != "server_error" {
+			t.Errorf("%s: status %d, error %+v; want 503 server_error", body, resp.StatusCode, got.Error)
+		}
+	}
+	if n := len(f.aborts()); n != 0 {
+		t.Errorf("%d Aborts sent for generations the engine had already ended", n)
+	}
+}
+
 // What is not served yet is a 400 naming the field, before any engine call.
 func TestRefusals(t *testing.T) {
 	f := newFake("x")
