@@ -42,36 +42,25 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 			et.RemoveEngine(spec.URL) // a re-detected worker that no longer speaks an engine's gRPC
 		}
 	}()
-	if !named {
-		// A server that answers sluice.worker.v1 (the simulator serves it beside an engine's protocol)
-		// keeps it: it is ours, and needs no tokenizer.
-		if _, err := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).FetchLoad(ctx, spec.URL, string(worker.ProtocolGRPC)); err == nil {
-			return spec, false, nil
-		}
+	// A server that answers sluice.worker.v1 (the simulator serves it beside an engine's protocol)
+	// keeps it: it is ours, and needs no tokenizer.
+	if !named && d.speaksWorkerV1(ctx, spec) {
+		return spec, false, nil
 	}
+	invalid := func(err error) error { return fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err) }
 	conn, err := dialEngine(spec.URL)
 	if err != nil {
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+		return spec, true, invalid(err)
 	}
 	defer conn.Close()
-	var proto enginegrpc.Protocol
-	var info enginegrpc.ModelInfo
-	if named {
-		proto = enginegrpc.Protocol(spec.Protocol)
-		info, err = enginegrpc.GetModelInfo(ctx, conn, proto)
-	} else {
-		proto, info, err = enginegrpc.Detect(ctx, conn)
-	}
+	proto, info, err := identifyEngine(ctx, conn, spec, named)
 	switch {
 	case errors.Is(err, enginegrpc.ErrNotEngine):
 		return spec, false, nil
 	case err != nil && unreachable(err):
 		return d.pending(spec, err, logger), true, nil
 	case err != nil:
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
-	}
-	if proto == enginegrpc.TRTLLM && spec.Role != worker.RoleRegular {
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, worker.ErrTRTLLMRole)
+		return spec, true, invalid(err)
 	}
 	models := spec.Models
 	if len(models) == 0 && info.ServedModelName != "" {
@@ -86,14 +75,41 @@ func (d *Detector) completeEngine(ctx context.Context, spec worker.Spec, logger 
 		return spec, err != nil, err
 	}
 	if err := completeEngineServer(ctx, conn, proto, &spec, logger); err != nil {
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+		return spec, true, invalid(err)
 	}
 	if err := et.SetEngine(spec.URL, e); err != nil {
-		return spec, true, fmt.Errorf("%w: worker %s: %w", worker.ErrInvalidSpec, spec.URL, err)
+		return spec, true, invalid(err)
 	}
 	logger.Info("worker speaks an engine's own gRPC", "url", spec.URL, "engine", proto, "model", model,
 		"context_length", info.ContextLength)
 	return d.engineSpec(spec, named, proto, models), true, nil
+}
+
+// speaksWorkerV1 reports whether the worker answers sluice.worker.v1's load query.
+func (d *Detector) speaksWorkerV1(ctx context.Context, spec worker.Spec) bool {
+	_, err := (&backend.Upstream{Client: d.HTTP, APIKey: spec.APIKey}).FetchLoad(ctx, spec.URL, string(worker.ProtocolGRPC))
+	return err == nil
+}
+
+// identifyEngine is the engine protocol the worker speaks and its model information: asked of the
+// protocol the operator named, else detected (enginegrpc.ErrNotEngine when it implements none).
+// TensorRT-LLM serves regular workers only (worker.ErrTRTLLMRole).
+func identifyEngine(ctx context.Context, conn grpc.ClientConnInterface, spec worker.Spec, named bool) (enginegrpc.Protocol, enginegrpc.ModelInfo, error) {
+	var (
+		proto enginegrpc.Protocol
+		info  enginegrpc.ModelInfo
+		err   error
+	)
+	if named {
+		proto = enginegrpc.Protocol(spec.Protocol)
+		info, err = enginegrpc.GetModelInfo(ctx, conn, proto)
+	} else {
+		proto, info, err = enginegrpc.Detect(ctx, conn)
+	}
+	if err == nil && proto == enginegrpc.TRTLLM && spec.Role != worker.RoleRegular {
+		err = worker.ErrTRTLLMRole
+	}
+	return proto, info, err
 }
 
 // engineFor is what the engine transport needs for the worker's model: its tokenizer, parsers and EOS
