@@ -173,7 +173,12 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 	start := l.now()
 	refill := l.refillTimerLocked(w)
 	l.mu.Unlock()
+	return l.wait(ctx, w, start, refill)
+}
 
+// wait holds queued waiter w until it is granted, ctx ends or the queue timeout passes; refill is
+// the timer of the next token (nil when none is due).
+func (l *Limiter) wait(ctx context.Context, w *waitq.Waiter[waiter], start time.Time, refill *time.Timer) (*Permit, error) {
 	timeout := time.NewTimer(l.cfg.QueueTimeout)
 	defer timeout.Stop()
 	defer func() {
@@ -200,27 +205,10 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 			l.grantLocked()
 			l.mu.Unlock()
 		case <-ctx.Done():
-			l.mu.Lock()
-			if w.Granted() { // the grant raced in: give it back, cancellation wins
-				l.tokens = min(l.tokens+1, float64(l.cfg.MaxConcurrent))
-				l.grantLocked()
-			} else {
-				l.removeLocked(w)
-			}
-			l.mu.Unlock()
+			l.leave(w)
 			return nil, ctx.Err()
 		case <-timeout.C:
-			l.mu.Lock()
-			if w.Granted() { // granted just in time: keep it
-				l.metrics.ObserveWait(l.now().Sub(start))
-				p := l.grantedLocked()
-				l.mu.Unlock()
-				return p, nil
-			}
-			l.removeLocked(w)
-			l.metrics.IncRejection("queue_timeout")
-			l.mu.Unlock()
-			return nil, ErrQueueTimeout
+			return l.timedOut(w, start)
 		}
 		// Woken to re-check (nudged as the new head, or the refill timer fired without a grant).
 		l.mu.Lock()
@@ -232,6 +220,32 @@ func (l *Limiter) Acquire(ctx context.Context) (*Permit, error) {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// leave takes a cancelled waiter out of the queue; a grant that raced in is given back, since
+// cancellation wins.
+func (l *Limiter) leave(w *waitq.Waiter[waiter]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.Granted() {
+		l.tokens = min(l.tokens+1, float64(l.cfg.MaxConcurrent))
+		l.grantLocked()
+		return
+	}
+	l.removeLocked(w)
+}
+
+// timedOut ends a wait at the queue timeout, unless the grant came just in time: then it is kept.
+func (l *Limiter) timedOut(w *waitq.Waiter[waiter], start time.Time) (*Permit, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.Granted() {
+		l.metrics.ObserveWait(l.now().Sub(start))
+		return l.grantedLocked(), nil
+	}
+	l.removeLocked(w)
+	l.metrics.IncRejection("queue_timeout")
+	return nil, ErrQueueTimeout
 }
 
 // grantedLocked counts a token taken and returns its permit.
