@@ -62,37 +62,43 @@ func (m *lpModel) vllm(ids []uint32) *vllmpb.OutputLogProbs {
 	return o
 }
 
-func (m *lpModel) sglangInput(prompt []uint32) *sglangpb.InputLogProbs {
-	in := &sglangpb.InputLogProbs{TokenIds: prompt}
+// eachInput walks a prompt's logprobs as both engines give them: the first token has none (nil), every
+// token its alternatives when top logprobs were asked for (m.top > 0).
+func (m *lpModel) eachInput(prompt []uint32, f func(value *float32, vals []float32, ids []uint32)) {
 	for k, id := range prompt {
-		v := &sglangpb.InputTokenLogProb{}
+		var v *float32
 		if k > 0 {
 			x := simLogprob(k)
-			v.Value = &x
+			v = &x
 		}
-		in.TokenLogprobs = append(in.TokenLogprobs, v)
+		var vals []float32
+		var ids []uint32
 		if m.top > 0 {
-			vals, ids := m.alternatives(id, k)
+			vals, ids = m.alternatives(id, k)
+		}
+		f(v, vals, ids)
+	}
+}
+
+func (m *lpModel) sglangInput(prompt []uint32) *sglangpb.InputLogProbs {
+	in := &sglangpb.InputLogProbs{TokenIds: prompt}
+	m.eachInput(prompt, func(v *float32, vals []float32, ids []uint32) {
+		in.TokenLogprobs = append(in.TokenLogprobs, &sglangpb.InputTokenLogProb{Value: v})
+		if m.top > 0 {
 			in.TopLogprobs = append(in.TopLogprobs, &sglangpb.TopLogProbs{Values: vals, TokenIds: ids})
 		}
-	}
+	})
 	return in
 }
 
 func (m *lpModel) vllmInput(prompt []uint32) *vllmpb.InputLogProbs {
 	in := &vllmpb.InputLogProbs{TokenIds: prompt}
-	for k, id := range prompt {
-		v := &vllmpb.InputTokenLogProb{}
-		if k > 0 {
-			x := simLogprob(k)
-			v.Value = &x
-		}
-		in.TokenLogprobs = append(in.TokenLogprobs, v)
+	m.eachInput(prompt, func(v *float32, vals []float32, ids []uint32) {
+		in.TokenLogprobs = append(in.TokenLogprobs, &vllmpb.InputTokenLogProb{Value: v})
 		if m.top > 0 {
-			vals, ids := m.alternatives(id, k)
 			in.TopLogprobs = append(in.TopLogprobs, &vllmpb.TopLogProbs{Values: vals, TokenIds: ids})
 		}
-	}
+	})
 	return in
 }
 
