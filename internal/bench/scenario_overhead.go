@@ -379,7 +379,7 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 		return fail(err)
 	}
 	stops = append(stops, func() error { return os.RemoveAll(tok) })
-	if err := writeByteTokenizer(tok); err != nil {
+	if err := sim.WriteByteTokenizer(tok); err != nil {
 		return fail(err)
 	}
 	if err := gw(tPDGRPC, true, []string{"--pd-disaggregation", "--prefill", gp.grpcURL(gp.prefill), strconv.Itoa(gp.bootstrapPort),

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -122,4 +123,20 @@ func (s vllmServicer) GetTokenizer(_ context.Context, _ *smgcommonpb.GetTokenize
 func (e *Engine) tokenizerCorrupt() bool {
 	f := e.faults.Load()
 	return f.CorruptTokenizer && f.appliesTo(e.cfg.Role)
+}
+
+// WriteByteTokenizer writes the simulator's built-in byte-level tokenizer (ids 0-255 the UTF-8 bytes,
+// ChatML's two added tokens and template: what --grpc-byte-token-ids engines answer in) into dir, for
+// a gateway that needs the model's tokenizer in front of such engines (--tokenizer-path).
+func WriteByteTokenizer(dir string) error {
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := byteTokenizerFS.ReadFile("bytetokenizer/" + name)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,46 +21,13 @@ import (
 // detects each protocol with GetModelInfo, renders and tokenizes, decodes the ids and answers the
 // OpenAI SDK as an HTTP engine would.
 
-// byteTokenizerDir writes a byte-level BPE tokenizer (ids 0-255 the bytes, no merges) with ChatML's
-// added tokens and template.
+// byteTokenizerDir holds the simulator's byte-level tokenizer (ids 0-255 the bytes, no merges, ChatML's
+// added tokens and template), the one its --grpc-byte-token-ids engines answer in.
 func byteTokenizerDir(t *testing.T) string {
 	t.Helper()
-	vocab := map[string]int{}
-	n := 0
-	for c := range 256 {
-		printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE
-		r := rune(c)
-		if !printable {
-			r = rune(256 + n)
-			n++
-		}
-		vocab[string(r)] = c
-	}
-	tj := map[string]any{
-		"added_tokens": []map[string]any{
-			{"id": 256, "content": "<|im_start|>", "special": true},
-			{"id": 257, "content": "<|im_end|>", "special": true},
-		},
-		"normalizer": map[string]any{"type": "NFC"},
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}, "behavior": "Isolated", "invert": false},
-			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-		}},
-		"post_processor": map[string]any{"type": "ByteLevel"},
-		"decoder":        map[string]any{"type": "ByteLevel"},
-		"model":          map[string]any{"type": "BPE", "vocab": vocab, "merges": [][2]string{}},
-	}
-	config := map[string]any{"eos_token": "<|im_end|>", "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-		"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}
 	dir := t.TempDir()
-	for name, v := range map[string]any{"tokenizer.json": tj, "tokenizer_config.json": config} {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := sim.WriteByteTokenizer(dir); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
