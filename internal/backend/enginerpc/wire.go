@@ -209,7 +209,9 @@ func (f *memberFields) setVarint(ev *event, num protowire.Number, v uint32) {
 	case f.index:
 		ev.index = v
 	case f.matchedID: // the oneof's last member wins
-		ev.matchedID, ev.matchedStr = &v, nil
+		id := new(uint32) // not &v: that would put every count's v on the heap
+		*id = v
+		ev.matchedID, ev.matchedStr = id, nil
 	}
 }
 
@@ -217,16 +219,20 @@ func (f *memberFields) setString(ev *event, num protowire.Number, v []byte) erro
 	if !utf8.Valid(v) {
 		return errWire
 	}
-	s := string(v)
 	switch num {
 	case f.finish:
-		ev.finish = s
+		ev.finish = string(v)
 	case f.matchedStr:
-		ev.matchedStr, ev.matchedID = &s, nil
+		ev.matchedStr, ev.matchedID = stringPtr(v), nil
 	case f.kvJSON:
-		ev.kvTransfer = &s
+		ev.kvTransfer = stringPtr(v)
 	}
 	return nil
+}
+
+func stringPtr(b []byte) *string {
+	s := string(b)
+	return &s
 }
 
 // appendPacked appends a packed run of uint32 varints.

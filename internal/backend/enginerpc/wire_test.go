@@ -232,3 +232,31 @@ func FuzzWireEvent(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkWireEvent decodes a typical streamed chunk (a few ids and the counts) with the generated
+// message and the transport's reading of it (generic), and by hand.
+func BenchmarkWireEvent(b *testing.B) {
+	raw, err := proto.Marshal(&sglangpb.GenerateResponse{RequestId: "0123456789abcdef01234567",
+		Response: &sglangpb.GenerateResponse_Chunk{Chunk: &sglangpb.GenerateStreamChunk{
+			TokenIds: []uint32{791, 4062, 14198, 39935}, PromptTokens: 64, CompletionTokens: 12, CachedTokens: 48}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("generic", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if ev, err := genericEvent(sglangLayout, raw); err != nil || len(ev.ids) != 4 {
+				b.Fatal(ev, err)
+			}
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			var ev event
+			if err := sglangLayout.decode(raw, &ev); err != nil || len(ev.ids) != 4 {
+				b.Fatal(ev, err)
+			}
+		}
+	})
+}
