@@ -101,12 +101,12 @@ func (l *wireLayout) decode(b []byte, ev *event) error {
 				return errWire
 			}
 			b = b[n:]
-			switch {
-			case num == l.requestID:
+			switch num {
+			case l.requestID:
 				if !utf8.Valid(v) {
 					return errWire
 				}
-			case num == member:
+			case member:
 				body = append(body[:len(body):len(body)], v...) // copies: never writes into b
 			default:
 				member, body = num, v
