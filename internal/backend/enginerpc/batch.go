@@ -21,6 +21,11 @@ import (
 // batchField returns the field holding a batch of prompts and its items, or "" when the body is one
 // prompt.
 func batchField(route body.Route, raw []byte) (string, []json.RawMessage) {
+	if route != body.RouteCompletions && route != body.RouteGenerate {
+		// A chat is one prompt: no need to parse its body a second time (it was half the JSON decoding of
+		// a PD chat's legs, issue #35).
+		return "", nil
+	}
 	var probe struct {
 		Prompt   json.RawMessage `json:"prompt"`
 		Text     json.RawMessage `json:"text"`

@@ -45,6 +45,10 @@
 // Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
 // dimensions, and over TensorRT-LLM a streamed echo with logprobs (its prompt logprobs come last).
 //
+// The Generate stream's messages of SGLang and vLLM are decoded by hand (wire.go: protowire straight
+// into the transport's events, through connect with a codec of its own): the generic decoder's
+// messages and reflection were a large part of the gateway's CPU per streamed token (issue #35).
+//
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).
 //

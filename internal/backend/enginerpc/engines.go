@@ -50,7 +50,8 @@ type engineClient interface {
 // SGLang's scheduler.
 
 type sglangClient struct {
-	c sglangpbconnect.SglangSchedulerClient
+	c   sglangpbconnect.SglangSchedulerClient
+	gen *connect.Client[sglangpb.GenerateRequest, wireEvent] // Generate, decoded by hand (wire.go)
 }
 
 func (sglangClient) cumulativeCounts() bool { return true }
@@ -106,42 +107,18 @@ func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) 
 	if c.dpRank != nil {
 		req.DataParallelRank = *c.dpRank
 	}
-	st, err := s.c.Generate(ctx, req)
+	st, err := s.gen.CallServerStream(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
-	return sglangStream{st}, nil
-}
-
-type sglangStream struct {
-	*connect.ServerStreamForClient[sglangpb.GenerateResponse]
-}
-
-func (s sglangStream) event() event {
-	m := s.Msg()
-	if ch := m.GetChunk(); ch != nil {
-		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
-			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(in), index: ch.GetIndex()}
-	}
-	d := m.GetComplete()
-	o := d.GetOutputLogprobs()
-	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(),
-		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: sglangInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
-	switch ms := d.GetMatchedStop().(type) {
-	case *sglangpb.GenerateComplete_MatchedTokenId:
-		ev.matchedID = &ms.MatchedTokenId
-	case *sglangpb.GenerateComplete_MatchedStopStr:
-		ev.matchedStr = &ms.MatchedStopStr
-	}
-	return ev
+	return wireStream{st}, nil
 }
 
 // vLLM's engine.
 
 type vllmClient struct {
-	c vllmpbconnect.VllmEngineClient
+	c   vllmpbconnect.VllmEngineClient
+	gen *connect.Client[vllmpb.GenerateRequest, wireEvent] // Generate, decoded by hand (wire.go)
 }
 
 func (vllmClient) cumulativeCounts() bool { return false }
@@ -205,36 +182,11 @@ func (v vllmClient) generate(ctx context.Context, c *call) (genStream, error) {
 		KvTransferParamsJson: c.kvTransfer,
 		DataParallelRank:     c.dpRank,
 	}
-	st, err := v.c.Generate(ctx, req)
+	st, err := v.gen.CallServerStream(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
-	return vllmStream{st}, nil
-}
-
-type vllmStream struct {
-	*connect.ServerStreamForClient[vllmpb.GenerateResponse]
-}
-
-func (s vllmStream) event() event {
-	m := s.Msg()
-	if ch := m.GetChunk(); ch != nil {
-		o, in := ch.GetOutputLogprobs(), ch.GetInputLogprobs()
-		return event{ids: ch.GetTokenIds(), prompt: ch.GetPromptTokens(), completion: ch.GetCompletionTokens(), cached: ch.GetCachedTokens(),
-			outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(in), index: ch.GetIndex()}
-	}
-	d := m.GetComplete()
-	o := d.GetOutputLogprobs()
-	ev := event{ids: d.GetOutputIds(), complete: true, finish: d.GetFinishReason(), prompt: d.GetPromptTokens(),
-		completion: d.GetCompletionTokens(), cached: d.GetCachedTokens(), kvTransfer: d.KvTransferParamsJson,
-		outLP: outputLPs(o.GetTokenLogprobs(), o.GetTokenIds(), o.GetTopLogprobs()), inLP: vllmInputLPs(d.GetInputLogprobs()), index: d.GetIndex()}
-	switch ms := d.GetMatchedStop().(type) {
-	case *vllmpb.GenerateComplete_MatchedTokenId:
-		ev.matchedID = &ms.MatchedTokenId
-	case *vllmpb.GenerateComplete_MatchedStopStr:
-		ev.matchedStr = &ms.MatchedStopStr
-	}
-	return ev
+	return wireStream{st}, nil
 }
 
 func deref[T any](p *T, def T) T {

@@ -17,8 +17,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
 	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
+	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
@@ -131,9 +133,13 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	entry := &engineEntry{Engine: e}
 	switch e.Protocol {
 	case enginegrpc.SGLang:
-		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions)}
+		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions),
+			connect.NewClient[sglangpb.GenerateRequest, wireEvent](t.client, base+sglangpbconnect.SglangSchedulerGenerateProcedure,
+				clientOptions, connect.WithCodec(wireCodec{sglangLayout}))}
 	case enginegrpc.VLLM:
-		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions)}
+		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions),
+			connect.NewClient[vllmpb.GenerateRequest, wireEvent](t.client, base+vllmpbconnect.VllmEngineGenerateProcedure,
+				clientOptions, connect.WithCodec(wireCodec{vllmLayout}))}
 	case enginegrpc.TRTLLM:
 		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, clientOptions), e.ContextLength}
 	default:
