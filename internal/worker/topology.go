@@ -64,10 +64,11 @@ func (d Distance) String() string {
 	return "unknown"
 }
 
-// DistanceBetween compares two topologies from the top: a level known on both sides that differs
-// decides (another zone is cross_zone, another rack in the zone is zone, another node in the rack is
-// rack); otherwise the finest level known on both and equal does; with none known on both, unknown.
-// A node name is taken as unique within its rack, a rack name within its zone.
+// DistanceBetween compares two topologies from the top: a zone or rack known on both sides that
+// differs decides (another zone is cross_zone, another rack in the zone is zone); the same node name
+// is node; otherwise the finest level known on both sides and equal does (another node in a known
+// rack is rack, in a known zone with racks unknown zone), and with none known on both, unknown. A
+// node name is taken as unique within the fleet, a rack name within its zone.
 func DistanceBetween(a, b Topology) Distance {
 	if !a.Known() || !b.Known() {
 		return DistanceUnknown
@@ -86,11 +87,8 @@ func DistanceBetween(a, b Topology) Distance {
 	case both(a.Rack, b.Rack):
 		shared = DistanceRack
 	}
-	switch {
-	case both(a.Node, b.Node) && a.Node != b.Node:
-		return DistanceRack
-	case both(a.Node, b.Node):
-		shared = DistanceNode
+	if both(a.Node, b.Node) && a.Node == b.Node {
+		return DistanceNode
 	}
 	return shared
 }
