@@ -203,3 +203,40 @@ func TestRevisionsNeverMix(t *testing.T) {
 		})
 	}
 }
+
+// TestTopologyTransferCost: simulated engines in two zones whose decode engines pay 20 ms for a KV
+// cache from the other zone. A gateway that knows the topology never makes them pay it; one that does
+// not (random policies) does. The mean latencies are logged, not asserted: the machine is shared.
+func TestTopologyTransferCost(t *testing.T) {
+	t.Parallel()
+	zones := []sim.Topology{{Zone: "a"}, {Zone: "b"}, {Zone: "a"}, {Zone: "b"}}
+	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 2, Protocol: sim.ProtocolSGLang, Mode: sim.ModeInstant,
+		Topologies: zones, Engine: sim.Config{Models: []string{"m"}, TransferDelays: sim.TransferDelays{CrossZone: 20 * time.Millisecond}}})
+	remote := func() (n int64) {
+		for _, e := range c.ByRole(sim.RoleDecode) {
+			n += e.Stats().RemoteTransfers
+		}
+		return n
+	}
+	run := func(name string, flags ...string) (time.Duration, int64) {
+		gw := startGateway(t, app.Options{}, append(append(pdArgs(c), "--pd-disaggregation", "--disable-retries",
+			"--prefill-policy", "random", "--decode-policy", "random"), flags...)...)
+		waitFor(t, name+" gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+		before := remote()
+		const n = 100
+		start := time.Now()
+		topoRun(t, gw.URL, n, 4, func(string, string) error { return nil })
+		mean := time.Since(start) / n * 4
+		return mean, remote() - before
+	}
+	blindMean, blind := run("blind")
+	var flags []string
+	for i, z := range zones {
+		flags = append(flags, "--worker-topology", c.Engines[i].URL()+"=zone="+z.Zone)
+	}
+	awareMean, aware := run("aware", flags...)
+	t.Logf("mean request time: topology-blind %v (%d cross-zone transfers), topology-aware %v (%d)", blindMean, blind, awareMean, aware)
+	if blind == 0 || aware != 0 {
+		t.Fatalf("cross-zone KV transfers: %d without topology (want some), %d with it (want none)", blind, aware)
+	}
+}
