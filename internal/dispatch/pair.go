@@ -61,8 +61,10 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 	p.Handoffs = seated
 	slotOK := func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }
 	prefillOK := slotOK
+	var partners []*worker.Worker
 	if paired {
-		prefillOK = func(w *worker.Worker) bool { return slotOK(w) && x.hasPartner(snap, preq, w, seatOK, now) }
+		partners = x.partners(snap, preq, seatOK, now)
+		prefillOK = func(w *worker.Worker) bool { return slotOK(w) && x.hasPartner(w, partners) }
 	}
 	pw, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, prefillOK, now)
 	if err != nil {
@@ -81,7 +83,7 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 	d.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
 	decodeOK := seatOK
 	if paired {
-		decodeOK = x.partnerFilter(snap, preq, pw, seatOK, now)
+		decodeOK = x.partnerFilter(preq, pw, partners)
 	}
 	dw, err := placement.Select(snap, worker.RoleDecode, &d, x.d.Policies.Decode, decodeOK, now)
 	if err != nil {

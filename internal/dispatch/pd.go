@@ -249,8 +249,9 @@ func (x *Dispatcher) selectPrefill(preq *placement.Request, allowed worker.Hando
 		if err := x.pairCheck(snap, preq, allowed, now); err != nil {
 			return nil, err
 		}
+		partners := x.partners(snap, preq, nil, now)
 		ok = func(w *worker.Worker) bool {
-			return hasCapacity(w.URL()) && !x.overloaded(w) && x.hasPartner(snap, preq, w, nil, now)
+			return hasCapacity(w.URL()) && !x.overloaded(w) && x.hasPartner(w, partners)
 		}
 	}
 	w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, ok, now)
@@ -312,7 +313,7 @@ func (x *Dispatcher) selectPartner(preq *placement.Request, pw *worker.Worker, h
 	now := x.now()
 	p := *preq
 	p.Handoffs = worker.HandoffSet(0).Add(h)
-	dw, err := placement.Select(snap, worker.RoleDecode, &p, x.d.Policies.Decode, x.partnerFilter(snap, preq, pw, nil, now), now)
+	dw, err := placement.Select(snap, worker.RoleDecode, &p, x.d.Policies.Decode, x.partnerFilter(preq, pw, x.partners(snap, preq, nil, now)), now)
 	if errors.Is(err, placement.ErrAtCapacity) {
 		// No compatible partner is left (the fleet changed since admission): say why.
 		for _, dw := range snap.Candidates(worker.RoleDecode, preq.Model) {

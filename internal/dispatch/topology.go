@@ -100,42 +100,58 @@ func (x *Dispatcher) pairCheck(snap *worker.Snapshot, preq *placement.Request, a
 	return errTopologyForbidden
 }
 
-// hasPartner reports whether prefill worker pw has a routable decode partner with which it may form a
-// pair, among those decodeOK accepts (nil: all).
-func (x *Dispatcher) hasPartner(snap *worker.Snapshot, preq *placement.Request, pw *worker.Worker, decodeOK func(*worker.Worker) bool, now time.Time) bool {
+// partners returns the routable decode candidates of preq that ok accepts (nil: all): read once per
+// selection, so that checking each prefill candidate's partners costs only the compatibility checks.
+func (x *Dispatcher) partners(snap *worker.Snapshot, preq *placement.Request, ok func(*worker.Worker) bool, now time.Time) []*worker.Worker {
+	cands := decodeCands(snap, preq)
+	out := make([]*worker.Worker, 0, len(cands))
+	for _, dw := range cands {
+		if dw.Routable(now) && (ok == nil || ok(dw)) {
+			out = append(out, dw)
+		}
+	}
+	return out
+}
+
+// hasPartner reports whether prefill worker pw may form a pair with one of ds.
+func (x *Dispatcher) hasPartner(pw *worker.Worker, ds []*worker.Worker) bool {
 	pp := pw.Place()
-	for _, dw := range decodeCands(snap, preq) {
-		if dw.Handoff() != pw.Handoff() || !dw.Routable(now) {
+	for _, dw := range ds {
+		if dw.Handoff() != pw.Handoff() {
 			continue
 		}
-		if _, ok := x.cfg.Pairing.Compatible(pp, dw.Place()); ok && (decodeOK == nil || decodeOK(dw)) {
+		if _, ok := x.cfg.Pairing.Compatible(pp, dw.Place()); ok {
 			return true
 		}
 	}
 	return false
 }
 
-// partnerFilter returns the decode filter for prefill worker pw: the routable compatible partners
-// base accepts (base nil: all) whose load plus the distance's penalty is the least. The decode policy
-// picks among those, so a closer partner is preferred until a farther one is less loaded by more than
-// the penalty difference. The set is fixed here, from the loads read once, so loads moving before
-// the policy's pick cannot empty it.
-func (x *Dispatcher) partnerFilter(snap *worker.Snapshot, preq *placement.Request, pw *worker.Worker, base func(*worker.Worker) bool, now time.Time) func(*worker.Worker) bool {
+// partnerFilter returns the decode filter for prefill worker pw among ds (partners' result): the
+// compatible ones whose load plus the distance's penalty is the least. The decode policy picks among
+// those, so a closer partner is preferred until a farther one is less loaded by more than the penalty
+// difference. The set is fixed here, from the loads read once, so loads moving before the policy's
+// pick cannot empty it.
+func (x *Dispatcher) partnerFilter(preq *placement.Request, pw *worker.Worker, ds []*worker.Worker) func(*worker.Worker) bool {
 	pp := pw.Place()
+	compatible := func(dw *worker.Worker) (worker.Distance, bool) {
+		if dw.Handoff() != pw.Handoff() {
+			return 0, false
+		}
+		return x.cfg.Pairing.Compatible(pp, dw.Place())
+	}
 	if preq.TargetWorker >= 0 {
-		// A strict target names an engine and the policy its rank: only compatibility applies.
+		// A strict target names an engine and the policy its rank: only compatibility applies, among
+		// the ranks ds holds.
 		return func(dw *worker.Worker) bool {
-			_, ok := x.cfg.Pairing.Compatible(pp, dw.Place())
-			return ok && (base == nil || base(dw))
+			_, ok := compatible(dw)
+			return ok && (slices.Contains(ds, dw) || slices.ContainsFunc(dw.Ranks(), func(r *worker.Worker) bool { return slices.Contains(ds, r) }))
 		}
 	}
 	best := int64(-1)
-	var keep []*worker.Worker
-	for _, dw := range decodeCands(snap, preq) {
-		if dw.Handoff() != pw.Handoff() || !dw.Routable(now) || (base != nil && !base(dw)) {
-			continue
-		}
-		d, ok := x.cfg.Pairing.Compatible(pp, dw.Place())
+	keep := ds[:0:0]
+	for _, dw := range ds {
+		d, ok := compatible(dw)
 		if !ok {
 			continue
 		}
