@@ -71,13 +71,20 @@ func decodeCands(snap *worker.Snapshot, preq *placement.Request) []*worker.Worke
 // returns nil when a pair exists or when a side has no routable worker (selection says why).
 func (x *Dispatcher) pairCheck(snap *worker.Snapshot, preq *placement.Request, allowed worker.HandoffSet, now time.Time) error {
 	sameRevision, prefills := false, 0
-	for _, pw := range snap.Candidates(worker.RolePrefill, preq.Model) {
+	ps, ds := snap.Candidates(worker.RolePrefill, preq.Model), snap.Candidates(worker.RoleDecode, preq.Model)
+	if t := preq.TargetWorker; t >= 0 {
+		if t >= len(ps) || t >= len(ds) {
+			return nil // selection reports the bad target
+		}
+		ps, ds = ps[t:t+1], ds[t:t+1]
+	}
+	for _, pw := range ps {
 		if !pw.Routable(now) || !allowed.Has(pw.Handoff()) {
 			continue
 		}
 		prefills++
 		pp := pw.Place()
-		for _, dw := range snap.Candidates(worker.RoleDecode, preq.Model) {
+		for _, dw := range ds {
 			if !dw.Routable(now) || dw.Handoff() != pw.Handoff() || dw.Place().Revision != pp.Revision {
 				continue
 			}

@@ -260,3 +260,39 @@ func TestPairUnknownTopology(t *testing.T) {
 	_, _, err := pick(f.dispatcher(p, placement.PolicyRandom, nil), false, "k")
 	wantRefusal(t, err, placement.ErrTopologyForbidden, CodeTopologyForbidden)
 }
+
+// TestPairStrictTarget: a strict target names the candidates by index; pairing still refuses a pair
+// across a forbidden level and accepts an allowed one, with and without seats.
+func TestPairStrictTarget(t *testing.T) {
+	for _, seats := range []bool{false, true} {
+		f := newTopoFleet(t)
+		f.add("http://p:1", worker.RolePrefill, place("a", "", ""))
+		f.add("http://p:2", worker.RolePrefill, place("b", "", ""))
+		f.add("http://d:1", worker.RoleDecode, place("a", "", ""))
+		f.add("http://d:2", worker.RoleDecode, place("a", "", ""))
+		var p placement.Pairing
+		if err := p.SetForbid("zone"); err != nil {
+			t.Fatal(err)
+		}
+		x := f.dispatcher(p, placement.PolicyRoundRobin, nil)
+		preq := &placement.Request{Model: "m", TargetWorker: 0}
+		var pw, dw *worker.Worker
+		var err error
+		if seats {
+			pw, dw, err = x.selectPair(preq, allHandoffs, yes, yes)
+		} else if pw, err = x.selectPrefill(preq, allHandoffs, yes); err == nil {
+			dw, err = x.decodeOf(&pdAttempt{preq: preq, pw: pw}, pw.Handoff())
+		}
+		if err != nil || pw.URL() != "http://p:1" || dw.URL() != "http://d:1" {
+			t.Fatalf("seats=%v target 0: %v, %v, %v; want p:1 with d:1", seats, pw, dw, err)
+		}
+		// Target 1 is p:2 (zone b) and d:2 (zone a): the pair would cross.
+		preq.TargetWorker = 1
+		if seats {
+			_, _, err = x.selectPair(preq, allHandoffs, yes, yes)
+		} else if pw, err = x.selectPrefill(preq, allHandoffs, yes); err == nil {
+			_, err = x.decodeOf(&pdAttempt{preq: preq, pw: pw}, pw.Handoff())
+		}
+		wantRefusal(t, err, placement.ErrTopologyForbidden, CodeTopologyForbidden)
+	}
+}
