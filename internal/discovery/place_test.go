@@ -69,3 +69,42 @@ func TestWithPlace(t *testing.T) {
 		t.Fatalf("labels (-want +got):\n%s", diff)
 	}
 }
+
+// TestPodPlacementFollowsLabels: a discovered worker gets its zone and revision from its pod's
+// labels; a change of them updates the worker in place (same worker, no re-detection), keeping the
+// labels an operator set through the admin API.
+func TestPodPlacementFollowsLabels(t *testing.T) {
+	t.Parallel()
+	cfg := pdConfig()
+	cfg.ZoneLabel, cfg.RevisionLabel = "topology.kubernetes.io/zone", "app.kubernetes.io/version"
+	h := start(t, cfg, nil)
+	const url = "http://10.0.1.1:30000"
+	labels := decodeLabels("m1")
+	labels["topology.kubernetes.io/zone"], labels["app.kubernetes.io/version"] = "a", "1.0"
+	pod := mkPod("decode-0", labels, "10.0.1.1", true)
+	h.create(pod)
+	w := h.next("decode added", kind(worker.EventAdded, url)).Worker
+	if got := w.Place(); got.Zone != "a" || got.Revision != "1.0" {
+		t.Fatalf("added place %+v", got)
+	}
+	h.next("decode ready", health(worker.HealthReady, url))
+	if err := h.reg.Update(w.ID(), func(s *worker.Spec) { s.Labels["team"] = "infra" }); err != nil {
+		t.Fatal(err)
+	}
+	h.next("admin label", kind(worker.EventUpdated, url))
+
+	pod.Labels["topology.kubernetes.io/zone"] = "b"
+	delete(pod.Labels, "app.kubernetes.io/version")
+	h.update(pod)
+	ev := h.next("placement updated", kind(worker.EventUpdated, url))
+	if ev.Worker != w {
+		t.Fatal("the worker was replaced; a label change should update it in place")
+	}
+	want := map[string]string{"team": "infra", worker.LabelZone: "b"}
+	if diff := cmp.Diff(want, w.Spec().Labels); diff != "" {
+		t.Fatalf("labels after the pod's change (-want +got):\n%s", diff)
+	}
+	if got := w.Place(); got.Zone != "b" || got.Revision != "" {
+		t.Fatalf("place %+v, want zone b and no revision", got)
+	}
+}
