@@ -240,3 +240,36 @@ func TestTopologyTransferCost(t *testing.T) {
 		t.Fatalf("cross-zone KV transfers: %d without topology (want some), %d with it (want none)", blind, aware)
 	}
 }
+
+// TestRevisionFromAdminLabels: the admin API's worker labels set a worker's revision live: once the
+// second prefill engine is labelled another revision than the one decode engine, it gets no request.
+func TestRevisionFromAdminLabels(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 1, Protocol: sim.ProtocolSGLang, Mode: sim.ModeInstant,
+		Engine: sim.Config{Models: []string{"m"}}})
+	gw := startGateway(t, app.Options{}, append(pdArgs(c), "--pd-disaggregation", "--disable-retries", "--prefill-policy", "round_robin")...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	topoRun(t, gw.URL, 20, 2, func(_, p string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[p] = true
+		return nil
+	})
+	if len(seen) != 2 {
+		t.Fatalf("before labels, prefills used: %v; want both", seen)
+	}
+	// Flag workers get ids in flag order: w1, w2 the prefills, w3 the decode.
+	for id, rev := range map[string]string{"w1": "v1", "w2": "v2", "w3": "v1"} {
+		if st, body := adminCall(t, http.MethodPatch, gw.URL+"/workers/"+id, `{"labels":{"sluice.dev/revision":"`+rev+`"}}`); st != http.StatusAccepted {
+			t.Fatalf("PATCH %s: %d %s", id, st, body)
+		}
+	}
+	topoRun(t, gw.URL, 40, 4, func(_, p string) error {
+		if p != c.Engines[0].URL() {
+			return fmt.Errorf("prefill %s of revision v2 paired with the v1 decode", p)
+		}
+		return nil
+	})
+}
