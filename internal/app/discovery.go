@@ -50,7 +50,7 @@ func (a *App) newPodDiscovery(cfg *config.Config, client kubernetes.Interface, d
 		return a.detector.Complete(ctx, s)
 	})
 	check := checkerFunc(func(ctx context.Context, id string) (worker.Health, error) { return a.checker.CheckNow(ctx, id) })
-	d, err := discovery.New(discovery.FromConfig(cfg.Discovery, cfg.Mode() == config.ModePD), discovery.Deps{
+	d, err := discovery.New(discovery.FromConfig(cfg.Discovery, cfg.Mode() == config.ModePD).WithPlacement(cfg.Pairing), discovery.Deps{
 		Client: client, Dynamic: dyn, Registry: a.Registry, Completer: complete, Checker: check, Logger: a.logger,
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/sluicegw/sluice/internal/config"
@@ -73,7 +74,7 @@ func (a *App) registerInitial(ctx context.Context) error {
 				return
 			}
 			spec := worker.Spec{URL: wf.URL, Role: role, Protocol: worker.Protocol(wf.Protocol), BootstrapPort: wf.BootstrapPort, Source: worker.SourceFlag,
-				KVEvents: a.cfg.KVEvents.Endpoints[wf.URL]}
+				KVEvents: a.cfg.KVEvents.Endpoints[wf.URL], Labels: maps.Clone(a.cfg.Pairing.Workers[wf.URL])}
 			specs[i], errs[i] = a.completeSpec(ctx, spec)
 		})
 	}

@@ -83,6 +83,8 @@ type Config struct {
 	Tenants TenantsConfig
 	// Aliases maps client model names to served models (--model-alias).
 	Aliases AliasesConfig
+	// Pairing matches PD pairs by topology and revision (--pd-topology-*, --worker-topology).
+	Pairing PairingConfig
 	// InertSMGFlags lists the Rust gateway (SMG) flags given that sluice accepts without anything to
 	// do, sorted, for one startup log line (smgtable.go's smgInert says why each needs nothing).
 	InertSMGFlags []string

@@ -81,6 +81,8 @@ func TestDefault(t *testing.T) {
 		},
 		Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
 		Tenants:     TenantsConfig{Fairness: "share", Burst: 1, MetricsMaxTenants: 20},
+		Pairing: PairingConfig{Rules: placement.DefaultPairing(),
+			ZoneLabel: "topology.kubernetes.io/zone", RevisionLabel: "app.kubernetes.io/version"},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

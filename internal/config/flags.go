@@ -45,7 +45,7 @@ func isRepeatable(name string) bool {
 		name == "ca-cert-paths" || name == "cors-allowed-origins" ||
 		name == "routing-key-headers" || name == "request-id-headers" || name == "prometheus-duration-buckets" ||
 		name == "admission-peers" || name == "tokenizer-path" ||
-		name == "reasoning-parser" || name == "tool-call-parser"
+		name == "reasoning-parser" || name == "tool-call-parser" || name == "worker-topology"
 }
 
 // isSelectorFlag reports whether a flag is a label selector (which also
@@ -135,6 +135,7 @@ func newFlagSet() *flagSet {
 	s.registerParsers()   // parsers.go
 	s.registerKVEvents()  // kvevents.go
 	s.registerAliases()   // aliases.go
+	s.registerPairing()   // topology.go
 	s.registerCapacity()  // capacity.go
 
 	s.section("Placement")

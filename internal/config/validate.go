@@ -69,6 +69,7 @@ func (c *Config) Validate() error {
 	c.validateWorkers(&p)
 	c.validateDiscovery(&p) // discovery.go
 	c.validateAliases(&p)   // aliases.go
+	c.validatePairing(&p)   // topology.go
 	c.validateCluster(&p)   // cluster.go
 	c.validatePlacement(&p)
 	c.validateAdmission(&p)

@@ -88,6 +88,9 @@ type Config struct {
 	// InferencePool names the InferencePool in Namespace whose selector (ANDed with the selectors
 	// above) and target port pick the pods; Port is then unused, and a regular-mode Selector optional.
 	InferencePool string
+	// ZoneLabel, RackLabel, NodeLabel and RevisionLabel are the pod labels of a worker's topology
+	// and engine revision (the reserved worker labels of worker/topology.go); empty = not read.
+	ZoneLabel, RackLabel, NodeLabel, RevisionLabel string
 	// RetryBase and RetryMax bound the backoff of a pod that could not be registered (500 ms, 1 min).
 	RetryBase, RetryMax time.Duration
 }
@@ -98,6 +101,12 @@ func FromConfig(c config.DiscoveryConfig, pd bool) Config {
 		PD: pd, Selector: c.Selector, PrefillSelector: c.PrefillSelector, DecodeSelector: c.DecodeSelector,
 		Namespace: c.Namespace, Port: c.Port, ModelIDFrom: c.ModelIDFrom, InferencePool: c.InferencePool,
 	}
+}
+
+// WithPlacement returns c reading workers' topology and revision from the pod labels p names.
+func (c Config) WithPlacement(p config.PairingConfig) Config {
+	c.ZoneLabel, c.RackLabel, c.NodeLabel, c.RevisionLabel = p.ZoneLabel, p.RackLabel, p.NodeLabel, p.RevisionLabel
+	return c
 }
 
 func (c Config) normalized() (Config, error) {
@@ -189,6 +198,7 @@ func New(cfg Config, deps Deps) (*Discovery, error) {
 	c := classifier{
 		pd: cfg.PD, selector: cfg.Selector, prefillSelector: cfg.PrefillSelector, decodeSelector: cfg.DecodeSelector,
 		port: cfg.Port, modelFrom: cfg.ModelIDFrom, poolMode: cfg.InferencePool != "",
+		zoneLabel: cfg.ZoneLabel, rackLabel: cfg.RackLabel, nodeLabel: cfg.NodeLabel, revisionLabel: cfg.RevisionLabel,
 	}
 	d := &Discovery{
 		cfg: cfg, d: deps, log: deps.Logger.With("component", "discovery"), retarget: make(chan struct{}, 1),

@@ -75,6 +75,9 @@ type podView struct {
 	kvConnector     string
 	kvEvents        string // the endpoint spec, its hosts resolved to the pod's IP
 	kvRole          string
+	// place holds the worker's topology and revision read from pod labels, as the reserved worker
+	// labels (worker.LabelZone, ...); nil when none is configured or present.
+	place map[string]string
 	// model comes from the pod's metadata (--model-id-from); empty means ask the engine.
 	model string
 	grace time.Duration
@@ -91,6 +94,8 @@ type classifier struct {
 	// its port replaces port.
 	poolMode bool
 	pool     *poolTarget
+	// The pod labels of the topology levels and the revision; empty = not read.
+	zoneLabel, rackLabel, nodeLabel, revisionLabel string
 }
 
 func matches(labels, selector map[string]string) bool {
@@ -239,6 +244,7 @@ func (c classifier) view(pod *corev1.Pod) podView {
 		v.kvRole = worker.KVRoleBoth
 	}
 	v.model = c.modelOf(pod)
+	v.place = c.placeOf(pod)
 
 	ready := false
 	for _, cond := range pod.Status.Conditions {
@@ -298,6 +304,30 @@ func (c classifier) modelOf(pod *corev1.Pod) string {
 	return strings.TrimSpace(m)
 }
 
+// placeOf reads a pod's topology and revision into the reserved worker labels; nil when none is known.
+func (c classifier) placeOf(pod *corev1.Pod) map[string]string {
+	var out map[string]string
+	set := func(label, v string) {
+		if v = strings.TrimSpace(v); v != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[label] = v
+		}
+	}
+	read := func(key string) string {
+		if key == "" {
+			return ""
+		}
+		return pod.Labels[key]
+	}
+	set(worker.LabelZone, read(c.zoneLabel))
+	set(worker.LabelRack, read(c.rackLabel))
+	set(worker.LabelNode, read(c.nodeLabel))
+	set(worker.LabelRevision, read(c.revisionLabel))
+	return out
+}
+
 // spec is the worker spec discovery wants for a served pod; protocol and (without metadata) models are
 // left for the Completer.
 func (v podView) spec() worker.Spec {
@@ -306,6 +336,7 @@ func (v podView) spec() worker.Spec {
 		DecodeWindow: v.decodeWindow, KVEvents: v.kvEvents,
 		KVRole: v.kvRole,
 		Source: worker.SourceKubernetes, Namespace: v.namespace, Pod: v.name,
+		Labels: maps.Clone(v.place),
 	}
 	if v.model != "" {
 		s.Models = []string{v.model}

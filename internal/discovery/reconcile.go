@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/sluicegw/sluice/internal/worker"
@@ -49,6 +50,15 @@ func (d *Discovery) reconcile(ctx context.Context, key string) error {
 	case cur.unready, old.uid != v.uid, old.url != v.url, old.role != v.role, old.model != v.model,
 		old.dpSize != v.dpSize, old.kvConnector != v.kvConnector, old.kvEvents != v.kvEvents:
 		return d.replace(ctx, key, cur, v)
+	case !maps.Equal(old.place, v.place):
+		err := d.d.Registry.Update(cur.id, func(s *worker.Spec) { s.Labels = withPlace(s.Labels, old.place, v.place) })
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		cur.view.place = v.place
+		d.mu.Unlock()
+		d.log.Info("topology or revision updated", "pod", key, "id", cur.id, "labels", v.place)
 	case old.bootstrapPort != v.bootstrapPort:
 		err := d.d.Registry.Update(cur.id, func(s *worker.Spec) { s.BootstrapPort = v.bootstrapPort })
 		if err != nil {
@@ -70,7 +80,7 @@ func (d *Discovery) complete(ctx context.Context, v podView) (worker.Spec, error
 	if err != nil {
 		return worker.Spec{}, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	got.URL, got.Role, got.Source, got.Namespace, got.Pod = want.URL, want.Role, want.Source, want.Namespace, want.Pod
+	got.URL, got.Role, got.Source, got.Namespace, got.Pod, got.Labels = want.URL, want.Role, want.Source, want.Namespace, want.Pod, want.Labels
 	if want.BootstrapPort != 0 || got.Role != worker.RolePrefill {
 		got.BootstrapPort = want.BootstrapPort
 	}
@@ -119,7 +129,8 @@ func (d *Discovery) replace(ctx context.Context, key string, cur *served, v podV
 	}
 	if prev, ok := d.d.Registry.Get(cur.id); ok {
 		ps := prev.Spec()
-		spec.Labels, spec.APIKey = ps.Labels, ps.APIKey // set through the admin API: keep them
+		// Set through the admin API: keep them, but the pod's topology and revision are the pod's.
+		spec.Labels, spec.APIKey = withPlace(ps.Labels, cur.view.place, v.place), ps.APIKey
 	}
 	w, err := d.d.Registry.Replace(cur.id, spec)
 	switch {
@@ -229,4 +240,17 @@ func (d *Discovery) Refused() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.refusals)
+}
+
+// withPlace returns labels with the placement labels of the pod's old view replaced by its new ones.
+func withPlace(labels, old, place map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	for k := range old {
+		delete(out, k)
+	}
+	if len(place) > 0 && out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, place)
+	return out
 }

@@ -138,6 +138,8 @@ type Config struct {
 	Aliases *alias.Table
 	// ExposeAliasTarget answers an aliased request with the served model's name.
 	ExposeAliasTarget bool
+	// Pairing matches a PD pair's workers by topology and revision (topology.go); New clamps it.
+	Pairing placement.Pairing
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
@@ -184,6 +186,7 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	if cfg.PrefillGrace <= 0 {
 		cfg.PrefillGrace = defaultPrefillGrace
 	}
+	cfg.Pairing = cfg.Pairing.Clamped()
 	if len(cfg.RequestIDHeaders) == 0 {
 		cfg.RequestIDHeaders = []string{HeaderRequestID}
 	}

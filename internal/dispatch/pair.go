@@ -24,6 +24,12 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 	snap := x.d.Registry.Snapshot()
 	now := x.now()
 	seatOK := func(w *worker.Worker) bool { return hasSeat(w.Key()) && !x.decodeVetoed(w) }
+	paired := x.pairingOn(snap)
+	if paired {
+		if err := x.pairCheck(snap, preq, allowed, now); err != nil {
+			return nil, nil, err
+		}
+	}
 	routable, seated := x.decodeHandoffs(snap, preq, seatOK, now)
 	routable &= allowed
 	seated &= allowed
@@ -53,17 +59,33 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 	}
 	p := *preq
 	p.Handoffs = seated
-	pw, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
-		func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }, now)
+	slotOK := func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }
+	prefillOK := slotOK
+	var partners []*worker.Worker
+	if paired {
+		partners = x.partners(snap, preq, seatOK, now)
+		prefillOK = func(w *worker.Worker) bool { return slotOK(w) && x.hasPartner(w, partners) }
+	}
+	pw, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, prefillOK, now)
 	if err != nil {
 		if errors.Is(err, placement.ErrAtCapacity) {
+			if paired {
+				// Prefill workers with a slot but no seated partner wait for a decode seat.
+				if _, err := placement.SelectPrefill(snap, &p, firstPolicy{}, slotOK, now); err == nil {
+					return nil, nil, admission.ErrNoSeat
+				}
+			}
 			return nil, nil, admission.ErrNoCapacity
 		}
 		return nil, nil, err
 	}
 	d := *preq
 	d.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
-	dw, err := placement.Select(snap, worker.RoleDecode, &d, x.d.Policies.Decode, seatOK, now)
+	decodeOK := seatOK
+	if paired {
+		decodeOK = x.partnerFilter(preq, pw, partners)
+	}
+	dw, err := placement.Select(snap, worker.RoleDecode, &d, x.d.Policies.Decode, decodeOK, now)
 	if err != nil {
 		if errors.Is(err, placement.ErrAtCapacity) {
 			return nil, nil, admission.ErrNoSeat

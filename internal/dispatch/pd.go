@@ -244,8 +244,17 @@ func (x *Dispatcher) selectPrefill(preq *placement.Request, allowed worker.Hando
 			return nil, errNoCompatibleDecode
 		}
 	}
-	w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill,
-		func(w *worker.Worker) bool { return hasCapacity(w.URL()) && !x.overloaded(w) }, now)
+	ok := func(w *worker.Worker) bool { return hasCapacity(w.URL()) && !x.overloaded(w) }
+	if x.pairingOn(snap) {
+		if err := x.pairCheck(snap, preq, allowed, now); err != nil {
+			return nil, err
+		}
+		partners := x.partners(snap, preq, nil, now)
+		ok = func(w *worker.Worker) bool {
+			return hasCapacity(w.URL()) && !x.overloaded(w) && x.hasPartner(w, partners)
+		}
+	}
+	w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, ok, now)
 	if errors.Is(err, placement.ErrAtCapacity) {
 		return nil, admission.ErrNoCapacity
 	}
@@ -283,10 +292,38 @@ func (x *Dispatcher) selectDecode(preq *placement.Request, h worker.Handoff) (*w
 // decodeOf is the attempt's decode worker: the one admission chose with the slot (and holds a seat on),
 // else a routable decode worker with handoff h picked now.
 func (x *Dispatcher) decodeOf(a *pdAttempt, h worker.Handoff) (*worker.Worker, error) {
-	if a.dw != nil {
-		return a.dw, nil
+	dw := a.dw
+	if dw == nil {
+		var err error
+		if dw, err = x.selectPartner(a.preq, a.pw, h); err != nil {
+			return nil, err
+		}
 	}
-	return x.selectDecode(a.preq, h)
+	x.notePair(a.pw, dw)
+	return dw, nil
+}
+
+// selectPartner picks the decode partner of prefill worker pw with handoff h (seats off): with
+// pairing on, among the compatible ones of least load plus penalty (topology.go).
+func (x *Dispatcher) selectPartner(preq *placement.Request, pw *worker.Worker, h worker.Handoff) (*worker.Worker, error) {
+	snap := x.d.Registry.Snapshot()
+	if !x.pairingOn(snap) {
+		return x.selectDecode(preq, h)
+	}
+	now := x.now()
+	p := *preq
+	p.Handoffs = worker.HandoffSet(0).Add(h)
+	dw, err := placement.Select(snap, worker.RoleDecode, &p, x.d.Policies.Decode, x.partnerFilter(preq, pw, x.partners(snap, preq, nil, now)), now)
+	if errors.Is(err, placement.ErrAtCapacity) {
+		// No compatible partner is left (the fleet changed since admission): say why.
+		for _, dw := range snap.Candidates(worker.RoleDecode, preq.Model) {
+			if dw.Routable(now) && dw.Handoff() == h && dw.Place().Revision == pw.Place().Revision {
+				return nil, errTopologyForbidden
+			}
+		}
+		return nil, errNoSameRevision
+	}
+	return dw, err
 }
 
 // decodeOnly sends the request to a decode worker alone, which computes the prompt itself.

@@ -80,8 +80,19 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
 	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false,
 		"fault, vllm prefill: never return kv_transfer_params (nixl) or keep no KV for the decode (mooncake)")
+	fs.StringVar(&cfg.Topology.Zone, "zone", "", "topology: the engine's zone (a decode engine pays --kv-transfer-*-ms for a prefill elsewhere)")
+	fs.StringVar(&cfg.Topology.Rack, "rack", "", "topology: the engine's rack")
+	fs.StringVar(&cfg.Topology.Node, "node", "", "topology: the engine's node")
+	xferRack := fs.Float64("kv-transfer-rack-ms", 0, "decode: extra KV-transfer time from a prefill on another node of the rack (ms)")
+	xferZone := fs.Float64("kv-transfer-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another rack of the zone (ms)")
+	xferCross := fs.Float64("kv-transfer-cross-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another zone (ms)")
 	return func() error {
 		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
+		ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+		cfg.TransferDelays = TransferDelays{Rack: ms(*xferRack), Zone: ms(*xferZone), CrossZone: ms(*xferCross)}
+		if *xferRack < 0 || *xferZone < 0 || *xferCross < 0 {
+			return fmt.Errorf("%w: KV transfer delays must not be negative", ErrInvalidConfig)
+		}
 		cfg.KVConnector = KVConnector(*kvConnector)
 		cfg.Models = models
 		cfg.ITLBase = time.Duration(*itlBase * float64(time.Millisecond))

@@ -21,6 +21,9 @@ type ClusterConfig struct {
 	// its Role, Port and BootstrapPort are set per engine, and Protocol and Mode when the fields above
 	// are set (else the template's apply).
 	Engine Config
+	// Topologies, when given, places the engines, in engine order (prefill, decode, regular): engine i
+	// gets Topologies[i] (the template's TransferDelays apply to every decode engine).
+	Topologies []Topology
 	// Logger receives the engines' logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -66,6 +69,9 @@ func StartCluster(ctx context.Context, cc ClusterConfig) (*Cluster, error) {
 			}
 			if role == RoleDecode && len(c.Engines) > 0 && c.Engines[0].Role() == RolePrefill {
 				cfg.BootstrapPort = c.Engines[0].BootstrapPort()
+			}
+			if idx < len(cc.Topologies) {
+				cfg.Topology = cc.Topologies[idx]
 			}
 			idx++
 			e, err := New(cfg, logger.With("engine", fmt.Sprintf("%s-%d", role, i)))

@@ -131,6 +131,11 @@ type Config struct {
 
 	KVEvents KVEventsConfig // KV-cache event publisher, off by default (kvevents.go)
 
+	// Topology is where the engine runs; TransferDelays the extra KV-transfer time a decode engine
+	// waits when its prefill engine runs elsewhere (topology.go). Zero: no extra time.
+	Topology       Topology
+	TransferDelays TransferDelays
+
 	Faults Faults // faults active from the start
 }
 

@@ -185,7 +185,7 @@ func (e *Engine) keepMooncake(sp *sampleSpec, res *sampleResult, rf *requestFaul
 		r.xfers.discard(id)
 		e.stats.mooncakeNotKept.Add(1)
 	default:
-		r.xfers.publish(id, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: r.engineID})
+		r.xfers.publish(id, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: r.engineID}.withTopology(e.cfg.Topology))
 		e.stats.mooncakeKept.Add(1)
 	}
 }

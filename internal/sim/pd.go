@@ -38,6 +38,9 @@ func (e *Engine) receiveKV(ctx context.Context, sp *sampleSpec) (kvRecord, bool,
 			"KV transfer mismatch: the prefill computed a different prompt (%d tokens, hash %x) than this request's (%d tokens, hash %x)",
 			rec.PromptTokens, rec.PromptHash, len(sp.prompt.ids), sp.prompt.hash)
 	}
+	if err := e.awaitTransfer(ctx, rec); err != nil {
+		return rec, false, err
+	}
 	return rec, true, nil
 }
 
@@ -95,7 +98,7 @@ func (e *Engine) pullKV(ctx context.Context, p *kvParams) (kvRecord, error) {
 // sample's rank.
 func (e *Engine) publishRoom(sp *sampleSpec, cached int) {
 	if rooms := e.ranks[sp.rank].rooms; rooms != nil {
-		rooms.publish(sp.hs.room, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: cached, EngineID: e.id})
+		rooms.publish(sp.hs.room, kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: cached, EngineID: e.id}.withTopology(e.cfg.Topology))
 	}
 }
 
@@ -110,7 +113,7 @@ func (e *Engine) offerKV(sp *sampleSpec, res *sampleResult, rf *requestFaults) *
 		return nil
 	}
 	id := e.ranks[sp.rank].engineID
-	rec := kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: id}
+	rec := kvRecord{PromptHash: sp.prompt.hash, PromptTokens: len(sp.prompt.ids), CachedTokens: res.cachedTokens, EngineID: id}.withTopology(e.cfg.Topology)
 	n := uint32(max(1, (len(sp.prompt.ids)+e.cfg.BlockSize-1)/e.cfg.BlockSize))
 	first := e.nextBlock.Add(n) - n + 1
 	ids := make([]uint32, n)

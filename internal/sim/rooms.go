@@ -12,6 +12,16 @@ type kvRecord struct {
 	PromptTokens int    `json:"prompt_tokens"`
 	CachedTokens int    `json:"cached_tokens"`
 	EngineID     string `json:"engine_id"`
+	// The prefill engine's topology: the decode's transfer delay depends on it (topology.go).
+	Zone string `json:"zone,omitempty"`
+	Rack string `json:"rack,omitempty"`
+	Node string `json:"node,omitempty"`
+}
+
+// withTopology returns rec carrying topology t.
+func (rec kvRecord) withTopology(t Topology) kvRecord {
+	rec.Zone, rec.Rack, rec.Node = t.Zone, t.Rack, t.Node
+	return rec
 }
 
 // recordStore keeps published KV records by key (vLLM: first block id) until one consumer takes them.

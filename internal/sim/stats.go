@@ -20,6 +20,7 @@ type counters struct {
 	bootstrapWaiting    atomic.Int64
 	bootstrapTimeouts   atomic.Int64
 	bootstrapMismatches atomic.Int64
+	remoteTransfers     atomic.Int64
 	promptTokens        atomic.Int64
 	cachedTokens        atomic.Int64
 	recomputed          atomic.Int64
@@ -67,6 +68,7 @@ type Stats struct {
 	BootstrapWaiting     int64 `json:"bootstrap_waiting"`       // decode: rendezvous in progress
 	BootstrapTimeouts    int64 `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
 	BootstrapMismatches  int64 `json:"bootstrap_mismatches"`    // KV of a different prompt (both styles)
+	RemoteTransfers      int64 `json:"remote_transfers"`        // decode: KV transfers from a prefill elsewhere that paid a transfer delay
 	HandshakeWaits       int64 `json:"handshake_waits"`         // SGLang prefill: waits for the decode to connect
 	HandshakeWaiting     int64 `json:"handshake_waiting"`       // SGLang prefill: waits in progress
 	HandshakeTimeouts    int64 `json:"handshake_timeouts"`      // SGLang prefill: decodes that never connected
@@ -152,6 +154,7 @@ func (e *Engine) Stats() Stats {
 		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
 		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),
 		BootstrapMismatches:  e.stats.bootstrapMismatches.Load(),
+		RemoteTransfers:      e.stats.remoteTransfers.Load(),
 		HandshakeWaits:       e.stats.handshakeWaits.Load(),
 		HandshakeWaiting:     e.stats.handshakeWaiting.Load(),
 		HandshakeTimeouts:    e.stats.handshakeTimeouts.Load(),
@@ -214,7 +217,7 @@ func (e *Engine) Stats() Stats {
 // ResetStats zeroes the counters (not the model state: running and queued requests stay).
 func (e *Engine) ResetStats() {
 	for _, c := range []*atomic.Int64{&e.stats.seen, &e.stats.completed, &e.stats.failed, &e.stats.grpcAborts, &e.stats.bootstrapWaits,
-		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.promptTokens, &e.stats.cachedTokens,
+		&e.stats.bootstrapTimeouts, &e.stats.bootstrapMismatches, &e.stats.remoteTransfers, &e.stats.promptTokens, &e.stats.cachedTokens,
 		&e.stats.recomputed, &e.stats.roomCollisions, &e.stats.handshakeWaits, &e.stats.handshakeTimeouts,
 		&e.stats.kvParamsOmitted, &e.stats.rankConflicts, &e.stats.prefillRankMisses,
 		&e.stats.preallocWaits, &e.stats.preallocTimeouts,

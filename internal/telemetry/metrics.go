@@ -31,6 +31,7 @@ type Metrics struct {
 	splits          *prometheus.CounterVec
 	splitSamples    *prometheus.CounterVec
 	prefillSkipped  *prometheus.CounterVec
+	pdPairs         *prometheus.CounterVec
 	kvFallbacks     *prometheus.CounterVec
 
 	upstream           *prometheus.CounterVec
@@ -160,6 +161,8 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Single-sample requests sent for split n > 1 PD requests, by KV handoff.", "handoff"),
 		prefillSkipped: counter("sluice_pd_prefill_skipped_total",
 			"PD requests sent to a decode worker alone (it computes the prompt), by KV handoff and reason.", "handoff", "reason"),
+		pdPairs: counter("sluice_pd_pairs_total",
+			"PD pairs formed (one per attempt), by topology distance between prefill and decode (node, rack, zone, cross_zone, unknown) and the pair's revision (\"\" when none).", "distance", "revision"),
 		kvFallbacks: counter("sluice_pd_kv_transfer_fallbacks_total",
 			"PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.", "handoff"),
 
@@ -209,7 +212,7 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Time requests waited in the prefill admission queue, per priority band.", latencyBuckets, "band"),
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
-		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks,
+		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks, m.pdPairs,
 		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
@@ -294,6 +297,11 @@ func (m *Metrics) IncSplit(handoff string, samples int) {
 // IncPrefillSkipped counts a PD request sent to a decode worker alone.
 func (m *Metrics) IncPrefillSkipped(handoff, reason string) {
 	m.prefillSkipped.WithLabelValues(handoff, reason).Inc()
+}
+
+// IncPDPair counts a PD pair formed, by distance and revision.
+func (m *Metrics) IncPDPair(distance, revision string) {
+	m.pdPairs.WithLabelValues(distance, revision).Inc()
 }
 
 // IncKVTransferFallback counts a decode sent without KV transfer parameters (it recomputes the prompt).

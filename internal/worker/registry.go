@@ -351,7 +351,11 @@ func (r *Registry) Update(id string, fn func(*Spec)) error {
 			g.BootstrapPort = next.BootstrapPort
 		}
 	}
-	w.s.spec.Store(&next)
+	oldPlace := w.Place()
+	w.s.storeSpec(&next)
+	if w.Place() != oldPlace {
+		r.publishLocked() // Snapshot.Placed may change
+	}
 	r.mu.Unlock()
 
 	h := w.Health()
@@ -426,6 +430,8 @@ type Snapshot struct {
 	rankModel [numRoles]map[string][]*Worker
 	rankAny   [numRoles][]*Worker
 	rankRole  [numRoles][]*Worker
+	// placed: some worker has a topology or a revision (topology.go).
+	placed bool
 }
 
 func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
@@ -443,6 +449,7 @@ func buildSnapshot(version uint64, ws []*Worker) *Snapshot {
 		ri := w.role.index()
 		s.byRole[ri] = append(s.byRole[ri], w)
 		s.handoffs[ri] = s.handoffs[ri].Add(w.handoff)
+		s.placed = s.placed || w.s.place.Load() != nil
 		if len(w.models) == 0 {
 			s.anyModel[ri] = append(s.anyModel[ri], w)
 		}

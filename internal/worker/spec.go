@@ -178,7 +178,8 @@ type Spec struct {
 	Models []string
 	// BootstrapPort is the prefill worker's KV bootstrap port; 0 means none.
 	BootstrapPort int
-	// Labels are free-form metadata (admin, metrics); never used for routing.
+	// Labels are free-form metadata (admin, metrics); only the reserved labels of topology.go
+	// (sluice.dev/zone, rack, node and revision) are read for routing: PD pairing.
 	Labels map[string]string
 	// APIKey is sent to the worker as a bearer token when set.
 	APIKey string

@@ -78,6 +78,8 @@ type shared struct {
 	health  atomic.Int32
 	removed atomic.Bool
 	breaker *Breaker
+	// place is the spec's topology and revision (topology.go), stored with the spec; nil when none.
+	place atomic.Pointer[Place]
 }
 
 func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
@@ -93,7 +95,7 @@ func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
 		s:        &shared{breaker: br},
 		idleCh:   make(chan struct{}),
 	}
-	w.s.spec.Store(&spec)
+	w.s.storeSpec(&spec)
 	w.s.health.Store(int32(health))
 	if spec.DPSize > 1 {
 		w.ranks = make([]*Worker, spec.DPSize)
@@ -105,6 +107,16 @@ func newWorker(id string, spec Spec, health Health, br *Breaker) *Worker {
 		}
 	}
 	return w
+}
+
+// storeSpec stores a spec and the placement read from it.
+func (s *shared) storeSpec(spec *Spec) {
+	s.spec.Store(spec)
+	if p := placeOf(spec.Labels); p != (Place{}) {
+		s.place.Store(&p)
+	} else {
+		s.place.Store(nil)
+	}
 }
 
 // Key names the worker in placement state: its URL, or URL@rank for a rank view (the Rust gateway's
