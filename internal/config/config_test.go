@@ -82,7 +82,7 @@ func TestDefault(t *testing.T) {
 		Concurrency: ConcurrencyConfig{MaxConcurrent: -1, QueueSize: 100, QueueTimeout: 60 * time.Second},
 		Tenants:     TenantsConfig{Fairness: "share", Burst: 1, MetricsMaxTenants: 20},
 		Pairing: PairingConfig{Rules: placement.DefaultPairing(),
-			ZoneLabel: "topology.kubernetes.io/zone", RevisionLabel: "app.kubernetes.io/version"},
+			ZoneLabel: "topology.kubernetes.io/zone"},
 	}
 	def := Default()
 	if diff := cmp.Diff(want, def, ignoreExplicit); diff != "" {

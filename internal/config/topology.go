@@ -23,8 +23,9 @@ type PairingConfig struct {
 	// ZoneLabel, RackLabel and NodeLabel are the pod labels of a discovered worker's topology
 	// (--topology-zone-label, default topology.kubernetes.io/zone; --topology-rack-label and
 	// --topology-node-label, default none), and
-	// RevisionLabel the pod label of its engine revision (--worker-revision-label, default
-	// app.kubernetes.io/version); empty = not read.
+	// RevisionLabel the pod label of its engine revision (--worker-revision-label, default none: opt-in,
+	// since a common label such as app.kubernetes.io/version may differ between prefill and decode
+	// pods that have always paired); empty = not read.
 	ZoneLabel, RackLabel, NodeLabel, RevisionLabel string
 }
 
@@ -41,7 +42,7 @@ func (s *flagSet) registerPairing() {
 	s.str(&c.ZoneLabel, "topology-zone-label", "KEY", "topology.kubernetes.io/zone", "Pod label holding a discovered worker's zone; empty = none.")
 	s.str(&c.RackLabel, "topology-rack-label", "KEY", "", "Pod label holding a discovered worker's rack or block; empty = none.")
 	s.str(&c.NodeLabel, "topology-node-label", "KEY", "", "Pod label holding a discovered worker's node (e.g. kubernetes.io/hostname, if the pods carry it); empty = none.")
-	s.str(&c.RevisionLabel, "worker-revision-label", "KEY", "app.kubernetes.io/version", "Pod label holding a discovered worker's engine revision: a PD pair's workers always share it; empty = none.")
+	s.str(&c.RevisionLabel, "worker-revision-label", "KEY", "", "Pod label holding a discovered worker's engine revision (e.g. app.kubernetes.io/version): a PD pair's workers always share it; empty (the default) = none.")
 }
 
 // penaltyValue is --pd-topology-penalty.
