@@ -40,39 +40,9 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			return out, nil
 		}
 	}
-	msgs, err := parseValue(chat.Messages)
+	data, conv, tools, err := t.chatData(chat)
 	if err != nil {
-		return "", fmt.Errorf("%w: messages: %w", ErrBadChat, err)
-	}
-	if !msgs.IsList() || msgs.AsList().Len() == 0 {
-		return "", fmt.Errorf("%w: messages must be a non-empty array", ErrBadChat)
-	}
-	conv := make([]jinja.Value, 0, msgs.AsList().Len())
-	for i, m := range msgs.AsList().Items {
-		cm, err := conversationMessage(m)
-		if err != nil {
-			return "", fmt.Errorf("%w: messages[%d]: %w", ErrBadChat, i, err)
-		}
-		conv = append(conv, cm)
-	}
-	data := make(map[string]jinja.Value, 8)
-	for k, v := range t.special {
-		data[k] = jinja.NewString(v)
-	}
-	if len(chat.TemplateKwargs) > 0 && !isNull(chat.TemplateKwargs) {
-		kw, err := parseValue(chat.TemplateKwargs)
-		if err != nil || !kw.IsDict() {
-			return "", fmt.Errorf("%w: chat_template_kwargs must be an object", ErrBadChat)
-		}
-		for _, k := range kw.AsDict().Keys {
-			data[k], _ = kw.AsDict().Get(k)
-		}
-	}
-	tools := jinja.None()
-	if len(chat.Tools) > 0 && !isNull(chat.Tools) {
-		if tools, err = parseValue(chat.Tools); err != nil || !tools.IsList() {
-			return "", fmt.Errorf("%w: tools must be an array", ErrBadChat)
-		}
+		return "", err
 	}
 	if t.fast != nil {
 		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
@@ -84,14 +54,65 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			}
 		}
 	}
-	data["messages"] = jinja.NewList(conv)
-	data["tools"] = tools
-	data["add_generation_prompt"] = jinja.NewBool(chat.AddGenerationPrompt)
+	setChatVars(data, conv, tools, chat)
+	if t.compiled != nil {
+		// Any failure, raise_exception included, goes to the interpreter: the template's errors are
+		// then reported in the interpreter's words, and what the compiled form leaves alone is rendered.
+		if out, err := t.compiled.Render(data); err == nil {
+			return out, nil
+		}
+	}
 	out, err := t.template.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	return out, nil
+}
+
+// chatData is what the template reads of chat, but for the messages, tools and add_generation_prompt
+// (setChatVars), which the fast paths check the rest without: the special tokens and the kwargs.
+func (t *Tokenizer) chatData(chat Chat) (map[string]jinja.Value, []jinja.Value, jinja.Value, error) {
+	msgs, err := parseValue(chat.Messages)
+	if err != nil {
+		return nil, nil, jinja.Value{}, fmt.Errorf("%w: messages: %w", ErrBadChat, err)
+	}
+	if !msgs.IsList() || msgs.AsList().Len() == 0 {
+		return nil, nil, jinja.Value{}, fmt.Errorf("%w: messages must be a non-empty array", ErrBadChat)
+	}
+	conv := make([]jinja.Value, 0, msgs.AsList().Len())
+	for i, m := range msgs.AsList().Items {
+		cm, err := conversationMessage(m)
+		if err != nil {
+			return nil, nil, jinja.Value{}, fmt.Errorf("%w: messages[%d]: %w", ErrBadChat, i, err)
+		}
+		conv = append(conv, cm)
+	}
+	data := make(map[string]jinja.Value, 8)
+	for k, v := range t.special {
+		data[k] = jinja.NewString(v)
+	}
+	if len(chat.TemplateKwargs) > 0 && !isNull(chat.TemplateKwargs) {
+		kw, err := parseValue(chat.TemplateKwargs)
+		if err != nil || !kw.IsDict() {
+			return nil, nil, jinja.Value{}, fmt.Errorf("%w: chat_template_kwargs must be an object", ErrBadChat)
+		}
+		for _, k := range kw.AsDict().Keys {
+			data[k], _ = kw.AsDict().Get(k)
+		}
+	}
+	tools := jinja.None()
+	if len(chat.Tools) > 0 && !isNull(chat.Tools) {
+		if tools, err = parseValue(chat.Tools); err != nil || !tools.IsList() {
+			return nil, nil, jinja.Value{}, fmt.Errorf("%w: tools must be an array", ErrBadChat)
+		}
+	}
+	return data, conv, tools, nil
+}
+
+func setChatVars(data map[string]jinja.Value, conv []jinja.Value, tools jinja.Value, chat Chat) {
+	data["messages"] = jinja.NewList(conv)
+	data["tools"] = tools
+	data["add_generation_prompt"] = jinja.NewBool(chat.AddGenerationPrompt)
 }
 
 // fastKwargs reports whether the template's variables are only those the fast path knows (the
