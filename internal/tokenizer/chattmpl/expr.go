@@ -1,7 +1,7 @@
 package chattmpl
 
 import (
-	"github.com/ardanlabs/jinja"
+	"strings"
 )
 
 // Expressions, by jinja2's precedence (its parser.py): conditional, or, and, not, comparisons, + -,
@@ -14,12 +14,12 @@ func (c *compiler) expr() expr {
 	}
 	c.tp++
 	cond := c.orExpr()
-	b := func(*state) jinja.Value { return jinja.Undefined() }
+	b := func(*state) Value { return Undefined() }
 	if c.isName("else") {
 		c.tp++
 		b = c.expr()
 	}
-	return func(st *state) jinja.Value {
+	return func(st *state) Value {
 		if truthy(cond(st)) {
 			return a(st)
 		}
@@ -32,7 +32,7 @@ func (c *compiler) orExpr() expr {
 	for c.isName("or") {
 		c.tp++
 		l, r := a, c.andExpr()
-		a = func(st *state) jinja.Value {
+		a = func(st *state) Value {
 			if v := l(st); truthy(v) {
 				return v
 			}
@@ -47,7 +47,7 @@ func (c *compiler) andExpr() expr {
 	for c.isName("and") {
 		c.tp++
 		l, r := a, c.notExpr()
-		a = func(st *state) jinja.Value {
+		a = func(st *state) Value {
 			if v := l(st); !truthy(v) {
 				return v
 			}
@@ -61,7 +61,7 @@ func (c *compiler) notExpr() expr {
 	if c.isName("not") {
 		c.tp++
 		a := c.notExpr()
-		return func(st *state) jinja.Value { return jinja.NewBool(!truthy(a(st))) }
+		return func(st *state) Value { return NewBool(!truthy(a(st))) }
 	}
 	return c.compare()
 }
@@ -98,18 +98,18 @@ scan:
 		return a
 	case 1:
 		op, r := chain[0].op, chain[0].r
-		return func(st *state) jinja.Value { return jinja.NewBool(compareOp(op, a(st), r(st))) }
+		return func(st *state) Value { return NewBool(compareOp(op, a(st), r(st))) }
 	}
-	return func(st *state) jinja.Value {
+	return func(st *state) Value {
 		l := a(st)
 		for _, k := range chain {
 			r := k.r(st)
 			if !compareOp(k.op, l, r) {
-				return jinja.NewBool(false)
+				return NewBool(false)
 			}
 			l = r
 		}
-		return jinja.NewBool(true)
+		return NewBool(true)
 	}
 }
 
@@ -132,16 +132,106 @@ func (c *compiler) binary(next func() expr, ops ...string) expr {
 		l, r := a, next()
 		switch op {
 		case "+":
-			a = func(st *state) jinja.Value { return add(l(st), r(st)) }
+			a = func(st *state) Value { return add(l(st), r(st)) }
 		case "~":
-			a = func(st *state) jinja.Value { return jinja.NewString(str(l(st)) + str(r(st))) }
+			a = func(st *state) Value { return NewString(str(l(st)) + str(r(st))) }
 		default:
-			a = func(st *state) jinja.Value { return arith(op, l(st), r(st)) }
+			a = func(st *state) Value { return arith(op, l(st), r(st)) }
 		}
 	}
 }
 
-func (c *compiler) math1() expr  { return c.binary(c.concat, "+", "-") }
+// math1 is + and -. A run of + is one sum: strings are concatenated with one allocation, and a sum
+// that is a whole {{ }} is written term by term (output), the common shape of chat templates'
+// output ('<tag>' + message['content'] + '</tag>').
+func (c *compiler) math1() expr {
+	start := c.tp
+	terms := []expr{c.concat()}
+	for c.isOp("+") || c.isOp("-") {
+		minus := c.isOp("-")
+		c.tp++
+		r := c.concat()
+		if !minus {
+			terms = append(terms, r)
+			continue
+		}
+		l := sum(terms)
+		terms = []expr{func(st *state) Value { return arith("-", l(st), r(st)) }}
+	}
+	if len(terms) > 1 {
+		c.sumTerms, c.sumStart, c.sumEnd = terms, start, c.tp
+	}
+	return sum(terms)
+}
+
+// sum is terms added left to right, as Python does; all strings, it is one concatenation.
+func sum(terms []expr) expr {
+	if len(terms) == 1 {
+		return terms[0]
+	}
+	return func(st *state) Value {
+		var buf [8]Value
+		vs := evalInto(st, terms, buf[:0])
+		if n, ok := stringsLen(vs); ok {
+			var b strings.Builder
+			b.Grow(n)
+			for _, v := range vs {
+				b.WriteString(v.AsString())
+			}
+			return NewString(b.String())
+		}
+		return addAll(vs)
+	}
+}
+
+func addAll(vs []Value) Value {
+	acc := vs[0]
+	for _, v := range vs[1:] {
+		acc = add(acc, v)
+	}
+	return acc
+}
+
+func evalInto(st *state, es []expr, out []Value) []Value {
+	for _, e := range es {
+		out = append(out, e(st))
+	}
+	return out
+}
+
+// stringsLen is the total length of vs when all are strings.
+func stringsLen(vs []Value) (int, bool) {
+	n := 0
+	for _, v := range vs {
+		if !v.IsString() {
+			return 0, false
+		}
+		n += len(v.AsString())
+	}
+	return n, true
+}
+
+// output compiles a {{ }}: a sum that is the whole tag writes its string terms one after the other
+// instead of building their concatenation.
+func (c *compiler) output() stmt {
+	c.sumTerms = nil
+	e := c.expr()
+	c.endTag()
+	if terms := c.sumTerms; terms != nil && c.sumStart == 0 && c.sumEnd == len(c.toks) {
+		return func(st *state) {
+			var buf [8]Value
+			vs := evalInto(st, terms, buf[:0])
+			if _, ok := stringsLen(vs); !ok {
+				writeValue(st.b, addAll(vs))
+				return
+			}
+			for _, v := range vs {
+				st.b.WriteString(v.AsString())
+			}
+		}
+	}
+	return func(st *state) { writeValue(st.b, e(st)) }
+}
 func (c *compiler) concat() expr { return c.binary(c.math2, "~") }
 func (c *compiler) math2() expr  { return c.binary(c.pow, "*", "/", "//", "%") }
 func (c *compiler) pow() expr    { return c.binary(func() expr { return c.unary(true) }, "**") }
@@ -152,7 +242,7 @@ func (c *compiler) unary(withFilter bool) expr {
 	case c.isOp("-"):
 		c.tp++
 		x := c.unary(false)
-		a = func(st *state) jinja.Value { return arith("-", jinja.NewInt(0), x(st)) }
+		a = func(st *state) Value { return arith("-", NewInt(0), x(st)) }
 	case c.isOp("+"):
 		c.tp++
 		a = c.unary(false)
@@ -176,14 +266,14 @@ func (c *compiler) primary() expr {
 			s += c.peek().s
 			c.tp++
 		}
-		v := jinja.NewString(s)
-		return func(*state) jinja.Value { return v }
+		v := NewString(s)
+		return func(*state) Value { return v }
 	case tInt:
-		v := jinja.NewInt(t.i)
-		return func(*state) jinja.Value { return v }
+		v := NewInt(t.i)
+		return func(*state) Value { return v }
 	case tFloat:
-		v := jinja.NewFloat(t.f)
-		return func(*state) jinja.Value { return v }
+		v := NewFloat(t.f)
+		return func(*state) Value { return v }
 	case tName:
 		return c.nameExpr(t.s)
 	case tOp:
@@ -208,12 +298,12 @@ func (c *compiler) primary() expr {
 				c.tp++
 			}
 			c.op("]")
-			return func(st *state) jinja.Value {
-				out := make([]jinja.Value, len(items))
+			return func(st *state) Value {
+				out := make([]Value, len(items))
 				for i, e := range items {
 					out[i] = e(st)
 				}
-				return jinja.NewList(out)
+				return NewList(out)
 			}
 		case "{":
 			var keys, vals []expr
@@ -227,8 +317,8 @@ func (c *compiler) primary() expr {
 				c.tp++
 			}
 			c.op("}")
-			return func(st *state) jinja.Value {
-				d := jinja.NewDict()
+			return func(st *state) Value {
+				d := NewDict(0)
 				for i, k := range keys {
 					kv := k(st)
 					if !kv.IsString() {
@@ -248,11 +338,11 @@ func (c *compiler) primary() expr {
 func (c *compiler) nameExpr(name string) expr {
 	switch name {
 	case "true", "True":
-		return constant(jinja.NewBool(true))
+		return constant(NewBool(true))
 	case "false", "False":
-		return constant(jinja.NewBool(false))
+		return constant(NewBool(false))
 	case "none", "None":
-		return constant(jinja.None())
+		return constant(None())
 	case "loop":
 		if c.loops == 0 {
 			refuse("loop outside a for loop")
@@ -266,28 +356,28 @@ func (c *compiler) nameExpr(name string) expr {
 		return builtinCall(name, args, kwargs)
 	}
 	i := c.slot(name)
-	return func(st *state) jinja.Value { return st.vars[i] }
+	return func(st *state) Value { return st.vars[i] }
 }
 
-func constant(v jinja.Value) expr { return func(*state) jinja.Value { return v } }
+func constant(v Value) expr { return func(*state) Value { return v } }
 
 func loopAttr(attr string) expr {
 	cur := func(st *state) *loopState { return st.loops[len(st.loops)-1] }
 	switch attr {
 	case "index0":
-		return func(st *state) jinja.Value { return jinja.NewInt(int64(cur(st).index0)) }
+		return func(st *state) Value { return NewInt(int64(cur(st).index0)) }
 	case "index":
-		return func(st *state) jinja.Value { return jinja.NewInt(int64(cur(st).index0 + 1)) }
+		return func(st *state) Value { return NewInt(int64(cur(st).index0 + 1)) }
 	case "revindex":
-		return func(st *state) jinja.Value { l := cur(st); return jinja.NewInt(int64(l.length - l.index0)) }
+		return func(st *state) Value { l := cur(st); return NewInt(int64(l.length - l.index0)) }
 	case "revindex0":
-		return func(st *state) jinja.Value { l := cur(st); return jinja.NewInt(int64(l.length - l.index0 - 1)) }
+		return func(st *state) Value { l := cur(st); return NewInt(int64(l.length - l.index0 - 1)) }
 	case "first":
-		return func(st *state) jinja.Value { return jinja.NewBool(cur(st).index0 == 0) }
+		return func(st *state) Value { return NewBool(cur(st).index0 == 0) }
 	case "last":
-		return func(st *state) jinja.Value { l := cur(st); return jinja.NewBool(l.index0 == l.length-1) }
+		return func(st *state) Value { l := cur(st); return NewBool(l.index0 == l.length-1) }
 	case "length":
-		return func(st *state) jinja.Value { return jinja.NewInt(int64(cur(st).length)) }
+		return func(st *state) Value { return NewInt(int64(cur(st).length)) }
 	}
 	refuse("loop.%s", attr)
 	return nil
@@ -332,7 +422,7 @@ func (c *compiler) postfix(a expr) expr {
 				continue
 			}
 			obj := a
-			a = func(st *state) jinja.Value { return getattr(obj(st), attr) }
+			a = func(st *state) Value { return getattr(obj(st), attr) }
 		case c.isOp("["):
 			c.tp++
 			a = c.subscript(a)
@@ -369,15 +459,15 @@ func (c *compiler) subscript(obj expr) expr {
 		if k == nil {
 			refuse("an empty subscript")
 		}
-		return func(st *state) jinja.Value { return getitem(obj(st), k(st)) }
+		return func(st *state) Value { return getitem(obj(st), k(st)) }
 	}
-	return func(st *state) jinja.Value {
-		var b [3]jinja.Value
+	return func(st *state) Value {
+		var b [3]Value
 		for i, p := range parts {
 			if p != nil {
 				b[i] = p(st)
 			} else {
-				b[i] = jinja.None()
+				b[i] = None()
 			}
 		}
 		return slice(obj(st), b[0], b[1], b[2])
@@ -417,7 +507,7 @@ func (c *compiler) filters(a expr) expr {
 			}
 			tf := test(name, args)
 			x := a
-			a = func(st *state) jinja.Value { return jinja.NewBool(tf(st, x(st)) != neg) }
+			a = func(st *state) Value { return NewBool(tf(st, x(st)) != neg) }
 		default:
 			return a
 		}

@@ -5,26 +5,24 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // ErrRaised is a template's raise_exception; the message follows it.
 var ErrRaised = errors.New("chattmpl: the template raised")
 
-func evalArgs(st *state, args []expr) []jinja.Value {
-	out := make([]jinja.Value, len(args))
+func evalArgs(st *state, args []expr) []Value {
+	out := make([]Value, len(args))
 	for i, a := range args {
 		out[i] = a(st)
 	}
 	return out
 }
 
-func arg(vs []jinja.Value, i int) jinja.Value {
+func arg(vs []Value, i int) Value {
 	if i < len(vs) {
 		return vs[i]
 	}
-	return jinja.None()
+	return None()
 }
 
 // builtinCall compiles a call of a global function: the ones HF's environment and jinja2 give
@@ -36,15 +34,15 @@ func builtinCall(name string, args []expr, kwargs map[string]expr) expr {
 			refuse("raise_exception takes one argument")
 		}
 		msg := args[0]
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			panic(renderError{errors.Join(ErrRaised, errors.New(str(msg(st))))})
 		}
 	case "namespace":
 		if len(args) != 0 {
 			refuse("namespace with positional arguments")
 		}
-		return func(st *state) jinja.Value {
-			d := jinja.NewDict()
+		return func(st *state) Value {
+			d := NewDict(0)
 			for k, e := range kwargs {
 				d.AsDict().Set(k, e(st))
 			}
@@ -54,7 +52,7 @@ func builtinCall(name string, args []expr, kwargs map[string]expr) expr {
 		if kwargs != nil || len(args) == 0 || len(args) > 3 {
 			refuse("range's arguments")
 		}
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			vs := evalArgs(st, args)
 			for _, v := range vs {
 				if !v.IsInt() {
@@ -71,11 +69,11 @@ func builtinCall(name string, args []expr, kwargs map[string]expr) expr {
 			if step == 0 || (hi-lo)/step > 100000 {
 				fail("range too long or with step 0")
 			}
-			var out []jinja.Value
+			var out []Value
 			for i := lo; step > 0 && i < hi || step < 0 && i > hi; i += step {
-				out = append(out, jinja.NewInt(i))
+				out = append(out, NewInt(i))
 			}
-			return jinja.NewList(out)
+			return NewList(out)
 		}
 	}
 	refuse("function %s", name)
@@ -87,54 +85,54 @@ func method(obj expr, name string, args []expr, kwargs map[string]expr) expr {
 	if kwargs != nil {
 		refuse("keyword arguments to .%s()", name)
 	}
-	call := func(st *state) (jinja.Value, []jinja.Value) { return obj(st), evalArgs(st, args) }
+	call := func(st *state) (Value, []Value) { return obj(st), evalArgs(st, args) }
 	switch name {
 	case "strip", "lstrip", "rstrip":
 		left, right := name != "rstrip", name != "lstrip"
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
-			return jinja.NewString(pyStrip(asStr(o, name), arg(a, 0), left, right))
+			return NewString(pyStrip(asStr(o, name), arg(a, 0), left, right))
 		}
 	case "startswith", "endswith":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
 			s := asStr(o, name)
 			if len(a) != 1 || !a[0].IsString() {
 				fail("%s takes one string", name)
 			}
 			if name == "startswith" {
-				return jinja.NewBool(strings.HasPrefix(s, a[0].AsString()))
+				return NewBool(strings.HasPrefix(s, a[0].AsString()))
 			}
-			return jinja.NewBool(strings.HasSuffix(s, a[0].AsString()))
+			return NewBool(strings.HasSuffix(s, a[0].AsString()))
 		}
 	case "split":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
 			return pySplit(asStr(o, name), arg(a, 0), arg(a, 1))
 		}
 	case "upper", "lower":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, _ := call(st)
 			s := asStr(o, name)
 			if !isASCII(s) {
 				fail("%s of non-ASCII text", name) // Python's case mappings differ from Go's in places
 			}
 			if name == "upper" {
-				return jinja.NewString(strings.ToUpper(s))
+				return NewString(strings.ToUpper(s))
 			}
-			return jinja.NewString(strings.ToLower(s))
+			return NewString(strings.ToLower(s))
 		}
 	case "replace":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
 			s := asStr(o, name)
 			if len(a) != 2 || !a[0].IsString() || !a[1].IsString() || a[0].AsString() == "" {
 				fail("replace's arguments")
 			}
-			return jinja.NewString(strings.ReplaceAll(s, a[0].AsString(), a[1].AsString()))
+			return NewString(strings.ReplaceAll(s, a[0].AsString(), a[1].AsString()))
 		}
 	case "items", "keys", "values":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
 			if !o.IsDict() || len(a) != 0 {
 				fail(".%s() of a %s", name, kindName(o))
@@ -142,7 +140,7 @@ func method(obj expr, name string, args []expr, kwargs map[string]expr) expr {
 			return dictView(o.AsDict(), name)
 		}
 	case "get":
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			o, a := call(st)
 			if !o.IsDict() || len(a) == 0 || len(a) > 2 || !a[0].IsString() {
 				fail(".get() of a %s", kindName(o))
@@ -166,31 +164,31 @@ func isASCII(s string) bool {
 	return true
 }
 
-func asStr(v jinja.Value, op string) string {
+func asStr(v Value, op string) string {
 	if !v.IsString() {
 		fail(".%s() of a %s", op, kindName(v))
 	}
 	return v.AsString()
 }
 
-func dictView(d *jinja.Dict, which string) jinja.Value {
-	out := make([]jinja.Value, len(d.Keys))
-	for i, k := range d.Keys {
-		v, _ := d.Get(k)
+func dictView(d *Dict, which string) Value {
+	out := make([]Value, d.Len())
+	for i, k := range d.Keys() {
+		v := d.Value(i)
 		switch which {
 		case "keys":
-			out[i] = jinja.NewString(k)
+			out[i] = NewString(k)
 		case "values":
 			out[i] = v
 		default:
-			out[i] = jinja.NewList([]jinja.Value{jinja.NewString(k), v})
+			out[i] = NewList([]Value{NewString(k), v})
 		}
 	}
-	return jinja.NewList(out)
+	return NewList(out)
 }
 
 // pySplit is str.split(sep, maxsplit): without sep, runs of whitespace and no empty parts.
-func pySplit(s string, sep, maxsplit jinja.Value) jinja.Value {
+func pySplit(s string, sep, maxsplit Value) Value {
 	n := -1
 	if !maxsplit.IsNone() {
 		if !maxsplit.IsInt() {
@@ -212,11 +210,11 @@ func pySplit(s string, sep, maxsplit jinja.Value) jinja.Value {
 	default:
 		fail("split's separator")
 	}
-	out := make([]jinja.Value, len(parts))
+	out := make([]Value, len(parts))
 	for i, p := range parts {
-		out[i] = jinja.NewString(p)
+		out[i] = NewString(p)
 	}
-	return jinja.NewList(out)
+	return NewList(out)
 }
 
 // filter compiles x | name(args).
@@ -231,29 +229,29 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 		if kwargs != nil || len(args) > 1 {
 			refuse("trim's arguments")
 		}
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			v := x(st)
 			a := evalArgs(st, args)
-			return jinja.NewString(pyStrip(str(v), arg(a, 0), true, true))
+			return NewString(pyStrip(str(v), arg(a, 0), true, true))
 		}
 	case "length", "count":
 		noArgs()
-		return func(st *state) jinja.Value { return jinja.NewInt(int64(length(x(st)))) }
+		return func(st *state) Value { return NewInt(int64(length(x(st)))) }
 	case "string":
 		noArgs()
-		return func(st *state) jinja.Value { return jinja.NewString(str(x(st))) }
+		return func(st *state) Value { return NewString(str(x(st))) }
 	case "list":
 		noArgs()
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			items := iterate(x(st))
-			return jinja.NewList(append([]jinja.Value(nil), items...))
+			return NewList(append([]Value(nil), items...))
 		}
 	case "items":
 		noArgs()
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			v := x(st)
 			if v.IsUndefined() {
-				return jinja.NewList(nil)
+				return NewList(nil)
 			}
 			if !v.IsDict() {
 				fail("items of a %s", kindName(v))
@@ -262,10 +260,10 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 		}
 	case "first", "last":
 		noArgs()
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			items := iterate(x(st))
 			if len(items) == 0 {
-				return jinja.Undefined()
+				return Undefined()
 			}
 			if name == "first" {
 				return items[0]
@@ -276,7 +274,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 		if kwargs != nil || len(args) > 1 {
 			refuse("join's arguments")
 		}
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			items := iterate(x(st))
 			a := evalArgs(st, args)
 			sep := ""
@@ -287,7 +285,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 			for i, it := range items {
 				parts[i] = str(it)
 			}
-			return jinja.NewString(strings.Join(parts, sep))
+			return NewString(strings.Join(parts, sep))
 		}
 	case "tojson":
 		if len(args) > 0 {
@@ -299,7 +297,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 			}
 		}
 		indent := kwargs["indent"]
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			v := x(st)
 			var b strings.Builder
 			ind := -1
@@ -313,7 +311,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 				}
 			}
 			writeJSON(&b, v, ind, 0)
-			return jinja.NewString(b.String())
+			return NewString(b.String())
 		}
 	case "selectattr", "rejectattr":
 		if kwargs != nil || len(args) == 0 {
@@ -328,13 +326,13 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 			}
 			tf = test(tname, args[2:])
 		}
-		return func(st *state) jinja.Value {
+		return func(st *state) Value {
 			items := iterate(x(st))
 			attr := args[0](st)
 			if !attr.IsString() || strings.Contains(attr.AsString(), ".") {
 				fail("%s's attribute", name)
 			}
-			var out []jinja.Value
+			var out []Value
 			for _, it := range items {
 				v := getitem(it, attr)
 				var ok bool
@@ -347,7 +345,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 					out = append(out, it)
 				}
 			}
-			return jinja.NewList(out)
+			return NewList(out)
 		}
 	}
 	refuse("filter %s", name)
@@ -368,12 +366,12 @@ func staticString(e expr) string {
 	return v.AsString()
 }
 
-func length(v jinja.Value) int {
+func length(v Value) int {
 	switch {
 	case v.IsString():
 		return utf8.RuneCountInString(v.AsString())
 	case v.IsList():
-		return v.AsList().Len()
+		return len(v.Items())
 	case v.IsDict():
 		return v.AsDict().Len()
 	case v.IsUndefined():
@@ -383,7 +381,7 @@ func length(v jinja.Value) int {
 	return 0
 }
 
-type testFunc func(*state, jinja.Value) bool
+type testFunc func(*state, Value) bool
 
 // test compiles `is name(args)`.
 func test(name string, args []expr) testFunc {
@@ -392,41 +390,41 @@ func test(name string, args []expr) testFunc {
 			refuse("arguments to the %s test", name)
 		}
 	}
-	one := func(f func(jinja.Value) bool) testFunc {
+	one := func(f func(Value) bool) testFunc {
 		noArgs()
-		return func(_ *state, v jinja.Value) bool { return f(v) }
+		return func(_ *state, v Value) bool { return f(v) }
 	}
 	switch name {
 	case "defined":
-		return one(func(v jinja.Value) bool { return !v.IsUndefined() })
+		return one(func(v Value) bool { return !v.IsUndefined() })
 	case "undefined":
-		return one(jinja.Value.IsUndefined)
+		return one(Value.IsUndefined)
 	case "none":
-		return one(jinja.Value.IsNone)
+		return one(Value.IsNone)
 	case "string":
-		return one(jinja.Value.IsString)
+		return one(Value.IsString)
 	case "mapping":
-		return one(jinja.Value.IsDict)
+		return one(Value.IsDict)
 	case "boolean":
-		return one(jinja.Value.IsBool)
+		return one(Value.IsBool)
 	case "true":
-		return one(func(v jinja.Value) bool { return v.IsBool() && v.AsBool() })
+		return one(func(v Value) bool { return v.IsBool() && v.AsBool() })
 	case "false":
-		return one(func(v jinja.Value) bool { return v.IsBool() && !v.AsBool() })
+		return one(func(v Value) bool { return v.IsBool() && !v.AsBool() })
 	case "number":
 		return one(isNumber)
 	case "integer":
-		return one(jinja.Value.IsInt)
+		return one(Value.IsInt)
 	case "float":
-		return one(jinja.Value.IsFloat)
+		return one(Value.IsFloat)
 	case "iterable", "sequence":
-		return one(func(v jinja.Value) bool { return v.IsString() || v.IsList() || v.IsDict() || v.IsUndefined() })
+		return one(func(v Value) bool { return v.IsString() || v.IsList() || v.IsDict() || v.IsUndefined() })
 	case "equalto", "eq", "==", "ne", "!=":
 		if len(args) != 1 {
 			refuse("the %s test takes one argument", name)
 		}
 		ne := name == "ne" || name == "!="
-		return func(st *state, v jinja.Value) bool { return pyEq(v, args[0](st)) != ne }
+		return func(st *state, v Value) bool { return pyEq(v, args[0](st)) != ne }
 	}
 	refuse("test %s", name)
 	return nil
@@ -434,7 +432,7 @@ func test(name string, args []expr) testFunc {
 
 // writeJSON is transformers' tojson: Python's json.dumps with ensure_ascii=False, keys in insertion
 // order, separators ", " and ": " (", " becomes "," with an indent).
-func writeJSON(b *strings.Builder, v jinja.Value, indent, depth int) {
+func writeJSON(b *strings.Builder, v Value, indent, depth int) {
 	nl := func(d int) {
 		if indent >= 0 {
 			b.WriteByte('\n')
@@ -461,7 +459,7 @@ func writeJSON(b *strings.Builder, v jinja.Value, indent, depth int) {
 	case v.IsString():
 		writeJSONString(b, v.AsString())
 	case v.IsList():
-		items := v.AsList().Items
+		items := v.Items()
 		if len(items) == 0 {
 			b.WriteString("[]")
 			return
@@ -483,14 +481,14 @@ func writeJSON(b *strings.Builder, v jinja.Value, indent, depth int) {
 			return
 		}
 		b.WriteByte('{')
-		for i, k := range d.Keys {
+		for i, k := range d.Keys() {
 			if i > 0 {
 				b.WriteString(sep)
 			}
 			nl(depth + 1)
 			writeJSONString(b, k)
 			b.WriteString(": ")
-			item, _ := d.Get(k)
+			item := d.Value(i)
 			writeJSON(b, item, indent, depth+1)
 		}
 		nl(depth)

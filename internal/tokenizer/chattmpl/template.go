@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // Template is a compiled chat template; safe for concurrent Render calls.
@@ -46,8 +44,8 @@ func Compile(src string) (t *Template, err error) {
 // Render runs the template with vars as its globals. An error wraps ErrRaised when the template
 // called raise_exception; any other error means the template did something this package does not
 // render (a value it does not print, a method on the wrong type): the interpreter should run it.
-func (t *Template) Render(vars map[string]jinja.Value) (out string, err error) {
-	st := &state{vars: make([]jinja.Value, len(t.slots)), b: &strings.Builder{}}
+func (t *Template) Render(vars map[string]Value) (out string, err error) {
+	st := &state{vars: make([]Value, len(t.slots)), b: &strings.Builder{}}
 	for name, v := range vars {
 		if i, ok := t.slots[name]; ok {
 			st.vars[i] = v

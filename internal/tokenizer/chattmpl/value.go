@@ -7,16 +7,14 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
-// Values are the interpreter's (jinja.Value), so the messages the caller already built are read as
+// Values are the interpreter's (Value), so the messages the caller already built are read as
 // they are; their semantics here are Python's, as jinja2 runs them.
 
 type state struct {
 	b     *strings.Builder
-	vars  []jinja.Value
+	vars  []Value
 	loops []*loopState
 }
 
@@ -30,9 +28,9 @@ func fail(format string, args ...any) {
 	panic(renderError{fmt.Errorf("chattmpl: "+format, args...)})
 }
 
-func truthy(v jinja.Value) bool { return v.IsTruthy() }
+func truthy(v Value) bool { return v.IsTruthy() }
 
-func kindName(v jinja.Value) string {
+func kindName(v Value) string {
 	switch {
 	case v.IsUndefined():
 		return "undefined"
@@ -56,7 +54,7 @@ func kindName(v jinja.Value) string {
 
 // str is Python's str() as jinja2 prints a value (undefined prints nothing); lists and dicts (Python's
 // repr) are left to the interpreter.
-func str(v jinja.Value) string {
+func str(v Value) string {
 	switch {
 	case v.IsString():
 		return v.AsString()
@@ -78,7 +76,7 @@ func str(v jinja.Value) string {
 	return ""
 }
 
-func writeValue(b *strings.Builder, v jinja.Value) {
+func writeValue(b *strings.Builder, v Value) {
 	if v.IsString() {
 		b.WriteString(v.AsString())
 		return
@@ -114,9 +112,9 @@ func pyFloat(f float64) string {
 	return s
 }
 
-func isNumber(v jinja.Value) bool { return v.IsInt() || v.IsFloat() || v.IsBool() }
+func isNumber(v Value) bool { return v.IsInt() || v.IsFloat() || v.IsBool() }
 
-func asFloat(v jinja.Value) float64 {
+func asFloat(v Value) float64 {
 	switch {
 	case v.IsInt():
 		return float64(v.AsInt())
@@ -128,7 +126,7 @@ func asFloat(v jinja.Value) float64 {
 	return 0
 }
 
-func asInt(v jinja.Value) int64 {
+func asInt(v Value) int64 {
 	if v.IsInt() {
 		return v.AsInt()
 	}
@@ -140,7 +138,7 @@ func asInt(v jinja.Value) int64 {
 
 // pyEq is Python's ==: numbers (bools included) by value, containers deeply, undefined equal to
 // undefined (jinja2's Undefined.__eq__).
-func pyEq(a, b jinja.Value) bool {
+func pyEq(a, b Value) bool {
 	if isNumber(a) && isNumber(b) {
 		if a.IsFloat() || b.IsFloat() {
 			return asFloat(a) == asFloat(b)
@@ -151,7 +149,7 @@ func pyEq(a, b jinja.Value) bool {
 	case a.IsString() && b.IsString():
 		return a.AsString() == b.AsString()
 	case a.IsList() && b.IsList():
-		x, y := a.AsList().Items, b.AsList().Items
+		x, y := a.Items(), b.Items()
 		if len(x) != len(y) {
 			return false
 		}
@@ -169,8 +167,8 @@ func pyEq(a, b jinja.Value) bool {
 		if x.Len() != y.Len() {
 			return false
 		}
-		for _, k := range x.Keys {
-			xv, _ := x.Get(k)
+		for i, k := range x.Keys() {
+			xv := x.Value(i)
 			yv, ok := y.Get(k)
 			if !ok || !pyEq(xv, yv) {
 				return false
@@ -183,7 +181,7 @@ func pyEq(a, b jinja.Value) bool {
 	return false
 }
 
-func compareOp(op string, a, b jinja.Value) bool {
+func compareOp(op string, a, b Value) bool {
 	switch op {
 	case "==":
 		return pyEq(a, b)
@@ -229,7 +227,7 @@ func cmpOrdered[T int64 | float64](x, y T) int {
 	return 0
 }
 
-func contains(container, item jinja.Value) bool {
+func contains(container, item Value) bool {
 	switch {
 	case container.IsString():
 		if !item.IsString() {
@@ -237,7 +235,7 @@ func contains(container, item jinja.Value) bool {
 		}
 		return strings.Contains(container.AsString(), item.AsString())
 	case container.IsList():
-		for _, x := range container.AsList().Items {
+		for _, x := range container.Items() {
 			if pyEq(x, item) {
 				return true
 			}
@@ -253,28 +251,28 @@ func contains(container, item jinja.Value) bool {
 	return false
 }
 
-func add(a, b jinja.Value) jinja.Value {
+func add(a, b Value) Value {
 	switch {
 	case a.IsString() && b.IsString():
-		return jinja.NewString(a.AsString() + b.AsString())
+		return NewString(a.AsString() + b.AsString())
 	case a.IsList() && b.IsList():
-		out := make([]jinja.Value, 0, a.AsList().Len()+b.AsList().Len())
-		out = append(append(out, a.AsList().Items...), b.AsList().Items...)
-		return jinja.NewList(out)
+		out := make([]Value, 0, len(a.Items())+len(b.Items()))
+		out = append(append(out, a.Items()...), b.Items()...)
+		return NewList(out)
 	case isNumber(a) && isNumber(b):
 		return arith("+", a, b)
 	}
 	fail("%s + %s", kindName(a), kindName(b))
-	return jinja.Value{}
+	return Value{}
 }
 
-func arith(op string, a, b jinja.Value) jinja.Value {
+func arith(op string, a, b Value) Value {
 	if op == "*" && (a.IsString() && b.IsInt() || a.IsInt() && b.IsString()) {
 		s, n := a, b
 		if a.IsInt() {
 			s, n = b, a
 		}
-		return jinja.NewString(strings.Repeat(s.AsString(), int(max(n.AsInt(), 0))))
+		return NewString(strings.Repeat(s.AsString(), int(max(n.AsInt(), 0))))
 	}
 	if !isNumber(a) || !isNumber(b) {
 		fail("%s %s %s", kindName(a), op, kindName(b))
@@ -283,42 +281,42 @@ func arith(op string, a, b jinja.Value) jinja.Value {
 		x, y := asFloat(a), asFloat(b)
 		switch op {
 		case "+":
-			return jinja.NewFloat(x + y)
+			return NewFloat(x + y)
 		case "-":
-			return jinja.NewFloat(x - y)
+			return NewFloat(x - y)
 		case "*":
-			return jinja.NewFloat(x * y)
+			return NewFloat(x * y)
 		case "**":
-			return jinja.NewFloat(math.Pow(x, y))
+			return NewFloat(math.Pow(x, y))
 		}
 		if y == 0 {
 			fail("division by zero")
 		}
 		switch op {
 		case "/":
-			return jinja.NewFloat(x / y)
+			return NewFloat(x / y)
 		case "//":
-			return jinja.NewFloat(math.Floor(x / y))
+			return NewFloat(math.Floor(x / y))
 		}
-		return jinja.NewFloat(x - math.Floor(x/y)*y)
+		return NewFloat(x - math.Floor(x/y)*y)
 	}
 	x, y := asInt(a), asInt(b)
 	switch op {
 	case "+":
-		return jinja.NewInt(x + y)
+		return NewInt(x + y)
 	case "-":
-		return jinja.NewInt(x - y)
+		return NewInt(x - y)
 	case "*":
-		return jinja.NewInt(x * y)
+		return NewInt(x * y)
 	case "**":
 		if y < 0 {
-			return jinja.NewFloat(math.Pow(float64(x), float64(y)))
+			return NewFloat(math.Pow(float64(x), float64(y)))
 		}
 		r := int64(1)
 		for range y {
 			r *= x
 		}
-		return jinja.NewInt(r)
+		return NewInt(r)
 	}
 	if y == 0 {
 		fail("division by zero")
@@ -329,9 +327,9 @@ func arith(op string, a, b jinja.Value) jinja.Value {
 		m += y
 	}
 	if op == "//" {
-		return jinja.NewInt(q)
+		return NewInt(q)
 	}
-	return jinja.NewInt(m)
+	return NewInt(m)
 }
 
 // Python attributes that getattr would return as methods rather than fall through to an item: left to
@@ -356,7 +354,7 @@ func init() {
 
 // getattr is jinja2's environment.getattr: the attribute, else the item, else undefined; an
 // undefined's attribute raises.
-func getattr(obj jinja.Value, name string) jinja.Value {
+func getattr(obj Value, name string) Value {
 	switch {
 	case obj.IsDict():
 		if dictMethods[name] {
@@ -369,15 +367,15 @@ func getattr(obj jinja.Value, name string) jinja.Value {
 	case obj.IsString() && strMethods[name], obj.IsList() && listMethods[name]:
 		fail("the %s method %s as a value", kindName(obj), name)
 	}
-	return jinja.Undefined()
+	return Undefined()
 }
 
 // getitem is jinja2's environment.getitem: obj[key], else the attribute, else undefined.
-func getitem(obj, key jinja.Value) jinja.Value {
+func getitem(obj, key Value) Value {
 	switch {
 	case obj.IsDict():
 		if !key.IsString() {
-			return jinja.Undefined()
+			return Undefined()
 		}
 		if v, ok := obj.AsDict().Get(key.AsString()); ok {
 			return v
@@ -385,18 +383,18 @@ func getitem(obj, key jinja.Value) jinja.Value {
 		if dictMethods[key.AsString()] {
 			fail("the dict method %s as a value", key.AsString())
 		}
-		return jinja.Undefined()
+		return Undefined()
 	case obj.IsList():
 		if !key.IsInt() {
 			fail("a list index of %s", kindName(key))
 		}
-		items := obj.AsList().Items
+		items := obj.Items()
 		i := key.AsInt()
 		if i < 0 {
 			i += int64(len(items))
 		}
 		if i < 0 || i >= int64(len(items)) {
-			return jinja.Undefined()
+			return Undefined()
 		}
 		return items[i]
 	case obj.IsString():
@@ -409,22 +407,22 @@ func getitem(obj, key jinja.Value) jinja.Value {
 			i += int64(len(rs))
 		}
 		if i < 0 || i >= int64(len(rs)) {
-			return jinja.Undefined()
+			return Undefined()
 		}
-		return jinja.NewString(string(rs[i]))
+		return NewString(string(rs[i]))
 	case obj.IsUndefined():
 		fail("undefined has no item")
 	}
 	fail("an item of a %s", kindName(obj))
-	return jinja.Value{}
+	return Value{}
 }
 
 // slice is Python's obj[start:stop:step] on a list or a string (by code point).
-func slice(obj, start, stop, step jinja.Value) jinja.Value {
+func slice(obj, start, stop, step Value) Value {
 	var n int
 	switch {
 	case obj.IsList():
-		n = obj.AsList().Len()
+		n = len(obj.Items())
 	case obj.IsString():
 		n = utf8.RuneCountInString(obj.AsString())
 	default:
@@ -437,7 +435,7 @@ func slice(obj, start, stop, step jinja.Value) jinja.Value {
 		}
 		st = step.AsInt()
 	}
-	bound := func(v jinja.Value, def int64) int64 {
+	bound := func(v Value, def int64) int64 {
 		if v.IsNone() {
 			return def
 		}
@@ -473,41 +471,41 @@ func slice(obj, start, stop, step jinja.Value) jinja.Value {
 		idx = append(idx, i)
 	}
 	if obj.IsList() {
-		items := obj.AsList().Items
+		items := obj.Items()
 		if st == 1 {
-			return jinja.NewList(items[lo:max(lo, hi):max(lo, hi)])
+			return NewList(items[lo:max(lo, hi):max(lo, hi)])
 		}
-		out := make([]jinja.Value, len(idx))
+		out := make([]Value, len(idx))
 		for k, i := range idx {
 			out[k] = items[i]
 		}
-		return jinja.NewList(out)
+		return NewList(out)
 	}
 	rs := []rune(obj.AsString())
 	out := make([]rune, len(idx))
 	for k, i := range idx {
 		out[k] = rs[i]
 	}
-	return jinja.NewString(string(out))
+	return NewString(string(out))
 }
 
 // iterate is what a for loop runs over: a list's items, a dict's keys, a string's characters, nothing
 // for undefined.
-func iterate(v jinja.Value) []jinja.Value {
+func iterate(v Value) []Value {
 	switch {
 	case v.IsList():
-		return v.AsList().Items
+		return v.Items()
 	case v.IsDict():
-		keys := v.AsDict().Keys
-		out := make([]jinja.Value, len(keys))
+		keys := v.AsDict().Keys()
+		out := make([]Value, len(keys))
 		for i, k := range keys {
-			out[i] = jinja.NewString(k)
+			out[i] = NewString(k)
 		}
 		return out
 	case v.IsString():
-		var out []jinja.Value
+		var out []Value
 		for _, r := range v.AsString() {
-			out = append(out, jinja.NewString(string(r)))
+			out = append(out, NewString(string(r)))
 		}
 		return out
 	case v.IsUndefined():
@@ -520,7 +518,7 @@ func iterate(v jinja.Value) []jinja.Value {
 // isPySpace is Python's str.isspace() for one character: Unicode White_Space and U+001C..U+001F.
 func isPySpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
-func pyStrip(s string, chars jinja.Value, left, right bool) string {
+func pyStrip(s string, chars Value, left, right bool) string {
 	f := isPySpace
 	if !chars.IsNone() && !chars.IsUndefined() {
 		if !chars.IsString() {
