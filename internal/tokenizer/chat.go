@@ -195,10 +195,11 @@ func conversationMessage(m chattmpl.Value) (chattmpl.Value, error) {
 	if err != nil {
 		return chattmpl.Value{}, err
 	}
-	if c, _ := in.Get("content"); c.IsString() && in.Len() == 2 && role.AsString() != "assistant" {
-		return m, nil // already what vLLM builds (the common case: no copy)
+	if c, _ := in.Get("content"); c.IsString() && in.Len() == 2 && (role.AsString() != "assistant" || in.Keys()[0] == "role") {
+		// Already what vLLM builds (the common case: no copy); an assistant's in vLLM's key order too.
+		return m, nil
 	}
-	out := chattmpl.NewDict(4)
+	out := chattmpl.NewDict()
 	d := out.AsDict()
 	d.Set("role", role)
 	d.Set("content", chattmpl.NewString(content))
@@ -293,11 +294,11 @@ func toolCalls(items []chattmpl.Value) ([]chattmpl.Value, error) {
 		if !it.IsDict() {
 			return nil, fmt.Errorf("tool_calls[%d] must be an object", i)
 		}
-		call := chattmpl.NewDict(4)
+		call := chattmpl.NewDict()
 		for _, k := range it.AsDict().Keys() {
 			v, _ := it.AsDict().Get(k)
 			if k == "function" && v.IsDict() {
-				fn := chattmpl.NewDict(4)
+				fn := chattmpl.NewDict()
 				for _, fk := range v.AsDict().Keys() {
 					fv, _ := v.AsDict().Get(fk)
 					fn.AsDict().Set(fk, fv)
@@ -305,7 +306,7 @@ func toolCalls(items []chattmpl.Value) ([]chattmpl.Value, error) {
 				args, _ := fn.AsDict().Get("arguments")
 				switch {
 				case !args.IsTruthy():
-					fn.AsDict().Set("arguments", chattmpl.NewDict(4))
+					fn.AsDict().Set("arguments", chattmpl.NewDict())
 				case args.IsString():
 					a := args.AsString() // strings without escapes slice a itself: one copy, for the scanner
 					parsed, err := parseJSON([]byte(a), a)

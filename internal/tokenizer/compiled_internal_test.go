@@ -239,3 +239,65 @@ func TestCompileRefusesWhatItDoesNotKnow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRenderParts splits the render of the corpus's long chat (tests/tokenizer/corpus.json) with
+// Llama 2's and Mistral NeMo's templates into its parts, in one run: the request decoded into values
+// (data), the compiled template run on them (compiled), and the interpreter on the same data
+// (interpreter, with its values converted first as RenderChat does).
+func BenchmarkRenderParts(b *testing.B) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "tests", "tokenizer", "corpus.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var corpus struct {
+		Chats []struct {
+			Name     string
+			Messages json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(raw, &corpus); err != nil {
+		b.Fatal(err)
+	}
+	var chat Chat
+	for _, c := range corpus.Chats {
+		if c.Name == "long" {
+			chat = Chat{Messages: c.Messages}
+		}
+	}
+	for _, f := range compiledFamilies {
+		if f.label != "llama2" && f.label != "mistral_nemo" {
+			continue
+		}
+		tk := loadCompiled(b, f.name, f.gguf)
+		vars := func() map[string]chattmpl.Value {
+			data, conv, tools, err := tk.chatData(chat)
+			if err != nil {
+				b.Fatal(err)
+			}
+			setChatVars(data, conv, tools, chat)
+			return data
+		}
+		b.Run(f.label+"/data", func(b *testing.B) {
+			for b.Loop() {
+				vars()
+			}
+		})
+		data := vars()
+		b.Run(f.label+"/compiled", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tk.compiled.Render(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(f.label+"/interpreter", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tk.template.RenderValues(interpreterVars(data)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -66,7 +66,7 @@ func jsonValue(b []byte, s string, i, depth int) (chattmpl.Value, int, error) {
 }
 
 func jsonObject(b []byte, s string, i, depth int) (chattmpl.Value, int, error) {
-	d := chattmpl.NewDict(4)
+	d := chattmpl.NewDict()
 	it := jsonscan.NewObjIter(b, i)
 	for {
 		m, ok := it.NextKey()
@@ -88,7 +88,7 @@ func jsonObject(b []byte, s string, i, depth int) (chattmpl.Value, int, error) {
 }
 
 func jsonArray(b []byte, s string, i, depth int) (chattmpl.Value, int, error) {
-	var items []chattmpl.Value
+	items := make([]chattmpl.Value, 0, 8) // growing from 1 copied a messages array five times
 	it := jsonscan.NewArrIter(b, i)
 	for {
 		start, ok := it.NextStart()

@@ -69,8 +69,10 @@ func (c *compiler) notExpr() expr {
 func (c *compiler) compare() expr {
 	a := c.math1()
 	type link struct {
-		op string
-		r  expr
+		op    string
+		r     expr
+		lit   string // r's value when r is a string literal
+		isLit bool
 	}
 	var chain []link
 scan:
@@ -91,13 +93,27 @@ scan:
 		if op == "" {
 			break scan
 		}
-		chain = append(chain, link{op, c.math1()})
+		start := c.tp
+		r := c.math1()
+		lit, isLit := c.literalString(start)
+		chain = append(chain, link{op, r, lit, isLit})
 	}
 	switch len(chain) {
 	case 0:
 		return a
 	case 1:
 		op, r := chain[0].op, chain[0].r
+		if lit, ok := chain[0].lit, chain[0].isLit; ok && (op == "==" || op == "!=") {
+			// x == 'literal', most of a chat template's conditions (message['role'] == 'user').
+			ne := op == "!="
+			return func(st *state) Value {
+				v := a(st)
+				if v.IsString() {
+					return NewBool((v.AsString() == lit) != ne)
+				}
+				return NewBool(ne) // a string equals only a string
+			}
+		}
 		return func(st *state) Value { return NewBool(compareOp(op, a(st), r(st))) }
 	}
 	return func(st *state) Value {
@@ -318,7 +334,7 @@ func (c *compiler) primary() expr {
 			}
 			c.op("}")
 			return func(st *state) Value {
-				d := NewDict(0)
+				d := NewDict()
 				for i, k := range keys {
 					kv := k(st)
 					if !kv.IsString() {
@@ -421,8 +437,15 @@ func (c *compiler) postfix(a expr) expr {
 				a = method(a, attr, args, kwargs)
 				continue
 			}
-			obj := a
-			a = func(st *state) Value { return getattr(obj(st), attr) }
+			obj, isMethod := a, dictMethods[attr]
+			a = func(st *state) Value {
+				o := obj(st)
+				if o.IsDict() && !isMethod { // message.content: the item, looked up directly
+					v, _ := o.AsDict().Get(attr)
+					return v
+				}
+				return getattr(o, attr)
+			}
 		case c.isOp("["):
 			c.tp++
 			a = c.subscript(a)
@@ -452,7 +475,12 @@ func (c *compiler) subscript(obj expr) expr {
 			c.tp++
 			break
 		}
+		start := c.tp
 		parts[n] = c.expr()
+		if key, ok := c.literalString(start); ok && !isSlice && c.isOp("]") {
+			c.tp++
+			return constKeyItem(obj, key)
+		}
 	}
 	if !isSlice {
 		k := parts[0]
@@ -471,6 +499,28 @@ func (c *compiler) subscript(obj expr) expr {
 			}
 		}
 		return slice(obj(st), b[0], b[1], b[2])
+	}
+}
+
+// literalString reports whether the tokens from start to here are one string literal, and its value.
+func (c *compiler) literalString(start int) (string, bool) {
+	if c.tp == start+1 && c.toks[start].kind == tString {
+		return c.toks[start].s, true
+	}
+	return "", false
+}
+
+// constKeyItem is obj['key']: getitem, with a dict's lookup done without the key's closure.
+func constKeyItem(obj expr, key string) expr {
+	k := NewString(key)
+	return func(st *state) Value {
+		o := obj(st)
+		if o.IsDict() {
+			if v, ok := o.AsDict().Get(key); ok {
+				return v
+			}
+		}
+		return getitem(o, k)
 	}
 }
 

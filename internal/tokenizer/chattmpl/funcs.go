@@ -42,7 +42,7 @@ func builtinCall(name string, args []expr, kwargs map[string]expr) expr {
 			refuse("namespace with positional arguments")
 		}
 		return func(st *state) Value {
-			d := NewDict(0)
+			d := NewDict()
 			for k, e := range kwargs {
 				d.AsDict().Set(k, e(st))
 			}
@@ -243,8 +243,8 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 	case "list":
 		noArgs()
 		return func(st *state) Value {
-			items := iterate(x(st))
-			return NewList(append([]Value(nil), items...))
+			// No method or filter here changes a list in place, so a list is its own copy.
+			return NewList(iterate(x(st)))
 		}
 	case "items":
 		noArgs()
@@ -332,7 +332,7 @@ func filter(name string, x expr, args []expr, kwargs map[string]expr) expr {
 			if !attr.IsString() || strings.Contains(attr.AsString(), ".") {
 				fail("%s's attribute", name)
 			}
-			var out []Value
+			out := make([]Value, 0, len(items))
 			for _, it := range items {
 				v := getitem(it, attr)
 				var ok bool

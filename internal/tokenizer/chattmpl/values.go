@@ -28,10 +28,13 @@ type Value struct {
 	d    *Dict
 }
 
-// Dict is a dict in insertion order, as Python's.
+// Dict is a dict in insertion order, as Python's. Its first keys live in the struct itself, so a
+// message's dict is one allocation.
 type Dict struct {
 	keys []string
 	vals []Value
+	kbuf [4]string
+	vbuf [4]Value
 }
 
 // Undefined is the zero Value.
@@ -41,8 +44,12 @@ func NewString(s string) Value { return Value{kind: KindString, s: s} }
 func NewInt(n int64) Value     { return Value{kind: KindInt, n: n} }
 func NewFloat(f float64) Value { return Value{kind: KindFloat, n: int64(math.Float64bits(f))} }
 func NewList(l []Value) Value  { return Value{kind: KindList, l: l} }
-func NewDict(capacity int) Value {
-	return Value{kind: KindDict, d: &Dict{keys: make([]string, 0, capacity), vals: make([]Value, 0, capacity)}}
+
+// NewDict is an empty dict.
+func NewDict() Value {
+	d := &Dict{}
+	d.keys, d.vals = d.kbuf[:0], d.vbuf[:0]
+	return Value{kind: KindDict, d: d}
 }
 
 func NewBool(b bool) Value {
