@@ -78,7 +78,9 @@ func loadCompiled(t testing.TB, name, gguf string) *Tokenizer {
 
 // genChat draws a chat of the shapes clients send: system turns anywhere, alternating or not, content
 // as a string, null or parts, assistant tool calls (ids of 9 characters or not), tool results, odd
-// whitespace and special-token text, tools and kwargs.
+// whitespace and special-token text, tools and kwargs. U+001C..U+001F are left out: the interpreter's
+// trim keeps them, Python's (and the compiled form's) strips them (tests/tokenizer checks that against
+// jinja2).
 func genChat(rt *rapid.T) Chat {
 	pieces := []string{"", "hi", "\n", "\n\n", "<think>", "</think>", "<tool_response>", "</tool_response>", "a b\nc",
 		"東京 Zürich", " ", "<|im_end|>", "\t \u00a0", "\u3000\u2028", "\r\n", "<｜User｜>", "<|eot_id|>", `"q"\`, "[INST]", "🙂"}
