@@ -27,8 +27,11 @@ type segment struct {
 // split cuts src into segments and applies Hugging Face's environment settings to the text between
 // them as jinja2 does: `-` marks strip all whitespace on their side, trim_blocks drops the newline right
 // after a block or comment tag, lstrip_blocks drops spaces and tabs between a line's start and a block
-// or comment tag, and keep_trailing_newline is off (one final newline of the source is dropped).
+// or comment tag, and keep_trailing_newline is off (one final newline of the source is dropped). Line
+// ends are "\n", as jinja2 makes them.
 func split(src string) ([]segment, error) {
+	// jinja2's lexer first makes every line end "\n" (its newline_sequence).
+	src = strings.ReplaceAll(strings.ReplaceAll(src, "\r\n", "\n"), "\r", "\n")
 	src = strings.TrimSuffix(src, "\n")
 	var segs []segment
 	for len(src) > 0 {
