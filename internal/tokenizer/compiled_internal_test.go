@@ -280,6 +280,7 @@ func BenchmarkRenderParts(b *testing.B) {
 			return data
 		}
 		b.Run(f.label+"/data", func(b *testing.B) {
+			b.ReportAllocs()
 			for b.Loop() {
 				vars()
 			}

@@ -24,7 +24,7 @@ type Value struct {
 	kind Kind
 	n    int64 // bool (0 or 1), int, or a float's bits
 	s    string
-	l    []Value
+	l    *[]Value // a pointer, not the slice: the Value is 48 bytes, not 64
 	d    *Dict
 }
 
@@ -33,8 +33,8 @@ type Value struct {
 type Dict struct {
 	keys []string
 	vals []Value
-	kbuf [4]string
-	vbuf [4]Value
+	kbuf [2]string
+	vbuf [2]Value
 }
 
 // Undefined is the zero Value.
@@ -43,7 +43,7 @@ func None() Value              { return Value{kind: KindNone} }
 func NewString(s string) Value { return Value{kind: KindString, s: s} }
 func NewInt(n int64) Value     { return Value{kind: KindInt, n: n} }
 func NewFloat(f float64) Value { return Value{kind: KindFloat, n: int64(math.Float64bits(f))} }
-func NewList(l []Value) Value  { return Value{kind: KindList, l: l} }
+func NewList(l []Value) Value  { return Value{kind: KindList, l: &l} }
 
 // NewDict is an empty dict.
 func NewDict() Value {
@@ -72,8 +72,13 @@ func (v Value) AsBool() bool      { return v.n != 0 }
 func (v Value) AsInt() int64      { return v.n }
 func (v Value) AsFloat() float64  { return math.Float64frombits(uint64(v.n)) }
 func (v Value) AsString() string  { return v.s }
-func (v Value) Items() []Value    { return v.l }
-func (v Value) AsDict() *Dict     { return v.d }
+func (v Value) Items() []Value {
+	if v.l == nil {
+		return nil
+	}
+	return *v.l
+}
+func (v Value) AsDict() *Dict { return v.d }
 
 // IsTruthy is Python's bool(v).
 func (v Value) IsTruthy() bool {
@@ -85,7 +90,7 @@ func (v Value) IsTruthy() bool {
 	case KindString:
 		return v.s != ""
 	case KindList:
-		return len(v.l) > 0
+		return len(*v.l) > 0
 	case KindDict:
 		return len(v.d.keys) > 0
 	}
