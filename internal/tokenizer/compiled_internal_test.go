@@ -3,9 +3,12 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -154,7 +157,7 @@ func compareCompiled(t interface{ Fatalf(string, ...any) }, tk *Tokenizer, chat 
 		return data
 	}
 	data := vars()
-	if data == nil {
+	if data == nil || integralFloat(chattmpl.NewList(slices.Collect(maps.Values(data)))) {
 		return false
 	}
 	want, werr := tk.template.RenderValues(interpreterVars(data))
@@ -180,6 +183,25 @@ func compareCompiled(t interface{ Fatalf(string, ...any) }, tk *Tokenizer, chat 
 		leftOver.Store(gerr.Error())
 	}
 	return gerr == nil || chattmpl.Raised(gerr)
+}
+
+// integralFloat reports whether v holds a float with an integral value: the interpreter writes 2.0 as
+// 2, Python and the compiled form as 2.0 (chattmpl's unit tests pin jinja2's output), so such chats
+// are not compared here.
+func integralFloat(v chattmpl.Value) bool {
+	switch v.Kind() {
+	case chattmpl.KindFloat:
+		return v.AsFloat() == math.Trunc(v.AsFloat())
+	case chattmpl.KindList:
+		return slices.ContainsFunc(v.Items(), integralFloat)
+	case chattmpl.KindDict:
+		for i := range v.AsDict().Len() {
+			if integralFloat(v.AsDict().Value(i)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var leftOver atomic.Value // the last error that left a chat to the interpreter, for the test's log

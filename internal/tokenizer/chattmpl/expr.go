@@ -258,7 +258,13 @@ func (c *compiler) unary(withFilter bool) expr {
 	case c.isOp("-"):
 		c.tp++
 		x := c.unary(false)
-		a = func(st *state) Value { return arith("-", NewInt(0), x(st)) }
+		a = func(st *state) Value {
+			v := x(st)
+			if v.IsFloat() {
+				return NewFloat(-v.AsFloat()) // -0.0 stays negative, as Python's
+			}
+			return arith("-", NewInt(0), v)
+		}
 	case c.isOp("+"):
 		c.tp++
 		a = c.unary(false)

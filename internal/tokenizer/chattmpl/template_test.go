@@ -75,6 +75,8 @@ var pythonDiffers = map[string]string{
 	"{{ n // 2 }} {{ n % 3 }} {{ -n // 2 }} {{ n / 2 }} {{ f * 2 }} {{ n ** 2 }} {{ 'ab' ~ n ~ none }}": "3 1 -4 3.5 5.0 49 ab7None",
 	// transformers' tojson keeps the keys' order and prints floats as Python does.
 	"{{ messages[2].tool_calls[0].function.arguments | tojson(indent=2) }}": "{\n  \"x\": 1,\n  \"s\": \"a\\\"b\\n\\u0001é\",\n  \"l\": [\n    0.5,\n    1e+20,\n    true,\n    null\n  ]\n}",
+	// Floats in JSON as Python's json.dumps writes them (the interpreter writes 2.0 as 2).
+	"{{ [2.0, -0.0, 10000000000000000.0, 0.0001, 0.00001, 123456789012345678.0] | tojson }}": "[2.0, -0.0, 1e+16, 0.0001, 1e-05, 1.2345678901234568e+17]",
 	// True == 1 in Python.
 	"{{ messages[0] == messages[0] }} {{ messages[0] == messages[1] }} {{ 1 == 1.0 }} {{ true == 1 }}": "True False True True",
 }
@@ -105,6 +107,7 @@ func TestTemplatesAreTheInterpreter(t *testing.T) {
 		"{{ messages | length }} {{ 'é東' | length }} {{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
 		"{{ messages | rejectattr('tool_calls', 'undefined') | list | length }}",
 		"{{ messages[2].tool_calls[0].function | tojson }}",
+		"{{ [2.0, -0.0, 10000000000000000.0, 0.0001, 0.00001, 123456789012345678.0] | tojson }}",
 		"{{ messages[2].tool_calls[0].function.arguments | tojson(indent=2) }}",
 		"{{ 'a,b,,c'.split(',') | join('|') }} {{ ' a  b '.split() | length }} {{ 'x</think>y'.split('</think>')[-1] }}",
 		"{{ messages[1].content.startswith('h') }} {{ 'hi' in messages[1].content }} {{ 'zz' not in 'abc' }} {{ 1 < 2 < 3 }}",
