@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+	"github.com/sluicegw/sluice/internal/tokenizer/chattmpl"
 )
 
 // Errors of chat rendering, by class: the request is not a chat this package can render (the caller's
@@ -40,39 +41,9 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			return out, nil
 		}
 	}
-	msgs, err := parseValue(chat.Messages)
+	data, conv, tools, err := t.chatData(chat)
 	if err != nil {
-		return "", fmt.Errorf("%w: messages: %w", ErrBadChat, err)
-	}
-	if !msgs.IsList() || msgs.AsList().Len() == 0 {
-		return "", fmt.Errorf("%w: messages must be a non-empty array", ErrBadChat)
-	}
-	conv := make([]jinja.Value, 0, msgs.AsList().Len())
-	for i, m := range msgs.AsList().Items {
-		cm, err := conversationMessage(m)
-		if err != nil {
-			return "", fmt.Errorf("%w: messages[%d]: %w", ErrBadChat, i, err)
-		}
-		conv = append(conv, cm)
-	}
-	data := make(map[string]jinja.Value, 8)
-	for k, v := range t.special {
-		data[k] = jinja.NewString(v)
-	}
-	if len(chat.TemplateKwargs) > 0 && !isNull(chat.TemplateKwargs) {
-		kw, err := parseValue(chat.TemplateKwargs)
-		if err != nil || !kw.IsDict() {
-			return "", fmt.Errorf("%w: chat_template_kwargs must be an object", ErrBadChat)
-		}
-		for _, k := range kw.AsDict().Keys {
-			data[k], _ = kw.AsDict().Get(k)
-		}
-	}
-	tools := jinja.None()
-	if len(chat.Tools) > 0 && !isNull(chat.Tools) {
-		if tools, err = parseValue(chat.Tools); err != nil || !tools.IsList() {
-			return "", fmt.Errorf("%w: tools must be an array", ErrBadChat)
-		}
+		return "", err
 	}
 	if t.fast != nil {
 		if off, ok := fastKwargs(data, len(t.special)); ok && !tools.IsTruthy() {
@@ -84,20 +55,108 @@ func (t *Tokenizer) RenderChat(chat Chat) (string, error) {
 			}
 		}
 	}
-	data["messages"] = jinja.NewList(conv)
-	data["tools"] = tools
-	data["add_generation_prompt"] = jinja.NewBool(chat.AddGenerationPrompt)
-	out, err := t.template.RenderValues(data)
+	setChatVars(data, conv, tools, chat)
+	if t.compiled != nil {
+		// Any failure, raise_exception included, goes to the interpreter: the template's errors are
+		// then reported in the interpreter's words, and what the compiled form leaves alone is rendered.
+		if out, err := t.compiled.Render(data); err == nil {
+			return out, nil
+		}
+	}
+	out, err := t.template.RenderValues(interpreterVars(data))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	return out, nil
 }
 
+// chatData is what the template reads of chat, but for the messages, tools and add_generation_prompt
+// (setChatVars), which the fast paths check the rest without: the special tokens and the kwargs.
+func (t *Tokenizer) chatData(chat Chat) (map[string]chattmpl.Value, []chattmpl.Value, chattmpl.Value, error) {
+	msgs, err := parseValue(chat.Messages)
+	if err != nil {
+		return nil, nil, chattmpl.Value{}, fmt.Errorf("%w: messages: %w", ErrBadChat, err)
+	}
+	if !msgs.IsList() || len(msgs.Items()) == 0 {
+		return nil, nil, chattmpl.Value{}, fmt.Errorf("%w: messages must be a non-empty array", ErrBadChat)
+	}
+	conv := make([]chattmpl.Value, 0, len(msgs.Items()))
+	for i, m := range msgs.Items() {
+		cm, err := conversationMessage(m)
+		if err != nil {
+			return nil, nil, chattmpl.Value{}, fmt.Errorf("%w: messages[%d]: %w", ErrBadChat, i, err)
+		}
+		conv = append(conv, cm)
+	}
+	data := make(map[string]chattmpl.Value, 8)
+	for k, v := range t.special {
+		data[k] = chattmpl.NewString(v)
+	}
+	if len(chat.TemplateKwargs) > 0 && !isNull(chat.TemplateKwargs) {
+		kw, err := parseValue(chat.TemplateKwargs)
+		if err != nil || !kw.IsDict() {
+			return nil, nil, chattmpl.Value{}, fmt.Errorf("%w: chat_template_kwargs must be an object", ErrBadChat)
+		}
+		for _, k := range kw.AsDict().Keys() {
+			data[k], _ = kw.AsDict().Get(k)
+		}
+	}
+	tools := chattmpl.None()
+	if len(chat.Tools) > 0 && !isNull(chat.Tools) {
+		if tools, err = parseValue(chat.Tools); err != nil || !tools.IsList() {
+			return nil, nil, chattmpl.Value{}, fmt.Errorf("%w: tools must be an array", ErrBadChat)
+		}
+	}
+	return data, conv, tools, nil
+}
+
+func setChatVars(data map[string]chattmpl.Value, conv []chattmpl.Value, tools chattmpl.Value, chat Chat) {
+	data["messages"] = chattmpl.NewList(conv)
+	data["tools"] = tools
+	data["add_generation_prompt"] = chattmpl.NewBool(chat.AddGenerationPrompt)
+}
+
+// interpreterVars is data in the interpreter's values.
+func interpreterVars(data map[string]chattmpl.Value) map[string]jinja.Value {
+	out := make(map[string]jinja.Value, len(data))
+	for k, v := range data {
+		out[k] = interpreterValue(v)
+	}
+	return out
+}
+
+func interpreterValue(v chattmpl.Value) jinja.Value {
+	switch v.Kind() {
+	case chattmpl.KindNone:
+		return jinja.None()
+	case chattmpl.KindBool:
+		return jinja.NewBool(v.AsBool())
+	case chattmpl.KindInt:
+		return jinja.NewInt(v.AsInt())
+	case chattmpl.KindFloat:
+		return jinja.NewFloat(v.AsFloat())
+	case chattmpl.KindString:
+		return jinja.NewString(v.AsString())
+	case chattmpl.KindList:
+		items := make([]jinja.Value, len(v.Items()))
+		for i, it := range v.Items() {
+			items[i] = interpreterValue(it)
+		}
+		return jinja.NewList(items)
+	case chattmpl.KindDict:
+		out := jinja.NewDict()
+		for i, k := range v.AsDict().Keys() {
+			out.AsDict().Set(k, interpreterValue(v.AsDict().Value(i)))
+		}
+		return out
+	}
+	return jinja.Undefined()
+}
+
 // fastKwargs reports whether the template's variables are only those the fast path knows (the
 // special tokens, and chat_template_kwargs' enable_thinking as a bool), and whether thinking is off
 // (the template's `enable_thinking is false`).
-func fastKwargs(data map[string]jinja.Value, special int) (thinkingOff, ok bool) {
+func fastKwargs(data map[string]chattmpl.Value, special int) (thinkingOff, ok bool) {
 	v, has := data["enable_thinking"]
 	n := special
 	if has {
@@ -123,38 +182,39 @@ func (t *Tokenizer) EncodeChat(chat Chat) ([]int, error) {
 // _parse_chat_message_content and _postprocess_messages): role, content as one string, and per role
 // tool_calls (arguments as objects), reasoning, tool_call_id and name. Other fields are dropped, as
 // there.
-func conversationMessage(m jinja.Value) (jinja.Value, error) {
+func conversationMessage(m chattmpl.Value) (chattmpl.Value, error) {
 	if !m.IsDict() {
-		return jinja.Value{}, errors.New("a message must be an object")
+		return chattmpl.Value{}, errors.New("a message must be an object")
 	}
 	in := m.AsDict()
 	role, ok := in.Get("role")
 	if !ok || !role.IsString() {
-		return jinja.Value{}, errors.New("role must be a string")
+		return chattmpl.Value{}, errors.New("role must be a string")
 	}
 	content, err := contentString(in)
 	if err != nil {
-		return jinja.Value{}, err
+		return chattmpl.Value{}, err
 	}
-	if c, _ := in.Get("content"); c.IsString() && in.Len() == 2 && role.AsString() != "assistant" {
-		return m, nil // already what vLLM builds (the common case: no copy)
+	if c, _ := in.Get("content"); c.IsString() && in.Len() == 2 && (role.AsString() != "assistant" || in.Keys()[0] == "role") {
+		// Already what vLLM builds (the common case: no copy); an assistant's in vLLM's key order too.
+		return m, nil
 	}
-	out := jinja.NewDict()
+	out := chattmpl.NewDict()
 	d := out.AsDict()
 	d.Set("role", role)
-	d.Set("content", jinja.NewString(content))
+	d.Set("content", chattmpl.NewString(content))
 	switch role.AsString() {
 	case "assistant":
 		if tc, ok := in.Get("tool_calls"); ok && !tc.IsNone() {
 			if !tc.IsList() {
-				return jinja.Value{}, errors.New("tool_calls must be an array")
+				return chattmpl.Value{}, errors.New("tool_calls must be an array")
 			}
-			if tc.AsList().Len() > 0 {
-				calls, err := toolCalls(tc.AsList().Items)
+			if len(tc.Items()) > 0 {
+				calls, err := toolCalls(tc.Items())
 				if err != nil {
-					return jinja.Value{}, err
+					return chattmpl.Value{}, err
 				}
-				d.Set("tool_calls", jinja.NewList(calls))
+				d.Set("tool_calls", chattmpl.NewList(calls))
 			}
 		}
 		r, ok := in.Get("reasoning")
@@ -177,7 +237,7 @@ func conversationMessage(m jinja.Value) (jinja.Value, error) {
 }
 
 // contentString is vLLM's "string" content format: a string as is, null as "", text parts joined by "\n".
-func contentString(in *jinja.Dict) (string, error) {
+func contentString(in *chattmpl.Dict) (string, error) {
 	c, ok := in.Get("content")
 	switch {
 	case !ok || c.IsNone():
@@ -188,7 +248,7 @@ func contentString(in *jinja.Dict) (string, error) {
 		return "", errors.New("content must be a string, null or an array of parts")
 	}
 	var buf bytes.Buffer
-	for i, p := range c.AsList().Items {
+	for i, p := range c.Items() {
 		text, err := partText(p)
 		if err != nil {
 			return "", fmt.Errorf("content[%d]: %w", i, err)
@@ -201,7 +261,7 @@ func contentString(in *jinja.Dict) (string, error) {
 	return buf.String(), nil
 }
 
-func partText(p jinja.Value) (string, error) {
+func partText(p chattmpl.Value) (string, error) {
 	if p.IsString() {
 		return p.AsString(), nil
 	}
@@ -228,25 +288,25 @@ func partText(p jinja.Value) (string, error) {
 }
 
 // toolCalls copies tool calls with each function's arguments parsed from JSON (empty or absent: {}).
-func toolCalls(items []jinja.Value) ([]jinja.Value, error) {
-	out := make([]jinja.Value, 0, len(items))
+func toolCalls(items []chattmpl.Value) ([]chattmpl.Value, error) {
+	out := make([]chattmpl.Value, 0, len(items))
 	for i, it := range items {
 		if !it.IsDict() {
 			return nil, fmt.Errorf("tool_calls[%d] must be an object", i)
 		}
-		call := jinja.NewDict()
-		for _, k := range it.AsDict().Keys {
+		call := chattmpl.NewDict()
+		for _, k := range it.AsDict().Keys() {
 			v, _ := it.AsDict().Get(k)
 			if k == "function" && v.IsDict() {
-				fn := jinja.NewDict()
-				for _, fk := range v.AsDict().Keys {
+				fn := chattmpl.NewDict()
+				for _, fk := range v.AsDict().Keys() {
 					fv, _ := v.AsDict().Get(fk)
 					fn.AsDict().Set(fk, fv)
 				}
 				args, _ := fn.AsDict().Get("arguments")
 				switch {
 				case !args.IsTruthy():
-					fn.AsDict().Set("arguments", jinja.NewDict())
+					fn.AsDict().Set("arguments", chattmpl.NewDict())
 				case args.IsString():
 					a := args.AsString() // strings without escapes slice a itself: one copy, for the scanner
 					parsed, err := parseJSON([]byte(a), a)

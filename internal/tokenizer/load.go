@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+	"github.com/sluicegw/sluice/internal/tokenizer/chattmpl"
 )
 
 // Errors of Load, by class: the directory cannot be read, or it holds a tokenizer this package does not
@@ -32,12 +34,13 @@ type Tokenizer struct {
 	prefix      []int        // the special tokens encode(add_special_tokens=True) puts before the text
 	suffix      []int        // and after it
 	added       addedTokens
-	tokens      []string        // by id: the vocabulary's spelling (byte-level runes), "" where no token
-	text        []string        // by id: the token's bytes, as Decode joins them (decode.go)
-	flags       []uint8         // by id: tokKnown, tokSpecial, tokComplete
-	cleanUp     bool            // tokenizer_config's clean_up_tokenization_spaces
-	template    *jinja.Template // nil without a chat_template
-	fast        fastTemplate    // the template's fast path (qwen3.go, chat_fast.go), or nil
+	tokens      []string           // by id: the vocabulary's spelling (byte-level runes), "" where no token
+	text        []string           // by id: the token's bytes, as Decode joins them (decode.go)
+	flags       []uint8            // by id: tokKnown, tokSpecial, tokComplete
+	cleanUp     bool               // tokenizer_config's clean_up_tokenization_spaces
+	template    *jinja.Template    // nil without a chat_template
+	compiled    *chattmpl.Template // the template compiled to closures, or nil where chattmpl refused it
+	fast        fastTemplate       // the template's fast path (qwen3.go, chat_fast.go), or nil
 	special     map[string]string
 	maxModelLen int
 }
@@ -465,6 +468,10 @@ func (t *Tokenizer) loadConfig(dir string) error {
 	if src != "" {
 		if t.template, err = jinja.Compile(src); err != nil {
 			return fmt.Errorf("%w: %s: chat_template: %w", ErrUnsupported, dir, err)
+		}
+		if t.compiled, err = chattmpl.Compile(src); err != nil {
+			// The interpreter renders it, at several times the cost: worth a line at load.
+			slog.Warn("tokenizer: chat template not compiled, the interpreter renders it", "dir", dir, "reason", err)
 		}
 		t.fast = fastTemplateFor(src, t.special)
 	}

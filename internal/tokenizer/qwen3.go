@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/sluicegw/sluice/internal/tokenizer/chattmpl"
 
 	"github.com/sluicegw/sluice/internal/jsonscan"
 )
@@ -50,7 +50,7 @@ type chatMessage struct {
 
 // plainMessages returns msgs (as conversationMessage builds them) as chatMessages, or false when one
 // is not of the shapes the fast paths cover.
-func plainMessages(msgs []jinja.Value) ([]chatMessage, bool) {
+func plainMessages(msgs []chattmpl.Value) ([]chatMessage, bool) {
 	ms := make([]chatMessage, 0, len(msgs))
 	for _, m := range msgs {
 		if !m.IsDict() {

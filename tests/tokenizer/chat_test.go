@@ -44,10 +44,9 @@ var chatFamilies = []chatFamily{
 // knownDiffs are the chats (family/name) ardanlabs/jinja renders differently from jinja2, and why; the
 // test fails if one of them starts to agree, so the entry goes when the cause does.
 var knownDiffs = map[string]string{
-	// Its trim filter is strings.TrimSpace (White_Space); Python's str.strip() also strips
-	// U+001C..U+001F, and the engine takes no filters of ours. The fast paths (Llama 3's, Gemma 3's)
-	// strip as Python does, so Gemma 3 no longer differs.
-	"llama2/separators-trimmed": "trim keeps U+001C..U+001F",
+	// None: the interpreter's trim (strings.TrimSpace) kept U+001C..U+001F, which Python's str.strip()
+	// strips; every shipped template now renders through the compiled form (internal/tokenizer/chattmpl),
+	// whose trim is Python's, or through a fast path, which strips as Python does.
 }
 
 func familyDir(name string) string {
