@@ -37,6 +37,7 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 		Budgets:                       a.budgets,
 		Aliases:                       a.Aliases,
 		ExposeAliasTarget:             cfg.Aliases.ExposeTarget,
+		MaxMigrations:                 cfg.Retry.MaxMigrations,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

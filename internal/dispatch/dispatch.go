@@ -138,6 +138,9 @@ type Config struct {
 	Aliases *alias.Table
 	// ExposeAliasTarget answers an aliased request with the served model's name.
 	ExposeAliasTarget bool
+	// MaxMigrations bounds the continuations of one streamed PD request whose decode engine broke off
+	// mid-stream (migrate.go, engine-gRPC mode); 0 = no migration.
+	MaxMigrations int
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.
