@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// Mid-stream migration (#36, docs/migration.md): a decode engine whose Generate stream breaks off in
+// the middle of a streamed answer (the simulator's die_after_tokens fault resets the RPC, as a
+// crashing engine does) is replaced by another pair, and the client reads one stream. At temperature 0
+// the simulator generates greedily from the whole token context, so the continued answer must be
+// exactly the uninterrupted one.
+
+// migrationModes are the PD modes where migration applies: the engines' own gRPC.
+func migrationModes() []pdMode {
+	var out []pdMode
+	for _, m := range pdModes() {
+		if m.engineGRPC {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// streamedAnswer is what the client read of a streamed chat.
+type streamedAnswer struct {
+	text, finish, id string
+	created          int64
+	roles            int // chunks naming the assistant role
+	usage            openai.CompletionUsage
+	err              error
+}
+
+func streamChat(t *testing.T, gwURL string, maxTokens int64) streamedAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdk(gwURL)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways that never drop a stream")},
+		MaxTokens:     openai.Int(maxTokens), Temperature: openai.Float(0),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	var a streamedAnswer
+	var text strings.Builder
+	for stream.Next() {
+		ch := stream.Current()
+		if a.id == "" {
+			a.id, a.created = ch.ID, ch.Created
+		} else if ch.ID != a.id || ch.Created != a.created {
+			t.Errorf("chunk id/created %s/%d, the stream's first said %s/%d", ch.ID, ch.Created, a.id, a.created)
+		}
+		for _, c := range ch.Choices {
+			text.WriteString(c.Delta.Content)
+			if c.Delta.Role != "" {
+				a.roles++
+			}
+			if c.FinishReason != "" {
+				a.finish = c.FinishReason
+			}
+		}
+		if ch.Usage.TotalTokens > 0 {
+			a.usage = ch.Usage
+		}
+	}
+	a.text, a.err = text.String(), stream.Err()
+	return a
+}
+
+// released waits until admission holds nothing: no slot, no seat, no waiter.
+func released(t *testing.T, gw *gateway) {
+	t.Helper()
+	waitFor(t, "admission released everything", 10*time.Second, func() bool {
+		st := gw.Admission.Status()
+		if st.QueuedTotal != 0 {
+			return false
+		}
+		for _, m := range []map[string]int{st.Inflight, st.Seats} {
+			for _, n := range m {
+				if n != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func migrationCount(t *testing.T, gw *gateway, outcome string) float64 {
+	t.Helper()
+	total := 0.0
+	for k, v := range scrape(t, gw.URL, "sluice_migrations_total") {
+		if strings.Contains(k, "outcome="+outcome) {
+			total += v
+		}
+	}
+	return total
+}
+
+// TestMigrationContinuesABrokenStream: the first decode dies after a few tokens; the client's text,
+// finish_reason and usage equal an uninterrupted run's, with one role frame and no error, one
+// migration is counted, and every slot and seat is given back.
+func TestMigrationContinuesABrokenStream(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c)
+			const maxTokens = 8
+			want := streamChat(t, gw.URL, maxTokens)
+			if want.err != nil || want.text == "" || want.finish != "length" {
+				t.Fatalf("uninterrupted run: %+v", want)
+			}
+			// Every decode dies after 5 tokens of a call: the first stream breaks, its continuation
+			// (3 tokens on the other decode) ends before its own engine's fault.
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, maxTokens)
+			if got.err != nil {
+				t.Fatalf("migrated stream failed: %v (text so far %q)", got.err, got.text)
+			}
+			if got.text != want.text {
+				t.Errorf("migrated text %q, uninterrupted %q", got.text, want.text)
+			}
+			if got.finish != want.finish || got.roles != 1 {
+				t.Errorf("finish_reason %q (want %q), %d role frames (want 1)", got.finish, want.finish, got.roles)
+			}
+			if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
+				t.Errorf("usage %+v, uninterrupted %+v", got.usage, want.usage)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+			}
+			released(t, gw)
+		})
+	}
+}
+
+// TestMigrationOffEndsWithTheErrorFrame: with --max-migrations 0 a broken stream ends as before, with
+// the error event, and nothing is migrated.
+func TestMigrationOffEndsWithTheErrorFrame(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--max-migrations", "0")
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, 12)
+			if got.err == nil {
+				t.Fatalf("a broken stream without migration ended cleanly: %+v", got)
+			}
+			if n := migrationCount(t, gw, ""); n != 0 {
+				t.Errorf("sluice_migrations_total = %v with migration off", n)
+			}
+			released(t, gw)
+		})
+	}
+}
+
+// TestMigrationBeyondTheBound: every continuation breaks too; after --max-migrations the stream ends
+// with the error event, and everything the attempts held is given back.
+func TestMigrationBeyondTheBound(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--max-migrations", "1")
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, 12)
+			if got.err == nil {
+				t.Fatalf("a stream broken beyond the bound ended cleanly: %+v", got)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+			}
+			if n := migrationCount(t, gw, "exhausted"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=exhausted} = %v, want 1", n)
+			}
+			released(t, gw)
+		})
+	}
+}
