@@ -298,7 +298,9 @@ func (m *Metrics) IncSplit(handoff string, samples int) {
 }
 
 // IncMigration counts a mid-stream migration's try by reason and outcome.
-func (m *Metrics) IncMigration(reason, outcome string) { m.migrations.WithLabelValues(reason, outcome).Inc() }
+func (m *Metrics) IncMigration(reason, outcome string) {
+	m.migrations.WithLabelValues(reason, outcome).Inc()
+}
 
 // AddMigrationPrefill counts the tokens a migrated stream's continuation prefilled again.
 func (m *Metrics) AddMigrationPrefill(tokens int) { m.migrationTokens.Add(float64(tokens)) }

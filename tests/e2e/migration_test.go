@@ -43,8 +43,8 @@ func streamChat(t *testing.T, gwURL string, maxTokens int64) streamedAnswer {
 	defer cancel()
 	client := sdk(gwURL)
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
-		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways that never drop a stream")},
-		MaxTokens:     openai.Int(maxTokens), Temperature: openai.Float(0),
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways that never drop a stream")},
+		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
 	var a streamedAnswer
 	var text strings.Builder

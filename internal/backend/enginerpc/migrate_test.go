@@ -8,12 +8,12 @@ import (
 
 func TestRemainingTokens(t *testing.T) {
 	for _, tc := range []struct {
-		name          string
-		max           *int
-		min           uint32
-		produced      int
-		wantMax       *int
-		wantMin       uint32
+		name     string
+		max      *int
+		min      uint32
+		produced int
+		wantMax  *int
+		wantMin  uint32
 	}{
 		{name: "no max_tokens stays unset", min: 0, produced: 4},
 		{name: "max reduced", max: new(12), produced: 5, wantMax: new(7)},
