@@ -157,6 +157,14 @@ func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerp
 	notFailed := func(key string) bool {
 		return !slices.ContainsFunc(failed, func(f string) bool { return key == f || strings.HasPrefix(key, f+"@") })
 	}
+	// No decode engine but the failed ones: fail now rather than wait in the queue for a seat that
+	// only a failed engine could give.
+	only := preq
+	only.Handoffs = allowed
+	if _, err := placement.Select(snap, worker.RoleDecode, &only, firstPolicy{},
+		func(w *worker.Worker) bool { return notFailed(w.Key()) }, x.now()); err != nil {
+		return nil, err
+	}
 	slot, pw, dw, err := x.admitResumed(ctx, &preq, allowed, ar, notFailed)
 	if err != nil {
 		return nil, err

@@ -104,45 +104,58 @@ func migrationCount(t *testing.T, gw *gateway, outcome string) float64 {
 
 // TestMigrationContinuesABrokenStream: the first decode dies after a few tokens; the client's text,
 // finish_reason and usage equal an uninterrupted run's, with one role frame and no error, one
-// migration is counted, and every slot and seat is given back.
+// migration is counted, and every slot and seat is given back. With one decode seat per worker the
+// continuation must find its seat on the other decode (the broken one's is held until the end).
 func TestMigrationContinuesABrokenStream(t *testing.T) {
 	t.Parallel()
 	for _, m := range migrationModes() {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
-			gw := m.startGateway(t, c)
-			const maxTokens = 8
-			want := streamChat(t, gw.URL, maxTokens)
-			if want.err != nil || want.text == "" || want.finish != "length" {
-				t.Fatalf("uninterrupted run: %+v", want)
+		for _, seats := range []bool{false, true} {
+			name := m.name
+			var flags []string
+			if seats {
+				name += "-seats"
+				flags = []string{"--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1"}
 			}
-			// Every decode dies after 5 tokens of a call: the first stream breaks, its continuation
-			// (3 tokens on the other decode) ends before its own engine's fault.
-			for _, d := range c.ByRole(sim.RoleDecode) {
-				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := streamChat(t, gw.URL, maxTokens)
-			if got.err != nil {
-				t.Fatalf("migrated stream failed: %v (text so far %q)", got.err, got.text)
-			}
-			if got.text != want.text {
-				t.Errorf("migrated text %q, uninterrupted %q", got.text, want.text)
-			}
-			if got.finish != want.finish || got.roles != 1 {
-				t.Errorf("finish_reason %q (want %q), %d role frames (want 1)", got.finish, want.finish, got.roles)
-			}
-			if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
-				t.Errorf("usage %+v, uninterrupted %+v", got.usage, want.usage)
-			}
-			if n := migrationCount(t, gw, "migrated"); n != 1 {
-				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
-			}
-			released(t, gw)
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				migrated(t, m, flags)
+			})
+		}
 	}
+}
+
+func migrated(t *testing.T, m pdMode, flags []string) {
+	c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+	gw := m.startGateway(t, c, flags...)
+	const maxTokens = 8
+	want := streamChat(t, gw.URL, maxTokens)
+	if want.err != nil || want.text == "" || want.finish != "length" {
+		t.Fatalf("uninterrupted run: %+v", want)
+	}
+	// Every decode dies after 5 tokens of a call: the first stream breaks, its continuation
+	// (3 tokens on the other decode) ends before its own engine's fault.
+	for _, d := range c.ByRole(sim.RoleDecode) {
+		if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := streamChat(t, gw.URL, maxTokens)
+	if got.err != nil {
+		t.Fatalf("migrated stream failed: %v (text so far %q)", got.err, got.text)
+	}
+	if got.text != want.text {
+		t.Errorf("migrated text %q, uninterrupted %q", got.text, want.text)
+	}
+	if got.finish != want.finish || got.roles != 1 {
+		t.Errorf("finish_reason %q (want %q), %d role frames (want 1)", got.finish, want.finish, got.roles)
+	}
+	if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
+		t.Errorf("usage %+v, uninterrupted %+v", got.usage, want.usage)
+	}
+	if n := migrationCount(t, gw, "migrated"); n != 1 {
+		t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+	}
+	released(t, gw)
 }
 
 // TestMigrationOffEndsWithTheErrorFrame: with --max-migrations 0 a broken stream ends as before, with
