@@ -212,3 +212,49 @@ func TestMigrationBeyondTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrationCancelledByTheClient: the client goes away while its continuation waits for its
+// prefill (held in the engine): the migration ends there, the stream is not continued, and every slot,
+// seat and waiter of both attempts is given back.
+func TestMigrationCancelledByTheClient(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1")
+			prefill := c.ByRole(sim.RolePrefill)[0]
+			// The first request's prefill runs; the continuation's is held until the client gives up.
+			if err := prefill.SetFaults(sim.Faults{Hold: true, HoldSkip: 1}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = prefill.SetFaults(sim.Faults{}) })
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			client := sdk(gw.URL)
+			go func() {
+				stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways")},
+					MaxTokens: openai.Int(12), Temperature: openai.Float(0)})
+				for stream.Next() {
+				}
+				done <- stream.Err()
+			}()
+			waitFor(t, "the continuation's prefill held", 10*time.Second, func() bool { return prefill.Stats().RequestsSeen >= 2 })
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("a cancelled stream ended cleanly")
+			}
+			released(t, gw)
+			if n, f := migrationCount(t, gw, "migrated"), migrationCount(t, gw, "failed"); n != 0 || f != 1 {
+				t.Errorf("sluice_migrations_total: %v migrated, %v failed after the client went away; want 0, 1", n, f)
+			}
+		})
+	}
+}
