@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/telemetry"
 )
 
 // Mid-stream migration (#36, docs/migration.md): a decode engine whose Generate stream breaks off in
@@ -257,4 +261,45 @@ func TestMigrationCancelledByTheClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMigrationSpanEvent: a migration is a sluice.migration event (reason, outcome) on the request's
+// span, in the request's trace.
+func TestMigrationSpanEvent(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	m := migrationModes()[0]
+	c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+	gw := startGateway(t, app.Options{TracerProvider: &telemetry.TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}},
+		engineGRPCArgs(c, byteTokenizerDir(t))...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	for _, d := range c.ByRole(sim.RoleDecode) {
+		if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := streamChat(t, gw.URL, 8); a.err != nil {
+		t.Fatalf("migrated stream: %v", a.err)
+	}
+	released(t, gw)
+	var found bool
+	waitFor(t, "the migration event", 5*time.Second, func() bool {
+		for _, s := range exp.GetSpans() {
+			for _, ev := range s.Events {
+				if ev.Name != "sluice.migration" {
+					continue
+				}
+				attrs := map[string]string{}
+				for _, kv := range ev.Attributes {
+					attrs[string(kv.Key)] = kv.Value.Emit()
+				}
+				// On the request's span, not on a leg's.
+				if attrs["sluice.migration.outcome"] == "migrated" && attrs["sluice.migration.reason"] != "" && !strings.HasPrefix(s.Name, "sluice.leg.") {
+					found = true
+				}
+			}
+		}
+		return found
+	})
 }
