@@ -159,6 +159,10 @@ func migrated(t *testing.T, m pdMode, flags []string) {
 	if n := migrationCount(t, gw, "migrated"); n != 1 {
 		t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
 	}
+	// The re-prefill is the prompt and what was generated before the break.
+	if v := metricValue(t, gw, "sluice_migration_prefill_tokens_total"); v <= float64(want.usage.PromptTokens) {
+		t.Errorf("sluice_migration_prefill_tokens_total = %v, want more than the prompt's %d", v, want.usage.PromptTokens)
+	}
 	released(t, gw)
 }
 
