@@ -238,6 +238,14 @@ func (s *resumedStream) split(ev event) event {
 	return event{ids: ev.ids, outLP: ev.outLP, index: ev.index, completion: ev.completion}
 }
 
+// endedStream is a stream with nothing more to read: the writer's answer was complete.
+type endedStream struct{}
+
+func (endedStream) Receive() bool { return false }
+func (endedStream) Err() error    { return nil }
+func (endedStream) Close() error  { return nil }
+func (endedStream) event() event  { return event{} }
+
 // migration is a stream writer's continuations: the one it reads now and the engine serving it.
 type migration struct {
 	cur    *handover
@@ -284,8 +292,13 @@ func (w *sseWriter) migrate(cause error, engine string) (genStream, event, bool)
 		return nil, event{}, false
 	}
 	s := w.ss.all[0]
-	if s.m.Result().Reason != "" || s.complete {
-		return nil, event{}, false // the answer is over already: the stop matcher ended it
+	if s.complete {
+		return nil, event{}, false
+	}
+	if s.m.Result().Reason != "" || w.c.maxTokens != nil && produced(s) >= *w.c.maxTokens {
+		// Everything was generated (the gateway's stop matcher ended the answer, or max_tokens was
+		// reached) and only the engine's Complete was lost: finish here rather than generate again.
+		return endedStream{}, event{complete: true, finish: "length", completion: uint32(produced(s))}, true
 	}
 	if w.mig.cur != nil {
 		engine = w.mig.cur.engine

@@ -31,7 +31,11 @@ type breakingEngine struct {
 func (b *breakingEngine) Generate(_ context.Context, req *sglangpb.GenerateRequest, st *connect.ServerStream[sglangpb.GenerateResponse]) error {
 	prompt := uint32(len(req.GetTokenized().GetInputIds()))
 	for i := range b.after {
-		ch := &sglangpb.GenerateStreamChunk{TokenIds: []uint32{uint32(b.reply[i])}, PromptTokens: prompt, CompletionTokens: uint32(i + 1)}
+		id := uint32(imEnd)
+		if i < len(b.reply) {
+			id = uint32(b.reply[i])
+		}
+		ch := &sglangpb.GenerateStreamChunk{TokenIds: []uint32{id}, PromptTokens: prompt, CompletionTokens: uint32(i + 1)}
 		if err := st.Send(&sglangpb.GenerateResponse{Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}}); err != nil {
 			return err
 		}
@@ -168,6 +172,62 @@ func TestMigrationContinuesTheStream(t *testing.T) {
 			}
 			if a := second.aborts(); len(a) != 0 {
 				t.Errorf("the completed continuation was aborted: %v", a)
+			}
+		})
+	}
+}
+
+// TestBrokenAfterTheLastToken: an engine that breaks off after its last token (EOS, or the max_tokens-th)
+// lost only its Complete: the stream ends as the whole answer would, without a continuation.
+func TestBrokenAfterTheLastToken(t *testing.T) {
+	for _, tc := range []struct {
+		name, maxTokens, finish, text string
+		after                         int
+	}{
+		{name: "eos", maxTokens: "10", after: 6, finish: "stop", text: "hello"},
+		{name: "max_tokens", maxTokens: "3", after: 3, finish: "length", text: "hel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := startHandler(t, func() http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle(sglangpbconnect.NewSglangSchedulerHandler(&breakingEngine{reply: "hello", after: tc.after, brk: "unavailable"}))
+				return mux
+			}())
+			h2c := newH2CClient()
+			t.Cleanup(h2c.CloseIdleConnections)
+			tr := NewTransport(h2c, nil)
+			if err := tr.SetEngine(url, Engine{Protocol: enginegrpc.SGLang, Tokenizer: testTokenizer(t), EOS: []int{imEnd}, Model: "m"}); err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			migrator := func(context.Context, *Resume) (io.Closer, error) { calls++; return nil, ErrNoMigration }
+			resp := post(t, tr, WithMigrator(context.Background(), migrator), url, "/v1/completions",
+				`{"model":"m","prompt":"hi","stream":true,"max_tokens":`+tc.maxTokens+`}`)
+			var text strings.Builder
+			finish := ""
+			for _, ev := range sseEvents(t, resp) {
+				if ev == "[DONE]" {
+					continue
+				}
+				var ch struct {
+					Choices []struct {
+						Text         string  `json:"text"`
+						FinishReason *string `json:"finish_reason"`
+					}
+					Error any
+				}
+				if err := json.Unmarshal([]byte(ev), &ch); err != nil || ch.Error != nil {
+					t.Fatalf("event %s: %v", ev, err)
+				}
+				for _, c := range ch.Choices {
+					text.WriteString(c.Text)
+					if c.FinishReason != nil {
+						finish = *c.FinishReason
+					}
+				}
+			}
+			if text.String() != tc.text || finish != tc.finish || calls != 0 {
+				t.Errorf("read %q finish %q after %d migrations; want %q %q and none", text.String(), finish, calls, tc.text, tc.finish)
 			}
 		})
 	}
