@@ -160,7 +160,7 @@ func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	if q != nil {
 		side = q.side
 	}
-	fast := q == nil || q.order.outranks(band)
+	fast := q == nil || req.Resumed || q.order.outranks(band)
 	if fast {
 		a := askOf(req)
 		slot, err := c.admitLocked(&a, true)

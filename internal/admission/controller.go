@@ -90,6 +90,11 @@ type Request struct {
 	// Tenant names the caller for Settings.Tenants ("" is DefaultTenant);
 	// ignored while tenancy is off.
 	Tenant string
+	// Resumed marks a request that already waited once and comes back for
+	// a new slot (a stream continued after its decode worker failed): it
+	// selects at once, ahead of the waiters, and only waits when no worker
+	// has room (then in its priority's band; the caller gives it the top).
+	Resumed bool
 }
 
 // Deps are the controller's injected dependencies; the zero value works.

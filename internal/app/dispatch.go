@@ -38,6 +38,7 @@ func (a *App) newDispatch(cfg *config.Config, tracer trace.Tracer, tokenizers fu
 		Aliases:                       a.Aliases,
 		ExposeAliasTarget:             cfg.Aliases.ExposeTarget,
 		Pairing:                       cfg.Pairing.Rules,
+		MaxMigrations:                 cfg.Retry.MaxMigrations,
 		Retry: dispatch.RetryConfig{MaxAttempts: attempts, Backoff: backend.BackoffConfig{
 			Initial: cfg.Retry.InitialBackoff, Multiplier: cfg.Retry.BackoffMultiplier,
 			Max: cfg.Retry.MaxBackoff, Jitter: cfg.Retry.JitterFactor,

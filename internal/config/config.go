@@ -363,6 +363,10 @@ type RetryConfig struct {
 	// Disabled makes every request a single attempt (--disable-retries,
 	// default false).
 	Disabled bool
+	// MaxMigrations bounds how many times one streamed PD request whose
+	// decode engine broke off mid-stream is continued on another pair, in
+	// engine-gRPC mode (--max-migrations, default 2; 0 = never).
+	MaxMigrations int
 }
 
 // TelemetryConfig holds logging, metrics listeners and tracing.

@@ -68,7 +68,7 @@ func TestDefault(t *testing.T) {
 		Breaker: BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: 60 * time.Second, Window: 120 * time.Second},
 		Retry: RetryConfig{
 			MaxRetries: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second,
-			BackoffMultiplier: 1.5, JitterFactor: 0.2,
+			BackoffMultiplier: 1.5, JitterFactor: 0.2, MaxMigrations: 2,
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, MetricsHost: "0.0.0.0", MetricsPort: -1},
 		Discovery: DiscoveryConfig{Port: 80},

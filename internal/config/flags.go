@@ -214,6 +214,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Retry.BackoffMultiplier, "retry-backoff-multiplier", "X", 1.5, "Backoff growth per attempt, >= 1.")
 	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
 	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
+	s.int(&c.Retry.MaxMigrations, "max-migrations", "N", 2, "Times one streamed PD request whose decode engine breaks off mid-stream is continued on another pair (engine-gRPC workers: the prompt and the tokens generated are prefilled again); 0 = never, the stream ends with an error event.")
 	s.registerConcurrency() // concurrency.go
 	s.registerSMGCompat()   // smgtable.go
 	return s

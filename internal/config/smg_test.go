@@ -168,7 +168,7 @@ var smgLines = []smgLine{
 		check: func(t *testing.T, c *Config) {
 			eq(t, "workers", len(workerURLs(c, RoleRegular)), 3)
 			eq(t, "concurrency", c.Concurrency, ConcurrencyConfig{MaxConcurrent: 150, QueueSize: 300, QueueTimeout: 30 * time.Second})
-			eq(t, "retry", c.Retry, RetryConfig{MaxRetries: 3, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second, BackoffMultiplier: 2, JitterFactor: 0.2})
+			eq(t, "retry", c.Retry, RetryConfig{MaxRetries: 3, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 5 * time.Second, BackoffMultiplier: 2, JitterFactor: 0.2, MaxMigrations: 2})
 			eq(t, "cb window", c.Breaker.Window, 120*time.Second)
 		},
 	},

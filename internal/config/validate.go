@@ -294,6 +294,7 @@ func (c *Config) validateHealth(p *problems) {
 func (c *Config) validateRetry(p *problems) {
 	r := c.Retry
 	p.atLeast("retry-max-retries", r.MaxRetries, 1)
+	p.atLeast("max-migrations", r.MaxMigrations, 0)
 	p.nonNegDur("retry-initial-backoff-ms", r.InitialBackoff)
 	p.nonNegDur("retry-max-backoff-ms", r.MaxBackoff)
 	p.nonNegDur("slo-ttft", c.Capacity.SLOTTFT)

@@ -140,6 +140,9 @@ type Config struct {
 	ExposeAliasTarget bool
 	// Pairing matches a PD pair's workers by topology and revision (topology.go); New clamps it.
 	Pairing placement.Pairing
+	// MaxMigrations bounds the continuations of one streamed PD request whose decode engine broke off
+	// mid-stream (migrate.go, engine-gRPC mode); 0 = no migration.
+	MaxMigrations int
 }
 
 // defaultPrefillGrace bounds the wait for a prefill leg that answers after its decode.

@@ -9,8 +9,9 @@
 // (SGLang's bootstrap handoff, n > 1 split into single samples), pd_vllm.go (vLLM's NIXL connector),
 // pd_workerrpc.go (sluice.worker.v1), aux.go (the routes served by one worker in either mode:
 // embeddings, rerank, score, classify, tokenize, responses, messages), exchange.go (the parallel two-leg exchange of the bootstrap
-// handoffs), samples.go (merging split samples), call.go (one leg on the wire), fleet.go (what a new
-// worker's engine says about itself).
+// handoffs), samples.go (merging split samples), migrate.go (a stream whose decode engine broke off,
+// continued on a new pair), call.go (one leg on the wire), fleet.go (what a new worker's engine says
+// about itself).
 //
 // # Concurrency Model
 //
@@ -24,6 +25,13 @@
 // a long decode never holds prefill capacity. The decode load guard is released by Response.Close, and
 // so is the decode seat (pd.go's holdSeat, the one place it is released: on close, on the attempt's
 // error, on a panic), independently of the slot.
+//
+// A migration (migrate.go) runs on the goroutine of the engine transport's stream writer, the one
+// that relays the broken stream: it calls the request's migrator, which runs a whole PD attempt (its
+// exchange's prefill goroutine included) on that goroutine and hands back the continuation's
+// Response; the writer closes it when it moves on or when the client's stream ends, which releases
+// the continuation's guards as any attempt's. Its context is the broken generation's, cancelled when
+// the client goes away or the body is closed, so a migration never outlives the request.
 //
 // A split n > 1 request runs its n exchanges from n goroutines that Do joins before it returns. Each
 // holds one admission.Guard of the request's one slot. A merged stream (samples.go) has one pump

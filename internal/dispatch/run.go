@@ -43,6 +43,7 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 	if q.prompt != nil {
 		ctx = enginerpc.WithPrompt(ctx, q.prompt) // the transport's ids, tokenized before admission
 	}
+	ctx = x.withMigration(ctx, q) // a stream whose decode breaks off goes on elsewhere (migrate.go)
 	cancel := context.CancelFunc(func() {})
 	if x.cfg.RequestTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)

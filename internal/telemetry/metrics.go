@@ -33,6 +33,8 @@ type Metrics struct {
 	prefillSkipped  *prometheus.CounterVec
 	pdPairs         *prometheus.CounterVec
 	kvFallbacks     *prometheus.CounterVec
+	migrations      *prometheus.CounterVec
+	migrationTokens prometheus.Counter
 
 	upstream           *prometheus.CounterVec
 	workerErrors       *prometheus.CounterVec
@@ -165,6 +167,10 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"PD pairs formed (one per attempt), by topology distance between prefill and decode (node, rack, zone, cross_zone, unknown) and the pair's revision (\"\" when none).", "distance", "revision"),
 		kvFallbacks: counter("sluice_pd_kv_transfer_fallbacks_total",
 			"PD requests whose decode ran without KV transfer parameters and recomputed the prompt, by KV handoff.", "handoff"),
+		migrations: counter("sluice_migrations_total",
+			"Streams whose decode engine broke off mid-stream, continued on another pair (outcome migrated), whose continuation could not start (failed) or that had no migration left (exhausted), by reason.", "reason", "outcome"),
+		migrationTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_migration_prefill_tokens_total",
+			Help: "Tokens prefilled again by migrated streams' continuations (the client's prompt and what was generated before the break); the only extra cost of a migration."}),
 
 		upstream: counter("sluice_upstream_responses_total",
 			"Responses from workers by worker and status (\"error\" for transport errors).", "worker", "status"),
@@ -213,7 +219,7 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
 		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks, m.pdPairs,
-		m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
+		m.migrations, m.migrationTokens, m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
 		m.admissionTokens, m.bandQueued, m.bandWait, m.decodeInflight, m.decodeLimit, m.decodeWait)
@@ -293,6 +299,14 @@ func (m *Metrics) IncSplit(handoff string, samples int) {
 	m.splits.WithLabelValues(handoff).Inc()
 	m.splitSamples.WithLabelValues(handoff).Add(float64(samples))
 }
+
+// IncMigration counts a mid-stream migration's try by reason and outcome.
+func (m *Metrics) IncMigration(reason, outcome string) {
+	m.migrations.WithLabelValues(reason, outcome).Inc()
+}
+
+// AddMigrationPrefill counts the tokens a migrated stream's continuation prefilled again.
+func (m *Metrics) AddMigrationPrefill(tokens int) { m.migrationTokens.Add(float64(tokens)) }
 
 // IncPrefillSkipped counts a PD request sent to a decode worker alone.
 func (m *Metrics) IncPrefillSkipped(handoff, reason string) {

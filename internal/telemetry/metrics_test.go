@@ -35,6 +35,7 @@ func TestNewMetricsRegisters(t *testing.T) {
 	// Unlabelled instruments are exported at once, and the one KV handoff that can fall back;
 	// other vectors appear with their first series.
 	want := []string{
+		"sluice_migration_prefill_tokens_total",
 		"sluice_pd_kv_transfer_fallbacks_total",
 		"sluice_pd_prefill_skipped_total",
 		"sluice_retries_total",

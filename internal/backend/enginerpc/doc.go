@@ -64,4 +64,9 @@
 // error, or the cancellation; when it ends without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
 // deregistering the AfterFunc or waiting for it, and closing the body waits for the writer, so after
 // RoundTrip's error or the body's Close no goroutine of the call is left.
+//
+// Mid-stream migration (migrate.go): when the Generate stream breaks off, the writer goroutine asks
+// the request's migrator (dispatch) for a continuation on that same goroutine; the continuation's
+// decode leg is a generation of its own whose stream the writer then reads, and which it ends (Abort
+// unless completed, cancel, close) by closing the continuation's response when it moves on or ends.
 package enginerpc

@@ -235,6 +235,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case body.RouteCompletions:
 		m.id = "cmpl-" + c.requestID
 	}
+	if rl := resumeOf(req.Context()); rl != nil { // a migrated stream's continuation (migrate.go)
+		return t.resume(req, e, c, m, rl)
+	}
 	return t.run(req, e, c, m)
 }
 
@@ -360,7 +363,7 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 	}
 	sb := newSSEBuffer()
 	done := make(chan struct{})
-	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb}
+	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb, engine: engineKey(req.URL)}
 	go func() {
 		defer close(done)
 		err := w.run(st, first)
@@ -449,6 +452,9 @@ type sseWriter struct {
 	ss  *samples
 	pw  *sseBuffer
 	buf []byte
+	// engine is the engine of the first stream; mig the continuation read since a migration (migrate.go).
+	engine string
+	mig    migration
 }
 
 func (w *sseWriter) write() error {
@@ -466,6 +472,7 @@ func (w *sseWriter) chunk(s *sample, d delta, first, final bool) {
 // run writes chunks until the Complete, then the usage chunk and [DONE]. A non-nil error ends the body
 // abnormally (the stream broke off, the reader went away).
 func (w *sseWriter) run(st genStream, ev event) error {
+	defer func() { w.endContinuation(w.g.completed.Load()) }()
 	if w.c.route == body.RouteChat { // a chat stream opens with the role of each choice, as vLLM's does
 		for _, s := range w.ss.all {
 			w.chunk(s, delta{}, true, false)
@@ -475,6 +482,12 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		}
 	}
 	for {
+		if ev.aborted() { // the engine gave up mid-stream: continue elsewhere if the request may
+			if next, first, ok := w.migrate(errEngineAborted, w.engine); ok {
+				st, ev = next, first
+				continue
+			}
+		}
 		s, d, err := w.ss.add(ev)
 		if err != nil {
 			w.errorEvent(err.Error(), "server_error", "bad_gateway")
@@ -505,6 +518,10 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		}
 		if !st.Receive() {
 			err := st.Err()
+			if next, first, ok := w.migrate(err, w.engine); ok { // continued on another pair
+				st, ev = next, first
+				continue
+			}
 			switch {
 			case err == nil:
 				w.errorEvent(errNoAnswer.Error(), "server_error", "bad_gateway")

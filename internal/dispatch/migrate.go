@@ -1,0 +1,221 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"slices"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicegw/sluice/internal/admission"
+	"github.com/sluicegw/sluice/internal/backend"
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/backend/enginerpc"
+	"github.com/sluicegw/sluice/internal/placement"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// How a stream whose decode engine broke off goes on (mid-stream migration, docs/migration.md). In
+// engine-gRPC mode the transport holds every token id, so a streamed PD request (n = 1) gets a
+// migrator in its context (withMigration). When the decode's Generate stream fails after the client
+// got the head of the answer, the transport's stream writer calls it with the prompt + generated ids;
+// the migrator runs a new PD attempt (resumeAttempt): admission marks it Resumed (it already waited
+// once: it takes a free slot ahead of the waiters, else waits in the top band), placement excludes
+// the decode engines that failed it, and the chosen pair's adapter sends the legs with the Resume in
+// their context, so the transport prefills the whole prefix and hands the decode's stream to the
+// writer instead of rendering it. The continuation's Response is the writer's to close: its guards
+// (prefill slot, decode seat, load guards) are released as any attempt's are, when the writer moves on
+// to another continuation or the client's stream ends. The failed attempt's guards stay with the
+// client's Response and are released once when it is closed, as without migration.
+//
+// Migrations are bounded per request by Config.MaxMigrations (--max-migrations; a continuation that
+// could not start counts too), counted in sluice_migrations_total{reason,outcome} and in the tokens
+// prefilled again, and noted as a sluice.migration event on the request's span.
+
+// Migration outcomes (sluice_migrations_total's outcome label).
+const (
+	OutcomeMigrated  = "migrated"  // the stream goes on on another pair
+	OutcomeFailed    = "failed"    // the continuation could not start (no pair, an error before its first token)
+	OutcomeExhausted = "exhausted" // no migration left: the stream ends with its error frame
+)
+
+// MigrationMetrics are the instruments of migration; the dispatcher's Metrics implement them when
+// they can (telemetry's do).
+type MigrationMetrics interface {
+	IncMigration(reason, outcome string)
+	AddMigrationPrefill(tokens int)
+}
+
+// migrator is one request's migrations; the stream's writer goroutine calls it, one call at a time.
+type migrator struct {
+	x    *Dispatcher
+	q    *prepared
+	span trace.Span // the request's
+	done int
+	// failed are the engines (scheme://host:port) whose streams broke off: never chosen again.
+	failed []string
+}
+
+// withMigration gives a request that can migrate its migrator: a streamed PD request of one sample
+// for engine-gRPC workers, with migrations on.
+func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Context {
+	if !x.cfg.PD || x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) || backend.EngineRPC(x.d.HTTP) == nil {
+		return ctx
+	}
+	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx)}
+	return enginerpc.WithMigrator(ctx, m.migrate)
+}
+
+// canMigrate reports a request whose stream a continuation can carry on (the transport checks the
+// rest: guided decoding, logprobs).
+func canMigrate(br *body.Request) bool {
+	switch br.Route {
+	case body.RouteChat, body.RouteCompletions, body.RouteGenerate:
+	default:
+		return false
+	}
+	return br.Stream && br.N <= 1 && br.BatchSize <= 1 && !br.ReturnLogprob
+}
+
+func (m *migrator) metrics() MigrationMetrics {
+	if mm, ok := m.x.d.Metrics.(MigrationMetrics); ok {
+		return mm
+	}
+	return nopMigrationMetrics{}
+}
+
+type nopMigrationMetrics struct{}
+
+func (nopMigrationMetrics) IncMigration(string, string) {}
+func (nopMigrationMetrics) AddMigrationPrefill(int)     {}
+
+// migrate runs one continuation of r: enginerpc.ErrNoMigration when the bound is reached, the
+// attempt's error when it failed, else the continuation's response body.
+func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer, error) {
+	x := m.x
+	if m.done >= x.cfg.MaxMigrations {
+		m.note(r, OutcomeExhausted, nil)
+		return nil, enginerpc.ErrNoMigration
+	}
+	m.done++
+	if !slices.Contains(m.failed, r.Failed) {
+		m.failed = append(m.failed, r.Failed)
+	}
+	resp, err := x.resumeAttempt(ctx, m.q, r, m.failed)
+	if err == nil && !r.Continued() {
+		resp.Body.Close()
+		err = errNotContinued
+	}
+	if err != nil {
+		m.note(r, OutcomeFailed, err)
+		x.d.Logger.Debug("migration failed", "request_id", m.q.RequestID, "from", r.Failed, "err", err)
+		return nil, err
+	}
+	m.note(r, OutcomeMigrated, nil)
+	m.metrics().AddMigrationPrefill(len(r.IDs))
+	x.d.Logger.Debug("stream migrated", "request_id", m.q.RequestID, "from", r.Failed, "to", resp.Worker,
+		"reason", r.Reason, "generated", r.Produced)
+	return resp.Body, nil
+}
+
+// errNotContinued: the continuation's decode was not served by the engine transport.
+var errNotContinued = errors.New("dispatch: the continuation's decode worker does not speak an engine's gRPC")
+
+func (m *migrator) note(r *enginerpc.Resume, outcome string, err error) {
+	m.metrics().IncMigration(r.Reason, outcome)
+	if !m.span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.String("sluice.migration.reason", r.Reason),
+		attribute.String("sluice.migration.outcome", outcome), attribute.String("sluice.migration.from", r.Failed),
+		attribute.Int("sluice.migration.generated_tokens", r.Produced), attribute.Int("sluice.migration.count", m.done)}
+	if err != nil {
+		attrs = append(attrs, attribute.String("error.type", errorType(err)))
+	}
+	m.span.AddEvent("sluice.migration", trace.WithAttributes(attrs...))
+}
+
+// resumeAttempt runs a continuation's PD attempt: admitted as Resumed at the top priority, on a pair
+// whose decode is none of the failed engines, with r in the legs' context.
+func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string) (*Response, error) {
+	br, err := q.withJSON(q.br)
+	if err != nil {
+		return nil, err
+	}
+	snap := x.d.Registry.Snapshot()
+	allowed := snap.Handoffs(worker.RolePrefill) & snap.Handoffs(worker.RoleDecode) & routeHandoffs(br.Route) &^
+		worker.HandoffSet(0).Add(worker.HandoffWorkerRPC)
+	preq := *q.preq
+	preq.TargetWorker = -1 // a pin named the pair that failed
+	preq.TokenIDs = r.IDs  // kv_aware matches the whole prefix
+	ar := x.admissionRequest(&q.Request, br, &preq)
+	ar.Tokens, ar.Priority, ar.Resumed = int64(len(r.IDs)), math.MaxInt32, true
+	notFailed := func(key string) bool {
+		return !slices.ContainsFunc(failed, func(f string) bool { return key == f || strings.HasPrefix(key, f+"@") })
+	}
+	// No decode engine but the failed ones: fail now rather than wait in the queue for a seat that
+	// only a failed engine could give.
+	only := preq
+	only.Handoffs = allowed
+	if _, err := placement.Select(snap, worker.RoleDecode, &only, firstPolicy{},
+		func(w *worker.Worker) bool { return notFailed(w.Key()) }, x.now()); err != nil {
+		return nil, err
+	}
+	slot, pw, dw, err := x.admitResumed(ctx, &preq, allowed, ar, notFailed)
+	if err != nil {
+		return nil, err
+	}
+	ctx = enginerpc.WithResume(ctx, r, pw.URL())
+	return holdSeat(ctx, slot.Seat(), func() (*Response, error) {
+		if dw == nil {
+			p := preq
+			p.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
+			if dw, err = placement.Select(x.d.Registry.Snapshot(), worker.RoleDecode, &p, x.d.Policies.Decode,
+				func(w *worker.Worker) bool { return notFailed(w.Key()) }, x.now()); err != nil {
+				slot.Release(admission.ReleaseFailed)
+				return nil, err
+			}
+		}
+		ad := x.adapter(pw.Handoff())
+		if ad == nil {
+			slot.Release(admission.ReleaseFailed)
+			return nil, errors.New("dispatch: no PD flow for handoff " + pw.Handoff().String())
+		}
+		return ad.run(ctx, &pdAttempt{r: &q.Request, br: br, preq: &preq, slot: slot, pw: pw, dw: dw})
+	})
+}
+
+// admitResumed is admitPrefill for a continuation: always a PD pair (no local prefill), its decode
+// one that ok accepts.
+func (x *Dispatcher) admitResumed(ctx context.Context, preq *placement.Request, allowed worker.HandoffSet, ar admission.Request,
+	ok func(key string) bool) (slot *admission.Slot, pw, dw *worker.Worker, err error) {
+	ar.Queue = preq.Model
+	ar.Select = func(hasCapacity func(string) bool) (string, error) {
+		w, err := x.selectPrefill(preq, allowed, hasCapacity)
+		if err != nil {
+			return "", err
+		}
+		pw = w
+		return w.URL(), nil
+	}
+	ar.SelectPair = func(hasSlot, hasSeat func(string) bool) (string, string, error) {
+		p, d, err := x.selectPair(preq, allowed, hasSlot, func(key string) bool { return ok(key) && hasSeat(key) })
+		if err != nil {
+			return "", "", err
+		}
+		pw, dw = p, d
+		return p.URL(), d.Key(), nil
+	}
+	slot, err = x.d.Admission.Acquire(ctx, ar)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if slot.Seat() == nil {
+		dw = nil // prefill-only selection (seats off, or turned off while waiting)
+	}
+	return slot, pw, dw, nil
+}

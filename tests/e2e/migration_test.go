@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/telemetry"
+)
+
+// Mid-stream migration (#36, docs/migration.md): a decode engine whose Generate stream breaks off in
+// the middle of a streamed answer (the simulator's die_after_tokens fault resets the RPC, as a
+// crashing engine does) is replaced by another pair, and the client reads one stream. At temperature 0
+// the simulator generates greedily from the whole token context, so the continued answer must be
+// exactly the uninterrupted one.
+
+// migrationModes are the PD modes where migration applies: the engines' own gRPC.
+func migrationModes() []pdMode {
+	var out []pdMode
+	for _, m := range pdModes() {
+		if m.engineGRPC {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// streamedAnswer is what the client read of a streamed chat.
+type streamedAnswer struct {
+	text, finish, id string
+	created          int64
+	roles            int // chunks naming the assistant role
+	usage            openai.CompletionUsage
+	err              error
+}
+
+func streamChat(t *testing.T, gwURL string, maxTokens int64) streamedAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdk(gwURL)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways that never drop a stream")},
+		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	var a streamedAnswer
+	var text strings.Builder
+	for stream.Next() {
+		ch := stream.Current()
+		if a.id == "" {
+			a.id, a.created = ch.ID, ch.Created
+		} else if ch.ID != a.id || ch.Created != a.created {
+			t.Errorf("chunk id/created %s/%d, the stream's first said %s/%d", ch.ID, ch.Created, a.id, a.created)
+		}
+		for _, c := range ch.Choices {
+			text.WriteString(c.Delta.Content)
+			if c.Delta.Role != "" {
+				a.roles++
+			}
+			if c.FinishReason != "" {
+				a.finish = c.FinishReason
+			}
+		}
+		if ch.Usage.TotalTokens > 0 {
+			a.usage = ch.Usage
+		}
+	}
+	a.text, a.err = text.String(), stream.Err()
+	return a
+}
+
+// released waits until admission holds nothing: no slot, no seat, no waiter.
+func released(t *testing.T, gw *gateway) {
+	t.Helper()
+	waitFor(t, "admission released everything", 10*time.Second, func() bool {
+		st := gw.Admission.Status()
+		if st.QueuedTotal != 0 {
+			return false
+		}
+		for _, m := range []map[string]int{st.Inflight, st.Seats} {
+			for _, n := range m {
+				if n != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func migrationCount(t *testing.T, gw *gateway, outcome string) float64 {
+	t.Helper()
+	total := 0.0
+	for k, v := range scrape(t, gw.URL, "sluice_migrations_total") {
+		if strings.Contains(k, "outcome="+outcome) {
+			total += v
+		}
+	}
+	return total
+}
+
+// TestMigrationContinuesABrokenStream: the first decode dies after a few tokens; the client's text,
+// finish_reason and usage equal an uninterrupted run's, with one role frame and no error, one
+// migration is counted, and every slot and seat is given back. With one decode seat per worker the
+// continuation must find its seat on the other decode (the broken one's is held until the end).
+func TestMigrationContinuesABrokenStream(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		for _, seats := range []bool{false, true} {
+			name := m.name
+			var flags []string
+			if seats {
+				name += "-seats"
+				flags = []string{"--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1"}
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				migrated(t, m, flags)
+			})
+		}
+	}
+}
+
+func migrated(t *testing.T, m pdMode, flags []string) {
+	c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+	gw := m.startGateway(t, c, flags...)
+	const maxTokens = 8
+	want := streamChat(t, gw.URL, maxTokens)
+	if want.err != nil || want.text == "" || want.finish != "length" {
+		t.Fatalf("uninterrupted run: %+v", want)
+	}
+	// Every decode dies after 5 tokens of a call: the first stream breaks, its continuation
+	// (3 tokens on the other decode) ends before its own engine's fault.
+	for _, d := range c.ByRole(sim.RoleDecode) {
+		if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := streamChat(t, gw.URL, maxTokens)
+	if got.err != nil {
+		t.Fatalf("migrated stream failed: %v (text so far %q)", got.err, got.text)
+	}
+	if got.text != want.text {
+		t.Errorf("migrated text %q, uninterrupted %q", got.text, want.text)
+	}
+	if got.finish != want.finish || got.roles != 1 {
+		t.Errorf("finish_reason %q (want %q), %d role frames (want 1)", got.finish, want.finish, got.roles)
+	}
+	if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
+		t.Errorf("usage %+v, uninterrupted %+v", got.usage, want.usage)
+	}
+	if n := migrationCount(t, gw, "migrated"); n != 1 {
+		t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+	}
+	// The re-prefill is the prompt and what was generated before the break.
+	if v := metricValue(t, gw, "sluice_migration_prefill_tokens_total"); v <= float64(want.usage.PromptTokens) {
+		t.Errorf("sluice_migration_prefill_tokens_total = %v, want more than the prompt's %d", v, want.usage.PromptTokens)
+	}
+	released(t, gw)
+}
+
+// TestMigrationOffEndsWithTheErrorFrame: with --max-migrations 0 a broken stream ends as before, with
+// the error event, and nothing is migrated.
+func TestMigrationOffEndsWithTheErrorFrame(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--max-migrations", "0")
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, 12)
+			if got.err == nil {
+				t.Fatalf("a broken stream without migration ended cleanly: %+v", got)
+			}
+			if n := migrationCount(t, gw, ""); n != 0 {
+				t.Errorf("sluice_migrations_total = %v with migration off", n)
+			}
+			released(t, gw)
+		})
+	}
+}
+
+// TestMigrationBeyondTheBound: every continuation breaks too; after --max-migrations the stream ends
+// with the error event, and everything the attempts held is given back.
+func TestMigrationBeyondTheBound(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--max-migrations", "1")
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, 12)
+			if got.err == nil {
+				t.Fatalf("a stream broken beyond the bound ended cleanly: %+v", got)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+			}
+			if n := migrationCount(t, gw, "exhausted"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=exhausted} = %v, want 1", n)
+			}
+			released(t, gw)
+		})
+	}
+}
+
+// TestMigrationCancelledByTheClient: the client goes away while its continuation waits for its
+// prefill (held in the engine): the migration ends there, the stream is not continued, and every slot,
+// seat and waiter of both attempts is given back.
+func TestMigrationCancelledByTheClient(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1")
+			prefill := c.ByRole(sim.RolePrefill)[0]
+			// The first request's prefill runs; the continuation's is held until the client gives up.
+			if err := prefill.SetFaults(sim.Faults{Hold: true, HoldSkip: 1}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = prefill.SetFaults(sim.Faults{}) })
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			client := sdk(gw.URL)
+			go func() {
+				stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways")},
+					MaxTokens: openai.Int(12), Temperature: openai.Float(0)})
+				for stream.Next() {
+				}
+				done <- stream.Err()
+			}()
+			waitFor(t, "the continuation's prefill held", 10*time.Second, func() bool { return prefill.Stats().RequestsSeen >= 2 })
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("a cancelled stream ended cleanly")
+			}
+			released(t, gw)
+			if n, f := migrationCount(t, gw, "migrated"), migrationCount(t, gw, "failed"); n != 0 || f != 1 {
+				t.Errorf("sluice_migrations_total: %v migrated, %v failed after the client went away; want 0, 1", n, f)
+			}
+		})
+	}
+}
+
+// TestMigrationSpanEvent: a migration is a sluice.migration event (reason, outcome) on the request's
+// span, in the request's trace.
+func TestMigrationSpanEvent(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	m := migrationModes()[0]
+	c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+	gw := startGateway(t, app.Options{TracerProvider: &telemetry.TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}},
+		engineGRPCArgs(c, byteTokenizerDir(t))...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	for _, d := range c.ByRole(sim.RoleDecode) {
+		if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := streamChat(t, gw.URL, 8); a.err != nil {
+		t.Fatalf("migrated stream: %v", a.err)
+	}
+	released(t, gw)
+	var found bool
+	waitFor(t, "the migration event", 5*time.Second, func() bool {
+		for _, s := range exp.GetSpans() {
+			for _, ev := range s.Events {
+				if ev.Name != "sluice.migration" {
+					continue
+				}
+				attrs := map[string]string{}
+				for _, kv := range ev.Attributes {
+					attrs[string(kv.Key)] = kv.Value.Emit()
+				}
+				// On the request's span, not on a leg's.
+				if attrs["sluice.migration.outcome"] == "migrated" && attrs["sluice.migration.reason"] != "" && !strings.HasPrefix(s.Name, "sluice.leg.") {
+					found = true
+				}
+			}
+		}
+		return found
+	})
+}
