@@ -296,7 +296,7 @@ func TestMigrationSpanEvent(t *testing.T) {
 				}
 				attrs := map[string]string{}
 				for _, kv := range ev.Attributes {
-					attrs[string(kv.Key)] = kv.Value.Emit()
+					attrs[string(kv.Key)] = kv.Value.String()
 				}
 				// On the request's span, not on a leg's.
 				if attrs["sluice.migration.outcome"] == "migrated" && attrs["sluice.migration.reason"] != "" && !strings.HasPrefix(s.Name, "sluice.leg.") {
