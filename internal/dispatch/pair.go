@@ -41,21 +41,7 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 		return nil, nil, errNoCompatibleDecode
 	}
 	if seated == 0 {
-		// The prefill side is still asked whether it could serve at all (404/503 win over a wait).
-		p := *preq
-		p.Handoffs = routable
-		if _, err := placement.SelectPrefill(snap, &p, firstPolicy{}, nil, now); err != nil {
-			return nil, nil, err
-		}
-		// When prefill is full too, prefill is what holds the head back: its seats are taken by
-		// requests still in prefill (a seat is held from the pair's choice), and the decode gets no
-		// new work until a slot frees. Naming decode then would tell an operator to add the wrong
-		// workers (the scenario's prefill-bound phase answered pd_decode_* before this).
-		if _, err := placement.SelectPrefill(snap, &p, firstPolicy{},
-			func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }, now); errors.Is(err, placement.ErrAtCapacity) {
-			return nil, nil, admission.ErrNoCapacity
-		}
-		return nil, nil, admission.ErrNoSeat
+		return nil, nil, x.noSeat(snap, preq, routable, hasSlot, now)
 	}
 	p := *preq
 	p.Handoffs = seated
@@ -79,24 +65,54 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 		}
 		return nil, nil, err
 	}
-	d := *preq
-	d.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
 	decodeOK := seatOK
 	if paired {
 		decodeOK = x.partnerFilter(preq, pw, partners)
 	}
+	dw, err := x.seatedDecode(snap, preq, pw, decodeOK, seatOK, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pw, dw, nil
+}
+
+// noSeat says why no pair can be granted when routable decode partners exist but none has a seat: a
+// placement error (404/503 win over a wait), admission.ErrNoCapacity when prefill is full too, else
+// admission.ErrNoSeat.
+func (x *Dispatcher) noSeat(snap *worker.Snapshot, preq *placement.Request, routable worker.HandoffSet, hasSlot func(string) bool, now time.Time) error {
+	p := *preq
+	p.Handoffs = routable
+	if _, err := placement.SelectPrefill(snap, &p, firstPolicy{}, nil, now); err != nil {
+		return err
+	}
+	// When prefill is full too, prefill is what holds the head back: its seats are taken by
+	// requests still in prefill (a seat is held from the pair's choice), and the decode gets no
+	// new work until a slot frees. Naming decode then would tell an operator to add the wrong
+	// workers (the scenario's prefill-bound phase answered pd_decode_* before this).
+	if _, err := placement.SelectPrefill(snap, &p, firstPolicy{},
+		func(w *worker.Worker) bool { return hasSlot(w.URL()) && !x.overloaded(w) }, now); errors.Is(err, placement.ErrAtCapacity) {
+		return admission.ErrNoCapacity
+	}
+	return admission.ErrNoSeat
+}
+
+// seatedDecode picks the decode worker of prefill pw's handoff among those decodeOK allows, by the
+// decode policy; admission.ErrNoSeat when none has a seat.
+func (x *Dispatcher) seatedDecode(snap *worker.Snapshot, preq *placement.Request, pw *worker.Worker, decodeOK, seatOK func(*worker.Worker) bool, now time.Time) (*worker.Worker, error) {
+	d := *preq
+	d.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
 	dw, err := placement.Select(snap, worker.RoleDecode, &d, x.d.Policies.Decode, decodeOK, now)
 	if err != nil {
 		if errors.Is(err, placement.ErrAtCapacity) {
-			return nil, nil, admission.ErrNoSeat
+			return nil, admission.ErrNoSeat
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	if !seatOK(dw) {
 		// A strict target names an engine; the policy picked one of its ranks without a seat.
-		return nil, nil, admission.ErrNoSeat
+		return nil, admission.ErrNoSeat
 	}
-	return pw, dw, nil
+	return dw, nil
 }
 
 // decodeHandoffs returns the handoffs of the routable decode workers of the request's model, and of
