@@ -134,31 +134,12 @@ func remaining(maxTokens *int, minTokens uint32, produced int) (*int, uint32) {
 // handOver starts the continuation's Generate and, once the engine sent its first message (an error
 // before that is an error status dispatch may retry, as in run), hands the stream to r.
 func (t *Transport) handOver(req *http.Request, e *engineEntry, c *call, r *Resume) (*http.Response, error) {
-	g := t.start(req, e, c)
-	st, err := e.client.generate(g.ctx, c)
-	if err != nil {
-		resp, ferr := t.failed(req, g, err)
-		g.end()
-		return resp, ferr
+	rs := &resumedStream{cumulative: e.client.cumulativeCounts(), base: uint32(r.Produced)}
+	g, st, first, resp, err := t.begin(req, e, c, rs.adjust)
+	if g == nil {
+		return resp, err
 	}
-	if !st.Receive() {
-		err := st.Err()
-		st.Close()
-		if err == nil {
-			err = errNoAnswer
-		}
-		resp, ferr := t.failed(req, g, err)
-		g.end()
-		return resp, ferr
-	}
-	rs := &resumedStream{genStream: st, cumulative: e.client.cumulativeCounts(), base: uint32(r.Produced)}
-	first := rs.adjust(st.event())
-	if first.aborted() {
-		st.Close()
-		g.completed.Store(true)
-		g.end()
-		return abortedResponse(req), nil
-	}
+	rs.genStream = st
 	h := &handover{g: g, st: rs, engine: engineKey(req.URL)}
 	h.first = rs.split(first)
 	r.got.Store(h)

@@ -329,33 +329,11 @@ func (g *generation) end() {
 // run calls Generate and answers once the engine has sent its first message, as an HTTP engine
 // answers once it has started: an error before that is an error status.
 func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*http.Response, error) {
-	g := t.start(req, e, c)
-	st, err := e.client.generate(g.ctx, c)
-	if err != nil {
-		resp, ferr := t.failed(req, g, err)
-		g.end()
-		return resp, ferr
+	g, st, first, resp, err := t.begin(req, e, c, nil)
+	if g == nil {
+		return resp, err
 	}
 	ss := newSamples(e.Tokenizer, c, e.client.cumulativeCounts())
-	if !st.Receive() {
-		err := st.Err()
-		st.Close()
-		if err == nil {
-			err = errNoAnswer
-		}
-		resp, ferr := t.failed(req, g, err)
-		g.end()
-		return resp, ferr
-	}
-	first := st.event()
-	if first.aborted() {
-		// Nothing was generated: answer as the engine's HTTP server does, with an error status that
-		// dispatch may retry, not a 200 stream with an empty answer.
-		st.Close()
-		g.completed.Store(true)
-		g.end()
-		return abortedResponse(req), nil
-	}
 	if !c.stream {
 		defer g.end()
 		defer st.Close()
@@ -375,6 +353,41 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		sb.CloseWithError(err) // nil: the reader sees io.EOF
 	}()
 	return streamResponse(req, &streamBody{pr: sb, g: g, done: done}), nil
+}
+
+// begin calls Generate and waits for the engine's first message (adjusted by adjust when not nil). A
+// nil generation means the answer is already resp, err and the generation has ended: the call failed
+// before that message, or the engine aborted it before generating anything, which is answered as the
+// engine's HTTP server does, with an error status dispatch may retry, not a 200 with an empty answer.
+func (t *Transport) begin(req *http.Request, e *engineEntry, c *call, adjust func(event) event) (*generation, genStream, event, *http.Response, error) {
+	g := t.start(req, e, c)
+	st, err := e.client.generate(g.ctx, c)
+	if err != nil {
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return nil, nil, event{}, resp, ferr
+	}
+	if !st.Receive() {
+		err := st.Err()
+		st.Close()
+		if err == nil {
+			err = errNoAnswer
+		}
+		resp, ferr := t.failed(req, g, err)
+		g.end()
+		return nil, nil, event{}, resp, ferr
+	}
+	first := st.event()
+	if adjust != nil {
+		first = adjust(first)
+	}
+	if first.aborted() {
+		st.Close()
+		g.completed.Store(true)
+		g.end()
+		return nil, nil, event{}, abortedResponse(req), nil
+	}
+	return g, st, first, nil, nil
 }
 
 // whole reads a unary call's events until every sample's Complete and answers them.
