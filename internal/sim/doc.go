@@ -188,7 +188,9 @@
 // model_name and engine, the DP rank); a Mooncake prefill's bootstrap server answers GET /query and the
 // simulator's POST /sim/mooncake/pull. Other routes answer FastAPI's 404 {"detail":"Not Found"}. Simulator control:
 // GET|POST /sim/faults (POST merges the given fields into the current faults; "refuse_for_ms" refuses
-// connections for a while and then listens again, the only way back for a separate process), GET
+// connections for a while and then listens again, the only way back for a separate process;
+// "crash_for_ms" kills the engine as SIGKILL would, every connection dropped and every request lost,
+// and restarts it empty on the same ports after that long: Engine.Crash), GET
 // /sim/stats (with a per-rank breakdown in "ranks": requests, queue, running, prefix cache hit and
 // prompt tokens, KV), POST /sim/stats/reset, and POST /sim/kv/pull (NIXL-style KV pull between engines). With
 // Config.GRPC the same port also serves gRPC over h2c: the engine's own protocol and sluice.worker.v1.

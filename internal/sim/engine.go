@@ -42,6 +42,8 @@ type Engine struct {
 	cancelBase context.CancelFunc
 	active     tracker
 
+	crashes atomic.Int64 // Crash calls, for tests
+
 	mu          sync.Mutex // guards the fields below
 	started     bool
 	closed      bool
@@ -51,6 +53,9 @@ type Engine struct {
 	bootSrv     *http.Server
 	bootPort    int
 	refuseTimer *time.Timer
+	// lifeCancel ends the current incarnation's requests: the servers' base context is a child of
+	// baseCtx that a Crash cancels (the engine lives on; Close cancels baseCtx).
+	lifeCancel context.CancelFunc
 	hold        chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
 	holdSkip    int           // requests still let through the hold (Faults.HoldSkip)
 	serveWG     sync.WaitGroup
@@ -139,27 +144,10 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("sim: listen bootstrap: %w", err)
 		}
 		e.bootPort = bln.Addr().(*net.TCPAddr).Port
-		handler := e.bootstrapHandler()
-		if e.cfg.mooncake() {
-			handler = e.mooncakeBootstrapHandler()
-		}
-		e.bootSrv = &http.Server{
-			Handler:           e.trackHandler(handler),
-			BaseContext:       func(net.Listener) context.Context { return e.baseCtx },
-			ReadHeaderTimeout: 10 * time.Second,
-		}
+		e.newServersLocked()
 		e.serveLocked(e.bootSrv, bln)
-	}
-	e.srv = &http.Server{
-		Handler:           e.trackHandler(e.routes()),
-		BaseContext:       func(net.Listener) context.Context { return e.baseCtx },
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	if e.cfg.GRPC {
-		var p http.Protocols
-		p.SetHTTP1(true)
-		p.SetUnencryptedHTTP2(true)
-		e.srv.Protocols = &p
+	} else {
+		e.newServersLocked()
 	}
 	e.started = true
 	if e.faults.Load().RefuseConnections && e.faults.Load().appliesTo(e.cfg.Role) {
@@ -171,6 +159,28 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.logger.Info("sim engine started", "role", e.cfg.Role, "protocol", e.cfg.Protocol, "mode", e.cfg.Mode,
 		"url", e.urlLocked(), "bootstrap_port", e.bootPort, "dp_size", e.cfg.DPSize, "kv_connector", e.cfg.KVConnector, "grpc", e.cfg.GRPC)
 	return nil
+}
+
+// newServersLocked makes the HTTP servers of a new incarnation (at Start, and after a Crash): an
+// http.Server that was closed cannot serve again.
+func (e *Engine) newServersLocked() {
+	life, cancel := context.WithCancel(e.baseCtx)
+	e.lifeCancel = cancel
+	base := func(net.Listener) context.Context { return life }
+	if e.cfg.hasBootstrapServer() {
+		handler := e.bootstrapHandler()
+		if e.cfg.mooncake() {
+			handler = e.mooncakeBootstrapHandler()
+		}
+		e.bootSrv = &http.Server{Handler: e.trackHandler(handler), BaseContext: base, ReadHeaderTimeout: 10 * time.Second}
+	}
+	e.srv = &http.Server{Handler: e.trackHandler(e.routes()), BaseContext: base, ReadHeaderTimeout: 10 * time.Second}
+	if e.cfg.GRPC {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		e.srv.Protocols = &p
+	}
 }
 
 func (e *Engine) serveLocked(srv *http.Server, ln net.Listener) {
@@ -294,6 +304,58 @@ func (e *Engine) applyRefuse(refuse bool, refuseFor time.Duration) error {
 	e.serveLocked(e.srv, ln)
 	return nil
 }
+
+// Crash kills the engine as a SIGKILL would and restarts it after downFor, as its supervisor would:
+// every connection is dropped at once (clients see their requests and streams reset, not answered),
+// every request it ran is lost, its prefix caches are empty when it listens again on the same ports,
+// and until then dials are refused. A test or the chaos soak kills an in-process engine with it; a
+// sluice-sim process is killed the same way through POST /sim/faults {"crash_for_ms": N}.
+func (e *Engine) Crash(downFor time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started || e.closed {
+		return
+	}
+	e.crashes.Add(1)
+	if e.refuseTimer != nil {
+		e.refuseTimer.Stop()
+	}
+	// Connections first: a request cancelled before its connection is gone would end its answer
+	// cleanly, which a killed process never does.
+	_ = e.srv.Close()
+	if e.bootSrv != nil {
+		_ = e.bootSrv.Close()
+	}
+	e.lifeCancel() // the requests it ran end with the process
+	e.ln = nil
+	for _, r := range e.ranks {
+		r.cache.flush()
+	}
+	e.newServersLocked()
+	e.refuseTimer = time.AfterFunc(downFor, e.restart)
+}
+
+// restart listens again after a Crash: the main port, and the bootstrap server's.
+func (e *Engine) restart() {
+	if err := e.applyRefuse(false, 0); err != nil {
+		e.logger.Error("sim: restart after a crash", "err", err)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.bootSrv == nil {
+		return
+	}
+	bln, err := net.Listen("tcp", net.JoinHostPort(e.cfg.Host, strconv.Itoa(e.bootPort)))
+	if err != nil {
+		e.logger.Error("sim: restart the bootstrap server after a crash", "err", err)
+		return
+	}
+	e.serveLocked(e.bootSrv, bln)
+}
+
+// Crashes is how many times the engine was crashed (Crash).
+func (e *Engine) Crashes() int64 { return e.crashes.Load() }
 
 // Shutdown stops accepting requests and waits for running ones until ctx ends, then closes everything.
 func (e *Engine) Shutdown(ctx context.Context) error {

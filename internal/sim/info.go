@@ -266,6 +266,9 @@ type faultsPatch struct {
 	// RefuseForMS refuses connections for that long, then listens again by itself (a process whose
 	// listener is closed cannot be told over HTTP to reopen it).
 	RefuseForMS float64 `json:"refuse_for_ms"`
+	// CrashForMS kills the engine as SIGKILL would and restarts it after that long (Engine.Crash); the
+	// faults themselves are left as they were.
+	CrashForMS float64 `json:"crash_for_ms"`
 }
 
 func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
@@ -278,6 +281,23 @@ func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&p); err != nil {
 		writeSimError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
+		return
+	}
+	if p.CrashForMS < 0 {
+		writeSimError(w, http.StatusBadRequest, "crash_for_ms must not be negative")
+		return
+	}
+	if p.CrashForMS > 0 {
+		// The whole answer goes out first (with its length, so that the client has read all of it):
+		// the crash drops this connection too.
+		b, _ := json.Marshal(e.Faults())
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		e.Crash(time.Duration(p.CrashForMS * float64(time.Millisecond)))
 		return
 	}
 	if p.RefuseForMS > 0 {
