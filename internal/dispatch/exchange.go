@@ -136,11 +136,12 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	out := x.response(resp, br, dw, pw)
 	out.pd = timing
 	out.legCtx = legCtx
+	releaseDecode := holdDecode(ctx, func() { x.releaseLoad(dw, dload) }) // or a migration first (migrate.go)
 	finish := func() {
 		x.awaitPrefill(ctx, prefillDone)
 		cancelLegs(errRequestEnded)
 		<-prefillDone
-		x.releaseLoad(dw, dload)
+		releaseDecode()
 	}
 	switch merge {
 	case mergeUnary:

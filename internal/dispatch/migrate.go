@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -29,8 +30,10 @@ import (
 // their context, so the transport prefills the whole prefix and hands the decode's stream to the
 // writer instead of rendering it. The continuation's Response is the writer's to close: its guards
 // (prefill slot, decode seat, load guards) are released as any attempt's are, when the writer moves on
-// to another continuation or the client's stream ends. The failed attempt's guards stay with the
-// client's Response and are released once when it is closed, as without migration.
+// to another continuation or the client's stream ends. The guards an attempt holds on its decode
+// worker (seat, load) are also in the request's decodeGuards: a migration gives the failed worker's
+// back as it leaves it, not when the client's stream ends (each is a once-only release, so the
+// Response's close that comes later releases nothing twice).
 //
 // Migrations are bounded per request by Config.MaxMigrations (--max-migrations; a continuation that
 // could not start counts too), counted in sluice_migrations_total{reason,outcome} and in the tokens
@@ -52,10 +55,11 @@ type MigrationMetrics interface {
 
 // migrator is one request's migrations; the stream's writer goroutine calls it, one call at a time.
 type migrator struct {
-	x    *Dispatcher
-	q    *prepared
-	span trace.Span // the request's
-	done int
+	x      *Dispatcher
+	q      *prepared
+	span   trace.Span // the request's
+	guards *decodeGuards
+	done   int
 	// failed are the engines (scheme://host:port) whose streams broke off: never chosen again.
 	failed []string
 }
@@ -66,8 +70,42 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 	if !x.cfg.PD || x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) || backend.EngineRPC(x.d.HTTP) == nil {
 		return ctx
 	}
-	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx)}
+	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
+	ctx = context.WithValue(ctx, decodeGuardsKey{}, m.guards)
 	return enginerpc.WithMigrator(ctx, m.migrate)
+}
+
+// decodeGuards are the releases of the guards a migrating request's attempts hold on their decode
+// workers; the migrator runs them when the stream leaves its decode worker.
+type decodeGuards struct {
+	mu   sync.Mutex
+	held []func()
+}
+
+type decodeGuardsKey struct{}
+
+// holdDecode makes release once-only and, when the request can migrate, lets a migration run it
+// first. Register a guard only once the attempt holds it for its answer: a failed attempt releases
+// its own.
+func holdDecode(ctx context.Context, release func()) func() {
+	once := sync.OnceFunc(release)
+	if g, ok := ctx.Value(decodeGuardsKey{}).(*decodeGuards); ok {
+		g.mu.Lock()
+		g.held = append(g.held, once)
+		g.mu.Unlock()
+	}
+	return once
+}
+
+// releaseAll gives back every decode guard held so far: the stream has left their worker.
+func (g *decodeGuards) releaseAll() {
+	g.mu.Lock()
+	held := g.held
+	g.held = nil
+	g.mu.Unlock()
+	for _, release := range held {
+		release()
+	}
 }
 
 // canMigrate reports a request whose stream a continuation can carry on (the transport checks the
@@ -97,6 +135,7 @@ func (nopMigrationMetrics) AddMigrationPrefill(int)     {}
 // attempt's error when it failed, else the continuation's response body.
 func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer, error) {
 	x := m.x
+	m.guards.releaseAll() // the failed decode's seat and load, whether or not the stream goes on
 	if m.done >= x.cfg.MaxMigrations {
 		m.note(r, OutcomeExhausted, nil)
 		return nil, enginerpc.ErrNoMigration

@@ -165,6 +165,8 @@ func holdSeat(ctx context.Context, seat *admission.Seat, run func() (*Response, 
 	if err != nil {
 		return nil, err
 	}
+	// A migration gives the seat back as failed when the stream leaves this decode (migrate.go).
+	holdDecode(ctx, func() { seat.Release(admission.ReleaseFailed) })
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { seat.Release(admission.ReleaseCompleted) }}
 	handed = true
 	return resp, nil

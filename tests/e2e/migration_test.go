@@ -307,3 +307,64 @@ func TestMigrationSpanEvent(t *testing.T) {
 		return found
 	})
 }
+
+// TestMigrationGivesBackTheFailedDecode: when a decode engine is killed mid-stream (Crash: every
+// connection dropped, as SIGKILL does), the stream goes on on the other decode and the failed
+// decode's seat and load are given back as the stream leaves it, while the client's stream is still
+// open, not when it ends. The client reads one chunk, then stops reading until the check is done.
+func TestMigrationGivesBackTheFailedDecode(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrationModes() {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, "--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			client := sdk(gw.URL)
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+				Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long answer, please")},
+				MaxTokens: openai.Int(4000), Temperature: openai.Float(0)})
+			defer stream.Close()
+			if !stream.Next() {
+				t.Fatalf("no first chunk: %v", stream.Err())
+			}
+			failed, other := seatedDecode(t, m, c, gw)
+			failed.Crash(time.Second)
+			waitFor(t, "the stream migrated and the failed decode's seat and load given back", 10*time.Second, func() bool {
+				st := gw.Admission.Status()
+				return migrationCount(t, gw, "migrated") == 1 && st.Seats[m.url(failed)] == 0 && st.Seats[m.url(other)] == 1 &&
+					workerLoad(gw, m.url(failed)) == 0 && workerLoad(gw, m.url(other)) == 1
+			})
+			cancel()
+			for stream.Next() {
+			}
+			released(t, gw)
+		})
+	}
+}
+
+// seatedDecode is the decode engine holding the one seat in use, and the other one.
+func seatedDecode(t *testing.T, m pdMode, c *sim.Cluster, gw *gateway) (seated, other *sim.Engine) {
+	t.Helper()
+	ds := c.ByRole(sim.RoleDecode)
+	st := gw.Admission.Status()
+	switch {
+	case st.Seats[m.url(ds[0])] == 1 && st.Seats[m.url(ds[1])] == 0:
+		return ds[0], ds[1]
+	case st.Seats[m.url(ds[1])] == 1 && st.Seats[m.url(ds[0])] == 0:
+		return ds[1], ds[0]
+	}
+	t.Fatalf("seats %v: want one decode seated", st.Seats)
+	return nil, nil
+}
+
+// workerLoad is the gateway's in-flight count of the worker at url (-1 when it is unknown).
+func workerLoad(gw *gateway, url string) int64 {
+	for _, w := range gw.Registry.Snapshot().All() {
+		if w.URL() == url {
+			return w.Load()
+		}
+	}
+	return -1
+}
