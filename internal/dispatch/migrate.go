@@ -144,11 +144,7 @@ func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer,
 	if !slices.Contains(m.failed, r.Failed) {
 		m.failed = append(m.failed, r.Failed)
 	}
-	resp, err := x.resumeAttempt(ctx, m.q, r, m.failed)
-	if err == nil && !r.Continued() {
-		resp.Body.Close()
-		err = errNotContinued
-	}
+	resp, err := m.start(ctx, r)
 	if err != nil {
 		m.note(r, OutcomeFailed, err)
 		x.d.Logger.Debug("migration failed", "request_id", m.q.RequestID, "from", r.Failed, "err", err)
@@ -159,6 +155,27 @@ func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer,
 	x.d.Logger.Debug("stream migrated", "request_id", m.q.RequestID, "from", r.Failed, "to", resp.Worker,
 		"reason", r.Reason, "generated", r.Produced)
 	return resp.Body, nil
+}
+
+// start runs the continuation's attempt, retried as any request's attempt is (--retry-max-retries,
+// with backoff) while it fails before its first token: the stream has not moved yet, and in a rolling
+// restart the pair it was given may be the next engine going down.
+func (m *migrator) start(ctx context.Context, r *enginerpc.Resume) (*Response, error) {
+	x := m.x
+	for attempt := 0; ; attempt++ {
+		r.Retry()
+		resp, err := x.resumeAttempt(ctx, m.q, r, m.failed)
+		if err == nil && !r.Continued() {
+			resp.Body.Close()
+			return nil, errNotContinued
+		}
+		if err == nil || ctx.Err() != nil || attempt+1 >= x.cfg.Retry.MaxAttempts || !isRetryable(err) {
+			return resp, err
+		}
+		if err := x.backoff(ctx, m.q, attempt, err); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // errNotContinued: the continuation's decode was not served by the engine transport.

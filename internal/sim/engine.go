@@ -56,10 +56,10 @@ type Engine struct {
 	// lifeCancel ends the current incarnation's requests: the servers' base context is a child of
 	// baseCtx that a Crash cancels (the engine lives on; Close cancels baseCtx).
 	lifeCancel context.CancelFunc
-	hold        chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
-	holdSkip    int           // requests still let through the hold (Faults.HoldSkip)
-	serveWG     sync.WaitGroup
-	kvPubs      []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
+	hold       chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
+	holdSkip   int           // requests still let through the hold (Faults.HoldSkip)
+	serveWG    sync.WaitGroup
+	kvPubs     []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
 }
 
 // New validates cfg and builds an engine. logger may be nil.

@@ -50,7 +50,7 @@ type Resume struct {
 const (
 	ReasonUnavailable = "unavailable"  // the RPC failed UNAVAILABLE (the engine went away)
 	ReasonAborted     = "aborted"      // the RPC failed ABORTED
-	ReasonReset       = "reset"        // the stream was reset (INTERNAL, UNKNOWN: a connection dropped)
+	ReasonReset       = "reset"        // the stream was reset (INTERNAL, UNKNOWN, CANCELED: a connection dropped)
 	ReasonNoComplete  = "no_complete"  // the stream ended without a Complete
 	ReasonEngineAbort = "engine_abort" // the engine's own "abort" finish
 )
@@ -84,6 +84,9 @@ type resumeLeg struct {
 func WithResume(ctx context.Context, r *Resume, prefillURL string) context.Context {
 	return context.WithValue(ctx, resumeKey{}, &resumeLeg{r: r, prefill: EngineKey(prefillURL)})
 }
+
+// Retry forgets what a failed try of r's continuation handed over, before the next try.
+func (r *Resume) Retry() { r.got.Store(nil) }
 
 // Continued reports whether the transport handed a continuation's stream over to r.
 func (r *Resume) Continued() bool { return r.got.Load() != nil }
@@ -247,7 +250,9 @@ func migrationReason(cause error) string {
 		return ReasonUnavailable
 	case connect.CodeAborted:
 		return ReasonAborted
-	case connect.CodeInternal, connect.CodeUnknown:
+	case connect.CodeInternal, connect.CodeUnknown, connect.CodeCanceled:
+		// Canceled too: connect reports a connection reset by the engine's host so, and the writer
+		// has already ruled out the client's own cancellation (its context is live).
 		return ReasonReset
 	}
 	return ""

@@ -1,7 +1,10 @@
 package enginerpc
 
 import (
+	"errors"
 	"testing"
+
+	"connectrpc.com/connect"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 )
@@ -104,5 +107,28 @@ func TestResumedStreamUsage(t *testing.T) {
 				t.Errorf("text %q, want %q (every token once)", s.text, want)
 			}
 		})
+	}
+}
+
+// TestMigrationReason: which broken streams migrate, and under which reason label.
+func TestMigrationReason(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{nil, ReasonNoComplete},
+		{errEngineAborted, ReasonEngineAbort},
+		{connect.NewError(connect.CodeUnavailable, errors.New("engine gone")), ReasonUnavailable},
+		{connect.NewError(connect.CodeAborted, errors.New("aborted")), ReasonAborted},
+		{connect.NewError(connect.CodeInternal, errors.New("incomplete envelope")), ReasonReset},
+		// connect says canceled for a connection the engine's host reset; the writer has ruled out
+		// the client's own cancellation before it asks.
+		{connect.NewError(connect.CodeCanceled, errors.New("read: connection reset by peer")), ReasonReset},
+		{connect.NewError(connect.CodeInvalidArgument, errors.New("bad request")), ""},
+		{connect.NewError(connect.CodeResourceExhausted, errors.New("too long")), ""},
+	} {
+		if got := migrationReason(tc.cause); got != tc.want {
+			t.Errorf("migrationReason(%v) = %q, want %q", tc.cause, got, tc.want)
+		}
 	}
 }

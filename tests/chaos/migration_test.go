@@ -1,0 +1,315 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/gen/sluice/admin/v1/adminv1connect"
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/config"
+	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// TestMigrationSoak is the rolling restart that never ends (#36, docs/migration.md): PD engines that
+// speak their own gRPC, and their decode engines killed one after another (sim Crash: every connection
+// dropped at once, every request lost, as SIGKILL does; the engine comes back empty on its port, as
+// its supervisor restarts it), the next one only once the gateway routes to the last one again, as a
+// rolling update waits for readiness. Meanwhile clients stream long answers at temperature 0, where
+// the simulator is greedy over the whole token context, so a continued answer must be exactly the
+// uninterrupted one. Invariants:
+//
+//   - no client request fails: every answer is 200, ends with [DONE] and no error frame;
+//   - no stream is truncated or corrupted: its text, finish_reason and usage equal the uninterrupted
+//     answer to the same request (taken before the first kill);
+//   - kills hit streams (migrations happened), and every decode engine was killed;
+//   - afterwards the gateway holds nothing (no slot, seat, waiter or worker load).
+//
+// It reports the extra cost: the tokens prefilled again by continuations against the prompts' tokens.
+// Each protocol runs for a sixth of SLUICE_CHAOS_DURATION, at least 12 s.
+func TestMigrationSoak(t *testing.T) {
+	per := max(12*time.Second, soakDuration(t)/6)
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(p), func(t *testing.T) { migrationSoak(t, p, per) })
+	}
+}
+
+// soakRequest is one of the streamed requests the clients repeat, and its uninterrupted answer.
+type soakRequest struct {
+	body string
+	want streamed
+}
+
+// streamed is what a client read of a streamed chat.
+type streamed struct {
+	status             int
+	text, finish       string
+	prompt, completion int    // usage
+	ended              bool   // [DONE] came
+	errorFrame         string // an error event, if one came
+	readErr            error
+}
+
+func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("SLUICE_TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	cluster, err := sim.StartCluster(context.Background(), sim.ClusterConfig{Prefill: 2, Decode: 3, Protocol: p,
+		Engine: sim.Config{GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true, Seed: 7, ITLBase: 3 * time.Millisecond},
+		Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	gw, base := startMigrationGateway(t, cluster, logger)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := gw.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: clientTimeout}
+
+	reqs := make([]soakRequest, 8)
+	for i := range reqs {
+		reqs[i].body = fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"migration soak %d"}],`+
+			`"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, model, i, 60+15*i)
+		reqs[i].want = streamChat(context.Background(), client, base, reqs[i].body)
+		if w := reqs[i].want; !w.complete() || w.text == "" {
+			t.Fatalf("uninterrupted answer %d: %+v", i, w)
+		}
+	}
+
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	var mu sync.Mutex
+	var total int
+	var problems []string
+	for id := range 8 {
+		load.Go(func() {
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := reqs[(id+seq)%len(reqs)]
+				got := streamChat(context.Background(), client, base, r.body)
+				mu.Lock()
+				total++
+				if bad := got.differs(r.want); bad != "" && len(problems) < 20 {
+					problems = append(problems, bad)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	kills := rollingKills(t, gw, cluster.ByRole(sim.RoleDecode), length)
+	close(stop)
+	load.Wait()
+
+	migrated := metricSum(t, base, "sluice_migrations_total", `outcome="migrated"`)
+	failed := metricSum(t, base, "sluice_migrations_total", `outcome="failed"`)
+	exhausted := metricSum(t, base, "sluice_migrations_total", `outcome="exhausted"`)
+	reprefill := metricSum(t, base, "sluice_migration_prefill_tokens_total", "")
+	served := metricSum(t, base, "sluice_tokens_total", "")
+	t.Logf("%s: %d streams, %d decode kills; migrations: %v migrated, %v failed, %v exhausted; "+
+		"re-prefilled %v tokens (%.0f a migration; %.1f%% on top of the %v prompt and output tokens served)",
+		p, total, kills, migrated, failed, exhausted, reprefill, reprefill/max(migrated, 1), 100*reprefill/max(served, 1), served)
+	for _, pr := range problems {
+		t.Error(pr)
+	}
+	if migrated == 0 {
+		t.Error("no stream migrated: the kills hit no stream, the soak proved nothing")
+	}
+	checkIdle(t, adminv1connect.NewAdminServiceClient(http.DefaultClient, base), base)
+}
+
+// startMigrationGateway starts a PD gateway in front of the cluster's engines at grpc:// URLs.
+func startMigrationGateway(t *testing.T, c *sim.Cluster, logger *slog.Logger) (*app.App, string) {
+	t.Helper()
+	tok := t.TempDir()
+	if err := sim.WriteByteTokenizer(tok); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--host", "127.0.0.1", "--port", "0", "--pd-disaggregation", "--tokenizer-path", tok,
+		"--request-timeout-secs", "20", "--health-check-interval-secs", "0.2", "--health-check-timeout-secs", "1",
+		"--health-success-threshold", "1", "--health-failure-threshold", "1",
+		"--retry-initial-backoff-ms", "20", "--retry-max-backoff-ms", "200", "--shutdown-grace-period-secs", "5"}
+	for _, e := range c.ByRole(sim.RolePrefill) {
+		args = append(args, "--prefill", grpcURL(e))
+		if bp := e.BootstrapPort(); bp > 0 {
+			args = append(args, strconv.Itoa(bp))
+		}
+	}
+	for _, e := range c.ByRole(sim.RoleDecode) {
+		args = append(args, "--decode", grpcURL(e))
+	}
+	cfg, err := config.Parse(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := app.New(context.Background(), cfg, app.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the gateway is ready", func() bool { return gw.Ready() == nil })
+	return gw, "http://" + gw.Addr()
+}
+
+func grpcURL(e *sim.Engine) string { return strings.Replace(e.URL(), "http://", "grpc://", 1) }
+
+// rollingKills kills the decode engines in turn until length has passed, each down for a moment; the
+// next kill waits until the gateway routes to the restarted engine again. It returns the kill count.
+func rollingKills(t *testing.T, gw *app.App, decodes []*sim.Engine, length time.Duration) int {
+	kills := 0
+	for end := time.Now().Add(length); time.Now().Before(end); {
+		e := decodes[kills%len(decodes)]
+		time.Sleep(700 * time.Millisecond) // the schedule: streams are running on every engine by now
+		e.Crash(400 * time.Millisecond)
+		kills++
+		waitUntil(t, "the killed decode is routed to again", func() bool {
+			w, ok := gw.Registry.Snapshot().ByURL(grpcURL(e))
+			return ok && w.Health() == worker.HealthReady
+		})
+	}
+	if kills < len(decodes) {
+		t.Errorf("%d kills: not every decode engine was killed", kills)
+	}
+	return kills
+}
+
+// waitUntil polls cond for at most 20 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) { // polling interval
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// streamChat sends one streamed chat and reads its SSE answer.
+func streamChat(ctx context.Context, c *http.Client, base, body string) streamed {
+	var s streamed
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		s.readErr = err
+		return s
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		s.readErr = err
+		return s
+	}
+	defer resp.Body.Close()
+	s.status = resp.StatusCode
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if payload == "[DONE]" {
+			s.ended = true
+			continue
+		}
+		s.chunk(payload, &text)
+	}
+	s.text, s.readErr = text.String(), sc.Err()
+	return s
+}
+
+// chunk takes one SSE payload: content, finish_reason, usage, or an error event.
+func (s *streamed) chunk(payload string, text *strings.Builder) {
+	var ch struct {
+		Error   json.RawMessage `json:"error"`
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(payload), &ch); err != nil {
+		s.errorFrame = "not JSON: " + payload
+		return
+	}
+	if len(ch.Error) > 0 && string(ch.Error) != "null" {
+		s.errorFrame = string(ch.Error)
+	}
+	for _, c := range ch.Choices {
+		text.WriteString(c.Delta.Content)
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			s.finish = *c.FinishReason
+		}
+	}
+	if ch.Usage != nil {
+		s.prompt, s.completion = ch.Usage.Prompt, ch.Usage.Completion
+	}
+}
+
+func (s streamed) complete() bool {
+	return s.status == http.StatusOK && s.ended && s.errorFrame == "" && s.readErr == nil
+}
+
+// differs says how got is not the uninterrupted answer want ("" when it is the same).
+func (s streamed) differs(want streamed) string {
+	switch {
+	case s.status != http.StatusOK:
+		return fmt.Sprintf("failed request: status %d (%v)", s.status, s.readErr)
+	case !s.complete():
+		return fmt.Sprintf("truncated stream: [DONE] %v, error frame %q, read error %v, text %q", s.ended, s.errorFrame, s.readErr, s.text)
+	case s.text != want.text || s.finish != want.finish:
+		return fmt.Sprintf("corrupted stream: text %q finish %q, uninterrupted %q finish %q", s.text, s.finish, want.text, want.finish)
+	case s.prompt != want.prompt || s.completion != want.completion:
+		return fmt.Sprintf("usage %d+%d, uninterrupted %d+%d", s.prompt, s.completion, want.prompt, want.completion)
+	}
+	return ""
+}
+
+// metricSum adds up the samples of a metric on /metrics whose labels contain label ("" for all).
+func metricSum(t *testing.T, base, name, label string) float64 {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if (strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ")) && strings.Contains(line, label) {
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
