@@ -71,7 +71,7 @@ func TestDefault(t *testing.T) {
 			BackoffMultiplier: 1.5, JitterFactor: 0.2, MaxMigrations: 2,
 		},
 		Telemetry: TelemetryConfig{LogLevel: slog.LevelInfo, TraceSampleRatio: 1.0, MetricsHost: "0.0.0.0", MetricsPort: -1},
-		Discovery: DiscoveryConfig{Port: 80},
+		Discovery: DiscoveryConfig{Port: 80, Protocol: "http"},
 		Cluster:   ClusterConfig{Mode: CoordinationOff, ExchangePeriod: 250 * time.Millisecond, Lease: 2 * time.Second, LeaseName: "sluice-admission"},
 		Auth:      AuthConfig{JWTRoleClaim: "roles", JWTAdminRole: "admin"},
 		Limits: LimitsConfig{

@@ -29,6 +29,11 @@ type DiscoveryConfig struct {
 	// Port is the engine's port on each pod (--service-discovery-port,
 	// default 80, as in smg).
 	Port int
+	// Protocol is how the engines on the pods are spoken to
+	// (--service-discovery-protocol, as in smg): "http" (default) or "grpc",
+	// the engines' own gRPC (SGLang --grpc-mode, vLLM's gRPC server), which
+	// mid-stream migration needs.
+	Protocol string
 	// ModelIDFrom says where a pod's model id comes from
 	// (--model-id-from, default none = ask the engine).
 	ModelIDFrom ModelIDSource
@@ -193,6 +198,7 @@ func (c *Config) validateDiscovery(p *problems) {
 			{"decode-selector", len(d.DecodeSelector) > 0},
 			{"service-discovery-namespace", d.Namespace != ""},
 			{"service-discovery-port", c.explicit["service-discovery-port"]},
+			{"service-discovery-protocol", c.explicit["service-discovery-protocol"]},
 			{"model-id-from", d.ModelIDFrom.Kind != ""},
 			{"inference-pool", d.InferencePool != ""},
 		} {
@@ -223,6 +229,9 @@ func (c *Config) validateDiscovery(p *problems) {
 	c.validateInferencePool(p)
 	if d.Port < 1 || d.Port > 65535 {
 		p.add("--service-discovery-port must be between 1 and 65535, got %d", d.Port)
+	}
+	if d.Protocol != "http" && d.Protocol != "grpc" {
+		p.add("--service-discovery-protocol must be http or grpc, got %q", d.Protocol)
 	}
 	if ns := d.Namespace; ns != "" {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {

@@ -13,11 +13,11 @@ func TestParseDiscovery(t *testing.T) {
 		args []string
 		want DiscoveryConfig
 	}{
-		{"off by default", nil, DiscoveryConfig{Port: 80}},
+		{"off by default", nil, DiscoveryConfig{Port: 80, Protocol: "http"}},
 		{
 			"regular mode, repeated and comma-joined pairs",
-			[]string{"--service-discovery", "--selector", "app=sglang", "--selector", "tier=gpu,zone==a", "--service-discovery-port", "30000"},
-			DiscoveryConfig{Enabled: true, Selector: map[string]string{"app": "sglang", "tier": "gpu", "zone": "a"}, Port: 30000},
+			[]string{"--service-discovery", "--selector", "app=sglang", "--selector", "tier=gpu,zone==a", "--service-discovery-port", "30000", "--service-discovery-protocol", "grpc"},
+			DiscoveryConfig{Enabled: true, Selector: map[string]string{"app": "sglang", "tier": "gpu", "zone": "a"}, Port: 30000, Protocol: "grpc"},
 		},
 		{
 			"pd mode with namespace and model label",
@@ -30,19 +30,19 @@ func TestParseDiscovery(t *testing.T) {
 				Enabled:         true,
 				PrefillSelector: map[string]string{"app": "sglang", "role": "prefill"},
 				DecodeSelector:  map[string]string{"app": "sglang", "role": "decode"},
-				Namespace:       "inference", Port: 80,
+				Namespace:       "inference", Port: 80, Protocol: "http",
 				ModelIDFrom: ModelIDSource{Kind: ModelFromLabel, Key: "app.kubernetes.io/model"},
 			},
 		},
 		{
 			"pd mode, decode pods only, model from namespace",
 			[]string{"--pd-disaggregation", "--prefill", "http://10.0.0.1:1", "--service-discovery", "--decode-selector", "role=decode", "--model-id-from", "Namespace"},
-			DiscoveryConfig{Enabled: true, DecodeSelector: map[string]string{"role": "decode"}, Port: 80, ModelIDFrom: ModelIDSource{Kind: ModelFromNamespace}},
+			DiscoveryConfig{Enabled: true, DecodeSelector: map[string]string{"role": "decode"}, Port: 80, Protocol: "http", ModelIDFrom: ModelIDSource{Kind: ModelFromNamespace}},
 		},
 		{
 			"regular mode from an inference pool, no selector needed",
 			[]string{"--service-discovery", "--inference-pool", "llama", "--service-discovery-namespace", "inference"},
-			DiscoveryConfig{Enabled: true, InferencePool: "llama", Namespace: "inference", Port: 80},
+			DiscoveryConfig{Enabled: true, InferencePool: "llama", Namespace: "inference", Port: 80, Protocol: "http"},
 		},
 	}
 	for _, tt := range tests {
@@ -70,6 +70,8 @@ func TestParseDiscoveryRejects(t *testing.T) {
 		{"selector without discovery", []string{"--selector", "app=x"}, "--selector needs --service-discovery"},
 		{"namespace without discovery", []string{"--service-discovery-namespace", "ns"}, "--service-discovery-namespace needs --service-discovery"},
 		{"port without discovery", []string{"--service-discovery-port", "80"}, "--service-discovery-port needs --service-discovery"},
+		{"protocol without discovery", []string{"--service-discovery-protocol", "grpc"}, "--service-discovery-protocol needs --service-discovery"},
+		{"unknown protocol", with(sd, "--selector", "a=b", "--service-discovery-protocol", "https"), `--service-discovery-protocol must be http or grpc, got "https"`},
 		{"model source without discovery", []string{"--model-id-from", "namespace"}, "--model-id-from needs --service-discovery"},
 		{"regular mode without selector", sd, "--service-discovery needs --selector"},
 		{"pool without discovery", []string{"--inference-pool", "p"}, "--inference-pool needs --service-discovery"},
@@ -120,6 +122,7 @@ model-id-from: annotation:sluice.ai/model
 		PrefillSelector: map[string]string{"app": "sglang", "role": "prefill"},
 		DecodeSelector:  map[string]string{"app": "sglang", "role": "decode"},
 		Port:            30000,
+		Protocol:        "http",
 		ModelIDFrom:     ModelIDSource{Kind: ModelFromAnnotation, Key: "sluice.ai/model"},
 	}
 	if diff := cmp.Diff(want, c.Discovery); diff != "" {

@@ -128,6 +128,7 @@ func newFlagSet() *flagSet {
 	s.add(selectorValue{&c.Discovery.DecodeSelector}, "decode-selector", "K=V", "Label selector of decode pods (PD mode); repeatable.")
 	s.str(&c.Discovery.Namespace, "service-discovery-namespace", "NS", "", "Only watch this namespace; empty = every namespace the RBAC allows.")
 	s.int(&c.Discovery.Port, "service-discovery-port", "PORT", 80, "Engine port on each discovered pod.")
+	s.str(&c.Discovery.Protocol, "service-discovery-protocol", "PROTO", "http", "How discovered engines are spoken to: http, or grpc (their own gRPC: SGLang --grpc-mode, vLLM's gRPC server; the gateway tokenizes, and streams can migrate off a decode engine that dies).")
 	s.str(&c.Discovery.InferencePool, "inference-pool", "NAME", "", "Discover the pods of this InferencePool (inference.networking.k8s.io/v1) in --service-discovery-namespace: its spec.selector picks them (ANDed with --selector, or with --prefill-selector/--decode-selector for the roles) and its spec.targetPorts is the engine port; the pool may be created, edited or deleted while the gateway runs.")
 	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
 

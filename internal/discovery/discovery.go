@@ -79,6 +79,9 @@ type Config struct {
 	Namespace string
 	// Port is the engine's port on every pod.
 	Port int
+	// Scheme is the workers' URL scheme: "http" (the default when empty) or "grpc" (the engines'
+	// own gRPC).
+	Scheme string
 	// ModelIDFrom is where a pod's model id is read; zero = ask the engine.
 	ModelIDFrom config.ModelIDSource
 	// Resync is the period of the full re-list from the API server (5 min).
@@ -99,7 +102,7 @@ type Config struct {
 func FromConfig(c config.DiscoveryConfig, pd bool) Config {
 	return Config{
 		PD: pd, Selector: c.Selector, PrefillSelector: c.PrefillSelector, DecodeSelector: c.DecodeSelector,
-		Namespace: c.Namespace, Port: c.Port, ModelIDFrom: c.ModelIDFrom, InferencePool: c.InferencePool,
+		Namespace: c.Namespace, Port: c.Port, Scheme: c.Protocol, ModelIDFrom: c.ModelIDFrom, InferencePool: c.InferencePool,
 	}
 }
 
@@ -122,6 +125,9 @@ func (c Config) normalized() (Config, error) {
 	if c.RetryMax <= 0 {
 		c.RetryMax = time.Minute
 	}
+	if c.Scheme == "" {
+		c.Scheme = "http"
+	}
 	var errs []error
 	pool := c.InferencePool != ""
 	if pool && c.Namespace == "" {
@@ -129,6 +135,9 @@ func (c Config) normalized() (Config, error) {
 	}
 	if !pool && (c.Port < 1 || c.Port > 65535) {
 		errs = append(errs, fmt.Errorf("%w: port %d out of range", ErrInvalidConfig, c.Port))
+	}
+	if c.Scheme != "http" && c.Scheme != "grpc" {
+		errs = append(errs, fmt.Errorf("%w: scheme %q: want http or grpc", ErrInvalidConfig, c.Scheme))
 	}
 	if c.PD && len(c.PrefillSelector) == 0 && len(c.DecodeSelector) == 0 {
 		errs = append(errs, fmt.Errorf("%w: PD mode needs a prefill or decode selector", ErrInvalidConfig))
@@ -197,7 +206,7 @@ func New(cfg Config, deps Deps) (*Discovery, error) {
 	}
 	c := classifier{
 		pd: cfg.PD, selector: cfg.Selector, prefillSelector: cfg.PrefillSelector, decodeSelector: cfg.DecodeSelector,
-		port: cfg.Port, modelFrom: cfg.ModelIDFrom, poolMode: cfg.InferencePool != "",
+		port: cfg.Port, scheme: cfg.Scheme, modelFrom: cfg.ModelIDFrom, poolMode: cfg.InferencePool != "",
 		zoneLabel: cfg.ZoneLabel, rackLabel: cfg.RackLabel, nodeLabel: cfg.NodeLabel, revisionLabel: cfg.RevisionLabel,
 	}
 	d := &Discovery{

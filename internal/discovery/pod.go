@@ -88,6 +88,7 @@ type classifier struct {
 	pd                                        bool
 	selector, prefillSelector, decodeSelector map[string]string
 	port                                      int
+	scheme                                    string // of the workers' URLs: http or grpc
 	modelFrom                                 config.ModelIDSource
 	// poolMode: the pods are an InferencePool's; pool is its current target, nil while it is absent
 	// or unusable (then no pod is served). The pool's selector is ANDed with the selectors above and
@@ -264,7 +265,11 @@ func (c classifier) view(pod *corev1.Pod) podView {
 	if c.pool != nil {
 		port = c.pool.port
 	}
-	v.url = "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))
+	scheme := c.scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	v.url = scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))
 	if raw, ok := pod.Annotations[KVEventsAnnotation]; ok {
 		spec, err := podKVEvents(strings.TrimSpace(raw), pod.Status.PodIP)
 		if err == nil {

@@ -67,6 +67,8 @@ func TestClassify(t *testing.T) {
 		}), state: stateGone, role: worker.RolePrefill, grace: defaultGrace, refusal: ErrBadAnnotation},
 		{name: "regular mode", c: classifier{selector: map[string]string{"app": "vllm"}, port: 8000, modelFrom: config.ModelIDSource{Kind: config.ModelFromNamespace}},
 			pod: mkPod("r", map[string]string{"app": "vllm"}, "10.0.0.9", true), state: stateServe, role: worker.RoleRegular, url: "http://10.0.0.9:8000", model: "inference", grace: defaultGrace},
+		{name: "engines in grpc mode", c: classifier{selector: map[string]string{"app": "vllm"}, port: 50051, scheme: "grpc", modelFrom: config.ModelIDSource{Kind: config.ModelFromNamespace}},
+			pod: mkPod("r", map[string]string{"app": "vllm"}, "10.0.0.9", true), state: stateServe, role: worker.RoleRegular, url: "grpc://10.0.0.9:50051", model: "inference", grace: defaultGrace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// TestRollingDecodeUpdateGRPC is a rolling update of the decode pods of engines discovered in gRPC
+// mode (--service-discovery-protocol grpc), under steady streaming load (#36, docs/kubernetes.md): each
+// old decode pod is replaced by a new one (created and ready first, as a Deployment's surge does), then
+// deleted, and its engine is killed while it still streams (a termination grace period shorter than
+// the answers, or an engine that exits at once on SIGTERM). Every client stream must complete with the
+// text of an uninterrupted run: the streams of the killed engines migrate to the others.
+func TestRollingDecodeUpdateGRPC(t *testing.T) {
+	t.Parallel()
+	const p0, d0, d1, d2, d3 = "127.0.0.12", "127.0.0.13", "127.0.0.14", "127.0.0.15", "127.0.0.16"
+	port := freeLoopbackPort(t, p0)
+	engines := map[string]*sim.Engine{}
+	for _, ip := range []string{p0, d0, d1, d2, d3} {
+		role := sim.RoleDecode
+		if ip == p0 {
+			role = sim.RolePrefill
+		}
+		e, err := sim.New(sim.Config{Role: role, Host: ip, Port: port, GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true,
+			Seed: 3, ITLBase: 3 * time.Millisecond}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(context.Background()); err != nil {
+			t.Fatalf("sim %s on %s:%d: %v", role, ip, port, err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		engines[ip] = e
+	}
+	pods := &kubePods{t: t, client: fake.NewClientset(), ns: "inference"}
+	prefill := podTemplate{labels: map[string]string{"app": "sglang", "component": "prefill", "model": simModel},
+		annotations: map[string]string{"sglang.ai/bootstrap-port": strconv.Itoa(engines[p0].BootstrapPort())}}
+	decode := podTemplate{labels: map[string]string{"app": "sglang", "component": "decode", "model": simModel}}
+	gw := startGateway(t, app.Options{KubeClient: pods.client}, "--pd-disaggregation", "--service-discovery",
+		"--service-discovery-protocol", "grpc", "--service-discovery-port", strconv.Itoa(port),
+		"--prefill-selector", "app=sglang,component=prefill", "--decode-selector", "app=sglang,component=decode",
+		"--service-discovery-namespace", "inference", "--model-id-from", "label:model",
+		"--tokenizer-path", byteTokenizerDir(t), "--health-check-interval-secs", "0.2")
+	pods.create(pods.pod("prefill-0", p0, prefill, true))
+	pods.create(pods.pod("decode-old-0", d0, decode, true))
+	pods.create(pods.pod("decode-old-1", d1, decode, true))
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	waitFor(t, "both old decode pods routed to", 10*time.Second, func() bool {
+		return routable(gw, grpcAt(d0, port)) && routable(gw, grpcAt(d1, port))
+	})
+
+	prompts := make([]string, 4)
+	want := make([]streamedAnswer, len(prompts))
+	for i := range prompts {
+		prompts[i] = fmt.Sprintf("rolling update %d", i)
+		want[i] = streamPrompt(t, gw.URL, prompts[i], 120)
+		if want[i].err != nil || want[i].finish != "length" {
+			t.Fatalf("uninterrupted answer %d: %+v", i, want[i])
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	streams := 0
+	for c := range 6 {
+		wg.Go(func() {
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := (c + seq) % len(prompts)
+				got := streamPrompt(t, gw.URL, prompts[i], 120)
+				mu.Lock()
+				streams++
+				mu.Unlock()
+				if got.err != nil || got.text != want[i].text || got.finish != want[i].finish || got.usage.CompletionTokens != want[i].usage.CompletionTokens {
+					t.Errorf("stream %q during the rollout: err %v, text %q finish %q; uninterrupted %q finish %q",
+						prompts[i], got.err, got.text, got.finish, want[i].text, want[i].finish)
+				}
+			}
+		})
+	}
+	// The rollout: a new pod first, then the old one goes, killed while it streams.
+	for _, step := range []struct{ old, oldIP, new, newIP string }{
+		{"decode-old-0", d0, "decode-new-0", d2}, {"decode-old-1", d1, "decode-new-1", d3},
+	} {
+		pods.create(pods.pod(step.new, step.newIP, decode, true))
+		waitFor(t, step.new+" routed to", 10*time.Second, func() bool { return routable(gw, grpcAt(step.newIP, port)) })
+		waitFor(t, step.old+" streaming", 10*time.Second, func() bool { return workerLoad(gw, grpcAt(step.oldIP, port)) > 0 })
+		pods.delete(step.old)
+		engines[step.oldIP].Crash(time.Hour) // gone for good: its pod was deleted
+	}
+	waitFor(t, "the old decode workers removed", 10*time.Second, func() bool {
+		return workerLoad(gw, grpcAt(d0, port)) < 0 && workerLoad(gw, grpcAt(d1, port)) < 0
+	})
+	close(stop)
+	wg.Wait()
+	if n := migrationCount(t, gw, "migrated"); n < 2 {
+		t.Errorf("sluice_migrations_total{outcome=migrated} = %v after killing two streaming decode engines, want at least 2", n)
+	}
+	t.Logf("%d streams during the rollout, %v migrated", streams, migrationCount(t, gw, "migrated"))
+	released(t, gw)
+}
+
+// routable reports whether the gateway routes to the worker at url.
+func routable(gw *gateway, url string) bool {
+	w, ok := gw.Registry.Snapshot().ByURL(url)
+	return ok && w.Routable(time.Now())
+}
+
+func grpcAt(ip string, port int) string { return "grpc://" + net.JoinHostPort(ip, strconv.Itoa(port)) }
+
+// freeLoopbackPort is a port free on ip (skips where the address is unusable).
+func freeLoopbackPort(t *testing.T, ip string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Skipf("loopback address %s unusable here: %v", ip, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// streamPrompt streams one chat at temperature 0 through the OpenAI SDK.
+func streamPrompt(t *testing.T, gwURL, prompt string, maxTokens int64) streamedAnswer {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdk(gwURL)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	var a streamedAnswer
+	var text []byte
+	for stream.Next() {
+		for _, c := range stream.Current().Choices {
+			text = append(text, c.Delta.Content...)
+			if c.FinishReason != "" {
+				a.finish = c.FinishReason
+			}
+		}
+		if u := stream.Current().Usage; u.TotalTokens > 0 {
+			a.usage = u
+		}
+	}
+	a.text, a.err = string(text), stream.Err()
+	return a
+}
