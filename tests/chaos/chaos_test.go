@@ -18,7 +18,6 @@
 package chaos
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -512,24 +511,9 @@ func checkIdle(t *testing.T, admin adminv1connect.AdminServiceClient, base strin
 
 // gaugeSum adds up every sample of the named metrics on /metrics.
 func gaugeSum(t *testing.T, base string, names ...string) float64 {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, n := range names {
-			if strings.HasPrefix(line, n+" ") || strings.HasPrefix(line, n+"{") {
-				f := strings.Fields(line)
-				v, err := strconv.ParseFloat(f[len(f)-1], 64)
-				if err == nil {
-					sum += v
-				}
-			}
-		}
+	for _, n := range names {
+		sum += metricSum(t, base, n, "")
 	}
 	return sum
 }

@@ -43,11 +43,18 @@ type streamedAnswer struct {
 
 func streamChat(t *testing.T, gwURL string, maxTokens int64) streamedAnswer {
 	t.Helper()
+	return streamPrompt(t, gwURL, "tell me about gateways that never drop a stream", maxTokens)
+}
+
+// streamPrompt streams one chat at temperature 0 through the OpenAI SDK and checks that every chunk
+// carries the stream's id and created.
+func streamPrompt(t *testing.T, gwURL, prompt string, maxTokens int64) streamedAnswer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdk(gwURL)
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me about gateways that never drop a stream")},
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
 		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
 	var a streamedAnswer

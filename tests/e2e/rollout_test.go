@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sluicegw/sluice/internal/app"
@@ -132,30 +131,4 @@ func freeLoopbackPort(t *testing.T, ip string) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// streamPrompt streams one chat at temperature 0 through the OpenAI SDK.
-func streamPrompt(t *testing.T, gwURL, prompt string, maxTokens int64) streamedAnswer {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client := sdk(gwURL)
-	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel,
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
-		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
-	var a streamedAnswer
-	var text []byte
-	for stream.Next() {
-		for _, c := range stream.Current().Choices {
-			text = append(text, c.Delta.Content...)
-			if c.FinishReason != "" {
-				a.finish = c.FinishReason
-			}
-		}
-		if u := stream.Current().Usage; u.TotalTokens > 0 {
-			a.usage = u
-		}
-	}
-	a.text, a.err = string(text), stream.Err()
-	return a
 }
