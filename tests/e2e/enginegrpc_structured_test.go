@@ -184,8 +184,8 @@ func (s structuredRow) extraCases() {
 		sglang: sim.Constraint{Field: "ebnf_grammar", Value: grammar}, vllm: sim.Constraint{Field: "grammar", Value: grammar}})
 }
 
-// conflict: two constraints in one request are the gateway's 400 naming response_format, and no
-// engine sees the request.
+// conflict: two constraints in one request are the gateway's 400 naming response_format, a constraint
+// field the gateway does not map a 400 naming it, and no engine sees either request.
 func (s structuredRow) conflict() {
 	t := s.t
 	before := make([]int64, len(s.c.Engines))
@@ -201,9 +201,16 @@ func (s structuredRow) conflict() {
 		apiErr.Type != "invalid_request_error" || !strings.Contains(apiErr.Message, "only one of") {
 		t.Errorf("json_object with regex: %v; want a 400 invalid_request_error naming response_format", err)
 	}
+	// vLLM's structured_outputs is refused by name rather than dropped: the answer would be unconstrained.
+	_, err = s.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(4),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Digits")}},
+		option.WithJSONSet("structured_outputs", map[string]any{"regex": "[0-9]+"}))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "structured_outputs" {
+		t.Errorf("structured_outputs: %v; want a 400 naming structured_outputs", err)
+	}
 	for i, e := range s.c.Engines {
 		if st := e.Stats(); st.RequestsSeen+st.Constrained != before[i] {
-			t.Errorf("%s engine saw the conflicting request", e.Role())
+			t.Errorf("%s engine saw a refused request", e.Role())
 		}
 	}
 }
