@@ -2,14 +2,16 @@ package sim
 
 import (
 	"encoding/json"
+	"strings"
 
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	trtllmpb "github.com/sluicegw/sluice/gen/trtllm"
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 )
 
 // Structured output over the engines' gRPC: SamplingParams' constraint oneof (SGLang: regex,
 // json_schema, ebnf_grammar, structural_tag; vLLM: json_schema, regex, grammar, structural_tag,
-// json_object, choice). The simulator keeps the last constraint it was given, by the proto field's
+// json_object, choice; TensorRT-LLM: guided_decoding's guide type and guide). The simulator keeps the last constraint it was given, by the proto field's
 // name (Stats.LastConstraint, GET /sim/stats), so a test can tell a dropped or misrouted one, and it
 // honours the JSON ones as a grammar-constrained engine does: the output is one JSON object, and once
 // the object is closed the grammar allows only the EOS, so the sample ends with "stop". The other
@@ -24,7 +26,14 @@ type Constraint struct {
 
 // jsonConstrained says whether the constraint makes the output one JSON object.
 func (c *Constraint) jsonConstrained() bool {
-	return c != nil && (c.Field == "json_schema" || c.Field == "json_object")
+	if c == nil {
+		return false
+	}
+	switch c.Field {
+	case "json_schema", "json_object", "guided_decoding.json", "guided_decoding.json_schema":
+		return true
+	}
+	return false
 }
 
 func sglangConstraint(p *sglangpb.SamplingParams) *Constraint {
@@ -62,6 +71,16 @@ func vllmConstraint(p *vllmpb.SamplingParams) *Constraint {
 	return nil
 }
 
+// trtllmConstraint reads TensorRT-LLM's guided_decoding as "guided_decoding.<guide type>" (json,
+// json_schema, regex, ebnf_grammar, structural_tag). The servicer ignores a guide whose text is empty.
+func trtllmConstraint(g *trtllmpb.GuidedDecodingParams) *Constraint {
+	if g.GetGuide() == "" {
+		return nil
+	}
+	kind := strings.ToLower(strings.TrimPrefix(g.GetGuideType().String(), "GUIDE_TYPE_"))
+	return &Constraint{"guided_decoding." + kind, g.GetGuide()}
+}
+
 // checkConstraint refuses what the engines' grammar backends cannot compile and notes the constraint.
 // A JSON schema that is not JSON is the one refusal modelled (SGLang aborts the request with "Invalid
 // grammar request", vLLM's processor raises a ValueError: a 400 either way).
@@ -69,7 +88,7 @@ func (e *Engine) checkConstraint(c *Constraint) error {
 	if c == nil {
 		return nil
 	}
-	if c.Field == "json_schema" && !json.Valid([]byte(c.Value)) {
+	if (c.Field == "json_schema" || c.Field == "guided_decoding.json_schema") && !json.Valid([]byte(c.Value)) {
 		return rpcError(requestError("", "Invalid grammar request: the JSON schema is not valid JSON"))
 	}
 	e.stats.mu.Lock()

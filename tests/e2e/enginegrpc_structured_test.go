@@ -22,16 +22,19 @@ import (
 // Structured output over the engines' gRPC (issue #35): OpenAI's response_format and the engines'
 // own regex and ebnf extras, sent through the official OpenAI SDK, must reach each engine's own
 // constraint field (SGLang's SamplingParams regex/json_schema/ebnf_grammar; vLLM's json_schema/regex/
-// grammar/json_object), on the leg that generates. The simulator records the constraint it received
+// grammar/json_object; TensorRT-LLM's guided_decoding), on the leg that generates. The simulator records the constraint it received
 // (Stats.LastConstraint) and answers a JSON constraint with one JSON object ended by its EOS, so a
 // dropped constraint shows as unparsable text and a misrouted one as the wrong field.
 
 // wantedConstraint is the field and value each protocol's engine must receive for a request.
-type wantedConstraint struct{ sglang, vllm sim.Constraint }
+type wantedConstraint struct{ sglang, vllm, trtllm sim.Constraint }
 
 func (w wantedConstraint) of(p sim.Protocol) sim.Constraint {
-	if p == sim.ProtocolVLLM {
+	switch p {
+	case sim.ProtocolVLLM:
 		return w.vllm
+	case sim.ProtocolTRTLLM:
+		return w.trtllm
 	}
 	return w.sglang
 }
@@ -42,17 +45,14 @@ var structuredSchema = map[string]any{
 	"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}, "required": []any{"text"},
 }
 
-// TestEngineGRPCStructuredOutput: regular and PD, SGLang and vLLM, json_object and json_schema (whole and
-// streamed; the answer must parse as a JSON object and end with "stop"), the regex and ebnf extras,
-// /generate's sampling_params.json_schema, and conflicting constraints refused with a 400 before any
-// engine sees the request.
+// TestEngineGRPCStructuredOutput: regular and PD, SGLang and vLLM (and TensorRT-LLM, regular only),
+// json_object and json_schema (whole and streamed; the answer must parse as a JSON object and end with
+// "stop"), the regex and ebnf extras, /generate's sampling_params.json_schema, and conflicting
+// constraints refused with a 400 that no engine sees.
 func TestEngineGRPCStructuredOutput(t *testing.T) {
 	t.Parallel()
 	tok := byteTokenizerDir(t)
 	for _, tp := range engineGRPCTopologies() {
-		if tp.name == "trtllm" {
-			continue // TensorRT-LLM's guided decoding has its own unit test (enginerpc trtllm_test.go)
-		}
 		t.Run(tp.name, func(t *testing.T) {
 			c := startCluster(t, tp.cluster)
 			args := engineGRPCArgs(c, tok)
@@ -141,7 +141,8 @@ func (s structuredRow) jsonCases() {
 	s.wantObject("chat json_object", chat.Choices[0].Message.Content, chat.Choices[0].FinishReason)
 	s.wantConstraint("chat json_object", wantedConstraint{
 		sglang: sim.Constraint{Field: "json_schema", Value: `{"type":"object"}`}, // SGLang has no json_object
-		vllm:   sim.Constraint{Field: "json_object", Value: "true"}})
+		vllm:   sim.Constraint{Field: "json_object", Value: "true"},
+		trtllm: sim.Constraint{Field: "guided_decoding.json_schema", Value: `{"type":"object"}`}})
 
 	schema, _ := json.Marshal(structuredSchema)
 	stream := s.client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: simModel, Messages: msgs, MaxTokens: openai.Int(16),
@@ -157,7 +158,8 @@ func (s structuredRow) jsonCases() {
 	s.wantObject("streamed chat json_schema", acc.Choices[0].Message.Content, acc.Choices[0].FinishReason)
 	s.wantConstraint("streamed chat json_schema", wantedConstraint{
 		sglang: sim.Constraint{Field: "json_schema", Value: string(schema)},
-		vllm:   sim.Constraint{Field: "json_schema", Value: string(schema)}})
+		vllm:   sim.Constraint{Field: "json_schema", Value: string(schema)},
+		trtllm: sim.Constraint{Field: "guided_decoding.json_schema", Value: string(schema)}})
 }
 
 // extraCases: the regex and ebnf extras of the engines' OpenAI servers, set on the SDK's request as
@@ -173,7 +175,8 @@ func (s structuredRow) extraCases() {
 		t.Fatalf("completion with regex: %v, %+v", err, comp)
 	}
 	s.wantConstraint("completion regex", wantedConstraint{
-		sglang: sim.Constraint{Field: "regex", Value: regex}, vllm: sim.Constraint{Field: "regex", Value: regex}})
+		sglang: sim.Constraint{Field: "regex", Value: regex}, vllm: sim.Constraint{Field: "regex", Value: regex},
+		trtllm: sim.Constraint{Field: "guided_decoding.regex", Value: regex}})
 
 	_, err = s.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: simModel, MaxTokens: openai.Int(4),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Yes or no?")}}, option.WithJSONSet("ebnf", grammar))
@@ -181,7 +184,8 @@ func (s structuredRow) extraCases() {
 		t.Fatalf("chat with ebnf: %v", err)
 	}
 	s.wantConstraint("chat ebnf", wantedConstraint{
-		sglang: sim.Constraint{Field: "ebnf_grammar", Value: grammar}, vllm: sim.Constraint{Field: "grammar", Value: grammar}})
+		sglang: sim.Constraint{Field: "ebnf_grammar", Value: grammar}, vllm: sim.Constraint{Field: "grammar", Value: grammar},
+		trtllm: sim.Constraint{Field: "guided_decoding.ebnf_grammar", Value: grammar}})
 }
 
 // conflict: two constraints in one request are the gateway's 400 naming response_format, a constraint
