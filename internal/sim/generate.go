@@ -80,6 +80,8 @@ type sampleSpec struct {
 	// cached is the prompt's cached token count, set by runSample once the prompt is computed or its
 	// KV received (the engines' gRPC chunks report it with every token).
 	cached int
+	// jsonObject: a JSON structured-output constraint makes the output one JSON object (grpc_structured.go).
+	jsonObject bool
 }
 
 // nonce is what sets an unseeded sample's sampling apart from another's of the same prompt and choice
@@ -195,7 +197,31 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	}
 	sp.cached = res.cachedTokens
 
+	if err := e.decode(ctx, rf, sp, maxTokens, emit, &res); err != nil {
+		return res, err
+	}
+	if !(sp.phase == phasePrefill && sp.hs.bootstrap) && sp.naturalStop && res.finish == "length" {
+		res.finish = "stop" // the EOS
+	}
+	if sp.phase == phasePrefill && sp.hs.kv != nil && sp.hs.kv.DoRemoteDecode {
+		if e.cfg.mooncake() {
+			e.keepMooncake(sp, &res, rf)
+		} else {
+			res.kvOut = e.offerKV(sp, &res, rf)
+		}
+	}
+	return res, nil
+}
+
+// decode runs a sample's output loop: up to maxTokens tokens, each emitted, cut at a stop string or
+// stop token id, and a JSON-constrained sample ended by its EOS once its object is closed.
+func (e *Engine) decode(ctx context.Context, rf *requestFaults, sp *sampleSpec, maxTokens int, emit emitFunc, res *sampleResult) error {
 	next := e.picker(sp)
+	var obj *jsonObject
+	if sp.jsonObject {
+		obj = &jsonObject{next: next}
+		next = obj.pick
+	}
 	var text strings.Builder
 	realistic := e.cfg.Mode == ModeRealistic
 	if realistic && maxTokens > 1 {
@@ -208,7 +234,7 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 			// DP-attention ranks run each decode step together: the whole engine's batch sets the pace.
 			itl := e.cfg.ITLBase + time.Duration(e.decoding.Load())*e.cfg.ITLPerSeq
 			if err := sleepCtx(ctx, scale(itl, rf.slowness)); err != nil {
-				return res, err
+				return err
 			}
 		}
 		w, id := next()
@@ -234,24 +260,18 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 		}
 		e.metrics.generatedTokens.Inc()
 		if err := emit(sp.choice, delta); err != nil {
-			return res, err
+			return err
 		}
 		if cut {
 			break
 		}
-	}
-	if !(sp.phase == phasePrefill && sp.hs.bootstrap) && sp.naturalStop && res.finish == "length" {
-		res.finish = "stop" // the EOS
-	}
-	res.text = text.String()
-	if sp.phase == phasePrefill && sp.hs.kv != nil && sp.hs.kv.DoRemoteDecode {
-		if e.cfg.mooncake() {
-			e.keepMooncake(sp, &res, rf)
-		} else {
-			res.kvOut = e.offerKV(sp, &res, rf)
+		if obj != nil && obj.closed() {
+			res.finish = "stop" // the grammar allows only the EOS after the object
+			break
 		}
 	}
-	return res, nil
+	res.text = text.String()
+	return nil
 }
 
 // picker returns the sample's next-token function. Sampled: a PRNG seeded from the engine, the

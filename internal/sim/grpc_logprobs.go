@@ -62,27 +62,31 @@ func (m *lpModel) vllm(ids []uint32) *vllmpb.OutputLogProbs {
 	return o
 }
 
-// eachInput walks a prompt's logprobs as both engines give them: the first token has none (nil), every
-// token its alternatives when top logprobs were asked for (m.top > 0).
-func (m *lpModel) eachInput(prompt []uint32, f func(value *float32, vals []float32, ids []uint32)) {
-	for k, id := range prompt {
+// eachInput walks a prompt's logprobs as both engines give them, from position start (SGLang's
+// logprob_start_len; 0 for vLLM): the first token walked has none (nil, as SGLang's scheduler puts
+// None first whatever the start), every token its alternatives when top logprobs were asked for
+// (m.top > 0). Values stay those of the token's position in the whole prompt.
+func (m *lpModel) eachInput(prompt []uint32, start int, f func(value *float32, vals []float32, ids []uint32)) {
+	for k := start; k < len(prompt); k++ {
 		var v *float32
-		if k > 0 {
+		if k > start {
 			x := simLogprob(k)
 			v = &x
 		}
 		var vals []float32
 		var ids []uint32
 		if m.top > 0 {
-			vals, ids = m.alternatives(id, k)
+			vals, ids = m.alternatives(prompt[k], k)
 		}
 		f(v, vals, ids)
 	}
 }
 
-func (m *lpModel) sglangInput(prompt []uint32) *sglangpb.InputLogProbs {
-	in := &sglangpb.InputLogProbs{TokenIds: prompt}
-	m.eachInput(prompt, func(v *float32, vals []float32, ids []uint32) {
+// sglangInput is the prompt's logprobs from logprob_start_len start (checked below the prompt's
+// length by the servicer's parse).
+func (m *lpModel) sglangInput(prompt []uint32, start int) *sglangpb.InputLogProbs {
+	in := &sglangpb.InputLogProbs{TokenIds: prompt[start:]}
+	m.eachInput(prompt, start, func(v *float32, vals []float32, ids []uint32) {
 		in.TokenLogprobs = append(in.TokenLogprobs, &sglangpb.InputTokenLogProb{Value: v})
 		if m.top > 0 {
 			in.TopLogprobs = append(in.TopLogprobs, &sglangpb.TopLogProbs{Values: vals, TokenIds: ids})
@@ -93,7 +97,7 @@ func (m *lpModel) sglangInput(prompt []uint32) *sglangpb.InputLogProbs {
 
 func (m *lpModel) vllmInput(prompt []uint32) *vllmpb.InputLogProbs {
 	in := &vllmpb.InputLogProbs{TokenIds: prompt}
-	m.eachInput(prompt, func(v *float32, vals []float32, ids []uint32) {
+	m.eachInput(prompt, 0, func(v *float32, vals []float32, ids []uint32) {
 		in.TokenLogprobs = append(in.TokenLogprobs, &vllmpb.InputTokenLogProb{Value: v})
 		if m.top > 0 {
 			in.TopLogprobs = append(in.TopLogprobs, &vllmpb.TopLogProbs{Values: vals, TokenIds: ids})

@@ -42,6 +42,12 @@ func (s sglangServicer) parse(req *sglangpb.GenerateRequest) (*grpcCall, error) 
 	gs := grpcSampling{
 		sr:        samplingRequest{n: 1, temperature: &temp, topP: &topP},
 		ignoreEOS: p.GetIgnoreEos(), stop: p.GetStop(), stopIDs: p.GetStopTokenIds(),
+		constraint: sglangConstraint(p),
+	}
+	if n := len(tok.GetInputIds()); req.GetReturnLogprob() && int(req.GetLogprobStartLen()) >= n && n > 0 {
+		// scheduler.py handle_generate_request aborts such a request.
+		return nil, rpcError(requestError("", "logprob_start_len=%d is higher than the number of input tokens %d. Please use a smaller logprob_start_len.",
+			req.GetLogprobStartLen(), n))
 	}
 	if p != nil && p.MaxNewTokens != nil {
 		m := int(p.GetMaxNewTokens())
@@ -128,7 +134,7 @@ func (s sglangServicer) generateSample(ctx context.Context, req *sglangpb.Genera
 			if wantLP {
 				ch.OutputLogprobs = lp.sglang(ids)
 				if inLP {
-					ch.InputLogprobs, inLP = lp.sglangInput(req.GetTokenized().GetInputIds()), false
+					ch.InputLogprobs, inLP = lp.sglangInput(req.GetTokenized().GetInputIds(), int(req.GetLogprobStartLen())), false
 				}
 			}
 			return stream.Send(&sglangpb.GenerateResponse{RequestId: rid, Response: &sglangpb.GenerateResponse_Chunk{Chunk: ch}})
@@ -145,7 +151,7 @@ func (s sglangServicer) generateSample(ctx context.Context, req *sglangpb.Genera
 	} else if wantLP {
 		done.OutputLogprobs = lp.sglang(all)
 		if inLP {
-			done.InputLogprobs = lp.sglangInput(req.GetTokenized().GetInputIds())
+			done.InputLogprobs = lp.sglangInput(req.GetTokenized().GetInputIds(), int(req.GetLogprobStartLen()))
 		}
 	}
 	switch {

@@ -62,6 +62,7 @@ func (s trtllmServicer) parse(req *trtllmpb.GenerateRequest) (*grpcCall, error) 
 	gs := grpcSampling{
 		sr:        samplingRequest{n: 1, temperature: &temp, topP: &topP, maxTokens: &maxTokens},
 		ignoreEOS: req.GetIgnoreEos(), stop: req.GetStop(), stopIDs: req.GetStopTokenIds(),
+		constraint: trtllmConstraint(req.GetGuidedDecoding()),
 	}
 	if cfg != nil && cfg.Seed != nil {
 		seed := int64(cfg.GetSeed()) //nolint:gosec // a seed's bits, not a quantity

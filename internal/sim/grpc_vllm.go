@@ -49,6 +49,7 @@ func (s vllmServicer) parse(req *vllmpb.GenerateRequest) (*grpcCall, error) {
 	gs := grpcSampling{
 		sr:        samplingRequest{n: 1, temperature: &temp, topP: &topP},
 		ignoreEOS: p.GetIgnoreEos(), stop: p.GetStop(), stopIDs: p.GetStopTokenIds(),
+		constraint: vllmConstraint(p),
 	}
 	if p != nil && p.MaxTokens != nil {
 		m := int(p.GetMaxTokens())

@@ -215,6 +215,8 @@ type grpcSampling struct {
 	stop      []string
 	stopIDs   []uint32
 	seed      *int64
+	// constraint is the structured-output constraint, nil without one.
+	constraint *Constraint
 }
 
 // grpcSample validates a token-id prompt with its sampling parameters as the engine does over HTTP and
@@ -226,11 +228,15 @@ func (e *Engine) grpcSample(ids []uint32, s *grpcSampling, rid string) (sampleSp
 	if err := e.validate([]int{len(ids)}, &s.sr); err != nil {
 		return sampleSpec{}, rpcError(err)
 	}
+	if err := e.checkConstraint(s.constraint); err != nil {
+		return sampleSpec{}, err
+	}
 	sp := sampleSpec{
 		prompt: newPrompt(ids), rid: rid, stop: s.stop, stopIDs: s.stopIDs,
 		// Without a length cap a generation ends "naturally" (its EOS), never past the context.
 		maxTokens: min(e.cfg.DefaultMaxTokens, e.cfg.ContextLength-len(ids)), naturalStop: !s.ignoreEOS,
-		greedy: s.sr.temperature != nil && *s.sr.temperature == 0,
+		greedy:     s.sr.temperature != nil && *s.sr.temperature == 0,
+		jsonObject: s.constraint.jsonConstrained(),
 	}
 	if s.sr.maxTokens != nil {
 		sp.maxTokens, sp.naturalStop = *s.sr.maxTokens, false

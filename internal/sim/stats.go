@@ -47,10 +47,12 @@ type counters struct {
 	mooncakeWaits        atomic.Int64
 	mooncakeSent         atomic.Int64
 	mooncakePullTimeouts atomic.Int64
+	constrained          atomic.Int64
 
 	mu              sync.Mutex
 	perPath         map[string]int64
 	lastTraceparent string
+	lastConstraint  *Constraint
 }
 
 // Stats is a snapshot of what an engine has seen (GET /sim/stats).
@@ -104,6 +106,10 @@ type Stats struct {
 	Ranks           []RankStats      `json:"ranks"`
 	LastTraceparent string           `json:"last_traceparent"` // of the last request that carried one
 	PerPath         map[string]int64 `json:"per_path"`         // every request by route or RPC procedure
+	// Constrained counts the engine-gRPC Generate calls with a structured-output constraint;
+	// LastConstraint is the last one's, as the proto named it (grpc_structured.go).
+	Constrained    int64       `json:"constrained"`
+	LastConstraint *Constraint `json:"last_constraint"`
 }
 
 // RankStats is one DP rank's share of Stats. PrefixCacheHitTokens / PromptTokens is the rank's prefix
@@ -180,6 +186,7 @@ func (e *Engine) Stats() Stats {
 		PromptTokens:         e.stats.promptTokens.Load(),
 		RecomputedPrompts:    e.stats.recomputed.Load(),
 		PublishedRooms:       e.kvStore.size(),
+		Constrained:          e.stats.constrained.Load(),
 		Ranks:                make([]RankStats, len(e.ranks)),
 	}
 	for i, r := range e.ranks {
@@ -209,6 +216,7 @@ func (e *Engine) Stats() Stats {
 	}
 	e.stats.mu.Lock()
 	st.LastTraceparent = e.stats.lastTraceparent
+	st.LastConstraint = e.stats.lastConstraint
 	st.PerPath = maps.Clone(e.stats.perPath)
 	e.stats.mu.Unlock()
 	return st
@@ -223,7 +231,7 @@ func (e *Engine) ResetStats() {
 		&e.stats.preallocWaits, &e.stats.preallocTimeouts,
 		&e.stats.mooncakePulls, &e.stats.mooncakeTransfers, &e.stats.mooncakeTimeouts, &e.stats.mooncakeFailures,
 		&e.stats.mooncakeKept, &e.stats.mooncakeNotKept, &e.stats.mooncakeWaits, &e.stats.mooncakeSent,
-		&e.stats.mooncakePullTimeouts} {
+		&e.stats.mooncakePullTimeouts, &e.stats.constrained} {
 		c.Store(0)
 	}
 	e.stats.prefillPeak.Store(e.stats.prefillInFlight.Load())
@@ -236,6 +244,7 @@ func (e *Engine) ResetStats() {
 	e.stats.mu.Lock()
 	clear(e.stats.perPath)
 	e.stats.lastTraceparent = ""
+	e.stats.lastConstraint = nil
 	e.stats.mu.Unlock()
 }
 

@@ -44,6 +44,12 @@ type requestJSON struct {
 			Schema json.RawMessage `json:"schema"`
 		} `json:"json_schema"`
 	} `json:"response_format"`
+	// vLLM's other structured-output fields: refused over gRPC (unsupportedConstraintFields).
+	StructuredOutputs json.RawMessage `json:"structured_outputs"`
+	GuidedJSON        json.RawMessage `json:"guided_json"`
+	GuidedRegex       json.RawMessage `json:"guided_regex"`
+	GuidedChoice      json.RawMessage `json:"guided_choice"`
+	GuidedGrammar     json.RawMessage `json:"guided_grammar"`
 	samplingJSON
 
 	BootstrapHost    json.RawMessage `json:"bootstrap_host"`
@@ -226,6 +232,21 @@ func refuseUnsupported(route body.Route, r *requestJSON, s *samplingJSON) error 
 	}
 	if r.Echo && route != body.RouteCompletions {
 		return requestError("echo", "echo is only served for completions over the engines' gRPC protocols")
+	}
+	return refuseConstraintFields(r)
+}
+
+// refuseConstraintFields refuses vLLM's structured_outputs and guided_* fields: an HTTP engine
+// constrains its output by them, so dropping them would answer unconstrained text as if it were.
+func refuseConstraintFields(r *requestJSON) error {
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"structured_outputs", r.StructuredOutputs}, {"guided_json", r.GuidedJSON}, {"guided_regex", r.GuidedRegex},
+		{"guided_choice", r.GuidedChoice}, {"guided_grammar", r.GuidedGrammar}} {
+		if !isNull(f.raw) {
+			return requestError(f.name, "%s is not served over the engines' gRPC protocols: use response_format, regex or ebnf", f.name)
+		}
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package enginerpc
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -65,5 +67,31 @@ func TestStructuredOutputConstraints(t *testing.T) {
 				t.Errorf("%s %s: constraint %v, want %v", p, tc.name, got, want)
 			}
 		}
+	}
+}
+
+// TestStructuredOutputFieldsRefused: vLLM's structured_outputs and guided_* fields are a 400 naming the
+// field, not dropped (the answer would be unconstrained), and no Generate reaches the engine.
+func TestStructuredOutputFieldsRefused(t *testing.T) {
+	const msgs = `"model":"m","messages":[{"role":"user","content":"x"}]`
+	f := newFake("1")
+	tr, url := setup(t, enginegrpc.VLLM, f)
+	for _, field := range []string{"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"} {
+		value := `"x"`
+		if field == "structured_outputs" {
+			value = `{"regex":"[0-9]+"}`
+		}
+		resp := post(t, tr, t.Context(), url, "/v1/chat/completions", `{`+msgs+`,"`+field+`":`+value+`}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"param":"`+field+`"`) {
+			t.Errorf("%s: %d %s; want a 400 naming it", field, resp.StatusCode, b)
+		}
+	}
+	// null is absent, as for every optional field.
+	resp := post(t, tr, t.Context(), url, "/v1/chat/completions", `{`+msgs+`,"structured_outputs":null}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(f.vllm) != 1 {
+		t.Errorf("structured_outputs null: %d, %d Generate calls; want it served", resp.StatusCode, len(f.vllm))
 	}
 }
