@@ -64,10 +64,10 @@ type migrator struct {
 	failed []string
 }
 
-// withMigration gives a request that can migrate its migrator: a streamed PD request of one sample
-// for engine-gRPC workers, with migrations on.
+// withMigration gives a request that can migrate its migrator: a streamed request of one sample for
+// engine-gRPC workers (PD or regular), with migrations on.
 func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Context {
-	if !x.cfg.PD || x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) || backend.EngineRPC(x.d.HTTP) == nil {
+	if x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) || backend.EngineRPC(x.d.HTTP) == nil {
 		return ctx
 	}
 	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
@@ -195,9 +195,34 @@ func (m *migrator) note(r *enginerpc.Resume, outcome string, err error) {
 	m.span.AddEvent("sluice.migration", trace.WithAttributes(attrs...))
 }
 
+// notFailedKey reports a worker key that names none of the failed engines (nor one of their ranks).
+func notFailedKey(failed []string) func(key string) bool {
+	return func(key string) bool {
+		return !slices.ContainsFunc(failed, func(f string) bool { return key == f || strings.HasPrefix(key, f+"@") })
+	}
+}
+
+// resumeRegular runs a continuation on a regular worker that is none of the failed engines: its one
+// Generate carries the whole prefix (regular workers have no prefill slots to take).
+func (x *Dispatcher) resumeRegular(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string) (*Response, error) {
+	br, err := q.withJSON(q.br)
+	if err != nil {
+		return nil, err
+	}
+	preq := *q.preq
+	preq.TargetWorker = -1 // a pin named the worker that failed
+	preq.TokenIDs = r.IDs
+	ok := notFailedKey(failed)
+	return x.regularOn(enginerpc.WithResume(ctx, r, ""), &q.Request, br, &preq, func(w *worker.Worker) bool { return ok(w.Key()) })
+}
+
 // resumeAttempt runs a continuation's PD attempt: admitted as Resumed at the top priority, on a pair
-// whose decode is none of the failed engines, with r in the legs' context.
+// whose decode is none of the failed engines, with r in the legs' context. In regular mode it is
+// resumeRegular.
 func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string) (*Response, error) {
+	if !x.cfg.PD {
+		return x.resumeRegular(ctx, q, r, failed)
+	}
 	br, err := q.withJSON(q.br)
 	if err != nil {
 		return nil, err
@@ -210,9 +235,7 @@ func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerp
 	preq.TokenIDs = r.IDs  // kv_aware matches the whole prefix
 	ar := x.admissionRequest(&q.Request, br, &preq)
 	ar.Tokens, ar.Priority, ar.Resumed = int64(len(r.IDs)), math.MaxInt32, true
-	notFailed := func(key string) bool {
-		return !slices.ContainsFunc(failed, func(f string) bool { return key == f || strings.HasPrefix(key, f+"@") })
-	}
+	notFailed := notFailedKey(failed)
 	// No decode engine but the failed ones: fail now rather than wait in the queue for a seat that
 	// only a failed engine could give.
 	only := preq

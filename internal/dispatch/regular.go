@@ -18,7 +18,13 @@ import (
 // client's body sent as is, the worker's answer relayed. Its load guard is held until the response
 // body is closed.
 func (x *Dispatcher) regular(ctx context.Context, r *Request, br *body.Request, preq *placement.Request) (*Response, error) {
-	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, nil, x.now())
+	return x.regularOn(ctx, r, br, preq, nil)
+}
+
+// regularOn is regular on a worker that ok accepts (nil: any); a migration's continuation excludes
+// the engines that failed it.
+func (x *Dispatcher) regularOn(ctx context.Context, r *Request, br *body.Request, preq *placement.Request, ok func(*worker.Worker) bool) (*Response, error) {
+	w, err := placement.SelectRegular(x.d.Registry.Snapshot(), preq, x.d.Policies.Regular, ok, x.now())
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +60,8 @@ func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w
 		return nil, err
 	}
 	out := x.response(resp, br, w, nil)
-	out.Body = &onClose{ReadCloser: resp.Body, fn: func() { x.releaseLoad(w, load) }}
+	// A migration gives the load back as the stream leaves this worker (migrate.go).
+	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, func() { x.releaseLoad(w, load) })}
 	return out, nil
 }
 

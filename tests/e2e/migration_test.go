@@ -375,3 +375,48 @@ func workerLoad(gw *gateway, url string) int64 {
 	}
 	return -1
 }
+
+// TestMigrationRegularWorkers: regular (not disaggregated) engine-gRPC workers migrate too: the first
+// engine's stream breaks off after a few tokens, the other engine continues from the whole prefix in
+// one Generate, and the client's text, finish_reason and usage equal an uninterrupted run's.
+func TestMigrationRegularWorkers(t *testing.T) {
+	t.Parallel()
+	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: p,
+				Engine: sim.Config{GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true, Seed: 5}})
+			gw := startGateway(t, app.Options{}, engineGRPCArgs(c, byteTokenizerDir(t))...)
+			waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+			const maxTokens = 8
+			want := streamChat(t, gw.URL, maxTokens)
+			if want.err != nil || want.text == "" || want.finish != "length" {
+				t.Fatalf("uninterrupted run: %+v", want)
+			}
+			for _, e := range c.Engines {
+				if err := e.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamChat(t, gw.URL, maxTokens)
+			if got.err != nil || got.text != want.text || got.finish != want.finish || got.roles != 1 {
+				t.Fatalf("migrated stream: err %v, text %q finish %q roles %d; uninterrupted %q %q",
+					got.err, got.text, got.finish, got.roles, want.text, want.finish)
+			}
+			if got.usage.PromptTokens != want.usage.PromptTokens || got.usage.CompletionTokens != want.usage.CompletionTokens {
+				t.Errorf("usage %+v, uninterrupted %+v", got.usage, want.usage)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+			}
+			waitFor(t, "no worker load left", 10*time.Second, func() bool {
+				for _, e := range c.Engines {
+					if workerLoad(gw, grpcURL(e)) != 0 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
