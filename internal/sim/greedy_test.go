@@ -105,3 +105,53 @@ func TestGreedyContinuationByteTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateOutputIDs: SGLang's /generate answers carry output_ids, cumulative in every streamed
+// chunk as its text is (no --incremental-streaming-output), and they are the ids a continuation
+// sends: prompt ids + the first k output_ids give the rest of the output_ids.
+func TestGenerateOutputIDs(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolSGLang, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64})
+	c := testClient(t)
+	type answer struct {
+		Text      string   `json:"text"`
+		OutputIDs []uint32 `json:"output_ids"`
+	}
+	prompt := appendTokens(nil, "output ids for a gateway")
+	body := func(ids []uint32, n int, stream bool) string {
+		b, _ := json.Marshal(ids)
+		return fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":%t}`, b, n, stream)
+	}
+	status, b := post(t, c, e.URL()+"/generate", body(prompt, 10, true))
+	if status != 200 {
+		t.Fatalf("stream: %d %s", status, b)
+	}
+	var last answer
+	chunks := 0
+	for _, ev := range sseEvents(t, b) {
+		if ev == "[DONE]" {
+			continue
+		}
+		var a answer
+		if err := json.Unmarshal([]byte(ev), &a); err != nil {
+			t.Fatalf("chunk %s: %v", ev, err)
+		}
+		if !slices.Equal(a.OutputIDs, appendTokens(nil, a.Text)) || len(a.OutputIDs) < len(last.OutputIDs) ||
+			!slices.Equal(a.OutputIDs[:len(last.OutputIDs)], last.OutputIDs) {
+			t.Errorf("chunk %d: output_ids %v for text %q after %v: want the cumulative ids of the text", chunks, a.OutputIDs, a.Text, last.OutputIDs)
+		}
+		last = a
+		chunks++
+	}
+	if len(last.OutputIDs) != 10 || chunks < 10 {
+		t.Fatalf("%d chunks, last output_ids %v: want 10 ids", chunks, last.OutputIDs)
+	}
+	status, b = post(t, c, e.URL()+"/generate", body(append(slices.Clip(prompt), last.OutputIDs[:4]...), 6, false))
+	var rest answer
+	if err := json.Unmarshal(b, &rest); status != 200 || err != nil {
+		t.Fatalf("continuation: %d %s", status, b)
+	}
+	if !slices.Equal(rest.OutputIDs, last.OutputIDs[4:]) {
+		t.Errorf("continued output_ids %v, want the rest of the original's %v", rest.OutputIDs, last.OutputIDs[4:])
+	}
+}

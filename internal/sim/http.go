@@ -411,7 +411,17 @@ func appendInputLogprobs(b []byte, job *genJob, res *sampleResult) []byte {
 func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text string, finished bool) []byte {
 	b = append(b, `{"text":`...)
 	b = jsonx.AppendString(b, text)
-	b = append(b, `,"meta_info":{"id":`...)
+	// The generated ids, cumulative as the text is (SGLang's default, without
+	// --incremental-streaming-output): the simulator's word tokens of the text, which are the ids its
+	// greedy model folds, so input_ids = prompt + output_ids continues the generation exactly.
+	b = append(b, `,"output_ids":[`...)
+	for k, id := range appendTokens(nil, text) {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = appendInt(b, int64(id))
+	}
+	b = append(b, `],"meta_info":{"id":`...)
 	id := job.id
 	if len(job.samples) > 1 {
 		b = jsonx.AppendString(b, id+"-"+itoa(i))
