@@ -64,15 +64,28 @@ type migrator struct {
 	failed []string
 }
 
-// withMigration gives a request that can migrate its migrator: a streamed request of one sample for
-// engine-gRPC workers (PD or regular), with migrations on.
+// withMigration gives a request that can migrate its migrator: a streamed request of one sample,
+// with migrations on. The engine transport asks it (engine-gRPC workers, PD or regular); in HTTP
+// mode the response's reader does (migrate_http.go).
 func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Context {
-	if x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) || backend.EngineRPC(x.d.HTTP) == nil {
+	if x.cfg.MaxMigrations <= 0 || !canMigrate(q.br) {
 		return ctx
 	}
 	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
 	ctx = context.WithValue(ctx, decodeGuardsKey{}, m.guards)
-	return enginerpc.WithMigrator(ctx, m.migrate)
+	ctx = context.WithValue(ctx, migratorCtxKey{}, m)
+	if backend.EngineRPC(x.d.HTTP) != nil {
+		ctx = enginerpc.WithMigrator(ctx, m.migrate)
+	}
+	return ctx
+}
+
+type migratorCtxKey struct{}
+
+// migratorOf is the request's migrator, nil when it may not migrate.
+func migratorOf(ctx context.Context) *migrator {
+	m, _ := ctx.Value(migratorCtxKey{}).(*migrator)
+	return m
 }
 
 // decodeGuards are the releases of the guards a migrating request's attempts hold on their decode
@@ -131,9 +144,20 @@ type nopMigrationMetrics struct{}
 func (nopMigrationMetrics) IncMigration(string, string) {}
 func (nopMigrationMetrics) AddMigrationPrefill(int)     {}
 
-// migrate runs one continuation of r: enginerpc.ErrNoMigration when the bound is reached, the
-// attempt's error when it failed, else the continuation's response body.
+// migrate is the engine transport's Migrator: one continuation whose legs carry r; it returns the
+// continuation's response body.
 func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer, error) {
+	resp, err := m.continueOn(ctx, r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// continueOn runs one continuation of r: enginerpc.ErrNoMigration when the bound is reached, the
+// attempt's error when it failed, else the continuation's response. br is the continuation's own
+// body in HTTP mode (nil: the engine transport builds the legs from r).
+func (m *migrator) continueOn(ctx context.Context, r *enginerpc.Resume, br *body.Request) (*Response, error) {
 	x := m.x
 	m.guards.releaseAll() // the failed decode's seat and load, whether or not the stream goes on
 	if m.done >= x.cfg.MaxMigrations {
@@ -144,7 +168,7 @@ func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer,
 	if !slices.Contains(m.failed, r.Failed) {
 		m.failed = append(m.failed, r.Failed)
 	}
-	resp, err := m.start(ctx, r)
+	resp, err := m.start(ctx, r, br)
 	if err != nil {
 		m.note(r, OutcomeFailed, err)
 		x.d.Logger.Debug("migration failed", "request_id", m.q.RequestID, "from", r.Failed, "err", err)
@@ -154,18 +178,18 @@ func (m *migrator) migrate(ctx context.Context, r *enginerpc.Resume) (io.Closer,
 	m.metrics().AddMigrationPrefill(len(r.IDs))
 	x.d.Logger.Debug("stream migrated", "request_id", m.q.RequestID, "from", r.Failed, "to", resp.Worker,
 		"reason", r.Reason, "generated", r.Produced)
-	return resp.Body, nil
+	return resp, nil
 }
 
 // start runs the continuation's attempt, retried as any request's attempt is (--retry-max-retries,
 // with backoff) while it fails before its first token: the stream has not moved yet, and in a rolling
 // restart the pair it was given may be the next engine going down.
-func (m *migrator) start(ctx context.Context, r *enginerpc.Resume) (*Response, error) {
+func (m *migrator) start(ctx context.Context, r *enginerpc.Resume, br *body.Request) (*Response, error) {
 	x := m.x
 	for attempt := 0; ; attempt++ {
 		r.Retry()
-		resp, err := x.resumeAttempt(ctx, m.q, r, m.failed)
-		if err == nil && !r.Continued() {
+		resp, err := x.resumeAttempt(ctx, m.q, r, m.failed, br)
+		if err == nil && br == nil && !r.Continued() {
 			resp.Body.Close()
 			return nil, errNotContinued
 		}
@@ -204,11 +228,7 @@ func notFailedKey(failed []string) func(key string) bool {
 
 // resumeRegular runs a continuation on a regular worker that is none of the failed engines: its one
 // Generate carries the whole prefix (regular workers have no prefill slots to take).
-func (x *Dispatcher) resumeRegular(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string) (*Response, error) {
-	br, err := q.withJSON(q.br)
-	if err != nil {
-		return nil, err
-	}
+func (x *Dispatcher) resumeRegular(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string, br *body.Request) (*Response, error) {
 	preq := *q.preq
 	preq.TargetWorker = -1 // a pin named the worker that failed
 	preq.TokenIDs = r.IDs
@@ -217,15 +237,18 @@ func (x *Dispatcher) resumeRegular(ctx context.Context, q *prepared, r *enginerp
 }
 
 // resumeAttempt runs a continuation's PD attempt: admitted as Resumed at the top priority, on a pair
-// whose decode is none of the failed engines, with r in the legs' context. In regular mode it is
-// resumeRegular.
-func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string) (*Response, error) {
-	if !x.cfg.PD {
-		return x.resumeRegular(ctx, q, r, failed)
+// whose decode is none of the failed engines, with r in the legs' context; own is the
+// continuation's (HTTP mode), nil for the request's own. In regular mode it is resumeRegular.
+func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string, own *body.Request) (*Response, error) {
+	br := own
+	if br == nil {
+		var err error
+		if br, err = q.withJSON(q.br); err != nil {
+			return nil, err
+		}
 	}
-	br, err := q.withJSON(q.br)
-	if err != nil {
-		return nil, err
+	if !x.cfg.PD {
+		return x.resumeRegular(ctx, q, r, failed, br)
 	}
 	snap := x.d.Registry.Snapshot()
 	allowed := snap.Handoffs(worker.RolePrefill) & snap.Handoffs(worker.RoleDecode) & routeHandoffs(br.Route) &^

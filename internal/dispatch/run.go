@@ -51,7 +51,7 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 	for attempt := 0; ; attempt++ {
 		resp, err := x.attempt(ctx, &q.Request, q.br, q.preq)
 		if err == nil {
-			return x.answered(ctx, q, start, resp, cancel), nil
+			return x.answered(ctx, q, start, x.httpMigration(ctx, q, resp), cancel), nil
 		}
 		if ctx.Err() != nil {
 			cancel()

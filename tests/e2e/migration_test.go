@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -419,4 +423,120 @@ func TestMigrationRegularWorkers(t *testing.T) {
 			})
 		})
 	}
+}
+
+// generateStream is what a client read of a streamed /generate: the last chunk's text, output_ids and
+// counts, whether [DONE] came, and any error chunk.
+type generateStream struct {
+	text              string
+	ids               []uint32
+	prompt, completed int
+	finish            string
+	done              bool
+	errorChunk        string
+}
+
+func streamGenerate(t *testing.T, gwURL, reqBody string) generateStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gwURL+"/generate", strings.NewReader(reqBody))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	var g generateStream
+	if err != nil {
+		g.errorChunk = "read: " + err.Error()
+	}
+	for frame := range strings.SplitSeq(string(raw), "\n\n") {
+		payload, ok := strings.CutPrefix(strings.TrimSpace(frame), "data: ")
+		switch {
+		case !ok:
+		case payload == "[DONE]":
+			g.done = true
+		default:
+			var c struct {
+				Text      string          `json:"text"`
+				OutputIDs []uint32        `json:"output_ids"`
+				Error     json.RawMessage `json:"error"`
+				Meta      struct {
+					Prompt       int             `json:"prompt_tokens"`
+					Completion   int             `json:"completion_tokens"`
+					FinishReason json.RawMessage `json:"finish_reason"`
+				} `json:"meta_info"`
+			}
+			if err := json.Unmarshal([]byte(payload), &c); err != nil || len(c.Error) > 0 {
+				g.errorChunk = payload
+				continue
+			}
+			g.text, g.ids, g.prompt, g.completed = c.Text, c.OutputIDs, c.Meta.Prompt, c.Meta.Completion
+			if string(c.Meta.FinishReason) != "null" {
+				var fr any // compared as JSON values: a rewritten object may order its keys otherwise
+				_ = json.Unmarshal(c.Meta.FinishReason, &fr)
+				b, _ := json.Marshal(fr)
+				g.finish = string(b)
+			}
+		}
+	}
+	return g
+}
+
+// TestMigrationHTTPGenerate: in HTTP mode an SGLang /generate stream with a token-id prompt migrates
+// (SGLang's output_ids give the generated ids): the decode's connection dies after a few tokens, and
+// the client's last chunk (text, output_ids, counts, finish_reason) equals an uninterrupted run's,
+// with no error chunk and one migration counted; with --max-migrations 0 the stream breaks as before.
+func TestMigrationHTTPGenerate(t *testing.T) {
+	t.Parallel()
+	for _, seats := range []bool{false, true} {
+		name := "no-seats"
+		var flags []string
+		if seats {
+			name, flags = "seats", []string{"--prefill-max-inflight-requests-per-worker", "4", "--decode-max-inflight-requests-per-worker", "1"}
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := pdModes()[0] // http-sglang
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c, flags...)
+			const req = `{"input_ids":[11,12,13,14,15,16],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`
+			want := streamGenerate(t, gw.URL, req)
+			if !want.done || want.errorChunk != "" || len(want.ids) != 9 || want.text == "" {
+				t.Fatalf("uninterrupted run: %+v", want)
+			}
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := streamGenerate(t, gw.URL, req)
+			if !got.done || got.errorChunk != "" || got.text != want.text || !slices.Equal(got.ids, want.ids) ||
+				got.prompt != want.prompt || got.completed != want.completed || got.finish != want.finish {
+				t.Fatalf("migrated stream %+v\nuninterrupted    %+v", got, want)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 1 {
+				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+			}
+			released(t, gw)
+		})
+	}
+	t.Run("off", func(t *testing.T) {
+		t.Parallel()
+		m := pdModes()[0]
+		c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+		gw := m.startGateway(t, c, "--max-migrations", "0")
+		for _, d := range c.ByRole(sim.RoleDecode) {
+			if err := d.SetFaults(sim.Faults{DieAfterTokens: 4}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := streamGenerate(t, gw.URL, `{"input_ids":[11,12,13],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`)
+		if got.done && got.errorChunk == "" {
+			t.Fatalf("a broken stream without migration ended cleanly: %+v", got)
+		}
+		released(t, gw)
+	})
 }
