@@ -37,18 +37,46 @@ import (
 //   - afterwards the gateway holds nothing (no slot, seat, waiter or worker load).
 //
 // It reports the extra cost: the tokens prefilled again by continuations against the prompts' tokens.
-// Each protocol runs for a sixth of SLUICE_CHAOS_DURATION, at least 12 s.
+// The modes: SGLang and vLLM over their gRPC (OpenAI chat streams), and SGLang over HTTP (its
+// /generate streamed with input_ids, the form HTTP mode migrates). Each runs for a ninth of
+// SLUICE_CHAOS_DURATION, at least 10 s.
 func TestMigrationSoak(t *testing.T) {
-	per := max(12*time.Second, soakDuration(t)/6)
-	for _, p := range []sim.Protocol{sim.ProtocolSGLang, sim.ProtocolVLLM} {
-		t.Run(string(p), func(t *testing.T) { migrationSoak(t, p, per) })
+	per := max(10*time.Second, soakDuration(t)/9)
+	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
+		{"http-sglang-generate", sim.ProtocolSGLang, true}} {
+		t.Run(m.name, func(t *testing.T) { migrationSoak(t, m, per) })
 	}
+}
+
+// soakMode is a migration soak's engines and requests.
+type soakMode struct {
+	name     string
+	protocol sim.Protocol
+	http     bool // HTTP engines and /generate with input_ids, else the engines' gRPC and chat
+}
+
+// url is an engine's worker URL in the gateway.
+func (m soakMode) url(e *sim.Engine) string {
+	if m.http {
+		return e.URL()
+	}
+	return grpcURL(e)
+}
+
+// request is the i-th of the soak's streamed requests: its path and body.
+func (m soakMode) request(i int) (string, string) {
+	if m.http {
+		return "/generate", fmt.Sprintf(`{"input_ids":[%d,%d,%d,%d],"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":true}`,
+			100+i, 200+i, 300+i, 400+i, 60+15*i)
+	}
+	return "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"migration soak %d"}],`+
+		`"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, model, i, 60+15*i)
 }
 
 // soakRequest is one of the streamed requests the clients repeat, and its uninterrupted answer.
 type soakRequest struct {
-	body string
-	want streamed
+	path, body string
+	want       streamed
 }
 
 // streamed is what a client read of a streamed chat.
@@ -56,24 +84,28 @@ type streamed struct {
 	status             int
 	text, finish       string
 	prompt, completion int    // usage
+	ids                string // /generate: the last chunk's output_ids
 	ended              bool   // [DONE] came
 	errorFrame         string // an error event, if one came
 	readErr            error
 }
 
-func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
+func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("SLUICE_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	cluster, err := sim.StartCluster(context.Background(), sim.ClusterConfig{Prefill: 2, Decode: 3, Protocol: p,
-		Engine: sim.Config{GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true, Seed: 7, ITLBase: 3 * time.Millisecond},
-		Logger: logger})
+	engine := sim.Config{Seed: 7, ITLBase: 3 * time.Millisecond}
+	if !m.http {
+		engine.GRPC, engine.EngineGRPCOnly, engine.ByteTokenIDs = true, true, true
+	}
+	cluster, err := sim.StartCluster(context.Background(), sim.ClusterConfig{Prefill: 2, Decode: 3, Protocol: m.protocol,
+		Engine: engine, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	gw, base := startMigrationGateway(t, cluster, logger)
+	gw, base := startMigrationGateway(t, m, cluster, logger)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -87,15 +119,15 @@ func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
 
 	reqs := make([]soakRequest, 8)
 	for i := range reqs {
-		reqs[i].body = fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"migration soak %d"}],`+
-			`"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`, model, i, 60+15*i)
-		reqs[i].want = streamChat(context.Background(), client, base, reqs[i].body)
+		reqs[i].path, reqs[i].body = m.request(i)
+		reqs[i].want = streamOnce(context.Background(), client, base+reqs[i].path, reqs[i].body)
 		if w := reqs[i].want; !w.complete() || w.text == "" {
 			t.Fatalf("uninterrupted answer %d: %+v", i, w)
 		}
 	}
 
 	stop := make(chan struct{})
+	epochs := &killEpochs{running: map[int]int{}}
 	var load sync.WaitGroup
 	var mu sync.Mutex
 	var total int
@@ -109,7 +141,9 @@ func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
 				default:
 				}
 				r := reqs[(id+seq)%len(reqs)]
-				got := streamChat(context.Background(), client, base, r.body)
+				done := epochs.start()
+				got := streamOnce(context.Background(), client, base+r.path, r.body)
+				done()
 				mu.Lock()
 				total++
 				if bad := got.differs(r.want); bad != "" && len(problems) < 20 {
@@ -120,7 +154,7 @@ func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
 		})
 	}
 
-	kills := rollingKills(t, gw, cluster.ByRole(sim.RoleDecode), length)
+	kills := rollingKills(t, gw, m, epochs, cluster.ByRole(sim.RoleDecode), length)
 	close(stop)
 	load.Wait()
 
@@ -131,7 +165,7 @@ func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
 	served := metricSum(t, base, "sluice_tokens_total", "")
 	t.Logf("%s: %d streams, %d decode kills; migrations: %v migrated, %v failed, %v exhausted; "+
 		"re-prefilled %v tokens (%.0f a migration; %.1f%% on top of the %v prompt and output tokens served)",
-		p, total, kills, migrated, failed, exhausted, reprefill, reprefill/max(migrated, 1), 100*reprefill/max(served, 1), served)
+		m.name, total, kills, migrated, failed, exhausted, reprefill, reprefill/max(migrated, 1), 100*reprefill/max(served, 1), served)
 	for _, pr := range problems {
 		t.Error(pr)
 	}
@@ -142,7 +176,7 @@ func migrationSoak(t *testing.T, p sim.Protocol, length time.Duration) {
 }
 
 // startMigrationGateway starts a PD gateway in front of the cluster's engines at grpc:// URLs.
-func startMigrationGateway(t *testing.T, c *sim.Cluster, logger *slog.Logger) (*app.App, string) {
+func startMigrationGateway(t *testing.T, m soakMode, c *sim.Cluster, logger *slog.Logger) (*app.App, string) {
 	t.Helper()
 	tok := t.TempDir()
 	if err := sim.WriteByteTokenizer(tok); err != nil {
@@ -153,13 +187,13 @@ func startMigrationGateway(t *testing.T, c *sim.Cluster, logger *slog.Logger) (*
 		"--health-success-threshold", "1", "--health-failure-threshold", "1",
 		"--retry-initial-backoff-ms", "20", "--retry-max-backoff-ms", "200", "--shutdown-grace-period-secs", "5"}
 	for _, e := range c.ByRole(sim.RolePrefill) {
-		args = append(args, "--prefill", grpcURL(e))
+		args = append(args, "--prefill", m.url(e))
 		if bp := e.BootstrapPort(); bp > 0 {
 			args = append(args, strconv.Itoa(bp))
 		}
 	}
 	for _, e := range c.ByRole(sim.RoleDecode) {
-		args = append(args, "--decode", grpcURL(e))
+		args = append(args, "--decode", m.url(e))
 	}
 	cfg, err := config.Parse(args, io.Discard)
 	if err != nil {
@@ -180,15 +214,19 @@ func grpcURL(e *sim.Engine) string { return strings.Replace(e.URL(), "http://", 
 
 // rollingKills kills the decode engines in turn until length has passed, each down for a moment; the
 // next kill waits until the gateway routes to the restarted engine again. It returns the kill count.
-func rollingKills(t *testing.T, gw *app.App, decodes []*sim.Engine, length time.Duration) int {
+func rollingKills(t *testing.T, gw *app.App, m soakMode, epochs *killEpochs, decodes []*sim.Engine, length time.Duration) int {
 	kills := 0
 	for end := time.Now().Add(length); time.Now().Before(end); {
 		e := decodes[kills%len(decodes)]
 		time.Sleep(700 * time.Millisecond) // the schedule: streams are running on every engine by now
+		// No stream lives through more kills than the default --max-migrations (2): a loaded machine
+		// stretches streams, and a stream that outlives the bound ends with its error event by design.
+		waitUntil(t, "the streams older than the last kill ended", func() bool { return epochs.oldest() >= kills-1 })
 		e.Crash(400 * time.Millisecond)
+		epochs.kill()
 		kills++
 		waitUntil(t, "the killed decode is routed to again", func() bool {
-			w, ok := gw.Registry.Snapshot().ByURL(grpcURL(e))
+			w, ok := gw.Registry.Snapshot().ByURL(m.url(e))
 			return ok && w.Health() == worker.HealthReady
 		})
 	}
@@ -196,6 +234,45 @@ func rollingKills(t *testing.T, gw *app.App, decodes []*sim.Engine, length time.
 		t.Errorf("%d kills: not every decode engine was killed", kills)
 	}
 	return kills
+}
+
+// killEpochs counts the kills and, for each running stream, how many kills came before it started.
+type killEpochs struct {
+	mu      sync.Mutex
+	kills   int
+	next    int
+	running map[int]int // stream -> kills before its start
+}
+
+// start registers a stream starting now; done unregisters it.
+func (k *killEpochs) start() (done func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	id := k.next
+	k.next++
+	k.running[id] = k.kills
+	return func() {
+		k.mu.Lock()
+		delete(k.running, id)
+		k.mu.Unlock()
+	}
+}
+
+func (k *killEpochs) kill() {
+	k.mu.Lock()
+	k.kills++
+	k.mu.Unlock()
+}
+
+// oldest is the fewest kills before any running stream's start (the kill count when none runs).
+func (k *killEpochs) oldest() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	o := k.kills
+	for _, n := range k.running {
+		o = min(o, n)
+	}
+	return o
 }
 
 // waitUntil polls cond for at most 20 s.
@@ -208,10 +285,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// streamChat sends one streamed chat and reads its SSE answer.
-func streamChat(ctx context.Context, c *http.Client, base, body string) streamed {
+// streamOnce sends one streamed request (a chat, or a /generate) and reads its SSE answer.
+func streamOnce(ctx context.Context, c *http.Client, url, body string) streamed {
 	var s streamed
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		s.readErr = err
 		return s
@@ -235,7 +312,14 @@ func streamChat(ctx context.Context, c *http.Client, base, body string) streamed
 			s.ended = true
 			continue
 		}
+		if strings.HasSuffix(url, "/generate") {
+			s.generateChunk(payload)
+			continue
+		}
 		s.chunk(payload, &text)
+	}
+	if strings.HasSuffix(url, "/generate") {
+		text.WriteString(s.text) // the last chunk's: cumulative
 	}
 	s.text, s.readErr = text.String(), sc.Err()
 	return s
@@ -274,6 +358,31 @@ func (s *streamed) chunk(payload string, text *strings.Builder) {
 	}
 }
 
+// generateChunk takes one /generate SSE payload: cumulative text and output_ids, meta_info's counts
+// and finish_reason, or an error.
+func (s *streamed) generateChunk(payload string) {
+	var ch struct {
+		Text      string          `json:"text"`
+		OutputIDs json.RawMessage `json:"output_ids"`
+		Error     json.RawMessage `json:"error"`
+		Meta      struct {
+			Prompt       int             `json:"prompt_tokens"`
+			Completion   int             `json:"completion_tokens"`
+			FinishReason json.RawMessage `json:"finish_reason"`
+		} `json:"meta_info"`
+	}
+	if err := json.Unmarshal([]byte(payload), &ch); err != nil || len(ch.Error) > 0 {
+		s.errorFrame = payload
+		return
+	}
+	s.text, s.ids, s.prompt, s.completion = ch.Text, string(ch.OutputIDs), ch.Meta.Prompt, ch.Meta.Completion
+	if fr := ch.Meta.FinishReason; len(fr) > 0 && string(fr) != "null" {
+		var v map[string]any // compared as values: a continued chunk may order its keys otherwise
+		_ = json.Unmarshal(fr, &v)
+		s.finish = fmt.Sprint(v)
+	}
+}
+
 func (s streamed) complete() bool {
 	return s.status == http.StatusOK && s.ended && s.errorFrame == "" && s.readErr == nil
 }
@@ -285,7 +394,7 @@ func (s streamed) differs(want streamed) string {
 		return fmt.Sprintf("failed request: status %d (%v)", s.status, s.readErr)
 	case !s.complete():
 		return fmt.Sprintf("truncated stream: [DONE] %v, error frame %q, read error %v, text %q", s.ended, s.errorFrame, s.readErr, s.text)
-	case s.text != want.text || s.finish != want.finish:
+	case s.text != want.text || s.finish != want.finish || s.ids != want.ids:
 		return fmt.Sprintf("corrupted stream: text %q finish %q, uninterrupted %q finish %q", s.text, s.finish, want.text, want.finish)
 	case s.prompt != want.prompt || s.completion != want.completion:
 		return fmt.Sprintf("usage %d+%d, uninterrupted %d+%d", s.prompt, s.completion, want.prompt, want.completion)
