@@ -217,9 +217,10 @@ func (s *migratingStream) frame(f []byte) {
 }
 
 // migrate continues the generation on another pair after cause broke the stream off; false when it
-// may not (the client went away, nothing was sent yet, it had ended, no migration left).
+// may not (the client went away, it had ended, no migration left). A stream that broke before its
+// first chunk migrates too: the client has its 200 already, so no retry can answer it.
 func (s *migratingStream) migrate(cause error) bool {
-	if s.ctx.Err() != nil || s.sent.seen == 0 || s.ended || len(s.sent.ids) >= s.gm.maxNew {
+	if s.ctx.Err() != nil || s.ended || len(s.sent.ids) >= s.gm.maxNew {
 		return false
 	}
 	reason := enginerpc.ReasonReset
