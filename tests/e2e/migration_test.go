@@ -540,3 +540,42 @@ func TestMigrationHTTPGenerate(t *testing.T) {
 		released(t, gw)
 	})
 }
+
+// TestMigrationHTTPGenerateRegular: regular SGLang workers over HTTP migrate a /generate stream with
+// input_ids the same way: the continuation is one /generate of the whole prefix on the other worker.
+func TestMigrationHTTPGenerateRegular(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, sim.ClusterConfig{Regular: 2, Protocol: sim.ProtocolSGLang, Engine: sim.Config{Seed: 5}})
+	var args []string
+	for _, e := range c.Engines {
+		args = append(args, "--worker-urls", e.URL())
+	}
+	gw := startGateway(t, app.Options{}, args...)
+	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
+	const req = `{"input_ids":[21,22,23,24],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`
+	want := streamGenerate(t, gw.URL, req)
+	if !want.done || want.errorChunk != "" || len(want.ids) != 9 {
+		t.Fatalf("uninterrupted run: %+v", want)
+	}
+	for _, e := range c.Engines {
+		if err := e.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := streamGenerate(t, gw.URL, req)
+	if !got.done || got.errorChunk != "" || got.text != want.text || !slices.Equal(got.ids, want.ids) ||
+		got.prompt != want.prompt || got.completed != want.completed || got.finish != want.finish {
+		t.Fatalf("migrated stream %+v\nuninterrupted    %+v", got, want)
+	}
+	if n := migrationCount(t, gw, "migrated"); n != 1 {
+		t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+	}
+	waitFor(t, "no worker load left", 10*time.Second, func() bool {
+		for _, e := range c.Engines {
+			if workerLoad(gw, e.URL()) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
