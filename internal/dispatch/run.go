@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -10,6 +12,7 @@ import (
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // How Do runs a prepared request: its tenant's budget is reserved, then attempts run (attempt: aux,
@@ -48,8 +51,9 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 	if x.cfg.RequestTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)
 	}
+	preq := q.preq
 	for attempt := 0; ; attempt++ {
-		resp, err := x.attempt(ctx, &q.Request, q.br, q.preq)
+		resp, err := x.attempt(ctx, &q.Request, q.br, preq)
 		if err == nil {
 			return x.answered(ctx, q, start, x.httpMigration(ctx, q, resp), cancel), nil
 		}
@@ -64,12 +68,32 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 			x.d.Logger.Debug("request failed", "request_id", q.RequestID, "attempts", attempt+1, "err", err)
 			return nil, withRateHeader(x.final(err), q.rateHeader)
 		}
+		preq = avoiding(preq, err)
 		if err := x.backoff(ctx, q, attempt, err); err != nil {
 			cancel()
 			q.res.Settle(-1)
 			return nil, err
 		}
 	}
+}
+
+// avoiding is the placement request of the retry after err: the worker err names is avoided.
+func avoiding(preq *placement.Request, err error) *placement.Request {
+	var w string
+	var ue *UpstreamError
+	var te *TransportError
+	switch {
+	case errors.As(err, &ue):
+		w = ue.Worker
+	case errors.As(err, &te):
+		w = te.Worker
+	}
+	if w == "" || slices.Contains(preq.Avoid, w) {
+		return preq
+	}
+	p := *preq
+	p.Avoid = append(slices.Clip(preq.Avoid), w)
+	return &p
 }
 
 // answered hands back an attempt's answer: metered, with the request's id and rate headers; closing

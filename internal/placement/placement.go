@@ -33,6 +33,9 @@ type Request struct {
 	// TokenIDs are the prompt's exact tokens when the gateway knows them (kv_aware matches them
 	// against the engines' KV-cache events); nil otherwise.
 	TokenIDs []uint32
+	// Avoid are the workers (URLs) an earlier attempt of the request failed on: they are left out
+	// while another candidate remains.
+	Avoid []string
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and

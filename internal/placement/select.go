@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -173,11 +174,30 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		}
 		return nil, errAtCapacity
 	}
+	if len(req.Avoid) > 0 {
+		out = avoid(out, req.Avoid)
+	}
 	i := pol.Pick(out, req)
 	if i < 0 || i >= len(out) {
 		return nil, fmt.Errorf("%w: policy %s picked %d of %d", ErrUnavailable, pol.Name(), i, len(out))
 	}
 	return out[i], nil
+}
+
+// avoid drops the workers that already failed the request while another remains: an engine that just
+// died has the least load, and until its health probe fails a load-based policy would pick it for
+// every retry. It allocates (only retries get here) and leaves out itself untouched.
+func avoid(out []*worker.Worker, failed []string) []*worker.Worker {
+	kept := make([]*worker.Worker, 0, len(out))
+	for _, w := range out {
+		if !slices.Contains(failed, w.URL()) {
+			kept = append(kept, w)
+		}
+	}
+	if len(kept) == 0 {
+		return out
+	}
+	return kept
 }
 
 // RoutableHandoffs returns the KV handoffs spoken by the routable workers of role serving model at

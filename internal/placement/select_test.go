@@ -263,3 +263,19 @@ func TestSelectRanks(t *testing.T) {
 		}
 	}
 }
+
+// A retry avoids the workers that failed the request while another candidate remains; when every
+// candidate failed it, they are all candidates again.
+func TestSelectAvoid(t *testing.T) {
+	reg, cands := newFleet(t, worker.RolePrefill, "m", 3)
+	snap := reg.Snapshot()
+	pol := &fixedPolicy{}
+	w, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Avoid: []string{cands[0].URL(), cands[1].URL()}}, pol, nil, time.Now())
+	if err != nil || w != cands[2] || len(pol.got) != 1 {
+		t.Errorf("two of three avoided: got %v, %v (%d candidates), want the third alone", w, err, len(pol.got))
+	}
+	all := []string{cands[0].URL(), cands[1].URL(), cands[2].URL()}
+	if _, err := SelectPrefill(snap, &Request{Model: "m", TargetWorker: -1, Avoid: all}, pol, nil, time.Now()); err != nil || len(pol.got) != 3 {
+		t.Errorf("all avoided: %v, %d candidates; want all three", err, len(pol.got))
+	}
+}
