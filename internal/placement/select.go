@@ -102,28 +102,7 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		return nil, &ModelNotFoundError{Model: req.Model}
 	}
 	if req.TargetWorker >= 0 {
-		if req.TargetWorker >= len(cands) {
-			return nil, fmt.Errorf("%w: index %d, %d candidates", ErrInvalidTarget, req.TargetWorker, len(cands))
-		}
-		w := cands[req.TargetWorker]
-		if !w.Routable(now) {
-			return nil, errNoHealthy
-		}
-		if req.Handoffs != 0 && !req.Handoffs.Has(w.Handoff()) {
-			return nil, errNoCompat
-		}
-		if hasCapacity != nil && !hasCapacity(w) {
-			return nil, errAtCapacity
-		}
-		if ranks := w.Ranks(); len(ranks) > 0 && !req.IgnoreRanks {
-			// The target names the engine; the policy picks its rank.
-			i := pol.Pick(ranks, req)
-			if i < 0 || i >= len(ranks) {
-				return nil, fmt.Errorf("%w: policy %s picked rank %d of %d", ErrUnavailable, pol.Name(), i, len(ranks))
-			}
-			return ranks[i], nil
-		}
-		return w, nil
+		return selectTarget(cands, req, pol, hasCapacity, now)
 	}
 	if !req.IgnoreRanks {
 		// A data-parallel engine's ranks are candidates of their own (their own queue, KV cache and
@@ -166,13 +145,7 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		}()
 	}
 	if len(out) == 0 {
-		switch {
-		case routable == 0:
-			return nil, errNoHealthy
-		case eligible == 0:
-			return nil, errNoCompat
-		}
-		return nil, errAtCapacity
+		return nil, noCandidate(routable, eligible)
 	}
 	if len(req.Avoid) > 0 {
 		out = avoid(out, req.Avoid)
@@ -182,6 +155,45 @@ func Select(snap *worker.Snapshot, role worker.Role, req *Request, pol Policy, h
 		return nil, fmt.Errorf("%w: policy %s picked %d of %d", ErrUnavailable, pol.Name(), i, len(out))
 	}
 	return out[i], nil
+}
+
+// selectTarget is Select with a strict target (req.TargetWorker): that worker or an error, never
+// another; a data-parallel engine's rank is the policy's pick.
+func selectTarget(cands []*worker.Worker, req *Request, pol Policy, hasCapacity func(*worker.Worker) bool, now time.Time) (*worker.Worker, error) {
+	if req.TargetWorker >= len(cands) {
+		return nil, fmt.Errorf("%w: index %d, %d candidates", ErrInvalidTarget, req.TargetWorker, len(cands))
+	}
+	w := cands[req.TargetWorker]
+	if !w.Routable(now) {
+		return nil, errNoHealthy
+	}
+	if req.Handoffs != 0 && !req.Handoffs.Has(w.Handoff()) {
+		return nil, errNoCompat
+	}
+	if hasCapacity != nil && !hasCapacity(w) {
+		return nil, errAtCapacity
+	}
+	if ranks := w.Ranks(); len(ranks) > 0 && !req.IgnoreRanks {
+		// The target names the engine; the policy picks its rank.
+		i := pol.Pick(ranks, req)
+		if i < 0 || i >= len(ranks) {
+			return nil, fmt.Errorf("%w: policy %s picked rank %d of %d", ErrUnavailable, pol.Name(), i, len(ranks))
+		}
+		return ranks[i], nil
+	}
+	return w, nil
+}
+
+// noCandidate is why a selection found nobody: no routable worker, none speaking a usable handoff,
+// or every one at capacity.
+func noCandidate(routable, eligible int) error {
+	switch {
+	case routable == 0:
+		return errNoHealthy
+	case eligible == 0:
+		return errNoCompat
+	}
+	return errAtCapacity
 }
 
 // avoid drops the workers that already failed the request while another remains: an engine that just
