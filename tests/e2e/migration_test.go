@@ -502,24 +502,7 @@ func TestMigrationHTTPGenerate(t *testing.T) {
 			m := pdModes()[0] // http-sglang
 			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
 			gw := m.startGateway(t, c, flags...)
-			const req = `{"input_ids":[11,12,13,14,15,16],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`
-			want := streamGenerate(t, gw.URL, req)
-			if !want.done || want.errorChunk != "" || len(want.ids) != 9 || want.text == "" {
-				t.Fatalf("uninterrupted run: %+v", want)
-			}
-			for _, d := range c.ByRole(sim.RoleDecode) {
-				if err := d.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := streamGenerate(t, gw.URL, req)
-			if !got.done || got.errorChunk != "" || got.text != want.text || !slices.Equal(got.ids, want.ids) ||
-				got.prompt != want.prompt || got.completed != want.completed || got.finish != want.finish {
-				t.Fatalf("migrated stream %+v\nuninterrupted    %+v", got, want)
-			}
-			if n := migrationCount(t, gw, "migrated"); n != 1 {
-				t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
-			}
+			generateMigrates(t, gw, c.ByRole(sim.RoleDecode), `{"input_ids":[11,12,13,14,15,16],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`)
 			released(t, gw)
 		})
 	}
@@ -552,12 +535,27 @@ func TestMigrationHTTPGenerateRegular(t *testing.T) {
 	}
 	gw := startGateway(t, app.Options{}, args...)
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
-	const req = `{"input_ids":[21,22,23,24],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`
+	generateMigrates(t, gw, c.Engines, `{"input_ids":[21,22,23,24],"sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`)
+	waitFor(t, "no worker load left", 10*time.Second, func() bool {
+		for _, e := range c.Engines {
+			if workerLoad(gw, e.URL()) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// generateMigrates streams req (9 tokens) once uninterrupted, then with every engine of dying dying
+// after 5 tokens: the migrated stream's last chunk must equal the uninterrupted one's, with no error
+// chunk, and one migration counted.
+func generateMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, req string) {
+	t.Helper()
 	want := streamGenerate(t, gw.URL, req)
-	if !want.done || want.errorChunk != "" || len(want.ids) != 9 {
+	if !want.done || want.errorChunk != "" || len(want.ids) != 9 || want.text == "" {
 		t.Fatalf("uninterrupted run: %+v", want)
 	}
-	for _, e := range c.Engines {
+	for _, e := range dying {
 		if err := e.SetFaults(sim.Faults{DieAfterTokens: 5}); err != nil {
 			t.Fatal(err)
 		}
@@ -570,12 +568,4 @@ func TestMigrationHTTPGenerateRegular(t *testing.T) {
 	if n := migrationCount(t, gw, "migrated"); n != 1 {
 		t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
 	}
-	waitFor(t, "no worker load left", 10*time.Second, func() bool {
-		for _, e := range c.Engines {
-			if workerLoad(gw, e.URL()) != 0 {
-				return false
-			}
-		}
-		return true
-	})
 }
