@@ -62,6 +62,7 @@ type migrator struct {
 	done   int
 	// failed are the engines (scheme://host:port) whose streams broke off: never chosen again.
 	failed []string
+	http   *httpPlan // the state of a stream that can migrate in HTTP mode, nil when it cannot
 }
 
 // withMigration gives a request that can migrate its migrator: a streamed request of one sample,
@@ -72,6 +73,7 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 		return ctx
 	}
 	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
+	m.http, q.br = prepareHTTPMigration(q.br)
 	ctx = context.WithValue(ctx, decodeGuardsKey{}, m.guards)
 	ctx = context.WithValue(ctx, migratorCtxKey{}, m)
 	if backend.EngineRPC(x.d.HTTP) != nil {

@@ -3,11 +3,9 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
@@ -15,118 +13,92 @@ import (
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// Mid-stream migration in HTTP mode (docs/migration.md): SGLang's /generate streamed with a token-id
-// prompt (input_ids), the token-in/token-out form RL trainers and agents use. SGLang's stream gives
-// the generated ids in every chunk (output_ids, cumulative as its text is, by default), so when the
-// decode's stream breaks off the gateway holds the prompt's ids and every id generated: it sends
-// prompt + generated as the input_ids of a new /generate with max_new_tokens reduced (a new PD
-// handshake, the same sampling parameters) and reads the continuation's stream as the rest of the
-// first: its text, output_ids and completion_tokens are appended to what the client already has.
-// The reader does it in the relay's goroutine (Read), one continuation at a time.
+// Mid-stream migration in HTTP mode (docs/migration.md). It applies where the engine's HTTP stream
+// gives the generated ids, so the gateway holds prompt + generated without tokenizing anything:
+//   - SGLang's /generate with a token-id prompt (input_ids): output_ids in every chunk
+//     (migrate_http_generate.go);
+//   - vLLM's /v1/completions with a token-id prompt: the gateway asks for return_token_ids and takes
+//     each chunk's token_ids (migrate_http_completions.go).
+//
+// When the decode's stream breaks off, the gateway sends prompt + generated as the prompt of a new
+// request with the token budget reduced (a new PD handshake, the same sampling parameters) and reads
+// the continuation's stream as the rest of the first: the API's state rewrites its frames into the
+// request's (ids, counts, usage). The reader does it in the relay's goroutine (Read), one
+// continuation at a time.
 
-// generateMigration is a migratable /generate stream: the request's prompt ids and token budget.
-type generateMigration struct {
-	prompt []uint32
-	maxNew int
-	body   map[string]json.RawMessage // the client's body, for the continuations'
-	params map[string]json.RawMessage // its sampling_params
+// httpStreamAPI is one API's part of a migratable stream: it reads each frame into the
+// generation's state, rewrites a continuation's frames as the request's, and makes the body of the
+// next continuation.
+type httpStreamAPI interface {
+	// frame takes one data payload other than [DONE] and returns the frame to pass on and whether
+	// the stream is over (a finish or an error: nothing to continue).
+	frame(payload []byte) (out []byte, ended bool)
+	// generated is how many tokens the client has of the generation.
+	generated() int
+	// continuation is the body that goes on after what was generated, false when the request's token
+	// budget is spent; the frames read next are the continuation's.
+	continuation() (ids []uint32, b []byte, ok bool)
 }
 
 // httpMigration wraps a streamed answer of an HTTP worker whose stream may migrate, or returns it as
-// it is: SGLang /generate with input_ids and max_new_tokens, on http(s) workers.
+// it is. api is the state the request's preparation made (prepareHTTPMigration).
 func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Response) *Response {
 	m := migratorOf(ctx)
-	if m == nil || !resp.Stream || q.br.Route != body.RouteGenerate || !strings.HasPrefix(resp.Worker, "http") {
+	if m == nil || m.http == nil || !resp.Stream || !strings.HasPrefix(resp.Worker, "http") {
 		return resp
 	}
-	if w, ok := x.d.Registry.Snapshot().ByURL(resp.Worker); !ok || w.Protocol() != worker.ProtocolSGLang {
+	if w, ok := x.d.Registry.Snapshot().ByURL(resp.Worker); !ok || w.Protocol() != m.http.protocol {
 		return resp
 	}
-	gm, ok := parseGenerateMigration(q.br.Body)
-	if !ok {
-		return resp
-	}
-	resp.Body = &migratingStream{ctx: ctx, m: m, gm: gm, first: resp.Body, cur: resp.Body, engine: enginerpc.EngineKey(resp.Worker)}
+	resp.Body = &migratingStream{ctx: ctx, m: m, api: m.http.api, first: resp.Body, cur: resp.Body, engine: enginerpc.EngineKey(resp.Worker)}
 	return resp
 }
 
-// parseGenerateMigration reads what a continuation needs from a /generate body: a flat input_ids
-// and sampling_params.max_new_tokens (without it the engine's default would start again).
-func parseGenerateMigration(b []byte) (*generateMigration, bool) {
-	gm := &generateMigration{}
-	if json.Unmarshal(b, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
-		json.Unmarshal(gm.body["sampling_params"], &gm.params) != nil || json.Unmarshal(gm.params["max_new_tokens"], &gm.maxNew) != nil {
-		return nil, false
-	}
-	return gm, gm.maxNew > 0
+// httpPlan is what prepareHTTPMigration found: the API state of a stream that may migrate when its
+// worker speaks protocol.
+type httpPlan struct {
+	protocol worker.Protocol
+	api      httpStreamAPI
 }
 
-// finishReason is a continuation's finish_reason as the request's: a length finish names the
-// request's max_new_tokens (SGLang's FINISH_LENGTH), not the continuation's.
-func (gm *generateMigration) finishReason(raw json.RawMessage) json.RawMessage {
-	var fr map[string]json.RawMessage
-	if json.Unmarshal(raw, &fr) != nil || string(fr["type"]) != `"length"` {
-		return raw
+// prepareHTTPMigration makes the migration state of a request whose HTTP stream can migrate, and
+// returns the body to send: vLLM completions ask for the token ids the migration needs.
+func prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
+	if br.PromptTokenIDs == 0 { // a text prompt: the gateway has no ids to continue from
+		return nil, br
 	}
-	fr["length"] = json.RawMessage(strconv.Itoa(gm.maxNew))
-	b, err := json.Marshal(fr)
-	if err != nil {
-		return raw
-	}
-	return b
-}
-
-// continuation is the body of the /generate that goes on after produced ids.
-func (gm *generateMigration) continuation(ids []uint32, produced int) ([]byte, error) {
-	params := make(map[string]json.RawMessage, len(gm.params))
-	for k, v := range gm.params {
-		params[k] = v
-	}
-	params["max_new_tokens"] = json.RawMessage(strconv.Itoa(gm.maxNew - produced))
-	if mn, ok := params["min_new_tokens"]; ok {
-		var n int
-		if json.Unmarshal(mn, &n) == nil {
-			params["min_new_tokens"] = json.RawMessage(strconv.Itoa(max(n-produced, 0)))
+	switch br.Route {
+	case body.RouteGenerate:
+		if gm, ok := parseGenerateMigration(br.Body); ok {
+			return &httpPlan{protocol: worker.ProtocolSGLang, api: gm}, br
+		}
+	case body.RouteCompletions:
+		if cm, ok := parseCompletionMigration(br.Body); ok {
+			b, err := cm.engineBody(br.Body)
+			if err != nil {
+				return nil, br
+			}
+			out := *br
+			out.Body = b
+			return &httpPlan{protocol: worker.ProtocolVLLM, api: cm}, &out
 		}
 	}
-	b := make(map[string]json.RawMessage, len(gm.body))
-	for k, v := range gm.body {
-		b[k] = v
-	}
-	delete(b, "text")
-	var err error
-	if b["input_ids"], err = json.Marshal(ids); err != nil {
-		return nil, err
-	}
-	if b["sampling_params"], err = json.Marshal(params); err != nil {
-		return nil, err
-	}
-	return json.Marshal(b)
+	return nil, br
 }
 
-// migratingStream is the client's body of a migratable /generate stream.
+// migratingStream is the client's body of a migratable HTTP stream.
 type migratingStream struct {
 	ctx    context.Context
 	m      *migrator
-	gm     *generateMigration
+	api    httpStreamAPI
 	first  io.ReadCloser   // the first attempt's body: closed last, it ends the request
 	cur    io.ReadCloser   // the body read now: first, or the latest continuation's
 	conts  []io.ReadCloser // the continuations' bodies, closed when left or at the end
 	engine string          // the engine serving cur (scheme://host:port)
 
 	in, out []byte
-	sent    generated // what the client has of the generation
-	base    generated // what the current continuation's chunks are appended to
-	ended   bool      // [DONE], a finish_reason or an error chunk went out: nothing to continue
+	ended   bool // [DONE], a finish or an error chunk went out: nothing to continue
 	err     error
-}
-
-// generated is a /generate stream's state: its text, ids and counts so far.
-type generated struct {
-	text                     string
-	ids                      []uint32
-	id                       json.RawMessage // meta_info.id
-	prompt, completion, seen int             // seen: chunks
 }
 
 var errStreamEnded = errors.New("the engine's stream ended without finishing")
@@ -173,7 +145,7 @@ func (s *migratingStream) fill() {
 	}
 }
 
-// frame passes one SSE frame on, after the state it tells is taken.
+// frame passes one SSE frame on, after the API's state has taken it.
 func (s *migratingStream) frame(f []byte) {
 	payload, ok := bytes.CutPrefix(bytes.TrimSpace(f), []byte("data: "))
 	if !ok || bytes.Equal(payload, []byte("[DONE]")) {
@@ -181,46 +153,20 @@ func (s *migratingStream) frame(f []byte) {
 		s.out = append(s.out, f...)
 		return
 	}
-	var c map[string]json.RawMessage
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(c["meta_info"], &meta) != nil {
-		s.ended = true // an error chunk or something else: the client gets it, and the stream is over
+	out, ended := s.api.frame(payload)
+	s.ended = s.ended || ended
+	if out == nil {
 		s.out = append(s.out, f...)
 		return
 	}
-	var g generated
-	_ = json.Unmarshal(c["text"], &g.text)
-	_ = json.Unmarshal(c["output_ids"], &g.ids)
-	_ = json.Unmarshal(meta["prompt_tokens"], &g.prompt)
-	_ = json.Unmarshal(meta["completion_tokens"], &g.completion)
-	if fr := meta["finish_reason"]; len(fr) > 0 && string(fr) != "null" {
-		s.ended = true
-	}
-	if s.base.seen == 0 { // the first stream: as the engine sent it
-		g.id, g.seen = meta["id"], s.sent.seen+1
-		s.sent = g
-		s.out = append(s.out, f...)
-		return
-	}
-	g.text, g.ids = s.base.text+g.text, append(slices.Clip(s.base.ids), g.ids...)
-	g.prompt, g.completion, g.id, g.seen = s.base.prompt, s.base.completion+g.completion, s.base.id, s.sent.seen+1
-	s.sent = g
-	c["text"], _ = json.Marshal(g.text)
-	c["output_ids"], _ = json.Marshal(g.ids)
-	meta["prompt_tokens"] = json.RawMessage(strconv.Itoa(g.prompt))
-	meta["completion_tokens"] = json.RawMessage(strconv.Itoa(g.completion))
-	meta["id"] = g.id
-	meta["finish_reason"] = s.gm.finishReason(meta["finish_reason"])
-	c["meta_info"], _ = json.Marshal(meta)
-	b, _ := json.Marshal(c)
-	s.out = append(append(append(s.out, "data: "...), b...), "\n\n"...)
+	s.out = append(append(append(s.out, "data: "...), out...), "\n\n"...)
 }
 
 // migrate continues the generation on another pair after cause broke the stream off; false when it
 // may not (the client went away, it had ended, no migration left). A stream that broke before its
 // first chunk migrates too: the client has its 200 already, so no retry can answer it.
 func (s *migratingStream) migrate(cause error) bool {
-	if s.ctx.Err() != nil || s.ended || len(s.sent.ids) >= s.gm.maxNew {
+	if s.ctx.Err() != nil || s.ended {
 		return false
 	}
 	reason := enginerpc.ReasonReset
@@ -228,12 +174,11 @@ func (s *migratingStream) migrate(cause error) bool {
 		reason = enginerpc.ReasonNoComplete
 	}
 	for {
-		ids := append(slices.Clip(s.gm.prompt), s.sent.ids...)
-		r := &enginerpc.Resume{IDs: ids, Produced: len(s.sent.ids), Failed: s.engine, Reason: reason}
-		b, err := s.gm.continuation(ids, len(s.sent.ids))
-		if err != nil {
+		ids, b, ok := s.api.continuation()
+		if !ok {
 			return false
 		}
+		r := &enginerpc.Resume{IDs: ids, Produced: s.api.generated(), Failed: s.engine, Reason: reason}
 		br := *s.m.q.br
 		br.Body = b
 		s.leave()
@@ -242,7 +187,6 @@ func (s *migratingStream) migrate(cause error) bool {
 		case err == nil:
 			s.cur, s.engine, s.in = resp.Body, enginerpc.EngineKey(resp.Worker), nil
 			s.conts = append(s.conts, resp.Body)
-			s.base = s.sent
 			return true
 		case errors.Is(err, enginerpc.ErrNoMigration) || s.ctx.Err() != nil:
 			return false
@@ -264,4 +208,9 @@ func (s *migratingStream) Close() error {
 		c.Close()
 	}
 	return s.first.Close()
+}
+
+// prefixed is prompt + generated, as a new slice.
+func prefixed(prompt, generated []uint32) []uint32 {
+	return append(slices.Clip(prompt), generated...)
 }

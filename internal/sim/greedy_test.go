@@ -155,3 +155,68 @@ func TestGenerateOutputIDs(t *testing.T) {
 		t.Errorf("continued output_ids %v, want the rest of the original's %v", rest.OutputIDs, last.OutputIDs[4:])
 	}
 }
+
+// vLLM's return_token_ids (serving_completion.py): the prompt's ids in the first chunk, each chunk's
+// new ids in token_ids; prompt + token_ids continues the generation exactly, and without the flag
+// no chunk carries ids.
+func TestCompletionsReturnTokenIDs(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolVLLM, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64})
+	c := testClient(t)
+	type choice struct {
+		Text           string   `json:"text"`
+		PromptTokenIDs []uint32 `json:"prompt_token_ids"`
+		TokenIDs       []uint32 `json:"token_ids"`
+	}
+	type answer struct {
+		Choices []choice `json:"choices"`
+	}
+	prompt := appendTokens(nil, "token ids for a gateway")
+	body := func(ids []uint32, n int, stream, ask bool) string {
+		b, _ := json.Marshal(ids)
+		return fmt.Sprintf(`{"model":"sim-model","prompt":%s,"max_tokens":%d,"temperature":0,"stream":%t,"return_token_ids":%t}`, b, n, stream, ask)
+	}
+	read := func(ask bool) (text string, firstPrompt []uint32, ids []uint32, chunks int) {
+		status, b := post(t, c, e.URL()+"/v1/completions", body(prompt, 10, true, ask))
+		if status != 200 {
+			t.Fatalf("stream: %d %s", status, b)
+		}
+		for _, ev := range sseEvents(t, b) {
+			var a answer
+			if ev == "[DONE]" {
+				continue
+			}
+			if err := json.Unmarshal([]byte(ev), &a); err != nil || len(a.Choices) != 1 {
+				t.Fatalf("chunk %s: %v", ev, err)
+			}
+			ch := a.Choices[0]
+			if chunks == 0 {
+				firstPrompt = ch.PromptTokenIDs
+			} else if ch.PromptTokenIDs != nil {
+				t.Errorf("chunk %d carries prompt_token_ids %v: only the first does", chunks, ch.PromptTokenIDs)
+			}
+			if ask && !slices.Equal(ch.TokenIDs, appendTokens(nil, ch.Text)) {
+				t.Errorf("chunk %d: token_ids %v for text %q", chunks, ch.TokenIDs, ch.Text)
+			}
+			text += ch.Text
+			ids = append(ids, ch.TokenIDs...)
+			chunks++
+		}
+		return text, firstPrompt, ids, chunks
+	}
+	text, first, ids, _ := read(true)
+	if !slices.Equal(first, prompt) || len(ids) != 10 {
+		t.Fatalf("prompt_token_ids %v (want %v), %d token ids (want 10)", first, prompt, len(ids))
+	}
+	if _, p, none, _ := read(false); p != nil || none != nil {
+		t.Errorf("without return_token_ids: prompt_token_ids %v, token_ids %v", p, none)
+	}
+	status, b := post(t, c, e.URL()+"/v1/completions", body(append(slices.Clip(prompt), ids[:4]...), 6, false, true))
+	var rest answer
+	if err := json.Unmarshal(b, &rest); status != 200 || err != nil || len(rest.Choices) != 1 {
+		t.Fatalf("continuation: %d %s", status, b)
+	}
+	if got := rest.Choices[0]; !slices.Equal(got.TokenIDs, ids[4:]) || !strings.HasSuffix(text, got.Text) {
+		t.Errorf("continued token_ids %v text %q, want the rest of the original's %v of %q", got.TokenIDs, got.Text, ids[4:], text)
+	}
+}

@@ -329,6 +329,10 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 		}
 		b = append(b, `,"logprobs":null,"finish_reason":`...)
 		b = jsonx.AppendString(b, results[i].finish)
+		if job.returnTokenIDs {
+			b = appendIDs(append(b, `,"prompt_token_ids":`...), job.samples[i].prompt.ids)
+			b = appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, results[i].text))
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
@@ -414,14 +418,8 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 	// The generated ids, cumulative as the text is (SGLang's default, without
 	// --incremental-streaming-output): the simulator's word tokens of the text, which are the ids its
 	// greedy model folds, so input_ids = prompt + output_ids continues the generation exactly.
-	b = append(b, `,"output_ids":[`...)
-	for k, id := range appendTokens(nil, text) {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		b = appendInt(b, int64(id))
-	}
-	b = append(b, `],"meta_info":{"id":`...)
+	b = appendIDs(append(b, `,"output_ids":`...), appendTokens(nil, text))
+	b = append(b, `,"meta_info":{"id":`...)
 	id := job.id
 	if len(job.samples) > 1 {
 		b = jsonx.AppendString(b, id+"-"+itoa(i))

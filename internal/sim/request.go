@@ -47,6 +47,7 @@ type apiRequest struct {
 	DisaggPrefillDPRank *int            `json:"disagg_prefill_dp_rank"`
 	RID                 json.RawMessage `json:"rid"`
 	ReturnLogprob       json.RawMessage `json:"return_logprob"`
+	ReturnTokenIDs      bool            `json:"return_token_ids"`
 }
 
 type streamOptions struct {
@@ -97,6 +98,9 @@ type genJob struct {
 	// meta_info.input_token_logprobs (SGLang PD: the prefill leg; decode reports none).
 	inputLogprobs bool
 	decodeRole    bool
+	// returnTokenIDs: vLLM completions' return_token_ids, the prompt's ids in each sample's first chunk
+	// and each chunk's new ids (serving_completion.py).
+	returnTokenIDs bool
 }
 
 // maxN bounds the samples of one request (a simulator limit, not an engine's).
@@ -125,6 +129,7 @@ func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, e
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}
+	job.returnTokenIDs = req.ReturnTokenIDs && api == apiCompletion && e.cfg.Protocol == ProtocolVLLM
 	if job.model == "" {
 		job.model = e.cfg.Models[0]
 	} else if api != apiGenerate && !slices.Contains(e.cfg.Models, job.model) {

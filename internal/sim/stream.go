@@ -127,7 +127,9 @@ func (s *sseStream) token(i int, delta string) error {
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"text":`...)
 		s.buf = jsonx.AppendString(s.buf, delta)
-		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null}`...)
+		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null`...)
+		s.buf = s.appendTokenIDs(s.buf, i, delta)
+		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
 	default:
 		s.texts[i].WriteString(delta)
@@ -174,12 +176,39 @@ func (s *sseStream) finish(i int, res *sampleResult) error {
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"text":"","logprobs":null,"finish_reason":`...)
 		s.buf = jsonx.AppendString(s.buf, res.finish)
+		s.buf = s.appendTokenIDs(s.buf, i, "")
 		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
 	default:
 		s.buf = appendGenerateObject(s.buf, s.job, i, res, s.texts[i].String(), true)
 	}
 	return s.flushFrame()
+}
+
+// appendTokenIDs appends a completions chunk's ids when the request asked for them: the prompt's in
+// sample i's first chunk, and the ids of the chunk's text (the simulator's word tokens, the ids its
+// greedy model folds, so prompt + token_ids continues the generation exactly).
+func (s *sseStream) appendTokenIDs(b []byte, i int, delta string) []byte {
+	if !s.job.returnTokenIDs {
+		return b
+	}
+	if !s.started[i] {
+		s.started[i] = true
+		b = appendIDs(append(b, `,"prompt_token_ids":`...), s.job.samples[i].prompt.ids)
+	}
+	return appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, delta))
+}
+
+// appendIDs appends a JSON array of token ids.
+func appendIDs(b []byte, ids []uint32) []byte {
+	b = append(b, '[')
+	for k, id := range ids {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = appendInt(b, int64(id))
+	}
+	return append(b, ']')
 }
 
 func (s *sseStream) usage(results []sampleResult) error {
@@ -227,10 +256,10 @@ func (e *Engine) newSSEStream(w http.ResponseWriter, job *genJob, dieAfter int) 
 		e: e, bp: bp, w: w, rc: http.NewResponseController(w), job: job, buf: (*bp)[:0], dieAfter: dieAfter,
 		counts: make([]int, len(job.samples)),
 	}
-	switch job.api {
-	case apiChat:
+	switch {
+	case job.api == apiChat || job.returnTokenIDs:
 		s.started = make([]bool, len(job.samples))
-	case apiGenerate:
+	case job.api == apiGenerate:
 		s.texts = make([]strings.Builder, len(job.samples))
 	}
 	return s

@@ -1,0 +1,149 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// How a SGLang /generate stream migrates (HTTP mode): the request's prompt is a token-id prompt
+// (input_ids), the token-in/token-out form RL trainers and agents use. SGLang's stream gives the
+// generated ids in every chunk (output_ids, cumulative as its text is, by default), so a
+// continuation is a /generate with input_ids = prompt + output_ids and max_new_tokens reduced; its
+// chunks are appended to what the client has: text, output_ids, completion_tokens, meta_info.id, and
+// a length finish that names the request's max_new_tokens.
+
+// generateMigration is a migratable /generate stream: the request's prompt ids and token budget,
+// and what the client has of the generation.
+type generateMigration struct {
+	prompt []uint32
+	maxNew int
+	body   map[string]json.RawMessage // the client's body, for the continuations'
+	params map[string]json.RawMessage // its sampling_params
+
+	sent generatedText // what the client has of the generation
+	base generatedText // what the current continuation's chunks are appended to
+	cont bool          // the frames read are a continuation's
+}
+
+// generatedText is a /generate stream's state: its text, ids and counts so far.
+type generatedText struct {
+	text               string
+	ids                []uint32
+	id                 json.RawMessage // meta_info.id
+	prompt, completion int
+}
+
+// guidedParams are the sampling_params of guided decoding: its state is the engine's, and no
+// continuation can carry it.
+var guidedParams = []string{"json_schema", "regex", "ebnf", "structural_tag"}
+
+// parseGenerateMigration reads what a continuation needs from a /generate body: a flat input_ids
+// and sampling_params.max_new_tokens (without it the engine's default would start again).
+func parseGenerateMigration(b []byte) (*generateMigration, bool) {
+	gm := &generateMigration{}
+	if json.Unmarshal(b, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
+		json.Unmarshal(gm.body["sampling_params"], &gm.params) != nil || json.Unmarshal(gm.params["max_new_tokens"], &gm.maxNew) != nil {
+		return nil, false
+	}
+	for _, k := range guidedParams {
+		if v, ok := gm.params[k]; ok && string(v) != "null" {
+			return nil, false
+		}
+	}
+	return gm, gm.maxNew > 0
+}
+
+func (gm *generateMigration) generated() int { return len(gm.sent.ids) }
+
+// continuation is the body of the /generate that goes on after the ids the client has.
+func (gm *generateMigration) continuation() ([]uint32, []byte, bool) {
+	produced := len(gm.sent.ids)
+	if produced >= gm.maxNew {
+		return nil, nil, false
+	}
+	ids := prefixed(gm.prompt, gm.sent.ids)
+	params := make(map[string]json.RawMessage, len(gm.params))
+	for k, v := range gm.params {
+		params[k] = v
+	}
+	params["max_new_tokens"] = json.RawMessage(strconv.Itoa(gm.maxNew - produced))
+	if mn, ok := params["min_new_tokens"]; ok {
+		var n int
+		if json.Unmarshal(mn, &n) == nil {
+			params["min_new_tokens"] = json.RawMessage(strconv.Itoa(max(n-produced, 0)))
+		}
+	}
+	b := make(map[string]json.RawMessage, len(gm.body))
+	for k, v := range gm.body {
+		b[k] = v
+	}
+	delete(b, "text")
+	var err error
+	if b["input_ids"], err = json.Marshal(ids); err != nil {
+		return nil, nil, false
+	}
+	if b["sampling_params"], err = json.Marshal(params); err != nil {
+		return nil, nil, false
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		return nil, nil, false
+	}
+	gm.base, gm.cont = gm.sent, true
+	return ids, out, true
+}
+
+// finishReason is a continuation's finish_reason as the request's: a length finish names the
+// request's max_new_tokens (SGLang's FINISH_LENGTH), not the continuation's.
+func (gm *generateMigration) finishReason(raw json.RawMessage) json.RawMessage {
+	var fr map[string]json.RawMessage
+	if json.Unmarshal(raw, &fr) != nil || string(fr["type"]) != `"length"` {
+		return raw
+	}
+	fr["length"] = json.RawMessage(strconv.Itoa(gm.maxNew))
+	b, err := json.Marshal(fr)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// frame takes one /generate chunk; a continuation's is rewritten as the request's.
+func (gm *generateMigration) frame(payload []byte) ([]byte, bool) {
+	var c map[string]json.RawMessage
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(c["meta_info"], &meta) != nil {
+		return nil, true // an error chunk or something else: the client gets it, and the stream is over
+	}
+	var g generatedText
+	_ = json.Unmarshal(c["text"], &g.text)
+	_ = json.Unmarshal(c["output_ids"], &g.ids)
+	_ = json.Unmarshal(meta["prompt_tokens"], &g.prompt)
+	_ = json.Unmarshal(meta["completion_tokens"], &g.completion)
+	fr := meta["finish_reason"]
+	ended := len(fr) > 0 && string(fr) != "null"
+	if !gm.cont { // the first stream: as the engine sent it
+		g.id = meta["id"]
+		gm.sent = g
+		return nil, ended
+	}
+	if gm.base.id == nil { // it broke off before its first chunk: the continuation's id is the request's
+		gm.base.id = meta["id"]
+	}
+	g.text, g.ids = gm.base.text+g.text, append(slices.Clip(gm.base.ids), g.ids...)
+	g.prompt, g.completion, g.id = len(gm.prompt), gm.base.completion+g.completion, gm.base.id
+	gm.sent = g
+	c["text"], _ = json.Marshal(g.text)
+	c["output_ids"], _ = json.Marshal(g.ids)
+	meta["prompt_tokens"] = json.RawMessage(strconv.Itoa(g.prompt))
+	meta["completion_tokens"] = json.RawMessage(strconv.Itoa(g.completion))
+	meta["id"] = g.id
+	meta["finish_reason"] = gm.finishReason(meta["finish_reason"])
+	c["meta_info"], _ = json.Marshal(meta)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, ended
+	}
+	return b, ended
+}
