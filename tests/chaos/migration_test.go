@@ -37,13 +37,13 @@ import (
 //   - afterwards the gateway holds nothing (no slot, seat, waiter or worker load).
 //
 // It reports the extra cost: the tokens prefilled again by continuations against the prompts' tokens.
-// The modes: SGLang and vLLM over their gRPC (OpenAI chat streams), and SGLang over HTTP (its
-// /generate streamed with input_ids, the form HTTP mode migrates). Each runs for a ninth of
-// SLUICE_CHAOS_DURATION, at least 10 s.
+// The modes: SGLang and vLLM over their gRPC (OpenAI chat streams), and over HTTP the forms HTTP
+// mode migrates: SGLang's /generate streamed with input_ids, vLLM's completions with a token-id
+// prompt. Each runs for a ninth of SLUICE_CHAOS_DURATION, at least 10 s.
 func TestMigrationSoak(t *testing.T) {
 	per := max(10*time.Second, soakDuration(t)/9)
 	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
-		{"http-sglang-generate", sim.ProtocolSGLang, true}} {
+		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm-completions", sim.ProtocolVLLM, true}} {
 		t.Run(m.name, func(t *testing.T) { migrationSoak(t, m, per) })
 	}
 }
@@ -52,7 +52,7 @@ func TestMigrationSoak(t *testing.T) {
 type soakMode struct {
 	name     string
 	protocol sim.Protocol
-	http     bool // HTTP engines and /generate with input_ids, else the engines' gRPC and chat
+	http     bool // HTTP engines and token-id prompts (SGLang /generate, vLLM completions), else the engines' gRPC and chat
 }
 
 // url is an engine's worker URL in the gateway.
@@ -65,7 +65,11 @@ func (m soakMode) url(e *sim.Engine) string {
 
 // request is the i-th of the soak's streamed requests: its path and body.
 func (m soakMode) request(i int) (string, string) {
-	if m.http {
+	switch {
+	case m.http && m.protocol == sim.ProtocolVLLM:
+		return "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":[%d,%d,%d,%d],"max_tokens":%d,"temperature":0,"stream":true,`+
+			`"stream_options":{"include_usage":true}}`, model, 100+i, 200+i, 300+i, 400+i, 60+15*i)
+	case m.http:
 		return "/generate", fmt.Sprintf(`{"input_ids":[%d,%d,%d,%d],"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":true}`,
 			100+i, 200+i, 300+i, 400+i, 60+15*i)
 	}
@@ -325,7 +329,8 @@ func streamOnce(ctx context.Context, c *http.Client, url, body string) streamed 
 	return s
 }
 
-// chunk takes one SSE payload: content, finish_reason, usage, or an error event.
+// chunk takes one SSE payload of a chat or a completion: content or text, finish_reason, usage, or an
+// error event.
 func (s *streamed) chunk(payload string, text *strings.Builder) {
 	var ch struct {
 		Error   json.RawMessage `json:"error"`
@@ -333,7 +338,9 @@ func (s *streamed) chunk(payload string, text *strings.Builder) {
 			Delta struct {
 				Content string `json:"content"`
 			} `json:"delta"`
-			FinishReason *string `json:"finish_reason"`
+			Text         string          `json:"text"`
+			TokenIDs     json.RawMessage `json:"token_ids"`
+			FinishReason *string         `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *struct {
 			Prompt     int `json:"prompt_tokens"`
@@ -348,7 +355,11 @@ func (s *streamed) chunk(payload string, text *strings.Builder) {
 		s.errorFrame = string(ch.Error)
 	}
 	for _, c := range ch.Choices {
+		if c.TokenIDs != nil {
+			s.errorFrame = "token ids the client did not ask for: " + payload
+		}
 		text.WriteString(c.Delta.Content)
+		text.WriteString(c.Text)
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			s.finish = *c.FinishReason
 		}
