@@ -60,7 +60,9 @@ type migrator struct {
 	span   trace.Span // the request's
 	guards *decodeGuards
 	done   int
-	// failed are the engines (scheme://host:port) whose streams broke off: never chosen again.
+	// failed are the engines (scheme://host:port) whose streams broke off: a continuation avoids them
+	// while another candidate remains (an engine restarted on its port serves again), and never goes
+	// to the one that broke the stream last (until its probe fails it looks the least loaded).
 	failed []string
 	http   *httpPlan // the state of a stream that can migrate in HTTP mode, nil when it cannot
 }
@@ -228,18 +230,20 @@ func notFailedKey(failed []string) func(key string) bool {
 	}
 }
 
-// resumeRegular runs a continuation on a regular worker that is none of the failed engines: its one
+// resumeRegular runs a continuation on a regular worker other than the one that failed it: its one
 // Generate carries the whole prefix (regular workers have no prefill slots to take).
 func (x *Dispatcher) resumeRegular(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string, br *body.Request) (*Response, error) {
 	preq := *q.preq
 	preq.TargetWorker = -1 // a pin named the worker that failed
 	preq.TokenIDs = r.IDs
-	ok := notFailedKey(failed)
+	preq.Avoid = append(slices.Clip(preq.Avoid), failed...)
+	ok := notFailedKey([]string{r.Failed})
 	return x.regularOn(enginerpc.WithResume(ctx, r, ""), &q.Request, br, &preq, func(w *worker.Worker) bool { return ok(w.Key()) })
 }
 
 // resumeAttempt runs a continuation's PD attempt: admitted as Resumed at the top priority, on a pair
-// whose decode is none of the failed engines, with r in the legs' context; own is the
+// whose decode is not the engine that failed it (and none of the earlier failed ones while another
+// remains), with r in the legs' context; own is the
 // continuation's (HTTP mode), nil for the request's own. In regular mode it is resumeRegular.
 func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerpc.Resume, failed []string, own *body.Request) (*Response, error) {
 	br := own
@@ -258,11 +262,12 @@ func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerp
 	preq := *q.preq
 	preq.TargetWorker = -1 // a pin named the pair that failed
 	preq.TokenIDs = r.IDs  // kv_aware matches the whole prefix
+	preq.Avoid = append(slices.Clip(preq.Avoid), failed...)
 	ar := x.admissionRequest(&q.Request, br, &preq)
 	ar.Tokens, ar.Priority, ar.Resumed = int64(len(r.IDs)), math.MaxInt32, true
-	notFailed := notFailedKey(failed)
-	// No decode engine but the failed ones: fail now rather than wait in the queue for a seat that
-	// only a failed engine could give.
+	notFailed := notFailedKey([]string{r.Failed})
+	// No decode engine but the one that failed: fail now rather than wait in the queue for a seat
+	// that only it could give.
 	only := preq
 	only.Handoffs = allowed
 	if _, err := placement.Select(snap, worker.RoleDecode, &only, firstPolicy{},
