@@ -95,10 +95,7 @@ type streamed struct {
 }
 
 func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
-	logger := slog.New(slog.DiscardHandler)
-	if os.Getenv("SLUICE_TEST_LOG") != "" {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
+	logger := soakLogger()
 	engine := sim.Config{Seed: 7, ITLBase: 3 * time.Millisecond}
 	if !m.http {
 		engine.GRPC, engine.EngineGRPCOnly, engine.ByteTokenIDs = true, true, true
@@ -109,7 +106,45 @@ func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	gw, base := startMigrationGateway(t, m, cluster, logger)
+	f := &soakFleet{}
+	for _, e := range cluster.ByRole(sim.RolePrefill) {
+		f.prefills = append(f.prefills, enginePort{m.url(e), e.BootstrapPort()})
+	}
+	decodes := cluster.ByRole(sim.RoleDecode)
+	for _, e := range decodes {
+		f.decodes = append(f.decodes, m.url(e))
+	}
+	// sim Crash: every connection dropped at once, every request lost, as SIGKILL does; the engine
+	// comes back empty on its port after a moment, as its supervisor restarts it.
+	f.kill = func(i int) { decodes[i].Crash(400 * time.Millisecond) }
+	soakUnderKills(t, m, f, length, logger)
+}
+
+// soakLogger is the soak's logger: silent unless SLUICE_TEST_LOG is set.
+func soakLogger() *slog.Logger {
+	if os.Getenv("SLUICE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// soakFleet is the engines of a migration soak, as the gateway names them, and how a decode dies.
+type soakFleet struct {
+	prefills []enginePort
+	decodes  []string
+	kill     func(i int) // kills decode i and has it restarted on its port
+}
+
+// enginePort is a prefill engine's worker URL and bootstrap port (0: none).
+type enginePort struct {
+	url       string
+	bootstrap int
+}
+
+// soakUnderKills runs the soak's clients against a gateway in front of f while its decode engines
+// are killed in turn for length, and checks the invariants.
+func soakUnderKills(t *testing.T, m soakMode, f *soakFleet, length time.Duration, logger *slog.Logger) {
+	gw, base := startMigrationGateway(t, f, logger)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -158,7 +193,7 @@ func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
 		})
 	}
 
-	kills := rollingKills(t, gw, m, epochs, cluster.ByRole(sim.RoleDecode), length)
+	kills := rollingKills(t, gw, f, epochs, length)
 	close(stop)
 	load.Wait()
 
@@ -179,8 +214,8 @@ func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
 	checkIdle(t, adminv1connect.NewAdminServiceClient(http.DefaultClient, base), base)
 }
 
-// startMigrationGateway starts a PD gateway in front of the cluster's engines at grpc:// URLs.
-func startMigrationGateway(t *testing.T, m soakMode, c *sim.Cluster, logger *slog.Logger) (*app.App, string) {
+// startMigrationGateway starts a PD gateway in front of f's engines.
+func startMigrationGateway(t *testing.T, f *soakFleet, logger *slog.Logger) (*app.App, string) {
 	t.Helper()
 	tok := t.TempDir()
 	if err := sim.WriteByteTokenizer(tok); err != nil {
@@ -190,14 +225,14 @@ func startMigrationGateway(t *testing.T, m soakMode, c *sim.Cluster, logger *slo
 		"--request-timeout-secs", "20", "--health-check-interval-secs", "0.2", "--health-check-timeout-secs", "1",
 		"--health-success-threshold", "1", "--health-failure-threshold", "1",
 		"--retry-initial-backoff-ms", "20", "--retry-max-backoff-ms", "200", "--shutdown-grace-period-secs", "5"}
-	for _, e := range c.ByRole(sim.RolePrefill) {
-		args = append(args, "--prefill", m.url(e))
-		if bp := e.BootstrapPort(); bp > 0 {
-			args = append(args, strconv.Itoa(bp))
+	for _, p := range f.prefills {
+		args = append(args, "--prefill", p.url)
+		if p.bootstrap > 0 {
+			args = append(args, strconv.Itoa(p.bootstrap))
 		}
 	}
-	for _, e := range c.ByRole(sim.RoleDecode) {
-		args = append(args, "--decode", m.url(e))
+	for _, d := range f.decodes {
+		args = append(args, "--decode", d)
 	}
 	cfg, err := config.Parse(args, io.Discard)
 	if err != nil {
@@ -216,25 +251,25 @@ func startMigrationGateway(t *testing.T, m soakMode, c *sim.Cluster, logger *slo
 
 func grpcURL(e *sim.Engine) string { return strings.Replace(e.URL(), "http://", "grpc://", 1) }
 
-// rollingKills kills the decode engines in turn until length has passed, each down for a moment; the
-// next kill waits until the gateway routes to the restarted engine again. It returns the kill count.
-func rollingKills(t *testing.T, gw *app.App, m soakMode, epochs *killEpochs, decodes []*sim.Engine, length time.Duration) int {
+// rollingKills kills the decode engines in turn until length has passed; the next kill waits until
+// the gateway routes to the restarted engine again. It returns the kill count.
+func rollingKills(t *testing.T, gw *app.App, f *soakFleet, epochs *killEpochs, length time.Duration) int {
 	kills := 0
 	for end := time.Now().Add(length); time.Now().Before(end); {
-		e := decodes[kills%len(decodes)]
+		i := kills % len(f.decodes)
 		time.Sleep(700 * time.Millisecond) // the schedule: streams are running on every engine by now
 		// No stream lives through more kills than the default --max-migrations (2): a loaded machine
 		// stretches streams, and a stream that outlives the bound ends with its error event by design.
 		waitUntil(t, "the streams older than the last kill ended", func() bool { return epochs.oldest() >= kills-1 })
-		e.Crash(400 * time.Millisecond)
+		f.kill(i)
 		epochs.kill()
 		kills++
 		waitUntil(t, "the killed decode is routed to again", func() bool {
-			w, ok := gw.Registry.Snapshot().ByURL(m.url(e))
+			w, ok := gw.Registry.Snapshot().ByURL(f.decodes[i])
 			return ok && w.Health() == worker.HealthReady
 		})
 	}
-	if kills < len(decodes) {
+	if kills < len(f.decodes) {
 		t.Errorf("%d kills: not every decode engine was killed", kills)
 	}
 	return kills
