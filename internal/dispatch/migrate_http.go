@@ -30,9 +30,12 @@ import (
 // generation's state, rewrites a continuation's frames as the request's, and makes the body of the
 // next continuation.
 type httpStreamAPI interface {
-	// frame takes one data payload other than [DONE] and returns the frame to pass on and whether
-	// the stream is over (a finish or an error: nothing to continue).
-	frame(payload []byte) (out []byte, ended bool)
+	// frame takes one data payload other than [DONE], appends what to pass on (the payload, or its
+	// rewriting) to dst, and says whether the stream is over (a finish or an error: nothing to
+	// continue). The first stream's frames are on every answer's path: read them cheaply.
+	frame(dst, payload []byte) (out []byte, ended bool)
+	// finished says, when the stream broke off before [DONE], whether the generation had ended.
+	finished() bool
 	// generated is how many tokens the client has of the generation.
 	generated() int
 	// continuation is the body that goes on after what was generated, false when the request's token
@@ -64,17 +67,15 @@ type httpPlan struct {
 // prepareHTTPMigration makes the migration state of a request whose HTTP stream can migrate, and
 // returns the body to send: vLLM completions ask for the token ids the migration needs.
 func prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
-	if br.PromptTokenIDs == 0 { // a text prompt: the gateway has no ids to continue from
+	if br.PromptTokenIDs == 0 || br.BatchSize > 1 { // a text prompt: the gateway has no ids to continue from
 		return nil, br
 	}
 	switch br.Route {
 	case body.RouteGenerate:
-		if gm, ok := parseGenerateMigration(br.Body); ok {
-			return &httpPlan{protocol: worker.ProtocolSGLang, api: gm}, br
-		}
+		return &httpPlan{protocol: worker.ProtocolSGLang, api: &generateMigration{raw: br.Body}}, br
 	case body.RouteCompletions:
-		if cm, ok := parseCompletionMigration(br.Body); ok {
-			b, err := cm.engineBody(br.Body)
+		if cm, ok := checkCompletionMigration(br.Body); ok {
+			b, err := cm.engineBody()
 			if err != nil {
 				return nil, br
 			}
@@ -96,42 +97,50 @@ type migratingStream struct {
 	conts  []io.ReadCloser // the continuations' bodies, closed when left or at the end
 	engine string          // the engine serving cur (scheme://host:port)
 
-	in, out []byte
-	ended   bool // [DONE], a finish or an error chunk went out: nothing to continue
-	err     error
+	in     []byte // read from cur, not yet a whole frame
+	out    []byte // for the client, from outPos on
+	outPos int
+	ended  bool // [DONE], a finish or an error chunk went out: nothing to continue
+	err    error
 }
 
 var errStreamEnded = errors.New("the engine's stream ended without finishing")
 
 func (s *migratingStream) Read(p []byte) (int, error) {
-	for len(s.out) == 0 {
+	for s.outPos == len(s.out) {
 		if s.err != nil {
 			return 0, s.err
 		}
+		s.out, s.outPos = s.out[:0], 0
 		s.fill()
 	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
+	n := copy(p, s.out[s.outPos:])
+	s.outPos += n
 	return n, nil
 }
 
 // fill reads the current body, passes its whole frames on (rewritten in a continuation), and
 // migrates when it breaks off.
 func (s *migratingStream) fill() {
-	var buf [16 << 10]byte
-	n, err := s.cur.Read(buf[:])
-	s.in = append(s.in, buf[:n]...)
+	if cap(s.in)-len(s.in) < 1<<10 {
+		s.in = slices.Grow(s.in, 4<<10) // an engine's stream comes a chunk or a few at a time
+	}
+	n, err := s.cur.Read(s.in[len(s.in):cap(s.in)])
+	s.in = s.in[:len(s.in)+n]
+	off := 0
 	for {
-		i := bytes.Index(s.in, []byte("\n\n"))
+		i := bytes.Index(s.in[off:], []byte("\n\n"))
 		if i < 0 {
 			break
 		}
-		s.frame(s.in[:i+2])
-		s.in = s.in[i+2:]
+		s.frame(s.in[off : off+i+2])
+		off += i + 2
 	}
+	s.in = s.in[:copy(s.in, s.in[off:])] // the partial frame, kept at the buffer's start
 	if err == nil {
 		return
 	}
+	s.ended = s.ended || s.api.finished()
 	if errors.Is(err, io.EOF) && s.ended {
 		s.err = io.EOF
 		return
@@ -141,6 +150,7 @@ func (s *migratingStream) fill() {
 	}
 	if !s.migrate(err) {
 		s.out = append(s.out, s.in...)
+		s.in = s.in[:0]
 		s.err = err
 	}
 }
@@ -153,13 +163,10 @@ func (s *migratingStream) frame(f []byte) {
 		s.out = append(s.out, f...)
 		return
 	}
-	out, ended := s.api.frame(payload)
+	var ended bool
+	s.out, ended = s.api.frame(append(s.out, "data: "...), payload)
+	s.out = append(s.out, "\n\n"...)
 	s.ended = s.ended || ended
-	if out == nil {
-		s.out = append(s.out, f...)
-		return
-	}
-	s.out = append(append(append(s.out, "data: "...), out...), "\n\n"...)
 }
 
 // migrate continues the generation on another pair after cause broke the stream off; false when it
@@ -185,7 +192,7 @@ func (s *migratingStream) migrate(cause error) bool {
 		resp, err := s.m.continueOn(s.ctx, r, &br)
 		switch {
 		case err == nil:
-			s.cur, s.engine, s.in = resp.Body, enginerpc.EngineKey(resp.Worker), nil
+			s.cur, s.engine, s.in = resp.Body, enginerpc.EngineKey(resp.Worker), s.in[:0]
 			s.conts = append(s.conts, resp.Body)
 			return true
 		case errors.Is(err, enginerpc.ErrNoMigration) || s.ctx.Err() != nil:

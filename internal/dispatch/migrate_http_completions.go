@@ -2,7 +2,11 @@ package dispatch
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 // How a vLLM /v1/completions stream migrates (HTTP mode): the request's prompt is a token-id prompt.
@@ -16,16 +20,19 @@ import (
 
 // completionMigration is a migratable vLLM completions stream.
 type completionMigration struct {
-	prompt    []uint32
+	raw       []byte                     // the client's body, read when a continuation is made (load)
+	askedIDs  bool                       // the client asked for return_token_ids: they stay in its chunks
+	prompt    []uint32                   // from here, load's
 	body      map[string]json.RawMessage // the client's body, for the continuations'
 	maxTokens int                        // 0: none sent, the context's rest, which a continuation keeps
 	minTokens int
-	askedIDs  bool // the client asked for return_token_ids: they stay in its chunks
 
 	ids         []uint32        // the generated ids the client has
 	base        int             // len(ids) when the continuation being read started
 	id, created json.RawMessage // the first stream's
 	cont        bool            // the frames read are a continuation's
+	ended       bool            // a chunk finished the generation, or an error chunk came
+	cut         [][2]int        // scanCompletionChunk's, reused
 }
 
 // completionOptsNotCarried are the completions options whose state or output a continuation cannot
@@ -34,63 +41,77 @@ type completionMigration struct {
 var completionOptsNotCarried = []string{"echo", "logprobs", "prompt_logprobs", "suffix", "best_of", "response_format",
 	"structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend"}
 
-// parseCompletionMigration reads what a continuation needs from a completions body: a token-id
-// prompt (flat, or a list of one) and the token budget.
-func parseCompletionMigration(b []byte) (*completionMigration, bool) {
-	cm := &completionMigration{}
-	if json.Unmarshal(b, &cm.body) != nil {
-		return nil, false
+// checkCompletionMigration says whether a completions body (with a token-id prompt of one) may
+// migrate, reading its top-level members only: none of completionOptsNotCarried is on.
+func checkCompletionMigration(b []byte) (*completionMigration, bool) {
+	cm := &completionMigration{raw: b}
+	it := jsonscan.NewObjIter(b, 0)
+	for {
+		m, more := it.Next()
+		if !more {
+			break
+		}
+		if m.KeyIs(b, "return_token_ids") {
+			cm.askedIDs, _ = jsonscan.ParseBool(m.Value(b))
+			continue
+		}
+		for _, k := range completionOptsNotCarried {
+			if m.KeyIs(b, k) && !isFalsy(m.Value(b)) {
+				return nil, false
+			}
+		}
+	}
+	return cm, it.Err == nil
+}
+
+// load reads what a continuation needs from the client's body: the token-id prompt (flat, or a list
+// of one) and the token budget; false when it cannot go on from them.
+func (cm *completionMigration) load() bool {
+	if cm.body != nil {
+		return true
+	}
+	if json.Unmarshal(cm.raw, &cm.body) != nil {
+		return false
 	}
 	if json.Unmarshal(cm.body["prompt"], &cm.prompt) != nil {
 		var batch [][]uint32
 		if json.Unmarshal(cm.body["prompt"], &batch) != nil || len(batch) != 1 {
-			return nil, false
+			return false
 		}
 		cm.prompt = batch[0]
 	}
-	if len(cm.prompt) == 0 {
-		return nil, false
-	}
-	for _, k := range completionOptsNotCarried {
-		if v, ok := cm.body[k]; ok && !isFalsy(v) {
-			return nil, false
-		}
-	}
 	if v, ok := cm.body["max_tokens"]; ok && string(v) != "null" && (json.Unmarshal(v, &cm.maxTokens) != nil || cm.maxTokens <= 0) {
-		return nil, false
+		return false
 	}
 	if v, ok := cm.body["min_tokens"]; ok && string(v) != "null" && json.Unmarshal(v, &cm.minTokens) != nil {
-		return nil, false
+		return false
 	}
-	var asked bool
-	_ = json.Unmarshal(cm.body["return_token_ids"], &asked)
-	cm.askedIDs = asked
-	return cm, true
+	return len(cm.prompt) > 0
 }
 
 // isFalsy is a JSON value that leaves an option off: null or false (logprobs 0 still asks for the
 // sampled tokens' logprobs).
-func isFalsy(v json.RawMessage) bool {
+func isFalsy(v []byte) bool {
 	return string(v) == "null" || string(v) == "false"
 }
 
 // engineBody is the body sent to the engine: the client's, asking for the token ids.
-func (cm *completionMigration) engineBody(b []byte) ([]byte, error) {
+func (cm *completionMigration) engineBody() ([]byte, error) {
 	if cm.askedIDs {
-		return b, nil
+		return cm.raw, nil
 	}
-	m := make(map[string]json.RawMessage, len(cm.body)+1)
-	for k, v := range cm.body {
-		m[k] = v
-	}
-	m["return_token_ids"] = json.RawMessage("true")
-	return json.Marshal(m)
+	return body.SetMember(cm.raw, "return_token_ids", []byte("true"))
 }
 
 func (cm *completionMigration) generated() int { return len(cm.ids) }
 
+func (cm *completionMigration) finished() bool { return cm.ended }
+
 // continuation is the body of the completions request that goes on after the ids the client has.
 func (cm *completionMigration) continuation() ([]uint32, []byte, bool) {
+	if !cm.load() {
+		return nil, nil, false
+	}
 	produced := len(cm.ids)
 	if cm.maxTokens > 0 && produced >= cm.maxTokens {
 		return nil, nil, false
@@ -119,9 +140,155 @@ func (cm *completionMigration) continuation() ([]uint32, []byte, bool) {
 	return ids, out, true
 }
 
-// frame takes one completions chunk: its ids are added to the generation's; the ids leave it when
-// the client did not ask for them, and a continuation's chunk is rewritten as the request's.
-func (cm *completionMigration) frame(payload []byte) ([]byte, bool) {
+// frame takes one completions chunk: its ids are added to the generation's, and the ids leave it
+// when the client did not ask for them. The first stream's chunks are scanned in place
+// (scanCompletionChunk); a continuation's are rewritten as the request's.
+func (cm *completionMigration) frame(dst, payload []byte) ([]byte, bool) {
+	if cm.cont {
+		out, ended := cm.continued(payload)
+		cm.ended = cm.ended || ended
+		if out == nil {
+			return append(dst, payload...), ended
+		}
+		return append(dst, out...), ended
+	}
+	sc, ok := scanCompletionChunk(payload, cm.ids, cm.cut[:0])
+	if !ok {
+		cm.ended = true
+		return append(dst, payload...), true // an error chunk or something else: the client gets it, and the stream is over
+	}
+	cm.ids, cm.cut = sc.ids, sc.cut
+	cm.ended = cm.ended || sc.ended
+	if cm.id == nil {
+		if m, ok := jsonscan.FindMember(payload, 0, "id"); ok {
+			cm.id = append(json.RawMessage(nil), m.Value(payload)...)
+		}
+		if m, ok := jsonscan.FindMember(payload, 0, "created"); ok {
+			cm.created = append(json.RawMessage(nil), m.Value(payload)...)
+		}
+	}
+	if cm.askedIDs {
+		return append(dst, payload...), sc.ended // as the engine sent it
+	}
+	return appendCut(dst, payload, sc.cut), sc.ended
+}
+
+// completionChunk is what scanCompletionChunk found in a chunk.
+type completionChunk struct {
+	ids   []uint32 // the ids so far with the chunk's appended
+	ended bool     // a choice has a finish_reason
+	cut   [][2]int // the token_ids and prompt_token_ids members, each with its separator
+}
+
+// scanCompletionChunk reads a completions chunk's choices without decoding it: their token_ids
+// (appended to ids) and finish_reason, and where the id members are (appended to cut). False when the chunk has no
+// choices array (an error chunk).
+func scanCompletionChunk(payload []byte, ids []uint32, cut [][2]int) (completionChunk, bool) {
+	out := completionChunk{ids: ids, cut: cut}
+	found := false
+	top := jsonscan.NewObjIter(payload, 0)
+	for {
+		m, more := top.NextKey()
+		if !more {
+			break
+		}
+		var end int
+		var err error
+		if m.KeyIs(payload, "choices") { // read once, as it is scanned
+			found = true
+			end, err = scanChoices(payload, m.ValStart, &out)
+		} else {
+			end, err = jsonscan.SkipValueDepth(payload, m.ValStart, 1)
+		}
+		if err != nil {
+			return out, false
+		}
+		top.ValueDone(end)
+	}
+	return out, found && top.Err == nil
+}
+
+// scanChoices reads the choices array at b[i] into out and returns where it ends.
+func scanChoices(b []byte, i int, out *completionChunk) (int, error) {
+	arr := jsonscan.NewArrIter(b, i)
+	for {
+		start, more := arr.NextStart()
+		if !more {
+			break
+		}
+		it := jsonscan.NewObjIter(b, start)
+		prevEnd := -1 // where the previous member's value ended, once a member is kept before
+		for {
+			m, more := it.Next()
+			if !more {
+				break
+			}
+			cut := false
+			switch {
+			case m.KeyIs(b, "token_ids"):
+				out.ids, cut = appendIDs(out.ids, m.Value(b)), true
+			case m.KeyIs(b, "prompt_token_ids"):
+				cut = true
+			case m.KeyIs(b, "finish_reason"):
+				out.ended = out.ended || !jsonscan.IsNull(m.Value(b))
+			}
+			if cut {
+				out.cut = append(out.cut, memberSpan(b, m, prevEnd))
+			}
+			if !cut || prevEnd >= 0 {
+				prevEnd = m.ValEnd
+			}
+		}
+		if it.Err != nil {
+			return 0, it.Err
+		}
+		arr.ValueDone(it.Close + 1)
+	}
+	if arr.Err != nil {
+		return 0, arr.Err
+	}
+	return arr.Close + 1, nil
+}
+
+// appendIDs appends the ids of a JSON array of integers.
+func appendIDs(ids []uint32, raw []byte) []uint32 {
+	arr := jsonscan.NewArrIter(raw, 0)
+	for {
+		s, e, more := arr.Next()
+		if !more {
+			return ids
+		}
+		if v, ok := jsonscan.ParseInt(raw[s:e]); ok && v >= 0 && v <= math.MaxUint32 {
+			ids = append(ids, uint32(v))
+		}
+	}
+}
+
+// memberSpan is the span to cut to remove member m: after a kept member, from the end of the
+// previous value (the comma before m included) to m's end; before any, m and the comma after it.
+func memberSpan(b []byte, m jsonscan.Member, prevEnd int) [2]int {
+	if prevEnd >= 0 {
+		return [2]int{prevEnd, m.ValEnd}
+	}
+	end := jsonscan.SkipWS(b, m.ValEnd)
+	if end < len(b) && b[end] == ',' {
+		end = jsonscan.SkipWS(b, end+1)
+	}
+	return [2]int{m.KeyStart, end}
+}
+
+// appendCut appends b without the spans (in order, not overlapping) to out.
+func appendCut(out, b []byte, spans [][2]int) []byte {
+	at := 0
+	for _, sp := range spans {
+		out = append(out, b[at:sp[0]]...)
+		at = sp[1]
+	}
+	return append(out, b[at:]...)
+}
+
+// continued rewrites a continuation's chunk as the request's.
+func (cm *completionMigration) continued(payload []byte) ([]byte, bool) {
 	var c map[string]json.RawMessage
 	var choices []map[string]json.RawMessage
 	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(c["choices"], &choices) != nil {
@@ -129,33 +296,20 @@ func (cm *completionMigration) frame(payload []byte) ([]byte, bool) {
 	}
 	ended := false
 	for _, ch := range choices {
-		var ids []uint32
-		_ = json.Unmarshal(ch["token_ids"], &ids)
-		cm.ids = append(cm.ids, ids...)
+		cm.ids = appendIDs(cm.ids, ch["token_ids"])
 		if fr, ok := ch["finish_reason"]; ok && string(fr) != "null" {
 			ended = true
 		}
 		if !cm.askedIDs {
 			delete(ch, "token_ids")
-			delete(ch, "prompt_token_ids")
-		} else if cm.cont {
-			delete(ch, "prompt_token_ids")
 		}
+		delete(ch, "prompt_token_ids") // the continuation's prompt is not the request's
 	}
-	if !cm.cont {
-		if cm.id == nil {
-			cm.id, cm.created = c["id"], c["created"]
-		}
-		if cm.askedIDs {
-			return nil, ended // as the engine sent it
-		}
-	} else {
-		if cm.id == nil { // it broke off before its first chunk: the continuation's id is the request's
-			cm.id, cm.created = c["id"], c["created"]
-		}
-		c["id"], c["created"] = cm.id, cm.created
-		c["usage"] = cm.usage(c["usage"])
+	if cm.id == nil { // it broke off before its first chunk: the continuation's id is the request's
+		cm.id, cm.created = c["id"], c["created"]
 	}
+	c["id"], c["created"] = cm.id, cm.created
+	c["usage"] = cm.usage(c["usage"])
 	var err error
 	if c["choices"], err = json.Marshal(choices); err != nil {
 		return nil, ended

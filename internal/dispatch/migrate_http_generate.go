@@ -16,14 +16,17 @@ import (
 // generateMigration is a migratable /generate stream: the request's prompt ids and token budget,
 // and what the client has of the generation.
 type generateMigration struct {
+	raw    []byte // the client's body, read when a continuation is made (load)
 	prompt []uint32
 	maxNew int
 	body   map[string]json.RawMessage // the client's body, for the continuations'
 	params map[string]json.RawMessage // its sampling_params
 
-	sent generatedText // what the client has of the generation
-	base generatedText // what the current continuation's chunks are appended to
-	cont bool          // the frames read are a continuation's
+	last  []byte        // the first stream's last chunk: cumulative, it holds the whole state
+	sent  generatedText // what the client has of the generation, once a migration read it
+	base  generatedText // what the current continuation's chunks are appended to
+	cont  bool          // the frames read are a continuation's
+	ended bool          // a continuation's chunk finished the generation
 }
 
 // generatedText is a /generate stream's state: its text, ids and counts so far.
@@ -38,26 +41,52 @@ type generatedText struct {
 // continuation can carry it.
 var guidedParams = []string{"json_schema", "regex", "ebnf", "structural_tag"}
 
-// parseGenerateMigration reads what a continuation needs from a /generate body: a flat input_ids
-// and sampling_params.max_new_tokens (without it the engine's default would start again).
-func parseGenerateMigration(b []byte) (*generateMigration, bool) {
-	gm := &generateMigration{}
-	if json.Unmarshal(b, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
+// load reads what a continuation needs from the client's body: a flat input_ids and
+// sampling_params.max_new_tokens (without it the engine's default would start again), and no guided
+// decoding; false when it cannot go on from them.
+func (gm *generateMigration) load() bool {
+	if gm.body != nil {
+		return true
+	}
+	if json.Unmarshal(gm.raw, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
 		json.Unmarshal(gm.body["sampling_params"], &gm.params) != nil || json.Unmarshal(gm.params["max_new_tokens"], &gm.maxNew) != nil {
-		return nil, false
+		return false
 	}
 	for _, k := range guidedParams {
 		if v, ok := gm.params[k]; ok && string(v) != "null" {
-			return nil, false
+			return false
 		}
 	}
-	return gm, gm.maxNew > 0
+	return gm.maxNew > 0
 }
 
 func (gm *generateMigration) generated() int { return len(gm.sent.ids) }
 
+// finished reports whether the last chunk read finished the generation.
+func (gm *generateMigration) finished() bool {
+	if gm.cont {
+		return gm.ended
+	}
+	if len(gm.last) == 0 {
+		return false
+	}
+	_, _, _, ended, ok := parseGenerateChunk(gm.last)
+	return !ok || ended // an error chunk ends the stream too
+}
+
 // continuation is the body of the /generate that goes on after the ids the client has.
 func (gm *generateMigration) continuation() ([]uint32, []byte, bool) {
+	if !gm.load() {
+		return nil, nil, false
+	}
+	if !gm.cont && len(gm.last) > 0 { // the first stream's state, read only now
+		g, _, meta, _, ok := parseGenerateChunk(gm.last)
+		if !ok {
+			return nil, nil, false
+		}
+		g.id = meta["id"]
+		gm.sent = g
+	}
 	produced := len(gm.sent.ids)
 	if produced >= gm.maxNew {
 		return nil, nil, false
@@ -109,25 +138,33 @@ func (gm *generateMigration) finishReason(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-// frame takes one /generate chunk; a continuation's is rewritten as the request's.
-func (gm *generateMigration) frame(payload []byte) ([]byte, bool) {
-	var c map[string]json.RawMessage
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(c["meta_info"], &meta) != nil {
-		return nil, true // an error chunk or something else: the client gets it, and the stream is over
+// parseGenerateChunk reads one /generate chunk: its state, its object and meta_info, and whether it
+// finished the generation; false for anything else (an error chunk).
+func parseGenerateChunk(payload []byte) (g generatedText, c, meta map[string]json.RawMessage, ended, ok bool) {
+	if json.Unmarshal(payload, &c) != nil || json.Unmarshal(c["meta_info"], &meta) != nil || meta == nil {
+		return g, nil, nil, false, false
 	}
-	var g generatedText
 	_ = json.Unmarshal(c["text"], &g.text)
 	_ = json.Unmarshal(c["output_ids"], &g.ids)
 	_ = json.Unmarshal(meta["prompt_tokens"], &g.prompt)
 	_ = json.Unmarshal(meta["completion_tokens"], &g.completion)
 	fr := meta["finish_reason"]
-	ended := len(fr) > 0 && string(fr) != "null"
-	if !gm.cont { // the first stream: as the engine sent it
-		g.id = meta["id"]
-		gm.sent = g
-		return nil, ended
+	return g, c, meta, len(fr) > 0 && string(fr) != "null", true
+}
+
+// frame takes one /generate chunk. The first stream's pass as they are, the last one kept (its
+// output_ids are cumulative: it is all a migration needs); a continuation's are rewritten as the
+// request's.
+func (gm *generateMigration) frame(dst, payload []byte) ([]byte, bool) {
+	if !gm.cont {
+		gm.last = append(gm.last[:0], payload...)
+		return append(dst, payload...), false
 	}
+	g, c, meta, ended, ok := parseGenerateChunk(payload)
+	if !ok {
+		return append(dst, payload...), true // an error chunk or something else: the client gets it, and the stream is over
+	}
+	gm.ended = gm.ended || ended
 	if gm.base.id == nil { // it broke off before its first chunk: the continuation's id is the request's
 		gm.base.id = meta["id"]
 	}
@@ -143,7 +180,7 @@ func (gm *generateMigration) frame(payload []byte) ([]byte, bool) {
 	c["meta_info"], _ = json.Marshal(meta)
 	b, err := json.Marshal(c)
 	if err != nil {
-		return nil, ended
+		return append(dst, payload...), ended
 	}
-	return b, ended
+	return append(dst, b...), ended
 }

@@ -33,3 +33,9 @@ func IsNull(raw []byte) bool { return jsonscan.IsNull(raw) }
 func Invalid(param, format string, args ...any) *RequestError {
 	return invalid(param, format, args...)
 }
+
+// SetMember is body, a JSON object, with its top-level member key set to the raw JSON value (added
+// when absent); every other member is kept byte for byte.
+func SetMember(body []byte, key string, value []byte) ([]byte, error) {
+	return rewriteObject(body, []field{{key, value}})
+}
