@@ -87,7 +87,19 @@ func (a *App) onEvent(ev worker.Event) {
 	if ev.Kind == worker.EventAdded || ev.Kind == worker.EventReplaced || ev.Kind == worker.EventRemoved {
 		a.kv.notify()
 	}
+	if leaving(ev) && a.Dispatcher != nil {
+		a.Dispatcher.MigrateFrom(url) // its streams go on elsewhere rather than hold it (docs/migration.md)
+	}
 	a.Admission.Wake()
+}
+
+// leaving reports a decode or regular worker that starts draining or is removed: the streams it
+// serves should move.
+func leaving(ev worker.Event) bool {
+	if r := ev.Worker.Role(); r != worker.RoleDecode && r != worker.RoleRegular {
+		return false
+	}
+	return ev.Kind == worker.EventRemoved || ev.Kind == worker.EventHealthChanged && ev.New == worker.HealthDraining
 }
 
 // Ready reports whether the gateway can serve: in PD mode at least one healthy prefill and one healthy

@@ -176,6 +176,7 @@ type Dispatcher struct {
 	d        Deps
 	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
 	mooncake mooncakePD
+	live     httpStreams // HTTP-mode migratable streams, for MigrateFrom (migrate_drain.go)
 }
 
 // New validates cfg and builds a dispatcher.

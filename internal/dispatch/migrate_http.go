@@ -7,6 +7,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
@@ -44,8 +46,9 @@ type httpStreamAPI interface {
 }
 
 // httpMigration wraps a streamed answer of an HTTP worker whose stream may migrate, or returns it as
-// it is. api is the state the request's preparation made (prepareHTTPMigration).
-func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Response) *Response {
+// it is. api is the state the request's preparation made (prepareHTTPMigration); interrupt cuts the
+// attempt's context (a drain).
+func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Response, interrupt context.CancelCauseFunc) *Response {
 	m := migratorOf(ctx)
 	if m == nil || m.http == nil || !resp.Stream || !strings.HasPrefix(resp.Worker, "http") {
 		return resp
@@ -53,7 +56,9 @@ func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Respo
 	if w, ok := x.d.Registry.Snapshot().ByURL(resp.Worker); !ok || w.Protocol() != m.http.protocol {
 		return resp
 	}
-	resp.Body = &migratingStream{ctx: ctx, m: m, api: m.http.api, first: resp.Body, cur: resp.Body, engine: enginerpc.EngineKey(resp.Worker)}
+	s := &migratingStream{ctx: ctx, m: m, api: m.http.api, first: resp.Body, cur: resp.Body, live: &x.live}
+	s.reading(enginerpc.EngineKey(resp.Worker), interrupt)
+	resp.Body = s
 	return resp
 }
 
@@ -96,6 +101,12 @@ type migratingStream struct {
 	cur    io.ReadCloser   // the body read now: first, or the latest continuation's
 	conts  []io.ReadCloser // the continuations' bodies, closed when left or at the end
 	engine string          // the engine serving cur (scheme://host:port)
+
+	live    *httpStreams
+	mu      sync.Mutex              // guards stop and untrack against a drain (interrupt)
+	stop    context.CancelCauseFunc // cuts cur's attempt
+	untrack func()
+	drained atomic.Bool // a drain cut cur
 
 	in     []byte // read from cur, not yet a whole frame
 	out    []byte // for the client, from outPos on
@@ -148,6 +159,9 @@ func (s *migratingStream) fill() {
 	if errors.Is(err, io.EOF) {
 		err = errStreamEnded
 	}
+	if s.drained.Swap(false) {
+		err = errDrained
+	}
 	if !s.migrate(err) {
 		s.out = append(s.out, s.in...)
 		s.in = s.in[:0]
@@ -177,40 +191,79 @@ func (s *migratingStream) migrate(cause error) bool {
 		return false
 	}
 	reason := enginerpc.ReasonReset
-	if errors.Is(cause, errStreamEnded) {
+	switch {
+	case errors.Is(cause, errStreamEnded):
 		reason = enginerpc.ReasonNoComplete
+	case errors.Is(cause, errDrained):
+		reason = enginerpc.ReasonDrain
 	}
+	failed := s.engine
 	for {
 		ids, b, ok := s.api.continuation()
 		if !ok {
 			return false
 		}
-		r := &enginerpc.Resume{IDs: ids, Produced: s.api.generated(), Failed: s.engine, Reason: reason}
+		r := &enginerpc.Resume{IDs: ids, Produced: s.api.generated(), Failed: failed, Reason: reason}
 		br := *s.m.q.br
 		br.Body = b
 		s.leave()
-		resp, err := s.m.continueOn(s.ctx, r, &br)
+		cctx, stop := interruptible(s.ctx)
+		resp, err := s.m.continueOn(cctx, r, &br)
 		switch {
 		case err == nil:
-			s.cur, s.engine, s.in = resp.Body, enginerpc.EngineKey(resp.Worker), s.in[:0]
+			s.cur, s.in = resp.Body, s.in[:0]
 			s.conts = append(s.conts, resp.Body)
+			s.reading(enginerpc.EngineKey(resp.Worker), stop)
 			return true
 		case errors.Is(err, enginerpc.ErrNoMigration) || s.ctx.Err() != nil:
+			stop(nil)
 			return false
 		}
+		stop(nil)
 		// A failed try counts against the bound: continueOn says when it is spent.
 	}
 }
 
-// leave closes the continuation being read, if any: the stream is leaving its engine.
+// leave closes the continuation being read, if any, and forgets its engine: the stream is leaving it.
 func (s *migratingStream) leave() {
 	if len(s.conts) > 0 && s.cur == s.conts[len(s.conts)-1] {
 		s.cur.Close()
+		s.mu.Lock()
+		if s.stop != nil {
+			s.stop(nil)
+		}
+		s.mu.Unlock()
+	}
+	s.reading("", nil)
+}
+
+// reading records that the stream reads engine now, under an attempt that stop cuts ("" : none).
+func (s *migratingStream) reading(engine string, stop context.CancelCauseFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.untrack != nil {
+		s.untrack()
+		s.untrack = nil
+	}
+	s.engine, s.stop = engine, stop
+	if engine != "" {
+		s.untrack = s.live.add(engine, s)
+	}
+}
+
+// interrupt cuts the attempt the stream reads now: its engine is being drained.
+func (s *migratingStream) interrupt() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop != nil {
+		s.drained.Store(true)
+		s.stop(errDrained)
 	}
 }
 
 // Close ends every attempt: the continuations', then the first's (which ends the request).
 func (s *migratingStream) Close() error {
+	s.reading("", nil)
 	for _, c := range s.conts {
 		c.Close()
 	}

@@ -51,11 +51,17 @@ func (x *Dispatcher) run(ctx context.Context, q *prepared, start time.Time) (*Re
 	if x.cfg.RequestTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, x.cfg.RequestTimeout, errRequestTimeout)
 	}
+	actx, interrupt := ctx, context.CancelCauseFunc(nil) // the attempts': a drain may cut them (migrate_drain.go)
+	if m := migratorOf(ctx); m != nil && m.http != nil {
+		actx, interrupt = interruptible(ctx)
+		timeout := cancel
+		cancel = func() { interrupt(nil); timeout() }
+	}
 	preq := q.preq
 	for attempt := 0; ; attempt++ {
-		resp, err := x.attempt(ctx, &q.Request, q.br, preq)
+		resp, err := x.attempt(actx, &q.Request, q.br, preq)
 		if err == nil {
-			return x.answered(ctx, q, start, x.httpMigration(ctx, q, resp), cancel), nil
+			return x.answered(ctx, q, start, x.httpMigration(ctx, q, resp, interrupt), cancel), nil
 		}
 		if ctx.Err() != nil {
 			cancel()

@@ -50,7 +50,7 @@ func TestMigrationHTTPCompletions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got := streamCompletion(t, gw, openai.CompletionNewParamsPromptUnion{OfString: openai.String("a text prompt")}, false)
+		got := streamCompletion(t, gw, openai.CompletionNewParamsPromptUnion{OfString: openai.String("a text prompt")}, false, 9)
 		if got.err == nil {
 			t.Fatalf("a broken text-prompt stream ended cleanly (no ids to continue from): %+v", got)
 		}
@@ -68,7 +68,7 @@ type completionRead struct {
 	err              error
 }
 
-func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewParamsPromptUnion, ask bool) completionRead {
+func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewParamsPromptUnion, ask bool, maxTokens int64) completionRead {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,7 +78,7 @@ func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewPara
 		opts = append(opts, option.WithJSONSet("return_token_ids", true))
 	}
 	s := client.Completions.NewStreaming(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(simModel),
-		Prompt: prompt, MaxTokens: openai.Int(9), Temperature: openai.Float(0),
+		Prompt: prompt, MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}, opts...)
 	defer s.Close()
 	var r completionRead
@@ -131,7 +131,7 @@ func completionMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, ask bool
 			t.Fatal(err)
 		}
 	}
-	want := streamCompletion(t, gw, prompt, ask)
+	want := streamCompletion(t, gw, prompt, ask, 9)
 	if want.err != nil || want.text == "" || want.finish != "length" || want.usage[1] != 9 {
 		t.Fatalf("uninterrupted run: %+v", want)
 	}
@@ -141,7 +141,7 @@ func completionMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, ask bool
 			t.Fatal(err)
 		}
 	}
-	got := streamCompletion(t, gw, prompt, ask)
+	got := streamCompletion(t, gw, prompt, ask, 9)
 	if got.err != nil || got.text != want.text || got.finish != want.finish || got.usage != want.usage {
 		t.Fatalf("migrated stream %+v\nuninterrupted    %+v", got, want)
 	}

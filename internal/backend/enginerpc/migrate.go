@@ -242,6 +242,9 @@ func migrationReason(cause error) string {
 	if cause == nil {
 		return ReasonNoComplete
 	}
+	if errors.Is(cause, errDrained) {
+		return ReasonDrain
+	}
 	if errors.Is(cause, errEngineAborted) {
 		return ReasonEngineAbort
 	}
@@ -288,6 +291,8 @@ func (w *sseWriter) migrate(cause error, engine string) (genStream, event, bool)
 	}
 	if w.mig.cur != nil {
 		engine = w.mig.cur.engine
+	} else if reason == ReasonDrain {
+		w.g.abort() // the drained engine is alive: it must not go on generating for nobody
 	}
 	w.endContinuation(false)
 	for {

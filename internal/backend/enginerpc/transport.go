@@ -62,6 +62,8 @@ type Transport struct {
 
 	mu      sync.RWMutex
 	engines map[string]*engineEntry // by "scheme://host:port"
+
+	live liveStreams // the migratable streams being read, for Interrupt (interrupt.go)
 }
 
 // Option configures a Transport.
@@ -282,6 +284,9 @@ type generation struct {
 
 	ctx       context.Context
 	cancel    context.CancelFunc
+	rpc       context.Context         // the Generate RPC's: ctx's, and cut alone by interrupt
+	rpcCancel context.CancelCauseFunc // (a drain: the request goes on)
+	drained   atomic.Bool
 	once      sync.Once
 	completed atomic.Bool // the Complete arrived: nothing to abort
 	stopWatch func() bool
@@ -291,6 +296,7 @@ type generation struct {
 func (t *Transport) start(req *http.Request, e *engineEntry, c *call) *generation {
 	g := &generation{t: t, e: e, c: c, watchDone: make(chan struct{})}
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(req.Context()))
+	g.rpc, g.rpcCancel = context.WithCancelCause(g.ctx)
 	g.stopWatch = context.AfterFunc(req.Context(), func() {
 		defer close(g.watchDone)
 		g.stop()
@@ -323,6 +329,7 @@ func (g *generation) end() {
 	if !g.stopWatch() {
 		<-g.watchDone
 	}
+	g.rpcCancel(nil)
 	g.cancel()
 }
 
@@ -361,7 +368,7 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 // engine's HTTP server does, with an error status dispatch may retry, not a 200 with an empty answer.
 func (t *Transport) begin(req *http.Request, e *engineEntry, c *call, adjust func(event) event) (*generation, genStream, event, *http.Response, error) {
 	g := t.start(req, e, c)
-	st, err := e.client.generate(g.ctx, c)
+	st, err := e.client.generate(g.rpc, c)
 	if err != nil {
 		resp, ferr := t.failed(req, g, err)
 		g.end()
@@ -468,6 +475,8 @@ type sseWriter struct {
 	// engine is the engine of the first stream; mig the continuation read since a migration (migrate.go).
 	engine string
 	mig    migration
+	// untrack forgets the stream read now in the transport's live streams (track).
+	untrack func()
 }
 
 func (w *sseWriter) write() error {
@@ -485,7 +494,13 @@ func (w *sseWriter) chunk(s *sample, d delta, first, final bool) {
 // run writes chunks until the Complete, then the usage chunk and [DONE]. A non-nil error ends the body
 // abnormally (the stream broke off, the reader went away).
 func (w *sseWriter) run(st genStream, ev event) error {
-	defer func() { w.endContinuation(w.g.completed.Load()) }()
+	defer func() {
+		if w.untrack != nil {
+			w.untrack()
+		}
+		w.endContinuation(w.g.completed.Load())
+	}()
+	w.track()
 	if w.c.route == body.RouteChat { // a chat stream opens with the role of each choice, as vLLM's does
 		for _, s := range w.ss.all {
 			w.chunk(s, delta{}, true, false)
@@ -498,6 +513,7 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		if ev.aborted() { // the engine gave up mid-stream: continue elsewhere if the request may
 			if next, first, ok := w.migrate(errEngineAborted, w.engine); ok {
 				st, ev = next, first
+				w.track()
 				continue
 			}
 		}
@@ -530,9 +546,10 @@ func (w *sseWriter) run(st genStream, ev event) error {
 			}
 		}
 		if !st.Receive() {
-			err := st.Err()
+			err := w.brokeOff(st.Err())
 			if next, first, ok := w.migrate(err, w.engine); ok { // continued on another pair
 				st, ev = next, first
+				w.track()
 				continue
 			}
 			switch {
