@@ -525,15 +525,7 @@ func (w *sseWriter) run(st genStream, ev event) error {
 		}
 		switch {
 		case ev.complete && w.ss.done():
-			w.g.completed.Store(true)
-			w.chunk(s, d, false, true)
-			if w.c.includeUsage && w.c.route != body.RouteGenerate {
-				w.buf = append(w.buf, "data: "...)
-				w.buf = appendUsageChunk(w.buf, w.c, w.m, w.ss)
-				w.buf = append(w.buf, "\n\n"...)
-			}
-			w.buf = append(w.buf, "data: [DONE]\n\n"...)
-			return w.write()
+			return w.finish(s, d)
 		case ev.complete:
 			w.chunk(s, d, false, true)
 			if err := w.write(); err != nil {
@@ -552,20 +544,39 @@ func (w *sseWriter) run(st genStream, ev event) error {
 				w.track()
 				continue
 			}
-			switch {
-			case err == nil:
-				w.errorEvent(errNoAnswer.Error(), "server_error", "bad_gateway")
-			case connect.IsWireError(err) && connect.CodeOf(err) != connect.CodeCanceled:
-				_, typ := statusForCode(connect.CodeOf(err))
-				w.errorEvent(connectMessage(err), typ, connect.CodeOf(err).String())
-			default:
-				return fmt.Errorf("enginerpc: %w", err)
-			}
-			_ = w.write()
-			return nil
+			return w.brokenOff(err)
 		}
 		ev = st.event()
 	}
+}
+
+// finish writes the last sample's final chunk, the usage chunk and [DONE]: the generation completed.
+func (w *sseWriter) finish(s *sample, d delta) error {
+	w.g.completed.Store(true)
+	w.chunk(s, d, false, true)
+	if w.c.includeUsage && w.c.route != body.RouteGenerate {
+		w.buf = append(w.buf, "data: "...)
+		w.buf = appendUsageChunk(w.buf, w.c, w.m, w.ss)
+		w.buf = append(w.buf, "\n\n"...)
+	}
+	w.buf = append(w.buf, "data: [DONE]\n\n"...)
+	return w.write()
+}
+
+// brokenOff ends a stream that broke off with err and did not migrate: an error event for the
+// engine's error, or err itself (the body then ends abnormally) when the connection went.
+func (w *sseWriter) brokenOff(err error) error {
+	switch {
+	case err == nil:
+		w.errorEvent(errNoAnswer.Error(), "server_error", "bad_gateway")
+	case connect.IsWireError(err) && connect.CodeOf(err) != connect.CodeCanceled:
+		_, typ := statusForCode(connect.CodeOf(err))
+		w.errorEvent(connectMessage(err), typ, connect.CodeOf(err).String())
+	default:
+		return fmt.Errorf("enginerpc: %w", err)
+	}
+	_ = w.write()
+	return nil
 }
 
 // errorEvent is an error after the head of a stream: an error event then [DONE], as vLLM streams one.
