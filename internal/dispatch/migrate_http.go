@@ -19,8 +19,8 @@ import (
 // gives the generated ids, so the gateway holds prompt + generated without tokenizing anything:
 //   - SGLang's /generate with a token-id prompt (input_ids): output_ids in every chunk
 //     (migrate_http_generate.go);
-//   - vLLM's /v1/completions with a token-id prompt: the gateway asks for return_token_ids and takes
-//     each chunk's token_ids (migrate_http_completions.go).
+//   - OpenAI completions on vLLM and SGLang: the gateway asks for return_token_ids and takes the
+//     prompt's ids from the first chunk and each chunk's token_ids (migrate_http_completions.go).
 //
 // When the decode's stream breaks off, the gateway sends prompt + generated as the prompt of a new
 // request with the token budget reduced (a new PD handshake, the same sampling parameters) and reads
@@ -32,6 +32,8 @@ import (
 // generation's state, rewrites a continuation's frames as the request's, and makes the body of the
 // next continuation.
 type httpStreamAPI interface {
+	// serves says whether a stream of a worker speaking p can migrate (and takes p's defaults).
+	serves(p worker.Protocol) bool
 	// frame takes one data payload other than [DONE], appends what to pass on (the payload, or its
 	// rewriting) to dst, and says whether the stream is over (a finish or an error: nothing to
 	// continue). The first stream's frames are on every answer's path: read them cheaply.
@@ -53,7 +55,7 @@ func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Respo
 	if m == nil || m.http == nil || !resp.Stream || !strings.HasPrefix(resp.Worker, "http") {
 		return resp
 	}
-	if w, ok := x.d.Registry.Snapshot().ByURL(resp.Worker); !ok || w.Protocol() != m.http.protocol {
+	if w, ok := x.d.Registry.Snapshot().ByURL(resp.Worker); !ok || !m.http.api.serves(w.Protocol()) {
 		return resp
 	}
 	s := &migratingStream{ctx: ctx, m: m, api: m.http.api, first: resp.Body, cur: resp.Body, live: &x.live}
@@ -63,22 +65,24 @@ func (x *Dispatcher) httpMigration(ctx context.Context, q *prepared, resp *Respo
 }
 
 // httpPlan is what prepareHTTPMigration found: the API state of a stream that may migrate when its
-// worker speaks protocol.
+// worker speaks a protocol the API serves.
 type httpPlan struct {
-	protocol worker.Protocol
-	api      httpStreamAPI
+	api httpStreamAPI
 }
 
 // prepareHTTPMigration makes the migration state of a request whose HTTP stream can migrate, and
 // returns the body to send: vLLM completions ask for the token ids the migration needs.
 func prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
-	if br.PromptTokenIDs == 0 || br.BatchSize > 1 { // a text prompt: the gateway has no ids to continue from
+	if br.BatchSize > 1 {
 		return nil, br
 	}
 	switch br.Route {
 	case body.RouteGenerate:
-		return &httpPlan{protocol: worker.ProtocolSGLang, api: &generateMigration{raw: br.Body}}, br
-	case body.RouteCompletions:
+		if br.PromptTokenIDs == 0 { // a text prompt: SGLang's stream does not give its ids
+			return nil, br
+		}
+		return &httpPlan{api: &generateMigration{raw: br.Body}}, br
+	case body.RouteCompletions: // a text prompt's ids come with the first chunk (prompt_token_ids)
 		if cm, ok := checkCompletionMigration(br.Body); ok {
 			b, err := cm.engineBody()
 			if err != nil {
@@ -86,7 +90,7 @@ func prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
 			}
 			out := *br
 			out.Body = b
-			return &httpPlan{protocol: worker.ProtocolVLLM, api: cm}, &out
+			return &httpPlan{api: cm}, &out
 		}
 	}
 	return nil, br

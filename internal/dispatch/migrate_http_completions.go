@@ -7,12 +7,14 @@ import (
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/jsonscan"
+	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// How a vLLM /v1/completions stream migrates (HTTP mode): the request's prompt is a token-id prompt.
-// The gateway asks the engine for return_token_ids (vLLM's serving_completion.py then puts each
-// chunk's new ids in choices[].token_ids, and the prompt's in the first chunk's prompt_token_ids), so
-// it holds prompt + generated without tokenizing anything. A continuation is a /v1/completions with
+// How an OpenAI completions stream migrates (HTTP mode, vLLM and SGLang), its prompt token ids or one
+// text. The gateway asks the engine for return_token_ids (vLLM's serving_completion.py and SGLang's
+// serving_completions.py then put each chunk's new ids in choices[].token_ids, and the prompt's in the
+// first chunk's prompt_token_ids), so it holds prompt + generated without tokenizing anything: a text
+// prompt's ids are the engine's own. A continuation is a /v1/completions with
 // prompt = prompt + generated, max_tokens and min_tokens reduced by what was generated, and the same
 // sampling parameters; its chunks go on as the request's: the first stream's id and created, usage
 // counting the request's prompt once and every token the client got. The ids reach the client only
@@ -22,17 +24,20 @@ import (
 type completionMigration struct {
 	raw       []byte                     // the client's body, read when a continuation is made (load)
 	askedIDs  bool                       // the client asked for return_token_ids: they stay in its chunks
+	loaded    bool                       // load read what follows
+	sglang    bool                       // the worker is SGLang's: max_tokens defaults to 16
 	prompt    []uint32                   // from here, load's
 	body      map[string]json.RawMessage // the client's body, for the continuations'
 	maxTokens int                        // 0: none sent, the context's rest, which a continuation keeps
 	minTokens int
 
-	ids         []uint32        // the generated ids the client has
-	base        int             // len(ids) when the continuation being read started
-	id, created json.RawMessage // the first stream's
-	cont        bool            // the frames read are a continuation's
-	ended       bool            // a chunk finished the generation, or an error chunk came
-	cut         [][2]int        // scanCompletionChunk's, reused
+	enginePrompt []uint32        // the prompt's ids as the engine's first chunk gave them
+	ids          []uint32        // the generated ids the client has
+	base         int             // len(ids) when the continuation being read started
+	id, created  json.RawMessage // the first stream's
+	cont         bool            // the frames read are a continuation's
+	ended        bool            // a chunk finished the generation, or an error chunk came
+	cut          [][2]int        // scanCompletionChunk's, reused
 }
 
 // completionOptsNotCarried are the completions options whose state or output a continuation cannot
@@ -67,26 +72,33 @@ func checkCompletionMigration(b []byte) (*completionMigration, bool) {
 // load reads what a continuation needs from the client's body: the token-id prompt (flat, or a list
 // of one) and the token budget; false when it cannot go on from them.
 func (cm *completionMigration) load() bool {
-	if cm.body != nil {
+	if cm.loaded {
 		return true
 	}
+	cm.body, cm.prompt, cm.maxTokens, cm.minTokens = nil, nil, 0, 0
 	if json.Unmarshal(cm.raw, &cm.body) != nil {
 		return false
 	}
 	if json.Unmarshal(cm.body["prompt"], &cm.prompt) != nil {
 		var batch [][]uint32
-		if json.Unmarshal(cm.body["prompt"], &batch) != nil || len(batch) != 1 {
-			return false
+		switch {
+		case json.Unmarshal(cm.body["prompt"], &batch) == nil && len(batch) == 1:
+			cm.prompt = batch[0]
+		default: // a text: the engine's ids of it
+			cm.prompt = cm.enginePrompt
 		}
-		cm.prompt = batch[0]
 	}
 	if v, ok := cm.body["max_tokens"]; ok && string(v) != "null" && (json.Unmarshal(v, &cm.maxTokens) != nil || cm.maxTokens <= 0) {
 		return false
 	}
+	if cm.maxTokens == 0 && cm.sglang {
+		cm.maxTokens = sglangDefaultMaxTokens
+	}
 	if v, ok := cm.body["min_tokens"]; ok && string(v) != "null" && json.Unmarshal(v, &cm.minTokens) != nil {
 		return false
 	}
-	return len(cm.prompt) > 0
+	cm.loaded = len(cm.prompt) > 0
+	return cm.loaded
 }
 
 // isFalsy is a JSON value that leaves an option off: null or false (logprobs 0 still asks for the
@@ -104,6 +116,15 @@ func (cm *completionMigration) engineBody() ([]byte, error) {
 }
 
 func (cm *completionMigration) generated() int { return len(cm.ids) }
+
+func (cm *completionMigration) serves(p worker.Protocol) bool {
+	cm.sglang = p == worker.ProtocolSGLang
+	return p == worker.ProtocolVLLM || cm.sglang
+}
+
+// sglangDefaultMaxTokens is SGLang's CompletionRequest max_tokens default (protocol.py); vLLM's is the
+// context's rest, which a continuation keeps by sending none.
+const sglangDefaultMaxTokens = 16
 
 func (cm *completionMigration) finished() bool { return cm.ended }
 
@@ -159,6 +180,9 @@ func (cm *completionMigration) frame(dst, payload []byte) ([]byte, bool) {
 	}
 	cm.ids, cm.cut = sc.ids, sc.cut
 	cm.ended = cm.ended || sc.ended
+	if cm.enginePrompt == nil && len(sc.prompt) > 2 {
+		cm.enginePrompt = appendIDs(nil, sc.prompt)
+	}
 	if cm.id == nil {
 		if m, ok := jsonscan.FindMember(payload, 0, "id"); ok {
 			cm.id = append(json.RawMessage(nil), m.Value(payload)...)
@@ -175,9 +199,10 @@ func (cm *completionMigration) frame(dst, payload []byte) ([]byte, bool) {
 
 // completionChunk is what scanCompletionChunk found in a chunk.
 type completionChunk struct {
-	ids   []uint32 // the ids so far with the chunk's appended
-	ended bool     // a choice has a finish_reason
-	cut   [][2]int // the token_ids and prompt_token_ids members, each with its separator
+	ids    []uint32 // the ids so far with the chunk's appended
+	prompt []byte   // the prompt_token_ids value, if the chunk has one
+	ended  bool     // a choice has a finish_reason
+	cut    [][2]int // the token_ids and prompt_token_ids members, each with its separator
 }
 
 // scanCompletionChunk reads a completions chunk's choices without decoding it: their token_ids
@@ -228,7 +253,7 @@ func scanChoices(b []byte, i int, out *completionChunk) (int, error) {
 			case m.KeyIs(b, "token_ids"):
 				out.ids, cut = appendIDs(out.ids, m.Value(b)), true
 			case m.KeyIs(b, "prompt_token_ids"):
-				cut = true
+				out.prompt, cut = m.Value(b), true
 			case m.KeyIs(b, "finish_reason"):
 				out.ended = out.ended || !jsonscan.IsNull(m.Value(b))
 			}

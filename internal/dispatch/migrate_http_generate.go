@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+
+	"github.com/sluicegw/sluice/internal/worker"
 )
 
 // How a SGLang /generate stream migrates (HTTP mode): the request's prompt is a token-id prompt
@@ -17,6 +19,7 @@ import (
 // and what the client has of the generation.
 type generateMigration struct {
 	raw    []byte // the client's body, read when a continuation is made (load)
+	loaded bool   // load read what follows
 	prompt []uint32
 	maxNew int
 	body   map[string]json.RawMessage // the client's body, for the continuations'
@@ -45,9 +48,10 @@ var guidedParams = []string{"json_schema", "regex", "ebnf", "structural_tag"}
 // sampling_params.max_new_tokens (without it the engine's default would start again), and no guided
 // decoding; false when it cannot go on from them.
 func (gm *generateMigration) load() bool {
-	if gm.body != nil {
+	if gm.loaded {
 		return true
 	}
+	gm.body, gm.params, gm.prompt, gm.maxNew = nil, nil, nil, 0
 	if json.Unmarshal(gm.raw, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
 		json.Unmarshal(gm.body["sampling_params"], &gm.params) != nil || json.Unmarshal(gm.params["max_new_tokens"], &gm.maxNew) != nil {
 		return false
@@ -57,10 +61,13 @@ func (gm *generateMigration) load() bool {
 			return false
 		}
 	}
-	return gm.maxNew > 0
+	gm.loaded = gm.maxNew > 0
+	return gm.loaded
 }
 
 func (gm *generateMigration) generated() int { return len(gm.sent.ids) }
+
+func (gm *generateMigration) serves(p worker.Protocol) bool { return p == worker.ProtocolSGLang }
 
 // finished reports whether the last chunk read finished the generation.
 func (gm *generateMigration) finished() bool {

@@ -98,8 +98,8 @@ type genJob struct {
 	// meta_info.input_token_logprobs (SGLang PD: the prefill leg; decode reports none).
 	inputLogprobs bool
 	decodeRole    bool
-	// returnTokenIDs: vLLM completions' return_token_ids, the prompt's ids in each sample's first chunk
-	// and each chunk's new ids (serving_completion.py).
+	// returnTokenIDs: completions' return_token_ids, the prompt's ids in each sample's first chunk and
+	// each chunk's new ids (vLLM's serving_completion.py, SGLang's serving_completions.py).
 	returnTokenIDs bool
 }
 
@@ -129,7 +129,7 @@ func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, e
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}
-	job.returnTokenIDs = req.ReturnTokenIDs && api == apiCompletion && e.cfg.Protocol == ProtocolVLLM
+	job.returnTokenIDs = req.ReturnTokenIDs && api == apiCompletion
 	if job.model == "" {
 		job.model = e.cfg.Models[0]
 	} else if api != apiGenerate && !slices.Contains(e.cfg.Models, job.model) {

@@ -14,11 +14,13 @@ import (
 	"github.com/sluicegw/sluice/internal/sim"
 )
 
-// TestMigrationHTTPCompletions: in HTTP mode a vLLM /v1/completions stream with a token-id prompt
-// migrates (the gateway asks vLLM for return_token_ids): the decode's connection dies after a few
+// TestMigrationHTTPCompletions: in HTTP mode an OpenAI completions stream to vLLM or SGLang migrates
+// (the gateway asks the engine for return_token_ids; a text prompt's ids are the engine's, from the
+// first chunk): the decode's connection dies after a few
 // tokens, and what the OpenAI SDK reads (text, finish_reason, usage, id) equals an uninterrupted
 // run's, with no error and one migration counted. The ids the gateway asked for reach the client only
-// when it asked for them itself; then they equal the uninterrupted run's. PD and regular workers.
+// when it asked for them itself; then they equal the uninterrupted run's. PD and regular workers;
+// echo (the prompt echoed back cannot be carried) breaks as before.
 func TestMigrationHTTPCompletions(t *testing.T) {
 	t.Parallel()
 	t.Run("pd", func(t *testing.T) {
@@ -26,7 +28,7 @@ func TestMigrationHTTPCompletions(t *testing.T) {
 		for _, ask := range []bool{false, true} {
 			c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: sim.Config{Seed: 5}})
 			gw := pdMode{name: "http-vllm", protocol: sim.ProtocolVLLM}.startGateway(t, c)
-			completionMigrates(t, gw, c.ByRole(sim.RoleDecode), ask)
+			completionMigrates(t, gw, c.ByRole(sim.RoleDecode), tokenPrompt, ask)
 			released(t, gw)
 		}
 	})
@@ -39,9 +41,26 @@ func TestMigrationHTTPCompletions(t *testing.T) {
 		}
 		gw := startGateway(t, app.Options{}, args...)
 		waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
-		completionMigrates(t, gw, c.Engines, false)
+		completionMigrates(t, gw, c.Engines, tokenPrompt, false)
 	})
-	t.Run("text-prompt-is-not-continued", func(t *testing.T) {
+	t.Run("text-prompt", func(t *testing.T) {
+		t.Parallel()
+		c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: sim.Config{Seed: 5}})
+		gw := pdMode{name: "http-vllm", protocol: sim.ProtocolVLLM}.startGateway(t, c)
+		completionMigrates(t, gw, c.ByRole(sim.RoleDecode), openai.CompletionNewParamsPromptUnion{OfString: openai.String("a text prompt")}, false)
+		released(t, gw)
+	})
+	t.Run("pd-sglang", func(t *testing.T) { // SGLang's completions take return_token_ids too
+		t.Parallel()
+		m := pdModes()[0] // http-sglang
+		for _, prompt := range []openai.CompletionNewParamsPromptUnion{tokenPrompt, {OfString: openai.String("an sglang text prompt")}} {
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}})
+			gw := m.startGateway(t, c)
+			completionMigrates(t, gw, c.ByRole(sim.RoleDecode), prompt, true)
+			released(t, gw)
+		}
+	})
+	t.Run("echo-is-not-continued", func(t *testing.T) {
 		t.Parallel()
 		c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: sim.Config{Seed: 5}})
 		gw := pdMode{name: "http-vllm", protocol: sim.ProtocolVLLM}.startGateway(t, c)
@@ -50,13 +69,19 @@ func TestMigrationHTTPCompletions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got := streamCompletion(t, gw, openai.CompletionNewParamsPromptUnion{OfString: openai.String("a text prompt")}, false, 9)
+		got := streamCompletion(t, gw, tokenPrompt, false, 9, option.WithJSONSet("echo", true))
 		if got.err == nil {
-			t.Fatalf("a broken text-prompt stream ended cleanly (no ids to continue from): %+v", got)
+			t.Fatalf("a broken echo stream ended cleanly (the echoed prompt cannot be carried): %+v", got)
+		}
+		if n := migrationCount(t, gw, "migrated"); n != 0 {
+			t.Errorf("%v migrations of an echo stream", n)
 		}
 		released(t, gw)
 	})
 }
+
+// tokenPrompt is the migration tests' token-id completions prompt.
+var tokenPrompt = openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{31, 32, 33, 34, 35}}
 
 // completionRead is what the OpenAI SDK read of a streamed completion.
 type completionRead struct {
@@ -68,12 +93,11 @@ type completionRead struct {
 	err              error
 }
 
-func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewParamsPromptUnion, ask bool, maxTokens int64) completionRead {
+func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewParamsPromptUnion, ask bool, maxTokens int64, opts ...option.RequestOption) completionRead {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := openai.NewClient(option.WithBaseURL(gw.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-	var opts []option.RequestOption
 	if ask {
 		opts = append(opts, option.WithJSONSet("return_token_ids", true))
 	}
@@ -121,11 +145,10 @@ func streamCompletion(t *testing.T, gw *gateway, prompt openai.CompletionNewPara
 	return r
 }
 
-// completionMigrates streams a token-id prompt (9 tokens) once uninterrupted, then with every engine
-// of dying dying after 5 tokens: the migrated stream must read as the uninterrupted one.
-func completionMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, ask bool) {
+// completionMigrates streams prompt (9 tokens) once uninterrupted, then with every engine of dying
+// dying after 5 tokens: the migrated stream must read as the uninterrupted one.
+func completionMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, prompt openai.CompletionNewParamsPromptUnion, ask bool) {
 	t.Helper()
-	prompt := openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{31, 32, 33, 34, 35}}
 	for _, e := range dying {
 		if err := e.SetFaults(sim.Faults{}); err != nil {
 			t.Fatal(err)
@@ -154,7 +177,7 @@ func completionMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, ask bool
 		}
 		return
 	}
-	if len(want.ids) != 9 || !slices.Equal(got.ids, want.ids) || !slices.Equal(got.promptIDs, []uint32{31, 32, 33, 34, 35}) {
+	if len(want.ids) != 9 || !slices.Equal(got.ids, want.ids) || !slices.Equal(got.promptIDs, want.promptIDs) || len(want.promptIDs) == 0 {
 		t.Errorf("token_ids %v prompt_token_ids %v, want %v and the prompt", got.ids, got.promptIDs, want.ids)
 	}
 }
