@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/auth"
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/enginebook"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/tenant"
 	"github.com/sluicegw/sluice/internal/tokenizer"
@@ -176,7 +177,7 @@ type Dispatcher struct {
 	d        Deps
 	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
 	mooncake mooncakePD
-	live     httpStreams // HTTP-mode migratable streams, for MigrateFrom (migrate_drain.go)
+	live     enginebook.Book[*migratingStream] // HTTP-mode migratable streams, for MigrateFrom (migrate_drain.go)
 }
 
 // New validates cfg and builds a dispatcher.

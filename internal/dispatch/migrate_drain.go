@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/sluicegw/sluice/internal/backend"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
@@ -23,7 +22,11 @@ var errDrained = errors.New("dispatch: the worker is being drained")
 // how many it cut. It never blocks: call it when the worker starts draining or is removed.
 func (x *Dispatcher) MigrateFrom(workerURL string) int {
 	engine := enginerpc.EngineKey(workerURL)
-	n := x.live.interrupt(engine)
+	ss := x.live.Of(engine)
+	for _, s := range ss {
+		s.interrupt()
+	}
+	n := len(ss)
 	if t := backend.EngineRPC(x.d.HTTP); t != nil {
 		n += t.Interrupt(engine)
 	}
@@ -31,48 +34,6 @@ func (x *Dispatcher) MigrateFrom(workerURL string) int {
 		x.d.Logger.Info("moving streams off a draining worker", "worker", workerURL, "streams", n)
 	}
 	return n
-}
-
-// httpStreams are the HTTP-mode migratable streams, by the engine (scheme://host:port) each reads.
-type httpStreams struct {
-	mu sync.Mutex
-	m  map[string]map[*migratingStream]struct{}
-}
-
-// add records s as read from engine; the returned func forgets it.
-func (l *httpStreams) add(engine string, s *migratingStream) (remove func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[string]map[*migratingStream]struct{}{}
-	}
-	set := l.m[engine]
-	if set == nil {
-		set = map[*migratingStream]struct{}{}
-		l.m[engine] = set
-	}
-	set[s] = struct{}{}
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		delete(l.m[engine], s)
-		if len(l.m[engine]) == 0 {
-			delete(l.m, engine)
-		}
-	}
-}
-
-func (l *httpStreams) interrupt(engine string) int {
-	l.mu.Lock()
-	ss := make([]*migratingStream, 0, len(l.m[engine]))
-	for s := range l.m[engine] {
-		ss = append(ss, s)
-	}
-	l.mu.Unlock()
-	for _, s := range ss {
-		s.interrupt()
-	}
-	return len(ss)
 }
 
 // interruptible is the context of an HTTP-mode stream's attempt: the request's, cut alone by a drain.

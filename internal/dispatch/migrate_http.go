@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/backend/enginerpc"
+	"github.com/sluicegw/sluice/internal/enginebook"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -106,7 +107,7 @@ type migratingStream struct {
 	conts  []io.ReadCloser // the continuations' bodies, closed when left or at the end
 	engine string          // the engine serving cur (scheme://host:port)
 
-	live    *httpStreams
+	live    *enginebook.Book[*migratingStream]
 	mu      sync.Mutex              // guards stop and untrack against a drain (interrupt)
 	stop    context.CancelCauseFunc // cuts cur's attempt
 	untrack func()
@@ -251,7 +252,7 @@ func (s *migratingStream) reading(engine string, stop context.CancelCauseFunc) {
 	}
 	s.engine, s.stop = engine, stop
 	if engine != "" {
-		s.untrack = s.live.add(engine, s)
+		s.untrack = s.live.Add(engine, s)
 	}
 }
 

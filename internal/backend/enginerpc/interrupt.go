@@ -2,7 +2,6 @@ package enginerpc
 
 import (
 	"errors"
-	"sync"
 )
 
 // Draining an engine moves its streams (docs/migration.md): dispatch calls Interrupt when a decode or
@@ -17,45 +16,11 @@ const ReasonDrain = "drain"
 // errDrained is the cause of a Generate RPC cut by Interrupt.
 var errDrained = errors.New("enginerpc: the engine is being drained")
 
-// liveStreams are the generations migratable writers read, by engine (scheme://host:port).
-type liveStreams struct {
-	mu sync.Mutex
-	m  map[string]map[*generation]struct{}
-}
-
-// add records g as read from engine; the returned func forgets it (once is enough, more is harmless).
-func (l *liveStreams) add(engine string, g *generation) (remove func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[string]map[*generation]struct{}{}
-	}
-	set := l.m[engine]
-	if set == nil {
-		set = map[*generation]struct{}{}
-		l.m[engine] = set
-	}
-	set[g] = struct{}{}
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		delete(l.m[engine], g)
-		if len(l.m[engine]) == 0 {
-			delete(l.m, engine)
-		}
-	}
-}
-
 // Interrupt cuts the Generate RPC of every migratable stream read from engine (scheme://host:port, as
 // EngineKey names a worker URL), so that each continues on another pair; it returns how many. It
 // never blocks on the network: each writer sends its own Abort.
 func (t *Transport) Interrupt(engine string) int {
-	t.live.mu.Lock()
-	gs := make([]*generation, 0, len(t.live.m[engine]))
-	for g := range t.live.m[engine] {
-		gs = append(gs, g)
-	}
-	t.live.mu.Unlock()
+	gs := t.live.Of(engine)
 	for _, g := range gs {
 		g.interrupt()
 	}
@@ -79,7 +44,7 @@ func (w *sseWriter) track() {
 		return
 	}
 	g, engine := w.current()
-	w.untrack = w.g.t.live.add(engine, g)
+	w.untrack = w.g.t.live.Add(engine, g)
 }
 
 // current is the generation the writer reads now and its engine.

@@ -23,6 +23,7 @@ import (
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/enginebook"
 	"github.com/sluicegw/sluice/internal/enginegrpc"
 	"github.com/sluicegw/sluice/internal/reasoning"
 	"github.com/sluicegw/sluice/internal/tokenizer"
@@ -63,7 +64,7 @@ type Transport struct {
 	mu      sync.RWMutex
 	engines map[string]*engineEntry // by "scheme://host:port"
 
-	live liveStreams // the migratable streams being read, for Interrupt (interrupt.go)
+	live enginebook.Book[*generation] // the migratable streams being read, for Interrupt (interrupt.go)
 }
 
 // Option configures a Transport.
