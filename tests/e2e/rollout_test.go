@@ -18,11 +18,18 @@ import (
 // TestRollingDecodeUpdateGRPC is a rolling update of the decode pods of engines discovered in gRPC
 // mode (--service-discovery-protocol grpc), under steady streaming load (#36, docs/kubernetes.md): each
 // old decode pod is replaced by a new one (created and ready first, as a Deployment's surge does), then
-// deleted, and its engine is killed while it still streams (a termination grace period shorter than
-// the answers, or an engine that exits at once on SIGTERM). Every client stream must complete with the
-// text of an uninterrupted run: the streams of the killed engines migrate to the others.
+// deleted while it streams. Every client stream must complete with the text of an uninterrupted run.
+// "killed": the old engine is also killed at once (a termination grace period shorter than the
+// answers, or an engine that exits at once on SIGTERM), and streams it still had migrate. "drained":
+// the old engine lives on; the drain of its deleted pod moves its streams (reason drain), so nothing
+// waits for them.
 func TestRollingDecodeUpdateGRPC(t *testing.T) {
 	t.Parallel()
+	t.Run("killed", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, true) })
+	t.Run("drained", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, false) })
+}
+
+func rollingDecodeUpdate(t *testing.T, kill bool) {
 	const p0, d0, d1, d2, d3 = "127.0.0.12", "127.0.0.13", "127.0.0.14", "127.0.0.15", "127.0.0.16"
 	port := freeLoopbackPort(t, p0)
 	engines := map[string]*sim.Engine{}
@@ -100,7 +107,9 @@ func TestRollingDecodeUpdateGRPC(t *testing.T) {
 		waitFor(t, step.new+" routed to", 10*time.Second, func() bool { return routable(gw, grpcAt(step.newIP, port)) })
 		waitFor(t, step.old+" streaming", 10*time.Second, func() bool { return workerLoad(gw, grpcAt(step.oldIP, port)) > 0 })
 		pods.delete(step.old)
-		engines[step.oldIP].Crash(time.Hour) // gone for good: its pod was deleted
+		if kill {
+			engines[step.oldIP].Crash(time.Hour) // gone for good: its pod was deleted
+		}
 	}
 	waitFor(t, "the old decode workers removed", 10*time.Second, func() bool {
 		return workerLoad(gw, grpcAt(d0, port)) < 0 && workerLoad(gw, grpcAt(d1, port)) < 0
@@ -108,7 +117,10 @@ func TestRollingDecodeUpdateGRPC(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if n := migrationCount(t, gw, "migrated"); n < 2 {
-		t.Errorf("sluice_migrations_total{outcome=migrated} = %v after killing two streaming decode engines, want at least 2", n)
+		t.Errorf("sluice_migrations_total{outcome=migrated} = %v after deleting two streaming decode pods, want at least 2", n)
+	}
+	if n := drainMigrations(t, gw); !kill && n < 2 {
+		t.Errorf("%v streams moved by the drains of two streaming decode pods, want at least 2", n)
 	}
 	t.Logf("%d streams during the rollout, %v migrated", streams, migrationCount(t, gw, "migrated"))
 	released(t, gw)
