@@ -142,8 +142,11 @@ func TestCircuitBreakerOpensAndHalfOpens(t *testing.T) {
 	e0, e1 := c.ByRole(sim.RoleRegular)[0], c.ByRole(sim.RoleRegular)[1]
 	gw := startGateway(t, app.Options{}, "--worker-urls", e0.URL()+","+e1.URL(), "--policy", "round_robin",
 		// The open breaker must outlast the scrape and the requests checked while it is open (0.3 s did
-		// not on a loaded machine: it half-opened early and e0's 500 reached the client).
-		"--disable-retries", "--cb-failure-threshold", "2", "--cb-success-threshold", "1", "--cb-timeout-duration-secs", "2")
+		// not on a loaded machine: it half-opened early and e0's 500 reached the client), and no health
+		// probe may half-open it meanwhile (the simulator's /health passes while it injects 500s: one
+		// probe landing in the window did it in CI).
+		"--disable-retries", "--cb-failure-threshold", "2", "--cb-success-threshold", "1", "--cb-timeout-duration-secs", "2",
+		"--disable-cb-health-recovery")
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 	if err := e0.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: 500}); err != nil {
 		t.Fatal(err)
