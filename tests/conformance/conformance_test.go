@@ -45,6 +45,7 @@ const (
 	srcSMGvLLM   = "smg-project/smg model_gateway/src/routers/grpc/common/stages/request_execution.rs (n > 1 skips the KV relay)"
 	srcMooncake  = "vllm-project/vllm examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py"
 	srcKVBoth    = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (get_num_new_matched_tokens: remote KV only with do_remote_prefill); vllm/config/kv_transfer.py (kv_role kv_both: producer and consumer)"
+	srcMigration = "vllm-project/vllm vllm/entrypoints/openai/serving_completion.py and sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_completions.py (return_token_ids: token_ids per chunk, prompt_token_ids in the first)"
 	srcDPRanks   = "sgl-project/sglang python/sglang/srt/managers/io_struct.py (routed_dp_rank, disagg_prefill_dp_rank); smg-project/smg model_gateway/src/routers/http/pd_router.rs (rank hints per leg, rooms aligned to the rank)"
 )
 
@@ -193,11 +194,13 @@ var rows = []row{
 		status:  200,
 		prefill: []string{`{` + chatMsgs + `,"stream":false,"max_completion_tokens":1,"max_tokens":1,` + prefillK + `}`},
 		decode:  []string{`{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2,"kv_transfer_params":{{KV}}}`}},
-	{name: "vllm completions", source: srcToyProxy, protocol: "vllm", route: "/v1/completions",
+	// A streamed completion of one prompt can migrate in HTTP mode: the gateway asks for the token ids
+	// (docs/migration.md), on the body both legs derive from.
+	{name: "vllm completions", source: srcToyProxy + "; " + srcMigration, protocol: "vllm", route: "/v1/completions",
 		body:    `{"model":"m","prompt":"p","max_tokens":9,"stream":true}`,
 		status:  200,
-		prefill: []string{`{"model":"m","prompt":"p","max_tokens":1,"stream":false,` + prefillK + `}`},
-		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,` + usageAsked + `,"kv_transfer_params":{{KV}}}`}},
+		prefill: []string{`{"model":"m","prompt":"p","max_tokens":1,"stream":false,"return_token_ids":true,` + prefillK + `}`},
+		decode:  []string{`{"model":"m","prompt":"p","max_tokens":9,"stream":true,"return_token_ids":true,` + usageAsked + `,"kv_transfer_params":{{KV}}}`}},
 	{name: "vllm prefill without kv_transfer_params: decode recomputes", source: srcNIXL + "; " + srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
 		omitKV:  true,
 		body:    `{` + chatMsgs + `,"max_tokens":64}`,
