@@ -22,11 +22,13 @@ import (
 // the clients' streams and started again on its port, as a supervisor (kubelet, systemd) restarts a
 // crashed engine. The kernel closes the dead process's sockets; nothing in the engine ends an answer.
 // The invariants are the soak's: no failed request, no truncated or corrupted stream, migrations
-// happened, the gateway idle afterwards. Modes: SGLang over its gRPC, vLLM completions over HTTP.
+// happened, the gateway idle afterwards. Modes: the migration soak's four (SGLang and vLLM over their
+// gRPC, SGLang /generate and vLLM completions over HTTP).
 func TestMigrationSIGKILL(t *testing.T) {
 	bin := buildSim(t)
 	per := max(8*time.Second, soakDuration(t)/12)
-	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"http-vllm-completions", sim.ProtocolVLLM, true}} {
+	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
+		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm-completions", sim.ProtocolVLLM, true}} {
 		t.Run(m.name, func(t *testing.T) {
 			f := startProcessFleet(t, bin, m, 2, 2)
 			soakUnderKills(t, m, f, per, soakLogger())
