@@ -1,0 +1,174 @@
+package placement
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/worker"
+)
+
+// fakeClock is a settable Config.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// engineTTFT is a synthetic engine: a fixed cost, a per-kilo-character prefill cost and a
+// per-queued-request cost.
+type engineTTFT struct{ base, perK, perLoad float64 }
+
+func (e engineTTFT) ttft(chars int, load int64) time.Duration {
+	s := e.base + e.perK*float64(chars)/1000 + e.perLoad*float64(load)
+	return time.Duration(s * float64(time.Second))
+}
+
+// pickOnce runs one request through the policy with the given gateway loads held on the workers
+// and reports its measured TTFT as the engine would make it; it returns the pick.
+func pickOnce(t *testing.T, p Policy, clk *fakeClock, cands []*worker.Worker, engines []engineTTFT, text string, loads []int) int {
+	t.Helper()
+	var guards []*worker.LoadGuard
+	for i, n := range loads {
+		for range n {
+			guards = append(guards, cands[i].AcquireLoad())
+		}
+	}
+	req := &Request{Model: "m", Text: text, Picks: &Picks{}}
+	i := p.Pick(cands, req)
+	clk.Advance(engines[i].ttft(len(text), int64(loads[i])))
+	if _, ok := req.Picks.FirstToken(); !ok {
+		t.Fatal("FirstToken: no pick was recorded")
+	}
+	req.Picks.Done()
+	for _, g := range guards {
+		g.Release()
+	}
+	return i
+}
+
+// After warm-up the policy sends work to the worker its models predict faster: the fast engine at
+// equal loads, the slow one when the fast one is loaded enough that its queue outweighs its speed.
+func TestPredictedLatencyPrefersPredictedFaster(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 2)
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	cfg := DefaultConfig()
+	cfg.Now = clk.Now
+	p := mustNew(t, PolicyPredictedLatency, cfg)
+	engines := []engineTTFT{{0.02, 0.4, 0.05}, {0.02, 0.1, 0.05}} // worker 1 prefills 4x faster
+	r := rand.New(rand.NewPCG(7, 8))
+	prompt := func() string {
+		return strings.Repeat(string(rune('a'+r.IntN(26))), 200+r.IntN(3000)) + strconv.FormatUint(r.Uint64(), 36)
+	}
+	for range 300 { // warm-up: random loads so both models see both features move
+		pickOnce(t, p, clk, cands, engines, prompt(), []int{r.IntN(20), r.IntN(20)})
+	}
+	fast := 0
+	for range 100 {
+		if pickOnce(t, p, clk, cands, engines, prompt(), []int{0, 0}) == 1 {
+			fast++
+		}
+	}
+	if fast < 95 {
+		t.Errorf("equal loads: %d of 100 picks went to the faster worker, want at least 95", fast)
+	}
+	pw := p.(*PredictedLatency)
+	short := &Request{Model: "m", Text: prompt()[:300]}
+	setLoad(t, cands[1], 30)
+	slowY, _ := pw.Predict(cands[0], short)
+	fastY, _ := pw.Predict(cands[1], short)
+	if got := p.Pick(cands, short); got != 0 {
+		t.Errorf("fast worker loaded with 30: Pick = %d (predicted slow %v, fast %v), want the idle slow worker", got, slowY, fastY)
+	}
+}
+
+// Cold start: each cold model gets picks (least loaded first) until its samples are on the way,
+// never more at once; with every model cold and waiting, the pick is least_load's.
+func TestPredictedLatencyColdStart(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 2)
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	cfg := DefaultConfig()
+	cfg.Now = clk.Now
+	p := mustNew(t, PolicyPredictedLatency, cfg)
+	counts := [2]int{}
+	var pending []*Picks
+	for range 2 * modelConfig.MinSamples {
+		req := &Request{Model: "m", Text: "hello", Picks: &Picks{}}
+		counts[p.Pick(cands, req)]++
+		pending = append(pending, req.Picks)
+	}
+	if counts != [2]int{modelConfig.MinSamples, modelConfig.MinSamples} {
+		t.Fatalf("cold picks %v, want %d each", counts, modelConfig.MinSamples)
+	}
+	setLoad(t, cands[0], 3)
+	if got := p.Pick(cands, &Request{Model: "m", Text: "hello"}); got != 1 {
+		t.Errorf("all cold and saturated: Pick = %d, want least_load's 1", got)
+	}
+	for _, pk := range pending {
+		pk.Done()
+	}
+}
+
+// A retry's pick replaces the earlier one: its queued work is released once, and Done releases the
+// rest; nothing is learned from a request that never got a first token.
+func TestPicksReleaseQueuedWork(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 1)
+	p, err := NewPredictedLatency(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.state(cands[0].Key())
+	req := &Request{Model: "m", Text: strings.Repeat("x", 2000), Picks: &Picks{}}
+	p.Pick(cands, req)
+	retry := *req
+	retry.Text = strings.Repeat("y", 500)
+	p.Pick(cands, &retry)
+	if q, o := st.queued.Load(), st.open.Load(); q != 500 || o != 1 {
+		t.Fatalf("after a retry: queued %d, open %d; want 500, 1", q, o)
+	}
+	req.Picks.Done()
+	req.Picks.Done()
+	if q, o := st.queued.Load(), st.open.Load(); q != 0 || o != 0 {
+		t.Fatalf("after Done: queued %d, open %d; want 0, 0", q, o)
+	}
+	if _, ok := req.Picks.FirstToken(); ok || st.model.Samples() != 0 {
+		t.Errorf("learned from a request that ended without a first token (%d samples)", st.model.Samples())
+	}
+	var nilPicks *Picks
+	nilPicks.Done()
+	if _, ok := nilPicks.FirstToken(); ok {
+		t.Error("a nil Picks reported an outcome")
+	}
+}
+
+// Forget drops the worker's model: it starts cold again.
+func TestPredictedLatencyForget(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 1)
+	p, _ := NewPredictedLatency(DefaultConfig())
+	for range modelConfig.MinSamples {
+		req := &Request{Model: "m", Text: "abc", Picks: &Picks{}}
+		p.Pick(cands, req)
+		req.Picks.FirstToken()
+	}
+	if _, ok := p.Predict(cands[0], &Request{Text: "abc"}); !ok {
+		t.Fatal("no prediction after MinSamples observations")
+	}
+	p.Forget(cands[0].Key())
+	if _, ok := p.Predict(cands[0], &Request{Text: "abc"}); ok {
+		t.Error("predicts after Forget")
+	}
+}
