@@ -178,7 +178,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Load.DecodeMaxKVUsage, "decode-max-kv-usage", "F", 0, "A decode worker whose engine reports a KV cache usage above F (0..1, e.g. 0.9) gets no new seat; 0 = off. Needs decode seats.")
 
 	s.section("Engine load")
-	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
+	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load, predicted_latency or --worker-overload-waiting-requests reads the loads; 0 = never.")
 	s.alias("load-monitor-interval-secs", "engine-load-interval-secs", "Another name of --engine-load-interval-secs.")
 	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
 

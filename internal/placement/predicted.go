@@ -101,7 +101,7 @@ func (p *PredictedLatency) Pick(cands []*worker.Worker, req *Request) int {
 	st := p.state(cands[best].Key())
 	x := p.features(st, cands[best], req, size)
 	p.cache.learn(req.Model, req.Text, cands, best)
-	req.Picks.record(pickRecord{policy: p, st: st, worker: cands[best].Key(), x: x,
+	req.Picks.record(pickRecord{policy: p, st: st, worker: cands[best].URL(), x: x,
 		work: int64(x[featUncached] * 1000), predicted: y, at: now})
 	return best
 }
