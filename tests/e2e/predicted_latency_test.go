@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// streamOnce sends one streamed chat request with a unique prompt of about words words and returns
+// the worker that answered (X-Sluice-Worker).
+func streamOnce(ctx context.Context, t *testing.T, url string, seq, words int) string {
+	t.Helper()
+	prompt := fmt.Sprintf("request %d: %s", seq, strings.Repeat("lorem ipsum dolor sit amet ", words/5))
+	body := fmt.Sprintf(`{"model":"sim-model","max_tokens":2,"stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d, read error %v", resp.StatusCode, err)
+	}
+	return resp.Header.Get("X-Sluice-Worker")
+}
+
+// TestPredictedLatencyPrefersFasterEngine: two regular engines, one prefilling 80x faster than the
+// other. With --policy predicted_latency the gateway learns each worker's TTFT from the streams it
+// relays; after the cold start most traffic goes to the fast engine, and the prediction and its
+// error are exported per worker. The requests go one at a time, so every pick sees two idle
+// engines: least_load (the cold start's fallback) would send them all to the first candidate, the
+// slow engine (its URL sorts first; engine load polling is off, so no stale report tips the tie),
+// and only the learned models can tell the two apart.
+func TestPredictedLatencyPrefersFasterEngine(t *testing.T) {
+	t.Parallel()
+	engine := func(host string, speed float64) *sim.Engine {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			t.Skipf("loopback address %s unusable here: %v", host, err)
+		}
+		ln.Close()
+		return startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: 1}}).Engines[0]
+	}
+	slow, fast := engine("127.0.0.1", 5000), engine("127.0.0.2", 400000)
+	gw := startGateway(t, app.Options{}, "--policy", "predicted_latency", "--engine-load-interval-secs", "0",
+		"--worker-urls", slow.URL(), fast.URL())
+	run := func(n int) map[string]int {
+		got := map[string]int{}
+		for i := range n {
+			got[streamOnce(t.Context(), t, gw.URL, i, 100+(i%7)*60)]++
+		}
+		return got
+	}
+	run(40) // warm-up: both cold models get their samples
+	got := run(100)
+	t.Logf("after warm-up: fast %d, slow %d", got[fast.URL()], got[slow.URL()])
+	if got[fast.URL()] < 80 {
+		t.Errorf("after warm-up the fast engine took %d of 100 requests (slow %d), want at least 80", got[fast.URL()], got[slow.URL()])
+	}
+	_, body := get(t, gw.URL+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`sluice_predicted_ttft_seconds_count{worker=%q}`, fast.URL()),
+		fmt.Sprintf(`sluice_predicted_ttft_error_seconds_count{worker=%q}`, fast.URL()),
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
