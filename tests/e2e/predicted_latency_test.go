@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +17,11 @@ import (
 // streamOnce sends one streamed chat request with a unique prompt of about words words and returns
 // the worker that answered (X-Sluice-Worker).
 func streamOnce(ctx context.Context, t *testing.T, url string, seq, words int) string {
+	return streamHeader(ctx, t, url, seq, words).Get("X-Sluice-Worker")
+}
+
+// streamHeader is streamOnce returning the response's header.
+func streamHeader(ctx context.Context, t *testing.T, url string, seq, words int) http.Header {
 	t.Helper()
 	prompt := fmt.Sprintf("request %d: %s", seq, strings.Repeat("lorem ipsum dolor sit amet ", words/5))
 	body := fmt.Sprintf(`{"model":"sim-model","max_tokens":2,"stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
@@ -24,13 +30,23 @@ func streamOnce(ctx context.Context, t *testing.T, url string, seq, words int) s
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Error(err)
-		return ""
+		return http.Header{}
 	}
 	defer resp.Body.Close()
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("status %d, read error %v", resp.StatusCode, err)
 	}
-	return resp.Header.Get("X-Sluice-Worker")
+	return resp.Header
+}
+
+// loopbackHost skips the test when host (a loopback address other than 127.0.0.1) cannot be bound.
+func loopbackHost(t *testing.T, host string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Skipf("loopback address %s unusable here: %v", host, err)
+	}
+	ln.Close()
 }
 
 // TestPredictedLatencyPrefersFasterEngine: two regular engines, one prefilling 80x faster than the
@@ -43,11 +59,7 @@ func streamOnce(ctx context.Context, t *testing.T, url string, seq, words int) s
 func TestPredictedLatencyPrefersFasterEngine(t *testing.T) {
 	t.Parallel()
 	engine := func(host string, speed float64) *sim.Engine {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			t.Skipf("loopback address %s unusable here: %v", host, err)
-		}
-		ln.Close()
+		loopbackHost(t, host)
 		return startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang,
 			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: 1}}).Engines[0]
 	}
@@ -75,5 +87,38 @@ func TestPredictedLatencyPrefersFasterEngine(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestPredictedLatencyPDPrefill: in PD mode as the prefill policy, the model of each prefill worker
+// learns the whole TTFT its pick led to (prefill, KV handoff, the decode's first token): after the
+// cold start most prompts go to the faster of two prefill engines, and the prediction is exported
+// under the prefill worker.
+func TestPredictedLatencyPDPrefill(t *testing.T) {
+	t.Parallel()
+	loopbackHost(t, "127.0.0.2")
+	prefill := func(host string, speed float64) *sim.Engine {
+		return startCluster(t, sim.ClusterConfig{Prefill: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: 1}}).Engines[0]
+	}
+	slow, fast := prefill("127.0.0.1", 5000), prefill("127.0.0.2", 400000)
+	decode := startCluster(t, sim.ClusterConfig{Decode: 1, Protocol: sim.ProtocolSGLang, Engine: sim.Config{ITLBase: 1}}).Engines[0]
+	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--prefill-policy", "predicted_latency", "--decode-policy", "round_robin",
+		"--engine-load-interval-secs", "0", "--prefill", slow.URL(), strconv.Itoa(slow.BootstrapPort()),
+		"--prefill", fast.URL(), strconv.Itoa(fast.BootstrapPort()), "--decode", decode.URL())
+	got := map[string]int{}
+	for i := range 140 {
+		h := streamHeader(t.Context(), t, gw.URL, i, 100+(i%7)*60)
+		if i >= 40 { // after the warm-up
+			got[h.Get("X-Sluice-Prefill-Worker")]++
+		}
+	}
+	t.Logf("after warm-up: fast %d, slow %d", got[fast.URL()], got[slow.URL()])
+	if got[fast.URL()] < 80 {
+		t.Errorf("after warm-up the fast prefill took %d of 100 requests (slow %d), want at least 80", got[fast.URL()], got[slow.URL()])
+	}
+	_, body := get(t, gw.URL+"/metrics")
+	if want := fmt.Sprintf(`sluice_predicted_ttft_seconds_count{worker=%q}`, fast.URL()); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }
