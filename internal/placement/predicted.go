@@ -27,7 +27,15 @@ const (
 // The model's sizing: a window of the last 256 TTFTs of a worker, enough to span a few seconds of
 // traffic at the loads the model matters for; 16 samples before the model is trusted (4 per
 // feature); a ridge of 1e-3 (features are O(1)-O(100), so it only steadies collinear ones).
-var modelConfig = predict.Config{Dim: nFeatures, Window: 256, MinSamples: 16, Lambda: 1e-3}
+const (
+	modelWindow     = 256
+	modelMinSamples = 16
+	modelLambda     = 1e-3
+)
+
+func modelConfig() predict.Config {
+	return predict.Config{Dim: nFeatures, Window: modelWindow, MinSamples: modelMinSamples, Lambda: modelLambda}
+}
 
 // refreshAfter is how long a worker's model may go without an observation while it is a candidate:
 // then the next pick goes to it, so a worker the model judged slow once is measured again rather
@@ -82,9 +90,9 @@ func (p *PredictedLatency) state(key string) *predState {
 	if s, ok := p.workers.Load(key); ok {
 		return s.(*predState)
 	}
-	m, err := predict.New(modelConfig)
+	m, err := predict.New(modelConfig())
 	if err != nil {
-		panic(err) // modelConfig is a constant of this package
+		panic(err) // modelConfig is built from this package's constants, which every policy test exercises
 	}
 	s, _ := p.workers.LoadOrStore(key, &predState{model: m})
 	return s.(*predState)
@@ -116,14 +124,14 @@ func (p *PredictedLatency) choose(cands []*worker.Worker, req *Request, size int
 	for i, w := range cands {
 		st := p.state(w.Key())
 		n := st.model.Samples()
-		if n >= int64(modelConfig.MinSamples) && now.UnixNano()-st.lastSeen.Load() > int64(refreshAfter) {
+		if n >= int64(modelMinSamples) && now.UnixNano()-st.lastSeen.Load() > int64(refreshAfter) {
 			st.lastSeen.Store(now.UnixNano()) // one refresh pick per interval, not one per pick until it answers
 			return i, -1
 		}
 		x := p.features(st, w, req, size)
 		y, ok := st.model.Predict(x[:])
 		if !ok {
-			if l := w.EstimatedEngineLoad(); n+st.open.Load() < int64(modelConfig.MinSamples) && (cold < 0 || l < coldLoad) {
+			if l := w.EstimatedEngineLoad(); n+st.open.Load() < int64(modelMinSamples) && (cold < 0 || l < coldLoad) {
 				cold, coldLoad = i, l
 			}
 			continue

@@ -106,13 +106,13 @@ func TestPredictedLatencyColdStart(t *testing.T) {
 	p := mustNew(t, PolicyPredictedLatency, cfg)
 	counts := [2]int{}
 	var pending []*Picks
-	for range 2 * modelConfig.MinSamples {
+	for range 2 * modelMinSamples {
 		req := &Request{Model: "m", Text: "hello", Picks: &Picks{}}
 		counts[p.Pick(cands, req)]++
 		pending = append(pending, req.Picks)
 	}
-	if counts != [2]int{modelConfig.MinSamples, modelConfig.MinSamples} {
-		t.Fatalf("cold picks %v, want %d each", counts, modelConfig.MinSamples)
+	if counts != [2]int{modelMinSamples, modelMinSamples} {
+		t.Fatalf("cold picks %v, want %d each", counts, modelMinSamples)
 	}
 	setLoad(t, cands[0], 3)
 	if got := p.Pick(cands, &Request{Model: "m", Text: "hello"}); got != 1 {
@@ -159,7 +159,7 @@ func TestPicksReleaseQueuedWork(t *testing.T) {
 func TestPredictedLatencyForget(t *testing.T) {
 	_, cands := newFleet(t, worker.RolePrefill, "m", 1)
 	p, _ := NewPredictedLatency(DefaultConfig())
-	for range modelConfig.MinSamples {
+	for range modelMinSamples {
 		req := &Request{Model: "m", Text: "abc", Picks: &Picks{}}
 		p.Pick(cands, req)
 		req.Picks.FirstToken()
