@@ -338,6 +338,7 @@ func (m *meter) finish() {
 		s.TTFT = m.first.Sub(m.start)
 		s.ITL = m.interTokenLatency()
 	}
+	m.picks.Finished(m.worker, s.ITL)
 	if m.pd != nil {
 		s.Handoff, s.PrefillDuration = m.pd.handoff, m.pd.prefill
 		if m.stream && !m.first.IsZero() {

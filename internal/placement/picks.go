@@ -28,6 +28,8 @@ type pickRecord struct {
 	predicted float64   // seconds; negative when the model was cold or the pick a refresh
 	at        time.Time // the pick, by the policy's clock
 	open      bool      // work is still on st.queued
+	first     bool      // the request's first token came (FirstToken)
+	itlSeen   bool      // its inter-token latency was learned (Finished)
 }
 
 // Outcome is a request's prediction against its measurement, for metrics: the worker the first
@@ -81,6 +83,7 @@ func (p *Picks) FirstToken() (o Outcome, ok bool) {
 			continue
 		}
 		ttft := r.policy.cfg.Now().Sub(r.at)
+		r.first = true
 		r.release()
 		r.policy.observe(r.st, r.x, ttft.Seconds())
 		if !ok {
@@ -89,6 +92,23 @@ func (p *Picks) FirstToken() (o Outcome, ok bool) {
 		}
 	}
 	return o, ok
+}
+
+// Finished reports the mean inter-token latency of the finished request's stream, which worker
+// generated: the picks of that worker whose first token came learn it (a prefill worker's pick in
+// PD mode does not: the decode worker set the pace).
+func (p *Picks) Finished(worker string, itl time.Duration) {
+	if p == nil || itl <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.all {
+		if r := &p.all[i]; r.first && !r.itlSeen && r.worker == worker {
+			r.itlSeen = true
+			r.policy.observeITL(r.st, r.x[featLoad], itl.Seconds())
+		}
+	}
 }
 
 // Done reports that the request ended: work still queued (no first token came) is released, and

@@ -37,6 +37,12 @@ func modelConfig() predict.Config {
 	return predict.Config{Dim: nFeatures, Window: modelWindow, MinSamples: modelMinSamples, Lambda: modelLambda}
 }
 
+// itlModelConfig sizes the inter-token latency model: one slope, on the worker's load (an engine's
+// step time grows with its decode batch), the rest as the TTFT model's.
+func itlModelConfig() predict.Config {
+	return predict.Config{Dim: 2, Window: modelWindow, MinSamples: modelMinSamples, Lambda: modelLambda}
+}
+
 // refreshAfter is how long a worker's model may go without an observation while it is a candidate:
 // then the next pick goes to it, so a worker the model judged slow once is measured again rather
 // than starved on an old fit (one request per worker per interval).
@@ -62,10 +68,11 @@ type PredictedLatency struct {
 
 // predState is what the policy knows of one worker.
 type predState struct {
-	model    *predict.Model
-	queued   atomic.Int64 // characters of uncached prompt picked here, not yet at their first token
-	open     atomic.Int64 // picks here not yet at their first token (nor ended)
-	lastSeen atomic.Int64 // unix nanoseconds of the last observation or refresh pick
+	model    *predict.Model // TTFT, seconds
+	itl      *predict.Model // mean inter-token latency, seconds, on [1, load]
+	queued   atomic.Int64   // characters of uncached prompt picked here, not yet at their first token
+	open     atomic.Int64   // picks here not yet at their first token (nor ended)
+	lastSeen atomic.Int64   // unix nanoseconds of the last observation or refresh pick
 }
 
 func newPredictedLatency(cfg Config) *PredictedLatency {
@@ -94,7 +101,11 @@ func (p *PredictedLatency) state(key string) *predState {
 	if err != nil {
 		panic(err) // modelConfig is built from this package's constants, which every policy test exercises
 	}
-	s, _ := p.workers.LoadOrStore(key, &predState{model: m})
+	itl, err := predict.New(itlModelConfig())
+	if err != nil {
+		panic(err) // likewise
+	}
+	s, _ := p.workers.LoadOrStore(key, &predState{model: m, itl: itl})
 	return s.(*predState)
 }
 
@@ -119,7 +130,7 @@ func (p *PredictedLatency) Pick(cands []*worker.Worker, req *Request) int {
 // samples counting its picks in flight, so each cold model gets its samples and no more at once; the
 // lowest prediction; least_load when every model is cold and has its samples on the way.
 func (p *PredictedLatency) choose(cands []*worker.Worker, req *Request, size int, now time.Time) (int, float64) {
-	best, bestY, bestLoad := -1, 0.0, 0.0
+	best, within := bestPick{i: -1}, bestPick{i: -1} // the lowest prediction of all, and of those within the ITL SLO
 	cold, coldLoad := -1, int64(0)
 	for i, w := range cands {
 		st := p.state(w.Key())
@@ -136,17 +147,43 @@ func (p *PredictedLatency) choose(cands []*worker.Worker, req *Request, size int
 			}
 			continue
 		}
-		if best < 0 || y < bestY || (y == bestY && x[featLoad] < bestLoad) {
-			best, bestY, bestLoad = i, y, x[featLoad]
+		best.offer(i, y, x[featLoad])
+		if p.withinSLO(st, x[featLoad]) {
+			within.offer(i, y, x[featLoad])
 		}
 	}
 	switch {
 	case cold >= 0:
 		return cold, -1
-	case best >= 0:
-		return best, bestY
+	case within.i >= 0:
+		return within.i, within.y
+	case best.i >= 0:
+		return best.i, best.y
 	}
 	return LeastLoad{}.Pick(cands, req), -1
+}
+
+// bestPick keeps the lowest predicted TTFT offered, the lower load on a tie; i is -1 until an offer.
+type bestPick struct {
+	i       int
+	y, load float64
+	set     bool
+}
+
+func (b *bestPick) offer(i int, y, load float64) {
+	if !b.set || y < b.y || (y == b.y && load < b.load) {
+		*b = bestPick{i: i, y: y, load: load, set: true}
+	}
+}
+
+// withinSLO reports whether the worker's predicted inter-token latency at this load is within the
+// ITL SLO: true without an SLO or while its ITL model is cold (nothing says it is not).
+func (p *PredictedLatency) withinSLO(st *predState, load float64) bool {
+	if p.cfg.ITLSLO <= 0 {
+		return true
+	}
+	itl, ok := st.itl.Predict([]float64{1, load})
+	return !ok || itl <= p.cfg.ITLSLO.Seconds()
 }
 
 // promptSize is the prompt's size in characters (4 per token id without text).
@@ -187,6 +224,11 @@ func (p *PredictedLatency) Predict(w *worker.Worker, req *Request) (time.Duratio
 func (p *PredictedLatency) observe(st *predState, x [nFeatures]float64, ttft float64) {
 	st.model.Observe(x[:], ttft)
 	st.lastSeen.Store(p.cfg.Now().UnixNano())
+}
+
+// observeITL feeds one measured inter-token latency (seconds) of a pick made at load.
+func (p *PredictedLatency) observeITL(st *predState, load, itl float64) {
+	st.itl.Observe([]float64{1, load}, itl)
 }
 
 // Forget implements Forgetter: the worker's model and its prompts in the cache trees.

@@ -172,3 +172,68 @@ func TestPredictedLatencyForget(t *testing.T) {
 		t.Error("predicts after Forget")
 	}
 }
+
+// train feeds a worker's models directly: TTFT ttft whatever the features, ITL itl at every load.
+func train(p *PredictedLatency, w *worker.Worker, ttft, itl float64) {
+	st := p.state(w.Key())
+	for i := range 2 * modelMinSamples {
+		x := [nFeatures]float64{1, float64(i % 3), float64(i % 5), float64(i % 4)}
+		st.model.Observe(x[:], ttft)
+		st.itl.Observe([]float64{1, float64(i % 4)}, itl)
+	}
+	st.lastSeen.Store(p.cfg.Now().UnixNano()) // fresh: no refresh pick
+}
+
+// With --predicted-itl-slo-secs the pick keeps the predicted inter-token latency within the SLO when a
+// candidate can: the slower-to-first-token worker wins when the faster one's decode is too slow; when
+// none is within, the lowest TTFT wins anyway; without an SLO, TTFT alone decides.
+func TestPredictedLatencyITLSLO(t *testing.T) {
+	_, cands := newFleet(t, worker.RoleRegular, "m", 2)
+	for _, tc := range []struct {
+		slo  time.Duration
+		itl0 float64
+		want int
+	}{
+		{0, 0.2, 0},                      // no SLO: the lower TTFT
+		{50 * time.Millisecond, 0.2, 1},  // worker 0 decodes at 200 ms per token: over the SLO
+		{50 * time.Millisecond, 0.02, 0}, // both within: the lower TTFT
+		{5 * time.Millisecond, 0.02, 0},  // none within: the lower TTFT anyway
+	} {
+		cfg := DefaultConfig()
+		cfg.ITLSLO = tc.slo
+		p, err := NewPredictedLatency(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		train(p, cands[0], 0.1, tc.itl0)
+		train(p, cands[1], 0.3, 0.01)
+		if got := p.Pick(cands, &Request{Model: "m", Text: "hi"}); got != tc.want {
+			t.Errorf("SLO %v, worker 0 ITL %v: Pick = %d, want %d", tc.slo, tc.itl0, got, tc.want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.ITLSLO = -time.Second
+	if _, err := NewPredictedLatency(cfg); err == nil || !strings.Contains(err.Error(), "itl slo") {
+		t.Errorf("a negative ITL SLO: err = %v, want one naming the itl slo", err)
+	}
+}
+
+// Finished teaches the ITL model of the worker that generated, once, and only after a first token.
+func TestPicksFinishedLearnsITL(t *testing.T) {
+	_, cands := newFleet(t, worker.RoleRegular, "m", 1)
+	p, _ := NewPredictedLatency(DefaultConfig())
+	st := p.state(cands[0].Key())
+	req := &Request{Model: "m", Text: "abc", Picks: &Picks{}}
+	p.Pick(cands, req)
+	req.Picks.Finished(cands[0].URL(), 10*time.Millisecond) // no first token yet
+	req.Picks.FirstToken()
+	req.Picks.Finished("http://other:1", 10*time.Millisecond) // another worker generated
+	if n := st.itl.Samples(); n != 0 {
+		t.Fatalf("%d ITL samples before a first token or from another worker, want 0", n)
+	}
+	req.Picks.Finished(cands[0].URL(), 10*time.Millisecond)
+	req.Picks.Finished(cands[0].URL(), 10*time.Millisecond)
+	if n := st.itl.Samples(); n != 1 {
+		t.Errorf("%d ITL samples, want 1", n)
+	}
+}
