@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/sim"
@@ -120,5 +121,35 @@ func TestPredictedLatencyPDPrefill(t *testing.T) {
 	_, body := get(t, gw.URL+"/metrics")
 	if want := fmt.Sprintf(`sluice_predicted_ttft_seconds_count{worker=%q}`, fast.URL()); !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %s", want)
+	}
+}
+
+// TestPredictedLatencyITLSLO: with --predicted-itl-slo-secs the gateway learns each engine's
+// inter-token latency from the streams too, and prefers the engine predicted within the SLO even
+// though the other reaches the first token sooner: the fast-prefill engine here decodes at 50 ms per
+// token, over the 20 ms SLO, so most requests go to the slow-prefill engine that decodes in 1 ms.
+func TestPredictedLatencyITLSLO(t *testing.T) {
+	t.Parallel()
+	loopbackHost(t, "127.0.0.2")
+	engine := func(host string, speed float64, itl time.Duration) *sim.Engine {
+		return startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: itl}}).Engines[0]
+	}
+	// The fast-prefill engine sorts first: least_load's ties (the cold start) go to it, so only the ITL
+	// model can move the traffic.
+	fastPrefill, fastDecode := engine("127.0.0.1", 400000, 50*time.Millisecond), engine("127.0.0.2", 5000, time.Millisecond)
+	gw := startGateway(t, app.Options{}, "--policy", "predicted_latency", "--predicted-itl-slo-secs", "0.02",
+		"--engine-load-interval-secs", "0", "--worker-urls", fastPrefill.URL(), fastDecode.URL())
+	got := map[string]int{}
+	for i := range 100 {
+		w := streamOnce(t.Context(), t, gw.URL, i, 100+(i%7)*60)
+		if i >= 40 { // after the warm-up
+			got[w]++
+		}
+	}
+	t.Logf("after warm-up: fast decode %d, fast prefill %d", got[fastDecode.URL()], got[fastPrefill.URL()])
+	if got[fastDecode.URL()] < 48 {
+		t.Errorf("after warm-up the engine within the ITL SLO took %d of 60 requests (the other %d), want at least 48",
+			got[fastDecode.URL()], got[fastPrefill.URL()])
 	}
 }
