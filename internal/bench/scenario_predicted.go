@@ -36,10 +36,18 @@ const (
 	plLongMin, plLongMax         = 2048, 6144 // long prompts' tokens, uniform
 	plLongShare                  = 0.2
 	plMaxTokens                  = 8
-	plRate                       = 12.0 // requests/s: about 30 % of the fleet's prefill capacity
 	plMaxInflight                = 512
 	plSeed                       = 37
 )
+
+// plRates are the loads, in requests/s: about 30 % and 50 % of the fleet's prefill capacity (the
+// short form runs the first only).
+func plRates(short bool) []float64 {
+	if short {
+		return []float64{12}
+	}
+	return []float64{12, 20}
+}
 
 // ScenarioPredictedLatency runs the predicted-latency scenario (see the constants above).
 func ScenarioPredictedLatency(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
@@ -49,57 +57,61 @@ func ScenarioPredictedLatency(ctx context.Context, o ScenarioOptions) (*Scenario
 		dur, warm = 4*time.Second, 3*time.Second
 	}
 	policies := []string{"predicted_latency", "cache_aware", "least_load", "kv_aware"}
-	s.note("%d engines prefilling %.0f tokens/s and %d at %.0f (vLLM, realistic, block 16, prefix cache %d tokens each, KV-cache events on); open-loop Poisson %.0f req/s for %s after %s warmup: %.0f%% long unique prompts of %d-%d tokens, the rest one of %d shared %d-token system prompts plus a unique %d-token question; max_tokens %d, streaming completions; fresh engines and gateway per policy, the same requests in the same order",
-		plFastEngines, plFastSpeed, plSlowEngines, plSlowSpeed, plCacheTokens, plRate, dur, warm, 100*plLongShare, plLongMin, plLongMax,
+	s.note("%d engines prefilling %.0f tokens/s and %d at %.0f (vLLM, realistic, block 16, prefix cache %d tokens each, KV-cache events on); open-loop Poisson at each load (req/s) for %s after %s warmup: %.0f%% long unique prompts of %d-%d tokens, the rest one of %d shared %d-token system prompts plus a unique %d-token question; max_tokens %d, streaming completions; fresh engines and gateway per run, the same requests in the same order",
+		plFastEngines, plFastSpeed, plSlowEngines, plSlowSpeed, plCacheTokens, dur, warm, 100*plLongShare, plLongMin, plLongMax,
 		plPrefixes, plPrefixTokens, plQuestionTokens, plMaxTokens)
-	s.res.Table = [][]string{{"policy", "served", "TTFT p50 ms", "TTFT p99 ms", "p50 vs predicted_latency", "p99 vs predicted_latency", "req/s", "requests per engine (fast, fast, slow, slow)", "errors"}}
-	sums := map[string]Summary{}
-	for _, policy := range policies {
-		res, perEngine, err := s.plVariant(ctx, policy, dur, warm)
-		if err != nil {
-			return s.res, fmt.Errorf("%s: %w", policy, err)
+	s.res.Table = [][]string{{"load req/s", "policy", "served", "TTFT p50 ms", "TTFT p99 ms", "p50 vs predicted_latency", "p99 vs predicted_latency", "req/s", "requests per engine (fast, fast, slow, slow)", "errors"}}
+	for _, rate := range plRates(o.Short) {
+		first := len(s.res.Table)
+		sums := map[string]Summary{}
+		for _, policy := range policies {
+			res, perEngine, err := s.plVariant(ctx, policy, rate, dur, warm)
+			if err != nil {
+				return s.res, fmt.Errorf("%s at %g req/s: %w", policy, rate, err)
+			}
+			sum := res.Summary
+			sums[policy] = sum
+			key := fmt.Sprintf("%s_%grps_", policy, rate)
+			s.res.Measurements[key+"ttft_p50_ms"] = sum.TTFT.P50
+			s.res.Measurements[key+"ttft_p99_ms"] = sum.TTFT.P99
+			s.res.Measurements[key+"req_per_sec"] = sum.RequestsPerSec
+			s.res.Table = append(s.res.Table, []string{fmt.Sprint(rate), policy, strconv.Itoa(sum.Succeeded), fms(sum.TTFT.P50), fms(sum.TTFT.P99), "", "",
+				fmt.Sprintf("%.2f", sum.RequestsPerSec), fmt.Sprint(perEngine), strconv.Itoa(sum.Failed + sum.Dropped)})
 		}
-		sum := res.Summary
-		sums[policy] = sum
-		s.res.Measurements[policy+"_ttft_p50_ms"] = sum.TTFT.P50
-		s.res.Measurements[policy+"_ttft_p99_ms"] = sum.TTFT.P99
-		s.res.Measurements[policy+"_req_per_sec"] = sum.RequestsPerSec
-		s.res.Table = append(s.res.Table, []string{policy, strconv.Itoa(sum.Succeeded), fms(sum.TTFT.P50), fms(sum.TTFT.P99), "", "",
-			fmt.Sprintf("%.2f", sum.RequestsPerSec), fmt.Sprint(perEngine), strconv.Itoa(sum.Failed + sum.Dropped)})
+		s.plRatios(rate, policies, sums, first)
 	}
-	s.plRatios(policies, sums)
+	s.note("kv_aware routes by the engines' KV-cache events (the ids are sent as the prompt); cache_aware and predicted_latency by the text; least_load by the engines' reported running + waiting requests")
 	return s.res, nil
 }
 
-// plRatios fills the table's ratio columns (the policy's TTFT over predicted_latency's) and states
-// the issue's goal against the best of the others.
-func (s *scenarioRun) plRatios(policies []string, sums map[string]Summary) {
+// plRatios fills one load's ratio columns (the policy's TTFT over predicted_latency's; its rows start
+// at first) and states the issue's goal against the best of the others.
+func (s *scenarioRun) plRatios(rate float64, policies []string, sums map[string]Summary, first int) {
 	pl := sums["predicted_latency"]
 	bestP99, best := 0.0, ""
 	for i, p := range policies {
 		sum := sums[p]
-		row := s.res.Table[i+1]
-		row[4] = fmt.Sprintf("%.2fx", sum.TTFT.P50/max(pl.TTFT.P50, 1e-9))
-		row[5] = fmt.Sprintf("%.2fx", sum.TTFT.P99/max(pl.TTFT.P99, 1e-9))
+		row := s.res.Table[first+i]
+		row[5] = fmt.Sprintf("%.2fx", sum.TTFT.P50/max(pl.TTFT.P50, 1e-9))
+		row[6] = fmt.Sprintf("%.2fx", sum.TTFT.P99/max(pl.TTFT.P99, 1e-9))
 		if p != "predicted_latency" && (best == "" || sum.TTFT.P99 < bestP99) {
 			bestP99, best = sum.TTFT.P99, p
 		}
 	}
 	gain := 1 - pl.TTFT.P99/max(bestP99, 1e-9)
-	s.res.Measurements["p99_reduction_vs_best_other"] = round3(gain)
-	s.res.Measurements["best_other"] = best
+	s.res.Measurements[fmt.Sprintf("p99_reduction_vs_best_other_%grps", rate)] = round3(gain)
+	s.res.Measurements[fmt.Sprintf("best_other_%grps", rate)] = best
 	verdict := "met"
 	if gain < 0.3 {
 		verdict = fmt.Sprintf("not met: the gap to the goal is %.1f points", 100*(0.3-gain))
 	}
-	s.note("goal (issue #37): predicted_latency's TTFT p99 at least 30%% below the best of the others (%s, %.0f ms): it is %.0f ms, %+.1f%% against it; %s. Throughput: %.2f req/s against %.2f",
-		best, bestP99, pl.TTFT.P99, -100*gain, verdict, pl.RequestsPerSec, sums[best].RequestsPerSec)
-	s.note("kv_aware routes by the engines' KV-cache events (the ids are sent as the prompt); cache_aware and predicted_latency by the text; least_load by the engines' reported running + waiting requests")
+	s.note("%g req/s: goal (issue #37): predicted_latency's TTFT p99 at least 30%% below the best of the others (%s, %.0f ms): it is %.0f ms, %+.1f%% against it; %s. Throughput: %.2f req/s against %.2f",
+		rate, best, bestP99, pl.TTFT.P99, -100*gain, verdict, pl.RequestsPerSec, sums[best].RequestsPerSec)
 }
 
 // plVariant runs one policy on fresh engines and a fresh gateway; it returns the measured result and
 // the requests each engine saw (fast engines first).
-func (s *scenarioRun) plVariant(ctx context.Context, policy string, dur, warm time.Duration) (res *Result, perEngine []int, err error) {
+func (s *scenarioRun) plVariant(ctx context.Context, policy string, rate float64, dur, warm time.Duration) (res *Result, perEngine []int, err error) {
 	engines := make([]*sim.Engine, 0, plFastEngines+plSlowEngines)
 	defer func() {
 		for _, e := range engines {
@@ -130,7 +142,7 @@ func (s *scenarioRun) plVariant(ctx context.Context, policy string, dur, warm ti
 			return nil, nil, err
 		}
 	}
-	load := &plLoad{req: newRequester(hc, g.url, EndpointCompletions, "", true), ids: policy == "kv_aware"}
+	load := &plLoad{req: newRequester(hc, g.url, EndpointCompletions, "", true), ids: policy == "kv_aware", rate: rate}
 	recs, dropped, err := load.run(ctx, warm, dur, func() {
 		for _, e := range engines {
 			e.ResetStats()
@@ -142,8 +154,9 @@ func (s *scenarioRun) plVariant(ctx context.Context, policy string, dur, warm ti
 	for _, e := range engines {
 		perEngine = append(perEngine, int(e.Stats().RequestsSeen))
 	}
-	res = &Result{Label: policy, StartedAt: time.Now(), Summary: Summarize(recs, dropped, dur, 0), Records: recs}
-	return res, perEngine, s.record(policy, res, map[string]any{"engine_requests": perEngine})
+	label := fmt.Sprintf("%s-%grps", policy, rate)
+	res = &Result{Label: label, StartedAt: time.Now(), Summary: Summarize(recs, dropped, dur, 0), Records: recs}
+	return res, perEngine, s.record(label, res, map[string]any{"engine_requests": perEngine})
 }
 
 // plGateway starts the gateway over the engines with the policy (kv_aware with the engines' events).
@@ -163,8 +176,9 @@ func (s *scenarioRun) plGateway(ctx context.Context, policy string, engines []*s
 
 // plLoad is the scenario's open-loop load: Poisson arrivals, request n the same in every variant.
 type plLoad struct {
-	req *requester
-	ids bool // send the simulator's token ids instead of the text
+	req  *requester
+	ids  bool    // send the simulator's token ids instead of the text
+	rate float64 // arrivals per second
 }
 
 // plRequest is request n's prompt as words (seeded by n: every variant sends the same).
@@ -234,7 +248,7 @@ func (l *plLoad) run(ctx context.Context, warm, dur time.Duration, atMeasure fun
 	var wg sync.WaitGroup
 	next := start
 	for n := int64(0); ; n++ {
-		next = next.Add(time.Duration(arrivals.ExpFloat64() / plRate * float64(time.Second)))
+		next = next.Add(time.Duration(arrivals.ExpFloat64() / l.rate * float64(time.Second)))
 		if !next.Before(end) {
 			break
 		}
