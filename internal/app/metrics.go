@@ -57,6 +57,9 @@ func (d dispatchMetrics) ObserveRequest(s *dispatch.RequestStats) {
 	if s.HasUsage {
 		d.AddTokens(s.Route, model, s.Usage.Prompt, s.Usage.Completion)
 	}
+	if o := s.Prediction; o.Predicted {
+		d.ObservePrediction(o.Worker, o.PredictedTTFT, o.TTFT, s.Trace)
+	}
 	if s.Handoff != "" && s.DecodeTTFT > 0 {
 		d.ObserveDecodeFirstToken(s.Handoff, s.DecodeTTFT, s.KVWait(), s.Trace)
 	}

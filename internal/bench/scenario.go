@@ -87,20 +87,21 @@ type Scenario func(ctx context.Context, o ScenarioOptions) (*ScenarioResult, err
 // Scenarios returns the scenarios by name.
 func Scenarios() map[string]Scenario {
 	return map[string]Scenario{
-		"adaptive":        ScenarioAdaptive,
-		"capacity":        ScenarioCapacity,
-		"decode-bound":    ScenarioDecodeBound,
-		"dp":              ScenarioDP,
-		"early-rejection": ScenarioEarlyRejection,
-		"kv-events":       ScenarioKVEvents,
-		"overhead":        ScenarioOverhead,
-		"overload":        ScenarioOverload,
-		"prefix":          ScenarioPrefix,
-		"priority":        ScenarioPriority,
-		"replicas":        ScenarioReplicas,
-		"scale":           ScenarioScale,
-		"tenants":         ScenarioTenants,
-		"tokens":          ScenarioTokens,
+		"adaptive":          ScenarioAdaptive,
+		"capacity":          ScenarioCapacity,
+		"decode-bound":      ScenarioDecodeBound,
+		"dp":                ScenarioDP,
+		"early-rejection":   ScenarioEarlyRejection,
+		"kv-events":         ScenarioKVEvents,
+		"overhead":          ScenarioOverhead,
+		"overload":          ScenarioOverload,
+		"predicted-latency": ScenarioPredictedLatency,
+		"prefix":            ScenarioPrefix,
+		"priority":          ScenarioPriority,
+		"replicas":          ScenarioReplicas,
+		"scale":             ScenarioScale,
+		"tenants":           ScenarioTenants,
+		"tokens":            ScenarioTokens,
 	}
 }
 

@@ -46,6 +46,9 @@ const (
 	// PolicyKVAware routes by the engines' KV-cache events (--kv-events-endpoint) and the prompt's
 	// exact tokens (--tokenizer-path); a model without either falls back to cache_aware.
 	PolicyKVAware = placement.PolicyKVAware
+	// PolicyPredictedLatency routes to the worker with the lowest predicted time to first token, by a
+	// per-worker model learned online from measured TTFTs (internal/placement/predict).
+	PolicyPredictedLatency = placement.PolicyPredictedLatency
 )
 
 // PolicyNames returns the valid policy names, in a fresh slice.
@@ -243,7 +246,7 @@ func (a AdmissionConfig) enabledBy() string {
 // LoadConfig holds the polling of engines' own load reports.
 type LoadConfig struct {
 	// Interval is how often each worker's engine is asked for its load
-	// (--engine-load-interval-secs, default 15 s, 1 s when least_load or the
+	// (--engine-load-interval-secs, default 15 s, 1 s when least_load, predicted_latency or the
 	// overload threshold needs fresh loads; 0 = never). The readings feed the
 	// sluice_worker_engine_* metrics, least_load and the overload check. See
 	// [Config.LoadMonitorInterval].
@@ -275,7 +278,9 @@ const (
 // LoadMonitorInterval is the effective interval of the engine-load poller;
 // 0 means it does not run.
 func (c *Config) LoadMonitorInterval() time.Duration {
-	if !c.loadIntervalGiven() && c.loadsDecide() {
+	// predicted_latency reads the loads as a feature, but not refusing an interval of 0 as least_load
+	// does: without reports its load feature is the gateway's own in-flight count.
+	if !c.loadIntervalGiven() && (c.loadsDecide() || c.usesPolicy(PolicyPredictedLatency)) {
 		return DecisionLoadInterval
 	}
 	return c.Load.Interval

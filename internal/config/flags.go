@@ -153,6 +153,7 @@ func newFlagSet() *flagSet {
 	s.boolOn(&c.Placement.DPAware, "dp-aware", "Place requests on the data-parallel ranks of engines that have several (SGLang dp_size > 1, read from server info) and send the rank hints; --dp-aware=false lets each engine pick the rank (by bootstrap room).")
 	s.add(newHeaderList(&c.Placement.RoutingKeyHeaders, "x-sluice-routing-key", "x-smg-routing-key"), "routing-key-headers", "HEADER", "Request headers holding the routing key (consistent_hashing, manual), first present wins; repeatable; a given list replaces the default.")
 	s.dur(&c.Placement.StickyIdle, sec, "max-idle-secs", "SECS", 14400*sec, "manual: forget a routing key unused this long.")
+	s.dur(&c.Placement.ITLSLO, sec, "predicted-itl-slo-secs", "SECS", 0, "predicted_latency: prefer the workers whose predicted inter-token latency is within this (fractions allowed); when none is, the lowest predicted TTFT wins anyway; 0 = no bound.")
 	s.str(&c.Placement.AssignmentMode, "assignment-mode", "MODE", AssignRandom, "manual: how a new routing key gets its worker: random (default), min_load, min_group (fewest keys) or delegate (= min_load).")
 
 	s.section("Prefill admission (PD mode)")
@@ -178,7 +179,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Load.DecodeMaxKVUsage, "decode-max-kv-usage", "F", 0, "A decode worker whose engine reports a KV cache usage above F (0..1, e.g. 0.9) gets no new seat; 0 = off. Needs decode seats.")
 
 	s.section("Engine load")
-	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load or --worker-overload-waiting-requests reads the loads; 0 = never.")
+	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load, predicted_latency or --worker-overload-waiting-requests reads the loads; 0 = never.")
 	s.alias("load-monitor-interval-secs", "engine-load-interval-secs", "Another name of --engine-load-interval-secs.")
 	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
 

@@ -164,7 +164,7 @@ var placementFlags = map[string]string{
 	"CacheThreshold": "cache-threshold", "BalanceAbsThreshold": "balance-abs-threshold",
 	"BalanceRelThreshold": "balance-rel-threshold", "MaxTreeSize": "max-tree-size",
 	"EvictionInterval": "eviction-interval-secs", "VirtualNodes": "virtual-nodes",
-	"StickyIdle": "max-idle-secs", "AssignmentMode": "assignment-mode",
+	"StickyIdle": "max-idle-secs", "AssignmentMode": "assignment-mode", "ITLSLO": "predicted-itl-slo-secs",
 }
 
 func (c *Config) validateAdmission(p *problems) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/backend/workerrpc"
+	"github.com/sluicegw/sluice/internal/placement"
 )
 
 // What the gateway measures of one answered request, for metrics and the request span: its time to
@@ -48,6 +49,9 @@ type RequestStats struct {
 	Handoff         string
 	PrefillDuration time.Duration
 	DecodeTTFT      time.Duration
+	// Prediction is what the predicted_latency policy predicted for the request's pick and what was
+	// measured from it (Prediction.Predicted false: no prediction, or no first token).
+	Prediction placement.Outcome
 	// Tenant is the request's tenant when tenancy is on (Config.Tenants), "" otherwise; Rejection the
 	// error code when its budget or admission refused it (rate_limit_exceeded, tenant_queue_full,
 	// pd_prefill_queue_full, ...), "" otherwise.
@@ -93,8 +97,10 @@ type meter struct {
 	streams int
 	worker  string
 	pd      *pdTiming
+	picks   *placement.Picks // predicted_latency's picks: told of the first token and of the end
 
 	first, end time.Time
+	predicted  placement.Outcome // the picks' outcome at the first token
 	frames     int64
 	usage      body.Usage
 	hasUsage   bool
@@ -159,9 +165,7 @@ func (f *Frames) observe(data []byte) (out []byte, keep bool) {
 	if m == nil {
 		return data, true
 	}
-	if m.first.IsZero() {
-		m.first = m.now()
-	}
+	m.firstEvent()
 	if body.IsDone(data) {
 		m.end = m.now()
 		return data, true
@@ -228,9 +232,7 @@ func (c *Chunks) Next() (*workerrpc.Chunk, error) {
 		if m == nil {
 			return ch, nil
 		}
-		if m.first.IsZero() {
-			m.first = m.now()
-		}
+		m.firstEvent()
 		if ch.Usage {
 			m.usage, m.hasUsage = body.Usage{Prompt: int64(ch.PromptTokens), Completion: int64(ch.CompletionTokens)}, true
 			if m.strip {
@@ -240,6 +242,16 @@ func (c *Chunks) Next() (*workerrpc.Chunk, error) {
 		m.frames++
 		return ch, nil
 	}
+}
+
+// firstEvent notes the answer's first event: its time, and the measured TTFT of the request's
+// predicted_latency picks (their models learn from it now, not when the stream ends).
+func (m *meter) firstEvent() {
+	if !m.first.IsZero() {
+		return
+	}
+	m.first = m.now()
+	m.predicted, _ = m.picks.FirstToken()
 }
 
 // generateFrame keeps the counts of a streamed /generate frame (cumulative, per index).
@@ -303,8 +315,10 @@ func (m *meter) now() time.Time {
 // finish records the request; it runs once, after the response body (and so every leg) was closed.
 func (m *meter) finish() {
 	now := m.now()
+	m.picks.Done()
 	s := RequestStats{Route: m.route.Path(), Model: m.model, Status: m.status, Duration: now.Sub(m.start),
-		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream, Tenant: m.tenant}
+		Trace: trace.SpanContextFromContext(m.ctx), Worker: m.worker, Stream: m.stream, Tenant: m.tenant,
+		Prediction: m.predicted}
 	switch {
 	case m.stream && m.route == body.RouteGenerate:
 		for _, u := range m.genUsage {
@@ -324,6 +338,7 @@ func (m *meter) finish() {
 		s.TTFT = m.first.Sub(m.start)
 		s.ITL = m.interTokenLatency()
 	}
+	m.picks.Finished(m.worker, s.ITL)
 	if m.pd != nil {
 		s.Handoff, s.PrefillDuration = m.pd.handoff, m.pd.prefill
 		if m.stream && !m.first.IsZero() {

@@ -31,6 +31,9 @@ func (x *Dispatcher) Do(ctx context.Context, r *Request) (*Response, error) {
 			return resp, nil
 		}
 	}
+	if q.preq != nil {
+		q.preq.Picks.Done() // the request ends unanswered: its picks' queued work is taken off
+	}
 	e := apierror.From(err)
 	x.d.Metrics.ObserveRequest(&RequestStats{Route: r.Route.Path(), Model: q.model(), Status: e.Status,
 		Duration: x.now().Sub(start), Trace: trace.SpanContextFromContext(ctx), Tenant: q.tenant, Rejection: rejection(err, e)})
@@ -106,6 +109,7 @@ func avoiding(preq *placement.Request, err error) *placement.Request {
 // it ends the request (cancel) and records it.
 func (x *Dispatcher) answered(ctx context.Context, q *prepared, start time.Time, resp *Response, cancel context.CancelFunc) *Response {
 	m := x.newMeter(ctx, start, q.br, q.strip, resp)
+	m.picks = q.preq.Picks
 	if q.asked != "" && !x.cfg.ExposeAliasTarget {
 		m.asked, resp.Model = q.asked, q.asked
 		if !resp.Stream {

@@ -1,6 +1,6 @@
 // Package placement chooses workers for a request: load-balancing policies
 // (random, round_robin, power_of_two, cache_aware, consistent_hashing,
-// least_load, manual, kv_aware) and
+// least_load, manual, kv_aware, predicted_latency) and
 // the selection functions that filter a registry snapshot down to routable
 // candidates before running a policy. Nothing here blocks.
 //
@@ -18,7 +18,9 @@
 // [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
 // pick; [Manual.Evict] (keys idle too long) takes the same mutex.
 // kv_aware only reads [PrefixIndex] (the KV-event index's read locks) and its own cache_aware
-// fallback. With session affinity (Config.SessionAffinity, session.go) cache_aware and kv_aware keep
+// fallback. predicted_latency reads its per-worker models' coefficients through atomic pointers
+// (a refit, on the dispatcher's report of a measured TTFT, swaps them) and keeps a cache_aware
+// tree set of its own, locked as cache_aware's are. With session affinity (Config.SessionAffinity, session.go) cache_aware and kv_aware keep
 // their session keys in a map under one mutex, held for one lookup and one insert per pick, never
 // while a tree's lock is taken.
 //

@@ -36,6 +36,9 @@ type Request struct {
 	// Avoid are the workers (URLs) an earlier attempt of the request failed on: they are left out
 	// while another candidate remains.
 	Avoid []string
+	// Picks, when set, collects predicted_latency's picks so the dispatcher can report their
+	// measured TTFT (picks.go); nil records nothing.
+	Picks *Picks
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and
@@ -74,7 +77,8 @@ const (
 
 // PolicyNames lists the valid policy names.
 func PolicyNames() []string {
-	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual, PolicyKVAware}
+	return []string{PolicyRandom, PolicyRoundRobin, PolicyPowerOfTwo, PolicyCacheAware, PolicyConsistentHashing, PolicyLeastLoad, PolicyManual, PolicyKVAware,
+		PolicyPredictedLatency}
 }
 
 // DefaultMaxTreeSize is the default cache_aware budget, in bytes of prompt
@@ -93,7 +97,8 @@ type Config struct {
 	// Rand returns uniformly random 64-bit values and must be safe for
 	// concurrent use; nil means math/rand/v2's Uint64.
 	Rand func() uint64
-	// Now is manual's clock for key idleness; nil means time.Now.
+	// Now is manual's clock for key idleness and predicted_latency's for its TTFT measurements; nil
+	// means time.Now.
 	Now func() time.Time
 	// KVIndex is what kv_aware matches prompts against (the engines' KV-cache events); nil makes
 	// kv_aware always fall back to cache_aware.
@@ -181,6 +186,8 @@ func New(name string, cfg Config) (Policy, error) {
 		return LeastLoad{}, nil
 	case PolicyKVAware:
 		return newKVAware(cfg, cfg.KVIndex), nil
+	case PolicyPredictedLatency:
+		return newPredictedLatency(cfg), nil
 	}
 	return nil, unknownPolicy(name)
 }

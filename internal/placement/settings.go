@@ -39,6 +39,9 @@ type Settings struct {
 	// AssignmentMode is how manual places a new routing key: AssignRandom (default),
 	// AssignMinLoad, AssignMinGroup or AssignDelegate.
 	AssignmentMode string
+	// ITLSLO: predicted_latency prefers the candidates whose predicted inter-token latency is within
+	// it (0: no bound). Range >= 0.
+	ITLSLO time.Duration
 }
 
 // DefaultSettings are the Rust gateway's defaults, policy cache_aware.
@@ -62,7 +65,7 @@ var fieldNames = map[string]string{
 	"CacheThreshold": "cache threshold", "BalanceAbsThreshold": "balance abs threshold",
 	"BalanceRelThreshold": "balance rel threshold", "MaxTreeSize": "max tree size",
 	"EvictionInterval": "eviction interval", "VirtualNodes": "virtual nodes", "StickyIdle": "sticky idle",
-	"AssignmentMode": "assignment mode",
+	"AssignmentMode": "assignment mode", "ITLSLO": "itl slo",
 }
 
 // Validate reports every invalid field, each a *[fielderr.Error] (errors.Join) keyed by the
@@ -101,6 +104,9 @@ func (s Settings) Validate() error {
 	}
 	if s.StickyIdle <= 0 {
 		bad("StickyIdle", "must be positive, got %v", s.StickyIdle)
+	}
+	if s.ITLSLO < 0 {
+		bad("ITLSLO", "must not be negative, got %v", s.ITLSLO)
 	}
 	switch s.AssignmentMode {
 	case AssignRandom, AssignMinLoad, AssignMinGroup, AssignDelegate:

@@ -44,6 +44,8 @@ type Metrics struct {
 	breakerTransitions *prometheus.CounterVec
 	workerTTFT         *prometheus.HistogramVec
 	workerITL          *prometheus.HistogramVec
+	predictedTTFT      *prometheus.HistogramVec
+	predictionError    *prometheus.HistogramVec
 	engineRunning      *prometheus.GaugeVec
 	engineWaiting      *prometheus.GaugeVec
 	engineKVUsage      *prometheus.GaugeVec
@@ -69,6 +71,11 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 
 // tokenLatencyBuckets spans 0.5 ms to 2.5 s: the time per output token of one stream.
 var tokenLatencyBuckets = []float64{.0005, .001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1, 2.5}
+
+// predictionErrorBuckets span a prediction's error, predicted - measured, both ways: 5 ms to 10 s
+// too early or too late.
+var predictionErrorBuckets = []float64{-10, -2.5, -1, -.5, -.25, -.1, -.05, -.025, -.01, -.005, 0,
+	.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}
 
 // Token types of sluice_tokens_total, as OpenTelemetry's gen_ai.token.type names them.
 const (
@@ -186,6 +193,12 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Streamed requests: time to the first event, by the worker that generated (decode or regular).", durationBuckets, "worker"),
 		workerITL: hist("sluice_worker_inter_token_latency_seconds",
 			"Streamed requests: mean time between output tokens, by the worker that generated.", tokenLatencyBuckets, "worker"),
+		predictedTTFT: hist("sluice_predicted_ttft_seconds",
+			"predicted_latency policy: the time to first token predicted for each streamed request at its pick, by the worker picked; compare with sluice_predicted_ttft_error_seconds.",
+			durationBuckets, "worker"),
+		predictionError: hist("sluice_predicted_ttft_error_seconds",
+			"predicted_latency policy: predicted minus measured time to first token (measured from the pick) of each streamed request, by the worker picked; negative when the request was slower than predicted.",
+			predictionErrorBuckets, "worker"),
 		engineRunning: gauge("sluice_worker_engine_running_requests",
 			"Requests the engine reports running, polled every --engine-load-interval-secs.", "worker"),
 		engineWaiting: gauge("sluice_worker_engine_waiting_requests",
@@ -220,7 +233,7 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
 		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks, m.pdPairs,
 		m.migrations, m.migrationTokens, m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
-		m.workerTTFT, m.workerITL, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
+		m.workerTTFT, m.workerITL, m.predictedTTFT, m.predictionError, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
 		m.admissionTokens, m.bandQueued, m.bandWait, m.decodeInflight, m.decodeLimit, m.decodeWait)
 	// The one handoff that can fall back or skip its prefill (vLLM NIXL: n > 1, dispatch's
@@ -285,6 +298,13 @@ func (m *Metrics) AddTokens(route, model string, input, output int64) {
 // ObservePrefill records the duration of a PD prefill leg.
 func (m *Metrics) ObservePrefill(handoff string, d time.Duration, sc trace.SpanContext) {
 	observe(m.prefillDuration.WithLabelValues(handoff), d.Seconds(), sc)
+}
+
+// ObservePrediction records a predicted_latency pick's predicted time to first token against the
+// one measured from the pick, by the worker picked.
+func (m *Metrics) ObservePrediction(worker string, predicted, measured time.Duration, sc trace.SpanContext) {
+	observe(m.predictedTTFT.WithLabelValues(worker), predicted.Seconds(), sc)
+	observe(m.predictionError.WithLabelValues(worker), (predicted - measured).Seconds(), sc)
 }
 
 // ObserveDecodeFirstToken records a streamed PD request's decode time to first token and the KV wait
@@ -486,7 +506,7 @@ func (m *Metrics) DeleteWorker(worker string) {
 		m.breakerTransitions, m.engineLoadErrors} {
 		c.DeletePartialMatch(byWorker)
 	}
-	for _, h := range []*prometheus.HistogramVec{m.workerTTFT, m.workerITL, m.admissionWait} {
+	for _, h := range []*prometheus.HistogramVec{m.workerTTFT, m.workerITL, m.admissionWait, m.predictedTTFT, m.predictionError} {
 		h.DeletePartialMatch(byWorker)
 	}
 }

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/app"
+	"github.com/sluicegw/sluice/internal/sim"
+)
+
+// streamOnce sends one streamed chat request with a unique prompt of about words words and returns
+// the worker that answered (X-Sluice-Worker).
+func streamOnce(ctx context.Context, t *testing.T, url string, seq, words int) string {
+	return streamHeader(ctx, t, url, seq, words).Get("X-Sluice-Worker")
+}
+
+// streamHeader is streamOnce returning the response's header.
+func streamHeader(ctx context.Context, t *testing.T, url string, seq, words int) http.Header {
+	t.Helper()
+	prompt := fmt.Sprintf("request %d: %s", seq, strings.Repeat("lorem ipsum dolor sit amet ", words/5))
+	body := fmt.Sprintf(`{"model":"sim-model","max_tokens":2,"stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return http.Header{}
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d, read error %v", resp.StatusCode, err)
+	}
+	return resp.Header
+}
+
+// loopbackHost skips the test when host (a loopback address other than 127.0.0.1) cannot be bound.
+func loopbackHost(t *testing.T, host string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Skipf("loopback address %s unusable here: %v", host, err)
+	}
+	ln.Close()
+}
+
+// TestPredictedLatencyPrefersFasterEngine: two regular engines, one prefilling 80x faster than the
+// other. With --policy predicted_latency the gateway learns each worker's TTFT from the streams it
+// relays; after the cold start most traffic goes to the fast engine, and the prediction and its
+// error are exported per worker. The requests go one at a time, so every pick sees two idle
+// engines: least_load (the cold start's fallback) would send them all to the first candidate, the
+// slow engine (its URL sorts first; engine load polling is off, so no stale report tips the tie),
+// and only the learned models can tell the two apart.
+func TestPredictedLatencyPrefersFasterEngine(t *testing.T) {
+	t.Parallel()
+	engine := func(host string, speed float64) *sim.Engine {
+		loopbackHost(t, host)
+		return startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: 1}}).Engines[0]
+	}
+	slow, fast := engine("127.0.0.1", 5000), engine("127.0.0.2", 400000)
+	gw := startGateway(t, app.Options{}, "--policy", "predicted_latency", "--engine-load-interval-secs", "0",
+		"--worker-urls", slow.URL(), fast.URL())
+	run := func(n int) map[string]int {
+		got := map[string]int{}
+		for i := range n {
+			got[streamOnce(t.Context(), t, gw.URL, i, 100+(i%7)*60)]++
+		}
+		return got
+	}
+	run(40) // warm-up: both cold models get their samples
+	got := run(100)
+	t.Logf("after warm-up: fast %d, slow %d", got[fast.URL()], got[slow.URL()])
+	if got[fast.URL()] < 80 {
+		t.Errorf("after warm-up the fast engine took %d of 100 requests (slow %d), want at least 80", got[fast.URL()], got[slow.URL()])
+	}
+	_, body := get(t, gw.URL+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`sluice_predicted_ttft_seconds_count{worker=%q}`, fast.URL()),
+		fmt.Sprintf(`sluice_predicted_ttft_error_seconds_count{worker=%q}`, fast.URL()),
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// TestPredictedLatencyPDPrefill: in PD mode as the prefill policy, the model of each prefill worker
+// learns the whole TTFT its pick led to (prefill, KV handoff, the decode's first token): after the
+// cold start most prompts go to the faster of two prefill engines, and the prediction is exported
+// under the prefill worker.
+func TestPredictedLatencyPDPrefill(t *testing.T) {
+	t.Parallel()
+	loopbackHost(t, "127.0.0.2")
+	prefill := func(host string, speed float64) *sim.Engine {
+		return startCluster(t, sim.ClusterConfig{Prefill: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: 1}}).Engines[0]
+	}
+	slow, fast := prefill("127.0.0.1", 5000), prefill("127.0.0.2", 400000)
+	decode := startCluster(t, sim.ClusterConfig{Decode: 1, Protocol: sim.ProtocolSGLang, Engine: sim.Config{ITLBase: 1}}).Engines[0]
+	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--prefill-policy", "predicted_latency", "--decode-policy", "round_robin",
+		"--engine-load-interval-secs", "0", "--prefill", slow.URL(), strconv.Itoa(slow.BootstrapPort()),
+		"--prefill", fast.URL(), strconv.Itoa(fast.BootstrapPort()), "--decode", decode.URL())
+	got := map[string]int{}
+	for i := range 140 {
+		h := streamHeader(t.Context(), t, gw.URL, i, 100+(i%7)*60)
+		if i >= 40 { // after the warm-up
+			got[h.Get("X-Sluice-Prefill-Worker")]++
+		}
+	}
+	t.Logf("after warm-up: fast %d, slow %d", got[fast.URL()], got[slow.URL()])
+	if got[fast.URL()] < 80 {
+		t.Errorf("after warm-up the fast prefill took %d of 100 requests (slow %d), want at least 80", got[fast.URL()], got[slow.URL()])
+	}
+	_, body := get(t, gw.URL+"/metrics")
+	if want := fmt.Sprintf(`sluice_predicted_ttft_seconds_count{worker=%q}`, fast.URL()); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+}
+
+// TestPredictedLatencyITLSLO: with --predicted-itl-slo-secs the gateway learns each engine's
+// inter-token latency from the streams too, and prefers the engine predicted within the SLO even
+// though the other reaches the first token sooner: the fast-prefill engine here decodes at 50 ms per
+// token, over the 20 ms SLO, so most requests go to the slow-prefill engine that decodes in 1 ms.
+func TestPredictedLatencyITLSLO(t *testing.T) {
+	t.Parallel()
+	loopbackHost(t, "127.0.0.2")
+	engine := func(host string, speed float64, itl time.Duration) *sim.Engine {
+		return startCluster(t, sim.ClusterConfig{Regular: 1, Protocol: sim.ProtocolSGLang,
+			Engine: sim.Config{Host: host, PrefillTokensPerSec: speed, ITLBase: itl}}).Engines[0]
+	}
+	// The fast-prefill engine sorts first: least_load's ties (the cold start) go to it, so only the ITL
+	// model can move the traffic.
+	fastPrefill, fastDecode := engine("127.0.0.1", 400000, 50*time.Millisecond), engine("127.0.0.2", 5000, time.Millisecond)
+	gw := startGateway(t, app.Options{}, "--policy", "predicted_latency", "--predicted-itl-slo-secs", "0.02",
+		"--engine-load-interval-secs", "0", "--worker-urls", fastPrefill.URL(), fastDecode.URL())
+	got := map[string]int{}
+	for i := range 100 {
+		w := streamOnce(t.Context(), t, gw.URL, i, 100+(i%7)*60)
+		if i >= 40 { // after the warm-up
+			got[w]++
+		}
+	}
+	t.Logf("after warm-up: fast decode %d, fast prefill %d", got[fastDecode.URL()], got[fastPrefill.URL()])
+	if got[fastDecode.URL()] < 48 {
+		t.Errorf("after warm-up the engine within the ITL SLO took %d of 60 requests (the other %d), want at least 48",
+			got[fastDecode.URL()], got[fastPrefill.URL()])
+	}
+}
