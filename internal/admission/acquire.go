@@ -149,6 +149,10 @@ func (c *Controller) arriveLocked(req *Request, info *acquireInfo) arrival {
 	if !c.settings.Enabled() { // Update turned admission off meanwhile
 		return arrival{off: true}
 	}
+	if c.beyondDeadlineLocked(req, 0) { // even a slot free now would not start it in time
+		c.rejectLocked(req.Queue, PredictedTimeout)
+		return arrival{err: errPredicted}
+	}
 	band := c.settings.BandOf(req.Priority)
 	if c.settings.numBands() > 1 {
 		info.band = c.settings.BandName(band)
@@ -212,11 +216,21 @@ func (c *Controller) boundLocked(req *Request, q *queue, band int, fast bool, si
 		if req.MaxWait > 0 {
 			timeout = min(timeout, req.MaxWait)
 		}
-		if c.predictedWaitLocked(c.predictedPositionLocked(q, band, req.Tenant)) > timeout {
+		wait := c.predictedWaitLocked(c.predictedPositionLocked(q, band, req.Tenant))
+		if wait > timeout || c.beyondDeadlineLocked(req, wait) {
 			return nil, 0, c.refuseLocked(req, q, fast, side, info, PredictedTimeout)
 		}
 	}
 	return victim, timeout, nil
+}
+
+// beyondDeadlineLocked reports, with early rejection, whether a request
+// that would wait wait and then take its predicted time to the first token
+// ([Request.PredictedTTFT]) misses its client's deadline. A resumed request
+// is never refused by it: its client has its answer started.
+func (c *Controller) beyondDeadlineLocked(req *Request, wait time.Duration) bool {
+	return c.settings.EarlyRejection && req.MaxWait > 0 && req.PredictedTTFT > 0 && !req.Resumed &&
+		wait+req.PredictedTTFT > req.MaxWait
 }
 
 // refuseLocked rejects an arrival for a full queue or a predicted timeout,

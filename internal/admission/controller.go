@@ -68,6 +68,14 @@ type Request struct {
 	// 0. It is used only with Settings.EarlyRejection, where it bounds both
 	// the predicted and the actual wait.
 	MaxWait time.Duration
+	// PredictedTTFT is the time from dispatch to the first token that the
+	// placement policy predicts for this request on the best worker it
+	// could pick (predicted_latency), or 0 when nothing is predicted. With
+	// Settings.EarlyRejection and a MaxWait it is part of the predicted
+	// wait: a request is refused when its predicted queue wait plus this
+	// exceeds MaxWait, a slot free now included, since the client's bound
+	// is on its wait for the answer to start.
+	PredictedTTFT time.Duration
 
 	// SelectPair, when not nil and decode seats are on (Settings.SeatsOn),
 	// runs instead of Select: the PD placement of both legs in one call

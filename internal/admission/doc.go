@@ -55,7 +55,8 @@
 //     waiter, if that ranks below the newcomer ([ErrDisplaced]);
 //   - early rejection (EarlyRejection): a request whose predicted wait (its
 //     queue position over the measured slot-release rate) exceeds its
-//     timeout is rejected at once ([ErrPredictedTimeout]);
+//     timeout is rejected at once ([ErrPredictedTimeout]); a client's
+//     deadline also counts the TTFT the caller predicts ([Request.PredictedTTFT]);
 //   - adaptive limits (Adaptive): each worker's request limit moves inside a
 //     range from the measured prefill time per token (adaptive.go);
 //   - tenants (Tenants): FIFO within a tenant and, across the tenants of a

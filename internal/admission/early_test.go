@@ -128,3 +128,60 @@ func TestNoEarlyRejectionWhileRateUnknownOrOff(t *testing.T) {
 		})
 	}
 }
+
+// TestPredictedTTFTCountsAgainstTheDeadline: with early rejection, the TTFT the placement policy
+// predicts (Request.PredictedTTFT) is part of the wait a client's deadline bounds: a request that a
+// free slot would admit is refused when its predicted TTFT alone exceeds its deadline, and a queued
+// one when predicted queue wait plus TTFT does. Without a deadline, with early rejection off, or for a
+// resumed request, the prediction refuses nothing.
+func TestPredictedTTFTCountsAgainstTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newFakeMetrics()
+		p := newPlacement(map[string][]string{"m": {"A"}})
+		c := mustNew(t, early(time.Minute), admission.Deps{Metrics: m})
+		warmRate(t, c, p, 21)
+		r := p.req("m", "slow to start", "")
+		r.MaxWait, r.PredictedTTFT = time.Second, 1500*time.Millisecond
+		if _, err := c.Acquire(bg, r); admission.OutcomeOf(err) != admission.PredictedTimeout || !errors.Is(err, admission.ErrPredictedTimeout) {
+			t.Fatalf("a free slot, predicted TTFT 1.5 s, deadline 1 s: %v, want a predicted timeout", err)
+		}
+		for _, ok := range []struct {
+			name string
+			edit func(*admission.Request)
+		}{
+			{"within its deadline", func(r *admission.Request) { r.PredictedTTFT = 900 * time.Millisecond }},
+			{"no deadline", func(r *admission.Request) { r.MaxWait = 0 }},
+			{"resumed", func(r *admission.Request) { r.Resumed = true }},
+		} {
+			r := r
+			ok.edit(&r)
+			s, err := c.Acquire(bg, r)
+			if err != nil {
+				t.Fatalf("%s: %v, want a slot", ok.name, err)
+			}
+			s.Release(admission.ReleaseCompleted)
+		}
+		held := mustAdmit(t, "holder", goAcquireNow(c, p.req("m", "holder", "")))
+		// Position 1 waits about 1 s at 1 release/s; with 900 ms to its first token it misses 1.5 s.
+		r.MaxWait, r.PredictedTTFT = 1500*time.Millisecond, 900*time.Millisecond
+		if _, err := c.Acquire(bg, r); admission.OutcomeOf(err) != admission.PredictedTimeout {
+			t.Fatalf("queued: %v, want a predicted timeout (wait 1 s + TTFT 0.9 s > 1.5 s)", err)
+		}
+		r.PredictedTTFT = 400 * time.Millisecond
+		w := goAcquireNow(c, r)
+		mustWait(t, "wait 1 s + TTFT 0.4 s within 1.5 s", w)
+		held.Release(admission.ReleaseCompleted)
+		synctest.Wait()
+		mustDone(t, "queued within its deadline", w).slot.Release(admission.ReleaseCompleted)
+		if got := m.snapshot().rejections[admission.PredictedTimeout]; got != 2 {
+			t.Errorf("predicted_timeout metric = %d, want 2", got)
+		}
+		off := mustNew(t, admission.Settings{MaxInflightPerWorker: 1, QueueSize: 100, QueueTimeout: time.Minute}, admission.Deps{})
+		r.PredictedTTFT = time.Hour
+		s, err := off.Acquire(bg, r)
+		if err != nil {
+			t.Fatalf("early rejection off: %v, want a slot", err)
+		}
+		s.Release(admission.ReleaseCompleted)
+	})
+}

@@ -29,7 +29,7 @@ import (
 // The priority is the X-Sluice-Priority header, else the body's "priority" (SGLang's field, higher
 // first; vLLM orders its own field the other way, so vLLM clients should use the header), else 0. The
 // deadline is X-Sluice-Deadline-Ms: the milliseconds the client will wait for admission, which early
-// rejection compares with the predicted wait.
+// rejection compares with the predicted wait (under predicted_latency, plus the predicted TTFT).
 const (
 	HeaderPriority   = "X-Sluice-Priority"
 	HeaderDeadlineMS = "X-Sluice-Deadline-Ms"
@@ -70,6 +70,7 @@ func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placem
 		MaxWait:  maxWait,
 		Tenant:   r.tenant,
 	}
+	ar.PredictedTTFT = x.predictedTTFT(preq, maxWait)
 	if len(preq.TokenIDs) > 0 {
 		ar.Tokens = int64(len(preq.TokenIDs)) // exact (tokens.go): the chat template's tokens included
 	}
@@ -91,6 +92,23 @@ func (x *Dispatcher) admissionRequest(r *Request, br *body.Request, preq *placem
 		ar.CachedTokens = func(url string) int64 { return int64(float64(ca.CachedPrefixLen(model, text, url)) / cpt) }
 	}
 	return ar
+}
+
+// predictedTTFT is the lowest TTFT the prefill policy predicts for preq among the model's prefill
+// workers, when that policy is predicted_latency and early rejection has a client deadline to compare
+// it with (admission adds it to the predicted wait); 0 otherwise, or while a model is cold.
+func (x *Dispatcher) predictedTTFT(preq *placement.Request, maxWait time.Duration) time.Duration {
+	pl, ok := x.d.Policies.Prefill.(*placement.PredictedLatency)
+	if !ok || maxWait <= 0 || !x.d.Admission.Settings().EarlyRejection {
+		return 0
+	}
+	snap := x.d.Registry.Snapshot()
+	cands := snap.RankCandidates(worker.RolePrefill, preq.Model)
+	if preq.IgnoreRanks {
+		cands = snap.Candidates(worker.RolePrefill, preq.Model)
+	}
+	d, _ := pl.Lowest(cands, preq, x.now())
+	return d
 }
 
 // maxOutputTokens is the request's output bound per sample, for the decode KV reservation

@@ -190,7 +190,7 @@ func (x *Dispatcher) admitPrefill(ctx context.Context, preq *placement.Request, 
 	}
 	slot, err := x.d.Admission.Acquire(ctx, admission.Request{
 		Queue: preq.Model, Tokens: ar.Tokens, CachedTokens: ar.CachedTokens, Priority: ar.Priority, MaxWait: ar.MaxWait,
-		DecodeTokens: ar.DecodeTokens, Tenant: ar.Tenant,
+		PredictedTTFT: ar.PredictedTTFT, DecodeTokens: ar.DecodeTokens, Tenant: ar.Tenant,
 		Select: func(hasCapacity func(string) bool) (string, error) {
 			w, err := x.selectPrefill(preq, allowed, hasCapacity)
 			if err != nil {

@@ -220,6 +220,31 @@ func (p *PredictedLatency) Predict(w *worker.Worker, req *Request) (time.Duratio
 	return time.Duration(y * float64(time.Second)), ok
 }
 
+// Lowest returns the lowest TTFT the models of the routable candidates predict for req now, for
+// early rejection. ok is false when a routable candidate's model is cold: that worker may be the fast
+// one, and nothing is refused on a guess.
+func (p *PredictedLatency) Lowest(cands []*worker.Worker, req *Request, now time.Time) (d time.Duration, ok bool) {
+	size, lowest := promptSize(req), -1.0
+	for _, w := range cands {
+		if !w.Routable(now) {
+			continue
+		}
+		st := p.state(w.Key())
+		x := p.features(st, w, req, size)
+		y, warm := st.model.Predict(x[:])
+		if !warm {
+			return 0, false
+		}
+		if lowest < 0 || y < lowest {
+			lowest = y
+		}
+	}
+	if lowest < 0 {
+		return 0, false
+	}
+	return time.Duration(lowest * float64(time.Second)), true
+}
+
 // observe feeds one measured TTFT (seconds) of a pick to its worker's model.
 func (p *PredictedLatency) observe(st *predState, x [nFeatures]float64, ttft float64) {
 	st.model.Observe(x[:], ttft)

@@ -237,3 +237,24 @@ func TestPicksFinishedLearnsITL(t *testing.T) {
 		t.Errorf("%d ITL samples, want 1", n)
 	}
 }
+
+// Lowest is the lowest prediction among routable candidates, for early rejection; with a cold model
+// among them (it may be the fast one) or no candidate, it predicts nothing.
+func TestPredictedLatencyLowest(t *testing.T) {
+	_, cands := newFleet(t, worker.RolePrefill, "m", 3)
+	p, _ := NewPredictedLatency(DefaultConfig())
+	now := p.cfg.Now()
+	train(p, cands[0], 0.4, 0.01)
+	train(p, cands[1], 0.2, 0.01)
+	if _, ok := p.Lowest(cands, &Request{Model: "m", Text: "hi"}, now); ok {
+		t.Error("a prediction while worker 2's model is cold")
+	}
+	train(p, cands[2], 0.3, 0.01)
+	d, ok := p.Lowest(cands, &Request{Model: "m", Text: "hi"}, now)
+	if !ok || d < 190*time.Millisecond || d > 210*time.Millisecond {
+		t.Errorf("Lowest = %v, %v; want about 200ms (worker 1's)", d, ok)
+	}
+	if _, ok := p.Lowest(nil, &Request{Model: "m"}, now); ok {
+		t.Error("a prediction without candidates")
+	}
+}

@@ -153,3 +153,47 @@ func TestPredictedLatencyITLSLO(t *testing.T) {
 			got[fastDecode.URL()], got[fastPrefill.URL()])
 	}
 }
+
+// TestPredictedLatencyEarlyRejection: with --prefill-early-rejection, the TTFT predicted_latency
+// predicts is part of the wait a client's X-Sluice-Deadline-Ms bounds. Once the slow prefill engine's
+// model is warm, a long prompt it would take ~300 ms to prefill is refused at once (429
+// pd_prefill_queue_timeout, counted as predicted_timeout) when its client gives it 30 ms, though a
+// slot is free; with 30 s it is served. Admission alone would admit both: nothing waits.
+func TestPredictedLatencyEarlyRejection(t *testing.T) {
+	t.Parallel()
+	prefill := startCluster(t, sim.ClusterConfig{Prefill: 1, Protocol: sim.ProtocolSGLang,
+		Engine: sim.Config{PrefillTokensPerSec: 5000, ITLBase: 1}}).Engines[0]
+	decode := startCluster(t, sim.ClusterConfig{Decode: 1, Protocol: sim.ProtocolSGLang, Engine: sim.Config{ITLBase: 1}}).Engines[0]
+	gw := startGateway(t, app.Options{}, "--pd-disaggregation", "--prefill-policy", "predicted_latency", "--decode-policy", "round_robin",
+		"--engine-load-interval-secs", "0", "--prefill-early-rejection", "--prefill-max-inflight-requests-per-worker", "4",
+		"--prefill-queue-size", "8", "--prefill", prefill.URL(), strconv.Itoa(prefill.BootstrapPort()), "--decode", decode.URL())
+	for i := range 30 { // warm-up: the model gets its samples, prompts of 100..460 words
+		streamOnce(t.Context(), t, gw.URL, i, 100+(i%7)*60)
+	}
+	long := func(deadline string) *http.Response {
+		prompt := "a long one: " + strings.Repeat("lorem ipsum dolor sit amet ", 240) // ~1,200 words
+		body := fmt.Sprintf(`{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":%q}]}`, prompt)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Sluice-Deadline-Ms", deadline)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if resp := long("30"); resp.StatusCode != http.StatusTooManyRequests {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("deadline 30 ms: %d %s, want 429", resp.StatusCode, b)
+	} else if e := decodeError(t, resp); e.Error.Code != "pd_prefill_queue_timeout" {
+		t.Errorf("deadline 30 ms: code %q, want pd_prefill_queue_timeout", e.Error.Code)
+	}
+	if resp := long("30000"); resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Errorf("deadline 30 s: %d %s, want 200", resp.StatusCode, b)
+	}
+	if rej := scrape(t, gw.URL, "sluice_pd_prefill_admission_rejections_total"); rej["queue=sim-model,reason=predicted_timeout"] != 1 {
+		t.Errorf("rejections %v, want one predicted_timeout", rej)
+	}
+}
