@@ -52,6 +52,7 @@ func (x *Dispatcher) selectPair(preq *placement.Request, allowed worker.HandoffS
 		partners = x.partners(snap, preq, seatOK, now)
 		prefillOK = func(w *worker.Worker) bool { return slotOK(w) && x.hasPartner(w, partners) }
 	}
+	p.Partners = x.pairScoring(snap, preq, partners, now, seatOK)
 	pw, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, prefillOK, now)
 	if err != nil {
 		if errors.Is(err, placement.ErrAtCapacity) {
@@ -101,6 +102,7 @@ func (x *Dispatcher) noSeat(snap *worker.Snapshot, preq *placement.Request, rout
 func (x *Dispatcher) seatedDecode(snap *worker.Snapshot, preq *placement.Request, pw *worker.Worker, decodeOK, seatOK func(*worker.Worker) bool, now time.Time) (*worker.Worker, error) {
 	d := *preq
 	d.Handoffs = worker.HandoffSet(0).Add(pw.Handoff())
+	d.Prefill = pw
 	dw, err := placement.Select(snap, worker.RoleDecode, &d, x.d.Policies.Decode, decodeOK, now)
 	if err != nil {
 		if errors.Is(err, placement.ErrAtCapacity) {

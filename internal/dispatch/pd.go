@@ -256,6 +256,7 @@ func (x *Dispatcher) selectPrefill(preq *placement.Request, allowed worker.Hando
 			return hasCapacity(w.URL()) && !x.overloaded(w) && x.hasPartner(w, partners)
 		}
 	}
+	p.Partners = x.pairScoring(snap, preq, nil, now, nil)
 	w, err := placement.SelectPrefill(snap, &p, x.d.Policies.Prefill, ok, now)
 	if errors.Is(err, placement.ErrAtCapacity) {
 		return nil, admission.ErrNoCapacity
@@ -302,6 +303,7 @@ func (x *Dispatcher) decodeOf(a *pdAttempt, h worker.Handoff) (*worker.Worker, e
 		}
 	}
 	x.notePair(a.pw, dw)
+	a.preq.Picks.Paired(a.pw, dw) // predicted_latency learns from the pair that runs (placement/pairs.go)
 	return dw, nil
 }
 
@@ -309,11 +311,12 @@ func (x *Dispatcher) decodeOf(a *pdAttempt, h worker.Handoff) (*worker.Worker, e
 // pairing on, among the compatible ones of least load plus penalty (topology.go).
 func (x *Dispatcher) selectPartner(preq *placement.Request, pw *worker.Worker, h worker.Handoff) (*worker.Worker, error) {
 	snap := x.d.Registry.Snapshot()
+	p := *preq
+	p.Prefill = pw
 	if !x.pairingOn(snap) {
-		return x.selectDecode(preq, h)
+		return x.selectDecode(&p, h)
 	}
 	now := x.now()
-	p := *preq
 	p.Handoffs = worker.HandoffSet(0).Add(h)
 	dw, err := placement.Select(snap, worker.RoleDecode, &p, x.d.Policies.Decode, x.partnerFilter(preq, pw, x.partners(snap, preq, nil, now)), now)
 	if errors.Is(err, placement.ErrAtCapacity) {

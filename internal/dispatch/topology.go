@@ -181,3 +181,30 @@ func (x *Dispatcher) notePair(pw, dw *worker.Worker) {
 	pp, dp := pw.Place(), dw.Place()
 	m.IncPDPair(worker.DistanceBetween(pp.Topology, dp.Topology).String(), dp.Revision)
 }
+
+// pairScoring returns the Partners of a prefill selection when the prefill policy scores PD pairs
+// (predicted_latency; nil otherwise): for prefill candidate pw, the decode workers of its handoff among
+// ds that pairing lets it pair with (the least loaded plus penalty, as partnerFilter). ds nil: the
+// routable decode candidates that ok accepts (nil: all), read here once per selection.
+func (x *Dispatcher) pairScoring(snap *worker.Snapshot, preq *placement.Request, ds []*worker.Worker, now time.Time, ok func(*worker.Worker) bool) func(*worker.Worker) []*worker.Worker {
+	if _, pl := x.d.Policies.Prefill.(*placement.PredictedLatency); !pl {
+		return nil
+	}
+	if ds == nil {
+		ds = x.partners(snap, preq, ok, now)
+	}
+	paired := x.pairingOn(snap)
+	return func(pw *worker.Worker) []*worker.Worker {
+		var allow func(*worker.Worker) bool
+		if paired {
+			allow = x.partnerFilter(preq, pw, ds)
+		}
+		out := make([]*worker.Worker, 0, len(ds))
+		for _, dw := range ds {
+			if dw.Handoff() == pw.Handoff() && (allow == nil || allow(dw)) {
+				out = append(out, dw)
+			}
+		}
+		return out
+	}
+}

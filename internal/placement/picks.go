@@ -3,6 +3,8 @@ package placement
 import (
 	"sync"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/worker"
 )
 
 // Picks carries one request's predicted_latency picks from placement to the dispatcher, which
@@ -107,6 +109,37 @@ func (p *Picks) Finished(worker string, itl time.Duration) {
 		if r := &p.all[i]; r.first && !r.itlSeen && r.worker == worker {
 			r.itlSeen = true
 			r.policy.observeITL(r.st, r.x[featLoad], itl.Seconds())
+		}
+	}
+}
+
+// prefillPick is the open pick of prefill worker url by a predicted_latency policy other than self
+// (the prefill side's, for the decode side's pair scoring); ok is false when there is none.
+func (p *Picks) prefillPick(url string, self *PredictedLatency) (r pickRecord, ok bool) {
+	if p == nil {
+		return pickRecord{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.all {
+		if r.open && r.policy != self && r.worker == url {
+			return r, true
+		}
+	}
+	return pickRecord{}, false
+}
+
+// Paired reports the decode partner dw chosen for prefill worker pw: the prefill pick's pair features
+// become those of the pair that runs, so its model learns what that partner added to the TTFT.
+func (p *Picks) Paired(pw, dw *worker.Worker) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.all {
+		if r := &p.all[i]; r.open && r.worker == pw.URL() {
+			pairFeatures(&r.x, pw, dw)
 		}
 	}
 }

@@ -39,6 +39,12 @@ type Request struct {
 	// Picks, when set, collects predicted_latency's picks so the dispatcher can report their
 	// measured TTFT (picks.go); nil records nothing.
 	Picks *Picks
+	// Partners, when set (a PD prefill selection), returns the decode workers prefill candidate pw may
+	// pair with now: predicted_latency scores a prefill worker by the best pair it can form (pairs.go).
+	Partners func(pw *worker.Worker) []*worker.Worker
+	// Prefill is the prefill worker of the pair a decode selection completes (PD), or nil:
+	// predicted_latency scores a decode candidate by that prefill worker's model of the pair's TTFT.
+	Prefill *worker.Worker
 }
 
 // Policy picks one of the candidates for a request. Pick must not block and

@@ -21,6 +21,10 @@ const (
 	featUncached // the prompt less the prefix the worker is expected to hold (its own cache tree)
 	featQueued   // uncached prompt this policy sent to the worker that has not yet reached its first token
 	featLoad     // the worker's running + waiting requests (worker.Worker.EstimatedEngineLoad)
+	// A PD pair's decode side (0 for a regular worker): the prefill worker's model learns what its
+	// partner adds to the TTFT, the KV transfer and the decode's first step (pairs.go).
+	featDecodeLoad // the decode partner's running + waiting requests
+	featDistance   // the pair's topology distance as a level: 0 node or unknown, 1 rack, 2 zone, 3 cross zone
 	nFeatures
 )
 
@@ -116,9 +120,17 @@ func (p *PredictedLatency) Pick(cands []*worker.Worker, req *Request) int {
 	}
 	now := p.cfg.Now()
 	size := promptSize(req)
-	best, y := p.choose(cands, req, size, now)
+	best, y, paired := p.choosePartner(cands, req)
+	if !paired {
+		best, y = p.choose(cands, req, size, now)
+	}
 	st := p.state(cands[best].Key())
 	x := p.features(st, cands[best], req, size)
+	if req.Partners != nil {
+		if _, dw, ok := p.bestPair(st, x, cands[best], req.Partners(cands[best])); ok {
+			pairFeatures(&x, cands[best], dw) // provisional: Picks.Paired sets the partner chosen
+		}
+	}
 	p.cache.learn(req.Model, req.Text, cands, best)
 	req.Picks.record(pickRecord{policy: p, st: st, worker: cands[best].URL(), x: x,
 		work: int64(x[featUncached] * 1000), predicted: y, at: now})
@@ -141,6 +153,9 @@ func (p *PredictedLatency) choose(cands []*worker.Worker, req *Request, size int
 		}
 		x := p.features(st, w, req, size)
 		y, ok := st.model.Predict(x[:])
+		if ok && req.Partners != nil {
+			y, _, _ = p.bestPair(st, x, w, req.Partners(w))
+		}
 		if !ok {
 			if l := w.EstimatedEngineLoad(); n+st.open.Load() < int64(modelMinSamples) && (cold < 0 || l < coldLoad) {
 				cold, coldLoad = i, l

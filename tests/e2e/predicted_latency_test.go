@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +196,46 @@ func TestPredictedLatencyEarlyRejection(t *testing.T) {
 	}
 	if rej := scrape(t, gw.URL, "sluice_pd_prefill_admission_rejections_total"); rej["queue=sim-model,reason=predicted_timeout"] != 1 {
 		t.Errorf("rejections %v, want one predicted_timeout", rej)
+	}
+}
+
+// TestPredictedLatencyScoresPDPairs: with predicted_latency as both PD policies the pair is scored as
+// one. Each of two zones holds a prefill and a decode engine, all equally fast; a KV transfer across
+// zones costs 60 ms. Three clients keep both prefill workers busy. Scored apart, each decode worker's own
+// model sees same-zone and cross-zone partners alike and cannot tell which prefill it is paired with,
+// so 12-27 of 100 pairs crossed zones in runs here (6 once); scored as a pair, the chosen prefill worker's model knows what
+// a cross-zone partner adds and keeps the pair in its zone. Topology penalties are 0, so only the
+// prediction decides; sluice_pd_pairs_total shows the pairs by distance. (The unit test
+// TestPredictedLatencyScoresPairs checks the scoring itself without timing.)
+func TestPredictedLatencyScoresPDPairs(t *testing.T) {
+	t.Parallel()
+	delays := sim.TransferDelays{CrossZone: 60 * time.Millisecond}
+	c := startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 2, Protocol: sim.ProtocolSGLang,
+		Topologies: []sim.Topology{{Zone: "a"}, {Zone: "b"}, {Zone: "a"}, {Zone: "b"}},
+		Engine:     sim.Config{PrefillTokensPerSec: 20000, ITLBase: time.Millisecond, TransferDelays: delays}})
+	args := append(topoArgs(c, map[int]string{0: "zone=a", 1: "zone=b", 2: "zone=a", 3: "zone=b"}), "--pd-disaggregation",
+		"--prefill-policy", "predicted_latency", "--decode-policy", "predicted_latency",
+		"--pd-topology-penalty", "rack=0,zone=0,cross_zone=0", "--engine-load-interval-secs", "0")
+	gw := startGateway(t, app.Options{}, args...)
+	run := func(n int) {
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Go(func() {
+				for i := w; i < n; i += 3 {
+					streamHeader(t.Context(), t, gw.URL, i, 300)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run(80) // warm-up: every model gets its samples, pairs of both distances included
+	before := scrape(t, gw.URL, "sluice_pd_pairs_total")
+	run(100)
+	after := scrape(t, gw.URL, "sluice_pd_pairs_total")
+	cross := after["distance=cross_zone,revision="] - before["distance=cross_zone,revision="]
+	inZone := after["distance=zone,revision="] - before["distance=zone,revision="]
+	t.Logf("after warm-up: %v in zone, %v across zones", inZone, cross)
+	if inZone+cross != 100 || cross > 10 {
+		t.Errorf("after warm-up %v of %v pairs crossed zones, want at most 10", cross, inZone+cross)
 	}
 }
