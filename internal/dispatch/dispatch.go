@@ -178,6 +178,9 @@ type Dispatcher struct {
 	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
 	mooncake mooncakePD
 	live     enginebook.Book[*migratingStream] // HTTP-mode migratable streams, for MigrateFrom (migrate_drain.go)
+	// predicting: a policy is predicted_latency, so each request carries Picks (the policies are fixed
+	// at construction; asked once here, not per request).
+	predicting bool
 }
 
 // New validates cfg and builds a dispatcher.
@@ -217,7 +220,7 @@ func New(cfg Config, d Deps) (*Dispatcher, error) {
 	if d.Metrics == nil {
 		d.Metrics = nopMetrics{}
 	}
-	x := &Dispatcher{cfg: cfg, d: d}
+	x := &Dispatcher{cfg: cfg, d: d, predicting: d.Policies.Uses(placement.PolicyPredictedLatency)}
 	x.mooncake.x = x
 	return x, nil
 }

@@ -92,7 +92,7 @@ func (x *Dispatcher) routing(q *prepared) error {
 		return err
 	}
 	preq.IgnoreRanks = x.cfg.IgnoreRanks
-	if x.d.Policies != nil && x.d.Policies.Uses(placement.PolicyPredictedLatency) {
+	if x.predicting {
 		preq.Picks = &placement.Picks{} // the meter reports the picks' TTFT (meter.go)
 	}
 	var text string
