@@ -154,7 +154,9 @@ func (p *PredictedLatency) choose(cands []*worker.Worker, req *Request, size int
 		x := p.features(st, w, req, size)
 		y, ok := st.model.Predict(x[:])
 		if ok && req.Partners != nil {
-			y, _, _ = p.bestPair(st, x, w, req.Partners(w))
+			if py, _, paired := p.bestPair(st, x, w, req.Partners(w)); paired {
+				y = py // the best pair this worker can form; without a partner, its own prediction
+			}
 		}
 		if !ok {
 			if l := w.EstimatedEngineLoad(); n+st.open.Load() < int64(modelMinSamples) && (cold < 0 || l < coldLoad) {
