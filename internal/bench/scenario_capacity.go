@@ -147,7 +147,11 @@ func (s *scenarioRun) capTruths(ctx context.Context, phases []capPhase) ([]capTr
 			break
 		}
 		fp, fd := ph.formula(eng)
-		t, err := s.measureTruth(ctx, ph, i, fp, fd, to)
+		var same *capTruth
+		if i > 0 && ph.scale == phases[i-1].scale {
+			same = &truths[i-1]
+		}
+		t, err := s.measureTruth(ctx, ph, i, fp, fd, to, same)
 		if err != nil {
 			return nil, err
 		}

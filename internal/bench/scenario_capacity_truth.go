@@ -78,8 +78,9 @@ type capTrialOptions struct {
 }
 
 // measureTruth searches prefill then decode for one phase; formulaP/D seed the search and the
-// generous count of the role not searched.
-func (s *scenarioRun) measureTruth(ctx context.Context, ph capPhase, i, formulaP, formulaD int, to capTrialOptions) (capTruth, error) {
+// generous count of the role not searched. A non-nil samePrefill is a phase with the same prefill
+// load (rate and prompt) already measured: its prefill truth is reused.
+func (s *scenarioRun) measureTruth(ctx context.Context, ph capPhase, i, formulaP, formulaD int, to capTrialOptions, samePrefill *capTruth) (capTruth, error) {
 	var t capTruth
 	rate := capNominal * ph.scale
 	run := func(p, d int) (capTrial, error) {
@@ -88,17 +89,24 @@ func (s *scenarioRun) measureTruth(ctx context.Context, ph capPhase, i, formulaP
 		t.trials = append(t.trials, tr)
 		return tr, err
 	}
-	genD := formulaD + 2
-	p, okP, err := capSearch(formulaP-2, formulaP+3, to.budget, func(n int) (bool, error) {
-		t.hiP = max(t.hiP, n)
-		tr, err := run(n, genD)
-		return tr.meets && tr.ttftMS <= capSLOTTFT.Seconds()*1e3, err
-	})
-	if err != nil {
-		return t, err
+	if samePrefill != nil {
+		t.p, t.hiP = samePrefill.p, samePrefill.hiP
+	} else {
+		genD := formulaD + 2
+		p, ok, err := capSearch(formulaP-2, formulaP+3, to.budget, func(n int) (bool, error) {
+			t.hiP = max(t.hiP, n)
+			tr, err := run(n, genD)
+			return tr.meets && tr.ttftMS <= capSLOTTFT.Seconds()*1e3, err
+		})
+		if err != nil {
+			return t, err
+		}
+		if ok {
+			t.p = p
+		}
 	}
-	genP := max(formulaP, p) + 1
-	d, okD, err := capSearch(formulaD-2, formulaD+3, to.budget, func(n int) (bool, error) {
+	genP := max(formulaP, t.p) + 1
+	d, ok, err := capSearch(formulaD-2, formulaD+3, to.budget, func(n int) (bool, error) {
 		t.hiD = max(t.hiD, n)
 		tr, err := run(genP, n)
 		return tr.meets && tr.itlMS <= capSLOITL.Seconds()*1e3, err
@@ -106,10 +114,7 @@ func (s *scenarioRun) measureTruth(ctx context.Context, ph capPhase, i, formulaP
 	if err != nil {
 		return t, err
 	}
-	if okP {
-		t.p = p
-	}
-	if okD {
+	if ok {
 		t.d = d
 	}
 	return t, nil
