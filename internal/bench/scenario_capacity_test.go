@@ -94,6 +94,27 @@ func TestCapSearch(t *testing.T) {
 	}
 }
 
+// TestCapTrialOf: a trial whose served requests were fast but a quarter of whose requests were
+// refused (the 2x load on 2 prefill workers behind admission) does not meet; one refusal in 100 does.
+func TestCapTrialOf(t *testing.T) {
+	t.Parallel()
+	fast := Dist{Count: 1, Mean: 200}
+	for _, tc := range []struct {
+		name string
+		sum  Summary
+		want bool
+	}{
+		{"quarter refused", Summary{Requests: 307, Sent: 307, Succeeded: 232, Failed: 75, TTFT: fast}, false},
+		{"dropped by the client count too", Summary{Requests: 100, Sent: 90, Succeeded: 90, Dropped: 10, TTFT: fast}, false},
+		{"one in a hundred", Summary{Requests: 100, Sent: 100, Succeeded: 99, Failed: 1, TTFT: fast}, true},
+		{"nothing offered", Summary{}, false},
+	} {
+		if got := capTrialOf(1, 1, tc.sum); got.meets != tc.want {
+			t.Errorf("%s: meets %v, want %v (%+v)", tc.name, got.meets, tc.want, got)
+		}
+	}
+}
+
 func TestReversals(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -137,12 +137,18 @@ func (s *scenarioRun) capRunTrial(ctx context.Context, label string, p, d int, r
 	if err != nil {
 		return tr, err
 	}
-	sum := res.Summary
-	tr.served, tr.refused = sum.Succeeded, sum.Failed+sum.Dropped
-	tr.ttftMS, tr.itlMS, tr.ttftP99MS = sum.TTFT.Mean, sum.ITL.Mean, sum.TTFT.P99
-	tr.meets = sum.Requests > 0 && tr.served > 0 && float64(tr.refused) <= capMaxRefused*float64(sum.Requests)
+	tr = capTrialOf(p, d, res.Summary)
 	s.note("trial %s: %d served, %d refused, mean TTFT %.0f ms (p99 %.0f), mean ITL %.1f ms", label, tr.served, tr.refused, tr.ttftMS, tr.ttftP99MS, tr.itlMS)
 	return tr, nil
+}
+
+// capTrialOf reads a trial's summary: meets only when something was served and at most
+// capMaxRefused of the offered requests were refused or failed (a 429 is not served, however fast).
+func capTrialOf(p, d int, sum Summary) capTrial {
+	tr := capTrial{p: p, d: d, served: sum.Succeeded, refused: sum.Failed + sum.Dropped}
+	tr.ttftMS, tr.itlMS, tr.ttftP99MS = sum.TTFT.Mean, sum.ITL.Mean, sum.TTFT.P99
+	tr.meets = sum.Requests > 0 && tr.served > 0 && float64(tr.refused) <= capMaxRefused*float64(sum.Requests)
+	return tr
 }
 
 // capFleet starts p prefill and d decode realistic engines and a gateway in front of them with the
