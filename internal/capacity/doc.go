@@ -57,6 +57,12 @@
 // prefill work, prompts longer than the ones measured, and engines that
 // batch prefill (their rate per busy second grows with load, so the model
 // over-asks at low load). docs/kubernetes.md says the same to operators.
+// Where the model errs it errs high, as measured against the smallest
+// simulated fleet that met the SLOs (scenario capacity, docs/benchmarks.md):
+// the mean ITL alone meets --slo-itl at L/K decode workers, so the √L margin
+// asks for up to one more while √L < K; and Erlang C's exponential service
+// waits about twice as long as equal-length prompts do, which adds a prefill
+// worker only when --slo-ttft is within a few service times.
 //
 // # Concurrency Model
 //
