@@ -100,7 +100,7 @@ func ScenarioTopology(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	}
 	s.res.Measurements["prefill_capacity_req_per_sec"] = round3(capacity)
 	s.topoSetupNotes(capacity, dur, warm)
-	head := []string{"load", "variant", "served", "TTFT p50 ms", "TTFT p99 ms", "req/s"}
+	head := []string{"load", "variant", "served", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "TTFT mean ms", "req/s"}
 	for _, d := range topoDistances {
 		head = append(head, "pairs "+d)
 	}
@@ -182,8 +182,8 @@ func (s *scenarioRun) topoVariantRun(ctx context.Context, v topoVariant, load, r
 // topoRow adds one run's row and measurements.
 func (s *scenarioRun) topoRow(v topoVariant, load, rate float64, sum Summary, pairs map[string]int64, delayed int64) {
 	total := int64(0)
-	row := []string{fmt.Sprintf("%.2fx (%.1f req/s)", load, rate), v.name, strconv.Itoa(sum.Succeeded), fms(sum.TTFT.P50), fms(sum.TTFT.P99),
-		fmt.Sprintf("%.2f", sum.RequestsPerSec)}
+	row := []string{fmt.Sprintf("%.2fx (%.1f req/s)", load, rate), v.name, strconv.Itoa(sum.Succeeded), fms(sum.TTFT.P50), fms(sum.TTFT.P90),
+		fms(sum.TTFT.P99), fms(sum.TTFT.Mean), fmt.Sprintf("%.2f", sum.RequestsPerSec)}
 	for _, d := range topoDistances {
 		row = append(row, strconv.FormatInt(pairs[d], 10))
 		total += pairs[d]
@@ -195,6 +195,7 @@ func (s *scenarioRun) topoRow(v topoVariant, load, rate float64, sum Summary, pa
 	key := fmt.Sprintf("%s_%gx_", v.name, load)
 	s.res.Measurements[key+"ttft_p50_ms"] = sum.TTFT.P50
 	s.res.Measurements[key+"ttft_p99_ms"] = sum.TTFT.P99
+	s.res.Measurements[key+"ttft_mean_ms"] = sum.TTFT.Mean
 	s.res.Measurements[key+"req_per_sec"] = sum.RequestsPerSec
 	s.res.Measurements[key+"pairs"] = pairs
 	s.res.Measurements[key+"cross_zone_share"] = round3(share)
@@ -225,13 +226,14 @@ func (s *scenarioRun) topoChecks(load float64) {
 	penShare, _ := m[key("penalties", "cross_zone_share")].(float64)
 	s.note("%.2fx: default penalties: %.1f%% of pairs cross zones (rare: at most %.0f%%): %s",
 		load, 100*penShare, 100*topoMaxPenaltyCrossShare, verdict(penShare <= topoMaxPenaltyCrossShare))
-	blind50, _ := m[key("blind", "ttft_p50_ms")].(float64)
-	blind99, _ := m[key("blind", "ttft_p99_ms")].(float64)
+	ttft := func(v, q string) float64 { f, _ := m[key(v, "ttft_"+q+"_ms")].(float64); return f }
 	for _, v := range topoVariants[1:] {
-		p50, _ := m[key(v.name, "ttft_p50_ms")].(float64)
-		p99, _ := m[key(v.name, "ttft_p99_ms")].(float64)
-		s.note("%.2fx: %s against blind: TTFT p50 %.0f vs %.0f ms (%+.1f%%), p99 %.0f vs %.0f ms (%+.1f%%)",
-			load, v.name, p50, blind50, 100*(p50/max(blind50, 1e-9)-1), p99, blind99, 100*(p99/max(blind99, 1e-9)-1))
+		var parts []string
+		for _, q := range []string{"p50", "p99", "mean"} {
+			b, x := ttft("blind", q), ttft(v.name, q)
+			parts = append(parts, fmt.Sprintf("%s %.0f vs %.0f ms (%+.1f%%)", q, x, b, 100*(x/max(b, 1e-9)-1)))
+		}
+		s.note("%.2fx: %s against blind: TTFT %s", load, v.name, strings.Join(parts, ", "))
 	}
 }
 
