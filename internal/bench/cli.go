@@ -6,25 +6,31 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
 
-const usage = `sluice-bench: load generator and benchmark scenarios for OpenAI-compatible endpoints
+// usage is the command line's help; the scenarios are named from Scenarios(), so that a new one
+// cannot be missing from it.
+func usage() string {
+	return `sluice-bench: load generator and benchmark scenarios for OpenAI-compatible endpoints
 
   sluice-bench run --url URL [--rate R | --concurrency N] [--duration D | --requests N] [flags]
   sluice-bench compare a.json b.json ... [--out plot.svg]
-  sluice-bench scenario overhead|overload|prefix|scale|tokens|priority|early-rejection|adaptive|replicas|dp|kv-events|all [--out-dir DIR] [--short] [flags]
+  sluice-bench scenario ` + strings.Join(slices.Sorted(maps.Keys(Scenarios())), "|") + `|all [--out-dir DIR] [--short] [flags]
 
 Run "sluice-bench <command> -h" for the flags of a command.
 `
+}
 
 // Main runs the command line and returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	var err error
@@ -36,10 +42,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "scenario":
 		err = scenarioCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
 	default:
-		fmt.Fprintf(stderr, "sluice-bench: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "sluice-bench: unknown command %q\n\n%s", args[0], usage())
 		return 2
 	}
 	switch {

@@ -102,6 +102,7 @@ func Scenarios() map[string]Scenario {
 		"scale":             ScenarioScale,
 		"tenants":           ScenarioTenants,
 		"tokens":            ScenarioTokens,
+		"topology":          ScenarioTopology,
 	}
 }
 
