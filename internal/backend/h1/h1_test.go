@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -499,5 +501,81 @@ func TestH1IdleConnectionExpires(t *testing.T) {
 	tr.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d hosts still pooled after expiry", n)
+	}
+}
+
+// engineHead is a typical engine answer's head (SGLang's uvicorn, a streamed chat).
+const engineHead = "HTTP/1.1 200 OK\r\ndate: Sat, 05 Dec 2026 20:47:21 GMT\r\nserver: uvicorn\r\n" +
+	"content-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\nx-request-id: 5b8e1c\r\n" +
+	"x-sglang-worker: prefill-0\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// TestReadResponseHeadMatchesNetHTTP: the head's status, header values (repeated keys in order,
+// uncommon keys canonicalised) and framing are net/http's.
+func TestReadResponseHeadMatchesNetHTTP(t *testing.T) {
+	for _, head := range []string{
+		engineHead,
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: a=1\r\nx-custom:  spaced value \r\nSet-Cookie: b=2\r\nvary: x\r\nVary: y\r\n\r\n",
+		"HTTP/1.0 404 Not Found\r\nContent-Type: application/json\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+		manyHeaders(20), // past the 16 lines kept on the stack, a repeated key on both sides
+	} {
+		got, err := readResponseHead(bufio.NewReader(strings.NewReader(head)))
+		if err != nil {
+			t.Fatalf("%q: %v", head, err)
+		}
+		want, err := http.ReadResponse(bufio.NewReader(strings.NewReader(head)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (net/http also gives a 204 or 304 a length of 0; readResponse frames those bodies itself.)
+		if got.StatusCode != want.StatusCode || got.Status != want.Status ||
+			(want.Header.Get("Content-Length") != "" && got.ContentLength != want.ContentLength) {
+			t.Errorf("%q: status %q/%d, length %d; want %q/%d, %d", head, got.Status, got.StatusCode, got.ContentLength,
+				want.Status, want.StatusCode, want.ContentLength)
+		}
+		if !reflect.DeepEqual(got.TransferEncoding, want.TransferEncoding) {
+			t.Errorf("%q: transfer encoding %q, want %q", head, got.TransferEncoding, want.TransferEncoding)
+		}
+		delete(got.Header, "Transfer-Encoding") // h1 keeps it in the map too; net/http moves it out
+		if !reflect.DeepEqual(got.Header, want.Header) {
+			t.Errorf("%q: header %v, want %v", head, got.Header, want.Header)
+		}
+		// A value appended to by a caller must not overwrite another key's value.
+		for k := range got.Header {
+			got.Header[k] = append(got.Header[k], "added")
+		}
+		for k, vs := range want.Header {
+			if g := got.Header[k]; !reflect.DeepEqual(g[:len(g)-1], vs) {
+				t.Errorf("%q: after appending to every key, %s is %q, want %q + added", head, k, g, vs)
+			}
+		}
+	}
+}
+
+// manyHeaders is a head of n header lines, every third one a repeat of X-Repeat.
+func manyHeaders(n int) string {
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n")
+	for i := range n {
+		if i%3 == 0 {
+			fmt.Fprintf(&b, "x-repeat: r%d\r\n", i)
+		} else {
+			fmt.Fprintf(&b, "X-Field-%d: v%d\r\n", i, i)
+		}
+	}
+	return b.String() + "\r\n"
+}
+
+// BenchmarkReadResponseHead: parsing a typical engine answer's head (two per PD request).
+func BenchmarkReadResponseHead(b *testing.B) {
+	r := strings.NewReader(engineHead)
+	br := bufio.NewReader(r)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Reset(engineHead)
+		br.Reset(r)
+		if _, err := readResponseHead(br); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -98,8 +98,36 @@ func readResponseHead(br *bufio.Reader) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: status %q", errH1Malformed, rest)
 	}
 	resp := &http.Response{Status: rest, StatusCode: status, Proto: proto, ProtoMajor: major, ProtoMinor: minor,
-		Header: make(http.Header, 8), ContentLength: -1}
-	size := len(line)
+		ContentLength: -1}
+	var fields headFields
+	var scratch [512]byte
+	vals, err := fields.read(br, len(line), scratch[:0])
+	if err != nil {
+		return nil, err
+	}
+	resp.Header = fields.header(string(vals))
+	return resp, finishHead(resp)
+}
+
+// headFields gathers a head's header lines: the values' bytes in one buffer, so that the header map
+// costs one string and one []string for all its values rather than two allocations per line (most
+// of an engine answer's head, read twice per PD request). It and the values' buffer stay on the
+// stack for a usual head.
+type headFields struct {
+	keys [16]string
+	ends [16]int // end of each value in the values' buffer
+	n    int
+	more []headField // lines after the 16th
+}
+
+type headField struct {
+	key string
+	end int
+}
+
+// read reads header lines up to the blank line, appending their values to vals; size is the status
+// line's length (the head's bound counts it).
+func (f *headFields) read(br *bufio.Reader, size int, vals []byte) ([]byte, error) {
 	for {
 		l, err := br.ReadSlice('\n')
 		if err != nil {
@@ -114,16 +142,49 @@ func readResponseHead(br *bufio.Reader) (*http.Response, error) {
 		}
 		l = bytes.TrimRight(l, "\r\n")
 		if len(l) == 0 {
-			break
+			return vals, nil
 		}
 		k, v, ok := bytes.Cut(l, []byte(":"))
 		if !ok || len(k) == 0 || bytes.ContainsAny(k, " \t") {
 			return nil, fmt.Errorf("%w: header line %q", errH1Malformed, l)
 		}
-		key := headerKey(k)
-		resp.Header[key] = append(resp.Header[key], string(bytes.TrimSpace(v)))
+		vals = append(vals, bytes.TrimSpace(v)...)
+		if f.n < len(f.keys) {
+			f.keys[f.n], f.ends[f.n] = headerKey(k), len(vals)
+			f.n++
+		} else {
+			f.more = append(f.more, headField{headerKey(k), len(vals)})
+		}
 	}
-	return resp, finishHead(resp)
+}
+
+// header builds the header map: repeated keys keep their values in order, and each key's slice is
+// capped so that a caller appending to one never writes over another's.
+// all is the values' buffer as one string.
+func (f *headFields) header(all string) http.Header {
+	total := f.n + len(f.more)
+	h := make(http.Header, total)
+	if total == 0 {
+		return h
+	}
+	strs := make([]string, total)
+	start := 0
+	for i := range total {
+		key, end := "", 0
+		if i < f.n {
+			key, end = f.keys[i], f.ends[i]
+		} else {
+			key, end = f.more[i-f.n].key, f.more[i-f.n].end
+		}
+		strs[i] = all[start:end]
+		start = end
+		if vs, ok := h[key]; ok {
+			h[key] = append(vs[:len(vs):len(vs)], strs[i])
+		} else {
+			h[key] = strs[i : i+1 : i+1]
+		}
+	}
+	return h
 }
 
 // readLine reads one line without its line end (at most the buffer's size).
