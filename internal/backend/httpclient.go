@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -285,15 +286,14 @@ func NewPostRequest(ctx context.Context, baseURL, path string, body []byte) (*ht
 	if u == nil {
 		return http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(body))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", nil)
-	if err != nil {
-		return nil, err
+	if ctx == nil {
+		return nil, errors.New("backend: nil context")
 	}
-	req.URL, req.Host = u, u.Host
-	req.Body = &bytesBody{b: body}
-	req.ContentLength = int64(len(body))
-	req.GetBody = func() (io.ReadCloser, error) { return &bytesBody{b: body}, nil }
-	return req, nil
+	// The fields http.NewRequestWithContext sets, without its parse of a URL we already have.
+	r := http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header), Body: &bytesBody{b: body}, ContentLength: int64(len(body)),
+		GetBody: func() (io.ReadCloser, error) { return &bytesBody{b: body}, nil }}
+	return r.WithContext(ctx), nil
 }
 
 // splitURL builds baseURL+path for a base of the form scheme://host[:port][/prefix] without parsing;

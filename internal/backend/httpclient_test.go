@@ -161,6 +161,10 @@ func TestNewPostRequest(t *testing.T) {
 		if req.URL.String() != want.URL.String() || req.Host != want.Host || req.Method != http.MethodPost {
 			t.Errorf("%s: URL %s host %s, want %s host %s", base, req.URL, req.Host, want.URL, want.Host)
 		}
+		if req.Proto != want.Proto || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Header == nil || req.Context() != t.Context() {
+			t.Errorf("%s: proto %s %d.%d, header %v, context %v: want %s 1.1, a header, the caller's context",
+				base, req.Proto, req.ProtoMajor, req.ProtoMinor, req.Header, req.Context(), want.Proto)
+		}
 		b, _ := io.ReadAll(req.Body)
 		rb, _ := req.GetBody()
 		b2, _ := io.ReadAll(rb)
@@ -257,5 +261,16 @@ func TestUpstreamTransportByScheme(t *testing.T) {
 	defer noCert.CloseIdleConnections()
 	if _, err := post(noCert, tlsSrv.URL); err == nil {
 		t.Error("https engine that requires a client certificate answered a gateway without one")
+	}
+}
+
+// BenchmarkNewPostRequest: one PD leg's request (two per PD request).
+func BenchmarkNewPostRequest(b *testing.B) {
+	body := []byte(`{"model":"m"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewPostRequest(b.Context(), "http://127.0.0.1:8000", "/generate", body); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
