@@ -29,6 +29,9 @@ func hasBody(method string) bool {
 
 // isJSON accepts application/json and any application/*+json, with parameters (charset).
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true // what every SDK sends: no parse, no allocation
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return false
