@@ -419,6 +419,7 @@ func TestTenantFairBurstRepaid(t *testing.T) {
 		var waiting []pending
 		var grants []string
 		var backlogged []map[string]bool
+		var emptied []bool
 		arrive := func(id, tenant string) {
 			waiting = append(waiting, pending{id, tenant, goAcquire(bg, c, tenantReq(p, id, tenant))})
 			synctest.Wait()
@@ -438,6 +439,7 @@ func TestTenantFairBurstRepaid(t *testing.T) {
 					}
 					cur, waiting = r.slot, slices.Delete(waiting, i, i+1)
 					grants, backlogged = append(grants, w.tenant), append(backlogged, queued)
+					emptied = append(emptied, len(waiting) == 0)
 					return
 				}
 			}
@@ -459,7 +461,7 @@ func TestTenantFairBurstRepaid(t *testing.T) {
 			release()
 		}
 		cur.Release(admission.ReleaseCompleted)
-		if msg := shareBoundViolation(grants, backlogged, map[string]int{"x": 1, "y": 1}, burst); msg != "" {
+		if msg := shareBoundViolation(grants, backlogged, emptied, map[string]int{"x": 1, "y": 1}, burst); msg != "" {
 			t.Fatal(msg)
 		}
 	})

@@ -101,10 +101,14 @@ func fairLivenessWaiter(pending []propWaiter, q string, targets map[string]strin
 // TestPropertyTenantShareBound checks fair queueing's bound with bursts: with
 // one slot and random arrivals of three tenants (t0 weighing 2) between
 // releases, over every run of consecutive grants during which a tenant Y had
-// a waiter at each grant, any other tenant X was granted at most
+// a waiter at each grant and the queue never emptied, any other tenant X was
+// granted at most
 // w_X*((n_Y+B)/w_Y + 2) + B, n_Y being Y's grants in that run and B the
 // burst: its share of Y's turns (the debt Y may still owe counted as B
-// grants), one turn either side, and one burst.
+// grants), one turn either side, and one burst. A grant that leaves nobody
+// waiting ends the run: an empty band owes nobody (roundrobin.go), so every
+// tenant's next turn is a new one, Y's included (rapid found Y "backlogged"
+// across two such resets, getting two fresh bursts while X got three).
 func TestPropertyTenantShareBound(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		burst := rapid.IntRange(0, 4).Draw(rt, "burst")
@@ -116,8 +120,12 @@ func TestPropertyTenantShareBound(t *testing.T) {
 		ops := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) op {
 			return op{rapid.IntRange(0, 4).Draw(t, "what"), rapid.IntRange(1, 5).Draw(t, "k")}
 		}), 1, 40).Draw(rt, "ops")
+		// A backlog of t0 first, so that the runs the bound covers do not
+		// all end where the queue empties.
+		backlog := rapid.IntRange(0, 30).Draw(rt, "backlog")
 		var grants []string
 		var backlogged []map[string]bool // per grant: the tenants with a waiter when it was made
+		var emptied []bool               // per grant: whether it left nobody waiting
 		synctest.Test(t, func(t *testing.T) {
 			s := on(1, 100)
 			s.Tenants = admission.TenantSettings{Fair: true, Weights: map[string]int{"t0": 2}, Burst: burst}
@@ -150,6 +158,7 @@ func TestPropertyTenantShareBound(t *testing.T) {
 						cur = r.slot
 						grants, backlogged = append(grants, w.tenant), append(backlogged, queued)
 						waiting = slices.Delete(waiting, i, i+1)
+						emptied = append(emptied, len(waiting) == 0)
 						return true
 					}
 				}
@@ -159,6 +168,9 @@ func TestPropertyTenantShareBound(t *testing.T) {
 			arrive := func(id, tenant string) {
 				waiting = append(waiting, pending{tenant, goAcquire(bg, c, tenantReq(p, id, tenant))})
 				synctest.Wait()
+			}
+			for k := range backlog {
+				arrive(fmt.Sprint("b", k), "t0")
 			}
 			for i, o := range ops {
 				if o.what == 4 {
@@ -186,7 +198,7 @@ func TestPropertyTenantShareBound(t *testing.T) {
 			}
 			cur.Release(admission.ReleaseCompleted)
 		})
-		if msg := shareBoundViolation(grants, backlogged, weights, burst); msg != "" {
+		if msg := shareBoundViolation(grants, backlogged, emptied, weights, burst); msg != "" {
 			rt.Fatal(msg)
 		}
 	})
@@ -194,13 +206,14 @@ func TestPropertyTenantShareBound(t *testing.T) {
 
 // shareBoundViolation checks the bound of TestPropertyTenantShareBound on a
 // grant sequence and, per grant, the tenants that had a waiter when it was
-// made; it describes the first violation, or returns "".
-func shareBoundViolation(grants []string, backlogged []map[string]bool, weights map[string]int, burst int) string {
+// made and whether it left nobody waiting; it describes the first violation,
+// or returns "".
+func shareBoundViolation(grants []string, backlogged []map[string]bool, emptied []bool, weights map[string]int, burst int) string {
 	b := max(burst, 1)
 	for y, wy := range weights {
 		for i := range grants {
 			n := map[string]int{}
-			for j := i; j < len(grants) && backlogged[j][y]; j++ {
+			for j := i; j < len(grants) && backlogged[j][y] && (j == i || !emptied[j-1]); j++ {
 				n[grants[j]]++
 				for x, wx := range weights {
 					if x != y && n[x]*wy > wx*(n[y]+b+2*wy)+b*wy {
