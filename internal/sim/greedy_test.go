@@ -220,3 +220,79 @@ func TestCompletionsReturnTokenIDs(t *testing.T) {
 		t.Errorf("continued token_ids %v text %q, want the rest of the original's %v of %q", got.TokenIDs, got.Text, ids[4:], text)
 	}
 }
+
+// vLLM's chat takes return_token_ids too (serving_chat.py): the prompt's ids beside the first chunk's
+// choices, each choice's new ids in token_ids; a completion of prompt + the first ids continues the
+// chat's answer exactly (what the gateway's HTTP chat migration relies on). SGLang's chat has no such
+// field, and without the flag no chunk carries ids.
+func TestChatReturnTokenIDs(t *testing.T) {
+	t.Parallel()
+	type chunk struct {
+		PromptTokenIDs []uint32 `json:"prompt_token_ids"`
+		Choices        []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+			TokenIDs     []uint32 `json:"token_ids"`
+			FinishReason *string  `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	const chat = `{"model":"sim-model","messages":[{"role":"user","content":"continue me"}],"max_tokens":10,"temperature":0,"stream":true,"return_token_ids":%t}`
+	read := func(t *testing.T, url string, ask, vllm bool) (text string, prompt, ids []uint32, idChunks int) {
+		status, b := post(t, testClient(t), url+"/v1/chat/completions", fmt.Sprintf(chat, ask))
+		if status != 200 {
+			t.Fatalf("stream: %d %s", status, b)
+		}
+		for k, ev := range sseEvents(t, b) {
+			var c chunk
+			if ev == "[DONE]" {
+				continue
+			}
+			if err := json.Unmarshal([]byte(ev), &c); err != nil || len(c.Choices) != 1 {
+				t.Fatalf("chunk %s: %v", ev, err)
+			}
+			if k == 0 {
+				prompt = c.PromptTokenIDs
+			} else if c.PromptTokenIDs != nil {
+				t.Errorf("chunk %d carries prompt_token_ids: only the first does", k)
+			}
+			ch := c.Choices[0]
+			if ask && vllm && !slices.Equal(ch.TokenIDs, appendTokens(nil, ch.Delta.Content)) && (ch.TokenIDs != nil || ch.Delta.Content != "") {
+				t.Errorf("chunk %d: token_ids %v for content %q", k, ch.TokenIDs, ch.Delta.Content)
+			}
+			if ch.TokenIDs != nil {
+				idChunks++
+			}
+			text += ch.Delta.Content
+			ids = append(ids, ch.TokenIDs...)
+		}
+		return text, prompt, ids, idChunks
+	}
+	e := startEngine(t, Config{Protocol: ProtocolVLLM, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64})
+	text, prompt, ids, _ := read(t, e.URL(), true, true)
+	if len(prompt) == 0 || len(ids) != 10 {
+		t.Fatalf("prompt_token_ids %v, %d token ids (want 10)", prompt, len(ids))
+	}
+	if _, p, none, n := read(t, e.URL(), false, true); p != nil || none != nil || n != 0 {
+		t.Errorf("without return_token_ids: prompt_token_ids %v, token_ids %v", p, none)
+	}
+	b, _ := json.Marshal(append(slices.Clip(prompt), ids[:4]...))
+	status, rb := post(t, testClient(t), e.URL()+"/v1/completions",
+		fmt.Sprintf(`{"model":"sim-model","prompt":%s,"max_tokens":6,"temperature":0,"return_token_ids":true}`, b))
+	var rest struct {
+		Choices []struct {
+			Text     string   `json:"text"`
+			TokenIDs []uint32 `json:"token_ids"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(rb, &rest); status != 200 || err != nil || len(rest.Choices) != 1 {
+		t.Fatalf("continuation: %d %s", status, rb)
+	}
+	if !slices.Equal(rest.Choices[0].TokenIDs, ids[4:]) || !strings.HasSuffix(text, rest.Choices[0].Text) || rest.Choices[0].Text == "" {
+		t.Errorf("continued %q %v, want the rest of %q %v", rest.Choices[0].Text, rest.Choices[0].TokenIDs, text, ids[4:])
+	}
+	sg := startEngine(t, Config{Protocol: ProtocolSGLang, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64})
+	if _, p, none, n := read(t, sg.URL(), true, false); p != nil || none != nil || n != 0 {
+		t.Errorf("SGLang's chat gave ids: prompt_token_ids %v, token_ids %v", p, none)
+	}
+}

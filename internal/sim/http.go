@@ -330,13 +330,18 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 		b = append(b, `,"logprobs":null,"finish_reason":`...)
 		b = jsonx.AppendString(b, results[i].finish)
 		if job.returnTokenIDs {
-			b = appendIDs(append(b, `,"prompt_token_ids":`...), job.samples[i].prompt.ids)
+			if job.api != apiChat { // a chat's prompt ids are the response's (below)
+				b = appendIDs(append(b, `,"prompt_token_ids":`...), job.samples[i].prompt.ids)
+			}
 			b = appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, results[i].text))
 		}
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
 	b = appendUsage(b, job, results)
+	if job.returnTokenIDs && job.api == apiChat {
+		b = appendIDs(append(b, `,"prompt_token_ids":`...), job.samples[0].prompt.ids)
+	}
 	if e.cfg.Protocol == ProtocolVLLM {
 		// vLLM's responses always carry the field (CompletionResponse / ChatCompletionResponse
 		// kv_transfer_params, default None): the connector's params or null.

@@ -99,7 +99,9 @@ type genJob struct {
 	inputLogprobs bool
 	decodeRole    bool
 	// returnTokenIDs: completions' return_token_ids, the prompt's ids in each sample's first chunk and
-	// each chunk's new ids (vLLM's serving_completion.py, SGLang's serving_completions.py).
+	// each chunk's new ids (vLLM's serving_completion.py, SGLang's serving_completions.py); vLLM's chat
+	// takes it too (serving_chat.py: the prompt's ids on the first chunk, beside choices, and each
+	// choice's new ids).
 	returnTokenIDs bool
 }
 
@@ -129,7 +131,7 @@ func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, e
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}
-	job.returnTokenIDs = req.ReturnTokenIDs && api == apiCompletion
+	job.returnTokenIDs = req.ReturnTokenIDs && (api == apiCompletion || api == apiChat && e.cfg.Protocol == ProtocolVLLM)
 	if job.model == "" {
 		job.model = e.cfg.Models[0]
 	} else if api != apiGenerate && !slices.Contains(e.cfg.Models, job.model) {

@@ -107,7 +107,7 @@ func (s *sseStream) token(i int, delta string) error {
 			s.buf = append(s.buf, `{"index":`...)
 			s.buf = appendInt(s.buf, int64(i))
 			s.buf = append(s.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`...)
-			s.buf = s.chunkTail(s.buf)
+			s.buf = s.chatPromptIDs(s.chunkTail(s.buf), i)
 			if err := s.flushFrame(); err != nil {
 				return err
 			}
@@ -118,7 +118,9 @@ func (s *sseStream) token(i int, delta string) error {
 		s.buf = appendInt(s.buf, int64(i))
 		s.buf = append(s.buf, `,"delta":{"content":`...)
 		s.buf = jsonx.AppendString(s.buf, delta)
-		s.buf = append(s.buf, `},"logprobs":null,"finish_reason":null}`...)
+		s.buf = append(s.buf, `},"logprobs":null,"finish_reason":null`...)
+		s.buf = s.chatTokenIDs(s.buf, delta)
+		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
 	case apiCompletion:
 		s.frameStart()
@@ -160,7 +162,8 @@ func (s *sseStream) finish(i int, res *sampleResult) error {
 		s.buf = s.chunkHead(s.buf)
 		s.buf = append(s.buf, `{"index":`...)
 		s.buf = appendInt(s.buf, int64(i))
-		if !s.started[i] {
+		first := !s.started[i]
+		if first {
 			s.started[i] = true
 			s.buf = append(s.buf, `,"delta":{"role":"assistant","content":""}`...)
 		} else {
@@ -168,8 +171,12 @@ func (s *sseStream) finish(i int, res *sampleResult) error {
 		}
 		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":`...)
 		s.buf = jsonx.AppendString(s.buf, res.finish)
+		s.buf = s.chatTokenIDs(s.buf, "")
 		s.buf = append(s.buf, '}')
 		s.buf = s.chunkTail(s.buf)
+		if first {
+			s.buf = s.chatPromptIDs(s.buf, i)
+		}
 	case apiCompletion:
 		s.buf = s.chunkHead(s.buf)
 		s.buf = append(s.buf, `{"index":`...)
@@ -197,6 +204,25 @@ func (s *sseStream) appendTokenIDs(b []byte, i int, delta string) []byte {
 		b = appendIDs(append(b, `,"prompt_token_ids":`...), s.job.samples[i].prompt.ids)
 	}
 	return appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, delta))
+}
+
+// chatTokenIDs appends a vLLM chat choice's new ids when the request asked for them (serving_chat.py
+// sends token_ids on every choice chunk, the finish's included).
+func (s *sseStream) chatTokenIDs(b []byte, delta string) []byte {
+	if !s.job.returnTokenIDs {
+		return b
+	}
+	return appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, delta))
+}
+
+// chatPromptIDs adds the prompt's ids to a vLLM chat stream's first chunk b (a whole object) when the
+// request asked for them: serving_chat.py sends them beside choices, once.
+func (s *sseStream) chatPromptIDs(b []byte, i int) []byte {
+	if !s.job.returnTokenIDs {
+		return b
+	}
+	b = appendIDs(append(b[:len(b)-1], `,"prompt_token_ids":`...), s.job.samples[i].prompt.ids)
+	return append(b, '}')
 }
 
 // appendIDs appends a JSON array of token ids.
