@@ -18,8 +18,9 @@ import (
 // BenchmarkMigrationReady is what being ready to migrate costs a stream that never breaks: one
 // streamed PD request (32 tokens) per iteration through the dispatcher against instant engines
 // answering from the client's transport, a frame per read, with --max-migrations 0 and 2. The cases: a chat with a text
-// prompt (only the request's migrator), SGLang's /generate with input_ids and vLLM's completions with a
-// token-id prompt (the HTTP-mode reader of every chunk, and for vLLM the ids asked for and taken out).
+// prompt to SGLang (only the request's migrator), and to vLLM, SGLang's /generate with input_ids and
+// vLLM's completions with a token-id prompt (the HTTP-mode reader of every chunk, and for vLLM the ids
+// asked for and taken out).
 // Compare cpu-ns/op of the two settings of one case, measured in the same run.
 func BenchmarkMigrationReady(b *testing.B) {
 	const tokens = 32
@@ -30,6 +31,8 @@ func BenchmarkMigrationReady(b *testing.B) {
 		body     string
 	}{
 		{"chat-sglang", worker.ProtocolSGLang, RouteChat,
+			`{"model":"m","max_tokens":32,"stream":true,"messages":[{"role":"user","content":"lorem ipsum dolor sit amet"}]}`},
+		{"chat-vllm", worker.ProtocolVLLM, RouteChat,
 			`{"model":"m","max_tokens":32,"stream":true,"messages":[{"role":"user","content":"lorem ipsum dolor sit amet"}]}`},
 		{"generate-ids-sglang", worker.ProtocolSGLang, RouteGenerate,
 			`{"input_ids":[1,2,3,4,5,6,7,8],"sampling_params":{"max_new_tokens":32,"temperature":0},"stream":true}`},
@@ -135,6 +138,23 @@ func benchStream(path string, ids bool, tokens int) []byte {
 			}
 			fmt.Fprintf(&sb, `data: {"text":%q,"output_ids":[%s],"meta_info":{"id":"r1","finish_reason":%s,"prompt_tokens":8,"completion_tokens":%d,"cached_tokens":0},"index":0}`+"\n\n",
 				text.String(), strings.Join(out, ","), fin, i+1)
+		case "/v1/chat/completions":
+			head := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,`
+			if i == 0 {
+				sb.WriteString(head + `"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`)
+				if ids {
+					sb.WriteString(`,"prompt_token_ids":[1,2,3,4,5,6,7,8]`)
+				}
+				sb.WriteString("}\n\n")
+			}
+			if i == tokens-1 {
+				fin = `"length"`
+			}
+			extra := ""
+			if ids {
+				extra = fmt.Sprintf(`,"token_ids":[%d]`, 100+i)
+			}
+			fmt.Fprintf(&sb, head+`"delta":{"content":" w"},"logprobs":null,"finish_reason":%s%s}]}`+"\n\n", fin, extra)
 		default:
 			if i == tokens-1 {
 				fin = `"length"`

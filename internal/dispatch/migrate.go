@@ -75,7 +75,7 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 		return ctx
 	}
 	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
-	m.http, q.br = prepareHTTPMigration(q.br)
+	m.http, q.br = prepareHTTPMigration(q.br, x.servesVLLMOverHTTP)
 	ctx = context.WithValue(ctx, decodeGuardsKey{}, m.guards)
 	ctx = context.WithValue(ctx, migratorCtxKey{}, m)
 	if backend.EngineRPC(x.d.HTTP) != nil {
@@ -85,6 +85,17 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 }
 
 type migratorCtxKey struct{}
+
+// servesVLLMOverHTTP says whether a vLLM engine over HTTP is registered: only they give a chat's token
+// ids, so only then does a chat ask for them.
+func (x *Dispatcher) servesVLLMOverHTTP() bool {
+	for _, w := range x.d.Registry.Snapshot().All() {
+		if w.Protocol() == worker.ProtocolVLLM && strings.HasPrefix(w.URL(), "http") {
+			return true
+		}
+	}
+	return false
+}
 
 // migratorOf is the request's migrator, nil when it may not migrate.
 func migratorOf(ctx context.Context) *migrator {

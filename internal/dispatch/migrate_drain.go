@@ -22,11 +22,12 @@ var errDrained = errors.New("dispatch: the worker is being drained")
 // how many it cut. It never blocks: call it when the worker starts draining or is removed.
 func (x *Dispatcher) MigrateFrom(workerURL string) int {
 	engine := enginerpc.EngineKey(workerURL)
-	ss := x.live.Of(engine)
-	for _, s := range ss {
-		s.interrupt()
+	n := 0
+	for _, s := range x.live.Of(engine) {
+		if s.interrupt() {
+			n++
+		}
 	}
-	n := len(ss)
 	if t := backend.EngineRPC(x.d.HTTP); t != nil {
 		n += t.Interrupt(engine)
 	}

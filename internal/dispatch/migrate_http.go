@@ -21,7 +21,9 @@ import (
 //   - SGLang's /generate with a token-id prompt (input_ids): output_ids in every chunk
 //     (migrate_http_generate.go);
 //   - OpenAI completions on vLLM and SGLang: the gateway asks for return_token_ids and takes the
-//     prompt's ids from the first chunk and each chunk's token_ids (migrate_http_completions.go).
+//     prompt's ids from the first chunk and each chunk's token_ids (migrate_http_completions.go);
+//   - OpenAI chat on vLLM: the same ids, continued as a completion whose chunks are rewritten as
+//     chat chunks (migrate_http_chat.go).
 //
 // When the decode's stream breaks off, the gateway sends prompt + generated as the prompt of a new
 // request with the token budget reduced (a new PD handshake, the same sampling parameters) and reads
@@ -43,9 +45,18 @@ type httpStreamAPI interface {
 	finished() bool
 	// generated is how many tokens the client has of the generation.
 	generated() int
+	// movable says whether the stream could go on elsewhere from what has been read: a drain cuts
+	// only such streams, and leaves the others to end on the draining engine.
+	movable() bool
 	// continuation is the body that goes on after what was generated, false when the request's token
 	// budget is spent; the frames read next are the continuation's.
 	continuation() (ids []uint32, b []byte, ok bool)
+}
+
+// rerouted is an API whose continuations go to another route than the request's: a chat goes on as
+// a completion of its token ids.
+type rerouted interface {
+	continuationRoute() body.Route
 }
 
 // httpMigration wraps a streamed answer of an HTTP worker whose stream may migrate, or returns it as
@@ -72,12 +83,26 @@ type httpPlan struct {
 }
 
 // prepareHTTPMigration makes the migration state of a request whose HTTP stream can migrate, and
-// returns the body to send: vLLM completions ask for the token ids the migration needs.
-func prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
+// returns the body to send: completions, and chats when vLLM serves some over HTTP (vllmHTTP), ask
+// for the token ids the migration needs.
+func prepareHTTPMigration(br *body.Request, vllmHTTP func() bool) (*httpPlan, *body.Request) {
 	if br.BatchSize > 1 {
 		return nil, br
 	}
 	switch br.Route {
+	case body.RouteChat: // the rendered prompt's ids come with the first chunk (prompt_token_ids)
+		if !vllmHTTP() {
+			return nil, br
+		}
+		if cm, ok := checkChatMigration(br.Body); ok {
+			b, err := cm.engineBody()
+			if err != nil {
+				return nil, br
+			}
+			out := *br
+			out.Body = b
+			return &httpPlan{api: cm}, &out
+		}
 	case body.RouteGenerate:
 		if br.PromptTokenIDs == 0 { // a text prompt: SGLang's stream does not give its ids
 			return nil, br
@@ -112,6 +137,7 @@ type migratingStream struct {
 	stop    context.CancelCauseFunc // cuts cur's attempt
 	untrack func()
 	drained atomic.Bool // a drain cut cur
+	movable atomic.Bool // api.movable after the frames read so far, for a drain
 
 	in     []byte // read from cur, not yet a whole frame
 	out    []byte // for the client, from outPos on
@@ -153,6 +179,9 @@ func (s *migratingStream) fill() {
 		off += i + 2
 	}
 	s.in = s.in[:copy(s.in, s.in[off:])] // the partial frame, kept at the buffer's start
+	if off > 0 {
+		s.movable.Store(!s.ended && s.api.movable())
+	}
 	if err == nil {
 		return
 	}
@@ -211,6 +240,9 @@ func (s *migratingStream) migrate(cause error) bool {
 		r := &enginerpc.Resume{IDs: ids, Produced: s.api.generated(), Failed: failed, Reason: reason}
 		br := *s.m.q.br
 		br.Body = b
+		if r, ok := s.api.(rerouted); ok {
+			br.Route = r.continuationRoute()
+		}
 		s.leave()
 		cctx, stop := interruptible(s.ctx)
 		resp, err := s.m.continueOn(cctx, r, &br)
@@ -256,14 +288,17 @@ func (s *migratingStream) reading(engine string, stop context.CancelCauseFunc) {
 	}
 }
 
-// interrupt cuts the attempt the stream reads now: its engine is being drained.
-func (s *migratingStream) interrupt() {
+// interrupt cuts the attempt the stream reads now, when the stream can go on elsewhere: its engine
+// is being drained. It says whether it did.
+func (s *migratingStream) interrupt() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stop != nil {
-		s.drained.Store(true)
-		s.stop(errDrained)
+	if s.stop == nil || !s.movable.Load() {
+		return false
 	}
+	s.drained.Store(true)
+	s.stop(errDrained)
+	return true
 }
 
 // Close ends every attempt: the continuations', then the first's (which ends the request).

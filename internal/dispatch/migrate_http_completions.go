@@ -117,6 +117,9 @@ func (cm *completionMigration) engineBody() ([]byte, error) {
 
 func (cm *completionMigration) generated() int { return len(cm.ids) }
 
+// movable: once the first ids came (a text prompt's ids come with them).
+func (cm *completionMigration) movable() bool { return len(cm.ids) > 0 }
+
 func (cm *completionMigration) serves(p worker.Protocol) bool {
 	cm.sglang = p == worker.ProtocolSGLang
 	return p == worker.ProtocolVLLM || cm.sglang
@@ -334,7 +337,7 @@ func (cm *completionMigration) continued(payload []byte) ([]byte, bool) {
 		cm.id, cm.created = c["id"], c["created"]
 	}
 	c["id"], c["created"] = cm.id, cm.created
-	c["usage"] = cm.usage(c["usage"])
+	c["usage"] = rewriteUsage(c["usage"], len(cm.prompt), cm.base)
 	var err error
 	if c["choices"], err = json.Marshal(choices); err != nil {
 		return nil, ended
@@ -346,19 +349,20 @@ func (cm *completionMigration) continued(payload []byte) ([]byte, bool) {
 	return b, ended
 }
 
-// usage is a continuation's usage as the request's: the request's prompt, and every generated token
-// the client got (the continuation's prefill of them is counted in its own metric).
-func (cm *completionMigration) usage(raw json.RawMessage) json.RawMessage {
+// rewriteUsage is a continuation's usage as the request's: the request's prompt, and every generated
+// token the client got, base of them before the continuation (whose prefill of them is counted in its
+// own metric).
+func rewriteUsage(raw json.RawMessage, prompt, base int) json.RawMessage {
 	var u map[string]json.RawMessage
 	if len(raw) == 0 || json.Unmarshal(raw, &u) != nil || u == nil {
 		return raw
 	}
 	var completion int
 	_ = json.Unmarshal(u["completion_tokens"], &completion)
-	completion += cm.base
-	u["prompt_tokens"] = json.RawMessage(strconv.Itoa(len(cm.prompt)))
+	completion += base
+	u["prompt_tokens"] = json.RawMessage(strconv.Itoa(prompt))
 	u["completion_tokens"] = json.RawMessage(strconv.Itoa(completion))
-	u["total_tokens"] = json.RawMessage(strconv.Itoa(len(cm.prompt) + completion))
+	u["total_tokens"] = json.RawMessage(strconv.Itoa(prompt + completion))
 	delete(u, "prompt_tokens_details") // the continuation's cache hits are not the request's
 	b, err := json.Marshal(u)
 	if err != nil {

@@ -67,6 +67,9 @@ func (gm *generateMigration) load() bool {
 
 func (gm *generateMigration) generated() int { return len(gm.sent.ids) }
 
+// movable: once a chunk came (the first stream's last one holds the generation's state).
+func (gm *generateMigration) movable() bool { return gm.cont || len(gm.last) > 0 }
+
 func (gm *generateMigration) serves(p worker.Protocol) bool { return p == worker.ProtocolSGLang }
 
 // finished reports whether the last chunk read finished the generation.

@@ -38,12 +38,12 @@ import (
 //
 // It reports the extra cost: the tokens prefilled again by continuations against the prompts' tokens.
 // The modes: SGLang and vLLM over their gRPC (OpenAI chat streams), and over HTTP the forms HTTP
-// mode migrates: SGLang's /generate streamed with input_ids, vLLM's completions with a token-id
-// prompt. Each runs for a ninth of SLUICE_CHAOS_DURATION, at least 10 s.
+// mode migrates: SGLang's /generate streamed with input_ids, and on vLLM completions with a token-id
+// prompt and chats, half each. Each runs for a ninth of SLUICE_CHAOS_DURATION, at least 10 s.
 func TestMigrationSoak(t *testing.T) {
 	per := max(10*time.Second, soakDuration(t)/9)
 	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
-		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm-completions", sim.ProtocolVLLM, true}} {
+		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm", sim.ProtocolVLLM, true}} {
 		t.Run(m.name, func(t *testing.T) { migrationSoak(t, m, per) })
 	}
 }
@@ -52,7 +52,7 @@ func TestMigrationSoak(t *testing.T) {
 type soakMode struct {
 	name     string
 	protocol sim.Protocol
-	http     bool // HTTP engines and token-id prompts (SGLang /generate, vLLM completions), else the engines' gRPC and chat
+	http     bool // HTTP engines: SGLang /generate with token ids, vLLM completions with token ids and chats; else the engines' gRPC and chat
 }
 
 // url is an engine's worker URL in the gateway.
@@ -66,10 +66,10 @@ func (m soakMode) url(e *sim.Engine) string {
 // request is the i-th of the soak's streamed requests: its path and body.
 func (m soakMode) request(i int) (string, string) {
 	switch {
-	case m.http && m.protocol == sim.ProtocolVLLM:
+	case m.http && m.protocol == sim.ProtocolVLLM && i%2 == 0: // the odd ones are chats, below
 		return "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":[%d,%d,%d,%d],"max_tokens":%d,"temperature":0,"stream":true,`+
 			`"stream_options":{"include_usage":true}}`, model, 100+i, 200+i, 300+i, 400+i, 60+15*i)
-	case m.http:
+	case m.http && m.protocol == sim.ProtocolSGLang:
 		return "/generate", fmt.Sprintf(`{"input_ids":[%d,%d,%d,%d],"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":true}`,
 			100+i, 200+i, 300+i, 400+i, 60+15*i)
 	}

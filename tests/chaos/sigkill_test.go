@@ -28,7 +28,7 @@ func TestMigrationSIGKILL(t *testing.T) {
 	bin := buildSim(t)
 	per := max(8*time.Second, soakDuration(t)/12)
 	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
-		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm-completions", sim.ProtocolVLLM, true}} {
+		{"http-sglang-generate", sim.ProtocolSGLang, true}, {"http-vllm", sim.ProtocolVLLM, true}} {
 		t.Run(m.name, func(t *testing.T) {
 			f := startProcessFleet(t, bin, m, 2, 2)
 			soakUnderKills(t, m, f, per, soakLogger())

@@ -17,8 +17,8 @@ import (
 // TestMigrationOnDrain: a decode worker drained through the admin API in the middle of a stream gives
 // its stream up at once: the stream continues on the other decode (reason "drain") and the client
 // reads exactly the uninterrupted answer, instead of the drain waiting for it. In every mode that
-// migrates: the engines' gRPC (chat), SGLang /generate with input_ids and vLLM completions with a
-// token-id prompt over HTTP.
+// migrates: the engines' gRPC (chat), and over HTTP SGLang /generate with input_ids, vLLM completions
+// with a token-id prompt and vLLM chat.
 func TestMigrationOnDrain(t *testing.T) {
 	t.Parallel()
 	type drainMode struct {
@@ -32,6 +32,7 @@ func TestMigrationOnDrain(t *testing.T) {
 		{pdModes()[0], "/generate", `{"input_ids":[11,12,13,14],"sampling_params":{"max_new_tokens":40,"temperature":0},"stream":true}`},
 		{pdMode{name: "http-vllm", protocol: sim.ProtocolVLLM}, "/v1/completions",
 			`{"model":"` + simModel + `","prompt":[11,12,13,14],"max_tokens":40,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`},
+		{pdMode{name: "http-vllm-chat", protocol: sim.ProtocolVLLM}, "/v1/chat/completions", chat},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -74,7 +75,8 @@ func TestMigrationOnDrain(t *testing.T) {
 
 // readStream streams one request and returns every data payload it read, in order, each with the
 // fields that vary between two runs of one request (ids, created, cache hits) removed; started (if not nil) is
-// closed once the first payload is read.
+// closed once the first payload is read that is not a chat's role alone (a chat stream moves once it
+// has content).
 func readStream(t *testing.T, url, body string, started chan<- struct{}) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -95,7 +97,7 @@ func readStream(t *testing.T, url, body string, started chan<- struct{}) string 
 		if !ok {
 			continue
 		}
-		if started != nil {
+		if started != nil && !strings.Contains(payload, `"role"`) {
 			close(started)
 			started = nil
 		}

@@ -1,0 +1,153 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/internal/backend/body"
+)
+
+func TestCheckChatMigration(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"messages":[],"stream":true}`, true},
+		{`{"messages":[],"tools":[],"logprobs":false,"response_format":{"type":"text"}}`, true},
+		{`{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}`, false},
+		{`{"messages":[],"response_format":{"type":"json_object"}}`, false},
+		{`{"messages":[],"logprobs":true}`, false},
+		{`{"messages":[],"top_logprobs":2}`, false},
+		{`{"messages":[],"structured_outputs":{"regex":"a+"}}`, false},
+		{`{"messages":[],"echo":true}`, false},
+	} {
+		if _, ok := checkChatMigration([]byte(tc.body)); ok != tc.ok {
+			t.Errorf("%s: may migrate %v, want %v", tc.body, ok, tc.ok)
+		}
+	}
+}
+
+// feed passes the first stream's chunks through cm and returns what the client got of each.
+func feed(t *testing.T, cm *chatMigration, chunks ...string) []string {
+	t.Helper()
+	var out []string
+	for _, c := range chunks {
+		b, _ := cm.frame(nil, []byte(c))
+		if !json.Valid(b) {
+			t.Fatalf("chunk %s became %s", c, b)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
+const (
+	chatRole    = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":[1,2,3]}`
+	chatContent = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" a"},"logprobs":null,"finish_reason":null,"token_ids":[11]}]}`
+	chatThought = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"reasoning_content":"hm"},"logprobs":null,"finish_reason":null,"token_ids":[12]}]}`
+	chatQuiet   = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":null,"token_ids":[13]}]}`
+)
+
+// The first stream's ids leave its chunks when the client did not ask for them, the rest unchanged;
+// the continuation is a completion of prompt + generated ids with the budget reduced and the chat's
+// own members gone.
+func TestChatMigrationContinuesAsACompletion(t *testing.T) {
+	raw := `{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":9,"min_tokens":3,"temperature":0,"seed":4,"stream":true,"tool_choice":"none","stream_options":{"include_usage":true}}`
+	cm, ok := checkChatMigration([]byte(raw))
+	if !ok {
+		t.Fatal("refused")
+	}
+	got := feed(t, cm, chatRole, chatContent, chatContent)
+	wantRole := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`
+	wantContent := `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":" a"},"logprobs":null,"finish_reason":null}]}`
+	if got[0] != wantRole || got[1] != wantContent {
+		t.Errorf("client got\n%s\n%s\nwant\n%s\n%s", got[0], got[1], wantRole, wantContent)
+	}
+	ids, b, ok := cm.continuation()
+	if !ok || !slices.Equal(ids, []uint32{1, 2, 3, 11, 11}) || cm.continuationRoute() != body.RouteCompletions {
+		t.Fatalf("continuation %v %s %v", ids, b, ok)
+	}
+	var cont map[string]any
+	if err := json.Unmarshal(b, &cont); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"model": "m", "prompt": []any{1.0, 2.0, 3.0, 11.0, 11.0}, "max_tokens": 7.0, "min_tokens": 1.0,
+		"temperature": 0.0, "seed": 4.0, "stream": true, "return_token_ids": true, "stream_options": map[string]any{"include_usage": true}}
+	if !reflect.DeepEqual(cont, want) {
+		t.Errorf("continuation body %v\nwant %v", cont, want)
+	}
+	// The completion's chunks come back as the request's chat chunks.
+	out, ended := cm.frame(nil, []byte(`{"id":"cmpl-9","object":"text_completion","created":99,"model":"m","choices":[{"index":0,"text":" b","logprobs":null,"finish_reason":null,"stop_reason":null,"token_ids":[14],"prompt_token_ids":[1,2,3,11,11]}]}`))
+	var c struct {
+		ID, Object string
+		Created    int
+		Choices    []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(out, &c); err != nil || ended {
+		t.Fatalf("%s: %v (ended %v)", out, err, ended)
+	}
+	if c.ID != "chatcmpl-1" || c.Object != "chat.completion.chunk" || c.Created != 7 || len(c.Choices) != 1 ||
+		string(c.Choices[0]["delta"]) != `{"content":" b"}` || c.Choices[0]["token_ids"] != nil || c.Choices[0]["text"] != nil {
+		t.Errorf("continued chunk %s", out)
+	}
+	out, _ = cm.frame(nil, []byte(`{"id":"cmpl-9","object":"text_completion","created":99,"model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`))
+	var u struct{ Usage map[string]int }
+	if err := json.Unmarshal(out, &u); err != nil || !reflect.DeepEqual(u.Usage, map[string]int{"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}) {
+		t.Errorf("usage chunk %s: %v", out, err)
+	}
+}
+
+// A stream whose answer so far is not plain content does not migrate: a reasoning delta (the engine's
+// parser would be needed for the rest, even after content), or nothing streamed as content yet.
+func TestChatMigrationNeedsPlainContent(t *testing.T) {
+	for name, chunks := range map[string][]string{
+		"reasoning then content": {chatRole, chatThought, chatContent},
+		"role only":              {chatRole},
+		"ids without content":    {chatRole, chatQuiet},
+	} {
+		cm, _ := checkChatMigration([]byte(`{"messages":[],"max_tokens":9}`))
+		feed(t, cm, chunks...)
+		if _, _, ok := cm.continuation(); ok {
+			t.Errorf("%s: continued", name)
+		}
+	}
+	cm, _ := checkChatMigration([]byte(`{"messages":[],"max_tokens":2}`))
+	feed(t, cm, chatRole, chatContent, chatContent)
+	if _, _, ok := cm.continuation(); ok {
+		t.Error("continued with its budget spent")
+	}
+}
+
+// A drain cuts only a stream that can go on elsewhere from what it has read; the others end on the
+// draining engine rather than with an error.
+func TestDrainCutsOnlyMovableStreams(t *testing.T) {
+	for name, tc := range map[string]struct {
+		chunks []string
+		want   bool
+	}{
+		"content":              {[]string{chatRole, chatContent}, true},
+		"role only":            {[]string{chatRole}, false},
+		"reasoning, then text": {[]string{chatRole, chatThought, chatContent}, false},
+	} {
+		cm, _ := checkChatMigration([]byte(`{"messages":[],"max_tokens":9}`))
+		var sse strings.Builder
+		for _, c := range tc.chunks {
+			sse.WriteString("data: " + c + "\n\n")
+		}
+		body := io.NopCloser(&frameReader{b: []byte(sse.String())})
+		cut := false
+		s := &migratingStream{ctx: context.Background(), api: cm, first: body, cur: body,
+			stop: func(error) { cut = true }}
+		for range tc.chunks { // one frame a read, and not the end: that would migrate
+			s.fill()
+		}
+		if got := s.interrupt(); got != tc.want || cut != tc.want || s.drained.Load() != tc.want {
+			t.Errorf("%s: interrupt %v, cut %v, drained %v; want %v", name, got, cut, s.drained.Load(), tc.want)
+		}
+	}
+}
