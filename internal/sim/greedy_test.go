@@ -296,3 +296,47 @@ func TestChatReturnTokenIDs(t *testing.T) {
 		t.Errorf("SGLang's chat gave ids: prompt_token_ids %v, token_ids %v", p, none)
 	}
 }
+
+// With ByteTokenIDs the HTTP engine tokenizes a text prompt into its bytes (the byte-level tokenizer
+// a gateway can hold too) and shows generated text as bytes: a /generate of a text prompt reports
+// the bytes' count as prompt_tokens, its output_ids are the text's bytes, and input_ids = the
+// prompt's bytes + the output_ids of the first words give the rest of the text.
+func TestGenerateByteTokenIDs(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Protocol: ProtocolSGLang, Mode: ModeInstant, Seed: 7, InstantOutputTokens: 64, ByteTokenIDs: true})
+	c := testClient(t)
+	type answer struct {
+		Text      string   `json:"text"`
+		OutputIDs []uint32 `json:"output_ids"`
+		Meta      struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"meta_info"`
+	}
+	const prompt = "bytes for a gateway"
+	status, b := post(t, c, e.URL()+"/generate", `{"text":"`+prompt+`","sampling_params":{"max_new_tokens":10,"temperature":0}}`)
+	var whole answer
+	if err := json.Unmarshal(b, &whole); status != 200 || err != nil {
+		t.Fatalf("%d %s", status, b)
+	}
+	if whole.Meta.Prompt != len(prompt) || whole.Meta.Completion != 10 || !slices.Equal(whole.OutputIDs, appendByteTokens(nil, whole.Text)) {
+		t.Fatalf("prompt_tokens %d (want %d), completion_tokens %d, output_ids %v for %q", whole.Meta.Prompt, len(prompt),
+			whole.Meta.Completion, whole.OutputIDs, whole.Text)
+	}
+	cut := 0 // the bytes of the first 4 words (each starts with a space)
+	for words := 0; cut < len(whole.Text) && words <= 4; cut++ {
+		if whole.Text[cut] == ' ' {
+			words++
+		}
+	}
+	cut--
+	ids, _ := json.Marshal(append(appendByteTokens(nil, prompt), whole.OutputIDs[:cut]...))
+	status, b = post(t, c, e.URL()+"/generate", fmt.Sprintf(`{"input_ids":%s,"sampling_params":{"max_new_tokens":6,"temperature":0}}`, ids))
+	var rest answer
+	if err := json.Unmarshal(b, &rest); status != 200 || err != nil {
+		t.Fatalf("continuation: %d %s", status, b)
+	}
+	if rest.Text != whole.Text[cut:] {
+		t.Errorf("continued %q, want the rest of %q: %q", rest.Text, whole.Text, whole.Text[cut:])
+	}
+}

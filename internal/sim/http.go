@@ -333,7 +333,7 @@ func (e *Engine) appendOpenAIResponse(b []byte, job *genJob, results []sampleRes
 			if job.api != apiChat { // a chat's prompt ids are the response's (below)
 				b = appendIDs(append(b, `,"prompt_token_ids":`...), job.samples[i].prompt.ids)
 			}
-			b = appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, results[i].text))
+			b = appendIDs(append(b, `,"token_ids":`...), job.tokens(nil, results[i].text))
 		}
 		b = append(b, '}')
 	}
@@ -421,9 +421,10 @@ func appendGenerateObject(b []byte, job *genJob, i int, res *sampleResult, text 
 	b = append(b, `{"text":`...)
 	b = jsonx.AppendString(b, text)
 	// The generated ids, cumulative as the text is (SGLang's default, without
-	// --incremental-streaming-output): the simulator's word tokens of the text, which are the ids its
-	// greedy model folds, so input_ids = prompt + output_ids continues the generation exactly.
-	b = appendIDs(append(b, `,"output_ids":`...), appendTokens(nil, text))
+	// --incremental-streaming-output): the simulator's word tokens of the text (or its bytes, with
+	// ByteTokenIDs), which are the ids its greedy model folds, so input_ids = prompt + output_ids
+	// continues the generation exactly.
+	b = appendIDs(append(b, `,"output_ids":`...), job.tokens(nil, text))
 	b = append(b, `,"meta_info":{"id":`...)
 	id := job.id
 	if len(job.samples) > 1 {

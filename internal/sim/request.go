@@ -103,6 +103,9 @@ type genJob struct {
 	// takes it too (serving_chat.py: the prompt's ids on the first chunk, beside choices, and each
 	// choice's new ids).
 	returnTokenIDs bool
+	// tokens tokenizes a text prompt and the generated text into the ids the engine shows: the
+	// simulator's word tokens, or with ByteTokenIDs the bytes.
+	tokens func(dst []uint32, text string) []uint32
 }
 
 // maxN bounds the samples of one request (a simulator limit, not an engine's).
@@ -131,6 +134,7 @@ func (e *Engine) parseJob(api apiKind, body []byte, hdr http.Header) (*genJob, e
 	if req.StreamOptions != nil {
 		job.includeUsage = req.StreamOptions.IncludeUsage
 	}
+	job.tokens = e.textTokens()
 	job.returnTokenIDs = req.ReturnTokenIDs && (api == apiCompletion || api == apiChat && e.cfg.Protocol == ProtocolVLLM)
 	if job.model == "" {
 		job.model = e.cfg.Models[0]
@@ -247,7 +251,7 @@ func (e *Engine) parsePrompts(api apiKind, req *apiRequest) ([]*prompt, bool, er
 		if len(req.Prompt) == 0 {
 			return nil, false, schemaError("prompt is required")
 		}
-		ps, batch, err := promptList(req.Prompt, "prompt")
+		ps, batch, err := promptList(req.Prompt, "prompt", e.textTokens())
 		return ps, batch, err
 	default:
 		raw, field := req.Text, "text"
@@ -257,19 +261,29 @@ func (e *Engine) parsePrompts(api apiKind, req *apiRequest) ([]*prompt, bool, er
 		if len(raw) == 0 || string(raw) == "null" {
 			return nil, false, schemaError("text or input_ids is required")
 		}
-		return promptList(raw, field)
+		return promptList(raw, field, e.textTokens())
 	}
 }
 
-// promptList parses a string, a list of strings, a list of token ids or a list of lists of token ids.
-func promptList(raw json.RawMessage, field string) ([]*prompt, bool, error) {
+// textTokens is how the engine tokenizes a text prompt and shows generated text as ids: its word
+// tokens, or with ByteTokenIDs the bytes (a chat's rendered prompt stays in word tokens).
+func (e *Engine) textTokens() func(dst []uint32, text string) []uint32 {
+	if e.cfg.ByteTokenIDs {
+		return appendByteTokens
+	}
+	return appendTokens
+}
+
+// promptList parses a string, a list of strings, a list of token ids or a list of lists of token ids;
+// tokens tokenizes the strings.
+func promptList(raw json.RawMessage, field string, tokens func([]uint32, string) []uint32) ([]*prompt, bool, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, false, schemaError("%s: %v", field, err)
 		}
-		return []*prompt{newPrompt(appendTokens(make([]uint32, 0, len(s)/3+1), s))}, false, nil
+		return []*prompt{newPrompt(tokens(make([]uint32, 0, len(s)/3+1), s))}, false, nil
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
@@ -295,7 +309,7 @@ func promptList(raw json.RawMessage, field string) ([]*prompt, bool, error) {
 			if err := json.Unmarshal(it, &s); err != nil {
 				return nil, false, schemaError("%s[%d]: %v", field, i, err)
 			}
-			out = append(out, newPrompt(appendTokens(nil, s)))
+			out = append(out, newPrompt(tokens(nil, s)))
 		default:
 			var ids []uint32
 			if err := json.Unmarshal(it, &ids); err != nil {

@@ -203,7 +203,7 @@ func (s *sseStream) appendTokenIDs(b []byte, i int, delta string) []byte {
 		s.started[i] = true
 		b = appendIDs(append(b, `,"prompt_token_ids":`...), s.job.samples[i].prompt.ids)
 	}
-	return appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, delta))
+	return appendIDs(append(b, `,"token_ids":`...), s.job.tokens(nil, delta))
 }
 
 // chatTokenIDs appends a vLLM chat choice's new ids when the request asked for them (serving_chat.py
@@ -212,7 +212,7 @@ func (s *sseStream) chatTokenIDs(b []byte, delta string) []byte {
 	if !s.job.returnTokenIDs {
 		return b
 	}
-	return appendIDs(append(b, `,"token_ids":`...), appendTokens(nil, delta))
+	return appendIDs(append(b, `,"token_ids":`...), s.job.tokens(nil, delta))
 }
 
 // chatPromptIDs adds the prompt's ids to a vLLM chat stream's first chunk b (a whole object) when the

@@ -2,6 +2,15 @@ package sim
 
 import "strings"
 
+// appendByteTokens appends text's UTF-8 bytes as token ids: the byte-level vocabulary of ByteTokenIDs
+// (bytetokenizer/, ids 0-255 the bytes), which a gateway holding that tokenizer encodes alike.
+func appendByteTokens(dst []uint32, text string) []uint32 {
+	for i := range len(text) {
+		dst = append(dst, uint32(text[i]))
+	}
+	return dst
+}
+
 // appendTokens tokenizes text (see the package doc) and appends the token ids to dst.
 func appendTokens(dst []uint32, text string) []uint32 {
 	i := 0
