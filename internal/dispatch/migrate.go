@@ -75,7 +75,7 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 		return ctx
 	}
 	m := &migrator{x: x, q: q, span: trace.SpanFromContext(ctx), guards: &decodeGuards{}}
-	m.http, q.br = prepareHTTPMigration(q.br, x.servesVLLMOverHTTP)
+	m.http, q.br = x.prepareHTTPMigration(q.br)
 	ctx = context.WithValue(ctx, decodeGuardsKey{}, m.guards)
 	ctx = context.WithValue(ctx, migratorCtxKey{}, m)
 	if backend.EngineRPC(x.d.HTTP) != nil {

@@ -83,15 +83,15 @@ type httpPlan struct {
 }
 
 // prepareHTTPMigration makes the migration state of a request whose HTTP stream can migrate, and
-// returns the body to send: completions, and chats when vLLM serves some over HTTP (vllmHTTP), ask
-// for the token ids the migration needs.
-func prepareHTTPMigration(br *body.Request, vllmHTTP func() bool) (*httpPlan, *body.Request) {
+// returns the body to send: completions, and chats when vLLM serves some over HTTP, ask for the token
+// ids the migration needs.
+func (x *Dispatcher) prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Request) {
 	if br.BatchSize > 1 {
 		return nil, br
 	}
 	switch br.Route {
 	case body.RouteChat: // the rendered prompt's ids come with the first chunk (prompt_token_ids)
-		if !vllmHTTP() {
+		if !x.servesVLLMOverHTTP() {
 			return nil, br
 		}
 		if cm, ok := checkChatMigration(br.Body); ok {
@@ -104,10 +104,16 @@ func prepareHTTPMigration(br *body.Request, vllmHTTP func() bool) (*httpPlan, *b
 			return &httpPlan{api: cm}, &out
 		}
 	case body.RouteGenerate:
-		if br.PromptTokenIDs == 0 { // a text prompt: SGLang's stream does not give its ids
-			return nil, br
+		if br.PromptTokenIDs > 0 {
+			return &httpPlan{api: &generateMigration{raw: br.Body}}, br
 		}
-		return &httpPlan{api: &generateMigration{raw: br.Body}}, br
+		// A text prompt: SGLang's stream does not give its ids, so the gateway tokenizes it (at a
+		// migration only), when it has the model's tokenizer.
+		if x.d.Tokenizer != nil {
+			if tk := x.d.Tokenizer(br.Model); tk != nil {
+				return &httpPlan{api: &generateMigration{raw: br.Body, tok: tk}}, br
+			}
+		}
 	case body.RouteCompletions: // a text prompt's ids come with the first chunk (prompt_token_ids)
 		if cm, ok := checkCompletionMigration(br.Body); ok {
 			b, err := cm.engineBody()

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -18,9 +19,11 @@ import (
 // generateMigration is a migratable /generate stream: the request's prompt ids and token budget,
 // and what the client has of the generation.
 type generateMigration struct {
-	raw    []byte // the client's body, read when a continuation is made (load)
-	loaded bool   // load read what follows
-	prompt []uint32
+	raw       []byte               // the client's body, read when a continuation is made (load)
+	tok       *tokenizer.Tokenizer // the model's, for a text prompt; nil for input_ids
+	loaded    bool                 // load read what follows
+	tokenized bool                 // the prompt's ids are the gateway's tokenization of its text
+	prompt    []uint32
 	maxNew int
 	body   map[string]json.RawMessage // the client's body, for the continuations'
 	params map[string]json.RawMessage // its sampling_params
@@ -44,15 +47,16 @@ type generatedText struct {
 // continuation can carry it.
 var guidedParams = []string{"json_schema", "regex", "ebnf", "structural_tag"}
 
-// load reads what a continuation needs from the client's body: a flat input_ids and
-// sampling_params.max_new_tokens (without it the engine's default would start again), and no guided
-// decoding; false when it cannot go on from them.
+// load reads what a continuation needs from the client's body: a flat input_ids (or one text, with
+// the model's tokenizer: its ids as SGLang's tokenizer_manager makes them, the special tokens
+// included) and sampling_params.max_new_tokens (without it the engine's default would start again),
+// and no guided decoding; false when it cannot go on from them.
 func (gm *generateMigration) load() bool {
 	if gm.loaded {
 		return true
 	}
 	gm.body, gm.params, gm.prompt, gm.maxNew = nil, nil, nil, 0
-	if json.Unmarshal(gm.raw, &gm.body) != nil || json.Unmarshal(gm.body["input_ids"], &gm.prompt) != nil || len(gm.prompt) == 0 ||
+	if json.Unmarshal(gm.raw, &gm.body) != nil || !gm.loadPrompt() ||
 		json.Unmarshal(gm.body["sampling_params"], &gm.params) != nil || json.Unmarshal(gm.params["max_new_tokens"], &gm.maxNew) != nil {
 		return false
 	}
@@ -65,7 +69,25 @@ func (gm *generateMigration) load() bool {
 	return gm.loaded
 }
 
-func (gm *generateMigration) generated() int { return len(gm.sent.ids) }
+// loadPrompt reads the prompt's ids: input_ids, or the tokenization of a text prompt.
+func (gm *generateMigration) loadPrompt() bool {
+	if gm.tok == nil {
+		return json.Unmarshal(gm.body["input_ids"], &gm.prompt) == nil && len(gm.prompt) > 0
+	}
+	var text string
+	if json.Unmarshal(gm.body["text"], &text) != nil || text == "" {
+		return false
+	}
+	for _, id := range gm.tok.EncodeSpecial(text) {
+		gm.prompt = append(gm.prompt, uint32(id))
+	}
+	gm.tokenized = true
+	return true
+}
+
+// generated is the engine's own count of what the client has (SGLang's completion_tokens, the length
+// of its output_ids).
+func (gm *generateMigration) generated() int { return gm.sent.completion }
 
 // movable: once a chunk came (the first stream's last one holds the generation's state).
 func (gm *generateMigration) movable() bool { return gm.cont || len(gm.last) > 0 }
@@ -96,8 +118,11 @@ func (gm *generateMigration) continuation() ([]uint32, []byte, bool) {
 		}
 		g.id = meta["id"]
 		gm.sent = g
+		if gm.tokenized && g.prompt != len(gm.prompt) {
+			return nil, nil, false // the engine tokenized the text otherwise: its ids are not the gateway's
+		}
 	}
-	produced := len(gm.sent.ids)
+	produced := gm.sent.completion
 	if produced >= gm.maxNew {
 		return nil, nil, false
 	}

@@ -506,6 +506,43 @@ func TestMigrationHTTPGenerate(t *testing.T) {
 			released(t, gw)
 		})
 	}
+	// A text prompt migrates when the gateway has the model's tokenizer: here the simulator's byte-level
+	// one, which its engines tokenize text with under ByteTokenIDs (and give output_ids in).
+	t.Run("text", func(t *testing.T) {
+		t.Parallel()
+		m := pdModes()[0]
+		c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5, ByteTokenIDs: true}})
+		gw := m.startGateway(t, c, "--tokenizer-path", byteTokenizerDir(t))
+		generateMigrates(t, gw, c.ByRole(sim.RoleDecode), `{"text":"a text prompt to carry on","sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`)
+		released(t, gw)
+	})
+	// Without the tokenizer, or with one that tokenizes the text otherwise than the engine (its count of
+	// the prompt differs), a text prompt's stream breaks as before: nothing is continued on ids that
+	// are not the engine's.
+	for name, flags := range map[string][]string{"text-no-tokenizer": nil, "text-other-tokenizer": {"--tokenizer-path", byteTokenizerDir(t)}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := pdModes()[0]
+			c := m.startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Engine: sim.Config{Seed: 5}}) // word tokens
+			gw := m.startGateway(t, c, flags...)
+			req := `{"text":"a text prompt to carry on","sampling_params":{"max_new_tokens":9,"temperature":0},"stream":true}`
+			if whole := streamGenerate(t, gw.URL, req); !whole.done || whole.errorChunk != "" {
+				t.Fatalf("uninterrupted run: %+v", whole)
+			}
+			for _, d := range c.ByRole(sim.RoleDecode) {
+				if err := d.SetFaults(sim.Faults{DieAfterTokens: 4}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := streamGenerate(t, gw.URL, req); got.done && got.errorChunk == "" {
+				t.Fatalf("a broken text-prompt stream ended cleanly: %+v", got)
+			}
+			if n := migrationCount(t, gw, "migrated"); n != 0 {
+				t.Errorf("%v migrations", n)
+			}
+			released(t, gw)
+		})
+	}
 	t.Run("off", func(t *testing.T) {
 		t.Parallel()
 		m := pdModes()[0]
@@ -552,7 +589,7 @@ func TestMigrationHTTPGenerateRegular(t *testing.T) {
 func generateMigrates(t *testing.T, gw *gateway, dying []*sim.Engine, req string) {
 	t.Helper()
 	want := streamGenerate(t, gw.URL, req)
-	if !want.done || want.errorChunk != "" || len(want.ids) != 9 || want.text == "" {
+	if !want.done || want.errorChunk != "" || want.completed != 9 || len(want.ids) < 9 || want.text == "" {
 		t.Fatalf("uninterrupted run: %+v", want)
 	}
 	for _, e := range dying {
