@@ -155,7 +155,9 @@ func (cm *chatMigration) continuation() ([]uint32, []byte, bool) {
 	if b["prompt"], err = json.Marshal(ids); err != nil {
 		return nil, nil, false
 	}
-	delete(b, "max_tokens")
+	// Without a budget a chat runs to the context's end (vLLM's get_max_tokens with max_tokens None);
+	// a completion's max_tokens has a default of its own, so the continuation says null.
+	b["max_tokens"] = json.RawMessage("null")
 	if cm.maxTokens > 0 {
 		b["max_tokens"] = json.RawMessage(strconv.Itoa(cm.maxTokens - produced))
 	}

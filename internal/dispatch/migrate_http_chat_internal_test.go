@@ -123,6 +123,18 @@ func TestChatMigrationNeedsPlainContent(t *testing.T) {
 	}
 }
 
+// A chat without a budget runs to the context's end; a completion's max_tokens has a default of its
+// own (16 on vLLM's CompletionRequest), so the continuation asks for none explicitly.
+func TestChatMigrationWithoutBudget(t *testing.T) {
+	cm, _ := checkChatMigration([]byte(`{"messages":[],"max_tokens":null}`))
+	feed(t, cm, chatRole, chatContent)
+	_, b, ok := cm.continuation()
+	var cont map[string]json.RawMessage
+	if !ok || json.Unmarshal(b, &cont) != nil || string(cont["max_tokens"]) != "null" {
+		t.Errorf("continuation %s (%v): want max_tokens null", b, ok)
+	}
+}
+
 // A drain cuts only a stream that can go on elsewhere from what it has read; the others end on the
 // draining engine rather than with an error.
 func TestDrainCutsOnlyMovableStreams(t *testing.T) {
