@@ -163,3 +163,28 @@ func TestDrainCutsOnlyMovableStreams(t *testing.T) {
 		}
 	}
 }
+
+// A completion without max_tokens has the engines' default 16, so its continuation states what is left
+// of it (it would otherwise get 16 more); with max_tokens null it runs to the context's end, and the
+// continuation keeps the null.
+func TestCompletionMigrationDefaultBudget(t *testing.T) {
+	chunk := `{"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null,"token_ids":[11]}]}`
+	for body, want := range map[string]string{
+		`{"prompt":[1,2,3]}`:                   "13",
+		`{"prompt":[1,2,3],"max_tokens":null}`: "null",
+		`{"prompt":[1,2,3],"max_tokens":5}`:    "2",
+	} {
+		cm, ok := checkCompletionMigration([]byte(body))
+		if !ok {
+			t.Fatalf("%s refused", body)
+		}
+		for range 3 {
+			cm.frame(nil, []byte(chunk))
+		}
+		_, b, ok := cm.continuation()
+		var cont map[string]json.RawMessage
+		if !ok || json.Unmarshal(b, &cont) != nil || string(cont["max_tokens"]) != want {
+			t.Errorf("%s: continuation %s (%v), want max_tokens %s", body, b, ok, want)
+		}
+	}
+}

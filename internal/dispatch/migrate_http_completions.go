@@ -25,10 +25,9 @@ type completionMigration struct {
 	raw       []byte                     // the client's body, read when a continuation is made (load)
 	askedIDs  bool                       // the client asked for return_token_ids: they stay in its chunks
 	loaded    bool                       // load read what follows
-	sglang    bool                       // the worker is SGLang's: max_tokens defaults to 16
 	prompt    []uint32                   // from here, load's
 	body      map[string]json.RawMessage // the client's body, for the continuations'
-	maxTokens int                        // 0: none sent, the context's rest, which a continuation keeps
+	maxTokens int                        // 0: null sent, the context's rest, which a continuation keeps
 	minTokens int
 
 	enginePrompt []uint32        // the prompt's ids as the engine's first chunk gave them
@@ -88,11 +87,12 @@ func (cm *completionMigration) load() bool {
 			cm.prompt = cm.enginePrompt
 		}
 	}
-	if v, ok := cm.body["max_tokens"]; ok && string(v) != "null" && (json.Unmarshal(v, &cm.maxTokens) != nil || cm.maxTokens <= 0) {
+	switch v, ok := cm.body["max_tokens"]; {
+	case !ok:
+		cm.maxTokens = completionsDefaultMaxTokens
+	case string(v) == "null": // the context's rest (vLLM's get_max_tokens), which the continuation keeps
+	case json.Unmarshal(v, &cm.maxTokens) != nil || cm.maxTokens <= 0:
 		return false
-	}
-	if cm.maxTokens == 0 && cm.sglang {
-		cm.maxTokens = sglangDefaultMaxTokens
 	}
 	if v, ok := cm.body["min_tokens"]; ok && string(v) != "null" && json.Unmarshal(v, &cm.minTokens) != nil {
 		return false
@@ -121,13 +121,13 @@ func (cm *completionMigration) generated() int { return len(cm.ids) }
 func (cm *completionMigration) movable() bool { return len(cm.ids) > 0 }
 
 func (cm *completionMigration) serves(p worker.Protocol) bool {
-	cm.sglang = p == worker.ProtocolSGLang
-	return p == worker.ProtocolVLLM || cm.sglang
+	return p == worker.ProtocolVLLM || p == worker.ProtocolSGLang
 }
 
-// sglangDefaultMaxTokens is SGLang's CompletionRequest max_tokens default (protocol.py); vLLM's is the
-// context's rest, which a continuation keeps by sending none.
-const sglangDefaultMaxTokens = 16
+// completionsDefaultMaxTokens is max_tokens when a completion has none: the OpenAI default both
+// engines' CompletionRequest take (vLLM's completion/protocol.py, SGLang's protocol.py). A
+// continuation states what is left of it, since it would otherwise get 16 more.
+const completionsDefaultMaxTokens = 16
 
 func (cm *completionMigration) finished() bool { return cm.ended }
 

@@ -24,9 +24,9 @@ type generateMigration struct {
 	loaded    bool                 // load read what follows
 	tokenized bool                 // the prompt's ids are the gateway's tokenization of its text
 	prompt    []uint32
-	maxNew int
-	body   map[string]json.RawMessage // the client's body, for the continuations'
-	params map[string]json.RawMessage // its sampling_params
+	maxNew    int
+	body      map[string]json.RawMessage // the client's body, for the continuations'
+	params    map[string]json.RawMessage // its sampling_params
 
 	last  []byte        // the first stream's last chunk: cumulative, it holds the whole state
 	sent  generatedText // what the client has of the generation, once a migration read it
