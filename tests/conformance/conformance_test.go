@@ -46,6 +46,7 @@ const (
 	srcMooncake  = "vllm-project/vllm examples/disaggregated/mooncake_connector/mooncake_connector_proxy.py"
 	srcKVBoth    = "vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (get_num_new_matched_tokens: remote KV only with do_remote_prefill); vllm/config/kv_transfer.py (kv_role kv_both: producer and consumer)"
 	srcMigration = "vllm-project/vllm vllm/entrypoints/openai/serving_completion.py and sgl-project/sglang python/sglang/srt/entrypoints/openai/serving_completions.py (return_token_ids: token_ids per chunk, prompt_token_ids in the first)"
+	srcChatIDs   = "vllm-project/vllm vllm/entrypoints/openai/serving_chat.py (return_token_ids: prompt_token_ids beside the first chunk's choices, token_ids per choice)"
 	srcDPRanks   = "sgl-project/sglang python/sglang/srt/managers/io_struct.py (routed_dp_rank, disagg_prefill_dp_rank); smg-project/smg model_gateway/src/routers/http/pd_router.rs (rank hints per leg, rooms aligned to the rank)"
 )
 
@@ -189,11 +190,13 @@ var rows = []row{
 		status:  200,
 		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,` + prefillK + `,"stream":false}`},
 		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"kv_transfer_params":{{KV}}}`}},
-	{name: "vllm chat stream with caps", source: srcToyProxy, protocol: "vllm", route: "/v1/chat/completions",
+	// A streamed chat to vLLM over HTTP can migrate: the gateway asks for the token ids
+	// (docs/migration.md), on the body both legs derive from.
+	{name: "vllm chat stream with caps", source: srcToyProxy + "; " + srcChatIDs, protocol: "vllm", route: "/v1/chat/completions",
 		body:    `{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2}`,
 		status:  200,
-		prefill: []string{`{` + chatMsgs + `,"stream":false,"max_completion_tokens":1,"max_tokens":1,` + prefillK + `}`},
-		decode:  []string{`{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2,"kv_transfer_params":{{KV}}}`}},
+		prefill: []string{`{` + chatMsgs + `,"stream":false,"max_completion_tokens":1,"max_tokens":1,"return_token_ids":true,` + prefillK + `}`},
+		decode:  []string{`{` + chatMsgs + `,"stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":50,"min_tokens":2,"min_completion_tokens":2,"return_token_ids":true,"kv_transfer_params":{{KV}}}`}},
 	// A streamed completion of one prompt can migrate in HTTP mode: the gateway asks for the token ids
 	// (docs/migration.md), on the body both legs derive from.
 	{name: "vllm completions", source: srcToyProxy + "; " + srcMigration, protocol: "vllm", route: "/v1/completions",
@@ -223,11 +226,11 @@ var rows = []row{
 		status: 200,
 		decode: []string{`{"model":"m","prompt":["a","b"],"max_tokens":3}`}},
 	// vLLM Mooncake: both legs at once, one transfer id, the decode told where the KV is.
-	{name: "vllm mooncake chat", source: srcMooncake, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
+	{name: "vllm mooncake chat", source: srcMooncake + "; " + srcChatIDs, protocol: "vllm", route: "/v1/chat/completions", mooncake: true,
 		body:    `{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true}}`,
 		status:  200,
-		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"}}`},
-		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
+		prefill: []string{`{` + chatMsgs + `,"max_tokens":1,"stream":false,"return_token_ids":true,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"transfer_id":"$xfer"}}`},
+		decode:  []string{`{` + chatMsgs + `,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_bootstrap_addr":"http://{{HOST}}:{{BPORT}}","remote_engine_id":"$engine","transfer_id":"$xfer"}}`},
 		legs:    mooncakeLegs},
 	{name: "vllm mooncake completions with max_completion_tokens", source: srcMooncake, protocol: "vllm", route: "/v1/completions", mooncake: true,
 		body:    `{"model":"m","prompt":"p","max_completion_tokens":9,"min_tokens":2}`,
