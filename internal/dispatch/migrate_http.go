@@ -95,13 +95,7 @@ func (x *Dispatcher) prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Re
 			return nil, br
 		}
 		if cm, ok := checkChatMigration(br.Body); ok {
-			b, err := cm.engineBody()
-			if err != nil {
-				return nil, br
-			}
-			out := *br
-			out.Body = b
-			return &httpPlan{api: cm}, &out
+			return askingIDs(br, &cm.idStream, cm)
 		}
 	case body.RouteGenerate:
 		if br.PromptTokenIDs > 0 {
@@ -116,16 +110,22 @@ func (x *Dispatcher) prepareHTTPMigration(br *body.Request) (*httpPlan, *body.Re
 		}
 	case body.RouteCompletions: // a text prompt's ids come with the first chunk (prompt_token_ids)
 		if cm, ok := checkCompletionMigration(br.Body); ok {
-			b, err := cm.engineBody()
-			if err != nil {
-				return nil, br
-			}
-			out := *br
-			out.Body = b
-			return &httpPlan{api: cm}, &out
+			return askingIDs(br, &cm.idStream, cm)
 		}
 	}
 	return nil, br
+}
+
+// askingIDs is the plan of a stream of api whose engine must be asked for its token ids (s), and the
+// request with the body that asks.
+func askingIDs(br *body.Request, s *idStream, api httpStreamAPI) (*httpPlan, *body.Request) {
+	b, err := s.engineBody()
+	if err != nil {
+		return nil, br
+	}
+	out := *br
+	out.Body = b
+	return &httpPlan{api: api}, &out
 }
 
 // migratingStream is the client's body of a migratable HTTP stream.

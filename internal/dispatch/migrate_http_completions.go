@@ -20,23 +20,128 @@ import (
 // counting the request's prompt once and every token the client got. The ids reach the client only
 // when it asked for them; a continuation's prompt_token_ids never do (they are not the request's).
 
-// completionMigration is a migratable vLLM completions stream.
+// completionMigration is a migratable completions stream.
 type completionMigration struct {
+	idStream
+}
+
+// idStream is the state an OpenAI stream whose engine gives its token ids (return_token_ids) needs
+// to go on as a completion: the completions and chat migrations share it.
+type idStream struct {
 	raw       []byte                     // the client's body, read when a continuation is made (load)
 	askedIDs  bool                       // the client asked for return_token_ids: they stay in its chunks
-	loaded    bool                       // load read what follows
-	prompt    []uint32                   // from here, load's
+	loaded    bool                       // load read body and the budget
 	body      map[string]json.RawMessage // the client's body, for the continuations'
-	maxTokens int                        // 0: null sent, the context's rest, which a continuation keeps
+	maxTokens int                        // 0: none, the context's rest (max_tokens null)
 	minTokens int
 
+	prompt       []uint32        // the prompt's ids, load's
 	enginePrompt []uint32        // the prompt's ids as the engine's first chunk gave them
 	ids          []uint32        // the generated ids the client has
 	base         int             // len(ids) when the continuation being read started
 	id, created  json.RawMessage // the first stream's
-	cont         bool            // the frames read are a continuation's
-	ended        bool            // a chunk finished the generation, or an error chunk came
-	cut          [][2]int        // scanCompletionChunk's, reused
+	model        json.RawMessage
+	cont         bool     // the frames read are a continuation's
+	ended        bool     // a chunk finished the generation, or an error chunk came
+	cut          [][2]int // the id members of the chunk scanned last, reused
+}
+
+// engineBody is the body sent to the engine: the client's, asking for the token ids.
+func (s *idStream) engineBody() ([]byte, error) {
+	if s.askedIDs {
+		return s.raw, nil
+	}
+	return body.SetMember(s.raw, "return_token_ids", []byte("true"))
+}
+
+func (s *idStream) generated() int { return len(s.ids) }
+
+func (s *idStream) finished() bool { return s.ended }
+
+// loadBody reads the client's body and min_tokens, once.
+func (s *idStream) loadBody() bool {
+	s.body, s.minTokens = nil, 0
+	if json.Unmarshal(s.raw, &s.body) != nil {
+		return false
+	}
+	v, ok := s.body["min_tokens"]
+	return !ok || string(v) == "null" || json.Unmarshal(v, &s.minTokens) == nil
+}
+
+// continuationBody is the /v1/completions body that goes on after the ids the client has: the
+// client's members but drop, the prompt's ids and the generated ones as the prompt, and the budget
+// less what was generated (null for none: a completion's own default is 16); false when the budget is
+// spent. The frames read next are the continuation's.
+func (s *idStream) continuationBody(drop []string) ([]uint32, []byte, bool) {
+	produced := len(s.ids)
+	if s.maxTokens > 0 && produced >= s.maxTokens {
+		return nil, nil, false
+	}
+	ids := prefixed(s.prompt, s.ids)
+	b := make(map[string]json.RawMessage, len(s.body)+1)
+	for k, v := range s.body {
+		b[k] = v
+	}
+	for _, k := range drop {
+		delete(b, k)
+	}
+	var err error
+	if b["prompt"], err = json.Marshal(ids); err != nil {
+		return nil, nil, false
+	}
+	b["max_tokens"] = json.RawMessage("null")
+	if s.maxTokens > 0 {
+		b["max_tokens"] = json.RawMessage(strconv.Itoa(s.maxTokens - produced))
+	}
+	if s.minTokens > 0 {
+		b["min_tokens"] = json.RawMessage(strconv.Itoa(max(s.minTokens-produced, 0)))
+	}
+	b["return_token_ids"] = json.RawMessage("true")
+	out, err := json.Marshal(b)
+	if err != nil {
+		return nil, nil, false
+	}
+	s.base, s.cont = produced, true
+	return ids, out, true
+}
+
+// frame passes one chunk on: the first stream's scanned in place (its ids cut out when the client
+// did not ask for them; delta, if not nil, gets each choice's delta), a continuation's rewritten by
+// continued.
+func (s *idStream) frame(dst, payload []byte, delta func(d []byte), continued func(payload []byte) ([]byte, bool)) ([]byte, bool) {
+	if s.cont {
+		out, ended := continued(payload)
+		s.ended = s.ended || ended
+		if out == nil {
+			return append(dst, payload...), ended
+		}
+		return append(dst, out...), ended
+	}
+	sc, ok := scanIDChunk(payload, s.ids, s.cut[:0], delta)
+	if !ok {
+		s.ended = true
+		return append(dst, payload...), true // an error chunk or something else: the client gets it, and the stream is over
+	}
+	s.ids, s.cut = sc.ids, sc.cut
+	s.ended = s.ended || sc.ended
+	if s.enginePrompt == nil && len(sc.prompt) > 2 {
+		s.enginePrompt = appendIDs(nil, sc.prompt)
+	}
+	if s.id == nil {
+		s.id, s.created, s.model = memberCopy(payload, "id"), memberCopy(payload, "created"), memberCopy(payload, "model")
+	}
+	if s.askedIDs {
+		return append(dst, payload...), sc.ended // as the engine sent it
+	}
+	return appendCut(dst, payload, sc.cut), sc.ended
+}
+
+// memberCopy is a copy of the value of b's top-level member key, or nil.
+func memberCopy(b []byte, key string) json.RawMessage {
+	if m, ok := jsonscan.FindMember(b, 0, key); ok {
+		return append(json.RawMessage(nil), m.Value(b)...)
+	}
+	return nil
 }
 
 // completionOptsNotCarried are the completions options whose state or output a continuation cannot
@@ -48,7 +153,15 @@ var completionOptsNotCarried = []string{"echo", "logprobs", "prompt_logprobs", "
 // checkCompletionMigration says whether a completions body (with a token-id prompt of one) may
 // migrate, reading its top-level members only: none of completionOptsNotCarried is on.
 func checkCompletionMigration(b []byte) (*completionMigration, bool) {
-	cm := &completionMigration{raw: b}
+	s, ok := newIDStream(b, completionOptsNotCarried)
+	return &completionMigration{idStream: s}, ok
+}
+
+// newIDStream reads the top-level members of a body b: whether the client asked for the ids itself,
+// and whether none of notCarried is on (null, false, an empty tools list or a text response_format
+// are off).
+func newIDStream(b []byte, notCarried []string) (idStream, bool) {
+	s := idStream{raw: b}
 	it := jsonscan.NewObjIter(b, 0)
 	for {
 		m, more := it.Next()
@@ -56,16 +169,16 @@ func checkCompletionMigration(b []byte) (*completionMigration, bool) {
 			break
 		}
 		if m.KeyIs(b, "return_token_ids") {
-			cm.askedIDs, _ = jsonscan.ParseBool(m.Value(b))
+			s.askedIDs, _ = jsonscan.ParseBool(m.Value(b))
 			continue
 		}
-		for _, k := range completionOptsNotCarried {
-			if m.KeyIs(b, k) && !isFalsy(m.Value(b)) {
-				return nil, false
+		for _, k := range notCarried {
+			if m.KeyIs(b, k) && !isFalsy(m.Value(b)) && !isPlainText(k, m.Value(b)) {
+				return s, false
 			}
 		}
 	}
-	return cm, it.Err == nil
+	return s, it.Err == nil
 }
 
 // load reads what a continuation needs from the client's body: the token-id prompt (flat, or a list
@@ -74,8 +187,8 @@ func (cm *completionMigration) load() bool {
 	if cm.loaded {
 		return true
 	}
-	cm.body, cm.prompt, cm.maxTokens, cm.minTokens = nil, nil, 0, 0
-	if json.Unmarshal(cm.raw, &cm.body) != nil {
+	cm.prompt, cm.maxTokens = nil, 0
+	if !cm.loadBody() {
 		return false
 	}
 	if json.Unmarshal(cm.body["prompt"], &cm.prompt) != nil {
@@ -94,9 +207,6 @@ func (cm *completionMigration) load() bool {
 	case json.Unmarshal(v, &cm.maxTokens) != nil || cm.maxTokens <= 0:
 		return false
 	}
-	if v, ok := cm.body["min_tokens"]; ok && string(v) != "null" && json.Unmarshal(v, &cm.minTokens) != nil {
-		return false
-	}
 	cm.loaded = len(cm.prompt) > 0
 	return cm.loaded
 }
@@ -106,16 +216,6 @@ func (cm *completionMigration) load() bool {
 func isFalsy(v []byte) bool {
 	return string(v) == "null" || string(v) == "false"
 }
-
-// engineBody is the body sent to the engine: the client's, asking for the token ids.
-func (cm *completionMigration) engineBody() ([]byte, error) {
-	if cm.askedIDs {
-		return cm.raw, nil
-	}
-	return body.SetMember(cm.raw, "return_token_ids", []byte("true"))
-}
-
-func (cm *completionMigration) generated() int { return len(cm.ids) }
 
 // movable: once the first ids came (a text prompt's ids come with them).
 func (cm *completionMigration) movable() bool { return len(cm.ids) > 0 }
@@ -129,115 +229,83 @@ func (cm *completionMigration) serves(p worker.Protocol) bool {
 // continuation states what is left of it, since it would otherwise get 16 more.
 const completionsDefaultMaxTokens = 16
 
-func (cm *completionMigration) finished() bool { return cm.ended }
-
 // continuation is the body of the completions request that goes on after the ids the client has.
 func (cm *completionMigration) continuation() ([]uint32, []byte, bool) {
 	if !cm.load() {
 		return nil, nil, false
 	}
-	produced := len(cm.ids)
-	if cm.maxTokens > 0 && produced >= cm.maxTokens {
-		return nil, nil, false
-	}
-	ids := prefixed(cm.prompt, cm.ids)
-	b := make(map[string]json.RawMessage, len(cm.body)+1)
-	for k, v := range cm.body {
-		b[k] = v
-	}
-	var err error
-	if b["prompt"], err = json.Marshal(ids); err != nil {
-		return nil, nil, false
-	}
-	if cm.maxTokens > 0 {
-		b["max_tokens"] = json.RawMessage(strconv.Itoa(cm.maxTokens - produced))
-	}
-	if cm.minTokens > 0 {
-		b["min_tokens"] = json.RawMessage(strconv.Itoa(max(cm.minTokens-produced, 0)))
-	}
-	b["return_token_ids"] = json.RawMessage("true")
-	out, err := json.Marshal(b)
-	if err != nil {
-		return nil, nil, false
-	}
-	cm.base, cm.cont = produced, true
-	return ids, out, true
+	return cm.continuationBody(nil)
 }
 
 // frame takes one completions chunk: its ids are added to the generation's, and the ids leave it
-// when the client did not ask for them. The first stream's chunks are scanned in place
-// (scanCompletionChunk); a continuation's are rewritten as the request's.
+// when the client did not ask for them. The first stream's chunks are scanned in place; a
+// continuation's are rewritten as the request's.
 func (cm *completionMigration) frame(dst, payload []byte) ([]byte, bool) {
-	if cm.cont {
-		out, ended := cm.continued(payload)
-		cm.ended = cm.ended || ended
-		if out == nil {
-			return append(dst, payload...), ended
-		}
-		return append(dst, out...), ended
-	}
-	sc, ok := scanCompletionChunk(payload, cm.ids, cm.cut[:0])
-	if !ok {
-		cm.ended = true
-		return append(dst, payload...), true // an error chunk or something else: the client gets it, and the stream is over
-	}
-	cm.ids, cm.cut = sc.ids, sc.cut
-	cm.ended = cm.ended || sc.ended
-	if cm.enginePrompt == nil && len(sc.prompt) > 2 {
-		cm.enginePrompt = appendIDs(nil, sc.prompt)
-	}
-	if cm.id == nil {
-		if m, ok := jsonscan.FindMember(payload, 0, "id"); ok {
-			cm.id = append(json.RawMessage(nil), m.Value(payload)...)
-		}
-		if m, ok := jsonscan.FindMember(payload, 0, "created"); ok {
-			cm.created = append(json.RawMessage(nil), m.Value(payload)...)
-		}
-	}
-	if cm.askedIDs {
-		return append(dst, payload...), sc.ended // as the engine sent it
-	}
-	return appendCut(dst, payload, sc.cut), sc.ended
+	return cm.idStream.frame(dst, payload, nil, cm.continued)
 }
 
-// completionChunk is what scanCompletionChunk found in a chunk.
-type completionChunk struct {
+// idChunk is what scanIDChunk found in a chunk.
+type idChunk struct {
 	ids    []uint32 // the ids so far with the chunk's appended
 	prompt []byte   // the prompt_token_ids value, if the chunk has one
 	ended  bool     // a choice has a finish_reason
 	cut    [][2]int // the token_ids and prompt_token_ids members, each with its separator
 }
 
-// scanCompletionChunk reads a completions chunk's choices without decoding it: their token_ids
-// (appended to ids) and finish_reason, and where the id members are (appended to cut). False when the chunk has no
-// choices array (an error chunk).
-func scanCompletionChunk(payload []byte, ids []uint32, cut [][2]int) (completionChunk, bool) {
-	out := completionChunk{ids: ids, cut: cut}
+// scanIDChunk reads an OpenAI chunk (a completion's or a chat's) without decoding it: its choices'
+// token_ids (appended to ids) and finish_reason, the prompt_token_ids beside the choices (a chat's) or
+// in one (a completion's), and where those id members are (appended to cut); delta, if not nil, gets
+// each choice's delta (a chat's). False when the chunk has no choices array (an error chunk).
+func scanIDChunk(payload []byte, ids []uint32, cut [][2]int, delta func(d []byte)) (idChunk, bool) {
+	out := idChunk{ids: ids, cut: cut}
 	found := false
+	prevEnd := -1 // where the previous member's value ended, once a member is kept before
 	top := jsonscan.NewObjIter(payload, 0)
 	for {
 		m, more := top.NextKey()
 		if !more {
 			break
 		}
-		var end int
 		var err error
 		if m.KeyIs(payload, "choices") { // read once, as it is scanned
 			found = true
-			end, err = scanChoices(payload, m.ValStart, &out)
+			m.ValEnd, err = scanChoices(payload, m.ValStart, &out, delta)
 		} else {
-			end, err = jsonscan.SkipValueDepth(payload, m.ValStart, 1)
+			m.ValEnd, err = jsonscan.SkipValueDepth(payload, m.ValStart, 1)
 		}
 		if err != nil {
 			return out, false
 		}
-		top.ValueDone(end)
+		prevEnd = out.member(payload, m, prevEnd, false)
+		top.ValueDone(m.ValEnd)
 	}
 	return out, found && top.Err == nil
 }
 
-// scanChoices reads the choices array at b[i] into out and returns where it ends.
-func scanChoices(b []byte, i int, out *completionChunk) (int, error) {
+// member takes one member m of an object in b whose previous member ended at prevEnd: the id members
+// are noted and cut; it returns where the next member's cut may start.
+func (out *idChunk) member(b []byte, m jsonscan.Member, prevEnd int, inChoice bool) int {
+	cut := false
+	switch {
+	case inChoice && m.KeyIs(b, "token_ids"):
+		out.ids, cut = appendIDs(out.ids, m.Value(b)), true
+	case m.KeyIs(b, "prompt_token_ids"):
+		out.prompt, cut = m.Value(b), true
+	case inChoice && m.KeyIs(b, "finish_reason"):
+		out.ended = out.ended || !jsonscan.IsNull(m.Value(b))
+	}
+	if cut {
+		out.cut = append(out.cut, memberSpan(b, m, prevEnd))
+	}
+	if !cut || prevEnd >= 0 {
+		return m.ValEnd
+	}
+	return prevEnd
+}
+
+// scanChoices reads the choices array at b[i] into out (each delta to delta, if not nil) and returns
+// where it ends.
+func scanChoices(b []byte, i int, out *idChunk, delta func(d []byte)) (int, error) {
 	arr := jsonscan.NewArrIter(b, i)
 	for {
 		start, more := arr.NextStart()
@@ -245,27 +313,16 @@ func scanChoices(b []byte, i int, out *completionChunk) (int, error) {
 			break
 		}
 		it := jsonscan.NewObjIter(b, start)
-		prevEnd := -1 // where the previous member's value ended, once a member is kept before
+		prevEnd := -1
 		for {
 			m, more := it.Next()
 			if !more {
 				break
 			}
-			cut := false
-			switch {
-			case m.KeyIs(b, "token_ids"):
-				out.ids, cut = appendIDs(out.ids, m.Value(b)), true
-			case m.KeyIs(b, "prompt_token_ids"):
-				out.prompt, cut = m.Value(b), true
-			case m.KeyIs(b, "finish_reason"):
-				out.ended = out.ended || !jsonscan.IsNull(m.Value(b))
+			if delta != nil && m.KeyIs(b, "delta") {
+				delta(m.Value(b))
 			}
-			if cut {
-				out.cut = append(out.cut, memberSpan(b, m, prevEnd))
-			}
-			if !cut || prevEnd >= 0 {
-				prevEnd = m.ValEnd
-			}
+			prevEnd = out.member(b, m, prevEnd, true)
 		}
 		if it.Err != nil {
 			return 0, it.Err

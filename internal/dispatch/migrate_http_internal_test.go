@@ -10,7 +10,7 @@ import (
 
 // The first stream's completions chunks are scanned in place: their ids taken, the id members cut
 // out where the client did not ask for them, wherever they sit in the choice.
-func TestScanCompletionChunk(t *testing.T) {
+func TestScanIDChunk(t *testing.T) {
 	cases := []struct {
 		name, in, want string
 		ids            []uint32
@@ -26,7 +26,7 @@ func TestScanCompletionChunk(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sc, ok := scanCompletionChunk([]byte(c.in), []uint32{3}, nil)
+			sc, ok := scanIDChunk([]byte(c.in), []uint32{3}, nil, nil)
 			if ok != c.ok {
 				t.Fatalf("ok = %v, want %v", ok, c.ok)
 			}
