@@ -87,7 +87,9 @@ type Config struct {
 	EngineGRPCOnly bool
 	// ByteTokenIDs makes the engines' gRPC Generate answer the generated text's UTF-8 bytes as its
 	// token ids (a byte-level vocabulary whose ids 0-255 are the bytes), which a gateway can decode
-	// with such a tokenizer; otherwise the ids are the simulator's own word chunks (tokenizer.go).
+	// with such a tokenizer; otherwise the ids are the simulator's own word chunks (tokenizer.go). Over
+	// HTTP a text prompt (completions, /generate) is tokenized into its bytes and the generated ids
+	// shown (output_ids, token_ids) are bytes too; a chat's rendered prompt keeps word tokens.
 	ByteTokenIDs bool
 	// TokenizerDir is the model directory whose tokenizer files the engines' gRPC GetTokenizer
 	// streams as a zip bundle; empty serves the built-in byte-level tokenizer (bytetokenizer/:

@@ -38,8 +38,8 @@ import (
 //
 // It reports the extra cost: the tokens prefilled again by continuations against the prompts' tokens.
 // The modes: SGLang and vLLM over their gRPC (OpenAI chat streams), and over HTTP the forms HTTP
-// mode migrates: SGLang's /generate streamed with input_ids, and on vLLM completions with a token-id
-// prompt and chats, half each. Each runs for a ninth of SLUICE_CHAOS_DURATION, at least 10 s.
+// mode migrates: SGLang's /generate streamed with input_ids and with text prompts, and on vLLM
+// completions with a token-id prompt and chats, half each. Each runs for a ninth of SLUICE_CHAOS_DURATION, at least 10 s.
 func TestMigrationSoak(t *testing.T) {
 	per := max(10*time.Second, soakDuration(t)/9)
 	for _, m := range []soakMode{{"grpc-sglang", sim.ProtocolSGLang, false}, {"grpc-vllm", sim.ProtocolVLLM, false},
@@ -52,8 +52,13 @@ func TestMigrationSoak(t *testing.T) {
 type soakMode struct {
 	name     string
 	protocol sim.Protocol
-	http     bool // HTTP engines: SGLang /generate with token ids, vLLM completions with token ids and chats; else the engines' gRPC and chat
+	http     bool // HTTP engines: SGLang /generate with token ids and text, vLLM completions with token ids and chats; else the engines' gRPC and chat
 }
+
+// byteIDs says whether the engines tokenize text and show ids as the byte-level tokenizer the
+// gateway holds does (sim.Config.ByteTokenIDs): in gRPC mode, where the gateway tokenizes, and for
+// SGLang's /generate over HTTP, whose text prompts the gateway tokenizes to migrate them.
+func (m soakMode) byteIDs() bool { return !m.http || m.protocol == sim.ProtocolSGLang }
 
 // url is an engine's worker URL in the gateway.
 func (m soakMode) url(e *sim.Engine) string {
@@ -69,6 +74,9 @@ func (m soakMode) request(i int) (string, string) {
 	case m.http && m.protocol == sim.ProtocolVLLM && i%2 == 0: // the odd ones are chats, below
 		return "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":[%d,%d,%d,%d],"max_tokens":%d,"temperature":0,"stream":true,`+
 			`"stream_options":{"include_usage":true}}`, model, 100+i, 200+i, 300+i, 400+i, 60+15*i)
+	case m.http && m.protocol == sim.ProtocolSGLang && i%2 == 1: // a text prompt, tokenized by the gateway to migrate
+		return "/generate", fmt.Sprintf(`{"text":"migration soak %d","sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":true}`,
+			i, 60+15*i)
 	case m.http && m.protocol == sim.ProtocolSGLang:
 		return "/generate", fmt.Sprintf(`{"input_ids":[%d,%d,%d,%d],"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":true}`,
 			100+i, 200+i, 300+i, 400+i, 60+15*i)
@@ -96,9 +104,9 @@ type streamed struct {
 
 func migrationSoak(t *testing.T, m soakMode, length time.Duration) {
 	logger := soakLogger()
-	engine := sim.Config{Seed: 7, ITLBase: 3 * time.Millisecond}
+	engine := sim.Config{Seed: 7, ITLBase: 3 * time.Millisecond, ByteTokenIDs: m.byteIDs()}
 	if !m.http {
-		engine.GRPC, engine.EngineGRPCOnly, engine.ByteTokenIDs = true, true, true
+		engine.GRPC, engine.EngineGRPCOnly = true, true
 	}
 	cluster, err := sim.StartCluster(context.Background(), sim.ClusterConfig{Prefill: 2, Decode: 3, Protocol: m.protocol,
 		Engine: engine, Logger: logger})

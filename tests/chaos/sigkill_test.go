@@ -69,7 +69,10 @@ func startProcessFleet(t *testing.T, bin string, m soakMode, prefills, decodes i
 		args := []string{"--role", string(role), "--protocol", string(m.protocol), "--host", "127.0.0.1",
 			"--port", strconv.Itoa(port), "--seed", "7", "--itl-base-ms", "3"}
 		if !m.http {
-			args = append(args, "--grpc", "--grpc-engine-only", "--grpc-byte-token-ids")
+			args = append(args, "--grpc", "--grpc-engine-only")
+		}
+		if m.byteIDs() {
+			args = append(args, "--grpc-byte-token-ids")
 		}
 		if bootstrap > 0 {
 			args = append(args, "--bootstrap-port", strconv.Itoa(bootstrap))
