@@ -25,21 +25,39 @@ import (
 // waits for them.
 func TestRollingDecodeUpdateGRPC(t *testing.T) {
 	t.Parallel()
-	t.Run("killed", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, true) })
-	t.Run("drained", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, false) })
+	t.Run("killed", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, true, true) })
+	t.Run("drained", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, false, true) })
 }
 
-func rollingDecodeUpdate(t *testing.T, kill bool) {
+// TestRollingDecodeUpdateHTTP is the same rollout of vLLM engines discovered over HTTP: their chat
+// streams migrate too (the engine gives the token ids, docs/migration.md).
+func TestRollingDecodeUpdateHTTP(t *testing.T) {
+	t.Parallel()
+	t.Run("killed", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, true, false) })
+	t.Run("drained", func(t *testing.T) { t.Parallel(); rollingDecodeUpdate(t, false, false) })
+}
+
+// rollingDecodeUpdate runs the rollout on SGLang engines over their gRPC, or vLLM's over HTTP; each
+// run on a port of its own.
+func rollingDecodeUpdate(t *testing.T, kill, grpc bool) {
 	const p0, d0, d1, d2, d3 = "127.0.0.12", "127.0.0.13", "127.0.0.14", "127.0.0.15", "127.0.0.16"
 	port := freeLoopbackPort(t, p0)
+	cfg := sim.Config{Protocol: sim.ProtocolVLLM, Seed: 3, ITLBase: 3 * time.Millisecond}
+	scheme, flags := "http", []string{"--service-discovery-protocol", "http"}
+	if grpc {
+		cfg = sim.Config{GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true, Seed: 3, ITLBase: 3 * time.Millisecond}
+		scheme, flags = "grpc", []string{"--service-discovery-protocol", "grpc", "--tokenizer-path", byteTokenizerDir(t)}
+	}
+	at := func(ip string) string { return scheme + "://" + net.JoinHostPort(ip, strconv.Itoa(port)) }
 	engines := map[string]*sim.Engine{}
 	for _, ip := range []string{p0, d0, d1, d2, d3} {
 		role := sim.RoleDecode
 		if ip == p0 {
 			role = sim.RolePrefill
 		}
-		e, err := sim.New(sim.Config{Role: role, Host: ip, Port: port, GRPC: true, EngineGRPCOnly: true, ByteTokenIDs: true,
-			Seed: 3, ITLBase: 3 * time.Millisecond}, testLogger(t))
+		c := cfg
+		c.Role, c.Host, c.Port = role, ip, port
+		e, err := sim.New(c, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,20 +68,22 @@ func rollingDecodeUpdate(t *testing.T, kill bool) {
 		engines[ip] = e
 	}
 	pods := &kubePods{t: t, client: fake.NewClientset(), ns: "inference"}
-	prefill := podTemplate{labels: map[string]string{"app": "sglang", "component": "prefill", "model": simModel},
-		annotations: map[string]string{"sglang.ai/bootstrap-port": strconv.Itoa(engines[p0].BootstrapPort())}}
-	decode := podTemplate{labels: map[string]string{"app": "sglang", "component": "decode", "model": simModel}}
-	gw := startGateway(t, app.Options{KubeClient: pods.client}, "--pd-disaggregation", "--service-discovery",
-		"--service-discovery-protocol", "grpc", "--service-discovery-port", strconv.Itoa(port),
-		"--prefill-selector", "app=sglang,component=prefill", "--decode-selector", "app=sglang,component=decode",
+	prefill := podTemplate{labels: map[string]string{"app": "llm", "component": "prefill", "model": simModel}}
+	if grpc {
+		prefill.annotations = map[string]string{"sglang.ai/bootstrap-port": strconv.Itoa(engines[p0].BootstrapPort())}
+	}
+	decode := podTemplate{labels: map[string]string{"app": "llm", "component": "decode", "model": simModel}}
+	gw := startGateway(t, app.Options{KubeClient: pods.client}, append(flags, "--pd-disaggregation", "--service-discovery",
+		"--service-discovery-port", strconv.Itoa(port),
+		"--prefill-selector", "app=llm,component=prefill", "--decode-selector", "app=llm,component=decode",
 		"--service-discovery-namespace", "inference", "--model-id-from", "label:model",
-		"--tokenizer-path", byteTokenizerDir(t), "--health-check-interval-secs", "0.2")
+		"--health-check-interval-secs", "0.2")...)
 	pods.create(pods.pod("prefill-0", p0, prefill, true))
 	pods.create(pods.pod("decode-old-0", d0, decode, true))
 	pods.create(pods.pod("decode-old-1", d1, decode, true))
 	waitFor(t, "gateway ready", 10*time.Second, func() bool { return gw.Ready() == nil })
 	waitFor(t, "both old decode pods routed to", 10*time.Second, func() bool {
-		return routable(gw, grpcAt(d0, port)) && routable(gw, grpcAt(d1, port))
+		return routable(gw, at(d0)) && routable(gw, at(d1))
 	})
 
 	prompts := make([]string, 4)
@@ -104,15 +124,15 @@ func rollingDecodeUpdate(t *testing.T, kill bool) {
 		{"decode-old-0", d0, "decode-new-0", d2}, {"decode-old-1", d1, "decode-new-1", d3},
 	} {
 		pods.create(pods.pod(step.new, step.newIP, decode, true))
-		waitFor(t, step.new+" routed to", 10*time.Second, func() bool { return routable(gw, grpcAt(step.newIP, port)) })
-		waitFor(t, step.old+" streaming", 10*time.Second, func() bool { return workerLoad(gw, grpcAt(step.oldIP, port)) > 0 })
+		waitFor(t, step.new+" routed to", 10*time.Second, func() bool { return routable(gw, at(step.newIP)) })
+		waitFor(t, step.old+" streaming", 10*time.Second, func() bool { return workerLoad(gw, at(step.oldIP)) > 0 })
 		pods.delete(step.old)
 		if kill {
 			engines[step.oldIP].Crash(time.Hour) // gone for good: its pod was deleted
 		}
 	}
 	waitFor(t, "the old decode workers removed", 10*time.Second, func() bool {
-		return workerLoad(gw, grpcAt(d0, port)) < 0 && workerLoad(gw, grpcAt(d1, port)) < 0
+		return workerLoad(gw, at(d0)) < 0 && workerLoad(gw, at(d1)) < 0
 	})
 	close(stop)
 	wg.Wait()
@@ -131,8 +151,6 @@ func routable(gw *gateway, url string) bool {
 	w, ok := gw.Registry.Snapshot().ByURL(url)
 	return ok && w.Routable(time.Now())
 }
-
-func grpcAt(ip string, port int) string { return "grpc://" + net.JoinHostPort(ip, strconv.Itoa(port)) }
 
 // freeLoopbackPort is a port free on ip (skips where the address is unusable).
 func freeLoopbackPort(t *testing.T, ip string) int {
