@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -178,6 +179,7 @@ type Dispatcher struct {
 	rmu      sync.Mutex // guards d.Rand when injected (rand.Rand is not safe for concurrent use)
 	mooncake mooncakePD
 	live     enginebook.Book[*migratingStream] // HTTP-mode migratable streams, for MigrateFrom (migrate_drain.go)
+	vllmHTTP atomic.Uint64                     // servesVLLMOverHTTP's answer for a registry version: version<<1 | answer
 	// predicting: a policy is predicted_latency, so each request carries Picks (the policies are fixed
 	// at construction; asked once here, not per request).
 	predicting bool

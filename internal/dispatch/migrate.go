@@ -87,14 +87,27 @@ func (x *Dispatcher) withMigration(ctx context.Context, q *prepared) context.Con
 type migratorCtxKey struct{}
 
 // servesVLLMOverHTTP says whether a vLLM engine over HTTP is registered: only they give a chat's token
-// ids, so only then does a chat ask for them.
+// ids, so only then does a chat ask for them. The answer is kept per registry version (version 0 is
+// never cached: a snapshot's version counts from 1).
 func (x *Dispatcher) servesVLLMOverHTTP() bool {
-	for _, w := range x.d.Registry.Snapshot().All() {
+	snap := x.d.Registry.Snapshot()
+	v := snap.Version()
+	if c := x.vllmHTTP.Load(); c>>1 == v && v != 0 {
+		return c&1 == 1
+	}
+	yes := false
+	for _, w := range snap.All() {
 		if w.Protocol() == worker.ProtocolVLLM && strings.HasPrefix(w.URL(), "http") {
-			return true
+			yes = true
+			break
 		}
 	}
-	return false
+	c := v << 1
+	if yes {
+		c |= 1
+	}
+	x.vllmHTTP.Store(c)
+	return yes
 }
 
 // migratorOf is the request's migrator, nil when it may not migrate.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/worker"
 )
 
 func TestCheckChatMigration(t *testing.T) {
@@ -186,5 +187,35 @@ func TestCompletionMigrationDefaultBudget(t *testing.T) {
 		if !ok || json.Unmarshal(b, &cont) != nil || string(cont["max_tokens"]) != want {
 			t.Errorf("%s: continuation %s (%v), want max_tokens %s", body, b, ok, want)
 		}
+	}
+}
+
+// Chats ask for the ids only while a vLLM engine over HTTP is registered; the answer follows the
+// registry's changes.
+func TestServesVLLMOverHTTP(t *testing.T) {
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
+	x := &Dispatcher{d: Deps{Registry: reg}}
+	add := func(url string, p worker.Protocol) string {
+		t.Helper()
+		w, err := reg.Add(worker.Spec{URL: url, Role: worker.RoleDecode, Protocol: p, Models: []string{"m"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.ID()
+	}
+	add("http://sglang:1", worker.ProtocolSGLang)
+	add("grpc://vllm:1", worker.ProtocolVLLM)
+	if x.servesVLLMOverHTTP() {
+		t.Fatal("no vLLM engine over HTTP, yet chats would ask for ids")
+	}
+	id := add("http://vllm:2", worker.ProtocolVLLM)
+	if !x.servesVLLMOverHTTP() || !x.servesVLLMOverHTTP() {
+		t.Fatal("a vLLM engine over HTTP joined: chats must ask for ids")
+	}
+	if err := reg.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	if x.servesVLLMOverHTTP() {
+		t.Fatal("the vLLM engine over HTTP left, yet chats would ask for ids")
 	}
 }
