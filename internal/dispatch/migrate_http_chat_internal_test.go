@@ -209,7 +209,7 @@ func TestServesVLLMOverHTTP(t *testing.T) {
 		t.Fatal("no vLLM engine over HTTP, yet chats would ask for ids")
 	}
 	id := add("http://vllm:2", worker.ProtocolVLLM)
-	if !x.servesVLLMOverHTTP() || !x.servesVLLMOverHTTP() {
+	if scanned, cached := x.servesVLLMOverHTTP(), x.servesVLLMOverHTTP(); !scanned || !cached {
 		t.Fatal("a vLLM engine over HTTP joined: chats must ask for ids")
 	}
 	if err := reg.Remove(id); err != nil {
