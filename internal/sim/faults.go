@@ -29,6 +29,10 @@ type Faults struct {
 	SlownessFactor float64 `json:"slowness_factor"`
 	// DieAfterTokens, when > 0, aborts the connection after that many output tokens were written.
 	DieAfterTokens int `json:"die_after_tokens"`
+	// DieBeforeFirstToken aborts a streamed answer's connection after its head, before its first token:
+	// an engine that dies between accepting a stream and generating. (SGLang's OpenAI routes write the
+	// head with their first chunk, so there the connection breaks before any answer.)
+	DieBeforeFirstToken bool `json:"die_before_first_token"`
 	// FailHealth makes /health and /health_generate answer 503.
 	FailHealth bool `json:"fail_health"`
 	// RefuseConnections closes the listener (new dials fail, idle keep-alive connections are closed);
@@ -87,13 +91,14 @@ func (f *Faults) appliesTo(r Role) bool {
 
 // requestFaults are the faults that apply to one request, resolved once at its start.
 type requestFaults struct {
-	errorStatus int // 0: no injected error
-	hang        bool
-	hold        bool
-	latency     time.Duration
-	slowness    float64
-	dieAfter    int
-	omitKV      bool
+	errorStatus    int // 0: no injected error
+	hang           bool
+	hold           bool
+	latency        time.Duration
+	slowness       float64
+	dieAfter       int
+	dieBeforeFirst bool
+	omitKV         bool
 }
 
 func (f *Faults) forRequest(role Role, path string, generation bool, randFloat func() float64) requestFaults {
@@ -117,5 +122,6 @@ func (f *Faults) forRequest(role Role, path string, generation bool, randFloat f
 	rf.latency = time.Duration(f.LatencyMS * float64(time.Millisecond))
 	rf.slowness = f.SlownessFactor
 	rf.dieAfter = f.DieAfterTokens
+	rf.dieBeforeFirst = f.DieBeforeFirstToken
 	return rf
 }

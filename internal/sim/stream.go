@@ -309,6 +309,10 @@ func (e *Engine) streamJob(ctx context.Context, w http.ResponseWriter, job *genJ
 			return
 		}
 	}
+	if rf.dieBeforeFirst {
+		e.countFailure()
+		panic(http.ErrAbortHandler) // the head (if any) is out; the connection breaks before a token
+	}
 	var finishErr error
 	var finishMu sync.Mutex
 	emit := s.token
