@@ -288,7 +288,10 @@ func (x *Dispatcher) resumeAttempt(ctx context.Context, q *prepared, r *enginerp
 	preq.TokenIDs = r.IDs  // kv_aware matches the whole prefix
 	preq.Avoid = append(slices.Clip(preq.Avoid), failed...)
 	ar := x.admissionRequest(&q.Request, br, &preq)
-	ar.Tokens, ar.Priority, ar.Resumed = int64(len(r.IDs)), math.MaxInt32, true
+	if len(r.IDs) > 0 { // else a restart whose prompt's ids are unknown: the request's estimate stands
+		ar.Tokens = int64(len(r.IDs))
+	}
+	ar.Priority, ar.Resumed = math.MaxInt32, true
 	notFailed := notFailedKey([]string{r.Failed})
 	// No decode engine but the one that failed: fail now rather than wait in the queue for a seat
 	// that only it could give.

@@ -85,12 +85,23 @@ func (cm *chatMigration) serves(p worker.Protocol) bool { return p == worker.Pro
 func (cm *chatMigration) movable() bool { return cm.content && !cm.parsed && len(cm.enginePrompt) > 0 }
 
 // continuationRoute: a chat goes on as a completion of its ids.
-func (cm *chatMigration) continuationRoute() body.Route { return body.RouteCompletions }
+func (cm *chatMigration) continuationRoute() body.Route {
+	if cm.restarted && !cm.cont {
+		return body.RouteChat // started again as itself (restart)
+	}
+	return body.RouteCompletions
+}
 
 // continuation is the body of the completion that goes on after the ids the client has (without a
 // budget a chat runs to the context's end, which max_tokens null asks of a completion); false when the
 // rest of the answer might not be plain content, or the budget is spent.
+//
+// A chat of which nothing was generated yet (it broke before its first token) starts again elsewhere
+// as the client sent it: the engine's parsers run there as they would have here.
 func (cm *chatMigration) continuation() ([]uint32, []byte, bool) {
+	if !cm.content && !cm.parsed && len(cm.ids) == 0 {
+		return cm.restart()
+	}
 	if !cm.content || cm.parsed || len(cm.enginePrompt) == 0 || !cm.load() {
 		return nil, nil, false
 	}
@@ -114,6 +125,8 @@ func (cm *chatMigration) readDelta(d []byte) {
 		}
 		v := m.Value(d)
 		switch {
+		case m.KeyIs(d, "role"):
+			cm.roleSent = true
 		case m.KeyIs(d, "content"):
 			cm.content = cm.content || (!jsonscan.IsNull(v) && string(v) != `""`)
 		case m.KeyIs(d, "reasoning_content"), m.KeyIs(d, "reasoning"), m.KeyIs(d, "tool_calls"), m.KeyIs(d, "function_call"):

@@ -104,11 +104,10 @@ func TestChatMigrationContinuesAsACompletion(t *testing.T) {
 }
 
 // A stream whose answer so far is not plain content does not migrate: a reasoning delta (the engine's
-// parser would be needed for the rest, even after content), or nothing streamed as content yet.
+// parser would be needed for the rest, even after content), or ids generated with no content yet.
 func TestChatMigrationNeedsPlainContent(t *testing.T) {
 	for name, chunks := range map[string][]string{
 		"reasoning then content": {chatRole, chatThought, chatContent},
-		"role only":              {chatRole},
 		"ids without content":    {chatRole, chatQuiet},
 	} {
 		cm, _ := checkChatMigration([]byte(`{"messages":[],"max_tokens":9}`))
@@ -217,5 +216,62 @@ func TestServesVLLMOverHTTP(t *testing.T) {
 	}
 	if x.servesVLLMOverHTTP() {
 		t.Fatal("the vLLM engine over HTTP left, yet chats would ask for ids")
+	}
+}
+
+// A chat that broke before its first token starts again elsewhere as the client sent it (a chat, its
+// parsers run there); its chunks reach the client as the request's: the first stream's id and
+// created, no second role, no prompt ids again.
+func TestChatMigrationRestartsBeforeTheFirstToken(t *testing.T) {
+	raw := `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":9,"stream":true}`
+	cm, _ := checkChatMigration([]byte(raw))
+	feed(t, cm, chatRole)
+	ids, b, ok := cm.continuation()
+	if !ok || cm.continuationRoute() != body.RouteChat || !slices.Equal(ids, []uint32{1, 2, 3}) {
+		t.Fatalf("restart %v %s %v, route %v", ids, b, ok, cm.continuationRoute())
+	}
+	var sent, want map[string]any
+	if json.Unmarshal(b, &sent) != nil || json.Unmarshal([]byte(raw), &want) != nil {
+		t.Fatalf("body %s", b)
+	}
+	want["return_token_ids"] = true
+	if !reflect.DeepEqual(sent, want) {
+		t.Errorf("restart body %v, want the request's asking for ids %v", sent, want)
+	}
+	again := strings.ReplaceAll(chatRole, "chatcmpl-1", "chatcmpl-2")
+	again = strings.ReplaceAll(again, `"created":7`, `"created":8`)
+	out := feed(t, cm, again, strings.ReplaceAll(chatContent, "chatcmpl-1", "chatcmpl-2"))
+	var c0, c1 struct {
+		ID             string
+		Created        int
+		PromptTokenIDs []uint32 `json:"prompt_token_ids"`
+		Choices        []struct{ Delta map[string]any }
+	}
+	if json.Unmarshal([]byte(out[0]), &c0) != nil || json.Unmarshal([]byte(out[1]), &c1) != nil {
+		t.Fatalf("chunks %v", out)
+	}
+	if c0.ID != "chatcmpl-1" || c0.Created != 7 || c0.PromptTokenIDs != nil || c0.Choices[0].Delta["role"] != nil ||
+		c1.ID != "chatcmpl-1" || c1.Choices[0].Delta["content"] != " a" {
+		t.Errorf("restarted chunks %v", out)
+	}
+	if _, _, ok := cm.continuation(); !ok || cm.continuationRoute() != body.RouteCompletions {
+		t.Error("after content, a restarted chat goes on as a completion")
+	}
+}
+
+// A completion of a text prompt that broke before its first chunk (no ids to go on from) starts again
+// as the client sent it; its chunks carry the request's id.
+func TestCompletionMigrationRestartsATextPrompt(t *testing.T) {
+	raw := `{"model":"m","prompt":"a text","max_tokens":9,"stream":true}`
+	cm, _ := checkCompletionMigration([]byte(raw))
+	if _, b, ok := cm.continuation(); !ok || string(b) != `{"model":"m","prompt":"a text","max_tokens":9,"stream":true,"return_token_ids":true}` {
+		t.Fatalf("restart %s %v", b, ok)
+	}
+	out, _ := cm.frame(nil, []byte(`{"id":"cmpl-2","object":"text_completion","created":8,"model":"m","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null,"prompt_token_ids":[1,2],"token_ids":[11]}]}`))
+	if string(out) != `{"id":"cmpl-2","object":"text_completion","created":8,"model":"m","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null}]}` {
+		t.Errorf("restarted chunk %s", out)
+	}
+	if _, b, ok := cm.continuation(); !ok || !strings.Contains(string(b), `"prompt":[1,2,11]`) {
+		t.Errorf("after its first ids the restarted stream goes on from them: %s %v", b, ok)
 	}
 }

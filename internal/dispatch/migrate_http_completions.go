@@ -42,6 +42,8 @@ type idStream struct {
 	id, created  json.RawMessage // the first stream's
 	model        json.RawMessage
 	cont         bool     // the frames read are a continuation's
+	restarted    bool     // the stream started again elsewhere as the client sent it (restart)
+	roleSent     bool     // a chat role went to the client: a restarted chat's is dropped
 	ended        bool     // a chunk finished the generation, or an error chunk came
 	cut          [][2]int // the id members of the chunk scanned last, reused
 }
@@ -105,6 +107,51 @@ func (s *idStream) continuationBody(drop []string) ([]uint32, []byte, bool) {
 	return ids, out, true
 }
 
+// restart is the body that starts a stream of which nothing was generated again elsewhere, as the
+// client sent it (asking for the ids): whatever the engine's parsers, a retry of the whole request is
+// exact. Its chunks are then read as the first stream's, stamped as the request's (restamp). False
+// once something was generated.
+func (s *idStream) restart() ([]uint32, []byte, bool) {
+	if len(s.ids) > 0 {
+		return nil, nil, false
+	}
+	b, err := s.engineBody()
+	if err != nil {
+		return nil, nil, false
+	}
+	s.restarted, s.cont = true, false
+	return s.enginePrompt, b, true
+}
+
+// restamp makes a restarted stream's chunk the request's: the first stream's id and created, and no
+// second role or prompt ids when the client has them.
+func (s *idStream) restamp(payload []byte) []byte {
+	var c map[string]json.RawMessage
+	if s.id == nil || json.Unmarshal(payload, &c) != nil || c["choices"] == nil {
+		return payload
+	}
+	c["id"], c["created"] = s.id, s.created
+	if s.enginePrompt != nil {
+		delete(c, "prompt_token_ids")
+	}
+	var choices []map[string]json.RawMessage
+	if s.roleSent && json.Unmarshal(c["choices"], &choices) == nil {
+		for _, ch := range choices {
+			var d map[string]json.RawMessage
+			if json.Unmarshal(ch["delta"], &d) == nil && d["role"] != nil {
+				delete(d, "role")
+				ch["delta"], _ = json.Marshal(d)
+			}
+		}
+		c["choices"], _ = json.Marshal(choices)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return payload
+	}
+	return b
+}
+
 // frame passes one chunk on: the first stream's scanned in place (its ids cut out when the client
 // did not ask for them; delta, if not nil, gets each choice's delta), a continuation's rewritten by
 // continued.
@@ -116,6 +163,9 @@ func (s *idStream) frame(dst, payload []byte, delta func(d []byte), continued fu
 			return append(dst, payload...), ended
 		}
 		return append(dst, out...), ended
+	}
+	if s.restarted {
+		payload = s.restamp(payload)
 	}
 	sc, ok := scanIDChunk(payload, s.ids, s.cut[:0], delta)
 	if !ok {
@@ -229,10 +279,11 @@ func (cm *completionMigration) serves(p worker.Protocol) bool {
 // continuation states what is left of it, since it would otherwise get 16 more.
 const completionsDefaultMaxTokens = 16
 
-// continuation is the body of the completions request that goes on after the ids the client has.
+// continuation is the body of the completions request that goes on after the ids the client has; a
+// text prompt's stream that broke before its first ids starts again as it was sent.
 func (cm *completionMigration) continuation() ([]uint32, []byte, bool) {
 	if !cm.load() {
-		return nil, nil, false
+		return cm.restart()
 	}
 	return cm.continuationBody(nil)
 }

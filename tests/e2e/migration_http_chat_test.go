@@ -45,6 +45,41 @@ func TestMigrationHTTPChat(t *testing.T) {
 		chatMigrates(t, gw, c.Engines, false)
 		released(t, gw)
 	})
+	// A chat that breaks before its first token (the decode engine dies after its 200) starts again on
+	// the other decode as the client sent it: the answer equals an uninterrupted run's. Round robin
+	// sends the stream to the decode the warm-up did not use, which has the fault.
+	t.Run("restart-before-the-first-token", func(t *testing.T) {
+		t.Parallel()
+		c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: sim.Config{Seed: 5}})
+		gw := pdMode{name: "http-vllm", protocol: sim.ProtocolVLLM}.startGateway(t, c, "--decode-policy", "round_robin")
+		want := streamChatRead(t, gw, false, 9)
+		if want.err != nil || want.finish != "length" {
+			t.Fatalf("uninterrupted run: %+v", want)
+		}
+		var next *sim.Engine
+		for _, d := range c.ByRole(sim.RoleDecode) {
+			if d.Stats().RequestsSeen == 0 {
+				next = d
+			}
+		}
+		if next == nil {
+			t.Fatal("the warm-up used both decodes")
+		}
+		if err := next.SetFaults(sim.Faults{DieBeforeFirstToken: true}); err != nil {
+			t.Fatal(err)
+		}
+		got := streamChatRead(t, gw, false, 9)
+		if got.err != nil || got.content != want.content || got.finish != want.finish || got.usage != want.usage || got.roles != 1 || got.id == "" {
+			t.Fatalf("restarted stream %+v\nuninterrupted     %+v", got, want)
+		}
+		if f := next.Stats().Failed; f != 1 {
+			t.Errorf("the faulty decode failed %d streams, want 1: the stream did not break there", f)
+		}
+		if n := migrationCount(t, gw, "migrated"); n != 1 {
+			t.Errorf("sluice_migrations_total{outcome=migrated} = %v, want 1", n)
+		}
+		released(t, gw)
+	})
 	t.Run("tools-are-not-continued", func(t *testing.T) {
 		t.Parallel()
 		c := startCluster(t, sim.ClusterConfig{Prefill: 1, Decode: 2, Protocol: sim.ProtocolVLLM, Engine: sim.Config{Seed: 5}})
