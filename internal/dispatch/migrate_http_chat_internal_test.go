@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/tokenizer"
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
@@ -273,5 +274,24 @@ func TestCompletionMigrationRestartsATextPrompt(t *testing.T) {
 	}
 	if _, b, ok := cm.continuation(); !ok || !strings.Contains(string(b), `"prompt":[1,2,11]`) {
 		t.Errorf("after its first ids the restarted stream goes on from them: %s %v", b, ok)
+	}
+}
+
+// A /generate of a text prompt that broke before its first chunk goes again as it was sent: there is
+// no engine count yet to check the gateway's tokenization against.
+func TestGenerateMigrationRestartsATextPrompt(t *testing.T) {
+	tk, err := tokenizer.Load("../sim/bytetokenizer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := `{"text":"ab","sampling_params":{"max_new_tokens":4},"stream":true}`
+	gm := &generateMigration{raw: []byte(raw), tok: tk}
+	if ids, b, ok := gm.continuation(); !ok || ids != nil || string(b) != raw {
+		t.Fatalf("restart %v %s %v", ids, b, ok)
+	}
+	gm.frame(nil, []byte(`{"text":" x","output_ids":[32,120],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":2,"completion_tokens":1}}`))
+	ids, b, ok := gm.continuation()
+	if !ok || !slices.Equal(ids, []uint32{'a', 'b', 32, 120}) || !strings.Contains(string(b), `"max_new_tokens":3`) {
+		t.Errorf("after a chunk: %v %s %v", ids, b, ok)
 	}
 }

@@ -108,6 +108,11 @@ func (gm *generateMigration) finished() bool {
 
 // continuation is the body of the /generate that goes on after the ids the client has.
 func (gm *generateMigration) continuation() ([]uint32, []byte, bool) {
+	if gm.tok != nil && !gm.cont && len(gm.last) == 0 {
+		// A text prompt's stream that broke before its first chunk: nothing to check the gateway's
+		// tokenization against, and nothing generated, so the request goes again as it was sent.
+		return nil, gm.raw, true
+	}
 	if !gm.load() {
 		return nil, nil, false
 	}
