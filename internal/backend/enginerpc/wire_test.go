@@ -1,6 +1,7 @@
 package enginerpc
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -74,7 +75,31 @@ func sameEvent(a, b event) bool {
 	if len(a.ids) == 0 && len(b.ids) == 0 {
 		a.ids, b.ids = nil, nil
 	}
+	// Logprobs compare by their bits: the fuzzer sends NaNs, and NaN != NaN (both decoders read the
+	// same four bytes).
+	if !reflect.DeepEqual(lpBits(a.outLP), lpBits(b.outLP)) || !reflect.DeepEqual(lpBits(a.inLP), lpBits(b.inLP)) {
+		return false
+	}
+	a.outLP, a.inLP, b.outLP, b.inLP = nil, nil, nil, nil
 	return reflect.DeepEqual(a, b)
+}
+
+// lpBitsOf is a tokenLP with its logprobs as bits.
+type lpBitsOf struct {
+	id, lp uint32
+	has    bool
+	top    [][2]uint32
+}
+
+func lpBits(lps []tokenLP) []lpBitsOf {
+	out := make([]lpBitsOf, len(lps))
+	for i, l := range lps {
+		out[i] = lpBitsOf{id: l.id, lp: math.Float32bits(l.lp), has: l.has}
+		for _, t := range l.top {
+			out[i].top = append(out[i].top, [2]uint32{t.id, math.Float32bits(t.lp)})
+		}
+	}
+	return out
 }
 
 func sglangCases() map[string]proto.Message {
