@@ -32,18 +32,13 @@ type requestJSON struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N                   *int            `json:"n"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Logprobs            json.RawMessage `json:"logprobs"`
-	Echo                bool            `json:"echo"`
-	TopLogprobs         *int            `json:"top_logprobs"`
-	ResponseFormat      *struct {
-		Type       string `json:"type"`
-		JSONSchema *struct {
-			Schema json.RawMessage `json:"schema"`
-		} `json:"json_schema"`
-	} `json:"response_format"`
+	N                   *int                `json:"n"`
+	MaxTokens           *int                `json:"max_tokens"`
+	MaxCompletionTokens *int                `json:"max_completion_tokens"`
+	Logprobs            json.RawMessage     `json:"logprobs"`
+	Echo                bool                `json:"echo"`
+	TopLogprobs         *int                `json:"top_logprobs"`
+	ResponseFormat      *responseFormatJSON `json:"response_format"`
 	// vLLM's other structured-output fields: refused over gRPC (unsupportedConstraintFields).
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 	GuidedJSON        json.RawMessage `json:"guided_json"`
@@ -60,6 +55,15 @@ type requestJSON struct {
 	ReturnLogprob    bool            `json:"return_logprob"`
 	TopLogprobsNum   *int32          `json:"top_logprobs_num"`
 	LogprobStartLen  *int32          `json:"logprob_start_len"`
+}
+
+type responseFormatJSON struct {
+	Type       string          `json:"type"`
+	JSONSchema *jsonSchemaJSON `json:"json_schema"`
+}
+
+type jsonSchemaJSON struct {
+	Schema json.RawMessage `json:"schema"`
 }
 
 // samplingJSON holds the sampling fields, at the top of an OpenAI body and in /generate's
@@ -150,8 +154,8 @@ func requestError(param, format string, args ...any) *body.RequestError {
 // when not nil, is the prompt already tokenized (WithPrompt). Errors are *body.RequestError (a 400).
 func parseCall(route body.Route, raw []byte, e *Engine, given *Prompt) (*call, error) {
 	var r requestJSON
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, &body.RequestError{Message: "invalid JSON body: " + err.Error(), Malformed: true}
+	if err := decodeRequest(raw, &r); err != nil {
+		return nil, err
 	}
 	c := &call{route: route, model: r.Model, stream: r.Stream, eos: e.EOS}
 	if c.model == "" {
