@@ -96,6 +96,12 @@ func (s *sample) add(ev event) (delta, error) {
 		ids = nil
 	}
 	var out []byte
+	if len(ids) > 0 {
+		out = make([]byte, 0, 8*len(ids)) // one allocation: a token is a few bytes of text
+	}
+	if s.ids == nil {
+		s.ids = make([]uint32, 0, max(len(ids), 16))
+	}
 	var lps []tokenLP
 	stopped := s.m.Result().Reason != ""
 	for i, id := range ids {

@@ -198,14 +198,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok || (route != body.RouteChat && route != body.RouteCompletions && route != body.RouteGenerate && route != body.RouteEmbeddings) {
 		return t.passThrough(req)
 	}
-	var raw []byte
-	if req.Body != nil {
-		var err error
-		raw, err = io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
+	raw, err := readBody(req)
+	if err != nil {
+		return nil, err
 	}
 	if route == body.RouteEmbeddings {
 		return t.embed(req, e, raw)
@@ -242,6 +237,29 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.resume(req, e, c, m, rl)
 	}
 	return t.run(req, e, c, m)
+}
+
+// readBody reads and closes the request's body, in one allocation when its length is known (a leg's
+// always is) rather than io.ReadAll's doubling from 512 bytes.
+func readBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil {
+		return nil, nil
+	}
+	defer req.Body.Close()
+	if n := req.ContentLength; n > 0 && n <= 1<<30 {
+		raw := make([]byte, n+1) // a spare byte: a body that ends where it said ends short of it
+		m, err := io.ReadFull(req.Body, raw)
+		switch {
+		case err == nil: // longer than it said: take the rest too, as io.ReadAll would
+			rest, err := io.ReadAll(req.Body)
+			return append(raw, rest...), err
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			return raw[:m], nil
+		default:
+			return raw[:m], err
+		}
+	}
+	return io.ReadAll(req.Body)
 }
 
 // contextExceeded is vLLM's 400 for a prompt that leaves no room in the model's context (ContextExceeded).
@@ -619,9 +637,17 @@ func streamResponse(req *http.Request, b io.ReadCloser) *http.Response {
 	}
 }
 
+// statusLine is a response's Status; an OK costs no allocation.
+func statusLine(status int) string {
+	if status == http.StatusOK {
+		return "200 OK"
+	}
+	return strconv.Itoa(status) + " " + http.StatusText(status)
+}
+
 func jsonResponse(req *http.Request, status int, b []byte) *http.Response {
 	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		Status:     statusLine(status),
 		StatusCode: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": {"application/json"}},
 		Body:          io.NopCloser(bytes.NewReader(b)),

@@ -504,3 +504,18 @@ func TestGenerateOffersNoCompression(t *testing.T) {
 		t.Errorf("grpc-accept-encoding %q offers gzip", enc)
 	}
 }
+
+// TestReadBody: a leg's body is read whole whatever its stated length says of it.
+func TestReadBody(t *testing.T) {
+	for _, c := range []struct {
+		body   string
+		length int64
+	}{{"abc", 3}, {"abc", -1}, {"abc", 0}, {"abcdef", 3}, {"ab", 3}, {"", 0}} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+		req.ContentLength = c.length
+		got, err := readBody(req)
+		if err != nil || string(got) != c.body {
+			t.Errorf("length %d: got %q, %v; want %q", c.length, got, err, c.body)
+		}
+	}
+}
