@@ -127,15 +127,15 @@ func (r *requestJSON) member(k, v []byte) error {
 	case "bootstrap_room":
 		r.BootstrapRoom = v
 	case "routed_dp_rank":
-		err = decodeInt32Ptr("routed_dp_rank", v, &r.RoutedDPRank)
+		err = decodeIntPtr("routed_dp_rank", v, &r.RoutedDPRank)
 	case "kv_transfer_params":
 		r.KVTransferParams = v
 	case "return_logprob":
 		err = decodeBool("return_logprob", v, &r.ReturnLogprob)
 	case "top_logprobs_num":
-		err = decodeInt32Ptr("top_logprobs_num", v, &r.TopLogprobsNum)
+		err = decodeIntPtr("top_logprobs_num", v, &r.TopLogprobsNum)
 	case "logprob_start_len":
-		err = decodeInt32Ptr("logprob_start_len", v, &r.LogprobStartLen)
+		err = decodeIntPtr("logprob_start_len", v, &r.LogprobStartLen)
 	default:
 		return r.samplingJSON.member(k, v)
 	}
@@ -151,7 +151,7 @@ func (s *samplingJSON) member(k, v []byte) error {
 	case "top_p":
 		return decodeFloat32Ptr("top_p", v, &s.TopP)
 	case "top_k":
-		return decodeInt32Ptr("top_k", v, &s.TopK)
+		return decodeIntPtr("top_k", v, &s.TopK)
 	case "min_p":
 		return decodeFloat32Ptr("min_p", v, &s.MinP)
 	case "frequency_penalty":
@@ -337,30 +337,21 @@ func decodeInt(key string, v []byte, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
-func decodeIntPtr(key string, v []byte, dst **int) error {
+// decodeIntPtr reads an integer that fits T into a new *T, or nil for null.
+func decodeIntPtr[T int | int32](key string, v []byte, dst **T) error {
 	if jsonscan.IsNull(v) {
 		*dst = nil
 		return nil
 	}
-	n, err := decodeInt(key, v, math.MinInt, math.MaxInt)
+	lo, hi := int64(math.MinInt), int64(math.MaxInt)
+	if _, narrow := any(*new(T)).(int32); narrow {
+		lo, hi = math.MinInt32, math.MaxInt32
+	}
+	n, err := decodeInt(key, v, lo, hi)
 	if err != nil {
 		return err
 	}
-	i := int(n)
-	*dst = &i
-	return nil
-}
-
-func decodeInt32Ptr(key string, v []byte, dst **int32) error {
-	if jsonscan.IsNull(v) {
-		*dst = nil
-		return nil
-	}
-	n, err := decodeInt(key, v, math.MinInt32, math.MaxInt32)
-	if err != nil {
-		return err
-	}
-	i := int32(n)
+	i := T(n)
 	*dst = &i
 	return nil
 }
