@@ -2,10 +2,10 @@ package dispatch
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/placement"
 	"github.com/sluicegw/sluice/internal/tokenizer"
 )
@@ -26,14 +26,55 @@ func (x *Dispatcher) wantsTokens() bool {
 	return x.d.Policies != nil && x.d.Policies.Uses(placement.PolicyKVAware)
 }
 
-// chatFields are the request fields that decide a chat's rendering.
+// chatFields are the request fields that decide a chat's rendering; raw values are the body's bytes.
 type chatFields struct {
-	Messages             json.RawMessage `json:"messages"`
-	Tools                json.RawMessage `json:"tools"`
-	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
-	ContinueFinalMessage bool            `json:"continue_final_message"`
-	ChatTemplate         json.RawMessage `json:"chat_template"`
+	Messages             []byte
+	Tools                []byte
+	ChatTemplateKwargs   []byte
+	AddGenerationPrompt  *bool
+	ContinueFinalMessage bool
+	ChatTemplate         []byte
+}
+
+// readChatFields reads them with the gateway's one JSON reader (encoding/json's reflection was most of
+// this function's CPU in gRPC mode); false when the body is not an object or one of them is mistyped.
+// The last of a repeated key wins, as in encoding/json.
+func readChatFields(b []byte) (f chatFields, ok bool) {
+	it := jsonscan.NewObjIter(b, 0)
+	for {
+		m, more := it.Next()
+		if !more {
+			break
+		}
+		v := m.Value(b)
+		switch {
+		case m.KeyIs(b, "messages"):
+			f.Messages = v
+		case m.KeyIs(b, "tools"):
+			f.Tools = v
+		case m.KeyIs(b, "chat_template_kwargs"):
+			f.ChatTemplateKwargs = v
+		case m.KeyIs(b, "chat_template"):
+			f.ChatTemplate = v
+		case m.KeyIs(b, "add_generation_prompt"):
+			if jsonscan.IsNull(v) {
+				f.AddGenerationPrompt = nil
+				continue
+			}
+			g, isBool := jsonscan.ParseBool(v)
+			if !isBool {
+				return f, false
+			}
+			f.AddGenerationPrompt = &g
+		case m.KeyIs(b, "continue_final_message"):
+			if c, isBool := jsonscan.ParseBool(v); isBool {
+				f.ContinueFinalMessage = c
+			} else if !jsonscan.IsNull(v) {
+				return f, false
+			}
+		}
+	}
+	return f, it.Err == nil
 }
 
 // promptTokens returns the request's prompt as token ids by tk (nil: token id prompts only), or nil
@@ -57,8 +98,8 @@ func promptTokens(br *body.Request, tk *tokenizer.Tokenizer) ([]uint32, string) 
 	}
 	switch br.Route {
 	case body.RouteChat:
-		var f chatFields
-		if json.Unmarshal(br.Body, &f) != nil || f.ContinueFinalMessage || !isNullOrEmpty(f.ChatTemplate) {
+		f, ok := readChatFields(br.Body)
+		if !ok || f.ContinueFinalMessage || !isNullOrEmpty(f.ChatTemplate) {
 			return nil, ""
 		}
 		gen := f.AddGenerationPrompt == nil || *f.AddGenerationPrompt
@@ -81,24 +122,29 @@ func promptTokens(br *body.Request, tk *tokenizer.Tokenizer) ([]uint32, string) 
 
 // tokenArray reads the body's field as one prompt of token ids (an array of integers), or nil.
 func tokenArray(in []byte, field string) []uint32 {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(in, &m) != nil {
+	m, ok := jsonscan.FindMember(in, 0, field)
+	if !ok {
 		return nil
 	}
-	raw := bytes.TrimSpace(m[field])
-	if len(raw) == 0 || raw[0] != '[' {
+	raw := m.Value(in)
+	if raw[0] != '[' {
 		return nil
 	}
-	var ids []int64
-	if json.Unmarshal(raw, &ids) != nil || len(ids) == 0 {
-		return nil // a string array, a batch of arrays, or not numbers
-	}
-	out := make([]uint32, len(ids))
-	for i, id := range ids {
-		if id < 0 || id > math.MaxUint32 {
-			return nil
+	var out []uint32
+	it := jsonscan.NewArrIter(raw, 0)
+	for {
+		s, e, more := it.Next()
+		if !more {
+			break
 		}
-		out[i] = uint32(id)
+		id, isInt := jsonscan.ParseInt(raw[s:e])
+		if !isInt || id < 0 || id > math.MaxUint32 {
+			return nil // a string array, a batch of arrays, or not token ids
+		}
+		out = append(out, uint32(id))
+	}
+	if it.Err != nil || len(out) == 0 {
+		return nil
 	}
 	return out
 }
@@ -111,7 +157,7 @@ func toUint32(ids []int) []uint32 {
 	return out
 }
 
-func isNullOrEmpty(raw json.RawMessage) bool {
+func isNullOrEmpty(raw []byte) bool {
 	t := bytes.TrimSpace(raw)
 	return len(t) == 0 || bytes.Equal(t, []byte("null"))
 }

@@ -99,3 +99,31 @@ func TestAdmissionChargesUncachedTokens(t *testing.T) {
 		t.Errorf("text estimate %d, want %d", ar.Tokens, want)
 	}
 }
+
+// TestReadChatFields: the fields that decide a chat's rendering, read as encoding/json read them (the
+// last of a repeated key wins, null is absent), and a mistyped switch refuses the chat's tokens.
+func TestReadChatFields(t *testing.T) {
+	f, ok := readChatFields([]byte(`{"messages":[{"role":"user","content":"hi"}],"tools":[],"add_generation_prompt":true,` +
+		`"add_generation_prompt":false,"chat_template_kwargs":{"k":1},"continue_final_message":null,"other":{"messages":1}}`))
+	if !ok || string(f.Messages) != `[{"role":"user","content":"hi"}]` || string(f.Tools) != `[]` ||
+		string(f.ChatTemplateKwargs) != `{"k":1}` || f.AddGenerationPrompt == nil || *f.AddGenerationPrompt || f.ContinueFinalMessage {
+		t.Errorf("got %+v, %v", f, ok)
+	}
+	if f, ok := readChatFields([]byte(`{"add_generation_prompt":true,"add_generation_prompt":null,"continue_final_message":true,"chat_template":"t"}`)); !ok ||
+		f.AddGenerationPrompt != nil || !f.ContinueFinalMessage || string(f.ChatTemplate) != `"t"` {
+		t.Errorf("got %+v, %v", f, ok)
+	}
+	for _, b := range []string{`{"add_generation_prompt":"yes"}`, `{"continue_final_message":1}`, `[1]`, `{"messages":[}`} {
+		if _, ok := readChatFields([]byte(b)); ok {
+			t.Errorf("%s: read, want refused", b)
+		}
+	}
+	if got := tokenArray([]byte(`{"prompt":"x","prompt":[3,4.0]}`), "prompt"); !slices.Equal(got, []uint32{3, 4}) {
+		t.Errorf("tokenArray = %v, want the last prompt's [3 4]", got)
+	}
+	for _, b := range []string{`{"prompt":[]}`, `{"prompt":["a"]}`, `{"prompt":[4294967296]}`, `{"prompt":null}`, `{}`} {
+		if got := tokenArray([]byte(b), "prompt"); got != nil {
+			t.Errorf("%s: tokenArray = %v, want nil", b, got)
+		}
+	}
+}
