@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 
-	"connectrpc.com/connect"
-
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
 	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
@@ -51,7 +49,7 @@ type engineClient interface {
 
 type sglangClient struct {
 	c   sglangpbconnect.SglangSchedulerClient
-	gen *connect.Client[sglangpb.GenerateRequest, wireEvent] // Generate, decoded by hand (wire.go)
+	gen genCaller // Generate, called and decoded by hand (genclient.go, wire.go)
 }
 
 func (sglangClient) cumulativeCounts() bool { return true }
@@ -107,18 +105,14 @@ func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) 
 	if c.dpRank != nil {
 		req.DataParallelRank = *c.dpRank
 	}
-	st, err := s.gen.CallServerStream(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, err
-	}
-	return wireStream{st}, nil
+	return s.gen.call(ctx, req)
 }
 
 // vLLM's engine.
 
 type vllmClient struct {
 	c   vllmpbconnect.VllmEngineClient
-	gen *connect.Client[vllmpb.GenerateRequest, wireEvent] // Generate, decoded by hand (wire.go)
+	gen genCaller // Generate, called and decoded by hand (genclient.go, wire.go)
 }
 
 func (vllmClient) cumulativeCounts() bool { return false }
@@ -182,11 +176,7 @@ func (v vllmClient) generate(ctx context.Context, c *call) (genStream, error) {
 		KvTransferParamsJson: c.kvTransfer,
 		DataParallelRank:     c.dpRank,
 	}
-	st, err := v.gen.CallServerStream(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, err
-	}
-	return wireStream{st}, nil
+	return v.gen.call(ctx, req)
 }
 
 func deref[T any](p *T, def T) T {

@@ -17,10 +17,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
 	"github.com/sluicegw/sluice/gen/sglang/grpc/scheduler/sglangpbconnect"
 	"github.com/sluicegw/sluice/gen/trtllm/trtllmpbconnect"
-	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 	"github.com/sluicegw/sluice/gen/vllm/grpc/engine/vllmpbconnect"
 	"github.com/sluicegw/sluice/internal/backend/body"
 	"github.com/sluicegw/sluice/internal/enginebook"
@@ -137,12 +135,10 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	switch e.Protocol {
 	case enginegrpc.SGLang:
 		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions),
-			connect.NewClient[sglangpb.GenerateRequest, wireEvent](t.client, base+sglangpbconnect.SglangSchedulerGenerateProcedure,
-				clientOptions, connect.WithCodec(wireCodec{sglangLayout}))}
+			genCaller{t.client, base + sglangpbconnect.SglangSchedulerGenerateProcedure, sglangLayout}}
 	case enginegrpc.VLLM:
 		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions),
-			connect.NewClient[vllmpb.GenerateRequest, wireEvent](t.client, base+vllmpbconnect.VllmEngineGenerateProcedure,
-				clientOptions, connect.WithCodec(wireCodec{vllmLayout}))}
+			genCaller{t.client, base + vllmpbconnect.VllmEngineGenerateProcedure, vllmLayout}}
 	case enginegrpc.TRTLLM:
 		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, clientOptions), e.ContextLength}
 	default:

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -78,9 +77,6 @@ var vllmLayout = &wireLayout{
 		return vllmInputLPs(&in), nil
 	},
 }
-
-// wireEvent is the Generate stream's message type for connect: the event it decodes to.
-type wireEvent struct{ ev event }
 
 var errWire = errors.New("malformed GenerateResponse")
 
@@ -250,40 +246,3 @@ func appendPacked(ids []uint32, b []byte) ([]uint32, error) {
 	}
 	return ids, nil
 }
-
-// wireCodec is the Generate client's codec: requests marshalled as connect's own proto codec does,
-// responses decoded by hand (wireLayout). Named "proto", it speaks the same content type.
-type wireCodec struct{ l *wireLayout }
-
-func (wireCodec) Name() string { return "proto" }
-
-func (wireCodec) Marshal(m any) ([]byte, error) {
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("enginerpc: cannot marshal %T", m)
-	}
-	return proto.Marshal(pm)
-}
-
-func (wireCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	pm, ok := m.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("enginerpc: cannot marshal %T", m)
-	}
-	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
-}
-
-func (c wireCodec) Unmarshal(b []byte, m any) error {
-	w, ok := m.(*wireEvent)
-	if !ok {
-		return fmt.Errorf("enginerpc: cannot unmarshal into %T", m)
-	}
-	return c.l.decode(b, &w.ev)
-}
-
-// wireStream is a Generate stream of hand-decoded events.
-type wireStream struct {
-	*connect.ServerStreamForClient[wireEvent]
-}
-
-func (s wireStream) event() event { return s.Msg().ev }

@@ -1,0 +1,222 @@
+package enginerpc
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+)
+
+// rawEngine serves h over h2c: an engine that answers Generate however a test needs.
+func rawEngine(t *testing.T, h http.HandlerFunc) genCaller {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	hc := newH2CClient()
+	t.Cleanup(hc.CloseIdleConnections)
+	return genCaller{hc: hc, url: srv.URL + "/sglang.grpc.scheduler.SglangScheduler/Generate", l: sglangLayout}
+}
+
+// envelope frames a message as gRPC does.
+func envelope(flags byte, msg []byte) []byte {
+	b := []byte{flags, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// chunkMsg is an SGLang GenerateResponse carrying a chunk of ids.
+func chunkMsg(ids ...uint32) []byte {
+	var ch []byte
+	for _, id := range ids {
+		ch = protowire.AppendTag(ch, 1, protowire.VarintType)
+		ch = protowire.AppendVarint(ch, uint64(id))
+	}
+	b := protowire.AppendTag(nil, 2, protowire.BytesType)
+	return protowire.AppendBytes(b, ch)
+}
+
+// drain reads a stream to its end and returns its events' ids and its error.
+func drain(st *genStreamRaw) ([][]uint32, error) {
+	defer st.Close()
+	var ids [][]uint32
+	for st.Receive() {
+		ids = append(ids, st.event().ids)
+	}
+	return ids, st.Err()
+}
+
+// TestGenCallerRequest: the request is gRPC's (headers, one envelope of the marshalled message).
+func TestGenCallerRequest(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	body := make(chan []byte, 1)
+	g := rawEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r
+		body <- b
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		_, _ = w.Write(envelope(0, chunkMsg(7, 8)))
+		w.Header().Set("Grpc-Status", "0")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := g.call(ctx, &sglangpb.GenerateRequest{RequestId: "r1", Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := drain(st)
+	if err != nil || len(ids) != 1 || len(ids[0]) != 2 || ids[0][1] != 8 {
+		t.Fatalf("got %v, %v; want one chunk [7 8] and a clean end", ids, err)
+	}
+	r, b := <-got, <-body
+	if r.Method != http.MethodPost || r.ProtoMajor != 2 || r.Header.Get("Content-Type") != "application/grpc" ||
+		r.Header.Get("Te") != "trailers" || r.Header.Get("Grpc-Timeout") == "" || len(r.Header.Get("Grpc-Timeout")) > 9 {
+		t.Errorf("request %s HTTP/%d headers %v", r.Method, r.ProtoMajor, r.Header)
+	}
+	if len(b) < 5 || b[0] != 0 || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
+		t.Fatalf("body %x is not one envelope", b)
+	}
+}
+
+// TestGenCallerErrors: every way a Generate can fail gets connect's code for it; only an engine's own
+// grpc-status is a wire error.
+func TestGenCallerErrors(t *testing.T) {
+	ok := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/grpc")
+	}
+	for _, c := range []struct {
+		name string
+		h    http.HandlerFunc
+		code connect.Code
+		wire bool
+		msgs int
+	}{
+		{"status in the trailers", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
+			_, _ = w.Write(envelope(0, chunkMsg(1)))
+			w.Header().Set("Grpc-Status", "8")
+			w.Header().Set("Grpc-Message", "queue%20full")
+		}, connect.CodeResourceExhausted, true, 1},
+		{"trailers only", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			w.Header().Set("Grpc-Status", "3")
+			w.Header().Set("Grpc-Message", "bad")
+			w.WriteHeader(http.StatusOK)
+		}, connect.CodeInvalidArgument, true, 0},
+		{"no status", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			_, _ = w.Write(envelope(0, chunkMsg(1)))
+		}, connect.CodeInternal, false, 1},
+		{"HTTP 404", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+		}, connect.CodeUnimplemented, false, 0},
+		{"HTTP 503", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, connect.CodeUnavailable, false, 0},
+		{"not gRPC", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+		}, connect.CodeUnknown, false, 0},
+		{"compressed", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			_, _ = w.Write(envelope(1, chunkMsg(1)))
+		}, connect.CodeInternal, false, 0},
+		{"cut inside a message", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			_, _ = w.Write(envelope(0, chunkMsg(1, 2, 3))[:8])
+		}, connect.CodeInternal, false, 0},
+		{"not a GenerateResponse", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			_, _ = w.Write(envelope(0, []byte{0x12, 0x05, 0x08}))
+		}, connect.CodeInvalidArgument, false, 0},
+		{"stream reset", func(w http.ResponseWriter, _ *http.Request) {
+			ok(w)
+			_, _ = w.Write(envelope(0, chunkMsg(1)))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // net/http resets the stream (INTERNAL_ERROR)
+		}, connect.CodeInternal, false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := rawEngine(t, c.h)
+			var err error
+			var n int
+			st, err := g.call(context.Background(), &sglangpb.GenerateRequest{RequestId: "r"})
+			if err == nil {
+				var ids [][]uint32
+				ids, err = drain(st)
+				n = len(ids)
+			}
+			if connect.CodeOf(err) != c.code || connect.IsWireError(err) != c.wire || n != c.msgs {
+				t.Fatalf("got %d messages and %v (code %v, wire %v); want %d, %v, wire %v",
+					n, err, connect.CodeOf(err), connect.IsWireError(err), c.msgs, c.code, c.wire)
+			}
+			if c.name == "status in the trailers" && err.(*connect.Error).Message() != "queue full" {
+				t.Errorf("message %q, want the percent-decoded %q", err.(*connect.Error).Message(), "queue full")
+			}
+		})
+	}
+}
+
+// TestGenCallerUnreachable: an engine that does not answer is Unavailable, a cancelled call Canceled;
+// neither is the engine's word.
+func TestGenCallerUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	hc := newH2CClient()
+	g := genCaller{hc: hc, url: "http://" + addr + "/x", l: sglangLayout}
+	_, err = g.call(context.Background(), &sglangpb.GenerateRequest{})
+	if connect.CodeOf(err) != connect.CodeUnavailable || connect.IsWireError(err) {
+		t.Errorf("refused: %v, want Unavailable, not a wire error", err)
+	}
+
+	release := make(chan struct{})
+	g = rawEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := g.call(ctx, &sglangpb.GenerateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_, err = drain(st)
+	if connect.CodeOf(err) != connect.CodeCanceled || connect.IsWireError(err) {
+		t.Errorf("cancelled: %v, want Canceled", err)
+	}
+	if migrationReason(err) != ReasonReset {
+		t.Errorf("a cancelled stream's reason %q", migrationReason(err))
+	}
+}
+
+func TestGRPCTimeout(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0n", 5 * time.Nanosecond: "5n", 30 * time.Second: "30000000u",
+		2 * time.Minute: "120000m", 1000 * time.Hour: "3600000S", 1 << 62: "76861433M",
+	} {
+		if got := grpcTimeout(d); got != want {
+			t.Errorf("grpcTimeout(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
