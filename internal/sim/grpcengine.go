@@ -102,12 +102,16 @@ func (g *grpcEngine) track(ctx context.Context, rid string) (context.Context, fu
 	g.mu.Lock()
 	if rid != "" {
 		g.running[rid] = r
+		g.e.stats.grpcAbortable.Add(1)
 	}
 	g.mu.Unlock()
 	return ctx, func() {
 		g.mu.Lock()
 		if g.running[rid] == r {
 			delete(g.running, rid)
+		}
+		if rid != "" {
+			g.e.stats.grpcAbortable.Add(-1)
 		}
 		g.mu.Unlock()
 		cancel(nil)

@@ -16,6 +16,7 @@ type counters struct {
 	completed           atomic.Int64
 	failed              atomic.Int64
 	grpcAborts          atomic.Int64
+	grpcAbortable       atomic.Int64
 	bootstrapWaits      atomic.Int64
 	bootstrapWaiting    atomic.Int64
 	bootstrapTimeouts   atomic.Int64
@@ -66,6 +67,7 @@ type Stats struct {
 	Completed            int64 `json:"completed"`               // generation requests answered successfully
 	Failed               int64 `json:"failed"`                  // generation requests ended with an error or a fault
 	GRPCAborts           int64 `json:"grpc_aborts"`             // engine gRPC: Generate calls ended by an Abort RPC
+	GRPCAbortable        int64 `json:"grpc_abortable"`          // engine gRPC: Generate calls an Abort would find now (parsed, their id known)
 	BootstrapWaits       int64 `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
 	BootstrapWaiting     int64 `json:"bootstrap_waiting"`       // decode: rendezvous in progress
 	BootstrapTimeouts    int64 `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
@@ -156,6 +158,7 @@ func (e *Engine) Stats() Stats {
 		Completed:            e.stats.completed.Load(),
 		Failed:               e.stats.failed.Load(),
 		GRPCAborts:           e.stats.grpcAborts.Load(),
+		GRPCAbortable:        e.stats.grpcAbortable.Load(),
 		BootstrapWaits:       e.stats.bootstrapWaits.Load(),
 		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
 		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),

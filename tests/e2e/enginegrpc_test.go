@@ -371,7 +371,9 @@ func TestEngineGRPCCancelAbortsBothSGLangLegs(t *testing.T) {
 		}
 		done <- stream.Err()
 	}()
-	waitFor(t, "both legs in flight", 10*time.Second, func() bool { return p.Stats().InFlight == 1 && d.Stats().InFlight == 1 })
+	// In flight is not enough: an Abort finds a Generate only once the engine has parsed its request id
+	// (CI once cancelled in between, and the prefill's Abort found nothing).
+	waitFor(t, "both legs abortable", 10*time.Second, func() bool { return p.Stats().GRPCAbortable == 1 && d.Stats().GRPCAbortable == 1 })
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the cancelled stream ended without an error")
