@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -130,4 +131,38 @@ func BenchmarkWordCacheGet(b *testing.B) {
 			b.Fatal("a word is missing")
 		}
 	})
+}
+
+// TestWordTableLongWords: words of every length up to the cache's bound survive the copies into larger
+// snapshots; a word is never confused with another of the same prefix or length.
+func TestWordTableLongWords(t *testing.T) {
+	c := wordCache{max: 1 << 16, maxBytes: 64}
+	word := func(i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("w%d", i) // inline
+		}
+		return fmt.Sprintf("%s-%d", strings.Repeat("long word ", 1+i%5), i) // in text
+	}
+	const n = 2000
+	for i := range n {
+		c.put(word(i), []int{i, i + 1})
+	}
+	c.mu.Lock()
+	c.freshHits = 1 << 30
+	c.maybePromote()
+	c.mu.Unlock()
+	hot := c.hot.Load()
+	if hot == nil || hot.words != n {
+		t.Fatalf("snapshot holds %v words, want %d", hot, n)
+	}
+	for i := range n {
+		if ids, ok := hot.get(word(i)); !ok || !slices.Equal(ids, []int{i, i + 1}) {
+			t.Fatalf("%q: %v, %v", word(i), ids, ok)
+		}
+	}
+	for _, w := range []string{"w", "w1x", strings.Repeat("long word ", 2) + "-9999", strings.Repeat("x", 17), ""} {
+		if ids, ok := hot.get(w); ok {
+			t.Errorf("%q found (%v), never put", w, ids)
+		}
+	}
 }
