@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/sluicegw/sluice/internal/backend/body"
+	"github.com/sluicegw/sluice/internal/jsonscan"
 	"github.com/sluicegw/sluice/internal/reasoning"
 	"github.com/sluicegw/sluice/internal/stop"
 	"github.com/sluicegw/sluice/internal/tokenizer"
@@ -479,29 +481,32 @@ func (c *call) setHandshake(r *requestJSON) error {
 		}
 		s := string(kv)
 		c.kvTransfer = &s
-		var probe struct {
-			DoRemoteDecode bool `json:"do_remote_decode"`
+		if m, ok := jsonscan.FindMember(kv, 0, "do_remote_decode"); ok {
+			c.wantKVBack, _ = jsonscan.ParseBool(m.Value(kv))
 		}
-		_ = json.Unmarshal(kv, &probe)
-		c.wantKVBack = probe.DoRemoteDecode
 	}
 	room := bytes.TrimSpace(r.BootstrapRoom)
 	if len(room) == 0 || bytes.Equal(room, []byte("null")) {
 		return nil
 	}
 	var b bootstrap
-	var roomN uint64
-	if err := json.Unmarshal(room, &roomN); err != nil {
+	roomN, err := strconv.ParseUint(string(room), 10, 64)
+	if err != nil {
 		return requestError("bootstrap_room", "bootstrap_room must be one non-negative integer over the engines' gRPC protocols")
 	}
 	b.room = int32(roomN % roomModulus)
-	if err := json.Unmarshal(r.BootstrapHost, &b.host); err != nil {
-		return requestError("bootstrap_host", "bootstrap_host must be a string")
+	if host := bytes.TrimSpace(r.BootstrapHost); !bytes.Equal(host, []byte("null")) {
+		var ok bool
+		if b.host, ok = unquote(host); !ok {
+			return requestError("bootstrap_host", "bootstrap_host must be a string")
+		}
 	}
 	if p := bytes.TrimSpace(r.BootstrapPort); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if err := json.Unmarshal(p, &b.port); err != nil || b.port < 0 || b.port > 65535 {
+		port, ok := jsonscan.ParseInt(p)
+		if !ok || port < 0 || port > 65535 {
 			return requestError("bootstrap_port", "bootstrap_port must be a port number")
 		}
+		b.port = int32(port)
 	}
 	c.bootstrap = &b
 	return nil

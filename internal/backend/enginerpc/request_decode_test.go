@@ -185,3 +185,45 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestSetHandshake: the bootstrap fields and kv_transfer_params' probe, read without encoding/json.
+func TestSetHandshake(t *testing.T) {
+	for _, c := range []struct {
+		body       string
+		param      string // the refused field, "" when read
+		room, port int32
+		host       string
+		kvBack     bool
+	}{
+		{`{"bootstrap_host":"10.0.0.7","bootstrap_port":8998,"bootstrap_room":9000000000000000003}`, "", int32(9000000000000000003 % roomModulus), 8998, "10.0.0.7", false},
+		{`{"bootstrap_host":null,"bootstrap_port":8998.0,"bootstrap_room":5}`, "", 5, 8998, "", false},
+		{`{"bootstrap_host":"h","bootstrap_room":18446744073709551615}`, "", int32(18446744073709551615 % roomModulus), 0, "h", false},
+		{`{"bootstrap_host":"h","bootstrap_room":-1}`, "bootstrap_room", 0, 0, "", false},
+		{`{"bootstrap_host":"h","bootstrap_room":1.5}`, "bootstrap_room", 0, 0, "", false},
+		{`{"bootstrap_host":7,"bootstrap_room":1}`, "bootstrap_host", 0, 0, "", false},
+		{`{"bootstrap_host":"h","bootstrap_port":70000,"bootstrap_room":1}`, "bootstrap_port", 0, 0, "", false},
+		{`{"bootstrap_host":"h","bootstrap_port":"8998","bootstrap_room":1}`, "bootstrap_port", 0, 0, "", false},
+		{`{"kv_transfer_params":{"x":{"do_remote_decode":false},"do_remote_decode":true}}`, "", 0, 0, "", true},
+		{`{"kv_transfer_params":{"do_remote_decode":"yes"}}`, "", 0, 0, "", false},
+	} {
+		var r requestJSON
+		if err := decodeRequest([]byte(c.body), &r); err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		var call call
+		err := call.setHandshake(&r)
+		var re *body.RequestError
+		switch {
+		case c.param != "":
+			if !errors.As(err, &re) || re.Param != c.param {
+				t.Errorf("%s: %v, want %s refused", c.body, err, c.param)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case call.wantKVBack != c.kvBack:
+			t.Errorf("%s: wantKVBack %v", c.body, call.wantKVBack)
+		case c.room != 0 && (call.bootstrap == nil || call.bootstrap.room != c.room || call.bootstrap.port != c.port || call.bootstrap.host != c.host):
+			t.Errorf("%s: bootstrap %+v, want room %d port %d host %q", c.body, call.bootstrap, c.room, c.port, c.host)
+		}
+	}
+}
