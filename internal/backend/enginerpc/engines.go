@@ -90,6 +90,11 @@ func sglangSampling(c *call) *sglangpb.SamplingParams {
 }
 
 func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) {
+	return s.gen.call(ctx, sglangRequest(c))
+}
+
+// sglangRequest is a call's GenerateRequest for SGLang's scheduler.
+func sglangRequest(c *call) *sglangpb.GenerateRequest {
 	req := &sglangpb.GenerateRequest{
 		RequestId:       c.requestID,
 		Tokenized:       &sglangpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids},
@@ -105,7 +110,7 @@ func (s sglangClient) generate(ctx context.Context, c *call) (genStream, error) 
 	if c.dpRank != nil {
 		req.DataParallelRank = *c.dpRank
 	}
-	return s.gen.call(ctx, req)
+	return req
 }
 
 // vLLM's engine.
@@ -168,7 +173,12 @@ func vllmSampling(c *call) *vllmpb.SamplingParams {
 }
 
 func (v vllmClient) generate(ctx context.Context, c *call) (genStream, error) {
-	req := &vllmpb.GenerateRequest{
+	return v.gen.call(ctx, vllmRequest(c))
+}
+
+// vllmRequest is a call's GenerateRequest for vLLM's engine.
+func vllmRequest(c *call) *vllmpb.GenerateRequest {
+	return &vllmpb.GenerateRequest{
 		RequestId:            c.requestID,
 		Input:                &vllmpb.GenerateRequest_Tokenized{Tokenized: &vllmpb.TokenizedInput{OriginalText: c.text, InputIds: c.ids}},
 		SamplingParams:       vllmSampling(c),
@@ -176,7 +186,6 @@ func (v vllmClient) generate(ctx context.Context, c *call) (genStream, error) {
 		KvTransferParamsJson: c.kvTransfer,
 		DataParallelRank:     c.dpRank,
 	}
-	return v.gen.call(ctx, req)
 }
 
 func deref[T any](p *T, def T) T {

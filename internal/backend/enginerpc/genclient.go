@@ -18,6 +18,9 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+
+	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	vllmpb "github.com/sluicegw/sluice/gen/vllm/grpc/engine"
 )
 
 // genCaller makes the engines' Generate calls itself, on the HTTP/2 client connect uses for their other
@@ -43,9 +46,19 @@ var genUserAgent = "sluice-grpc (" + runtime.Version() + ")"
 
 // call sends msg and returns the stream once the engine's response headers have come.
 func (g genCaller) call(ctx context.Context, msg proto.Message) (*genStreamRaw, error) {
-	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 5, 5+proto.Size(msg)), msg)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("marshal request: %w", err))
+	b := make([]byte, 5, 256)
+	sg, isSGLang := msg.(*sglangpb.GenerateRequest)
+	vl, isVLLM := msg.(*vllmpb.GenerateRequest)
+	switch {
+	case isSGLang && sglangRequestValid(sg):
+		b = appendSGLangRequest(b, sg)
+	case isVLLM && vllmRequestValid(vl):
+		b = appendVLLMRequest(b, vl)
+	default: // another message, or strings proto3 refuses: proto.Marshal says which
+		var err error
+		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, msg); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("marshal request: %w", err))
+		}
 	}
 	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(b))
