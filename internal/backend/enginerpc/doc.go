@@ -45,9 +45,13 @@
 // Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
 // dimensions, and over TensorRT-LLM a streamed echo with logprobs (its prompt logprobs come last).
 //
-// The Generate stream's messages of SGLang and vLLM are decoded by hand (wire.go: protowire straight
-// into the transport's events, through connect with a codec of its own): the generic decoder's
-// messages and reflection were a large part of the gateway's CPU per streamed token (issue #35).
+// SGLang's and vLLM's Generate is called by the transport itself (genclient.go), on the same HTTP/2
+// client connect uses for the other calls: its request, written by hand (reqwire.go), is sent from
+// the caller's goroutine, and the stream's messages are decoded by hand (wire.go: protowire straight
+// into the transport's events). Connect's goroutine and pipe per call, and the generic marshaller's
+// and decoder's reflection, were a large part of the gateway's CPU in gRPC mode (issue #35). Its
+// errors carry connect's codes for the same failures. TensorRT-LLM's Generate and every other call
+// go through connect.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).
