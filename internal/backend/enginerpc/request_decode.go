@@ -268,29 +268,65 @@ func typeError(param, want string) error {
 	return &body.RequestError{Param: param, Message: param + " must be " + want}
 }
 
-func decodeStringField(key string, v []byte, dst *string) error {
+// Each field's reader turns a value that is not null into the field's type. A null leaves a scalar
+// field as it was (setVal) and sets a pointer to nil (setPtr), as encoding/json does.
+
+func setVal[T any](key string, v []byte, dst *T, read func(key string, v []byte) (T, error)) error {
 	if jsonscan.IsNull(v) {
 		return nil
 	}
-	s, ok := unquote(v)
-	if !ok {
-		return typeError(key, "a string")
+	x, err := read(key, v)
+	if err != nil {
+		return err
 	}
-	*dst = s
+	*dst = x
 	return nil
 }
 
-func decodeStringPtr(key string, v []byte, dst **string) error {
+func setPtr[T any](key string, v []byte, dst **T, read func(key string, v []byte) (T, error)) error {
 	if jsonscan.IsNull(v) {
 		*dst = nil
 		return nil
 	}
+	x, err := read(key, v)
+	if err != nil {
+		return err
+	}
+	*dst = &x
+	return nil
+}
+
+func decodeStringField(key string, v []byte, dst *string) error {
+	return setVal(key, v, dst, readString)
+}
+func decodeStringPtr(key string, v []byte, dst **string) error {
+	return setPtr(key, v, dst, readString)
+}
+func decodeBool(key string, v []byte, dst *bool) error     { return setVal(key, v, dst, readBool) }
+func decodeBoolPtr(key string, v []byte, dst **bool) error { return setPtr(key, v, dst, readBool) }
+func decodeUint32(key string, v []byte, dst *uint32) error { return setVal(key, v, dst, readUint32) }
+func decodeFloat32Ptr(key string, v []byte, dst **float32) error {
+	return setPtr(key, v, dst, readFloat32)
+}
+
+// decodeIntPtr reads an integer that fits T into a new *T, or nil for null.
+func decodeIntPtr[T int | int32](key string, v []byte, dst **T) error {
+	return setPtr(key, v, dst, func(key string, v []byte) (T, error) {
+		lo, hi := int64(math.MinInt), int64(math.MaxInt)
+		if _, narrow := any(*new(T)).(int32); narrow {
+			lo, hi = math.MinInt32, math.MaxInt32
+		}
+		n, err := decodeInt(key, v, lo, hi)
+		return T(n), err
+	})
+}
+
+func readString(key string, v []byte) (string, error) {
 	s, ok := unquote(v)
 	if !ok {
-		return typeError(key, "a string")
+		return "", typeError(key, "a string")
 	}
-	*dst = &s
-	return nil
+	return s, nil
 }
 
 // unquote decodes a JSON string value; invalid UTF-8 becomes U+FFFD as encoding/json makes it (the
@@ -303,29 +339,17 @@ func unquote(v []byte) (string, bool) {
 	return s, ok
 }
 
-func decodeBool(key string, v []byte, dst *bool) error {
-	if jsonscan.IsNull(v) {
-		return nil
-	}
+func readBool(key string, v []byte) (bool, error) {
 	b, ok := jsonscan.ParseBool(v)
 	if !ok {
-		return typeError(key, "a boolean")
+		return false, typeError(key, "a boolean")
 	}
-	*dst = b
-	return nil
+	return b, nil
 }
 
-func decodeBoolPtr(key string, v []byte, dst **bool) error {
-	if jsonscan.IsNull(v) {
-		*dst = nil
-		return nil
-	}
-	b, ok := jsonscan.ParseBool(v)
-	if !ok {
-		return typeError(key, "a boolean")
-	}
-	*dst = &b
-	return nil
+func readUint32(key string, v []byte) (uint32, error) {
+	n, err := decodeInt(key, v, 0, math.MaxUint32)
+	return uint32(n), err
 }
 
 // decodeInt reads an integral number within [lo, hi].
@@ -335,37 +359,6 @@ func decodeInt(key string, v []byte, lo, hi int64) (int64, error) {
 		return 0, typeError(key, "an integer between "+strconv.FormatInt(lo, 10)+" and "+strconv.FormatInt(hi, 10))
 	}
 	return n, nil
-}
-
-// decodeIntPtr reads an integer that fits T into a new *T, or nil for null.
-func decodeIntPtr[T int | int32](key string, v []byte, dst **T) error {
-	if jsonscan.IsNull(v) {
-		*dst = nil
-		return nil
-	}
-	lo, hi := int64(math.MinInt), int64(math.MaxInt)
-	if _, narrow := any(*new(T)).(int32); narrow {
-		lo, hi = math.MinInt32, math.MaxInt32
-	}
-	n, err := decodeInt(key, v, lo, hi)
-	if err != nil {
-		return err
-	}
-	i := T(n)
-	*dst = &i
-	return nil
-}
-
-func decodeUint32(key string, v []byte, dst *uint32) error {
-	if jsonscan.IsNull(v) {
-		return nil
-	}
-	n, err := decodeInt(key, v, 0, math.MaxUint32)
-	if err != nil {
-		return err
-	}
-	*dst = uint32(n)
-	return nil
 }
 
 func decodeUint32s(key string, v []byte, dst *[]uint32) error {
@@ -396,19 +389,13 @@ func decodeUint32s(key string, v []byte, dst *[]uint32) error {
 	return nil
 }
 
-func decodeFloat32Ptr(key string, v []byte, dst **float32) error {
-	if jsonscan.IsNull(v) {
-		*dst = nil
-		return nil
-	}
+func readFloat32(key string, v []byte) (float32, error) {
 	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
-		return typeError(key, "a number")
+		return 0, typeError(key, "a number")
 	}
 	f, err := strconv.ParseFloat(string(v), 32)
 	if err != nil {
-		return typeError(key, "a number within float32's range")
+		return 0, typeError(key, "a number within float32's range")
 	}
-	f32 := float32(f)
-	*dst = &f32
-	return nil
+	return float32(f), nil
 }
