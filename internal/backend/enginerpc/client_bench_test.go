@@ -58,7 +58,8 @@ func BenchmarkGenerateClient(b *testing.B) {
 	b.Run("sluice", func(b *testing.B) {
 		h2c := newH2CClient()
 		b.Cleanup(h2c.CloseIdleConnections)
-		g := genCaller{h2c, "http://" + addr + sglangpbconnect.SglangSchedulerGenerateProcedure, sglangLayout}
+		g := newGenCaller(h2c, "http://"+addr, sglangpbconnect.SglangSchedulerGenerateProcedure, sglangLayout)
+		b.Cleanup(func() { g.h2.closeIdle(true) })
 		call := func() int {
 			st, err := g.call(context.Background(), req)
 			if err != nil {

@@ -43,6 +43,8 @@ type engineClient interface {
 	// cumulativeCounts says the stream chunks' counts are totals so far (SGLang) rather than the
 	// chunk's own (vLLM).
 	cumulativeCounts() bool
+	// closeIdle closes the client's idle connections of its own (shut: the engine is gone).
+	closeIdle(shut bool)
 }
 
 // SGLang's scheduler.
@@ -53,6 +55,8 @@ type sglangClient struct {
 }
 
 func (sglangClient) cumulativeCounts() bool { return true }
+
+func (s sglangClient) closeIdle(shut bool) { s.gen.closeIdle(shut) }
 
 func (s sglangClient) abort(ctx context.Context, rid string) error {
 	_, err := s.c.Abort(ctx, &sglangpb.AbortRequest{RequestId: rid, Reason: "client disconnected"})
@@ -121,6 +125,8 @@ type vllmClient struct {
 }
 
 func (vllmClient) cumulativeCounts() bool { return false }
+
+func (v vllmClient) closeIdle(shut bool) { v.gen.closeIdle(shut) }
 
 func (v vllmClient) abort(ctx context.Context, rid string) error {
 	_, err := v.c.Abort(ctx, &vllmpb.AbortRequest{RequestIds: []string{rid}})

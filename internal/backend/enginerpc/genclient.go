@@ -36,6 +36,27 @@ type genCaller struct {
 	hc  connect.HTTPClient
 	url string // the engine's base URL and the Generate procedure
 	l   *wireLayout
+	// h2 is the engine's connections for the client of our own (h2c.go) when it is reached in
+	// cleartext; nil (grpcs://) uses hc.
+	h2   *h2Pool
+	path string
+}
+
+// newGenCaller is the Generate caller of the engine at base (http:// for grpc://, https:// for
+// grpcs://): cleartext engines get the client of our own, TLS ones net/http's.
+func newGenCaller(hc connect.HTTPClient, base, procedure string, l *wireLayout) genCaller {
+	g := genCaller{hc: hc, url: base + procedure, l: l, path: procedure}
+	if addr, ok := strings.CutPrefix(base, "http://"); ok {
+		g.h2 = newH2Pool(addr)
+	}
+	return g
+}
+
+// closeIdle closes the idle connections of the client of our own (shut: for good).
+func (g genCaller) closeIdle(shut bool) {
+	if g.h2 != nil {
+		g.h2.closeIdle(shut)
+	}
 }
 
 // maxMessage bounds one answer message: an engine's Complete of a long generation with logprobs is a
@@ -45,7 +66,7 @@ const maxMessage = 64 << 20
 var genUserAgent = "sluice-grpc (" + runtime.Version() + ")"
 
 // call sends msg and returns the stream once the engine's response headers have come.
-func (g genCaller) call(ctx context.Context, msg proto.Message) (*genStreamRaw, error) {
+func (g genCaller) call(ctx context.Context, msg proto.Message) (genStream, error) {
 	b := make([]byte, 5, 256)
 	sg, isSGLang := msg.(*sglangpb.GenerateRequest)
 	vl, isVLLM := msg.(*vllmpb.GenerateRequest)
@@ -61,6 +82,9 @@ func (g genCaller) call(ctx context.Context, msg proto.Message) (*genStreamRaw, 
 		}
 	}
 	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
+	if g.h2 != nil {
+		return g.callH2(ctx, b)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(b))
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
@@ -299,4 +323,97 @@ func grpcTimeout(d time.Duration) string {
 		}
 	}
 	return strconv.FormatInt(min(int64(d/time.Hour), 99999999), 10) + "H"
+}
+
+// callH2 sends the request b on the client of our own and reads the response's headers.
+func (g genCaller) callH2(ctx context.Context, b []byte) (genStream, error) {
+	hdrs := []h2Header{{"content-type", "application/grpc"}, {"te", "trailers"}, {"user-agent", genUserAgent}}
+	if dl, ok := ctx.Deadline(); ok {
+		hdrs = append(hdrs, h2Header{"grpc-timeout", grpcTimeout(time.Until(dl))})
+	}
+	s, err := h2Call(ctx, g.h2, g.path, hdrs, b)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, coded(ctx, err, connect.CodeUnavailable)
+	}
+	if err := s.readHead(); err != nil {
+		s.done()
+		return nil, err
+	}
+	if err := validH2Head(s.header); err != nil {
+		s.done()
+		return nil, err
+	}
+	return &h2GenStream{s: s, l: g.l}, nil
+}
+
+// validH2Head is validResponse for the client of our own.
+func validH2Head(h map[string]string) error {
+	if st := h[":status"]; st != "200" {
+		code, _ := strconv.Atoi(st)
+		return connect.NewError(httpToCode(code), fmt.Errorf("HTTP status %s", st))
+	}
+	switch ct := h["content-type"]; {
+	case ct == "application/grpc" || ct == "application/grpc+proto":
+	case strings.HasPrefix(ct, "application/grpc"):
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("invalid content-type: %q; expecting %q", ct, "application/grpc"))
+	default:
+		return connect.NewError(connect.CodeUnknown, fmt.Errorf("invalid content-type: %q; expecting %q", ct, "application/grpc"))
+	}
+	if enc := h["grpc-encoding"]; enc != "" && enc != "identity" {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("unknown encoding %q: no encodings are accepted", enc))
+	}
+	return nil
+}
+
+// h2GenStream is a Generate's answers on the client of our own.
+type h2GenStream struct {
+	s    *h2Stream
+	l    *wireLayout
+	ev   event
+	read bool
+	err  error
+	done bool
+}
+
+func (g *h2GenStream) event() event { return g.ev }
+
+func (g *h2GenStream) Err() error { return g.err }
+
+func (g *h2GenStream) Close() error {
+	g.s.done()
+	return nil
+}
+
+func (g *h2GenStream) Receive() bool {
+	if g.done {
+		return false
+	}
+	if err := g.s.ctx.Err(); err != nil {
+		return g.fail(coded(g.s.ctx, err, connect.CodeCanceled))
+	}
+	msg, err := g.s.message()
+	if errors.Is(err, io.EOF) {
+		fields := g.s.trailer
+		if !g.read && fields == nil { // trailers-only
+			fields = g.s.header
+		}
+		return g.fail(h2Status(fields))
+	}
+	if err != nil {
+		return g.fail(err)
+	}
+	g.read = true
+	g.ev = event{}
+	if err := g.l.decode(msg, &g.ev); err != nil {
+		return g.fail(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unmarshal message: %w", err)))
+	}
+	return true
+}
+
+func (g *h2GenStream) fail(err error) bool {
+	g.err, g.done = err, true
+	return false
 }

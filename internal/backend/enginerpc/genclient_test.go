@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,17 +18,38 @@ import (
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
 )
 
-// rawEngine serves h over h2c: an engine that answers Generate however a test needs.
-func rawEngine(t *testing.T, h http.HandlerFunc) genCaller {
+// rawEngine serves h over h2c: an engine that answers Generate however a test needs. own picks the
+// transport's own HTTP/2 client, else net/http's (for grpcs://).
+func rawEngine(t *testing.T, own bool, h http.HandlerFunc) genCaller {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
-	t.Cleanup(srv.Close)
 	hc := newH2CClient()
-	t.Cleanup(hc.CloseIdleConnections)
-	return genCaller{hc: hc, url: srv.URL + "/sglang.grpc.scheduler.SglangScheduler/Generate", l: sglangLayout}
+	g := newGenCaller(hc, srv.URL, "/sglang.grpc.scheduler.SglangScheduler/Generate", sglangLayout)
+	if !own {
+		g.h2 = nil
+	}
+	t.Cleanup(func() {
+		hc.CloseIdleConnections()
+		if g.h2 != nil {
+			g.h2.closeIdle(true)
+		}
+		srv.Close()
+	})
+	return g
+}
+
+// bothClients runs f with each Generate client.
+func bothClients(t *testing.T, f func(t *testing.T, own bool)) {
+	for _, own := range []bool{true, false} {
+		name := "own"
+		if !own {
+			name = "net-http"
+		}
+		t.Run(name, func(t *testing.T) { f(t, own) })
+	}
 }
 
 // envelope frames a message as gRPC does.
@@ -48,7 +71,7 @@ func chunkMsg(ids ...uint32) []byte {
 }
 
 // drain reads a stream to its end and returns its events' ids and its error.
-func drain(st *genStreamRaw) ([][]uint32, error) {
+func drain(st genStream) ([][]uint32, error) {
 	defer st.Close()
 	var ids [][]uint32
 	for st.Receive() {
@@ -58,10 +81,12 @@ func drain(st *genStreamRaw) ([][]uint32, error) {
 }
 
 // TestGenCallerRequest: the request is gRPC's (headers, one envelope of the marshalled message).
-func TestGenCallerRequest(t *testing.T) {
+func TestGenCallerRequest(t *testing.T) { bothClients(t, testGenCallerRequest) }
+
+func testGenCallerRequest(t *testing.T, own bool) {
 	got := make(chan *http.Request, 1)
 	body := make(chan []byte, 1)
-	g := rawEngine(t, func(w http.ResponseWriter, r *http.Request) {
+	g := rawEngine(t, own, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- r
 		body <- b
@@ -149,29 +174,33 @@ func TestGenCallerErrors(t *testing.T) {
 		}, connect.CodeInternal, false, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := rawEngine(t, c.h)
-			var err error
-			var n int
-			st, err := g.call(context.Background(), &sglangpb.GenerateRequest{RequestId: "r"})
-			if err == nil {
-				var ids [][]uint32
-				ids, err = drain(st)
-				n = len(ids)
-			}
-			if connect.CodeOf(err) != c.code || connect.IsWireError(err) != c.wire || n != c.msgs {
-				t.Fatalf("got %d messages and %v (code %v, wire %v); want %d, %v, wire %v",
-					n, err, connect.CodeOf(err), connect.IsWireError(err), c.msgs, c.code, c.wire)
-			}
-			if c.name == "status in the trailers" && err.(*connect.Error).Message() != "queue full" {
-				t.Errorf("message %q, want the percent-decoded %q", err.(*connect.Error).Message(), "queue full")
-			}
+			bothClients(t, func(t *testing.T, own bool) {
+				g := rawEngine(t, own, c.h)
+				var err error
+				var n int
+				st, err := g.call(context.Background(), &sglangpb.GenerateRequest{RequestId: "r"})
+				if err == nil {
+					var ids [][]uint32
+					ids, err = drain(st)
+					n = len(ids)
+				}
+				if connect.CodeOf(err) != c.code || connect.IsWireError(err) != c.wire || n != c.msgs {
+					t.Fatalf("got %d messages and %v (code %v, wire %v); want %d, %v, wire %v",
+						n, err, connect.CodeOf(err), connect.IsWireError(err), c.msgs, c.code, c.wire)
+				}
+				if c.name == "status in the trailers" && err.(*connect.Error).Message() != "queue full" {
+					t.Errorf("message %q, want the percent-decoded %q", err.(*connect.Error).Message(), "queue full")
+				}
+			})
 		})
 	}
 }
 
 // TestGenCallerUnreachable: an engine that does not answer is Unavailable, a cancelled call Canceled;
 // neither is the engine's word.
-func TestGenCallerUnreachable(t *testing.T) {
+func TestGenCallerUnreachable(t *testing.T) { bothClients(t, testGenCallerUnreachable) }
+
+func testGenCallerUnreachable(t *testing.T, own bool) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -179,14 +208,17 @@ func TestGenCallerUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	hc := newH2CClient()
-	g := genCaller{hc: hc, url: "http://" + addr + "/x", l: sglangLayout}
+	g := newGenCaller(hc, "http://"+addr, "/x", sglangLayout)
+	if !own {
+		g.h2 = nil
+	}
 	_, err = g.call(context.Background(), &sglangpb.GenerateRequest{})
 	if connect.CodeOf(err) != connect.CodeUnavailable || connect.IsWireError(err) {
 		t.Errorf("refused: %v, want Unavailable, not a wire error", err)
 	}
 
 	release := make(chan struct{})
-	g = rawEngine(t, func(w http.ResponseWriter, r *http.Request) {
+	g = rawEngine(t, own, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/grpc")
 		w.(http.Flusher).Flush()
 		select {
@@ -218,5 +250,78 @@ func TestGRPCTimeout(t *testing.T) {
 		if got := grpcTimeout(d); got != want {
 			t.Errorf("grpcTimeout(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestH2ClientConnections: the client of our own keeps a connection for the next call once a stream
+// ended cleanly (also when the caller is done at its last message, before the trailers), replaces one
+// whose stream was cut, sends a request larger than the engine's first flow-control window, and reads
+// an answer larger than its own stream window (so it must top the window up).
+func TestH2ClientConnections(t *testing.T) {
+	var conns atomic.Int32
+	big := make([]byte, 2000)
+	g := rawEngine(t, true, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		n := 1
+		if len(b) > 100000 { // the large request asks for a large answer
+			n = 9000 // 18 MB: past the 16 MB stream window, so the client must top it up
+		}
+		for range n {
+			_, _ = w.Write(envelope(0, append(chunkMsg(1), protowire.AppendBytes(protowire.AppendTag(nil, 15, protowire.BytesType), big)...)))
+		}
+		w.Header().Set("Grpc-Status", "0")
+	})
+	g.h2.dialer.ControlContext = func(context.Context, string, string, syscall.RawConn) error {
+		conns.Add(1)
+		return nil
+	}
+	call := func(req *sglangpb.GenerateRequest, readAll bool) int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a window never topped up would stall
+		defer cancel()
+		st, err := g.call(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		n := 0
+		for st.Receive() {
+			n++
+			if !readAll {
+				break
+			}
+		}
+		if readAll && st.Err() != nil {
+			t.Fatal(st.Err())
+		}
+		return n
+	}
+	for range 3 {
+		call(&sglangpb.GenerateRequest{RequestId: "r"}, true)
+	}
+	if got := conns.Load(); got != 1 {
+		t.Fatalf("3 calls one after the other dialed %d connections, want 1", got)
+	}
+	call(&sglangpb.GenerateRequest{RequestId: "r"}, false) // done at its last message: trailers drained
+	if got := conns.Load(); got != 1 {
+		t.Fatalf("a call done before its trailers cost its connection: %d dialed", got)
+	}
+	ids := make([]uint32, 40000) // ~120 kB: past the engine's 64 kB windows
+	for i := range ids {
+		ids[i] = uint32(100000 + i)
+	}
+	if n := call(&sglangpb.GenerateRequest{RequestId: "big", Tokenized: &sglangpb.TokenizedInput{InputIds: ids}}, true); n != 9000 {
+		t.Fatalf("large exchange: %d messages, want 9000", n)
+	}
+	// Cut after the first of many messages: the stream is reset and its connection not kept.
+	before := conns.Load()
+	if n := call(&sglangpb.GenerateRequest{RequestId: "big", Tokenized: &sglangpb.TokenizedInput{InputIds: ids}}, false); n != 1 {
+		t.Fatalf("cut exchange: %d messages", n)
+	}
+	call(&sglangpb.GenerateRequest{RequestId: "r"}, true)
+	if got := conns.Load(); got != before+1 {
+		t.Fatalf("after a cut stream %d connections dialed, want one more than %d", got, before)
 	}
 }

@@ -135,18 +135,22 @@ func (t *Transport) SetEngine(workerURL string, e Engine) error {
 	switch e.Protocol {
 	case enginegrpc.SGLang:
 		entry.client = sglangClient{sglangpbconnect.NewSglangSchedulerClient(t.client, base, clientOptions),
-			genCaller{t.client, base + sglangpbconnect.SglangSchedulerGenerateProcedure, sglangLayout}}
+			newGenCaller(t.client, base, sglangpbconnect.SglangSchedulerGenerateProcedure, sglangLayout)}
 	case enginegrpc.VLLM:
 		entry.client = vllmClient{vllmpbconnect.NewVllmEngineClient(t.client, base, clientOptions),
-			genCaller{t.client, base + vllmpbconnect.VllmEngineGenerateProcedure, vllmLayout}}
+			newGenCaller(t.client, base, vllmpbconnect.VllmEngineGenerateProcedure, vllmLayout)}
 	case enginegrpc.TRTLLM:
 		entry.client = trtllmClient{trtllmpbconnect.NewTrtllmServiceClient(t.client, base, clientOptions), e.ContextLength}
 	default:
 		return fmt.Errorf("enginerpc: unknown engine protocol %q", e.Protocol)
 	}
 	t.mu.Lock()
+	old := t.engines[engineKey(u)]
 	t.engines[engineKey(u)] = entry
 	t.mu.Unlock()
+	if old != nil {
+		old.client.closeIdle(true)
+	}
 	return nil
 }
 
@@ -157,8 +161,12 @@ func (t *Transport) RemoveEngine(workerURL string) {
 		return
 	}
 	t.mu.Lock()
+	old := t.engines[engineKey(u)]
 	delete(t.engines, engineKey(u))
 	t.mu.Unlock()
+	if old != nil {
+		old.client.closeIdle(true)
+	}
 }
 
 func (t *Transport) engine(u *url.URL) *engineEntry {
@@ -172,6 +180,11 @@ func (t *Transport) Fallback() http.RoundTripper { return t.fallback }
 
 // CloseIdleConnections closes the idle connections of the client and the fallback.
 func (t *Transport) CloseIdleConnections() {
+	t.mu.RLock()
+	for _, e := range t.engines {
+		e.client.closeIdle(false)
+	}
+	t.mu.RUnlock()
 	if c, ok := t.client.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}

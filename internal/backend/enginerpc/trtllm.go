@@ -37,6 +37,9 @@ type trtllmClient struct {
 
 func (trtllmClient) cumulativeCounts() bool { return true }
 
+// closeIdle: TensorRT-LLM's calls are connect's, on the transport's HTTP client.
+func (trtllmClient) closeIdle(bool) {}
+
 func (t trtllmClient) abort(ctx context.Context, rid string) error {
 	_, err := t.c.Abort(ctx, &trtllmpb.AbortRequest{RequestId: rid})
 	return err

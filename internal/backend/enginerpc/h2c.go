@@ -1,0 +1,520 @@
+package enginerpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The Generate calls' own HTTP/2 client, for engines reached in cleartext (grpc://, prior knowledge,
+// as the engines' gRPC servers serve it). net/http's HTTP/2 client reads each connection's frames on
+// a goroutine of its own and hands each HEADERS and DATA frame to the stream's reader, and writes each
+// request from another: 3-4 goroutine switches a call more than the HTTP/1 client, which reads and
+// writes on the caller's goroutine. They were most of what gRPC mode still cost over HTTP mode (issue
+// #35, docs/benchmarks.md). This client carries one stream at a time on each pooled connection, so the
+// caller's goroutine writes the request and reads the answer's frames itself. It speaks what a
+// Generate needs: a request of headers and one message, sent within the engine's flow-control
+// windows; an answer of headers, DATA and trailers, whose windows it opens wide and tops up; SETTINGS,
+// PING, GOAWAY and RST_STREAM as the protocol asks. A connection whose stream did not end cleanly is
+// closed, never reused.
+
+const (
+	h2StreamWindow = 16 << 20 // what an engine may send on a stream before the client tops it up
+	h2ConnWindow   = 1 << 30
+	h2MaxIdle      = 64 // idle connections kept per engine
+)
+
+var h2Preface = []byte(http2.ClientPreface)
+
+// h2Pool is one engine's connections.
+type h2Pool struct {
+	addr   string // host:port
+	dialer net.Dialer
+	mu     sync.Mutex
+	idle   []*h2Conn
+	shut   bool // the engine is gone: connections are closed as their calls end
+}
+
+func newH2Pool(addr string) *h2Pool {
+	return &h2Pool{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
+}
+
+// get returns an idle connection that is still open, or a new one.
+func (p *h2Pool) get(ctx context.Context) (*h2Conn, bool, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if c.quiet() {
+			return c, true, nil
+		}
+		c.close()
+	}
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c := newH2Conn(nc)
+	if err := c.start(); err != nil {
+		c.close()
+		return nil, false, err
+	}
+	return c, false, nil
+}
+
+// put keeps c for the next call, unless the pool is full.
+func (p *h2Pool) put(c *h2Conn) {
+	p.mu.Lock()
+	if len(p.idle) < h2MaxIdle && !p.shut {
+		p.idle = append(p.idle, c)
+		c = nil
+	}
+	p.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}
+
+// closeIdle closes the idle connections; shut, for an engine that is gone, also those of the calls
+// still running as they end.
+func (p *h2Pool) closeIdle(shut bool) {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.shut = p.shut || shut
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+	}
+}
+
+// h2Conn is one connection, used by one call at a time.
+type h2Conn struct {
+	nc     net.Conn
+	bw     *bufio.Writer
+	fr     *http2.Framer
+	henc   *hpack.Encoder
+	hbuf   bytes.Buffer
+	nextID uint32
+	// The engine's settings and our send windows.
+	maxFrame             uint32
+	initWin, connSendWin int64
+	goneAway             bool   // GOAWAY received: no new streams
+	connUnacked          uint32 // received on the connection since the last WINDOW_UPDATE
+	closeOnce            sync.Once
+}
+
+func newH2Conn(nc net.Conn) *h2Conn {
+	c := &h2Conn{nc: nc, bw: bufio.NewWriterSize(nc, 16<<10), nextID: 1, maxFrame: 16384, initWin: 65535, connSendWin: 65535}
+	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 32<<10))
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = 1 << 20
+	c.fr.SetReuseFrames()
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	return c
+}
+
+// start writes the preface, our settings and the connection window.
+func (c *h2Conn) start() error {
+	if _, err := c.bw.Write(h2Preface); err != nil {
+		return err
+	}
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: 1 << 20}); err != nil {
+		return err
+	}
+	if err := c.fr.WriteWindowUpdate(0, h2ConnWindow-65535); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// quiet reports whether an idle connection is open with nothing unread: an engine that closed it or
+// sent something (a GOAWAY, a PING) while it was idle makes it one to replace.
+func (c *h2Conn) quiet() bool { return !c.goneAway && connAliveRaw(c.nc) }
+
+func (c *h2Conn) close() { c.closeOnce.Do(func() { _ = c.nc.Close() }) }
+
+// h2Header is one request header, its name lower-case.
+type h2Header struct{ name, value string }
+
+// h2Stream is one call: its request sent, its answer read frame by frame on the caller's goroutine.
+// One goroutine uses it (the transport reads and closes a stream on one); the context's watch only
+// sets the connection's deadline.
+type h2Stream struct {
+	ctx  context.Context
+	pool *h2Pool
+	c    *h2Conn
+	id   uint32
+	stop func() bool // the context's AfterFunc
+
+	sendWin  int64
+	unacked  uint32 // received on the stream since the last WINDOW_UPDATE
+	header   map[string]string
+	trailer  map[string]string
+	headDone bool // the response headers came
+	ended    bool // END_STREAM came
+	closed   bool
+	reset    error // the stream's RST_STREAM or the connection's end, as an error
+	data     []byte
+	off      int
+}
+
+// h2Call opens a stream on a connection of pool and sends the request: headers, then body in DATA
+// frames within the engine's windows. It returns once the request is sent; the answer is read by
+// the stream's methods. A reused connection that fails before the engine took the stream is replaced
+// once, as net/http retries a request on a dead kept-alive connection.
+func h2Call(ctx context.Context, pool *h2Pool, path string, hdrs []h2Header, body []byte) (*h2Stream, error) {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := pool.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s := &h2Stream{ctx: ctx, pool: pool, c: c, id: c.nextID, sendWin: c.initWin}
+		c.nextID += 2
+		s.stop = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+		err = s.send(pool.addr, path, hdrs, body)
+		if err == nil {
+			return s, nil
+		}
+		s.abandon()
+		if !reused || attempt > 0 || ctx.Err() != nil || s.headDone {
+			return nil, err
+		}
+	}
+}
+
+func (s *h2Stream) send(authority, path string, hdrs []h2Header, body []byte) error {
+	c := s.c
+	c.hbuf.Reset()
+	for _, h := range [...]h2Header{{":method", "POST"}, {":scheme", "http"}, {":authority", authority}, {":path", path}} {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: h.name, Value: h.value})
+	}
+	for _, h := range hdrs {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: h.name, Value: h.value})
+	}
+	if c.hbuf.Len() > int(c.maxFrame) {
+		return errors.New("enginerpc: request headers larger than a frame")
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		return err
+	}
+	for len(body) > 0 {
+		n := min(int64(len(body)), int64(c.maxFrame), s.sendWin, c.connSendWin)
+		if n <= 0 {
+			// The engine's windows are full: send what is written and read until it opens them.
+			if err := c.bw.Flush(); err != nil {
+				return err
+			}
+			if err := s.readFrame(); err != nil {
+				return err
+			}
+			if s.headDone || s.ended || s.reset != nil {
+				return nil // the engine answered early (an error): the answer says what
+			}
+			continue
+		}
+		if err := c.fr.WriteData(s.id, int(n) == len(body), body[:n]); err != nil {
+			return err
+		}
+		body = body[n:]
+		s.sendWin -= n
+		c.connSendWin -= n
+	}
+	return c.bw.Flush()
+}
+
+// readFrame reads and handles one frame of the connection.
+func (s *h2Stream) readFrame() error {
+	c := s.c
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return err
+	}
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		err := f.ForeachSetting(func(st http2.Setting) error {
+			switch st.ID {
+			case http2.SettingMaxFrameSize:
+				c.maxFrame = st.Val
+			case http2.SettingInitialWindowSize:
+				s.sendWin += int64(st.Val) - c.initWin
+				c.initWin = int64(st.Val)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := c.fr.WriteSettingsAck(); err != nil {
+			return err
+		}
+		return c.bw.Flush()
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.fr.WritePing(true, f.Data); err != nil {
+			return err
+		}
+		return c.bw.Flush()
+	case *http2.WindowUpdateFrame:
+		if f.StreamID == 0 {
+			c.connSendWin += int64(f.Increment)
+		} else if f.StreamID == s.id {
+			s.sendWin += int64(f.Increment)
+		}
+	case *http2.GoAwayFrame:
+		c.goneAway = true
+		if s.id > f.LastStreamID && !s.ended {
+			s.reset = connect.NewError(connect.CodeUnavailable, fmt.Errorf("the engine is going away (GOAWAY %v)", f.ErrCode))
+		}
+	case *http2.RSTStreamFrame:
+		if f.StreamID == s.id {
+			s.reset = rstError(s.ctx, f.ErrCode)
+		}
+	case *http2.MetaHeadersFrame:
+		if f.StreamID != s.id {
+			return nil
+		}
+		fields := make(map[string]string, len(f.Fields))
+		for _, hf := range f.Fields {
+			fields[hf.Name] = hf.Value
+		}
+		if !s.headDone {
+			s.header, s.headDone = fields, true
+		} else {
+			s.trailer = fields
+		}
+		s.ended = s.ended || f.StreamEnded()
+	case *http2.DataFrame:
+		if f.StreamID != s.id {
+			return nil
+		}
+		s.data = append(s.data, f.Data()...)
+		s.ended = s.ended || f.StreamEnded()
+		return s.ack(f.Length)
+	}
+	return nil
+}
+
+// ack tops up the stream's and the connection's windows once half of them is used.
+func (s *h2Stream) ack(n uint32) error {
+	c := s.c
+	s.unacked += n
+	c.connUnacked += n
+	flush := false
+	if s.unacked >= h2StreamWindow/2 && !s.ended {
+		if err := c.fr.WriteWindowUpdate(s.id, s.unacked); err != nil {
+			return err
+		}
+		s.unacked, flush = 0, true
+	}
+	if c.connUnacked >= h2ConnWindow/2 {
+		if err := c.fr.WriteWindowUpdate(0, c.connUnacked); err != nil {
+			return err
+		}
+		c.connUnacked, flush = 0, true
+	}
+	if flush {
+		return c.bw.Flush()
+	}
+	return nil
+}
+
+// readHead reads until the response headers came.
+func (s *h2Stream) readHead() error {
+	for !s.headDone {
+		if s.reset != nil {
+			return s.reset
+		}
+		if s.ended {
+			return connect.NewError(connect.CodeInternal, errors.New("protocol error: the stream ended without headers"))
+		}
+		if err := s.readFrame(); err != nil {
+			return s.connError(err)
+		}
+	}
+	return nil
+}
+
+// message returns the next message, reading frames until it is whole; io.EOF at the stream's clean end.
+func (s *h2Stream) message() ([]byte, error) {
+	for {
+		avail := s.data[s.off:]
+		if len(avail) >= 5 {
+			if avail[0] != 0 {
+				return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: invalid envelope flags %d", avail[0]))
+			}
+			n := binary.BigEndian.Uint32(avail[1:5])
+			if n > maxMessage {
+				return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("message size %d is larger than configured max %d", n, maxMessage))
+			}
+			if len(avail) >= 5+int(n) {
+				s.off += 5 + int(n)
+				return avail[5 : 5+n], nil
+			}
+		}
+		if s.off > 0 && s.off == len(s.data) { // all read: start the buffer over
+			s.data, s.off = s.data[:0], 0
+		}
+		if s.reset != nil {
+			return nil, s.reset
+		}
+		if s.ended {
+			if len(avail) > 0 {
+				return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: incomplete envelope: %w", io.ErrUnexpectedEOF))
+			}
+			return nil, io.EOF
+		}
+		if err := s.readFrame(); err != nil {
+			return nil, s.connError(err)
+		}
+	}
+}
+
+// connError is a failure reading or writing the connection, with connect's code for it.
+func (s *h2Stream) connError(err error) error {
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return err
+	}
+	if err := s.ctx.Err(); err != nil {
+		return coded(s.ctx, err, connect.CodeCanceled)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: incomplete envelope: %w", io.ErrUnexpectedEOF))
+	}
+	return coded(s.ctx, err, connect.CodeInternal, "protocol error: incomplete envelope")
+}
+
+// rstError is an RST_STREAM's code as gRPC's HTTP/2 mapping reads it.
+func rstError(ctx context.Context, code http2.ErrCode) error {
+	c, ok := rstCode(ctx, fmt.Errorf("stream error: stream ID 0; %v; received from peer", code))
+	if !ok {
+		c = connect.CodeInternal
+	}
+	return connect.NewError(c, fmt.Errorf("the engine reset the stream (%v)", code))
+}
+
+// done ends the call: a connection whose stream ended cleanly and whose context's watch did not fire
+// goes back to the pool; any other is closed (after an RST_STREAM when the stream is still open).
+func (s *h2Stream) done() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if !s.stop() { // the context ended: its watch cut the connection
+		s.c.close()
+		return
+	}
+	if !s.ended && s.reset == nil {
+		s.drain()
+	}
+	if s.ended && s.reset == nil && !s.c.goneAway {
+		s.pool.put(s.c)
+		return
+	}
+	if !s.ended {
+		_ = s.c.fr.WriteRSTStream(s.id, http2.ErrCodeCancel)
+		_ = s.c.bw.Flush()
+	}
+	s.c.close()
+}
+
+// h2DrainWait bounds how long a call that is done before its stream ended waits for the end, to keep
+// its connection: after a Generate's last message the engine's trailers follow at once.
+const h2DrainWait = 50 * time.Millisecond
+
+// drain reads the rest of a stream whose caller is done with it (nothing more is kept), for at most
+// h2DrainWait and 1 MiB.
+func (s *h2Stream) drain() {
+	_ = s.c.nc.SetReadDeadline(time.Now().Add(h2DrainWait))
+	defer func() { _ = s.c.nc.SetReadDeadline(time.Time{}) }()
+	read := 0
+	for !s.ended && s.reset == nil && read < 1<<20 {
+		s.data, s.off = s.data[:0], 0
+		if err := s.readFrame(); err != nil {
+			s.reset = err
+			return
+		}
+		read += len(s.data)
+	}
+}
+
+// abandon ends a call whose request could not be sent.
+func (s *h2Stream) abandon() {
+	s.stop()
+	s.closed = true
+	s.c.close()
+}
+
+// status reads the header's or trailer's grpc-status as genStreamRaw.status does.
+func h2Status(fields map[string]string) error {
+	code, ok := fields["grpc-status"]
+	switch {
+	case !ok:
+		c := connect.CodeUnknown
+		if len(fields) == 0 {
+			c = connect.CodeInternal
+		}
+		return connect.NewError(c, errors.New("protocol error: no Grpc-Status trailer: unexpected EOF"))
+	case code == "0":
+		return nil
+	}
+	n, err := strconv.ParseUint(code, 10, 32)
+	if err != nil {
+		return connect.NewError(connect.CodeUnknown, fmt.Errorf("protocol error: invalid error code %q", code))
+	}
+	msg, err := percentDecode(fields["grpc-message"])
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: invalid error message %q", fields["grpc-message"]))
+	}
+	return connect.NewWireError(connect.Code(n), errors.New(msg))
+}
+
+// percentDecode decodes grpc-message's percent-encoding.
+func percentDecode(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", errors.New("truncated escape")
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", err
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), nil
+}
