@@ -282,9 +282,10 @@ func (s *h2Stream) readFrame() error {
 		}
 		return c.bw.Flush()
 	case *http2.WindowUpdateFrame:
-		if f.StreamID == 0 {
+		switch f.StreamID {
+		case 0:
 			c.connSendWin += int64(f.Increment)
-		} else if f.StreamID == s.id {
+		case s.id:
 			s.sendWin += int64(f.Increment)
 		}
 	case *http2.GoAwayFrame:
