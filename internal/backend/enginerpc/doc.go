@@ -45,10 +45,11 @@
 // Not served yet, refused with a 400 naming the field: streamed batches, chat's echo, embeddings'
 // dimensions, and over TensorRT-LLM a streamed echo with logprobs (its prompt logprobs come last).
 //
-// SGLang's and vLLM's Generate is called by the transport itself (genclient.go), on the same HTTP/2
-// client connect uses for the other calls: its request, written by hand (reqwire.go), is sent from
-// the caller's goroutine, and the stream's messages are decoded by hand (wire.go: protowire straight
-// into the transport's events). Connect's goroutine and pipe per call, and the generic marshaller's
+// SGLang's and vLLM's Generate is called by the transport itself (genclient.go): for a cleartext
+// engine on an HTTP/2 client of its own (h2c.go: one stream at a time per pooled connection, its
+// frames read on the caller's goroutine), for grpcs:// on net/http's. Its request, written by hand
+// (reqwire.go), is sent from the caller's goroutine, and the stream's messages are decoded by hand
+// (wire.go: protowire straight into the transport's events). Connect's goroutine and pipe per call, and the generic marshaller's
 // and decoder's reflection, were a large part of the gateway's CPU in gRPC mode (issue #35). Its
 // errors carry connect's codes for the same failures. TensorRT-LLM's Generate and every other call
 // go through connect.
@@ -58,7 +59,9 @@
 //
 // # Concurrency Model
 //
-// Transport is safe for concurrent use; its only shared state is the RWMutex-guarded map of engines.
+// Transport is safe for concurrent use; its shared state is the RWMutex-guarded map of engines and
+// each engine's pool of idle HTTP/2 connections (mutex-guarded; a connection carries one call at a
+// time and is used by that call's goroutine alone, the context's watch only setting its deadline).
 // A Generate RPC runs on a context detached from the request's, so that a client going away is first
 // an Abort and only then the RPC's cancellation (the Rust gateway's abort-on-drop): a context.AfterFunc
 // on the request's context, or closing the body, sends Abort (once, bounded by a timeout, never after
