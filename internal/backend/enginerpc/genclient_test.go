@@ -325,3 +325,28 @@ func TestH2ClientConnections(t *testing.T) {
 		t.Fatalf("after a cut stream %d connections dialed, want one more than %d", got, before)
 	}
 }
+
+// TestH2PoolRetiresOldConnections: a connection near the end of its stream ids, or handed back after
+// its engine is gone, is closed rather than kept.
+func TestH2PoolRetiresOldConnections(t *testing.T) {
+	p := newH2Pool("127.0.0.1:1")
+	a, b := net.Pipe()
+	defer b.Close()
+	c := newH2Conn(a)
+	p.put(c)
+	if len(p.idle) != 1 {
+		t.Fatalf("a fresh connection was not kept: %d idle", len(p.idle))
+	}
+	p.closeIdle(false)
+	old := newH2Conn(a)
+	old.nextID = h2MaxStreamID + 1
+	p.put(old)
+	if len(p.idle) != 0 {
+		t.Error("a connection past its stream-id bound was kept")
+	}
+	p.closeIdle(true)
+	p.put(newH2Conn(a))
+	if len(p.idle) != 0 {
+		t.Error("a connection was kept by a pool whose engine is gone")
+	}
+}

@@ -81,10 +81,13 @@ func (p *h2Pool) get(ctx context.Context) (*h2Conn, bool, error) {
 	return c, false, nil
 }
 
-// put keeps c for the next call, unless the pool is full.
+// h2MaxStreamID retires a connection long before its stream ids run out (2^31).
+const h2MaxStreamID = 1 << 30
+
+// put keeps c for the next call, unless the pool is full or c has used its stream ids.
 func (p *h2Pool) put(c *h2Conn) {
 	p.mu.Lock()
-	if len(p.idle) < h2MaxIdle && !p.shut {
+	if len(p.idle) < h2MaxIdle && !p.shut && c.nextID < h2MaxStreamID {
 		p.idle = append(p.idle, c)
 		c = nil
 	}
@@ -263,6 +266,8 @@ func (s *h2Stream) readFrame() error {
 			case http2.SettingInitialWindowSize:
 				s.sendWin += int64(st.Val) - c.initWin
 				c.initWin = int64(st.Val)
+			case http2.SettingHeaderTableSize: // the engine's decoder's table bounds our encoder's
+				c.henc.SetMaxDynamicTableSizeLimit(st.Val)
 			}
 			return nil
 		})
