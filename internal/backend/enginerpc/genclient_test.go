@@ -350,3 +350,55 @@ func TestH2PoolRetiresOldConnections(t *testing.T) {
 		t.Error("a connection was kept by a pool whose engine is gone")
 	}
 }
+
+// TestH2ClientAnswersIdlePings: an engine that pings an idle connection (gRPC C-core servers do) is
+// answered when the connection is next taken, and the connection is kept rather than replaced.
+func TestH2ClientAnswersIdlePings(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		_, _ = w.Write(envelope(0, chunkMsg(1)))
+		w.Header().Set("Grpc-Status", "0")
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Config.HTTP2 = &http.HTTP2Config{SendPingTimeout: 20 * time.Millisecond, PingTimeout: 10 * time.Second}
+	srv.Start()
+	defer srv.Close()
+	g := newGenCaller(nil, srv.URL, "/sglang.grpc.scheduler.SglangScheduler/Generate", sglangLayout)
+	defer g.h2.closeIdle(true)
+	g.h2.dialer.ControlContext = func(context.Context, string, string, syscall.RawConn) error {
+		conns.Add(1)
+		return nil
+	}
+	call := func() {
+		t.Helper()
+		st, err := g.call(context.Background(), &sglangpb.GenerateRequest{RequestId: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if _, err := drain(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	g.h2.mu.Lock()
+	idle := g.h2.idle[0]
+	g.h2.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the engine's ping arrives on the idle connection
+		if _, pending := peekConn(idle.nc); pending {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server sent no ping")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	call()
+	if got := conns.Load(); got != 1 {
+		t.Fatalf("%d connections dialed: the pinged connection was replaced", got)
+	}
+}

@@ -114,6 +114,7 @@ func (p *h2Pool) closeIdle(shut bool) {
 type h2Conn struct {
 	nc     net.Conn
 	bw     *bufio.Writer
+	br     *bufio.Reader
 	fr     *http2.Framer
 	henc   *hpack.Encoder
 	hbuf   bytes.Buffer
@@ -128,7 +129,8 @@ type h2Conn struct {
 
 func newH2Conn(nc net.Conn) *h2Conn {
 	c := &h2Conn{nc: nc, bw: bufio.NewWriterSize(nc, 16<<10), nextID: 1, maxFrame: 16384, initWin: 65535, connSendWin: 65535}
-	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 32<<10))
+	c.br = bufio.NewReaderSize(nc, 32<<10)
+	c.fr = http2.NewFramer(c.bw, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = 1 << 20
 	c.fr.SetReuseFrames()
@@ -152,9 +154,31 @@ func (c *h2Conn) start() error {
 	return c.bw.Flush()
 }
 
-// quiet reports whether an idle connection is open with nothing unread: an engine that closed it or
-// sent something (a GOAWAY, a PING) while it was idle makes it one to replace.
-func (c *h2Conn) quiet() bool { return !c.goneAway && connAliveRaw(c.nc) }
+// quiet reports whether an idle connection can carry a call: it is open, and what the engine sent
+// while it was idle is handled (a PING answered, SETTINGS applied, a window update counted; gRPC's
+// C-core servers ping to estimate bandwidth). A GOAWAY, or a frame that does not come whole at once,
+// makes it one to replace.
+func (c *h2Conn) quiet() bool {
+	s := &h2Stream{ctx: context.Background(), c: c} // stream 0: frames of past streams are ignored
+	for !c.goneAway {
+		if c.br.Buffered() == 0 {
+			open, pending := peekConn(c.nc)
+			if !open {
+				return false
+			}
+			if !pending {
+				return true
+			}
+		}
+		_ = c.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		err := s.readFrame()
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if err != nil {
+			return false
+		}
+	}
+	return false
+}
 
 func (c *h2Conn) close() { c.closeOnce.Do(func() { _ = c.nc.Close() }) }
 
