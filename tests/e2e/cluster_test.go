@@ -24,6 +24,7 @@ import (
 	"github.com/sluicegw/sluice/internal/app"
 	"github.com/sluicegw/sluice/internal/config"
 	"github.com/sluicegw/sluice/internal/sim"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // Cluster admission end to end: three gateways (in-process App instances, each with its own listeners,
@@ -217,14 +218,26 @@ func prefillCluster(t *testing.T) *sim.Cluster {
 	return startCluster(t, sim.ClusterConfig{Prefill: 2, Decode: 2, Protocol: sim.ProtocolSGLang, Mode: sim.ModeRealistic})
 }
 
-// skewed runs 80% of clients on the first gateway and 10% on each other for d, and returns the engines'
+// skewed runs 80% of clients on the first gateway and 10% on each other for at least d, and returns the engines'
 // peaks read while the load still runs: a cancelled request frees its gateway slot at once while its
 // engine may still be prefilling it, so the end of a run is not measured.
 func skewed(t *testing.T, rs *replicas, c *sim.Cluster, d time.Duration) ([]*load, []int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	start := time.Now()
 	ls := []*load{startClusterLoad(ctx, t, rs.gws[0].URL, 16), startClusterLoad(ctx, t, rs.gws[1].URL, 2), startClusterLoad(ctx, t, rs.gws[2].URL, 2)}
 	time.Sleep(d) // the measured load (load, not synchronisation)
+	// With fewer units than replicas a replica waits its turn; on a loaded machine the turns run late,
+	// so the load goes on until every replica has served (the callers fail the ones that never do).
+	poll.Wait(20*time.Second, func() bool {
+		for _, l := range ls {
+			if l.ok.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("skewed load ran %v (at least %v)", time.Since(start).Round(time.Millisecond), d)
 	p := peaks(c)
 	cancel()
 	for _, l := range ls {
