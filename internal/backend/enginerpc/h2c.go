@@ -280,28 +280,7 @@ func (s *h2Stream) readFrame() error {
 	}
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
-		if f.IsAck() {
-			return nil
-		}
-		err := f.ForeachSetting(func(st http2.Setting) error {
-			switch st.ID {
-			case http2.SettingMaxFrameSize:
-				c.maxFrame = st.Val
-			case http2.SettingInitialWindowSize:
-				s.sendWin += int64(st.Val) - c.initWin
-				c.initWin = int64(st.Val)
-			case http2.SettingHeaderTableSize: // the engine's decoder's table bounds our encoder's
-				c.henc.SetMaxDynamicTableSizeLimit(st.Val)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := c.fr.WriteSettingsAck(); err != nil {
-			return err
-		}
-		return c.bw.Flush()
+		return s.settings(f)
 	case *http2.PingFrame:
 		if f.IsAck() {
 			return nil
@@ -327,19 +306,9 @@ func (s *h2Stream) readFrame() error {
 			s.reset = rstError(s.ctx, f.ErrCode)
 		}
 	case *http2.MetaHeadersFrame:
-		if f.StreamID != s.id {
-			return nil
+		if f.StreamID == s.id {
+			s.headers(f)
 		}
-		fields := make(map[string]string, len(f.Fields))
-		for _, hf := range f.Fields {
-			fields[hf.Name] = hf.Value
-		}
-		if !s.headDone {
-			s.header, s.headDone = fields, true
-		} else {
-			s.trailer = fields
-		}
-		s.ended = s.ended || f.StreamEnded()
 	case *http2.DataFrame:
 		if f.StreamID != s.id {
 			return nil
@@ -349,6 +318,47 @@ func (s *h2Stream) readFrame() error {
 		return s.ack(f.Length)
 	}
 	return nil
+}
+
+// settings applies the engine's SETTINGS and acknowledges them.
+func (s *h2Stream) settings(f *http2.SettingsFrame) error {
+	c := s.c
+	if f.IsAck() {
+		return nil
+	}
+	err := f.ForeachSetting(func(st http2.Setting) error {
+		switch st.ID {
+		case http2.SettingMaxFrameSize:
+			c.maxFrame = st.Val
+		case http2.SettingInitialWindowSize:
+			s.sendWin += int64(st.Val) - c.initWin
+			c.initWin = int64(st.Val)
+		case http2.SettingHeaderTableSize: // the engine's decoder's table bounds our encoder's
+			c.henc.SetMaxDynamicTableSizeLimit(st.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// headers takes the stream's first HEADERS as the answer's header, a later one as its trailers.
+func (s *h2Stream) headers(f *http2.MetaHeadersFrame) {
+	fields := make(map[string]string, len(f.Fields))
+	for _, hf := range f.Fields {
+		fields[hf.Name] = hf.Value
+	}
+	if !s.headDone {
+		s.header, s.headDone = fields, true
+	} else {
+		s.trailer = fields
+	}
+	s.ended = s.ended || f.StreamEnded()
 }
 
 // ack tops up the stream's and the connection's windows once half of them is used.

@@ -57,89 +57,103 @@ func decodeObject(b []byte, i int, member func(key, v []byte) error) (int, error
 }
 
 func (r *requestJSON) member(k, v []byte) error {
-	var err error
+	if dst := r.rawField(k); dst != nil {
+		*dst = v
+		return nil
+	}
 	switch string(k) {
 	case "model":
-		err = decodeStringField("model", v, &r.Model)
-	case "messages":
-		r.Messages = v
-	case "tools":
-		r.Tools = v
-	case "tool_choice":
-		r.ToolChoice = v
-	case "chat_template_kwargs":
-		r.ChatTemplateKwargs = v
+		return decodeStringField("model", v, &r.Model)
 	case "add_generation_prompt":
-		err = decodeBoolPtr("add_generation_prompt", v, &r.AddGenerationPrompt)
-	case "prompt":
-		r.Prompt = v
-	case "text":
-		r.Text = v
-	case "input_ids":
-		r.InputIDs = v
+		return decodeBoolPtr("add_generation_prompt", v, &r.AddGenerationPrompt)
 	case "sampling_params":
-		if jsonscan.IsNull(v) {
-			r.SamplingParams = nil
-			return nil
-		}
-		if r.SamplingParams == nil {
-			r.SamplingParams = new(samplingJSON)
-		}
-		_, err = decodeObject(v, 0, func(k, sv []byte) error {
-			if string(k) == "n" { // the embedded copy's n is sampling_params' own
-				return decodeIntPtr("n", sv, &r.SamplingParams.N)
-			}
-			return r.SamplingParams.member(k, sv)
-		})
-		err = typed(err, "sampling_params", "an object", v)
+		return decodeSamplingParams(v, r)
 	case "stream":
-		err = decodeBool("stream", v, &r.Stream)
+		return decodeBool("stream", v, &r.Stream)
 	case "stream_options":
-		err = decodeStreamOptions(v, r)
+		return decodeStreamOptions(v, r)
 	case "n":
-		err = decodeIntPtr("n", v, &r.N)
+		return decodeIntPtr("n", v, &r.N)
 	case "max_tokens":
-		err = decodeIntPtr("max_tokens", v, &r.MaxTokens)
+		return decodeIntPtr("max_tokens", v, &r.MaxTokens)
 	case "max_completion_tokens":
-		err = decodeIntPtr("max_completion_tokens", v, &r.MaxCompletionTokens)
-	case "logprobs":
-		r.Logprobs = v
+		return decodeIntPtr("max_completion_tokens", v, &r.MaxCompletionTokens)
 	case "echo":
-		err = decodeBool("echo", v, &r.Echo)
+		return decodeBool("echo", v, &r.Echo)
 	case "top_logprobs":
-		err = decodeIntPtr("top_logprobs", v, &r.TopLogprobs)
+		return decodeIntPtr("top_logprobs", v, &r.TopLogprobs)
 	case "response_format":
-		err = decodeResponseFormat(v, r)
-	case "structured_outputs":
-		r.StructuredOutputs = v
-	case "guided_json":
-		r.GuidedJSON = v
-	case "guided_regex":
-		r.GuidedRegex = v
-	case "guided_choice":
-		r.GuidedChoice = v
-	case "guided_grammar":
-		r.GuidedGrammar = v
-	case "bootstrap_host":
-		r.BootstrapHost = v
-	case "bootstrap_port":
-		r.BootstrapPort = v
-	case "bootstrap_room":
-		r.BootstrapRoom = v
+		return decodeResponseFormat(v, r)
 	case "routed_dp_rank":
-		err = decodeIntPtr("routed_dp_rank", v, &r.RoutedDPRank)
-	case "kv_transfer_params":
-		r.KVTransferParams = v
+		return decodeIntPtr("routed_dp_rank", v, &r.RoutedDPRank)
 	case "return_logprob":
-		err = decodeBool("return_logprob", v, &r.ReturnLogprob)
+		return decodeBool("return_logprob", v, &r.ReturnLogprob)
 	case "top_logprobs_num":
-		err = decodeIntPtr("top_logprobs_num", v, &r.TopLogprobsNum)
+		return decodeIntPtr("top_logprobs_num", v, &r.TopLogprobsNum)
 	case "logprob_start_len":
-		err = decodeIntPtr("logprob_start_len", v, &r.LogprobStartLen)
-	default:
-		return r.samplingJSON.member(k, v)
+		return decodeIntPtr("logprob_start_len", v, &r.LogprobStartLen)
 	}
-	return err
+	return r.samplingJSON.member(k, v)
+}
+
+// rawField is where the field k is kept as it came (its route or the handshake reads it later), or
+// nil when k is not such a field.
+func (r *requestJSON) rawField(k []byte) *json.RawMessage {
+	switch string(k) {
+	case "messages":
+		return &r.Messages
+	case "tools":
+		return &r.Tools
+	case "tool_choice":
+		return &r.ToolChoice
+	case "chat_template_kwargs":
+		return &r.ChatTemplateKwargs
+	case "prompt":
+		return &r.Prompt
+	case "text":
+		return &r.Text
+	case "input_ids":
+		return &r.InputIDs
+	case "logprobs":
+		return &r.Logprobs
+	case "structured_outputs":
+		return &r.StructuredOutputs
+	case "guided_json":
+		return &r.GuidedJSON
+	case "guided_regex":
+		return &r.GuidedRegex
+	case "guided_choice":
+		return &r.GuidedChoice
+	case "guided_grammar":
+		return &r.GuidedGrammar
+	case "bootstrap_host":
+		return &r.BootstrapHost
+	case "bootstrap_port":
+		return &r.BootstrapPort
+	case "bootstrap_room":
+		return &r.BootstrapRoom
+	case "kv_transfer_params":
+		return &r.KVTransferParams
+	}
+	return nil
+}
+
+// decodeSamplingParams decodes SGLang's sampling_params object into r.SamplingParams.
+func decodeSamplingParams(v []byte, r *requestJSON) error {
+	if jsonscan.IsNull(v) {
+		r.SamplingParams = nil
+		return nil
+	}
+	if r.SamplingParams == nil {
+		r.SamplingParams = new(samplingJSON)
+	}
+	_, err := decodeObject(v, 0, func(k, sv []byte) error {
+		if string(k) == "n" { // the embedded copy's n is sampling_params' own
+			return decodeIntPtr("n", sv, &r.SamplingParams.N)
+		}
+		return r.SamplingParams.member(k, sv)
+	})
+	return typed(err, "sampling_params", "an object", v)
 }
 
 // member decodes one sampling field; n is not among them, since at a body's top level n is the
