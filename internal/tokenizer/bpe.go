@@ -26,8 +26,8 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	if len(word) == 1 {
 		return append(dst, m.byteID[word[0]])
 	}
-	if ids, ok := m.cache.get(word); ok {
-		return appendIDs(dst, ids)
+	if out, ok := m.cache.appendGet(dst, word); ok {
+		return out
 	}
 	start := len(dst)
 	if id, ok := m.whole[word]; ok {
@@ -39,14 +39,6 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	dst = m.mergeWord(dst, word)
 	m.cache.put(word, append([]int(nil), dst[start:]...))
 	return dst
-}
-
-// appendIDs is append(dst, ids...) without a memmove call for the commonest word, one token.
-func appendIDs(dst, ids []int) []int {
-	if len(ids) == 1 {
-		return append(dst, ids[0])
-	}
-	return append(dst, ids...)
 }
 
 type symbol struct {

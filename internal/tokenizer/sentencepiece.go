@@ -375,8 +375,8 @@ func (m *spModel) crossesAt(w string, i int) bool {
 }
 
 func (m *spModel) appendPart(dst []int, w string) []int {
-	if ids, ok := m.cache.get(w); ok {
-		return appendIDs(dst, ids)
+	if out, ok := m.cache.appendGet(dst, w); ok {
+		return out
 	}
 	start := len(dst)
 	var symBuf [32]symbol

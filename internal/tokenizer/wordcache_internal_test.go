@@ -121,10 +121,11 @@ func BenchmarkWordCacheGet(b *testing.B) {
 	b.Run("wordTable", func(b *testing.B) {
 		hot := c.hot.Load()
 		n := 0
+		var buf []int
 		for b.Loop() {
 			for _, w := range words {
-				ids, _ := hot.get(w)
-				n += len(ids)
+				buf, _ = hot.appendGet(buf[:0], w)
+				n += len(buf)
 			}
 		}
 		if n != b.N*len(words) {
@@ -133,7 +134,8 @@ func BenchmarkWordCacheGet(b *testing.B) {
 	})
 }
 
-// TestWordTableLongWords: words of every length up to the cache's bound survive the copies into larger
+// TestWordTableLongWords: words of every length up to the cache's bound, with from one to nine ids (so
+// inline, and out of their slot for their bytes, their ids or both), survive the copies into larger
 // snapshots; a word is never confused with another of the same prefix or length.
 func TestWordTableLongWords(t *testing.T) {
 	c := wordCache{max: 1 << 16, maxBytes: 64}
@@ -143,21 +145,30 @@ func TestWordTableLongWords(t *testing.T) {
 		}
 		return fmt.Sprintf("%s-%d", strings.Repeat("long word ", 1+i%5), i) // in text
 	}
-	const n = 2000
-	for i := range n {
-		c.put(word(i), []int{i, i + 1})
+	idsOf := func(i int) []int {
+		ids := make([]int, 1+i%9)
+		for k := range ids {
+			ids[k] = i*10 + k
+		}
+		return ids
 	}
-	c.mu.Lock()
-	c.freshHits = 1 << 30
-	c.maybePromote()
-	c.mu.Unlock()
+	const n = 2000
+	for half := range 2 { // two snapshots: the second copies the first's words
+		for i := half * n / 2; i < (half+1)*n/2; i++ {
+			c.put(word(i), idsOf(i))
+		}
+		c.mu.Lock()
+		c.freshHits = 1 << 30
+		c.maybePromote()
+		c.mu.Unlock()
+	}
 	hot := c.hot.Load()
 	if hot == nil || hot.words != n {
 		t.Fatalf("snapshot holds %v words, want %d", hot, n)
 	}
 	for i := range n {
-		if ids, ok := hot.get(word(i)); !ok || !slices.Equal(ids, []int{i, i + 1}) {
-			t.Fatalf("%q: %v, %v", word(i), ids, ok)
+		if ids, ok := hot.get(word(i)); !ok || !slices.Equal(ids, idsOf(i)) {
+			t.Fatalf("%q: %v, %v; want %v", word(i), ids, ok, idsOf(i))
 		}
 	}
 	for _, w := range []string{"w", "w1x", strings.Repeat("long word ", 2) + "-9999", strings.Repeat("x", 17), ""} {
@@ -166,3 +177,9 @@ func TestWordTableLongWords(t *testing.T) {
 		}
 	}
 }
+
+// get is appendGet into a fresh slice, for the tests.
+func (c *wordCache) get(word string) ([]int, bool) { return c.appendGet(nil, word) }
+
+// get is appendGet into a fresh slice, for the tests.
+func (t *wordTable) get(word string) ([]int, bool) { return t.appendGet(nil, word) }
