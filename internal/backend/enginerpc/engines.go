@@ -28,6 +28,9 @@ type event struct {
 // aborted says the event ends its sample with the engine's abort, not a result.
 func (ev *event) aborted() bool { return ev.complete && ev.finish == "abort" }
 
+// genStream is a Generate call's answer. The event's ids are valid until the next Receive: a stream
+// decodes every message's ids into the same array (a token or a few a message, so a new slice each
+// was most of reading one).
 type genStream interface {
 	Receive() bool
 	Err() error

@@ -184,7 +184,7 @@ func (s *genStreamRaw) Receive() bool {
 		return s.fail(coded(s.ctx, err, connect.CodeUnknown, "read enveloped message"))
 	}
 	s.read = true
-	s.ev = event{}
+	s.ev = event{ids: s.ev.ids[:0]}
 	if err := s.l.decode(s.buf, &s.ev); err != nil {
 		return s.fail(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unmarshal message: %w", err)))
 	}
@@ -406,7 +406,7 @@ func (g *h2GenStream) Receive() bool {
 		return g.fail(err)
 	}
 	g.read = true
-	g.ev = event{}
+	g.ev = event{ids: g.ev.ids[:0]}
 	if err := g.l.decode(msg, &g.ev); err != nil {
 		return g.fail(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unmarshal message: %w", err)))
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -75,7 +76,7 @@ func drain(st genStream) ([][]uint32, error) {
 	defer st.Close()
 	var ids [][]uint32
 	for st.Receive() {
-		ids = append(ids, st.event().ids)
+		ids = append(ids, slices.Clone(st.event().ids)) // valid until the next Receive
 	}
 	return ids, st.Err()
 }

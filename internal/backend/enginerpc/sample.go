@@ -20,6 +20,7 @@ type sample struct {
 	streaming  bool
 
 	text                       []byte   // every emitted byte
+	scratch                    []byte   // add's buffer for one event's text
 	ids                        []uint32 // every output id
 	chunks                     int
 	prompt, completion, cached uint32
@@ -95,10 +96,7 @@ func (s *sample) add(ev event) (delta, error) {
 		// ids (both servicers).
 		ids = nil
 	}
-	var out []byte
-	if len(ids) > 0 {
-		out = make([]byte, 0, 8*len(ids)) // one allocation: a token is a few bytes of text
-	}
+	out := s.scratch[:0] // the event's text, copied out below (into s.text and the delta)
 	if s.ids == nil {
 		s.ids = make([]uint32, 0, max(len(ids), 16))
 	}
@@ -147,6 +145,7 @@ func (s *sample) add(ev event) (delta, error) {
 	}
 	s.cached = max(s.cached, ev.cached)
 	s.text = append(s.text, out...)
+	s.scratch = out
 	d := s.split(string(out), ev.complete)
 	d.lps = lps
 	if s.echoPending {

@@ -3,14 +3,17 @@ package enginerpc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
+	"sync"
 	"testing"
 )
 
 // Frames written while nobody reads are taken by one Read, so the relay writes them to the client
 // at once; then the writer's end.
 func TestSSEBufferCoalescesFrames(t *testing.T) {
-	b := newSSEBuffer()
+	b := newSSEBuffer(nil)
 	for _, f := range []string{"data: 1\n\n", "data: 2\n\n", "data: 3\n\n"} {
 		if _, err := b.Write([]byte(f)); err != nil {
 			t.Fatal(err)
@@ -30,7 +33,7 @@ func TestSSEBufferCoalescesFrames(t *testing.T) {
 // The writer writes no further ahead than the limit: past it, it waits for the reader; a small Read
 // buffer takes the bytes in order.
 func TestSSEBufferBoundsTheWriter(t *testing.T) {
-	b := newSSEBuffer()
+	b := newSSEBuffer(nil)
 	frame := bytes.Repeat([]byte("x"), sseBufferLimit)
 	if _, err := b.Write(frame); err != nil {
 		t.Fatal(err)
@@ -57,7 +60,7 @@ func TestSSEBufferBoundsTheWriter(t *testing.T) {
 
 // Closing the reader's side fails a writer waiting for room, and later writes, with its error.
 func TestSSEBufferCloseReadFailsWriter(t *testing.T) {
-	b := newSSEBuffer()
+	b := newSSEBuffer(nil)
 	if _, err := b.Write(bytes.Repeat([]byte("x"), sseBufferLimit)); err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +78,27 @@ func TestSSEBufferCloseReadFailsWriter(t *testing.T) {
 	}
 	if _, err := b.Read(make([]byte, 1)); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("Read after CloseRead = %v", err)
+	}
+}
+
+// A stream's buffer from the pool carries only that stream's bytes, however much the last one wrote;
+// once its reader closed, it goes back and its writer fails.
+func TestSSEBufferFromThePool(t *testing.T) {
+	var pool sync.Pool
+	for round := range 3 {
+		b := newSSEBuffer(&pool)
+		want := strings.Repeat(fmt.Sprintf("data: %d\n\n", round), 100*(3-round)) // each shorter than the last
+		if _, err := b.Write([]byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		b.CloseWithError(nil)
+		got, err := io.ReadAll(b)
+		if err != nil || string(got) != want {
+			t.Fatalf("round %d: read %d bytes (%v), want its own %d", round, len(got), err, len(want))
+		}
+		b.CloseRead(errBodyClosed)
+		if _, err := b.Write([]byte("late")); !errors.Is(err, errBodyClosed) {
+			t.Fatalf("a write after the reader closed: %v", err)
+		}
 	}
 }

@@ -63,6 +63,8 @@ type Transport struct {
 	engines map[string]*engineEntry // by "scheme://host:port"
 
 	live enginebook.Book[*generation] // the migratable streams being read, for Interrupt (interrupt.go)
+
+	sseBufs sync.Pool // the streamed answers' buffers (newSSEBuffer)
 }
 
 // Option configures a Transport.
@@ -374,7 +376,7 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		defer st.Close()
 		return t.whole(req, g, st, ss, first, m)
 	}
-	sb := newSSEBuffer()
+	sb := newSSEBuffer(&t.sseBufs)
 	done := make(chan struct{})
 	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb, engine: engineKey(req.URL)}
 	go func() {
