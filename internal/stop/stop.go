@@ -106,6 +106,7 @@ func New(p Params) (*Matcher, error) {
 		includeStop: p.IncludeStop,
 		end:         End{StopToken: -1},
 		compactAt:   compactAt,
+		buf:         make([]byte, 0, 128), // a few dozen tokens before it grows
 	}
 	for _, s := range p.Stop {
 		if s == "" {

@@ -342,7 +342,7 @@ func (g genCaller) callH2(ctx context.Context, b []byte) (genStream, error) {
 		s.done()
 		return nil, err
 	}
-	if err := validH2Head(s.header); err != nil {
+	if err := validH2Head(&s.header); err != nil {
 		s.done()
 		return nil, err
 	}
@@ -350,19 +350,19 @@ func (g genCaller) callH2(ctx context.Context, b []byte) (genStream, error) {
 }
 
 // validH2Head is validResponse for the client of our own.
-func validH2Head(h map[string]string) error {
-	if st := h[":status"]; st != "200" {
+func validH2Head(h *h2Fields) error {
+	if st := h.status; st != "200" {
 		code, _ := strconv.Atoi(st)
 		return connect.NewError(httpToCode(code), fmt.Errorf("HTTP status %s", st))
 	}
-	switch ct := h["content-type"]; {
+	switch ct := h.contentType; {
 	case ct == "application/grpc" || ct == "application/grpc+proto":
 	case strings.HasPrefix(ct, "application/grpc"):
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("invalid content-type: %q; expecting %q", ct, "application/grpc"))
 	default:
 		return connect.NewError(connect.CodeUnknown, fmt.Errorf("invalid content-type: %q; expecting %q", ct, "application/grpc"))
 	}
-	if enc := h["grpc-encoding"]; enc != "" && enc != "identity" {
+	if enc := h.encoding; enc != "" && enc != "identity" {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("unknown encoding %q: no encodings are accepted", enc))
 	}
 	return nil
@@ -396,9 +396,9 @@ func (g *h2GenStream) Receive() bool {
 	}
 	msg, err := g.s.message()
 	if errors.Is(err, io.EOF) {
-		fields := g.s.trailer
-		if !g.read && fields == nil { // trailers-only
-			fields = g.s.header
+		fields := &g.s.trailer
+		if !g.read && !fields.got { // trailers-only
+			fields = &g.s.header
 		}
 		return g.fail(h2Status(fields))
 	}

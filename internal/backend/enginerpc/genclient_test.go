@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -401,5 +402,32 @@ func TestH2ClientAnswersIdlePings(t *testing.T) {
 	call()
 	if got := conns.Load(); got != 1 {
 		t.Fatalf("%d connections dialed: the pinged connection was replaced", got)
+	}
+}
+
+// TestGenCallerLongHeaderBlocks: a header block and a trailer block longer than a frame come in
+// HEADERS and CONTINUATION frames; the call reads both, and the engine's status in the trailers.
+func TestGenCallerLongHeaderBlocks(t *testing.T) { bothClients(t, testGenCallerLongHeaderBlocks) }
+
+func testGenCallerLongHeaderBlocks(t *testing.T, own bool) {
+	long := strings.Repeat("x", 40000) // past a 16 kB frame: the block goes on in CONTINUATION frames
+	g := rawEngine(t, own, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("X-Long", long)
+		w.Header().Set("Trailer", "Grpc-Status, Grpc-Message, X-Long-Trailer")
+		_, _ = w.Write(envelope(0, chunkMsg(5)))
+		w.Header().Set("X-Long-Trailer", long)
+		w.Header().Set("Grpc-Status", "8")
+		w.Header().Set("Grpc-Message", "busy")
+	})
+	for range 2 { // the second call on the same connection: the HPACK tables stayed in step
+		st, err := g.call(context.Background(), &sglangpb.GenerateRequest{RequestId: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := drain(st)
+		if len(ids) != 1 || connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "busy") {
+			t.Fatalf("got %v, %v; want one chunk and the trailers' RESOURCE_EXHAUSTED", ids, err)
+		}
 	}
 }

@@ -112,12 +112,19 @@ func (p *h2Pool) closeIdle(shut bool) {
 
 // h2Conn is one connection, used by one call at a time.
 type h2Conn struct {
-	nc     net.Conn
-	bw     *bufio.Writer
-	br     *bufio.Reader
-	fr     *http2.Framer
-	henc   *hpack.Encoder
-	hbuf   bytes.Buffer
+	nc   net.Conn
+	bw   *bufio.Writer
+	br   *bufio.Reader
+	fr   *http2.Framer
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+	// Header blocks are decoded here rather than by the framer, into the fields a call reads (no map
+	// and no list of every field: those were a tenth of a call's allocations). Every block is decoded,
+	// whichever stream it is for, to keep the decoder's table in step with the engine's encoder.
+	hdec   *hpack.Decoder
+	hto    *h2Fields // the block being decoded goes there (nil: nowhere)
+	hbytes int       // its size so far, bounded by h2MaxHeaderBytes
+	hopen  uint32    // the stream whose block awaits CONTINUATION frames (0: none)
 	nextID uint32
 	// The engine's settings and our send windows.
 	maxFrame             uint32
@@ -131,9 +138,9 @@ func newH2Conn(nc net.Conn) *h2Conn {
 	c := &h2Conn{nc: nc, bw: bufio.NewWriterSize(nc, 16<<10), nextID: 1, maxFrame: 16384, initWin: 65535, connSendWin: 65535}
 	c.br = bufio.NewReaderSize(nc, 32<<10)
 	c.fr = http2.NewFramer(c.bw, c.br)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = 1 << 20
 	c.fr.SetReuseFrames()
+	c.hdec = hpack.NewDecoder(4096, c.emit)
+	c.hdec.SetMaxStringLength(h2MaxHeaderBytes)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
@@ -145,7 +152,7 @@ func (c *h2Conn) start() error {
 	}
 	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
-		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: 1 << 20}); err != nil {
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: h2MaxHeaderBytes}); err != nil {
 		return err
 	}
 	if err := c.fr.WriteWindowUpdate(0, h2ConnWindow-65535); err != nil {
@@ -197,8 +204,8 @@ type h2Stream struct {
 
 	sendWin  int64
 	unacked  uint32 // received on the stream since the last WINDOW_UPDATE
-	header   map[string]string
-	trailer  map[string]string
+	header   h2Fields
+	trailer  h2Fields
 	headDone bool // the response headers came
 	ended    bool // END_STREAM came
 	closed   bool
@@ -305,10 +312,13 @@ func (s *h2Stream) readFrame() error {
 		if f.StreamID == s.id {
 			s.reset = rstError(s.ctx, f.ErrCode)
 		}
-	case *http2.MetaHeadersFrame:
-		if f.StreamID == s.id {
-			s.headers(f)
+	case *http2.HeadersFrame:
+		return s.headers(f.StreamID, f.HeaderBlockFragment(), f.HeadersEnded(), f.StreamEnded())
+	case *http2.ContinuationFrame:
+		if f.StreamID != c.hopen {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
 		}
+		return s.headers(f.StreamID, f.HeaderBlockFragment(), f.HeadersEnded(), false)
 	case *http2.DataFrame:
 		if f.StreamID != s.id {
 			return nil
@@ -347,18 +357,73 @@ func (s *h2Stream) settings(f *http2.SettingsFrame) error {
 	return c.bw.Flush()
 }
 
-// headers takes the stream's first HEADERS as the answer's header, a later one as its trailers.
-func (s *h2Stream) headers(f *http2.MetaHeadersFrame) {
-	fields := make(map[string]string, len(f.Fields))
-	for _, hf := range f.Fields {
-		fields[hf.Name] = hf.Value
+// headers decodes a fragment of a header block. The stream's first block is the answer's header, a
+// later one its trailers; a block of another stream is decoded and dropped.
+func (s *h2Stream) headers(id uint32, frag []byte, endHeaders, endStream bool) error {
+	c := s.c
+	if c.hopen == 0 { // a block begins
+		c.hopen, c.hbytes, c.hto = id, 0, nil
+		if id == s.id {
+			c.hto = &s.trailer
+			if !s.headDone {
+				c.hto = &s.header
+			}
+			*c.hto = h2Fields{got: true}
+		}
 	}
-	if !s.headDone {
-		s.header, s.headDone = fields, true
-	} else {
-		s.trailer = fields
+	if c.hopen != id {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
-	s.ended = s.ended || f.StreamEnded()
+	if _, err := c.hdec.Write(frag); err != nil {
+		return err
+	}
+	if c.hbytes > h2MaxHeaderBytes {
+		return fmt.Errorf("the engine's header block is over %d bytes", h2MaxHeaderBytes)
+	}
+	if id == s.id {
+		s.ended = s.ended || endStream
+	}
+	if !endHeaders {
+		return nil
+	}
+	c.hopen = 0
+	if id == s.id {
+		s.headDone = true
+	}
+	return c.hdec.Close()
+}
+
+// h2MaxHeaderBytes bounds a header block (names, values and 32 bytes a field, as HTTP/2 counts them).
+const h2MaxHeaderBytes = 1 << 20
+
+// h2Fields are the fields a call reads of a header block; n counts all of them, got says the block came.
+type h2Fields struct {
+	got                                                bool
+	n                                                  int
+	status, contentType, encoding, grpcStatus, message string
+	hasGRPCStatus                                      bool
+}
+
+// emit takes one decoded field of the block being read.
+func (c *h2Conn) emit(f hpack.HeaderField) {
+	c.hbytes += int(f.Size())
+	h := c.hto
+	if h == nil {
+		return
+	}
+	h.n++
+	switch f.Name {
+	case ":status":
+		h.status = f.Value
+	case "content-type":
+		h.contentType = f.Value
+	case "grpc-encoding":
+		h.encoding = f.Value
+	case "grpc-status":
+		h.grpcStatus, h.hasGRPCStatus = f.Value, true
+	case "grpc-message":
+		h.message = f.Value
+	}
 }
 
 // ack tops up the stream's and the connection's windows once half of them is used.
@@ -512,12 +577,12 @@ func (s *h2Stream) abandon() {
 }
 
 // status reads the header's or trailer's grpc-status as genStreamRaw.status does.
-func h2Status(fields map[string]string) error {
-	code, ok := fields["grpc-status"]
+func h2Status(fields *h2Fields) error {
+	code, ok := fields.grpcStatus, fields.hasGRPCStatus
 	switch {
 	case !ok:
 		c := connect.CodeUnknown
-		if len(fields) == 0 {
+		if fields.n == 0 {
 			c = connect.CodeInternal
 		}
 		return connect.NewError(c, errors.New("protocol error: no Grpc-Status trailer: unexpected EOF"))
@@ -528,9 +593,9 @@ func h2Status(fields map[string]string) error {
 	if err != nil {
 		return connect.NewError(connect.CodeUnknown, fmt.Errorf("protocol error: invalid error code %q", code))
 	}
-	msg, err := percentDecode(fields["grpc-message"])
+	msg, err := percentDecode(fields.message)
 	if err != nil {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: invalid error message %q", fields["grpc-message"]))
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("protocol error: invalid error message %q", fields.message))
 	}
 	return connect.NewWireError(connect.Code(n), errors.New(msg))
 }

@@ -101,7 +101,11 @@ func appendKVTransfer(dst []byte, m *meta, s *sample) []byte {
 // renderWhole is a unary answer: one choice per sample; /generate's is one object, or with n > 1 a
 // list of them, as SGLang's HTTP server answers.
 func renderWhole(c *call, m *meta, ss *samples) []byte {
-	var dst []byte
+	size := 512 // the envelope and usage; the text twice over leaves room for escapes and logprobs
+	for _, s := range ss.all {
+		size += 256 + 2*len(s.text)
+	}
+	dst := make([]byte, 0, size)
 	switch c.route {
 	case body.RouteChat:
 		dst = appendHead(dst, m, "chat.completion")
