@@ -51,8 +51,9 @@
 // (reqwire.go), is sent from the caller's goroutine, and the stream's messages are decoded by hand
 // (wire.go: protowire straight into the transport's events). Connect's goroutine and pipe per call, and the generic marshaller's
 // and decoder's reflection, were a large part of the gateway's CPU in gRPC mode (issue #35). Its
-// errors carry connect's codes for the same failures. TensorRT-LLM's Generate and every other call
-// go through connect.
+// errors carry connect's codes for the same failures. Both clients are tested against Go's servers and
+// against grpcio's C core (grpcio_test.go: a grpc.aio server as SGLang runs it, from Debian's
+// python3-grpcio). TensorRT-LLM's Generate and every other call go through connect.
 //
 // Workers are registered by URL (SetEngine); a request for any other grpc:// worker goes to the
 // fallback transport (sluice.worker.v1's).
