@@ -15,22 +15,12 @@ import (
 
 	"github.com/sluicegw/sluice/internal/kvevents"
 	"github.com/sluicegw/sluice/internal/testkit/poll"
+	pythonenv "github.com/sluicegw/sluice/internal/testkit/python"
 )
 
-// python finds a Python 3 with Debian's python3-zmq and python3-msgpack (.ci/run installs them). With
-// CI set their absence fails the test instead of skipping it.
+// python finds a Python 3 with Debian's python3-zmq and python3-msgpack (.ci/run installs them).
 func python(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if err := exec.Command(p, "-c", "import zmq, msgpack").Run(); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("python3 with zmq and msgpack not found (apt-get install python3-zmq python3-msgpack)")
-	}
-	t.Skip("python3 with zmq and msgpack not found (apt-get install python3-zmq python3-msgpack)")
-	return ""
+	return pythonenv.Find(t, []string{"python3-zmq", "python3-msgpack"}, "zmq", "msgpack")
 }
 
 // pyPublisher is testdata/vllm_publisher.py running as a child process.

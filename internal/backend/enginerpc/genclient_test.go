@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
 )
 
 // rawEngine serves h over h2c: an engine that answers Generate however a test needs. own picks the
@@ -389,16 +390,10 @@ func TestH2ClientAnswersIdlePings(t *testing.T) {
 	g.h2.mu.Lock()
 	idle := g.h2.idle[0]
 	g.h2.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the engine's ping arrives on the idle connection
-		if _, pending := peekConn(idle.nc); pending {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server sent no ping")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, "the server's ping on the idle connection", 10*time.Second, func() bool {
+		_, pending := peekConn(idle.nc)
+		return pending
+	})
 	call()
 	if got := conns.Load(); got != 1 {
 		t.Fatalf("%d connections dialed: the pinged connection was replaced", got)

@@ -18,27 +18,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sglangpb "github.com/sluicegw/sluice/gen/sglang/grpc/scheduler"
+	"github.com/sluicegw/sluice/internal/testkit/poll"
+	"github.com/sluicegw/sluice/internal/testkit/python"
 )
 
 // The engines serve their scheduler protocol from Python on gRPC's C core (SGLang's grpc.aio server);
 // the HTTP/2 client of our own was written against Go's servers. These tests run both Generate clients
 // against testdata/grpcio_engine.py on Debian's python3-grpcio, which .ci/run installs.
-
-// grpcioPython finds a Python 3 with grpcio. With CI set its absence fails the test instead of
-// skipping it.
-func grpcioPython(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if err := exec.Command(p, "-c", "import grpc").Run(); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("python3 with grpcio not found (apt-get install python3-grpcio)")
-	}
-	t.Skip("python3 with grpcio not found (apt-get install python3-grpcio)")
-	return ""
-}
 
 // grpcioEngine is testdata/grpcio_engine.py running as a child process; lines has what it printed
 // after READY (closed when it exits).
@@ -49,7 +35,7 @@ type grpcioEngine struct {
 
 func startGRPCIOEngine(t *testing.T, args ...string) *grpcioEngine {
 	t.Helper()
-	cmd := exec.Command(grpcioPython(t), append([]string{"testdata/grpcio_engine.py"}, args...)...)
+	cmd := exec.Command(python.Find(t, []string{"python3-grpcio"}, "grpc"), append([]string{"testdata/grpcio_engine.py"}, args...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -248,16 +234,10 @@ func TestGenCallerKeepsPingedConnectionsWithGRPCIO(t *testing.T) {
 	g.h2.mu.Lock()
 	idle := g.h2.idle[0]
 	g.h2.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the engine's ping arrives on the idle connection
-		if _, pending := peekConn(idle.nc); pending {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine sent no ping")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, "the engine's ping on the idle connection", 10*time.Second, func() bool {
+		_, pending := peekConn(idle.nc)
+		return pending
+	})
 	for range 5 {
 		call()
 	}
