@@ -405,11 +405,17 @@ func (d *Discovery) processNext(ctx context.Context, q workqueue.TypedRateLimiti
 		return false
 	}
 	defer q.Done(key)
+	st := d.store.Load()
 	if err := d.reconcile(ctx, key); err != nil && ctx.Err() == nil {
 		q.AddRateLimited(key)
 		return true
 	}
 	q.Forget(key)
+	if d.store.Load() != st {
+		// A new generation (a re-list, a changed pool) queued every pod it has and every pod served
+		// while this one was reconciled under the old: a pod registered meanwhile was in neither.
+		q.Add(key)
+	}
 	return true
 }
 
