@@ -51,6 +51,10 @@ type httpStreamAPI interface {
 	// continuation is the body that goes on after what was generated, false when the request's token
 	// budget is spent; the frames read next are the continuation's.
 	continuation() (ids []uint32, b []byte, ok bool)
+	// lengthFinish appends the frames that end the stream as the engine would have, when the
+	// request's token budget is spent: the stream broke off after its last token and before the
+	// chunk that finishes it. False when tokens are left to generate.
+	lengthFinish(dst []byte) ([]byte, bool)
 }
 
 // rerouted is an API whose continuations go to another route than the request's: a chat goes on as
@@ -223,8 +227,9 @@ func (s *migratingStream) frame(f []byte) {
 	s.ended = s.ended || ended
 }
 
-// migrate continues the generation on another pair after cause broke the stream off; false when it
-// may not (the client went away, it had ended, no migration left). A stream that broke before its
+// migrate continues the generation on another pair after cause broke the stream off, or ends it
+// when nothing was left to generate; false when it may not (the client went away, it had ended, no
+// migration left). A stream that broke before its
 // first chunk migrates too: the client has its 200 already, so no retry can answer it.
 func (s *migratingStream) migrate(cause error) bool {
 	if s.ctx.Err() != nil || s.ended {
@@ -236,6 +241,12 @@ func (s *migratingStream) migrate(cause error) bool {
 		reason = enginerpc.ReasonNoComplete
 	case errors.Is(cause, errDrained):
 		reason = enginerpc.ReasonDrain
+	}
+	if out, ok := s.api.lengthFinish(s.out); ok {
+		// Everything was generated and only the finish was lost: end here, as gRPC mode does,
+		// rather than ask a pair for nothing.
+		s.out, s.in, s.ended, s.err = out, s.in[:0], true, io.EOF
+		return true
 	}
 	failed := s.engine
 	for {
@@ -315,6 +326,16 @@ func (s *migratingStream) Close() error {
 	}
 	return s.first.Close()
 }
+
+// appendData appends one SSE data frame.
+func appendData(dst, payload []byte) []byte {
+	dst = append(dst, "data: "...)
+	dst = append(dst, payload...)
+	return append(dst, "\n\n"...)
+}
+
+// sseDone is the frame that ends an OpenAI-style stream.
+const sseDone = "data: [DONE]\n\n"
 
 // prefixed is prompt + generated, as a new slice.
 func prefixed(prompt, generated []uint32) []uint32 {

@@ -108,6 +108,14 @@ func (cm *chatMigration) continuation() ([]uint32, []byte, bool) {
 	return cm.continuationBody(chatOnlyMembers)
 }
 
+// lengthFinish ends a chat whose token budget was all generated.
+func (cm *chatMigration) lengthFinish(dst []byte) ([]byte, bool) {
+	if len(cm.enginePrompt) == 0 || !cm.load() {
+		return dst, false
+	}
+	return cm.idStream.lengthFinish(dst, "chat.completion.chunk", map[string]any{"delta": map[string]any{}, "stop_reason": nil})
+}
+
 // frame takes one chunk: the first stream's are scanned in place, their ids leaving them when the
 // client did not ask; a continuation's completion chunks are rewritten as chat chunks.
 func (cm *chatMigration) frame(dst, payload []byte) ([]byte, bool) {

@@ -107,6 +107,39 @@ func (s *idStream) continuationBody(drop []string) ([]uint32, []byte, bool) {
 	return ids, out, true
 }
 
+// lengthFinish ends a stream whose token budget was all generated (load read it) as the engine
+// would have: a chunk of object with choice's length finish, the usage when the client asked for it
+// (stream_options.include_usage), and [DONE].
+func (s *idStream) lengthFinish(dst []byte, object string, choice map[string]any) ([]byte, bool) {
+	if s.ended || s.id == nil || s.maxTokens == 0 || len(s.ids) < s.maxTokens {
+		return dst, false
+	}
+	var opts struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	_ = json.Unmarshal(s.body["stream_options"], &opts)
+	choice["index"], choice["logprobs"], choice["finish_reason"] = 0, nil, "length"
+	c := map[string]any{"id": s.id, "object": object, "created": s.created, "model": s.model, "choices": []any{choice}}
+	if opts.IncludeUsage {
+		c["usage"] = nil
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return dst, false
+	}
+	dst = appendData(dst, b)
+	if opts.IncludeUsage {
+		prompt, completion := len(s.prompt), len(s.ids)
+		c["choices"] = []any{}
+		c["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+		if b, err = json.Marshal(c); err != nil {
+			return dst, false
+		}
+		dst = appendData(dst, b)
+	}
+	return append(dst, sseDone...), true
+}
+
 // restart is the body that starts a stream of which nothing was generated again elsewhere, as the
 // client sent it (asking for the ids): whatever the engine's parsers, a retry of the whole request is
 // exact. Its chunks are then read as the first stream's, stamped as the request's (restamp). False
@@ -286,6 +319,14 @@ func (cm *completionMigration) continuation() ([]uint32, []byte, bool) {
 		return cm.restart()
 	}
 	return cm.continuationBody(nil)
+}
+
+// lengthFinish ends a completion whose max_tokens were all generated.
+func (cm *completionMigration) lengthFinish(dst []byte) ([]byte, bool) {
+	if !cm.load() {
+		return dst, false
+	}
+	return cm.idStream.lengthFinish(dst, "text_completion", map[string]any{"text": "", "stop_reason": nil})
 }
 
 // frame takes one completions chunk: its ids are added to the generation's, and the ids leave it

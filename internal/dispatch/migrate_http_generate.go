@@ -28,7 +28,7 @@ type generateMigration struct {
 	body      map[string]json.RawMessage // the client's body, for the continuations'
 	params    map[string]json.RawMessage // its sampling_params
 
-	last  []byte        // the first stream's last chunk: cumulative, it holds the whole state
+	last  []byte        // the last chunk the client got: cumulative, it holds the whole state
 	sent  generatedText // what the client has of the generation, once a migration read it
 	base  generatedText // what the current continuation's chunks are appended to
 	cont  bool          // the frames read are a continuation's
@@ -222,5 +222,28 @@ func (gm *generateMigration) frame(dst, payload []byte) ([]byte, bool) {
 	if err != nil {
 		return append(dst, payload...), ended
 	}
+	gm.last = append(gm.last[:0], b...)
 	return append(dst, b...), ended
+}
+
+// lengthFinish ends a stream whose max_new_tokens were all generated: the last chunk again (its
+// state is cumulative) with SGLang's length finish, then [DONE].
+func (gm *generateMigration) lengthFinish(dst []byte) ([]byte, bool) {
+	if len(gm.last) == 0 || !gm.load() {
+		return dst, false
+	}
+	g, c, meta, ended, ok := parseGenerateChunk(gm.last)
+	if !ok || ended || g.completion < gm.maxNew {
+		return dst, false
+	}
+	meta["finish_reason"] = json.RawMessage(`{"type":"length","length":` + strconv.Itoa(gm.maxNew) + `}`)
+	var err error
+	if c["meta_info"], err = json.Marshal(meta); err != nil {
+		return dst, false
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return dst, false
+	}
+	return append(appendData(dst, b), sseDone...), true
 }

@@ -2,6 +2,9 @@ package dispatch
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -81,4 +84,105 @@ func TestCompletionContinuedChunk(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("continued chunk %s\nwant %v", out, want)
 	}
+}
+
+// brokenBody is an engine's stream that breaks off after its frames.
+type brokenBody struct{ r io.Reader }
+
+func (b brokenBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (brokenBody) Close() error { return nil }
+
+// A stream that broke off after its last token and before the chunk that finishes it ends as the
+// engine would have ended it (a length finish, the usage asked for, [DONE]) with no continuation to
+// ask a pair for; one with tokens left does not.
+func TestStreamSpentAtABreakEndsWithALengthFinish(t *testing.T) {
+	gen := func(text string, ids string, n int) string {
+		return fmt.Sprintf(`data: {"text":%q,"output_ids":[%s],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":3,"completion_tokens":%d}}`+"\n\n", text, ids, n)
+	}
+	cmpl := func(text string, id int, first bool) string {
+		p := ""
+		if first {
+			p = `,"prompt_token_ids":[1,2,3]`
+		}
+		return fmt.Sprintf(`data: {"id":"c","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":%q,"logprobs":null,"finish_reason":null%s,"token_ids":[%d]}],"usage":null}`+"\n\n", text, p, id)
+	}
+	chat := func(text string, id int, first bool) string {
+		p := ""
+		if first {
+			p = `,"prompt_token_ids":[1,2,3]`
+		}
+		return fmt.Sprintf(`data: {"id":"x","object":"chat.completion.chunk","created":5,"model":"m"%s,"choices":[{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null,"token_ids":[%d]}]}`+"\n\n", p, text, id)
+	}
+	cases := []struct {
+		name   string
+		api    func(t *testing.T, budget int) httpStreamAPI
+		frames string
+		want   []string // the payloads after the frames, [DONE] last
+	}{
+		{"generate", func(t *testing.T, budget int) httpStreamAPI {
+			return &generateMigration{raw: fmt.Appendf(nil, `{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":%d},"stream":true}`, budget)}
+		}, gen("a", "5", 1) + gen("ab", "5,6", 2),
+			[]string{`{"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","finish_reason":{"type":"length","length":2},"prompt_tokens":3,"completion_tokens":2}}`, "[DONE]"}},
+		{"completion", func(t *testing.T, budget int) httpStreamAPI {
+			cm, ok := checkCompletionMigration(fmt.Appendf(nil, `{"model":"m","prompt":[1,2,3],"max_tokens":%d,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`, budget))
+			if !ok {
+				t.Fatal("not migratable")
+			}
+			return cm
+		}, cmpl("a", 5, true) + cmpl("b", 6, false),
+			[]string{`{"id":"c","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":null}`,
+				`{"id":"c","object":"text_completion","created":5,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`, "[DONE]"}},
+		{"chat", func(t *testing.T, budget int) httpStreamAPI {
+			cm, ok := checkChatMigration(fmt.Appendf(nil, `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":true}`, budget))
+			if !ok {
+				t.Fatal("not migratable")
+			}
+			return cm
+		}, chat("a", 5, true) + chat("b", 6, false),
+			[]string{`{"id":"x","object":"chat.completion.chunk","created":5,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length","stop_reason":null}]}`, "[DONE]"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			api := c.api(t, 2)
+			s := &migratingStream{ctx: t.Context(), api: api, first: brokenBody{strings.NewReader(c.frames)}}
+			s.cur = s.first
+			got, err := io.ReadAll(s)
+			if err != nil {
+				t.Fatalf("read: %v (got %q)", err, got)
+			}
+			var payloads []string
+			for f := range strings.SplitSeq(strings.TrimSuffix(string(got), "\n\n"), "\n\n") {
+				payloads = append(payloads, strings.TrimPrefix(f, "data: "))
+			}
+			if len(payloads) != 2+len(c.want) {
+				t.Fatalf("frames %q, want the 2 passed on and %d more", payloads, len(c.want))
+			}
+			for i, w := range c.want {
+				if g := payloads[2+i]; g != w && !jsonEqual(g, w) {
+					t.Errorf("frame %d: %s\nwant %s", 2+i, g, w)
+				}
+			}
+			// With a token left, the stream must go on elsewhere: no finish of its own.
+			more := c.api(t, 3)
+			for f := range strings.SplitSeq(strings.TrimSuffix(c.frames, "\n\n"), "\n\n") {
+				more.frame(nil, []byte(strings.TrimPrefix(f, "data: ")))
+			}
+			if out, ok := more.lengthFinish(nil); ok {
+				t.Errorf("a stream with a token left finished: %s", out)
+			}
+		})
+	}
+}
+
+// jsonEqual says whether two JSON texts hold the same value.
+func jsonEqual(a, b string) bool {
+	var x, y any
+	return json.Unmarshal([]byte(a), &x) == nil && json.Unmarshal([]byte(b), &y) == nil && reflect.DeepEqual(x, y)
 }
