@@ -67,14 +67,17 @@
 // an Abort and only then the RPC's cancellation (the Rust gateway's abort-on-drop): a context.AfterFunc
 // on the request's context, or closing the body, sends Abort (once, bounded by a timeout, never after
 // the Complete) and cancels the RPC. A unary call runs on the caller's goroutine. A streamed call
-// answers once the engine sent its first message; one writer goroutine then reads the Generate stream
-// and writes SSE into a bounded buffer the body reads (ssebuffer.go), until the Complete, a stream
-// error, or the cancellation; when it ends without a Complete it sends the Abort itself (an engine that broke off). Every path ends by
-// deregistering the AfterFunc or waiting for it, and closing the body waits for the writer, so after
-// RoundTrip's error or the body's Close no goroutine of the call is left.
+// answers once the engine sent its first message; its body is then rendered on the goroutine that
+// reads it (the relay's): a Read with nothing rendered reads the Generate stream until it has a chunk,
+// and renders with it the messages that arrived together, until the Complete, a stream error, or the
+// cancellation. A Close from another goroutine sends the Abort and cancels the RPC, which ends a Read
+// waiting for the engine, and then ends the generation under the body's mutex. A stream that ends
+// without a Complete sends the Abort itself (an engine that broke off). Every path ends by
+// deregistering the AfterFunc or waiting for it, so after RoundTrip's error or the body's end or Close
+// no goroutine of the call is left.
 //
-// Mid-stream migration (migrate.go): when the Generate stream breaks off, the writer goroutine asks
-// the request's migrator (dispatch) for a continuation on that same goroutine; the continuation's
-// decode leg is a generation of its own whose stream the writer then reads, and which it ends (Abort
-// unless completed, cancel, close) by closing the continuation's response when it moves on or ends.
+// Mid-stream migration (migrate.go): when the Generate stream breaks off, the body's reader asks the
+// request's migrator (dispatch) for a continuation on its goroutine; the continuation's decode leg is
+// a generation of its own whose stream the body then reads, and which it ends (Abort unless
+// completed, cancel, close) by closing the continuation's response when it moves on or ends.
 package enginerpc

@@ -387,6 +387,9 @@ func (g *h2GenStream) Close() error {
 	return nil
 }
 
+// ready says whether Receive would return without waiting for the engine.
+func (g *h2GenStream) ready() bool { return g.done || g.s.ready() }
+
 func (g *h2GenStream) Receive() bool {
 	if g.done {
 		return false

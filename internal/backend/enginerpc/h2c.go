@@ -501,6 +501,21 @@ func (s *h2Stream) message() ([]byte, error) {
 	}
 }
 
+// ready says whether message would return without reading the connection, or after reading a frame
+// already in its buffer: a message that arrived with the last one.
+func (s *h2Stream) ready() bool {
+	avail := s.data[s.off:]
+	if len(avail) >= 5 && len(avail) >= 5+int(binary.BigEndian.Uint32(avail[1:5])) || s.ended || s.reset != nil {
+		return true
+	}
+	br := s.c.br
+	if br.Buffered() < 9 {
+		return false
+	}
+	h, _ := br.Peek(9) // a frame's header: a 24-bit length first
+	return br.Buffered() >= 9+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
+}
+
 // connError is a failure reading or writing the connection, with connect's code for it.
 func (s *h2Stream) connError(err error) error {
 	if ce := new(connect.Error); errors.As(err, &ce) {

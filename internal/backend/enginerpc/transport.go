@@ -64,7 +64,6 @@ type Transport struct {
 
 	live enginebook.Book[*generation] // the migratable streams being read, for Interrupt (interrupt.go)
 
-	sseBufs sync.Pool // the streamed answers' buffers (newSSEBuffer)
 }
 
 // Option configures a Transport.
@@ -376,20 +375,8 @@ func (t *Transport) run(req *http.Request, e *engineEntry, c *call, m *meta) (*h
 		defer st.Close()
 		return t.whole(req, g, st, ss, first, m)
 	}
-	sb := newSSEBuffer(&t.sseBufs)
-	done := make(chan struct{})
-	w := &sseWriter{g: g, c: c, m: m, ss: ss, pw: sb, engine: engineKey(req.URL)}
-	go func() {
-		defer close(done)
-		err := w.run(st, first)
-		// Without the Complete the client went away, the body was closed or the engine broke off: the
-		// engine must not go on computing for nobody.
-		g.abort()
-		st.Close()
-		g.end()
-		sb.CloseWithError(err) // nil: the reader sees io.EOF
-	}()
-	return streamResponse(req, &streamBody{pr: sb, g: g, done: done}), nil
+	w := &sseWriter{g: g, c: c, m: m, ss: ss, engine: engineKey(req.URL), first: st, st: st, ev: first, pending: true}
+	return streamResponse(req, &streamBody{w: w}), nil
 }
 
 // begin calls Generate and waits for the engine's first message (adjusted by adjust when not nil). A
@@ -494,25 +481,30 @@ func (t *Transport) failed(req *http.Request, g *generation, err error) (*http.R
 	return errorResponse(req, status, connectMessage(err), typ, "", code.String()), nil
 }
 
-// sseWriter writes the SSE body from the Generate stream.
+// sseWriter renders the SSE body from the Generate stream, on the goroutine that reads the body: each
+// Read of an empty buffer reads the stream until it has something to give, as the relay reads an HTTP
+// engine's body on its own goroutine. A writer goroutine handing frames to the reader cost two
+// goroutine switches a frame (issue #35, docs/benchmarks.md).
 type sseWriter struct {
 	g   *generation
 	c   *call
 	m   *meta
 	ss  *samples
-	pw  *sseBuffer
-	buf []byte
+	buf []byte // rendered, buf[off:] not yet read
+	off int
 	// engine is the engine of the first stream; mig the continuation read since a migration (migrate.go).
 	engine string
 	mig    migration
 	// untrack forgets the stream read now in the transport's live streams (track).
 	untrack func()
-}
 
-func (w *sseWriter) write() error {
-	_, err := w.pw.Write(w.buf)
-	w.buf = w.buf[:0]
-	return err
+	first   genStream // g's stream: closed at the end, a continuation's by endContinuation
+	st      genStream // the stream read now: first, or a continuation's
+	ev      event     // the event read last
+	pending bool      // ev is not rendered yet
+	opened  bool      // the stream is tracked and a chat's roles are out
+	over    bool      // the generation ended: what is in buf is the last of the body
+	endErr  error     // the body's end once buf is read: io.EOF, or why it ended abnormally
 }
 
 func (w *sseWriter) chunk(s *sample, d delta, first, final bool) {
@@ -521,67 +513,109 @@ func (w *sseWriter) chunk(s *sample, d delta, first, final bool) {
 	w.buf = append(w.buf, "\n\n"...)
 }
 
-// run writes chunks until the Complete, then the usage chunk and [DONE]. A non-nil error ends the body
-// abnormally (the stream broke off, the reader went away).
-func (w *sseWriter) run(st genStream, ev event) error {
-	defer func() {
-		if w.untrack != nil {
-			w.untrack()
-		}
-		w.endContinuation(w.g.completed.Load())
-	}()
-	w.track()
-	if w.c.route == body.RouteChat { // a chat stream opens with the role of each choice, as vLLM's does
-		for _, s := range w.ss.all {
-			w.chunk(s, delta{}, true, false)
-		}
-		if err := w.write(); err != nil {
-			return err
+// fill renders chunks into the empty buffer until it holds some or the body is over: up to the
+// Complete, then the usage chunk and [DONE]. A stream that breaks off continues on another pair when
+// it may (migrate.go).
+func (w *sseWriter) fill() {
+	if !w.opened {
+		w.opened = true
+		w.track()
+		if w.c.route == body.RouteChat { // a chat stream opens with the role of each choice, as vLLM's does
+			for _, s := range w.ss.all {
+				w.chunk(s, delta{}, true, false)
+			}
+			return
 		}
 	}
-	for {
+	for !w.over && (len(w.buf) == 0 || len(w.buf) < sseCoalesceBytes && w.ready()) {
+		if !w.pending && !w.receive() {
+			return
+		}
+		w.pending = false
+		ev := w.ev
 		if ev.aborted() { // the engine gave up mid-stream: continue elsewhere if the request may
 			if next, first, ok := w.migrate(errEngineAborted, w.engine); ok {
-				st, ev = next, first
-				w.track()
+				w.continueWith(next, first)
 				continue
 			}
 		}
 		s, d, err := w.ss.add(ev)
 		if err != nil {
 			w.errorEvent(err.Error(), "server_error", "bad_gateway")
-			_ = w.write()
-			return nil
+			w.end(nil)
+			return
 		}
 		switch {
 		case ev.complete && w.ss.done():
-			return w.finish(s, d)
+			w.finish(s, d)
+			w.end(nil)
 		case ev.complete:
 			w.chunk(s, d, false, true)
-			if err := w.write(); err != nil {
-				return err
-			}
 		case !d.empty() || w.c.route == body.RouteGenerate:
 			w.chunk(s, d, false, false)
-			if err := w.write(); err != nil {
-				return err
-			}
 		}
-		if !st.Receive() {
-			err := w.brokeOff(st.Err())
-			if next, first, ok := w.migrate(err, w.engine); ok { // continued on another pair
-				st, ev = next, first
-				w.track()
-				continue
-			}
-			return w.brokenOff(err)
-		}
-		ev = st.event()
 	}
 }
 
+// sseCoalesceBytes bounds what one Read renders of events that came together.
+const sseCoalesceBytes = 16 << 10
+
+// ready says whether the next event can be had without waiting for the engine: events that arrived
+// together are rendered together, and the relay writes and flushes them once, as it does an HTTP
+// engine's frames that wait in the socket.
+func (w *sseWriter) ready() bool {
+	if w.pending {
+		return true
+	}
+	r, ok := w.st.(interface{ ready() bool })
+	return ok && r.ready()
+}
+
+// receive reads the next event into ev; false when the stream broke off and did not migrate (the
+// body is then over).
+func (w *sseWriter) receive() bool {
+	if w.st.Receive() {
+		w.ev = w.st.event()
+		return true
+	}
+	err := w.brokeOff(w.st.Err())
+	if next, first, ok := w.migrate(err, w.engine); ok { // continued on another pair
+		w.continueWith(next, first)
+		return true
+	}
+	w.end(w.brokenOff(err))
+	return false
+}
+
+// continueWith reads st from now on, first its first event: the stream continues on another pair.
+func (w *sseWriter) continueWith(st genStream, first event) {
+	w.st, w.ev, w.pending = st, first, true
+	w.track()
+}
+
+// end ends the generation: without the Complete the client went away, the body was closed or the
+// engine broke off, and the engine must not go on computing for nobody. The body ends with err
+// (nil: io.EOF) once buf is read.
+func (w *sseWriter) end(err error) {
+	if w.over {
+		return
+	}
+	if w.untrack != nil {
+		w.untrack()
+		w.untrack = nil
+	}
+	w.endContinuation(w.g.completed.Load())
+	w.g.abort()
+	w.first.Close()
+	w.g.end()
+	if err == nil {
+		err = io.EOF
+	}
+	w.over, w.endErr = true, err
+}
+
 // finish writes the last sample's final chunk, the usage chunk and [DONE]: the generation completed.
-func (w *sseWriter) finish(s *sample, d delta) error {
+func (w *sseWriter) finish(s *sample, d delta) {
 	w.g.completed.Store(true)
 	w.chunk(s, d, false, true)
 	if w.c.includeUsage && w.c.route != body.RouteGenerate {
@@ -590,11 +624,11 @@ func (w *sseWriter) finish(s *sample, d delta) error {
 		w.buf = append(w.buf, "\n\n"...)
 	}
 	w.buf = append(w.buf, "data: [DONE]\n\n"...)
-	return w.write()
 }
 
-// brokenOff ends a stream that broke off with err and did not migrate: an error event for the
-// engine's error, or err itself (the body then ends abnormally) when the connection went.
+// brokenOff is how a stream that broke off with err and did not migrate ends: an error event for
+// the engine's error (nil returned: the body then ends cleanly), or err itself (the body ends
+// abnormally) when the connection went.
 func (w *sseWriter) brokenOff(err error) error {
 	switch {
 	case err == nil:
@@ -605,7 +639,6 @@ func (w *sseWriter) brokenOff(err error) error {
 	default:
 		return fmt.Errorf("enginerpc: %w", err)
 	}
-	_ = w.write()
 	return nil
 }
 
@@ -616,23 +649,40 @@ func (w *sseWriter) errorEvent(message, typ, code string) {
 	w.buf = append(w.buf, "\n\ndata: [DONE]\n\n"...)
 }
 
-// streamBody is the SSE body; Close aborts and cancels the Generate unless it completed, and waits for
-// the writer.
+// streamBody is the SSE body. Close aborts and cancels the Generate unless it completed; it may come
+// from another goroutine while a Read waits for the engine, which the cancel ends.
 type streamBody struct {
-	pr   *sseBuffer
-	g    *generation
-	done <-chan struct{}
-	once sync.Once
+	w      *sseWriter
+	mu     sync.Mutex // held by a Read, and by Close to end the generation after it
+	closed bool
+	once   sync.Once
 }
 
-func (b *streamBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.w
+	for w.off == len(w.buf) {
+		switch {
+		case b.closed:
+			return 0, errBodyClosed
+		case w.over:
+			return 0, w.endErr
+		}
+		w.buf, w.off = w.buf[:0], 0
+		w.fill()
+	}
+	n := copy(p, w.buf[w.off:])
+	w.off += n
+	return n, nil
+}
 
 func (b *streamBody) Close() error {
-	b.once.Do(func() {
-		b.g.stop()
-		b.pr.CloseRead(errBodyClosed)
-	})
-	<-b.done
+	b.once.Do(b.w.g.stop)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.w.end(errBodyClosed)
+	b.closed = true
 	return nil
 }
 

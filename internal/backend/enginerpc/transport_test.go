@@ -274,6 +274,33 @@ func TestClosedStreamAborts(t *testing.T) {
 	}
 }
 
+// The body is rendered on its reader's goroutine: a Close from another goroutine ends a Read that
+// waits for the engine (the RPC is cancelled), sends the Abort, and leaves no goroutine behind.
+func TestCloseEndsAReadWaitingForTheEngine(t *testing.T) {
+	f := newFake("a long answer")
+	f.hold = true // one token, then nothing until the RPC ends or an Abort comes
+	tr, url := setup(t, enginegrpc.SGLang, f)
+	resp := post(t, tr, t.Context(), url, "/v1/chat/completions",
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		read <- err
+	}()
+	resp.Body.Close()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("a closed stream's read ended cleanly")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the read waiting for the engine")
+	}
+	if got := f.aborts(); !slices.Equal(got, []string{"r1"}) {
+		t.Errorf("aborts = %q, want [r1]", got)
+	}
+}
+
 // A cancelled request context while the unary answer is awaited is an Abort too.
 func TestCancelledUnaryAborts(t *testing.T) {
 	f := newFake("x")
