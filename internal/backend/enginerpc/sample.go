@@ -96,12 +96,41 @@ func (s *sample) add(ev event) (delta, error) {
 		// ids (both servicers).
 		ids = nil
 	}
-	out := s.scratch[:0] // the event's text, copied out below (into s.text and the delta)
+	out, lps, stopped, err := s.feed(ids, ev.outLP)
+	if err != nil {
+		return delta{}, err
+	}
+	if len(ev.inLP) > 0 && s.inLPs == nil {
+		s.inLPs = ev.inLP
+	}
+	out = s.count(ev, stopped, out)
+	s.text = append(s.text, out...)
+	s.scratch = out
+	d := s.split(string(out), ev.complete)
+	d.lps = lps
+	if !s.echoPending {
+		return d, nil
+	}
+	s.echoPending = false
+	if s.wantLP && len(s.inLPs) == 0 {
+		return delta{}, errNoPromptLogprobs
+	}
+	d.content = s.echoText + d.content
+	if s.wantLP {
+		d.lps = append(append([]tokenLP(nil), s.inLPs...), d.lps...)
+	}
+	return d, nil
+}
+
+// feed takes an event's ids: each is kept, and detokenized and matched against the stop strings until
+// one matched. It returns the text to emit (in the sample's scratch buffer), the logprobs of the ids
+// fed, and whether a stop string has matched.
+func (s *sample) feed(ids []uint32, outLP []tokenLP) (out []byte, lps []tokenLP, stopped bool, err error) {
+	out = s.scratch[:0] // the event's text, copied out by add (into s.text and the delta)
 	if s.ids == nil {
 		s.ids = make([]uint32, 0, max(len(ids), 16))
 	}
-	var lps []tokenLP
-	stopped := s.m.Result().Reason != ""
+	stopped = s.m.Result().Reason != ""
 	for i, id := range ids {
 		s.ids = append(s.ids, id)
 		if stopped {
@@ -109,19 +138,22 @@ func (s *sample) add(ev event) (delta, error) {
 		}
 		t, err := s.ds.Step(int(id))
 		if err != nil {
-			return delta{}, errUnknownToken{err}
+			return nil, nil, false, errUnknownToken{err}
 		}
 		emit, done := s.m.Feed(int(id), t)
 		out = append(out, emit...)
 		stopped = done
-		if s.wantLP && i < len(ev.outLP) {
-			lps = append(lps, ev.outLP[i])
+		if s.wantLP && i < len(outLP) {
+			lps = append(lps, outLP[i])
 		}
 	}
 	s.lps = append(s.lps, lps...)
-	if len(ev.inLP) > 0 && s.inLPs == nil {
-		s.inLPs = ev.inLP
-	}
+	return out, lps, stopped, nil
+}
+
+// count takes an event's counts, and a Complete's finish: the text held back for a stop string that
+// never matched and the detokenizer's rest are appended to out.
+func (s *sample) count(ev event, stopped bool, out []byte) []byte {
 	if !ev.complete {
 		s.chunks++
 		if s.cumulative {
@@ -144,21 +176,7 @@ func (s *sample) add(ev event) (delta, error) {
 		s.prompt = ev.prompt
 	}
 	s.cached = max(s.cached, ev.cached)
-	s.text = append(s.text, out...)
-	s.scratch = out
-	d := s.split(string(out), ev.complete)
-	d.lps = lps
-	if s.echoPending {
-		s.echoPending = false
-		if s.wantLP && len(s.inLPs) == 0 {
-			return delta{}, errNoPromptLogprobs
-		}
-		d.content = s.echoText + d.content
-		if s.wantLP {
-			d.lps = append(append([]tokenLP(nil), s.inLPs...), d.lps...)
-		}
-	}
-	return d, nil
+	return out
 }
 
 // errNoPromptLogprobs: echo with logprobs needs the prompt's logprobs, which the engine did not send
