@@ -501,19 +501,46 @@ func (s *h2Stream) message() ([]byte, error) {
 	}
 }
 
-// ready says whether message would return without reading the connection, or after reading a frame
-// already in its buffer: a message that arrived with the last one.
+// ready says whether message would return without waiting for the engine: the next message is in
+// the stream's data, or whole with the next frame already in the connection's buffer (a DATA frame
+// of this stream; its trailers end it). Any other frame there says nothing: a gRPC server's PING
+// rides along with DATA, and reading past it would hold the chunks rendered so far until the next
+// token.
 func (s *h2Stream) ready() bool {
-	avail := s.data[s.off:]
-	if len(avail) >= 5 && len(avail) >= 5+int(binary.BigEndian.Uint32(avail[1:5])) || s.ended || s.reset != nil {
+	if s.ended || s.reset != nil || s.whole(nil) {
 		return true
 	}
 	br := s.c.br
 	if br.Buffered() < 9 {
 		return false
 	}
-	h, _ := br.Peek(9) // a frame's header: a 24-bit length first
-	return br.Buffered() >= 9+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
+	h, _ := br.Peek(9) // a frame's header: length (24 bits), type, flags, stream id
+	n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	if binary.BigEndian.Uint32(h[5:9])&(1<<31-1) != s.id || br.Buffered() < 9+n {
+		return false
+	}
+	switch http2.FrameType(h[3]) {
+	case http2.FrameHeaders:
+		return true
+	case http2.FrameData:
+		if http2.Flags(h[4]).Has(http2.FlagDataPadded) {
+			return false
+		}
+		f, _ := br.Peek(9 + n)
+		return s.whole(f[9:])
+	}
+	return false
+}
+
+// whole says whether the stream's unread data followed by more holds a whole message.
+func (s *h2Stream) whole(more []byte) bool {
+	avail := s.data[s.off:]
+	if len(avail)+len(more) < 5 {
+		return false
+	}
+	var prefix [5]byte
+	copy(prefix[copy(prefix[:], avail):], more)
+	return len(avail)+len(more) >= 5+int(binary.BigEndian.Uint32(prefix[1:]))
 }
 
 // connError is a failure reading or writing the connection, with connect's code for it.
