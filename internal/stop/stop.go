@@ -75,7 +75,7 @@ type Matcher struct {
 	// Bytes some stop string ends with, and bytes one begins with: a token whose text has none of the
 	// first cannot complete a stop, and text with none of the second near its end holds nothing back,
 	// which is most tokens, checked without a search.
-	lastByte, firstByte [256]bool
+	lastByte, firstByte byteSet
 	stopIDs             []int // StopTokenIDs and GenerationEOS unless IgnoreEOS
 	eos                 []int
 	minTokens           int
@@ -91,13 +91,33 @@ type Matcher struct {
 	end       End
 }
 
-// New checks p and starts a Matcher.
-func New(p Params) (*Matcher, error) {
+// byteSet is a set of bytes, one bit each: a Matcher is made for every sample of every request, and
+// two [256]bool were most of its size.
+type byteSet [4]uint64
+
+func (s *byteSet) add(b byte)      { s[b>>6] |= 1 << (b & 63) }
+func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
+
+// Validate reports what New would refuse in p, without starting a Matcher.
+func (p Params) Validate() error {
 	if p.MinTokens < 0 || p.MaxTokens < 0 {
-		return nil, fmt.Errorf("stop: min_tokens %d and max_tokens %d must not be negative", p.MinTokens, p.MaxTokens)
+		return fmt.Errorf("stop: min_tokens %d and max_tokens %d must not be negative", p.MinTokens, p.MaxTokens)
 	}
 	if p.MaxTokens > 0 && p.MinTokens > p.MaxTokens {
-		return nil, fmt.Errorf("stop: min_tokens %d is more than max_tokens %d", p.MinTokens, p.MaxTokens)
+		return fmt.Errorf("stop: min_tokens %d is more than max_tokens %d", p.MinTokens, p.MaxTokens)
+	}
+	if slices.Contains(p.Stop, "") {
+		return errEmptyStop
+	}
+	return nil
+}
+
+var errEmptyStop = errors.New("stop: a stop string is empty")
+
+// New checks p and starts a Matcher.
+func New(p Params) (*Matcher, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
 	m := &Matcher{
 		stopIDs:     p.StopTokenIDs,
@@ -109,13 +129,10 @@ func New(p Params) (*Matcher, error) {
 		buf:         make([]byte, 0, 128), // a few dozen tokens before it grows
 	}
 	for _, s := range p.Stop {
-		if s == "" {
-			return nil, errors.New("stop: a stop string is empty")
-		}
 		m.stops = append(m.stops, []byte(s))
 		m.maxStop = max(m.maxStop, len(s))
-		m.lastByte[s[len(s)-1]] = true
-		m.firstByte[s[0]] = true
+		m.lastByte.add(s[len(s)-1])
+		m.firstByte.add(s[0])
 	}
 	if !p.IgnoreEOS {
 		m.eos = p.EOS
@@ -191,7 +208,7 @@ func (m *Matcher) emitTo(i int, text string, old int) string {
 
 func (m *Matcher) mayComplete(text string) bool {
 	for i := range len(text) {
-		if m.lastByte[text[i]] {
+		if m.lastByte.has(text[i]) {
 			return true
 		}
 	}
@@ -223,7 +240,7 @@ func (m *Matcher) match(old int) (stop, start int) {
 func (m *Matcher) holdBack() int {
 	p := m.buf[m.sent:]
 	for j := max(0, len(p)-(m.maxStop-1)); j < len(p); j++ {
-		if !m.firstByte[p[j]] {
+		if !m.firstByte.has(p[j]) {
 			continue
 		}
 		tail := p[j:]

@@ -118,7 +118,7 @@ func TestMatcher(t *testing.T) {
 	}
 }
 
-func TestNewRejects(t *testing.T) {
+func TestNewAndValidateReject(t *testing.T) {
 	t.Parallel()
 	for _, p := range []stop.Params{
 		{Stop: []string{"a", ""}},
@@ -129,6 +129,13 @@ func TestNewRejects(t *testing.T) {
 		if _, err := stop.New(p); err == nil {
 			t.Errorf("New(%+v) accepted", p)
 		}
+		if err := p.Validate(); err == nil {
+			t.Errorf("Validate(%+v) accepted", p)
+		}
+	}
+	ok := stop.Params{Stop: []string{"a"}, StopTokenIDs: []int{7}, MinTokens: 2, MaxTokens: 2}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v): %v", ok, err)
 	}
 }
 
