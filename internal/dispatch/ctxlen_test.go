@@ -158,7 +158,7 @@ func TestEnginePromptTokenizedOnceBeforeAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.prompt == nil || q.prompt.Tokenizer != tk || q.prompt.Text != "hello" || !slices.Equal(q.prompt.IDs, toUint32(tk.EncodeSpecial("hello"))) {
+	if q.prompt == nil || q.prompt.Tokenizer != tk || q.prompt.Text != "hello" || !slices.Equal(q.prompt.IDs, tk.EncodeSpecialUint32("hello")) {
 		t.Fatalf("prepared prompt %+v, want hello's ids by the engine's tokenizer", q.prompt)
 	}
 	// Token ids given by the client are checked but need no hand-off: the transport reads them as they are.

@@ -108,14 +108,14 @@ func promptTokens(br *body.Request, tk *tokenizer.Tokenizer) ([]uint32, string) 
 		if err != nil {
 			return nil, ""
 		}
-		return toUint32(tk.Encode(text)), text
+		return tk.EncodeUint32(text), text
 	case body.RouteCompletions, body.RouteGenerate:
 		if br.Text == "" {
 			return nil, ""
 		}
 		// vLLM's completions and SGLang's /generate tokenize a text prompt with add_special_tokens
 		// (Llama 3's <|begin_of_text|>), so the ids the router matches must carry it too.
-		return toUint32(tk.EncodeSpecial(br.Text)), br.Text
+		return tk.EncodeSpecialUint32(br.Text), br.Text
 	}
 	return nil, ""
 }
@@ -145,14 +145,6 @@ func tokenArray(in []byte, field string) []uint32 {
 	}
 	if it.Err != nil || len(out) == 0 {
 		return nil
-	}
-	return out
-}
-
-func toUint32(ids []int) []uint32 {
-	out := make([]uint32, len(ids))
-	for i, id := range ids {
-		out[i] = uint32(id)
 	}
 	return out
 }

@@ -162,6 +162,44 @@ func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
 	return dst
 }
 
+// EncodeUint32 is [Tokenizer.Encode] with the ids as uint32, the engines' wire type, allocated once at
+// their exact size: the ids are gathered in a reused scratch slice, since a gateway tokenizes every
+// prompt and the growing []int and its copy were most of what that allocated.
+func (t *Tokenizer) EncodeUint32(text string) []uint32 { return t.encodeUint32(text, false) }
+
+// EncodeSpecialUint32 is [Tokenizer.EncodeSpecial] as [Tokenizer.EncodeUint32] is Encode.
+func (t *Tokenizer) EncodeSpecialUint32(text string) []uint32 { return t.encodeUint32(text, true) }
+
+// scratchKeep bounds the scratch slices kept for reuse (ids), so one huge prompt is not held for good.
+const scratchKeep = 1 << 16
+
+func (t *Tokenizer) encodeUint32(text string, special bool) []uint32 {
+	var sp *[]int
+	if t.scratch != nil {
+		sp, _ = t.scratch.Get().(*[]int)
+	}
+	if sp == nil {
+		sp = new([]int)
+	}
+	ids := (*sp)[:0]
+	if special {
+		ids = append(ids, t.prefix...)
+	}
+	ids = t.AppendEncode(ids, text)
+	if special {
+		ids = append(ids, t.suffix...)
+	}
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	if t.scratch != nil && cap(ids) <= scratchKeep {
+		*sp = ids
+		t.scratch.Put(sp)
+	}
+	return out
+}
+
 // EncodeSpecial returns the token ids of text as Hugging Face's encode(text, add_special_tokens=True)
 // does: [Tokenizer.Encode]'s, between the special tokens the post-processor adds to a single sequence
 // (Llama 3's <|begin_of_text|>; none for Qwen). vLLM tokenizes a completion's prompt so; a chat's

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ardanlabs/jinja"
 	"github.com/sluicegw/sluice/internal/tokenizer/chattmpl"
@@ -43,6 +44,7 @@ type Tokenizer struct {
 	fast        fastTemplate       // the template's fast path (qwen3.go, chat_fast.go), or nil
 	special     map[string]string
 	maxModelLen int
+	scratch     *sync.Pool // *[]int: EncodeUint32's ids before they are copied out; shared by copies
 }
 
 // tokenizerJSON is the part of tokenizer.json that this package reads (tokenizers/src/tokenizer/serialization.rs).
@@ -113,7 +115,7 @@ func Load(dir string) (*Tokenizer, error) {
 	if err := json.Unmarshal(raw, &tj); err != nil {
 		return nil, fmt.Errorf("%w %s: tokenizer.json: %w", ErrRead, dir, err)
 	}
-	t := &Tokenizer{special: map[string]string{}}
+	t := &Tokenizer{special: map[string]string{}, scratch: new(sync.Pool)}
 	if err := t.loadModel(&tj); err != nil {
 		return nil, fmt.Errorf("%w: %s/tokenizer.json: %w", ErrUnsupported, dir, err)
 	}

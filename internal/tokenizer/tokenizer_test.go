@@ -217,8 +217,21 @@ func TestRenderChat(t *testing.T) {
 	}
 }
 
+func equalIDs(u []uint32, ids []int) bool {
+	if len(u) != len(ids) {
+		return false
+	}
+	for i, id := range ids {
+		if u[i] != uint32(id) {
+			return false
+		}
+	}
+	return true
+}
+
 // TestEncodeConcurrent: goroutines sharing one Tokenizer, its word cache filling and being snapshotted
-// as they go, get what another Tokenizer used by one goroutine gives (run with -race).
+// as they go, get what another Tokenizer used by one goroutine gives (run with -race), in every form
+// (the uint32 ones reuse scratch slices between calls).
 func TestEncodeConcurrent(t *testing.T) {
 	t.Parallel()
 	dir := fixture{merges: [][2]string{{"a", "b"}, {"ab", "c"}, {"Ġ", "ab"}}}.write(t)
@@ -251,6 +264,14 @@ func TestEncodeConcurrent(t *testing.T) {
 				i := (k*7 + g*13) % len(texts)
 				if got := shared.Encode(texts[i]); !slices.Equal(got, want[i]) {
 					errs <- texts[i]
+					return
+				}
+				if got := shared.EncodeUint32(texts[i]); !equalIDs(got, want[i]) {
+					errs <- "EncodeUint32: " + texts[i]
+					return
+				}
+				if got, w := shared.EncodeSpecialUint32(texts[i]), shared.EncodeSpecial(texts[i]); !equalIDs(got, w) {
+					errs <- "EncodeSpecialUint32: " + texts[i]
 					return
 				}
 			}

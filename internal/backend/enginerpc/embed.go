@@ -39,13 +39,13 @@ func embedInputs(raw json.RawMessage, tok *tokenizer.Tokenizer) ([][]uint32, err
 	raw = bytes.TrimSpace(raw)
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return [][]uint32{toUint32s(tok.EncodeSpecial(s))}, nil
+		return [][]uint32{tok.EncodeSpecialUint32(s)}, nil
 	}
 	var ss []string
 	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
 		out := make([][]uint32, len(ss))
 		for i, x := range ss {
-			out[i] = toUint32s(tok.EncodeSpecial(x))
+			out[i] = tok.EncodeSpecialUint32(x)
 		}
 		return out, nil
 	}

@@ -65,11 +65,31 @@ const maxMessage = 64 << 20
 
 var genUserAgent = "sluice-grpc (" + runtime.Version() + ")"
 
+// requestSizeHint is room for a GenerateRequest's message in one allocation: its prompt's text and ids
+// (up to 3 bytes a varint id, ids below 2^21) are most of it, and growing the buffer by doubling from a
+// small guess copied them twice.
+func requestSizeHint(sg *sglangpb.GenerateRequest, vl *vllmpb.GenerateRequest) int {
+	var t interface {
+		GetOriginalText() string
+		GetInputIds() []uint32
+	}
+	switch {
+	case sg != nil:
+		t = sg.GetTokenized()
+	case vl != nil:
+		t = vl.GetTokenized()
+	}
+	if t == nil {
+		return 256
+	}
+	return 256 + len(t.GetOriginalText()) + 3*len(t.GetInputIds())
+}
+
 // call sends msg and returns the stream once the engine's response headers have come.
 func (g genCaller) call(ctx context.Context, msg proto.Message) (genStream, error) {
-	b := make([]byte, 5, 256)
 	sg, isSGLang := msg.(*sglangpb.GenerateRequest)
 	vl, isVLLM := msg.(*vllmpb.GenerateRequest)
+	b := make([]byte, 5, requestSizeHint(sg, vl))
 	switch {
 	case isSGLang && sglangRequestValid(sg):
 		b = appendSGLangRequest(b, sg)

@@ -20,7 +20,7 @@ func TestGivenPromptIsNotTokenizedAgain(t *testing.T) {
 	tok := testTokenizer(t)
 	tr, url := setupEngine(t, f, Engine{Protocol: enginegrpc.SGLang, Tokenizer: tok, EOS: []int{imEnd}, Model: "m", ContextLength: 100})
 	sentinel := []uint32{900, 901, 902}
-	tokenized := toUint32s(tok.EncodeSpecial("abc"))
+	tokenized := tok.EncodeSpecialUint32("abc")
 	tests := []struct {
 		name     string
 		path     string
@@ -99,7 +99,7 @@ func BenchmarkGivenPrompt(b *testing.B) {
 	}
 	text := strings.Repeat("the quick brown fox jumps over the lazy dog ", 220)
 	reqBody := `{"model":"m","prompt":"` + text + `","max_tokens":1}`
-	given := &Prompt{Tokenizer: tok, Route: body.RouteCompletions, Text: text, IDs: toUint32s(tok.EncodeSpecial(text))}
+	given := &Prompt{Tokenizer: tok, Route: body.RouteCompletions, Text: text, IDs: tok.EncodeSpecialUint32(text)}
 	for _, bc := range []struct {
 		name string
 		ctx  context.Context

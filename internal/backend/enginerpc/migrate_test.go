@@ -59,7 +59,7 @@ func (f *fakeStream) event() event { return f.cur }
 // whose first message is its Complete.
 func TestResumedStreamUsage(t *testing.T) {
 	tok := testTokenizer(t)
-	ids := toUint32s(tok.Encode("abcd"))
+	ids := tok.EncodeUint32("abcd")
 	if len(ids) < 4 {
 		t.Fatalf("test tokenizer gave %v", ids)
 	}

@@ -166,7 +166,7 @@ func TestMigrationContinuesTheStream(t *testing.T) {
 			if len(got) != 1 {
 				t.Fatalf("the second engine got %d requests", len(got))
 			}
-			wantIDs := append(toUint32s(tok.Encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")), 'h', 'e')
+			wantIDs := append(tok.EncodeUint32("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), 'h', 'e')
 			if ids := got[0].GetTokenized().GetInputIds(); !slices.Equal(ids, wantIDs) || got[0].GetSamplingParams().GetMaxNewTokens() != 8 {
 				t.Errorf("continuation prompt %v max_new_tokens %d; want %v and 8", ids, got[0].GetSamplingParams().GetMaxNewTokens(), wantIDs)
 			}

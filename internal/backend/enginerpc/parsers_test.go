@@ -40,7 +40,7 @@ func loadQwen3(t *testing.T) *tokenizer.Tokenizer {
 func qwen3Engine(t *testing.T, p enginegrpc.Protocol, reply, reasoningParser, toolParser string) (*Transport, string) {
 	t.Helper()
 	tk := loadQwen3(t)
-	f := &fakeEngine{reply: toUint32s(tk.Encode(reply)), eos: qwen3EOS, abortCh: make(chan struct{})}
+	f := &fakeEngine{reply: tk.EncodeUint32(reply), eos: qwen3EOS, abortCh: make(chan struct{})}
 	return setupEngine(t, f, Engine{Protocol: p, Tokenizer: tk, EOS: []int{qwen3EOS}, Model: "m",
 		ReasoningParser: reasoningParser, ToolCallParser: toolParser})
 }

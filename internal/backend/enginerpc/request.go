@@ -287,7 +287,7 @@ func (c *call) setSampling(r *requestJSON, s *samplingJSON, maxTokens *int, e *E
 		Stop: c.stops, StopTokenIDs: toInts(c.stopIDs), EOS: e.EOS, IgnoreEOS: c.ignoreEOS,
 		MinTokens: int(c.minTokens), IncludeStop: c.includeStop,
 	}
-	if _, err := stop.New(c.stopParams); err != nil {
+	if err := c.stopParams.Validate(); err != nil {
 		return requestError("stop", "%s", err.Error())
 	}
 	return nil
@@ -334,7 +334,7 @@ func (c *call) renderChat(r *requestJSON, tok *tokenizer.Tokenizer, given *Promp
 		return requestError("messages", "%s", err.Error())
 	}
 	c.text = text
-	c.ids = toUint32s(tok.Encode(text))
+	c.ids = tok.EncodeUint32(text)
 	return nil
 }
 
@@ -408,7 +408,7 @@ func encodeText(tok *tokenizer.Tokenizer, text string, given *Prompt) []uint32 {
 	if given != nil && text != "" && given.Text == text {
 		return given.IDs
 	}
-	return toUint32s(tok.EncodeSpecial(text))
+	return tok.EncodeSpecialUint32(text)
 }
 
 func stopStrings(raw json.RawMessage) ([]string, error) { return wordList("stop", raw) }
@@ -510,14 +510,6 @@ func (c *call) setHandshake(r *requestJSON) error {
 	}
 	c.bootstrap = &b
 	return nil
-}
-
-func toUint32s(ids []int) []uint32 {
-	out := make([]uint32, len(ids))
-	for i, id := range ids {
-		out[i] = uint32(id)
-	}
-	return out
 }
 
 func toInts(ids []uint32) []int {
