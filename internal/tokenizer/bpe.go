@@ -1,5 +1,7 @@
 package tokenizer
 
+import "sync"
+
 // bpe is a byte-level BPE model: a word's bytes start as the ids of their one-byte tokens and are merged
 // pair by pair, lowest merge rank first (leftmost on ties), as Hugging Face tokenizers' BPE::merge_word
 // does (tokenizers/src/models/bpe/word.rs).
@@ -9,6 +11,8 @@ type bpe struct {
 
 	// Words repeat; the cache keeps their ids (wordCache).
 	cache wordCache
+	// batches are appendBatch's scratch (*wordBatch), reused across calls.
+	batches sync.Pool
 
 	// With model.ignore_merges (Llama 3, gpt-oss), a word that is a token is that token, whatever its
 	// merges would make (tokenizers' BPE::tokenize_with_cache); keyed by the token's bytes.
@@ -39,6 +43,71 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	dst = m.mergeWord(dst, word)
 	m.cache.put(word, append([]int(nil), dst[start:]...))
 	return dst
+}
+
+// wordBatch is one text's words with their hashes, looked up together (appendBatch).
+type wordBatch struct {
+	words   []string
+	hashes  []uint64
+	touched uint64 // the slots' first words summed: the loads must happen, so the result is kept
+}
+
+// batchKeep bounds the batches kept for reuse (words), so one huge text is not held for good.
+const batchKeep = 1 << 14
+
+// batch returns an empty wordBatch to fill with a text's words and pass to appendBatch.
+func (m *bpe) batch() *wordBatch {
+	if b, ok := m.batches.Get().(*wordBatch); ok {
+		return b
+	}
+	return new(wordBatch)
+}
+
+// appendBatch appends the ids of b's words, a text's pieces in order, to dst, as appendWord would one
+// by one, and takes b back. A gateway's word cache is megabytes and cold between requests, so nearly
+// every lookup misses the CPU's caches, and words looked up one by one wait for those misses one at a
+// time. Here the slots of all the words are loaded first, in a loop with nothing else to do, so their
+// misses overlap, and the lookups that follow find them cached (BenchmarkEncodeColdCache).
+func (m *bpe) appendBatch(dst []int, b *wordBatch) []int {
+	hot := m.cache.hot.Load()
+	if hot == nil || len(b.words) < 4 {
+		for _, w := range b.words {
+			dst = m.appendWord(dst, w)
+		}
+		m.release(b)
+		return dst
+	}
+	hashes := b.hashes[:0]
+	for _, w := range b.words {
+		hashes = append(hashes, wordHash(hot.seed, w))
+	}
+	mask := uint64(len(hot.slots) - 1)
+	touched := uint64(0)
+	for _, h := range hashes {
+		touched += hot.slots[h&mask].hash
+	}
+	b.hashes, b.touched = hashes, touched
+	for i, w := range b.words {
+		if len(w) > 1 {
+			if s := hot.findHashed(w, hashes[i]); s != nil {
+				dst = hot.appendSlot(dst, s)
+				continue
+			}
+		}
+		dst = m.appendWord(dst, w)
+	}
+	m.release(b)
+	return dst
+}
+
+// release returns b for reuse, holding no word: they are slices of the caller's text.
+func (m *bpe) release(b *wordBatch) {
+	if cap(b.words) > batchKeep {
+		return
+	}
+	clear(b.words)
+	b.words = b.words[:0]
+	m.batches.Put(b)
 }
 
 type symbol struct {

@@ -138,28 +138,27 @@ func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
 	if t.nfc {
 		s = norm.NFC.String(s)
 	}
-	if t.split != nil {
-		t.split.each(s, func(w string) { dst = t.model.appendWord(dst, w) })
-		return dst
-	}
-	if t.deepseek {
-		splitDeepSeek(s, func(w string) { dst = t.model.appendWord(dst, w) })
-		return dst
-	}
-	if t.o200k != nil {
+	// The pieces are gathered first and looked up together (bpe.appendBatch).
+	b := t.model.batch()
+	switch {
+	case t.split != nil:
+		t.split.each(s, func(w string) { b.words = append(b.words, w) })
+	case t.deepseek:
+		splitDeepSeek(s, func(w string) { b.words = append(b.words, w) })
+	case t.o200k != nil:
 		for i := 0; i < len(s); {
 			e := t.o200k.nextPiece(s, i)
-			dst = t.model.appendWord(dst, s[i:e])
+			b.words = append(b.words, s[i:e])
 			i = e
 		}
-		return dst
+	default:
+		for i := 0; i < len(s); {
+			e := nextPiece(s, i, t.digits)
+			b.words = append(b.words, s[i:e])
+			i = e
+		}
 	}
-	for i := 0; i < len(s); {
-		e := nextPiece(s, i, t.digits)
-		dst = t.model.appendWord(dst, s[i:e])
-		i = e
-	}
-	return dst
+	return t.model.appendBatch(dst, b)
 }
 
 // EncodeUint32 is [Tokenizer.Encode] with the ids as uint32, the engines' wire type, allocated once at

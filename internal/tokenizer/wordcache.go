@@ -199,8 +199,10 @@ func (t *wordTable) appendSlot(dst []int, s *wordSlot) []int {
 }
 
 // find returns the slot of word, or nil.
-func (t *wordTable) find(word string) *wordSlot {
-	h := wordHash(t.seed, word)
+func (t *wordTable) find(word string) *wordSlot { return t.findHashed(word, wordHash(t.seed, word)) }
+
+// findHashed is find with word's hash h already known (wordHash with t.seed).
+func (t *wordTable) findHashed(word string, h uint64) *wordSlot {
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
