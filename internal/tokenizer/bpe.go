@@ -11,7 +11,7 @@ type bpe struct {
 
 	// Words repeat; the cache keeps their ids (wordCache).
 	cache wordCache
-	// batches are appendBatch's scratch (*wordBatch), reused across calls.
+	// batches are lookup's scratch (*wordBatch), reused across calls.
 	batches sync.Pool
 
 	// With model.ignore_merges (Llama 3, gpt-oss), a word that is a token is that token, whatever its
@@ -45,36 +45,46 @@ func (m *bpe) appendWord(dst []int, word string) []int {
 	return dst
 }
 
-// wordBatch is one text's words with their hashes, looked up together (appendBatch).
+// wordBatch is up to batchWords of a text's words with their hashes, looked up together (lookup).
 type wordBatch struct {
 	words   []string
 	hashes  []uint64
 	touched uint64 // the slots' first words summed: the loads must happen, so the result is kept
 }
 
-// batchKeep bounds the batches kept for reuse (words), so one huge text is not held for good.
-const batchKeep = 1 << 14
+// batchWords is how many words are looked up together: enough for their cache misses to overlap, few
+// enough that their slots (64 bytes each) are still cached when each word's turn comes.
+const batchWords = 64
 
-// batch returns an empty wordBatch to fill with a text's words and pass to appendBatch.
+// batch returns an empty wordBatch: add a text's words to it, then lookup the rest and release it.
 func (m *bpe) batch() *wordBatch {
 	if b, ok := m.batches.Get().(*wordBatch); ok {
 		return b
 	}
-	return new(wordBatch)
+	return &wordBatch{words: make([]string, 0, batchWords), hashes: make([]uint64, 0, batchWords)}
 }
 
-// appendBatch appends the ids of b's words, a text's pieces in order, to dst, as appendWord would one
-// by one, and takes b back. A gateway's word cache is megabytes and cold between requests, so nearly
-// every lookup misses the CPU's caches, and words looked up one by one wait for those misses one at a
-// time. Here the slots of all the words are loaded first, in a loop with nothing else to do, so their
+// add appends word to b, looking the batch up once it is full.
+func (m *bpe) add(dst []int, b *wordBatch, word string) []int {
+	b.words = append(b.words, word)
+	if len(b.words) == batchWords {
+		dst = m.lookup(dst, b)
+	}
+	return dst
+}
+
+// lookup appends the ids of b's words, a text's pieces in order, to dst, as appendWord would one by
+// one, and empties b. A gateway's word cache is megabytes and cold between requests, so nearly every
+// lookup misses the CPU's caches, and words looked up one by one wait for those misses one at a time.
+// Here the slots of the batch's words are loaded first, in a loop with nothing else to do, so their
 // misses overlap, and the lookups that follow find them cached (BenchmarkEncodeColdCache).
-func (m *bpe) appendBatch(dst []int, b *wordBatch) []int {
+func (m *bpe) lookup(dst []int, b *wordBatch) []int {
 	hot := m.cache.hot.Load()
 	if hot == nil || len(b.words) < 4 {
 		for _, w := range b.words {
 			dst = m.appendWord(dst, w)
 		}
-		m.release(b)
+		b.words = b.words[:0]
 		return dst
 	}
 	hashes := b.hashes[:0]
@@ -96,16 +106,13 @@ func (m *bpe) appendBatch(dst []int, b *wordBatch) []int {
 		}
 		dst = m.appendWord(dst, w)
 	}
-	m.release(b)
+	b.words = b.words[:0]
 	return dst
 }
 
 // release returns b for reuse, holding no word: they are slices of the caller's text.
 func (m *bpe) release(b *wordBatch) {
-	if cap(b.words) > batchKeep {
-		return
-	}
-	clear(b.words)
+	clear(b.words[:cap(b.words)])
 	b.words = b.words[:0]
 	m.batches.Put(b)
 }

@@ -138,27 +138,30 @@ func (t *Tokenizer) appendPlain(dst []int, s string, first bool) []int {
 	if t.nfc {
 		s = norm.NFC.String(s)
 	}
-	// The pieces are gathered first and looked up together (bpe.appendBatch).
-	b := t.model.batch()
+	// The pieces are gathered and looked up a batch at a time (bpe.lookup).
+	m := t.model
+	b := m.batch()
 	switch {
 	case t.split != nil:
-		t.split.each(s, func(w string) { b.words = append(b.words, w) })
+		t.split.each(s, func(w string) { dst = m.add(dst, b, w) })
 	case t.deepseek:
-		splitDeepSeek(s, func(w string) { b.words = append(b.words, w) })
+		splitDeepSeek(s, func(w string) { dst = m.add(dst, b, w) })
 	case t.o200k != nil:
 		for i := 0; i < len(s); {
 			e := t.o200k.nextPiece(s, i)
-			b.words = append(b.words, s[i:e])
+			dst = m.add(dst, b, s[i:e])
 			i = e
 		}
 	default:
 		for i := 0; i < len(s); {
 			e := nextPiece(s, i, t.digits)
-			b.words = append(b.words, s[i:e])
+			dst = m.add(dst, b, s[i:e])
 			i = e
 		}
 	}
-	return t.model.appendBatch(dst, b)
+	dst = m.lookup(dst, b)
+	m.release(b)
+	return dst
 }
 
 // EncodeUint32 is [Tokenizer.Encode] with the ids as uint32, the engines' wire type, allocated once at
