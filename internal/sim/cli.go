@@ -33,7 +33,7 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 		"(0 means 8998, SGLang's default)"
 	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
 	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
-	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve gRPC on the same port (h2c): the --protocol engine's own (SGLang's scheduler or vLLM's engine service) and sluice.worker.v1")
+	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve gRPC on the same port (HTTP/2 with prior knowledge, on grpc-go's transport): the --protocol engine's own (SGLang's scheduler or vLLM's engine service) and sluice.worker.v1")
 	fs.BoolVar(&cfg.EngineGRPCOnly, "grpc-engine-only", false, "with --grpc: serve only the engine's own gRPC service, not sluice.worker.v1, as a real engine does")
 	fs.BoolVar(&cfg.ByteTokenIDs, "grpc-byte-token-ids", false, "the engine's token ids are UTF-8 bytes: gRPC Generate's output ids, and over HTTP text prompts' ids and output_ids/token_ids (a byte-level tokenizer whose ids 0-255 are the bytes decodes them)")
 	var models stringList

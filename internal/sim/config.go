@@ -79,8 +79,9 @@ type Config struct {
 	// SGLang's scheduler does (scheduler.py handle_generate_request falls back to
 	// server_args.disaggregation_bootstrap_port); 0 means SGLang's default 8998.
 	BootstrapPort int
-	// GRPC also serves gRPC on Port (h2c): the Protocol engine's own service
-	// (sglang.grpc.scheduler.SglangScheduler or vllm.grpc.engine.VllmEngine) and sluice.worker.v1.
+	// GRPC also serves gRPC on Port (HTTP/2 with prior knowledge, on grpc-go's transport): the
+	// Protocol engine's own service (sglang.grpc.scheduler.SglangScheduler or
+	// vllm.grpc.engine.VllmEngine) and sluice.worker.v1.
 	GRPC bool
 	// EngineGRPCOnly leaves sluice.worker.v1 out of the gRPC services (with GRPC), as a real engine
 	// serves only its own: a gateway then has to speak the engine's protocol.

@@ -193,7 +193,11 @@
 // and restarts it empty on the same ports after that long: Engine.Crash), GET
 // /sim/stats (with a per-rank breakdown in "ranks": requests, queue, running, prefix cache hit and
 // prompt tokens, KV), POST /sim/stats/reset, and POST /sim/kv/pull (NIXL-style KV pull between engines). With
-// Config.GRPC the same port also serves gRPC over h2c: the engine's own protocol and sluice.worker.v1.
+// Config.GRPC the same port also serves gRPC (HTTP/2 with prior knowledge): the engine's own protocol
+// and sluice.worker.v1. As the engines serve it on a native HTTP/2 transport (grpcio), not a generic
+// HTTP server, the simulator serves it on grpc-go's: connections that open with HTTP/2's preface go to
+// a grpc.Server whose one handler runs the connect-go services for each call (grpcnative.go), the
+// rest to net/http. A handler that aborts (die_after_tokens) fails its call INTERNAL, as a reset does.
 //
 // # The engines' gRPC protocols
 //
@@ -276,6 +280,10 @@
 // contexts, so tests run the model under testing/synctest with exact simulated time. The Engine owns its
 // listeners, their serve goroutines and an outbound HTTP client; Close cancels every request context
 // (they derive from the engine's base context), closes the servers and waits for the serve goroutines.
+// With gRPC, one goroutine accepts on the port and one per new connection reads its first bytes (at
+// most 10 s) before handing it to net/http or grpc-go; closing the port closes the connections still
+// being read, and the accept goroutine ends after them. A refuse drains the gRPC server in a goroutine
+// (GracefulStop) that a crash or Close cuts short with Stop.
 // Faults are an immutable value swapped atomically. The engine gRPC servicers keep their running
 // Generate calls by request id in a mutex-guarded map of cancel functions, for Abort.
 package sim

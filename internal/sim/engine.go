@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // Engine is one simulated inference engine. Create it with New, then Start it; Close or Shutdown stops it.
@@ -48,6 +50,9 @@ type Engine struct {
 	started     bool
 	closed      bool
 	srv         *http.Server
+	grpcSrv     *grpc.Server   // gRPC on grpc-go's transport (Config.GRPC, grpcnative.go), else nil
+	grpcOld     []*grpc.Server // grpcSrv's predecessors, draining since a refuse
+	newGRPC     func() *grpc.Server
 	ln          net.Listener // nil while refusing connections
 	port        int
 	bootSrv     *http.Server
@@ -154,7 +159,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		_ = ln.Close() // listen once to own the port, then refuse
 	} else {
 		e.ln = ln
-		e.serveLocked(e.srv, ln)
+		e.serveMainLocked(ln)
 	}
 	e.logger.Info("sim engine started", "role", e.cfg.Role, "protocol", e.cfg.Protocol, "mode", e.cfg.Mode,
 		"url", e.urlLocked(), "bootstrap_port", e.bootPort, "dp_size", e.cfg.DPSize, "kv_connector", e.cfg.KVConnector, "grpc", e.cfg.GRPC)
@@ -174,13 +179,43 @@ func (e *Engine) newServersLocked() {
 		}
 		e.bootSrv = &http.Server{Handler: e.trackHandler(handler), BaseContext: base, ReadHeaderTimeout: 10 * time.Second}
 	}
-	e.srv = &http.Server{Handler: e.trackHandler(e.routes()), BaseContext: base, ReadHeaderTimeout: 10 * time.Second}
+	h := e.trackHandler(e.routes())
+	e.srv = &http.Server{Handler: h, BaseContext: base, ReadHeaderTimeout: 10 * time.Second}
+	e.grpcSrv, e.newGRPC = nil, nil
 	if e.cfg.GRPC {
-		var p http.Protocols
-		p.SetHTTP1(true)
-		p.SetUnencryptedHTTP2(true)
-		e.srv.Protocols = &p
+		// HTTP/2 connections (gRPC's) go to grpc-go; net/http serves HTTP/1 alone.
+		e.newGRPC = func() *grpc.Server { return newGRPCServer(h, life, e.logger) }
+		e.grpcSrv = e.newGRPC()
 	}
+}
+
+// serveMainLocked serves the main port: on net/http, or split between net/http and grpc-go.
+func (e *Engine) serveMainLocked(ln net.Listener) {
+	if e.grpcSrv == nil {
+		e.serveLocked(e.srv, ln)
+		return
+	}
+	m := newPortMux(ln)
+	g := e.grpcSrv
+	e.serveWG.Add(2)
+	go func() {
+		defer e.serveWG.Done()
+		m.run()
+	}()
+	go func() {
+		defer e.serveWG.Done()
+		_ = g.Serve(m.h2) // ends when the port closes or g stops
+	}()
+	e.serveLocked(e.srv, m.h1)
+}
+
+// stopGRPCLocked ends every gRPC call at once.
+func (e *Engine) stopGRPCLocked() {
+	stopGRPC(e.grpcSrv)
+	for _, g := range e.grpcOld {
+		g.Stop()
+	}
+	e.grpcOld = nil
 }
 
 func (e *Engine) serveLocked(srv *http.Server, ln net.Listener) {
@@ -279,6 +314,17 @@ func (e *Engine) applyRefuse(refuse bool, refuseFor time.Duration) error {
 			_ = e.ln.Close()
 			e.ln = nil
 			e.srv.SetKeepAlivesEnabled(false) // also closes idle keep-alive connections
+			if old := e.grpcSrv; old != nil {
+				// gRPC connections are told to go away (GOAWAY) once their calls end; a new server
+				// takes the port when it opens again.
+				e.grpcOld = append(e.grpcOld, old)
+				e.grpcSrv = e.newGRPC()
+				e.serveWG.Add(1)
+				go func() {
+					defer e.serveWG.Done()
+					old.GracefulStop()
+				}()
+			}
 		}
 		if refuseFor > 0 {
 			e.refuseTimer = time.AfterFunc(refuseFor, func() {
@@ -301,7 +347,7 @@ func (e *Engine) applyRefuse(refuse bool, refuseFor time.Duration) error {
 	}
 	e.ln = ln
 	e.srv.SetKeepAlivesEnabled(true)
-	e.serveLocked(e.srv, ln)
+	e.serveMainLocked(ln)
 	return nil
 }
 
@@ -323,6 +369,7 @@ func (e *Engine) Crash(downFor time.Duration) {
 	// Connections first: a request cancelled before its connection is gone would end its answer
 	// cleanly, which a killed process never does.
 	_ = e.srv.Close()
+	e.stopGRPCLocked()
 	if e.bootSrv != nil {
 		_ = e.bootSrv.Close()
 	}
@@ -360,13 +407,14 @@ func (e *Engine) Crashes() int64 { return e.crashes.Load() }
 // Shutdown stops accepting requests and waits for running ones until ctx ends, then closes everything.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
-	srv, boot := e.srv, e.bootSrv
+	srv, boot, g := e.srv, e.bootSrv, e.grpcSrv
 	e.stopKVEventsLocked()
 	e.mu.Unlock()
 	var err error
 	if srv != nil {
 		err = srv.Shutdown(ctx)
 	}
+	err = errors.Join(err, shutdownGRPC(ctx, g))
 	if boot != nil {
 		err = errors.Join(err, boot.Shutdown(ctx))
 	}
@@ -388,6 +436,7 @@ func (e *Engine) Close() error {
 	}
 	srv, boot := e.srv, e.bootSrv
 	e.stopKVEventsLocked()
+	e.stopGRPCLocked()
 	e.mu.Unlock()
 
 	e.cancelBase()

@@ -168,7 +168,8 @@ func metricValue(t *testing.T, gw *gateway, series string) float64 {
 }
 
 // mtlsProxy is a TLS front for a simulated engine that requires a client certificate from ca: a real
-// HTTPS (and gRPC over TLS) server, as a worker behind mTLS would be. It forwards to the engine over h2c.
+// HTTPS (and gRPC over TLS) server, as a worker behind mTLS would be. It forwards gRPC to the engine
+// over h2c and HTTP over HTTP/1.1.
 func mtlsProxy(t *testing.T, ca *tlstest.CA, target string) string {
 	t.Helper()
 	leaf := ca.Issue(t, "worker")
@@ -180,12 +181,19 @@ func mtlsProxy(t *testing.T, ca *tlstest.CA, target string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// gRPC goes to the engine over h2c, the rest over HTTP/1.1: an engine's HTTP server speaks no h2c.
 	h2c := &http.Transport{Protocols: new(http.Protocols)}
 	h2c.Protocols.SetUnencryptedHTTP2(true)
+	h1 := &http.Transport{}
 	var handshakes atomic.Int64
 	proxy := &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = u.Host },
-		Transport:     h2c,
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = u.Host },
+		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				return h2c.RoundTrip(r)
+			}
+			return h1.RoundTrip(r)
+		}),
 		FlushInterval: -1,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
@@ -208,6 +216,7 @@ func mtlsProxy(t *testing.T, ca *tlstest.CA, target string) string {
 		_ = srv.Close()
 		<-done
 		h2c.CloseIdleConnections()
+		h1.CloseIdleConnections()
 	})
 	return ln.Addr().String()
 }
@@ -263,3 +272,7 @@ func TestMTLSToWorkers(t *testing.T) {
 		})
 	}
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
