@@ -262,13 +262,16 @@ func TestClosedStreamAborts(t *testing.T) {
 			tr, url := setup(t, p, f)
 			resp := post(t, tr, t.Context(), url, "/v1/chat/completions",
 				`{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`)
-			br := bufio.NewReader(resp.Body)
-			if _, err := br.ReadString('\n'); err != nil { // the role chunk: the stream is live
+			one := make([]byte, 1)
+			if _, err := io.ReadFull(resp.Body, one); err != nil { // the role chunk: the stream is live
 				t.Fatal(err)
 			}
-			resp.Body.Close()
+			resp.Body.Close() // with the rest of the role chunk unread
 			if got := f.aborts(); !slices.Equal(got, []string{"r1"}) {
 				t.Errorf("aborts = %q, want [r1]", got)
+			}
+			if n, err := resp.Body.Read(make([]byte, 64)); n != 0 || err == nil {
+				t.Errorf("a read after Close got %d bytes, %v; want 0 and an error", n, err)
 			}
 		})
 	}
