@@ -170,6 +170,13 @@ func newGRPCServer(h http.Handler, life context.Context, logger *slog.Logger) *g
 		grpc.UnknownServiceHandler(b.serve),
 		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.MaxRecvMsgSize(256<<20),
+		// Static windows turn grpc-go's BDP estimation off. It pings whenever data arrives and no ping is
+		// out, which is once per call on a connection that carries one call at a time (the gateway's
+		// Generate client): a PING and its ACK more per call than an engine costs. grpcio's estimator
+		// (src/core/lib/transport/bdp_estimator.cc) pings 100 ms apart at first and further apart as
+		// its estimate settles; these windows are what it settles on for small messages, and more.
+		grpc.InitialWindowSize(4<<20),
+		grpc.InitialConnWindowSize(16<<20),
 	)
 }
 
