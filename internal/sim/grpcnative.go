@@ -170,6 +170,8 @@ func newGRPCServer(h http.Handler, life context.Context, logger *slog.Logger) *g
 		grpc.UnknownServiceHandler(b.serve),
 		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.MaxRecvMsgSize(256<<20),
+		// The handshake after the preface: Stop (a crash, under the engine's lock) waits for it.
+		grpc.ConnectionTimeout(sniffTimeout),
 		// Static windows turn grpc-go's BDP estimation off. It pings whenever data arrives and no ping is
 		// out, which is once per call on a connection that carries one call at a time (the gateway's
 		// Generate client): a PING and its ACK more per call than an engine costs. grpcio's estimator
