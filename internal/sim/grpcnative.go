@@ -348,15 +348,22 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 }
 
 func (w *streamWriter) send(msg *[]byte) error {
-	if !w.sentHeader {
-		w.sentHeader = true
-		if md := headerMetadata(w.header, false); len(md) > 0 {
-			if err := w.ss.SetHeader(md); err != nil {
-				return err
-			}
-		}
+	if err := w.setHeader(); err != nil {
+		return err
 	}
 	return w.ss.SendMsg(msg)
+}
+
+// setHeader sets the answer's custom header metadata once, before its first message or its status.
+func (w *streamWriter) setHeader() error {
+	if w.sentHeader {
+		return nil
+	}
+	w.sentHeader = true
+	if md := headerMetadata(w.header); len(md) > 0 {
+		return w.ss.SetHeader(md)
+	}
+	return nil
 }
 
 // finish turns the answer's trailers into the call's status.
@@ -376,12 +383,8 @@ func (w *streamWriter) finish() error {
 	if trailer.Get("Grpc-Status") == "" && w.header.Get("Grpc-Status") != "" {
 		trailer = w.header // a trailers-only answer in the headers
 	}
-	if !w.sentHeader {
-		if md := headerMetadata(w.header, false); len(md) > 0 {
-			_ = w.ss.SetHeader(md)
-		}
-	}
-	if md := headerMetadata(trailer, true); len(md) > 0 {
+	_ = w.setHeader() // a call that failed already fails with its status
+	if md := headerMetadata(trailer); len(md) > 0 {
 		w.ss.SetTrailer(md)
 	}
 	code := trailer.Get("Grpc-Status")
@@ -415,15 +418,12 @@ func (w *streamWriter) finish() error {
 
 // headerMetadata is the custom metadata among h: what gRPC itself carries (content type, status,
 // encodings) and net/http's trailer declarations are left out; binary values are decoded.
-func headerMetadata(h http.Header, trailers bool) metadata.MD {
+func headerMetadata(h http.Header) metadata.MD {
 	var md metadata.MD
 	for k, vs := range h {
 		lk := strings.ToLower(k)
 		if strings.HasPrefix(lk, "grpc-") || lk == "content-type" || lk == "content-length" || lk == "date" ||
 			lk == "trailer" || strings.HasPrefix(k, http.TrailerPrefix) {
-			continue
-		}
-		if trailers && lk == "te" {
 			continue
 		}
 		if md == nil {
