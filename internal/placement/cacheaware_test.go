@@ -24,7 +24,7 @@ func checkTree(t interface {
 	sizes := map[int32]int{}
 	var walk func(n *node)
 	walk = func(n *node) {
-		for b, c := range n.children {
+		for b, c := range n.kids.all {
 			if c.parent != n {
 				t.Fatalf("bad parent link under %q", n.label)
 			}
@@ -207,8 +207,8 @@ func TestCacheAwareEvictionAndForget(t *testing.T) {
 		t.Fatalf("size after Forget = %d", got)
 	}
 	checkTree(t, &lt.t)
-	if len(lt.t.root.children) != 0 {
-		t.Fatalf("tree not empty after forgetting its only worker: %d children", len(lt.t.root.children))
+	if lt.t.root.kids.len() != 0 {
+		t.Fatalf("tree not empty after forgetting its only worker: %d children", lt.t.root.kids.len())
 	}
 	p.Forget("http://never-seen:1") // no-op
 }
@@ -243,7 +243,8 @@ func TestCacheAwareConcurrent(t *testing.T) {
 func TestTreeInvariantsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var tr tree
-		alphabet := rapid.SampledFrom([]byte("abc"))
+		// Six letters: a node can have more children than it keeps inline.
+		alphabet := rapid.SampledFrom([]byte("abcdef"))
 		ops := rapid.IntRange(1, 60).Draw(rt, "ops")
 		for range ops {
 			switch rapid.IntRange(0, 9).Draw(rt, "op") {
@@ -262,6 +263,46 @@ func TestTreeInvariantsProperty(t *testing.T) {
 				tr.insert(text, int32(rapid.IntRange(0, 3).Draw(rt, "tenant")))
 			}
 			checkTree(rt, &tr)
+		}
+	})
+}
+
+// Property: kids answers as a map does through any sequence of puts and deletes, and all yields each
+// child once even when the loop deletes the child it was given.
+func TestKidsProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var k kids
+		model := map[byte]*node{}
+		key := rapid.ByteRange('a', 'j')
+		for range rapid.IntRange(1, 80).Draw(rt, "ops") {
+			c := key.Draw(rt, "key")
+			if rapid.IntRange(0, 2).Draw(rt, "op") == 0 {
+				k.del(c)
+				delete(model, c)
+			} else {
+				n := &node{label: string(c)}
+				k.put(c, n)
+				model[c] = n
+			}
+			for c := byte('a'); c <= 'j'; c++ {
+				if k.get(c) != model[c] {
+					rt.Fatalf("get(%q) = %v, want %v", c, k.get(c), model[c])
+				}
+			}
+			if k.len() != len(model) {
+				rt.Fatalf("len = %d, want %d", k.len(), len(model))
+			}
+		}
+		seen := map[byte]bool{}
+		for c, n := range k.all {
+			if seen[c] || model[c] != n {
+				rt.Fatalf("all yielded %q twice or with the wrong child", c)
+			}
+			seen[c] = true
+			k.del(c)
+		}
+		if len(seen) != len(model) || k.len() != 0 {
+			rt.Fatalf("all yielded %d of %d children while deleting them; %d left", len(seen), len(model), k.len())
 		}
 	})
 }

@@ -26,15 +26,105 @@ type tree struct {
 }
 
 type node struct {
-	label    string
-	parent   *node
-	children map[byte]*node
-	tenants  []stamp
+	// A step of a walk reads a child's tenants, label and children, in that order; they come first,
+	// and the first tenant and the first children live in the node itself. On a tree near its budget
+	// every separate allocation a step touches is a cache miss: with a map of children and a slice of
+	// tenants apart, a step cost four or five of them, most of a pick's time.
+	tenants []stamp
+	label   string
+	kids    kids
+	parent  *node
+	one     [1]stamp // tenants' storage while the node has a single tenant, as most do
+}
+
+// newNode returns a node with label under parent, its tenants kept in the node.
+func newNode(label string, parent *node) *node {
+	n := &node{label: label, parent: parent}
+	n.tenants = n.one[:0]
+	return n
 }
 
 type stamp struct {
 	id   int32
 	last uint64
+}
+
+// inlineKids is how many children a node keeps in itself; the rest go to a map. Below the tree's
+// top levels most nodes have fewer.
+const inlineKids = 4
+
+// kids maps a child's first label byte to the child. A key is inline or in more, never both.
+type kids struct {
+	n    uint8
+	key  [inlineKids]byte
+	node [inlineKids]*node
+	more map[byte]*node
+}
+
+func (k *kids) get(c byte) *node {
+	for i := range k.n {
+		if k.key[i] == c {
+			return k.node[i]
+		}
+	}
+	if k.more != nil {
+		return k.more[c]
+	}
+	return nil
+}
+
+// put sets c's child to n, replacing any.
+func (k *kids) put(c byte, n *node) {
+	for i := range k.n {
+		if k.key[i] == c {
+			k.node[i] = n
+			return
+		}
+	}
+	if _, ok := k.more[c]; ok {
+		k.more[c] = n
+		return
+	}
+	if k.n < inlineKids {
+		k.key[k.n], k.node[k.n] = c, n
+		k.n++
+		return
+	}
+	if k.more == nil {
+		k.more = make(map[byte]*node, 4)
+	}
+	k.more[c] = n
+}
+
+func (k *kids) del(c byte) {
+	for i := range k.n {
+		if k.key[i] == c {
+			last := k.n - 1
+			k.key[i], k.node[i] = k.key[last], k.node[last]
+			k.node[last] = nil
+			k.n--
+			return
+		}
+	}
+	delete(k.more, c)
+}
+
+func (k *kids) len() int { return int(k.n) + len(k.more) }
+
+// all yields every child with its key. The yielded child may be deleted during the loop (forget's
+// walk prunes it): the inline ones are visited last to first, so the swap a deletion makes moves an
+// already visited child, and deleting from a map while ranging over it is allowed.
+func (k *kids) all(yield func(byte, *node) bool) {
+	for i := int(k.n) - 1; i >= 0; i-- {
+		if !yield(k.key[i], k.node[i]) {
+			return
+		}
+	}
+	for c, n := range k.more {
+		if !yield(c, n) {
+			return
+		}
+	}
 }
 
 func (n *node) tenantIndex(id int32) int {
@@ -61,7 +151,7 @@ func (t *tree) match(text string, ok func(id int32) bool) (matched int, at *node
 	n := &t.root
 	pos := 0
 	for pos < len(text) {
-		child := n.children[text[pos]]
+		child := n.kids.get(text[pos])
 		if child == nil {
 			break
 		}
@@ -111,14 +201,11 @@ func (t *tree) insert(text string, id int32) {
 	pos := 0
 	for pos < len(text) {
 		c := text[pos]
-		child := n.children[c]
+		child := n.kids.get(c)
 		if child == nil {
 			// Clone: the request's text must not be pinned by the tree.
-			leaf := &node{label: strings.Clone(text[pos:]), parent: n}
-			if n.children == nil {
-				n.children = make(map[byte]*node, 2)
-			}
-			n.children[c] = leaf
+			leaf := newNode(strings.Clone(text[pos:]), n)
+			n.kids.put(c, leaf)
 			t.touch(leaf, id, now)
 			return
 		}
@@ -126,15 +213,12 @@ func (t *tree) insert(text string, id int32) {
 		if l < len(child.label) {
 			// Split child at l: mid takes the shared part and child's
 			// tenants (sizes are unchanged: the bytes are just divided).
-			mid := &node{
-				label:    child.label[:l],
-				parent:   n,
-				children: map[byte]*node{child.label[l]: child},
-				tenants:  append([]stamp(nil), child.tenants...),
-			}
+			mid := newNode(child.label[:l], n)
+			mid.kids.put(child.label[l], child)
+			mid.tenants = append(mid.tenants, child.tenants...)
 			child.label = child.label[l:]
 			child.parent = mid
-			n.children[c] = mid
+			n.kids.put(c, mid)
 			child = mid
 		}
 		t.touch(child, id, now)
@@ -153,8 +237,8 @@ func (t *tree) removeTenantAt(n *node, id int32) bool {
 	n.tenants[i] = n.tenants[len(n.tenants)-1]
 	n.tenants = n.tenants[:len(n.tenants)-1]
 	t.size[id] -= len(n.label)
-	if len(n.tenants) == 0 && len(n.children) == 0 && n.parent != nil {
-		delete(n.parent.children, n.label[0])
+	if len(n.tenants) == 0 && n.kids.len() == 0 && n.parent != nil {
+		n.parent.kids.del(n.label[0])
 		n.parent = nil
 		return true
 	}
@@ -166,7 +250,7 @@ func isLeafFor(n *node, id int32) bool {
 	if n.tenantIndex(id) < 0 {
 		return false
 	}
-	for _, c := range n.children {
+	for _, c := range n.kids.all {
 		if c.tenantIndex(id) >= 0 {
 			return false
 		}
@@ -183,7 +267,7 @@ func (t *tree) evictTenant(id int32, max int) {
 	var h lruHeap
 	var walk func(n *node)
 	walk = func(n *node) {
-		for _, c := range n.children {
+		for _, c := range n.kids.all {
 			walk(c)
 		}
 		if n != &t.root && isLeafFor(n, id) {
@@ -218,7 +302,7 @@ func (t *tree) forget(id int32) {
 	}
 	var walk func(n *node)
 	walk = func(n *node) {
-		for _, c := range n.children {
+		for _, c := range n.kids.all {
 			walk(c) // children first, so empty nodes prune bottom-up
 		}
 		if n != &t.root {
