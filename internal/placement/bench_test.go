@@ -144,8 +144,9 @@ func BenchmarkSelectPrefill(b *testing.B) {
 }
 
 // BenchmarkCacheAwareUnique: one worker, every prompt new (256 bytes of three-letter words, as the
-// overhead scenario's load generator sends), against a tree already holding 100,000 of them: a short
-// match and an insert per pick, the cache_aware cost of a gateway whose traffic shares no prefixes.
+// overhead scenario's load generator sends), against a tree already holding 100,000 of them: with one
+// candidate there is nothing to match, so a pick is the insert, the cache_aware cost of a gateway with
+// one worker per role.
 func BenchmarkCacheAwareUnique(b *testing.B) {
 	_, cands := newFleet(b, worker.RolePrefill, "m", 1)
 	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
@@ -171,6 +172,43 @@ func BenchmarkCacheAwareUnique(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		p.Pick(cands, &reqs[i%len(reqs)])
+		i++
+	}
+}
+
+// BenchmarkCacheAwareColdTree: two workers, a tree near its budget (300,000 prompts of 256 bytes of
+// three-letter words, as the overhead scenario sends), and a new prompt every pick, as a gateway whose
+// traffic shares no prefixes sees: the match walks nodes no recent pick touched, so its time is cache
+// misses. New prompts are made in batches off the clock.
+func BenchmarkCacheAwareColdTree(b *testing.B) {
+	_, cands := newFleet(b, worker.RolePrefill, "m", 2)
+	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
+	r := rand.New(rand.NewPCG(5, 5))
+	words := func() string {
+		var sb strings.Builder
+		for sb.Len() < 256 {
+			for range 3 {
+				sb.WriteByte(byte('a' + r.IntN(26)))
+			}
+			sb.WriteByte(' ')
+		}
+		return sb.String()
+	}
+	for range 300000 {
+		p.Pick(cands, &Request{Model: "m", Text: words(), TargetWorker: -1})
+	}
+	fresh := make([]Request, 4096)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i%len(fresh) == 0 {
+			b.StopTimer()
+			for j := range fresh {
+				fresh[j] = Request{Model: "m", Text: words(), TargetWorker: -1}
+			}
+			b.StartTimer()
+		}
+		p.Pick(cands, &fresh[i%len(fresh)])
 		i++
 	}
 }
