@@ -118,10 +118,10 @@ func (p *CacheAware) pick(cands []*worker.Worker, req *Request, stuck int) int {
 		chosen = -1
 		isCand := func(id int32) bool { return cs.index(id) >= 0 }
 		matched, at := t.match(req.Text, isCand)
-		if at != nil && float64(matched)/float64(len(req.Text)) > p.cfg.CacheThreshold {
+		if at != noNode && float64(matched)/float64(len(req.Text)) > p.cfg.CacheThreshold {
 			var bestLoad int64
-			for _, s := range at.tenants {
-				if i := cs.index(s.id); i >= 0 {
+			for tid := range t.tenants(at) {
+				if i := cs.index(tid); i >= 0 {
 					if l := cands[i].Load(); chosen < 0 || l < bestLoad {
 						chosen, bestLoad = i, l
 					}

@@ -15,39 +15,84 @@ import (
 // checkTree verifies the tree's invariants: every tenant's size equals the
 // bytes of the nodes carrying it, a child's tenants are a subset of its
 // parent's, no empty non-root node survives, parent links are right, and
-// labels are non-empty and keyed by their first byte.
+// labels are non-empty and keyed by their first byte. And the storage's: a node's
+// map-held children and tenants exist only when its inline slots are full, no map
+// entry names an unreachable node, every node is reachable or free, and dead counts
+// exactly the text no label spans.
 func checkTree(t interface {
 	Helper()
 	Fatalf(format string, args ...any)
 }, tr *tree) {
 	t.Helper()
+	if len(tr.nodes) == 0 {
+		return
+	}
 	sizes := map[int32]int{}
-	var walk func(n *node)
-	walk = func(n *node) {
-		for b, c := range n.kids.all {
-			if c.parent != n {
-				t.Fatalf("bad parent link under %q", n.label)
+	reachable := map[nodeID]bool{root: true}
+	live := 0
+	stack := []nodeID{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		nd := &tr.nodes[n]
+		if len(tr.wide[n]) > 0 && nd.nkid != inlineKid {
+			t.Fatalf("node %q: %d wide children with %d inline", tr.label(n), len(tr.wide[n]), nd.nkid)
+		}
+		if len(tr.extra[n]) > 0 && nd.nten != inlineTen {
+			t.Fatalf("node %q: %d extra tenants with %d inline", tr.label(n), len(tr.extra[n]), nd.nten)
+		}
+		keys := map[byte]bool{}
+		for _, c := range tr.children(nil, n) {
+			lab := tr.label(c)
+			if reachable[c] {
+				t.Fatalf("node %d reached twice", c)
 			}
-			if c.label == "" || c.label[0] != b {
-				t.Fatalf("child %q keyed by %q", c.label, b)
+			reachable[c] = true
+			live += len(lab)
+			if tr.nodes[c].parent != n {
+				t.Fatalf("bad parent link under %q", tr.label(n))
 			}
-			if len(c.tenants) == 0 {
-				t.Fatalf("empty node %q survived", c.label)
+			if len(lab) == 0 || keys[lab[0]] || tr.child(n, lab[0]) != c {
+				t.Fatalf("child %q badly keyed under %q", lab, tr.label(n))
 			}
-			for _, s := range c.tenants {
-				if n != &tr.root && n.tenantIndex(s.id) < 0 {
-					t.Fatalf("tenant %d on %q but not on parent %q", s.id, c.label, n.label)
+			keys[lab[0]] = true
+			ids := map[int32]bool{}
+			for id := range tr.tenants(c) {
+				if ids[id] {
+					t.Fatalf("tenant %d twice on %q", id, lab)
 				}
-				sizes[s.id] += len(c.label)
+				ids[id] = true
+				if _, ok := tr.tenantLast(n, id); n != root && !ok {
+					t.Fatalf("tenant %d on %q but not on parent %q", id, lab, tr.label(n))
+				}
+				sizes[id] += len(lab)
 			}
-			walk(c)
+			if len(ids) == 0 {
+				t.Fatalf("empty node %q survived", lab)
+			}
+			stack = append(stack, c)
 		}
 	}
-	walk(&tr.root)
 	for id, sz := range tr.size {
 		if sizes[int32(id)] != sz {
 			t.Fatalf("tenant %d: size %d, nodes hold %d", id, sz, sizes[int32(id)])
 		}
+	}
+	if len(reachable)+len(tr.free) != len(tr.nodes) {
+		t.Fatalf("%d reachable and %d free of %d nodes", len(reachable), len(tr.free), len(tr.nodes))
+	}
+	for n := range tr.wide {
+		if !reachable[n] {
+			t.Fatalf("wide children of unreachable node %d", n)
+		}
+	}
+	for n := range tr.extra {
+		if !reachable[n] {
+			t.Fatalf("extra tenants of unreachable node %d", n)
+		}
+	}
+	if tr.dead != len(tr.text)-live {
+		t.Fatalf("dead = %d, text %d, labels %d", tr.dead, len(tr.text), live)
 	}
 }
 
@@ -207,8 +252,11 @@ func TestCacheAwareEvictionAndForget(t *testing.T) {
 		t.Fatalf("size after Forget = %d", got)
 	}
 	checkTree(t, &lt.t)
-	if lt.t.root.kids.len() != 0 {
-		t.Fatalf("tree not empty after forgetting its only worker: %d children", lt.t.root.kids.len())
+	if n := len(lt.t.children(nil, root)); n != 0 {
+		t.Fatalf("tree not empty after forgetting its only worker: %d children", n)
+	}
+	if len(lt.t.text) != 0 {
+		t.Fatalf("forgetting every worker left %d bytes of text", len(lt.t.text))
 	}
 	p.Forget("http://never-seen:1") // no-op
 }
@@ -267,42 +315,70 @@ func TestTreeInvariantsProperty(t *testing.T) {
 	})
 }
 
-// Property: kids answers as a map does through any sequence of puts and deletes, and all yields each
-// child once even when the loop deletes the child it was given.
-func TestKidsProperty(t *testing.T) {
+// TestTreeManyTenants: tenants past a node's inline ones are matched, survive a split of the node,
+// and are evicted and forgotten like the others.
+func TestTreeManyTenants(t *testing.T) {
+	var tr tree
+	for id := range int32(5) {
+		tr.insert("abcdef", id)
+	}
+	tr.insert("abcxyz", 0) // splits "abcdef" at "abc"
+	checkTree(t, &tr)
+	for id := range int32(5) {
+		only := func(x int32) bool { return x == id }
+		if m, _ := tr.match("abcdef", only); m != 6 {
+			t.Fatalf("tenant %d matched %d of \"abcdef\", want 6", id, m)
+		}
+		if m, _ := tr.match("abcxyz", only); id != 0 && m != 3 {
+			t.Fatalf("tenant %d matched %d of \"abcxyz\", want 3", id, m)
+		}
+	}
+	tr.forget(4)
+	tr.evictTenant(3, 0)
+	checkTree(t, &tr)
+	if m, _ := tr.match("abcdef", func(x int32) bool { return x >= 3 }); m != 0 {
+		t.Fatalf("forgotten and evicted tenants still match %d bytes", m)
+	}
+	if m, _ := tr.match("abcdef", func(x int32) bool { return x == 2 }); m != 6 {
+		t.Fatalf("tenant 2 matched %d after others left, want 6", m)
+	}
+}
+
+// Property: a node's children answer as a map does through any sequence of sets and deletes,
+// past the inline ones too.
+func TestChildrenProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		var k kids
-		model := map[byte]*node{}
+		var tr tree
+		tr.insert("x", 0)
+		model := map[byte]nodeID{}
 		key := rapid.ByteRange('a', 'j')
 		for range rapid.IntRange(1, 80).Draw(rt, "ops") {
 			c := key.Draw(rt, "key")
 			if rapid.IntRange(0, 2).Draw(rt, "op") == 0 {
-				k.del(c)
+				tr.delChild(root, c)
 				delete(model, c)
 			} else {
-				n := &node{label: string(c)}
-				k.put(c, n)
+				n := nodeID(rapid.IntRange(1, 1000).Draw(rt, "node"))
+				tr.setChild(root, c, n)
 				model[c] = n
 			}
-			for c := byte('a'); c <= 'j'; c++ {
-				if k.get(c) != model[c] {
-					rt.Fatalf("get(%q) = %v, want %v", c, k.get(c), model[c])
+			tr.setChild(root, 'x', 1) // the inserted node stays
+			model['x'] = 1
+			for c := byte('a'); c <= 'x'; c++ {
+				want, ok := model[c]
+				if !ok {
+					want = noNode
+				}
+				if got := tr.child(root, c); got != want {
+					rt.Fatalf("child(%q) = %d, want %d", c, got, want)
 				}
 			}
-			if k.len() != len(model) {
-				rt.Fatalf("len = %d, want %d", k.len(), len(model))
+			if got := len(tr.children(nil, root)); got != len(model) {
+				rt.Fatalf("%d children, want %d", got, len(model))
 			}
-		}
-		seen := map[byte]bool{}
-		for c, n := range k.all {
-			if seen[c] || model[c] != n {
-				rt.Fatalf("all yielded %q twice or with the wrong child", c)
+			if len(tr.wide[root]) > 0 && tr.nodes[root].nkid != inlineKid {
+				rt.Fatalf("wide children with %d inline", tr.nodes[root].nkid)
 			}
-			seen[c] = true
-			k.del(c)
-		}
-		if len(seen) != len(model) || k.len() != 0 {
-			rt.Fatalf("all yielded %d of %d children while deleting them; %d left", len(seen), len(model), k.len())
 		}
 	})
 }

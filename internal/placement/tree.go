@@ -2,7 +2,6 @@ package placement
 
 import (
 	"container/heap"
-	"strings"
 )
 
 // tree is an approximate radix tree of prompt text for one model. Each node
@@ -16,32 +15,56 @@ import (
 // (insert stamps the whole path; eviction removes leaves first), so a walk
 // may stop at the first node without a wanted tenant.
 //
+// The tree is the gateway's largest live structure (MaxTreeSize bytes of text per worker, and a
+// node per few dozen bytes), so it is kept out of the garbage collector's way: nodes are values
+// in one slice, linked by index, and labels are spans of one byte slice, so neither holds a
+// pointer the collector must trace. As pointers, a million nodes and their labels were objects
+// that every GC cycle marked, and each step of a walk chased several of them. Only a node's
+// children past the first four and its tenants past the first two live in maps.
+//
 // Not safe for concurrent use; CacheAware guards each tree with a mutex.
 type tree struct {
-	root  node
+	nodes []node   // nodes[0] is the root, once anything was inserted
+	free  []nodeID // pruned nodes, for newNode to reuse
+	// text holds the labels; dead counts its bytes no label refers to any more, and the text is
+	// compacted when they are half of it.
+	text []byte
+	dead int
+	// A node's children and tenants past its inline ones; a node has entries only while its inline
+	// slots are full (a deletion refills them from here).
+	wide  map[nodeID][]kid
+	extra map[nodeID][]stamp
 	clock uint64
 	// size[id] is the number of text bytes held by tenant id: the sum of
 	// the label lengths of the nodes carrying it.
 	size []int
 }
 
+// nodeID indexes tree.nodes.
+type nodeID = int32
+
+const (
+	root      nodeID = 0
+	noNode    nodeID = -1
+	inlineKid        = 4
+	inlineTen        = 2
+)
+
 type node struct {
-	// A step of a walk reads a child's tenants, label and children, in that order; they come first,
-	// and the first tenant and the first children live in the node itself. On a tree near its budget
-	// every separate allocation a step touches is a cache miss: with a map of children and a slice of
-	// tenants apart, a step cost four or five of them, most of a pick's time.
-	tenants []stamp
-	label   string
-	kids    kids
-	parent  *node
-	one     [1]stamp // tenants' storage while the node has a single tenant, as most do
+	off     int // label is text[off : off+n]
+	n       int32
+	parent  nodeID
+	nkid    uint8 // children in key/kid (the rest are in tree.wide)
+	nten    uint8 // tenants in tenID/tenLast (the rest are in tree.extra)
+	key     [inlineKid]byte
+	kid     [inlineKid]nodeID
+	tenID   [inlineTen]int32
+	tenLast [inlineTen]uint64
 }
 
-// newNode returns a node with label under parent, its tenants kept in the node.
-func newNode(label string, parent *node) *node {
-	n := &node{label: label, parent: parent}
-	n.tenants = n.one[:0]
-	return n
+type kid struct {
+	c  byte
+	id nodeID
 }
 
 type stamp struct {
@@ -49,94 +72,160 @@ type stamp struct {
 	last uint64
 }
 
-// inlineKids is how many children a node keeps in itself; the rest go to a map. Below the tree's
-// top levels most nodes have fewer.
-const inlineKids = 4
-
-// kids maps a child's first label byte to the child. A key is inline or in more, never both.
-type kids struct {
-	n    uint8
-	key  [inlineKids]byte
-	node [inlineKids]*node
-	more map[byte]*node
+func (t *tree) label(n nodeID) []byte {
+	nd := &t.nodes[n]
+	return t.text[nd.off : nd.off+int(nd.n)]
 }
 
-func (k *kids) get(c byte) *node {
-	for i := range k.n {
-		if k.key[i] == c {
-			return k.node[i]
+// child returns n's child keyed c, or noNode.
+func (t *tree) child(n nodeID, c byte) nodeID {
+	nd := &t.nodes[n]
+	for i := range nd.nkid {
+		if nd.key[i] == c {
+			return nd.kid[i]
 		}
 	}
-	if k.more != nil {
-		return k.more[c]
+	if nd.nkid == inlineKid {
+		for _, k := range t.wide[n] {
+			if k.c == c {
+				return k.id
+			}
+		}
 	}
-	return nil
+	return noNode
 }
 
-// put sets c's child to n, replacing any.
-func (k *kids) put(c byte, n *node) {
-	for i := range k.n {
-		if k.key[i] == c {
-			k.node[i] = n
+// setChild sets n's child keyed c to ch, replacing any.
+func (t *tree) setChild(n nodeID, c byte, ch nodeID) {
+	nd := &t.nodes[n]
+	for i := range nd.nkid {
+		if nd.key[i] == c {
+			nd.kid[i] = ch
 			return
 		}
 	}
-	if _, ok := k.more[c]; ok {
-		k.more[c] = n
+	if nd.nkid < inlineKid {
+		nd.key[nd.nkid], nd.kid[nd.nkid] = c, ch
+		nd.nkid++
 		return
 	}
-	if k.n < inlineKids {
-		k.key[k.n], k.node[k.n] = c, n
-		k.n++
+	w := t.wide[n]
+	for i := range w {
+		if w[i].c == c {
+			w[i].id = ch
+			return
+		}
+	}
+	if t.wide == nil {
+		t.wide = make(map[nodeID][]kid)
+	}
+	t.wide[n] = append(w, kid{c, ch})
+}
+
+// delChild removes n's child keyed c. Inline slots stay filled first: one from the wide list takes
+// a freed inline slot.
+func (t *tree) delChild(n nodeID, c byte) {
+	nd := &t.nodes[n]
+	w := t.wide[n]
+	for i := range nd.nkid {
+		if nd.key[i] != c {
+			continue
+		}
+		if len(w) > 0 {
+			last := w[len(w)-1]
+			nd.key[i], nd.kid[i] = last.c, last.id
+			t.setWide(n, w[:len(w)-1])
+			return
+		}
+		l := nd.nkid - 1
+		nd.key[i], nd.kid[i] = nd.key[l], nd.kid[l]
+		nd.nkid--
 		return
 	}
-	if k.more == nil {
-		k.more = make(map[byte]*node, 4)
-	}
-	k.more[c] = n
-}
-
-func (k *kids) del(c byte) {
-	for i := range k.n {
-		if k.key[i] == c {
-			last := k.n - 1
-			k.key[i], k.node[i] = k.key[last], k.node[last]
-			k.node[last] = nil
-			k.n--
-			return
-		}
-	}
-	delete(k.more, c)
-}
-
-func (k *kids) len() int { return int(k.n) + len(k.more) }
-
-// all yields every child with its key. The yielded child may be deleted during the loop (forget's
-// walk prunes it): the inline ones are visited last to first, so the swap a deletion makes moves an
-// already visited child, and deleting from a map while ranging over it is allowed.
-func (k *kids) all(yield func(byte, *node) bool) {
-	for i := int(k.n) - 1; i >= 0; i-- {
-		if !yield(k.key[i], k.node[i]) {
-			return
-		}
-	}
-	for c, n := range k.more {
-		if !yield(c, n) {
+	for i := range w {
+		if w[i].c == c {
+			w[i] = w[len(w)-1]
+			t.setWide(n, w[:len(w)-1])
 			return
 		}
 	}
 }
 
-func (n *node) tenantIndex(id int32) int {
-	for i := range n.tenants {
-		if n.tenants[i].id == id {
-			return i
-		}
+func (t *tree) setWide(n nodeID, w []kid) {
+	if len(w) == 0 {
+		delete(t.wide, n)
+	} else {
+		t.wide[n] = w
 	}
-	return -1
 }
 
-func commonPrefixLen(a, b string) int {
+// children appends n's children to dst; a walk that prunes while it goes must not range over the
+// node itself.
+func (t *tree) children(dst []nodeID, n nodeID) []nodeID {
+	nd := &t.nodes[n]
+	dst = append(dst, nd.kid[:nd.nkid]...)
+	for _, k := range t.wide[n] {
+		dst = append(dst, k.id)
+	}
+	return dst
+}
+
+// tenantLast returns when tenant id last touched n, and whether it is on n.
+func (t *tree) tenantLast(n nodeID, id int32) (uint64, bool) {
+	nd := &t.nodes[n]
+	for i := range nd.nten {
+		if nd.tenID[i] == id {
+			return nd.tenLast[i], true
+		}
+	}
+	if nd.nten == inlineTen {
+		for _, s := range t.extra[n] {
+			if s.id == id {
+				return s.last, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// hasTenant reports whether some tenant of n is accepted by ok.
+func (t *tree) hasTenant(n nodeID, ok func(id int32) bool) bool {
+	nd := &t.nodes[n]
+	for i := range nd.nten {
+		if ok(nd.tenID[i]) {
+			return true
+		}
+	}
+	if nd.nten == inlineTen {
+		for _, s := range t.extra[n] {
+			if ok(s.id) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tenants yields n's tenants.
+func (t *tree) tenants(n nodeID) func(yield func(int32) bool) {
+	return func(yield func(int32) bool) {
+		nd := &t.nodes[n]
+		for i := range nd.nten {
+			if !yield(nd.tenID[i]) {
+				return
+			}
+		}
+		if nd.nten == inlineTen {
+			for _, s := range t.extra[n] {
+				if !yield(s.id) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func commonPrefixLen(a []byte, b string) int {
 	n := min(len(a), len(b))
 	i := 0
 	for i < n && a[i] == b[i] {
@@ -146,32 +235,28 @@ func commonPrefixLen(a, b string) int {
 }
 
 // match walks text down the tree and returns the number of matched bytes and
-// the deepest matched node that carries at least one tenant accepted by ok.
-func (t *tree) match(text string, ok func(id int32) bool) (matched int, at *node) {
-	n := &t.root
+// the deepest matched node that carries at least one tenant accepted by ok
+// (noNode if none).
+func (t *tree) match(text string, ok func(id int32) bool) (matched int, at nodeID) {
+	at = noNode
+	if len(t.nodes) == 0 {
+		return 0, at
+	}
+	n := root
 	pos := 0
 	for pos < len(text) {
-		child := n.kids.get(text[pos])
-		if child == nil {
+		ch := t.child(n, text[pos])
+		if ch == noNode || !t.hasTenant(ch, ok) {
 			break
 		}
-		has := false
-		for _, s := range child.tenants {
-			if ok(s.id) {
-				has = true
-				break
-			}
-		}
-		if !has {
-			break
-		}
-		l := commonPrefixLen(child.label, text[pos:])
+		lab := t.label(ch)
+		l := commonPrefixLen(lab, text[pos:])
 		pos += l
-		matched, at = pos, child
-		if l < len(child.label) {
+		matched, at = pos, ch
+		if l < len(lab) {
 			break
 		}
-		n = child
+		n = ch
 	}
 	return matched, at
 }
@@ -182,76 +267,163 @@ func (t *tree) growSize(id int32) {
 	}
 }
 
+// newNode adds a node with label text[off:off+n] under parent.
+func (t *tree) newNode(off, n int, parent nodeID) nodeID {
+	nd := node{off: off, n: int32(n), parent: parent}
+	if k := len(t.free); k > 0 {
+		id := t.free[k-1]
+		t.free = t.free[:k-1]
+		t.nodes[id] = nd
+		return id
+	}
+	t.nodes = append(t.nodes, nd)
+	return nodeID(len(t.nodes) - 1)
+}
+
 // touch stamps tenant id on n, adding it (and its bytes) if absent.
-func (t *tree) touch(n *node, id int32, now uint64) {
-	if i := n.tenantIndex(id); i >= 0 {
-		n.tenants[i].last = now
+func (t *tree) touch(n nodeID, id int32, now uint64) {
+	nd := &t.nodes[n]
+	for i := range nd.nten {
+		if nd.tenID[i] == id {
+			nd.tenLast[i] = now
+			return
+		}
+	}
+	x := t.extra[n]
+	for i := range x {
+		if x[i].id == id {
+			x[i].last = now
+			return
+		}
+	}
+	t.size[id] += int(nd.n)
+	if nd.nten < inlineTen {
+		nd.tenID[nd.nten], nd.tenLast[nd.nten] = id, now
+		nd.nten++
 		return
 	}
-	n.tenants = append(n.tenants, stamp{id: id, last: now})
-	t.size[id] += len(n.label)
+	if t.extra == nil {
+		t.extra = make(map[nodeID][]stamp)
+	}
+	t.extra[n] = append(x, stamp{id, now})
 }
 
 // insert records that text was sent to tenant id.
 func (t *tree) insert(text string, id int32) {
+	if len(t.nodes) == 0 {
+		t.nodes = append(t.nodes, node{parent: noNode})
+	}
 	t.growSize(id)
 	t.clock++
 	now := t.clock
-	n := &t.root
+	n := root
 	pos := 0
 	for pos < len(text) {
 		c := text[pos]
-		child := n.kids.get(c)
-		if child == nil {
-			// Clone: the request's text must not be pinned by the tree.
-			leaf := newNode(strings.Clone(text[pos:]), n)
-			n.kids.put(c, leaf)
+		ch := t.child(n, c)
+		if ch == noNode {
+			off := len(t.text)
+			t.text = append(t.text, text[pos:]...)
+			leaf := t.newNode(off, len(text)-pos, n)
+			t.setChild(n, c, leaf)
 			t.touch(leaf, id, now)
 			return
 		}
-		l := commonPrefixLen(child.label, text[pos:])
-		if l < len(child.label) {
-			// Split child at l: mid takes the shared part and child's
-			// tenants (sizes are unchanged: the bytes are just divided).
-			mid := newNode(child.label[:l], n)
-			mid.kids.put(child.label[l], child)
-			mid.tenants = append(mid.tenants, child.tenants...)
-			child.label = child.label[l:]
-			child.parent = mid
-			n.kids.put(c, mid)
-			child = mid
+		lab := t.label(ch)
+		l := commonPrefixLen(lab, text[pos:])
+		if l < len(lab) {
+			// Split ch at l: mid takes the shared part and ch's tenants (sizes are unchanged: the
+			// bytes are just divided, and so is the label's span of text).
+			c2 := lab[l]
+			cn := &t.nodes[ch]
+			mid := t.newNode(cn.off, l, n)
+			cn = &t.nodes[ch] // newNode may have grown the slice
+			cn.off += l
+			cn.n -= int32(l)
+			cn.parent = mid
+			md := &t.nodes[mid]
+			md.nten = cn.nten
+			md.tenID, md.tenLast = cn.tenID, cn.tenLast
+			if x := t.extra[ch]; len(x) > 0 {
+				t.extra[mid] = append([]stamp(nil), x...)
+			}
+			t.setChild(mid, c2, ch)
+			t.setChild(n, c, mid)
+			ch = mid
 		}
-		t.touch(child, id, now)
+		t.touch(ch, id, now)
 		pos += l
-		n = child
+		n = ch
 	}
 }
 
 // removeTenantAt removes tenant id from n and prunes n if it became empty.
 // It reports whether n was pruned.
-func (t *tree) removeTenantAt(n *node, id int32) bool {
-	i := n.tenantIndex(id)
-	if i < 0 {
+func (t *tree) removeTenantAt(n nodeID, id int32) bool {
+	nd := &t.nodes[n]
+	x := t.extra[n]
+	found := false
+	for i := range nd.nten {
+		if nd.tenID[i] != id {
+			continue
+		}
+		if len(x) > 0 {
+			last := x[len(x)-1]
+			nd.tenID[i], nd.tenLast[i] = last.id, last.last
+			t.setExtra(n, x[:len(x)-1])
+		} else {
+			l := nd.nten - 1
+			nd.tenID[i], nd.tenLast[i] = nd.tenID[l], nd.tenLast[l]
+			nd.nten--
+		}
+		found = true
+		break
+	}
+	if !found {
+		for i := range x {
+			if x[i].id == id {
+				x[i] = x[len(x)-1]
+				t.setExtra(n, x[:len(x)-1])
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
 		return false
 	}
-	n.tenants[i] = n.tenants[len(n.tenants)-1]
-	n.tenants = n.tenants[:len(n.tenants)-1]
-	t.size[id] -= len(n.label)
-	if len(n.tenants) == 0 && n.kids.len() == 0 && n.parent != nil {
-		n.parent.kids.del(n.label[0])
-		n.parent = nil
+	t.size[id] -= int(nd.n)
+	if nd.nten == 0 && nd.nkid == 0 && n != root {
+		t.delChild(nd.parent, t.text[nd.off])
+		t.dead += int(nd.n)
+		t.nodes[n] = node{parent: noNode}
+		t.free = append(t.free, n)
 		return true
 	}
 	return false
 }
 
+func (t *tree) setExtra(n nodeID, x []stamp) {
+	if len(x) == 0 {
+		delete(t.extra, n)
+	} else {
+		t.extra[n] = x
+	}
+}
+
 // isLeafFor reports whether n carries id and none of its children does.
-func isLeafFor(n *node, id int32) bool {
-	if n.tenantIndex(id) < 0 {
+func (t *tree) isLeafFor(n nodeID, id int32) bool {
+	if _, ok := t.tenantLast(n, id); !ok {
 		return false
 	}
-	for _, c := range n.kids.all {
-		if c.tenantIndex(id) >= 0 {
+	nd := &t.nodes[n]
+	for _, c := range nd.kid[:nd.nkid] {
+		if _, ok := t.tenantLast(c, id); ok {
+			return false
+		}
+	}
+	for _, k := range t.wide[n] {
+		if _, ok := t.tenantLast(k.id, id); ok {
 			return false
 		}
 	}
@@ -265,25 +437,26 @@ func (t *tree) evictTenant(id int32, max int) {
 		return
 	}
 	var h lruHeap
-	var walk func(n *node)
-	walk = func(n *node) {
-		for _, c := range n.kids.all {
-			walk(c)
-		}
-		if n != &t.root && isLeafFor(n, id) {
-			h = append(h, lruItem{n: n, last: n.tenants[n.tenantIndex(id)].last})
+	stack := []nodeID{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = t.children(stack[:len(stack)-1], n)
+		if n != root && t.isLeafFor(n, id) {
+			last, _ := t.tenantLast(n, id)
+			h = append(h, lruItem{n: n, last: last})
 		}
 	}
-	walk(&t.root)
 	heap.Init(&h)
 	for t.size[id] > max && h.Len() > 0 {
 		it := heap.Pop(&h).(lruItem)
-		parent := it.n.parent
+		parent := t.nodes[it.n].parent
 		t.removeTenantAt(it.n, id)
-		if parent != nil && parent != &t.root && isLeafFor(parent, id) {
-			heap.Push(&h, lruItem{n: parent, last: parent.tenants[parent.tenantIndex(id)].last})
+		if parent != noNode && parent != root && t.isLeafFor(parent, id) {
+			last, _ := t.tenantLast(parent, id)
+			heap.Push(&h, lruItem{n: parent, last: last})
 		}
 	}
+	t.compact()
 }
 
 // evict trims every tenant to max bytes.
@@ -300,21 +473,45 @@ func (t *tree) forget(id int32) {
 	if int(id) >= len(t.size) {
 		return
 	}
-	var walk func(n *node)
-	walk = func(n *node) {
-		for _, c := range n.kids.all {
-			walk(c) // children first, so empty nodes prune bottom-up
-		}
-		if n != &t.root {
-			t.removeTenantAt(n, id)
-		}
+	// Children before parents, so empty nodes prune bottom-up: a preorder collected first, then
+	// visited backwards.
+	order := []nodeID{}
+	stack := []nodeID{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		order = append(order, n)
+		stack = t.children(stack[:len(stack)-1], n)
 	}
-	walk(&t.root)
+	for i := len(order) - 1; i > 0; i-- { // order[0] is the root
+		t.removeTenantAt(order[i], id)
+	}
 	t.size[id] = 0
+	t.compact()
+}
+
+// compact copies the live labels into a new text when dead bytes are half of it, so text is at
+// most twice what the nodes hold. Eviction and forget call it; only they make text dead. The new
+// text has room for as much again, so the inserts until the next compaction do not grow it by
+// copying.
+func (t *tree) compact() {
+	if t.dead == 0 || 2*t.dead < len(t.text) {
+		return
+	}
+	text := make([]byte, 0, 2*(len(t.text)-t.dead))
+	stack := []nodeID{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = t.children(stack[:len(stack)-1], n)
+		nd := &t.nodes[n]
+		off := len(text)
+		text = append(text, t.text[nd.off:nd.off+int(nd.n)]...)
+		nd.off = off
+	}
+	t.text, t.dead = text, 0
 }
 
 type lruItem struct {
-	n    *node
+	n    nodeID
 	last uint64
 }
 
