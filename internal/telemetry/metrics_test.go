@@ -204,6 +204,30 @@ func TestDeleteWorker(t *testing.T) {
 	if diff := cmp.Diff(perWorker, workerSeries(t, reg, "http://b:8000")); diff != "" {
 		t.Errorf("series of the other worker changed (-want +got):\n%s", diff)
 	}
+	// A worker added again under the same URL exports its series again, from zero: nothing written
+	// after the delete goes to a child the registry no longer exports.
+	m.SetInflight("http://a:8000", 1)
+	m.SetInflightTokens("http://a:8000", 5)
+	m.AddWorkerActive("http://a:8000", 1)
+	m.ObserveUpstream("http://a:8000", 200)
+	want := map[string]int{
+		"sluice_pd_prefill_admission_inflight":        1,
+		"sluice_pd_prefill_admission_inflight_tokens": 1,
+		"sluice_worker_active_requests":               1,
+		"sluice_upstream_responses_total":             1,
+	}
+	if diff := cmp.Diff(want, workerSeries(t, reg, "http://a:8000")); diff != "" {
+		t.Errorf("series of the worker added again (-want +got):\n%s", diff)
+	}
+	const active = `
+# HELP sluice_worker_active_requests Backend requests in flight per worker.
+# TYPE sluice_worker_active_requests gauge
+sluice_worker_active_requests{worker="http://a:8000"} 1
+sluice_worker_active_requests{worker="http://b:8000"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(active), "sluice_worker_active_requests"); err != nil {
+		t.Errorf("active requests of the worker added again, counted from zero: %v", err)
+	}
 }
 
 func TestWorkerGauges(t *testing.T) {
@@ -284,4 +308,31 @@ sluice_worker_circuit_breaker_state{worker="http://c"} 2
 			}
 		})
 	}
+}
+
+// BenchmarkPDRequestMetrics: the instruments one PD request writes (both legs' workers), from every
+// P at once.
+func BenchmarkPDRequestMetrics(b *testing.B) {
+	m := telemetry.NewMetrics(prometheus.NewRegistry())
+	const pw, dw = "http://10.0.0.1:30001", "http://10.0.0.2:30002"
+	var none trace.SpanContext
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.SetInflight(pw, 1)
+			m.SetInflightTokens(pw, 64)
+			m.AddWorkerActive(pw, 1)
+			m.AddWorkerActive(dw, 1)
+			m.IncPDPair("same_rack", "r1")
+			m.ObserveUpstream(pw, 200)
+			m.ObservePrefill("bootstrap", time.Millisecond, none)
+			m.AddWorkerActive(pw, -1)
+			m.SetInflight(pw, 0)
+			m.SetInflightTokens(pw, 0)
+			m.ObserveUpstream(dw, 200)
+			m.AddWorkerActive(dw, -1)
+			m.AddTokens("/v1/chat/completions", "m", 64, 8)
+			m.ObserveRequest("/v1/chat/completions", "m", 200, 2*time.Millisecond, none)
+		}
+	})
 }
