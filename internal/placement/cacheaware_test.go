@@ -55,6 +55,11 @@ func checkTree(t interface {
 			if len(lab) == 0 || keys[lab[0]] || tr.child(n, lab[0]) != c {
 				t.Fatalf("child %q badly keyed under %q", lab, tr.label(n))
 			}
+			var tail [2]byte
+			copy(tail[:], lab[1:])
+			if tr.nodes[c].tail != tail {
+				t.Fatalf("child %q: tail %q", lab, tr.nodes[c].tail)
+			}
 			keys[lab[0]] = true
 			ids := map[int32]bool{}
 			for id := range tr.tenants(c) {
@@ -311,6 +316,27 @@ func TestTreeInvariantsProperty(t *testing.T) {
 				tr.insert(text, int32(rapid.IntRange(0, 3).Draw(rt, "tenant")))
 			}
 			checkTree(rt, &tr)
+		}
+	})
+}
+
+// Property: a match is the longest common prefix of the text with any text inserted (one tenant, no
+// eviction), over labels short enough to be compared from the node and longer ones.
+func TestMatchIsLongestPrefixProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var tr tree
+		str := rapid.StringOfN(rapid.RuneFrom([]rune("ab ")), 1, 12, -1)
+		texts := rapid.SliceOfN(str, 1, 20).Draw(rt, "texts")
+		for _, s := range texts {
+			tr.insert(s, 0)
+		}
+		q := str.Draw(rt, "query")
+		want := 0
+		for _, s := range texts {
+			want = max(want, commonPrefixLen([]byte(s), q))
+		}
+		if got, _ := tr.match(q, func(int32) bool { return true }); got != want {
+			rt.Fatalf("match(%q) = %d, want %d", q, got, want)
 		}
 	})
 }

@@ -57,6 +57,7 @@ type node struct {
 	nkid    uint8 // children in key/kid (the rest are in tree.wide)
 	nten    uint8 // tenants in tenID/tenLast (the rest are in tree.extra)
 	key     [inlineKid]byte
+	tail    [2]byte // the label's second and third bytes, as far as it has them (see prefixLen)
 	kid     [inlineKid]nodeID
 	tenID   [inlineTen]int32
 	tenLast [inlineTen]uint64
@@ -75,6 +76,30 @@ type stamp struct {
 func (t *tree) label(n nodeID) []byte {
 	nd := &t.nodes[n]
 	return t.text[nd.off : nd.off+int(nd.n)]
+}
+
+// setLabel makes n's label text[off:off+length].
+func (t *tree) setLabel(n nodeID, off, length int) {
+	nd := &t.nodes[n]
+	nd.off, nd.n = off, int32(length)
+	nd.tail = [2]byte{}
+	copy(nd.tail[:], t.text[off+1:off+length])
+}
+
+// prefixLen is the length of the common prefix of ch's label and s, where s[0] is the byte ch is
+// keyed by. A label of up to three bytes is compared from the node (its first byte is its key, the
+// next two are in tail): in a tree of unrelated prompts nine steps of ten are such labels, and
+// reading them from text was a cache miss each.
+func (t *tree) prefixLen(ch nodeID, s string) int {
+	nd := &t.nodes[ch]
+	if nd.n > 3 {
+		return commonPrefixLen(t.text[nd.off:nd.off+int(nd.n)], s)
+	}
+	l := 1
+	for l < int(nd.n) && l < len(s) && nd.tail[l-1] == s[l] {
+		l++
+	}
+	return l
 }
 
 // child returns n's child keyed c, or noNode.
@@ -249,11 +274,10 @@ func (t *tree) match(text string, ok func(id int32) bool) (matched int, at nodeI
 		if ch == noNode || !t.hasTenant(ch, ok) {
 			break
 		}
-		lab := t.label(ch)
-		l := commonPrefixLen(lab, text[pos:])
+		l := t.prefixLen(ch, text[pos:])
 		pos += l
 		matched, at = pos, ch
-		if l < len(lab) {
+		if l < int(t.nodes[ch].n) {
 			break
 		}
 		n = ch
@@ -269,15 +293,17 @@ func (t *tree) growSize(id int32) {
 
 // newNode adds a node with label text[off:off+n] under parent.
 func (t *tree) newNode(off, n int, parent nodeID) nodeID {
-	nd := node{off: off, n: int32(n), parent: parent}
+	var id nodeID
 	if k := len(t.free); k > 0 {
-		id := t.free[k-1]
+		id = t.free[k-1]
 		t.free = t.free[:k-1]
-		t.nodes[id] = nd
-		return id
+		t.nodes[id] = node{parent: parent}
+	} else {
+		id = nodeID(len(t.nodes))
+		t.nodes = append(t.nodes, node{parent: parent})
 	}
-	t.nodes = append(t.nodes, nd)
-	return nodeID(len(t.nodes) - 1)
+	t.setLabel(id, off, n)
+	return id
 }
 
 // touch stamps tenant id on n, adding it (and its bytes) if absent.
@@ -329,17 +355,15 @@ func (t *tree) insert(text string, id int32) {
 			t.touch(leaf, id, now)
 			return
 		}
-		lab := t.label(ch)
-		l := commonPrefixLen(lab, text[pos:])
-		if l < len(lab) {
+		l := t.prefixLen(ch, text[pos:])
+		if cn := &t.nodes[ch]; l < int(cn.n) {
 			// Split ch at l: mid takes the shared part and ch's tenants (sizes are unchanged: the
 			// bytes are just divided, and so is the label's span of text).
-			c2 := lab[l]
-			cn := &t.nodes[ch]
-			mid := t.newNode(cn.off, l, n)
+			off, length := cn.off, int(cn.n)
+			c2 := t.text[off+l]
+			mid := t.newNode(off, l, n)
+			t.setLabel(ch, off+l, length-l)
 			cn = &t.nodes[ch] // newNode may have grown the slice
-			cn.off += l
-			cn.n -= int32(l)
 			cn.parent = mid
 			md := &t.nodes[mid]
 			md.nten = cn.nten
