@@ -143,15 +143,10 @@ func BenchmarkSelectPrefill(b *testing.B) {
 	}
 }
 
-// BenchmarkCacheAwareUnique: one worker, every prompt new (256 bytes of three-letter words, as the
-// overhead scenario's load generator sends), against a tree already holding 100,000 of them: with one
-// candidate there is nothing to match, so a pick is the insert, the cache_aware cost of a gateway with
-// one worker per role.
-func BenchmarkCacheAwareUnique(b *testing.B) {
-	_, cands := newFleet(b, worker.RolePrefill, "m", 1)
-	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
-	r := rand.New(rand.NewPCG(4, 4))
-	words := func() string {
+// threeLetterWords makes prompts of 256 bytes of random three-letter words, as the overhead scenario's
+// load generator sends: prompts that share no more than their first letters.
+func threeLetterWords(r *rand.Rand) func() string {
+	return func() string {
 		var sb strings.Builder
 		for sb.Len() < 256 {
 			for range 3 {
@@ -161,6 +156,16 @@ func BenchmarkCacheAwareUnique(b *testing.B) {
 		}
 		return sb.String()
 	}
+}
+
+// BenchmarkCacheAwareUnique: one worker, every prompt new (256 bytes of three-letter words, as the
+// overhead scenario's load generator sends), against a tree already holding 100,000 of them: with one
+// candidate there is nothing to match, so a pick is the insert, the cache_aware cost of a gateway with
+// one worker per role.
+func BenchmarkCacheAwareUnique(b *testing.B) {
+	_, cands := newFleet(b, worker.RolePrefill, "m", 1)
+	p := mustNew(b, PolicyCacheAware, DefaultConfig()).(*CacheAware)
+	words := threeLetterWords(rand.New(rand.NewPCG(4, 4)))
 	for range 100000 {
 		p.Pick(cands, &Request{Model: "m", Text: words(), TargetWorker: -1})
 	}
@@ -187,17 +192,7 @@ func BenchmarkCacheAwareColdTree(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.MaxTreeSize = 16 << 20
 	p := mustNew(b, PolicyCacheAware, cfg).(*CacheAware)
-	r := rand.New(rand.NewPCG(5, 5))
-	words := func() string {
-		var sb strings.Builder
-		for sb.Len() < 256 {
-			for range 3 {
-				sb.WriteByte(byte('a' + r.IntN(26)))
-			}
-			sb.WriteByte(' ')
-		}
-		return sb.String()
-	}
+	words := threeLetterWords(rand.New(rand.NewPCG(5, 5)))
 	for range 300000 {
 		p.Pick(cands, &Request{Model: "m", Text: words(), TargetWorker: -1})
 	}
