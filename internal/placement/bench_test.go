@@ -182,7 +182,7 @@ func BenchmarkCacheAwareUnique(b *testing.B) {
 }
 
 // BenchmarkCacheAwareColdTree: two workers, a tree in its steady state (a 16 MiB budget each, far
-// past the CPU's caches, trimmed by picks as it goes past twice that; 300,000 prompts of 256 bytes of
+// past the CPU's caches, held there by the picks' trims; 300,000 prompts of 256 bytes of
 // three-letter words, as the overhead scenario sends, put it there), and a new prompt every pick, as a
 // gateway whose traffic shares no prefixes sees: the match walks nodes no recent pick touched, so its
 // time is cache misses, and the garbage collector marks the tree. New prompts are made in batches off

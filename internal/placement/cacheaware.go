@@ -134,10 +134,11 @@ func (p *CacheAware) pick(cands []*worker.Worker, req *Request, stuck int) int {
 	}
 	id := cs.ids[chosen]
 	t.insert(req.Text, id)
-	if t.size[id] > 2*p.cfg.MaxTreeSize {
-		// Eviction also runs here, not only every EvictionInterval: at thousands of unique prompts a
-		// second the tree would otherwise grow by gigabytes between two runs. Trimming to the budget
-		// at twice the budget costs one walk per budget's worth of inserted text.
+	if t.size[id] > p.cfg.MaxTreeSize {
+		// Eviction runs here, not only every EvictionInterval: at thousands of unique prompts a
+		// second the tree would otherwise grow by gigabytes between two runs. It takes the least
+		// recently sent leaves off the back of the worker's list, about what this insert added, so
+		// no pick waits on a walk of the tree.
 		t.evictTenant(id, p.cfg.MaxTreeSize)
 	}
 	return chosen

@@ -127,15 +127,17 @@ func TestPowerOfTwoPrefersLessLoaded(t *testing.T) {
 func TestRunStopsOnCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := DefaultConfig()
-		cfg.MaxTreeSize = 60 // the 100-byte prompt stays under 2x: only the tick trims it
+		cfg.MaxTreeSize = 60
 		cfg.EvictionInterval = time.Minute
 		set, err := NewSet(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, cands := newFleet(t, worker.RolePrefill, "m", 1)
-		set.Prefill.Pick(cands, &Request{Model: "m", Text: strings.Repeat("x", 100), TargetWorker: -1})
 		ca := set.Prefill.(*CacheAware)
+		// A 100-byte prompt inserted behind the picks' back (a pick trims at once): only the tick
+		// trims it.
+		ca.tree("m").t.insert(strings.Repeat("x", 100), ca.ci.lookup(cands).ids[0])
 		if got := ca.TreeSize("m", cands[0].URL()); got != 100 {
 			t.Fatalf("tree size = %d, want 100", got)
 		}

@@ -295,7 +295,7 @@ func (p *CacheAware) learn(model, text string, cands []*worker.Worker, chosen in
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	lt.t.insert(text, id)
-	if lt.t.size[id] > 2*p.cfg.MaxTreeSize {
+	if lt.t.size[id] > p.cfg.MaxTreeSize {
 		lt.t.evictTenant(id, p.cfg.MaxTreeSize) // as CacheAware.pick bounds it
 	}
 }

@@ -1,15 +1,12 @@
 package placement
 
-import (
-	"container/heap"
-)
-
 // tree is an approximate radix tree of prompt text for one model. Each node
-// records which workers (tenants, by interned id) were sent text through it
-// and when (a logical clock), so a prefix match says which worker probably
-// holds that prefix in its KV cache. "Approximate": the gateway never sees
-// the engines' real caches; it assumes what it sent is cached until evicted
-// here by size.
+// records which workers (tenants, by interned id) were sent text through it,
+// and each worker's nodes are listed in the order they were last sent (lru),
+// so a prefix match says which worker probably holds that prefix in its KV
+// cache. "Approximate": the gateway never sees the engines' real caches; it
+// assumes what it sent is cached until evicted here by size, least recently
+// sent first.
 //
 // Invariant: a tenant present on a node is present on all its ancestors
 // (insert stamps the whole path; eviction removes leaves first), so a walk
@@ -34,11 +31,19 @@ type tree struct {
 	// slots are full (a deletion refills them from here).
 	wide  map[nodeID][]kid
 	extra map[nodeID][]stamp
-	clock uint64
 	// size[id] is the number of text bytes held by tenant id: the sum of
 	// the label lengths of the nodes carrying it.
 	size []int
+	// lru[id] lists the nodes carrying tenant id, most recently sent first. An insert moves its
+	// path to the front deepest node first, so a node is always ahead of its descendants and the
+	// last node is a leaf for id: eviction takes from the back, one node at a time, and never
+	// walks the tree.
+	lru  []ends
+	path []nodeID // insert's scratch
 }
+
+// ends are the first and last node of a tenant's lru list.
+type ends struct{ head, tail nodeID }
 
 // nodeID indexes tree.nodes.
 type nodeID = int32
@@ -51,16 +56,15 @@ const (
 )
 
 type node struct {
-	off     int // label is text[off : off+n]
-	n       int32
-	parent  nodeID
-	nkid    uint8 // children in key/kid (the rest are in tree.wide)
-	nten    uint8 // tenants in tenID/tenLast (the rest are in tree.extra)
-	key     [inlineKid]byte
-	tail    [2]byte // the label's second and third bytes, as far as it has them (see prefixLen)
-	kid     [inlineKid]nodeID
-	tenID   [inlineTen]int32
-	tenLast [inlineTen]uint64
+	off    int // label is text[off : off+n]
+	n      int32
+	parent nodeID
+	nkid   uint8 // children in key/kid (the rest are in tree.wide)
+	nten   uint8 // tenants in ten (the rest are in tree.extra)
+	key    [inlineKid]byte
+	tail   [2]byte // the label's second and third bytes, as far as it has them (see prefixLen)
+	kid    [inlineKid]nodeID
+	ten    [inlineTen]stamp
 }
 
 type kid struct {
@@ -68,9 +72,10 @@ type kid struct {
 	id nodeID
 }
 
+// stamp is a tenant on a node, and the node's neighbours in that tenant's lru list.
 type stamp struct {
-	id   int32
-	last uint64
+	id         int32
+	prev, next nodeID
 }
 
 func (t *tree) label(n nodeID) []byte {
@@ -195,29 +200,71 @@ func (t *tree) children(dst []nodeID, n nodeID) []nodeID {
 	return dst
 }
 
-// tenantLast returns when tenant id last touched n, and whether it is on n.
-func (t *tree) tenantLast(n nodeID, id int32) (uint64, bool) {
+// stampOf returns tenant id's stamp on n, or nil. The pointer is good until the next change of
+// the nodes slice or of n's extra tenants.
+func (t *tree) stampOf(n nodeID, id int32) *stamp {
 	nd := &t.nodes[n]
 	for i := range nd.nten {
-		if nd.tenID[i] == id {
-			return nd.tenLast[i], true
+		if nd.ten[i].id == id {
+			return &nd.ten[i]
 		}
 	}
 	if nd.nten == inlineTen {
-		for _, s := range t.extra[n] {
-			if s.id == id {
-				return s.last, true
+		x := t.extra[n]
+		for i := range x {
+			if x[i].id == id {
+				return &x[i]
 			}
 		}
 	}
-	return 0, false
+	return nil
+}
+
+// unlink takes n out of s.id's lru list (s is n's stamp).
+func (t *tree) unlink(n nodeID, s *stamp) {
+	e := &t.lru[s.id]
+	if s.prev != noNode {
+		t.stampOf(s.prev, s.id).next = s.next
+	} else {
+		e.head = s.next
+	}
+	if s.next != noNode {
+		t.stampOf(s.next, s.id).prev = s.prev
+	} else {
+		e.tail = s.prev
+	}
+	s.prev, s.next = noNode, noNode
+}
+
+// linkBefore puts n (stamp s, not in the list) ahead of at in s.id's list; at == noNode puts it
+// at the front.
+func (t *tree) linkBefore(n nodeID, s *stamp, at nodeID) {
+	e := &t.lru[s.id]
+	if at == noNode {
+		s.prev, s.next = noNode, e.head
+		if e.head != noNode {
+			t.stampOf(e.head, s.id).prev = n
+		} else {
+			e.tail = n
+		}
+		e.head = n
+		return
+	}
+	as := t.stampOf(at, s.id)
+	s.prev, s.next = as.prev, at
+	if as.prev != noNode {
+		t.stampOf(as.prev, s.id).next = n
+	} else {
+		e.head = n
+	}
+	as.prev = n
 }
 
 // hasTenant reports whether some tenant of n is accepted by ok.
 func (t *tree) hasTenant(n nodeID, ok func(id int32) bool) bool {
 	nd := &t.nodes[n]
 	for i := range nd.nten {
-		if ok(nd.tenID[i]) {
+		if ok(nd.ten[i].id) {
 			return true
 		}
 	}
@@ -236,7 +283,7 @@ func (t *tree) tenants(n nodeID) func(yield func(int32) bool) {
 	return func(yield func(int32) bool) {
 		nd := &t.nodes[n]
 		for i := range nd.nten {
-			if !yield(nd.tenID[i]) {
+			if !yield(nd.ten[i].id) {
 				return
 			}
 		}
@@ -286,8 +333,9 @@ func (t *tree) match(text string, ok func(id int32) bool) (matched int, at nodeI
 }
 
 func (t *tree) growSize(id int32) {
-	if int(id) >= len(t.size) {
-		t.size = append(t.size, make([]int, int(id)+1-len(t.size))...)
+	for int(id) >= len(t.size) {
+		t.size = append(t.size, 0)
+		t.lru = append(t.lru, ends{noNode, noNode})
 	}
 }
 
@@ -306,32 +354,35 @@ func (t *tree) newNode(off, n int, parent nodeID) nodeID {
 	return id
 }
 
-// touch stamps tenant id on n, adding it (and its bytes) if absent.
-func (t *tree) touch(n nodeID, id int32, now uint64) {
+// addTenant puts tenant id on n (which does not carry it) with its bytes, and links it in id's
+// list ahead of at (noNode: at the front).
+func (t *tree) addTenant(n nodeID, id int32, at nodeID) {
 	nd := &t.nodes[n]
-	for i := range nd.nten {
-		if nd.tenID[i] == id {
-			nd.tenLast[i] = now
-			return
-		}
-	}
-	x := t.extra[n]
-	for i := range x {
-		if x[i].id == id {
-			x[i].last = now
-			return
-		}
-	}
 	t.size[id] += int(nd.n)
+	st := stamp{id: id, prev: noNode, next: noNode}
 	if nd.nten < inlineTen {
-		nd.tenID[nd.nten], nd.tenLast[nd.nten] = id, now
+		nd.ten[nd.nten] = st
 		nd.nten++
+	} else {
+		if t.extra == nil {
+			t.extra = make(map[nodeID][]stamp)
+		}
+		t.extra[n] = append(t.extra[n], st)
+	}
+	t.linkBefore(n, t.stampOf(n, id), at)
+}
+
+// touch moves n to the front of tenant id's list, adding id (and its bytes) if absent.
+func (t *tree) touch(n nodeID, id int32) {
+	s := t.stampOf(n, id)
+	if s == nil {
+		t.addTenant(n, id, noNode)
 		return
 	}
-	if t.extra == nil {
-		t.extra = make(map[nodeID][]stamp)
+	if t.lru[id].head != n {
+		t.unlink(n, s)
+		t.linkBefore(n, s, noNode)
 	}
-	t.extra[n] = append(x, stamp{id, now})
 }
 
 // insert records that text was sent to tenant id.
@@ -340,8 +391,7 @@ func (t *tree) insert(text string, id int32) {
 		t.nodes = append(t.nodes, node{parent: noNode})
 	}
 	t.growSize(id)
-	t.clock++
-	now := t.clock
+	path := t.path[:0]
 	n := root
 	pos := 0
 	for pos < len(text) {
@@ -352,69 +402,56 @@ func (t *tree) insert(text string, id int32) {
 			t.text = append(t.text, text[pos:]...)
 			leaf := t.newNode(off, len(text)-pos, n)
 			t.setChild(n, c, leaf)
-			t.touch(leaf, id, now)
-			return
+			path = append(path, leaf)
+			break
 		}
 		l := t.prefixLen(ch, text[pos:])
 		if cn := &t.nodes[ch]; l < int(cn.n) {
-			// Split ch at l: mid takes the shared part and ch's tenants (sizes are unchanged: the
-			// bytes are just divided, and so is the label's span of text).
+			// Split ch at l: mid takes the shared part and ch's tenants, each just ahead of ch in
+			// its list (sizes are unchanged: the bytes are just divided, and so is the label's span
+			// of text).
 			off, length := cn.off, int(cn.n)
 			c2 := t.text[off+l]
 			mid := t.newNode(off, l, n)
 			t.setLabel(ch, off+l, length-l)
-			cn = &t.nodes[ch] // newNode may have grown the slice
-			cn.parent = mid
-			md := &t.nodes[mid]
-			md.nten = cn.nten
-			md.tenID, md.tenLast = cn.tenID, cn.tenLast
-			if x := t.extra[ch]; len(x) > 0 {
-				t.extra[mid] = append([]stamp(nil), x...)
+			t.nodes[ch].parent = mid
+			for tid := range t.tenants(ch) {
+				t.addTenant(mid, tid, ch)
+				t.size[tid] -= l // the bytes were ch's
 			}
 			t.setChild(mid, c2, ch)
 			t.setChild(n, c, mid)
 			ch = mid
 		}
-		t.touch(ch, id, now)
+		path = append(path, ch)
 		pos += l
 		n = ch
 	}
+	for i := len(path) - 1; i >= 0; i-- { // deepest first: each node ends ahead of its descendants
+		t.touch(path[i], id)
+	}
+	t.path = path[:0]
 }
 
 // removeTenantAt removes tenant id from n and prunes n if it became empty.
 // It reports whether n was pruned.
 func (t *tree) removeTenantAt(n nodeID, id int32) bool {
+	s := t.stampOf(n, id)
+	if s == nil {
+		return false
+	}
+	t.unlink(n, s)
 	nd := &t.nodes[n]
 	x := t.extra[n]
-	found := false
-	for i := range nd.nten {
-		if nd.tenID[i] != id {
-			continue
-		}
-		if len(x) > 0 {
-			last := x[len(x)-1]
-			nd.tenID[i], nd.tenLast[i] = last.id, last.last
-			t.setExtra(n, x[:len(x)-1])
-		} else {
-			l := nd.nten - 1
-			nd.tenID[i], nd.tenLast[i] = nd.tenID[l], nd.tenLast[l]
-			nd.nten--
-		}
-		found = true
-		break
-	}
-	if !found {
-		for i := range x {
-			if x[i].id == id {
-				x[i] = x[len(x)-1]
-				t.setExtra(n, x[:len(x)-1])
-				found = true
-				break
-			}
-		}
-	}
-	if !found {
-		return false
+	// The stamp's slot is refilled by the last extra tenant, or else the last inline one (links
+	// name nodes, not slots, so a stamp may move).
+	switch {
+	case len(x) > 0:
+		*s = x[len(x)-1]
+		t.setExtra(n, x[:len(x)-1])
+	default:
+		*s = nd.ten[nd.nten-1]
+		nd.nten--
 	}
 	t.size[id] -= int(nd.n)
 	if nd.nten == 0 && nd.nkid == 0 && n != root {
@@ -435,50 +472,11 @@ func (t *tree) setExtra(n nodeID, x []stamp) {
 	}
 }
 
-// isLeafFor reports whether n carries id and none of its children does.
-func (t *tree) isLeafFor(n nodeID, id int32) bool {
-	if _, ok := t.tenantLast(n, id); !ok {
-		return false
-	}
-	nd := &t.nodes[n]
-	for _, c := range nd.kid[:nd.nkid] {
-		if _, ok := t.tenantLast(c, id); ok {
-			return false
-		}
-	}
-	for _, k := range t.wide[n] {
-		if _, ok := t.tenantLast(k.id, id); ok {
-			return false
-		}
-	}
-	return true
-}
-
-// evictTenant removes tenant id's least recently used leaves until it holds
-// at most max bytes.
+// evictTenant removes tenant id's least recently sent text, a leaf at a time, until it holds at
+// most max bytes.
 func (t *tree) evictTenant(id int32, max int) {
-	if int(id) >= len(t.size) || t.size[id] <= max {
-		return
-	}
-	var h lruHeap
-	stack := []nodeID{root}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = t.children(stack[:len(stack)-1], n)
-		if n != root && t.isLeafFor(n, id) {
-			last, _ := t.tenantLast(n, id)
-			h = append(h, lruItem{n: n, last: last})
-		}
-	}
-	heap.Init(&h)
-	for t.size[id] > max && h.Len() > 0 {
-		it := heap.Pop(&h).(lruItem)
-		parent := t.nodes[it.n].parent
-		t.removeTenantAt(it.n, id)
-		if parent != noNode && parent != root && t.isLeafFor(parent, id) {
-			last, _ := t.tenantLast(parent, id)
-			heap.Push(&h, lruItem{n: parent, last: last})
-		}
+	for int(id) < len(t.size) && t.size[id] > max && t.lru[id].tail != noNode {
+		t.removeTenantAt(t.lru[id].tail, id)
 	}
 	t.compact()
 }
@@ -492,22 +490,14 @@ func (t *tree) evict(max int) {
 	}
 }
 
-// forget removes tenant id from the whole tree.
+// forget removes tenant id from the whole tree, from the back of its list: leaves first, so
+// empty nodes prune bottom-up.
 func (t *tree) forget(id int32) {
 	if int(id) >= len(t.size) {
 		return
 	}
-	// Children before parents, so empty nodes prune bottom-up: a preorder collected first, then
-	// visited backwards.
-	order := []nodeID{}
-	stack := []nodeID{root}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		order = append(order, n)
-		stack = t.children(stack[:len(stack)-1], n)
-	}
-	for i := len(order) - 1; i > 0; i-- { // order[0] is the root
-		t.removeTenantAt(order[i], id)
+	for t.lru[id].tail != noNode {
+		t.removeTenantAt(t.lru[id].tail, id)
 	}
 	t.size[id] = 0
 	t.compact()
@@ -532,22 +522,4 @@ func (t *tree) compact() {
 		nd.off = off
 	}
 	t.text, t.dead = text, 0
-}
-
-type lruItem struct {
-	n    nodeID
-	last uint64
-}
-
-type lruHeap []lruItem
-
-func (h lruHeap) Len() int           { return len(h) }
-func (h lruHeap) Less(i, j int) bool { return h[i].last < h[j].last }
-func (h lruHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *lruHeap) Push(x any)        { *h = append(*h, x.(lruItem)) }
-func (h *lruHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
 }
