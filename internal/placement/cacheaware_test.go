@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 
@@ -371,6 +372,32 @@ func TestMatchIsLongestPrefixProperty(t *testing.T) {
 	})
 }
 
+// TestTextCompactedNotGrown: once a tree is held at its budget, its text is only ever replaced by a
+// compaction (which leaves no dead bytes), never grown by copying first: an insert that finds it
+// full compacts it.
+func TestTextCompactedNotGrown(t *testing.T) {
+	var tr tree
+	const budget = 4000
+	words := threeLetterWords(rand.New(rand.NewPCG(9, 9)))
+	moves := 0
+	for i := range 2000 {
+		before := unsafe.SliceData(tr.text)
+		tr.insert(words(), 0)
+		moved := unsafe.SliceData(tr.text) != before
+		if i > 200 && moved && tr.dead != 0 {
+			t.Fatalf("insert %d: text grown by copying with %d of %d bytes dead", i, tr.dead, len(tr.text))
+		}
+		if moved {
+			moves++
+		}
+		tr.evictTenant(0, budget)
+	}
+	checkTree(t, &tr)
+	if moves < 10 {
+		t.Fatalf("text replaced %d times in 2,000 inserts: no compaction to check", moves)
+	}
+}
+
 // TestTreeManyTenants: tenants past a node's inline ones are matched, survive a split of the node,
 // and are evicted and forgotten like the others.
 func TestTreeManyTenants(t *testing.T) {
@@ -469,5 +496,9 @@ func TestCacheAwareTreeBoundedBetweenEvictions(t *testing.T) {
 	}
 	if trims == 0 || sent <= budget {
 		t.Fatalf("%d trims of %d bytes sent: the budget was never exceeded, the test proves nothing", trims, sent)
+	}
+	// The text is compacted, not grown: room for twice what the budget holds, and a prompt.
+	if c := cap(p.trees["m"].t.text); c > 2*budget+100 {
+		t.Fatalf("text capacity %d after %d bytes sent, want <= %d", c, sent, 2*budget+100)
 	}
 }

@@ -398,6 +398,7 @@ func (t *tree) insert(text string, id int32) {
 		c := text[pos]
 		ch := t.child(n, c)
 		if ch == noNode {
+			t.room(len(text) - pos)
 			off := len(t.text)
 			t.text = append(t.text, text[pos:]...)
 			leaf := t.newNode(off, len(text)-pos, n)
@@ -503,20 +504,36 @@ func (t *tree) forget(id int32) {
 	t.compact()
 }
 
-// compact copies the live labels into a new text when dead bytes are half of it, so text is at
-// most twice what the nodes hold. Eviction and forget call it; only they make text dead. The new
-// text has room for as much again, so the inserts until the next compaction do not grow it by
-// copying.
+// compact copies the live labels into a new text when dead bytes are at least half of it.
+// Eviction and forget call it; only they make text dead. The new text has room for as much again;
+// when an insert finds it full, it compacts rather than grow once a quarter is dead (room), so in
+// a steady state the text is neither grown by copying nor walked more than once per its size of
+// inserts.
 func (t *tree) compact() {
 	if t.dead == 0 || 2*t.dead < len(t.text) {
 		return
 	}
+	t.relocate()
+}
+
+// room makes space in text for need more bytes, compacting instead of growing when a quarter of
+// it is dead.
+func (t *tree) room(need int) {
+	if len(t.text)+need <= cap(t.text) || 4*t.dead < len(t.text) {
+		return
+	}
+	t.relocate()
+}
+
+// relocate copies every live label into a new text, scanning the nodes in slice order (a pruned
+// node has no label), which reads memory in order where a walk of the tree would chase it.
+func (t *tree) relocate() {
 	text := make([]byte, 0, 2*(len(t.text)-t.dead))
-	stack := []nodeID{root}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = t.children(stack[:len(stack)-1], n)
-		nd := &t.nodes[n]
+	for i := range t.nodes {
+		nd := &t.nodes[i]
+		if nd.n == 0 {
+			continue
+		}
 		off := len(text)
 		text = append(text, t.text[nd.off:nd.off+int(nd.n)]...)
 		nd.off = off
