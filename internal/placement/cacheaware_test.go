@@ -18,8 +18,8 @@ import (
 // parent's, no empty non-root node survives, parent links are right, and
 // labels are non-empty and keyed by their first byte. And the storage's: a node's
 // map-held children and tenants exist only when its inline slots are full, no map
-// entry names an unreachable node, every node is reachable or free, and dead counts
-// exactly the text no label spans.
+// entry names an unreachable node, every node is reachable or free, and the text's counts are
+// exact (checkText).
 func checkTree(t interface {
 	Helper()
 	Fatalf(format string, args ...any)
@@ -97,9 +97,7 @@ func checkTree(t interface {
 			t.Fatalf("extra tenants of unreachable node %d", n)
 		}
 	}
-	if tr.dead != len(tr.text)-live {
-		t.Fatalf("dead = %d, text %d, labels %d", tr.dead, len(tr.text), live)
-	}
+	checkText(t, tr, reachable)
 	// Each tenant's list holds exactly its nodes, linked both ways, every node ahead of its
 	// descendants (so the last is a leaf for the tenant).
 	carriers := map[int32]int{}
@@ -291,8 +289,12 @@ func TestCacheAwareEvictionAndForget(t *testing.T) {
 	if n := len(lt.t.children(nil, root)); n != 0 {
 		t.Fatalf("tree not empty after forgetting its only worker: %d children", n)
 	}
-	if len(lt.t.text) != 0 {
-		t.Fatalf("forgetting every worker left %d bytes of text", len(lt.t.text))
+	used := 0
+	for _, c := range lt.t.txt.chunks {
+		used += len(c)
+	}
+	if fp, c := lt.t.txt.footprint(), lt.t.txt.chunkSize(); used != 0 || fp > 2*c {
+		t.Fatalf("forgetting every worker left %d bytes of text in %d, want none in at most two chunks of %d", used, fp, c)
 	}
 	p.Forget("http://never-seen:1") // no-op
 }
@@ -327,6 +329,9 @@ func TestCacheAwareConcurrent(t *testing.T) {
 func TestTreeInvariantsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var tr tree
+		// Chunks of text smaller than some labels: labels spread over chunks, some get their own,
+		// and chunks turn sparse, are swept and freed.
+		tr.txt.size = rapid.IntRange(4, 16).Draw(rt, "chunk")
 		// Six letters: a node can have more children than it keeps inline.
 		alphabet := rapid.SampledFrom([]byte("abcdef"))
 		ops := rapid.IntRange(1, 60).Draw(rt, "ops")
@@ -372,29 +377,120 @@ func TestMatchIsLongestPrefixProperty(t *testing.T) {
 	})
 }
 
-// TestTextCompactedNotGrown: once a tree is held at its budget, its text is only ever replaced by a
-// compaction (which leaves no dead bytes), never grown by copying first: an insert that finds it
-// full compacts it.
-func TestTextCompactedNotGrown(t *testing.T) {
+// checkText verifies the text's counts against the reachable nodes: each chunk's live bytes are
+// those its labels span, a free slot is empty and listed once, and sparse counts the chunks under
+// half live other than the current one.
+func checkText(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}, tr *tree, reachable map[nodeID]bool) {
+	t.Helper()
+	x := &tr.txt
+	spans := make([]int, len(x.chunks))
+	for n := range reachable {
+		if nd := &tr.nodes[n]; nd.n > 0 {
+			spans[nd.off>>offShift] += int(nd.n)
+		}
+	}
+	free := map[int]bool{}
+	for _, c := range x.slots {
+		if free[c] || x.chunks[c] != nil {
+			t.Fatalf("free slot %d listed twice or holding a chunk", c)
+		}
+		free[c] = true
+	}
+	sparse := 0
+	for c := range x.chunks {
+		if x.live[c] != spans[c] {
+			t.Fatalf("chunk %d: live %d, labels span %d", c, x.live[c], spans[c])
+		}
+		if x.chunks[c] == nil && !free[c] {
+			t.Fatalf("chunk %d is empty but not a free slot", c)
+		}
+		if x.chunks[c] != nil && c != x.cur && (spans[c] == 0 || 2*spans[c] < len(x.chunks[c])) {
+			if spans[c] == 0 {
+				t.Fatalf("chunk %d holds no label and is not freed", c)
+			}
+			sparse++
+		}
+	}
+	if sparse != x.sparse {
+		t.Fatalf("%d sparse chunks, counted %d", sparse, x.sparse)
+	}
+}
+
+// TestTextSweptNotCopied: a tree held at its budget never copies its text whole. Each insert copies
+// at most its sweep's share (sweepPerInsert labels), no chunk is ever grown, and the sweep keeps
+// the text within about twice its live bytes as chunks free up.
+func TestTextSweptNotCopied(t *testing.T) {
 	var tr tree
-	const budget = 4000
+	tr.txt.size = 1024
+	const budget = 16000
 	words := threeLetterWords(rand.New(rand.NewPCG(9, 9)))
-	moves := 0
-	for i := range 2000 {
-		before := unsafe.SliceData(tr.text)
+	held := map[*byte]int{} // each chunk's buffer and its capacity when first seen
+	freed := 0
+	for i := range 20000 {
+		before := tr.txt.moved
 		tr.insert(words(), 0)
-		moved := unsafe.SliceData(tr.text) != before
-		if i > 200 && moved && tr.dead != 0 {
-			t.Fatalf("insert %d: text grown by copying with %d of %d bytes dead", i, tr.dead, len(tr.text))
-		}
-		if moved {
-			moves++
-		}
 		tr.evictTenant(0, budget)
+		if d := tr.txt.moved - before; d > sweepPerInsert*260 {
+			t.Fatalf("insert %d copied %d bytes of text", i, d)
+		}
+		seen := map[*byte]bool{}
+		for _, c := range tr.txt.chunks {
+			if c == nil {
+				continue
+			}
+			p := unsafe.SliceData(c)
+			seen[p] = true
+			if k, ok := held[p]; ok && k != cap(c) {
+				t.Fatalf("insert %d: a chunk grew from %d to %d bytes", i, k, cap(c))
+			}
+			held[p] = cap(c)
+		}
+		for p := range held {
+			if !seen[p] && p != unsafe.SliceData(tr.txt.spare) {
+				delete(held, p)
+				freed++
+			}
+		}
+		if i > 2000 {
+			if fp := tr.txt.footprint(); fp > 2*budget+8*tr.txt.size {
+				t.Fatalf("insert %d: text holds %d bytes for %d live", i, fp, tr.size[0])
+			}
+		}
+		if i%1000 == 0 {
+			checkTree(t, &tr)
+		}
 	}
 	checkTree(t, &tr)
-	if moves < 10 {
-		t.Fatalf("text replaced %d times in 2,000 inserts: no compaction to check", moves)
+	if tr.txt.moved == 0 || freed == 0 {
+		t.Fatalf("the sweep moved %d bytes and %d chunks were freed: nothing was swept", tr.txt.moved, freed)
+	}
+}
+
+// TestEvictSweepsWithoutInserts: text that forget left sparse is freed by the periodic eviction
+// when no insert comes to sweep it.
+func TestEvictSweepsWithoutInserts(t *testing.T) {
+	var tr tree
+	tr.txt.size = 1024
+	words := threeLetterWords(rand.New(rand.NewPCG(3, 3)))
+	for i := range 400 {
+		tr.insert(words(), int32(i%4))
+	}
+	before := tr.txt.footprint()
+	for id := range int32(3) {
+		tr.forget(id + 1)
+	}
+	if tr.txt.sparse == 0 {
+		t.Fatal("forgetting three tenants of four left no chunk sparse: nothing to sweep")
+	}
+	tr.evict(1 << 30)
+	checkTree(t, &tr)
+	live := tr.size[0]
+	if fp := tr.txt.footprint(); tr.txt.sparse != 0 || fp > 2*live+2*tr.txt.size {
+		t.Fatalf("after the eviction %d chunks are sparse and the text holds %d bytes (%d before) for %d live",
+			tr.txt.sparse, fp, before, live)
 	}
 }
 
@@ -497,8 +593,8 @@ func TestCacheAwareTreeBoundedBetweenEvictions(t *testing.T) {
 	if trims == 0 || sent <= budget {
 		t.Fatalf("%d trims of %d bytes sent: the budget was never exceeded, the test proves nothing", trims, sent)
 	}
-	// The text is compacted, not grown: room for twice what the budget holds, and a prompt.
-	if c := cap(p.trees["m"].t.text); c > 2*budget+100 {
-		t.Fatalf("text capacity %d after %d bytes sent, want <= %d", c, sent, 2*budget+100)
+	// The text never grows by copying: 50 KB sent fit in its first chunk.
+	if fp, c := p.trees["m"].t.txt.footprint(), p.trees["m"].t.txt.chunkSize(); fp > c {
+		t.Fatalf("text holds %d bytes after %d bytes sent, want one chunk of %d", fp, sent, c)
 	}
 }

@@ -14,19 +14,18 @@ package placement
 //
 // The tree is the gateway's largest live structure (MaxTreeSize bytes of text per worker, and a
 // node per few dozen bytes), so it is kept out of the garbage collector's way: nodes are values
-// in one slice, linked by index, and labels are spans of one byte slice, so neither holds a
-// pointer the collector must trace. As pointers, a million nodes and their labels were objects
+// in one slice, linked by index, and labels are spans of a few large byte slices (labelText), so
+// neither holds a pointer the collector must trace. As pointers, a million nodes and their labels were objects
 // that every GC cycle marked, and each step of a walk chased several of them. Only a node's
 // children past the first four and its tenants past the first two live in maps.
 //
 // Not safe for concurrent use; CacheAware guards each tree with a mutex.
 type tree struct {
-	nodes []node   // nodes[0] is the root, once anything was inserted
-	free  []nodeID // pruned nodes, for newNode to reuse
-	// text holds the labels; dead counts its bytes no label refers to any more, and the text is
-	// compacted when they are half of it.
-	text []byte
-	dead int
+	nodes []node    // nodes[0] is the root, once anything was inserted
+	free  []nodeID  // pruned nodes, for newNode to reuse
+	txt   labelText // the labels
+	// sweep is the next node whose label the sweep looks at (tree.sweep).
+	sweep nodeID
 	// A node's children and tenants past its inline ones; a node has entries only while its inline
 	// slots are full (a deletion refills them from here).
 	wide  map[nodeID][]kid
@@ -56,7 +55,7 @@ const (
 )
 
 type node struct {
-	off    int // label is text[off : off+n]
+	off    int // the label is txt.bytes(off, n)
 	n      int32
 	parent nodeID
 	nkid   uint8 // children in key/kid (the rest are in tree.wide)
@@ -80,15 +79,17 @@ type stamp struct {
 
 func (t *tree) label(n nodeID) []byte {
 	nd := &t.nodes[n]
-	return t.text[nd.off : nd.off+int(nd.n)]
+	return t.txt.bytes(nd.off, int(nd.n))
 }
 
-// setLabel makes n's label text[off:off+length].
+// setLabel makes n's label the length bytes of text at off.
 func (t *tree) setLabel(n nodeID, off, length int) {
 	nd := &t.nodes[n]
 	nd.off, nd.n = off, int32(length)
 	nd.tail = [2]byte{}
-	copy(nd.tail[:], t.text[off+1:off+length])
+	if length > 1 {
+		copy(nd.tail[:], t.txt.bytes(off+1, length-1))
+	}
 }
 
 // prefixLen is the length of the common prefix of ch's label and s, where s[0] is the byte ch is
@@ -98,7 +99,7 @@ func (t *tree) setLabel(n nodeID, off, length int) {
 func (t *tree) prefixLen(ch nodeID, s string) int {
 	nd := &t.nodes[ch]
 	if nd.n > 3 {
-		return commonPrefixLen(t.text[nd.off:nd.off+int(nd.n)], s)
+		return commonPrefixLen(t.txt.bytes(nd.off, int(nd.n)), s)
 	}
 	l := 1
 	for l < int(nd.n) && l < len(s) && nd.tail[l-1] == s[l] {
@@ -398,10 +399,7 @@ func (t *tree) insert(text string, id int32) {
 		c := text[pos]
 		ch := t.child(n, c)
 		if ch == noNode {
-			t.room(len(text) - pos)
-			off := len(t.text)
-			t.text = append(t.text, text[pos:]...)
-			leaf := t.newNode(off, len(text)-pos, n)
+			leaf := t.newNode(t.txt.add(text[pos:]), len(text)-pos, n)
 			t.setChild(n, c, leaf)
 			path = append(path, leaf)
 			break
@@ -412,7 +410,7 @@ func (t *tree) insert(text string, id int32) {
 			// its list (sizes are unchanged: the bytes are just divided, and so is the label's span
 			// of text).
 			off, length := cn.off, int(cn.n)
-			c2 := t.text[off+l]
+			c2 := t.txt.at(off + l)
 			mid := t.newNode(off, l, n)
 			t.setLabel(ch, off+l, length-l)
 			t.nodes[ch].parent = mid
@@ -432,6 +430,32 @@ func (t *tree) insert(text string, id int32) {
 		t.touch(path[i], id)
 	}
 	t.path = path[:0]
+	if t.txt.sparse > 0 {
+		t.sweepNodes(sweepPerInsert)
+	}
+}
+
+// sweepPerInsert is how many nodes an insert's sweep looks at while some chunk of text is sparse.
+// A chunk turns sparse as the labels in it are evicted, and is empty once the sweep has been round
+// the nodes, about len(nodes)/sweepPerInsert inserts later: at the default budget, about 50,000
+// inserts, in which their text adds under a fifth of what is live. Eight nodes are 512 bytes read
+// in order, a small part of an insert's cost.
+const sweepPerInsert = 8
+
+// sweepNodes looks at the labels of the next k nodes in slice order and moves those in a sparse
+// chunk of text, so the chunk empties and is freed, a bounded amount of work per call where a
+// compaction copied all the text at once.
+func (t *tree) sweepNodes(k int) {
+	for ; k > 0 && t.txt.sparse > 0; k-- {
+		if int(t.sweep) >= len(t.nodes) {
+			t.sweep = 0
+		}
+		nd := &t.nodes[t.sweep]
+		t.sweep++
+		if nd.n > 0 && t.txt.inSparse(nd.off) {
+			nd.off = t.txt.move(nd.off, int(nd.n))
+		}
+	}
 }
 
 // removeTenantAt removes tenant id from n and prunes n if it became empty.
@@ -456,8 +480,8 @@ func (t *tree) removeTenantAt(n nodeID, id int32) bool {
 	}
 	t.size[id] -= int(nd.n)
 	if nd.nten == 0 && nd.nkid == 0 && n != root {
-		t.delChild(nd.parent, t.text[nd.off])
-		t.dead += int(nd.n)
+		t.delChild(nd.parent, t.txt.at(nd.off))
+		t.txt.release(nd.off, int(nd.n))
 		t.nodes[n] = node{parent: noNode}
 		t.free = append(t.free, n)
 		return true
@@ -479,17 +503,22 @@ func (t *tree) evictTenant(id int32, max int) {
 	for int(id) < len(t.size) && t.size[id] > max && t.lru[id].tail != noNode {
 		t.removeTenantAt(t.lru[id].tail, id)
 	}
-	t.compact()
 }
 
-// evict trims every tenant to max bytes.
+// evict trims every tenant to max bytes, and sweeps a bounded part of the nodes, so a text that
+// eviction or forget left sparse is freed while no insert comes.
 func (t *tree) evict(max int) {
 	for id, sz := range t.size {
 		if sz > max {
 			t.evictTenant(int32(id), max)
 		}
 	}
+	t.sweepNodes(sweepPerEvict)
 }
+
+// sweepPerEvict bounds the periodic eviction's sweep: 4 MiB of nodes read in order, and what
+// they hold in sparse chunks copied, about a millisecond.
+const sweepPerEvict = 1 << 16
 
 // forget removes tenant id from the whole tree, from the back of its list: leaves first, so
 // empty nodes prune bottom-up.
@@ -501,42 +530,4 @@ func (t *tree) forget(id int32) {
 		t.removeTenantAt(t.lru[id].tail, id)
 	}
 	t.size[id] = 0
-	t.compact()
-}
-
-// compact copies the live labels into a new text when dead bytes are at least half of it.
-// Eviction and forget call it; only they make text dead. The new text has room for as much again;
-// when an insert finds it full, it compacts rather than grow once a quarter is dead (room), so in
-// a steady state the text is neither grown by copying nor walked more than once per its size of
-// inserts.
-func (t *tree) compact() {
-	if t.dead == 0 || 2*t.dead < len(t.text) {
-		return
-	}
-	t.relocate()
-}
-
-// room makes space in text for need more bytes, compacting instead of growing when a quarter of
-// it is dead.
-func (t *tree) room(need int) {
-	if len(t.text)+need <= cap(t.text) || 4*t.dead < len(t.text) {
-		return
-	}
-	t.relocate()
-}
-
-// relocate copies every live label into a new text, scanning the nodes in slice order (a pruned
-// node has no label), which reads memory in order where a walk of the tree would chase it.
-func (t *tree) relocate() {
-	text := make([]byte, 0, 2*(len(t.text)-t.dead))
-	for i := range t.nodes {
-		nd := &t.nodes[i]
-		if nd.n == 0 {
-			continue
-		}
-		off := len(text)
-		text = append(text, t.text[nd.off:nd.off+int(nd.n)]...)
-		nd.off = off
-	}
-	t.text, t.dead = text, 0
 }
