@@ -25,7 +25,7 @@ func checkTree(t interface {
 	Fatalf(format string, args ...any)
 }, tr *tree) {
 	t.Helper()
-	if len(tr.nodes) == 0 {
+	if int(tr.count) == 0 {
 		return
 	}
 	sizes := map[int32]int{}
@@ -35,7 +35,7 @@ func checkTree(t interface {
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		nd := &tr.nodes[n]
+		nd := tr.node(n)
 		if len(tr.wide[n]) > 0 && nd.nkid != inlineKid {
 			t.Fatalf("node %q: %d wide children with %d inline", tr.label(n), len(tr.wide[n]), nd.nkid)
 		}
@@ -50,7 +50,7 @@ func checkTree(t interface {
 			}
 			reachable[c] = true
 			live += len(lab)
-			if tr.nodes[c].parent != n {
+			if tr.node(c).parent != n {
 				t.Fatalf("bad parent link under %q", tr.label(n))
 			}
 			if len(lab) == 0 || keys[lab[0]] || tr.child(n, lab[0]) != c {
@@ -58,8 +58,8 @@ func checkTree(t interface {
 			}
 			var tail [2]byte
 			copy(tail[:], lab[1:])
-			if tr.nodes[c].tail != tail {
-				t.Fatalf("child %q: tail %q", lab, tr.nodes[c].tail)
+			if tr.node(c).tail != tail {
+				t.Fatalf("child %q: tail %q", lab, tr.node(c).tail)
 			}
 			keys[lab[0]] = true
 			ids := map[int32]bool{}
@@ -84,8 +84,8 @@ func checkTree(t interface {
 			t.Fatalf("tenant %d: size %d, nodes hold %d", id, sz, sizes[int32(id)])
 		}
 	}
-	if len(reachable)+len(tr.free) != len(tr.nodes) {
-		t.Fatalf("%d reachable and %d free of %d nodes", len(reachable), len(tr.free), len(tr.nodes))
+	if len(reachable)+len(tr.free) != int(tr.count) {
+		t.Fatalf("%d reachable and %d free of %d nodes", len(reachable), len(tr.free), int(tr.count))
 	}
 	for n := range tr.wide {
 		if !reachable[n] {
@@ -114,7 +114,7 @@ func checkTree(t interface {
 			if st == nil || !reachable[n] || st.prev != prev {
 				t.Fatalf("tenant %d: list broken at node %d", id, n)
 			}
-			if p := tr.nodes[n].parent; p != root {
+			if p := tr.node(n).parent; p != root {
 				if _, ahead := pos[p]; !ahead {
 					t.Fatalf("tenant %d: node %q listed before its parent %q", id, tr.label(n), tr.label(p))
 				}
@@ -388,7 +388,7 @@ func checkText(t interface {
 	x := &tr.txt
 	spans := make([]int, len(x.chunks))
 	for n := range reachable {
-		if nd := &tr.nodes[n]; nd.n > 0 {
+		if nd := tr.node(n); nd.n > 0 {
 			spans[nd.off>>offShift] += int(nd.n)
 		}
 	}
@@ -467,6 +467,29 @@ func TestTextSweptNotCopied(t *testing.T) {
 	if tr.txt.moved == 0 || freed == 0 {
 		t.Fatalf("the sweep moved %d bytes and %d chunks were freed: nothing was swept", tr.txt.moved, freed)
 	}
+}
+
+// TestNodesNeverMove: a node keeps its address as the tree grows past many chunks of nodes, so
+// growth copies nothing, and the tree stays whole across the chunks' boundaries.
+func TestNodesNeverMove(t *testing.T) {
+	var tr tree
+	words := threeLetterWords(rand.New(rand.NewPCG(4, 4)))
+	addrs := map[nodeID]*node{}
+	for i := range 12000 {
+		tr.insert(words(), int32(i%3))
+		if i%1000 == 0 {
+			for n := range tr.count {
+				if a, ok := addrs[n]; ok && a != tr.node(n) {
+					t.Fatalf("insert %d: node %d moved", i, n)
+				}
+				addrs[n] = tr.node(n)
+			}
+		}
+	}
+	if tr.count < 3<<nodeChunkBits {
+		t.Fatalf("%d nodes: the tree did not grow past three chunks", tr.count)
+	}
+	checkTree(t, &tr)
 }
 
 // TestEvictSweepsWithoutInserts: text that forget left sparse is freed by the periodic eviction
@@ -555,8 +578,8 @@ func TestChildrenProperty(t *testing.T) {
 			if got := len(tr.children(nil, root)); got != len(model) {
 				rt.Fatalf("%d children, want %d", got, len(model))
 			}
-			if len(tr.wide[root]) > 0 && tr.nodes[root].nkid != inlineKid {
-				rt.Fatalf("wide children with %d inline", tr.nodes[root].nkid)
+			if len(tr.wide[root]) > 0 && tr.node(root).nkid != inlineKid {
+				rt.Fatalf("wide children with %d inline", tr.node(root).nkid)
 			}
 		}
 	})

@@ -14,17 +14,22 @@ package placement
 //
 // The tree is the gateway's largest live structure (MaxTreeSize bytes of text per worker, and a
 // node per few dozen bytes), so it is kept out of the garbage collector's way: nodes are values
-// in one slice, linked by index, and labels are spans of a few large byte slices (labelText), so
-// neither holds a pointer the collector must trace. As pointers, a million nodes and their labels were objects
-// that every GC cycle marked, and each step of a walk chased several of them. Only a node's
-// children past the first four and its tenants past the first two live in maps.
+// in arrays of 4,096, linked by index, and labels are spans of a few large byte slices
+// (labelText), so neither holds a pointer the collector must trace. As pointers, a million nodes
+// and their labels were objects that every GC cycle marked, and each step of a walk chased
+// several of them. Only a node's children past the first four and its tenants past the first two
+// live in maps. Neither the nodes nor the text is ever copied whole, so no pick waits on a copy.
 //
 // Not safe for concurrent use; CacheAware guards each tree with a mutex.
 type tree struct {
-	nodes []node    // nodes[0] is the root, once anything was inserted
+	// nodes holds the nodes in chunks that never move, so a pick never waits on a copy of them as
+	// the tree grows (a slice of 400,000 nodes took up to 44 ms to grow); node(0) is the root once
+	// anything was inserted.
+	nodes []*nodeChunk
+	count nodeID    // the nodes in use or free
 	free  []nodeID  // pruned nodes, for newNode to reuse
 	txt   labelText // the labels
-	// sweep is the next node whose label the sweep looks at (tree.sweep).
+	// sweep is the next node whose label the sweep looks at (sweepNodes).
 	sweep nodeID
 	// A node's children and tenants past its inline ones; a node has entries only while its inline
 	// slots are full (a deletion refills them from here).
@@ -41,10 +46,31 @@ type tree struct {
 	path []nodeID // insert's scratch
 }
 
+const nodeChunkBits = 12
+
+// nodeChunk is 4,096 nodes, 256 KiB.
+type nodeChunk [1 << nodeChunkBits]node
+
+// node returns node n.
+func (t *tree) node(n nodeID) *node {
+	return &t.nodes[n>>nodeChunkBits][n&(1<<nodeChunkBits-1)]
+}
+
+// add appends a node under parent and returns it.
+func (t *tree) add(parent nodeID) nodeID {
+	n := t.count
+	if int(n>>nodeChunkBits) == len(t.nodes) {
+		t.nodes = append(t.nodes, new(nodeChunk))
+	}
+	t.count++
+	*t.node(n) = node{parent: parent}
+	return n
+}
+
 // ends are the first and last node of a tenant's lru list.
 type ends struct{ head, tail nodeID }
 
-// nodeID indexes tree.nodes.
+// nodeID names a node of a tree (tree.node).
 type nodeID = int32
 
 const (
@@ -78,13 +104,13 @@ type stamp struct {
 }
 
 func (t *tree) label(n nodeID) []byte {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	return t.txt.bytes(nd.off, int(nd.n))
 }
 
 // setLabel makes n's label the length bytes of text at off.
 func (t *tree) setLabel(n nodeID, off, length int) {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	nd.off, nd.n = off, int32(length)
 	nd.tail = [2]byte{}
 	if length > 1 {
@@ -97,7 +123,7 @@ func (t *tree) setLabel(n nodeID, off, length int) {
 // next two are in tail): in a tree of unrelated prompts nine steps of ten are such labels, and
 // reading them from text was a cache miss each.
 func (t *tree) prefixLen(ch nodeID, s string) int {
-	nd := &t.nodes[ch]
+	nd := t.node(ch)
 	if nd.n > 3 {
 		return commonPrefixLen(t.txt.bytes(nd.off, int(nd.n)), s)
 	}
@@ -110,7 +136,7 @@ func (t *tree) prefixLen(ch nodeID, s string) int {
 
 // child returns n's child keyed c, or noNode.
 func (t *tree) child(n nodeID, c byte) nodeID {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	for i := range nd.nkid {
 		if nd.key[i] == c {
 			return nd.kid[i]
@@ -128,7 +154,7 @@ func (t *tree) child(n nodeID, c byte) nodeID {
 
 // setChild sets n's child keyed c to ch, replacing any.
 func (t *tree) setChild(n nodeID, c byte, ch nodeID) {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	for i := range nd.nkid {
 		if nd.key[i] == c {
 			nd.kid[i] = ch
@@ -156,7 +182,7 @@ func (t *tree) setChild(n nodeID, c byte, ch nodeID) {
 // delChild removes n's child keyed c. Inline slots stay filled first: one from the wide list takes
 // a freed inline slot.
 func (t *tree) delChild(n nodeID, c byte) {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	w := t.wide[n]
 	for i := range nd.nkid {
 		if nd.key[i] != c {
@@ -193,7 +219,7 @@ func (t *tree) setWide(n nodeID, w []kid) {
 // children appends n's children to dst; a walk that prunes while it goes must not range over the
 // node itself.
 func (t *tree) children(dst []nodeID, n nodeID) []nodeID {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	dst = append(dst, nd.kid[:nd.nkid]...)
 	for _, k := range t.wide[n] {
 		dst = append(dst, k.id)
@@ -202,9 +228,9 @@ func (t *tree) children(dst []nodeID, n nodeID) []nodeID {
 }
 
 // stampOf returns tenant id's stamp on n, or nil. The pointer is good until the next change of
-// the nodes slice or of n's extra tenants.
+// n's extra tenants.
 func (t *tree) stampOf(n nodeID, id int32) *stamp {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	for i := range nd.nten {
 		if nd.ten[i].id == id {
 			return &nd.ten[i]
@@ -263,7 +289,7 @@ func (t *tree) linkBefore(n nodeID, s *stamp, at nodeID) {
 
 // hasTenant reports whether some tenant of n is accepted by ok.
 func (t *tree) hasTenant(n nodeID, ok func(id int32) bool) bool {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	for i := range nd.nten {
 		if ok(nd.ten[i].id) {
 			return true
@@ -282,7 +308,7 @@ func (t *tree) hasTenant(n nodeID, ok func(id int32) bool) bool {
 // tenants yields n's tenants.
 func (t *tree) tenants(n nodeID) func(yield func(int32) bool) {
 	return func(yield func(int32) bool) {
-		nd := &t.nodes[n]
+		nd := t.node(n)
 		for i := range nd.nten {
 			if !yield(nd.ten[i].id) {
 				return
@@ -312,7 +338,7 @@ func commonPrefixLen(a []byte, b string) int {
 // (noNode if none).
 func (t *tree) match(text string, ok func(id int32) bool) (matched int, at nodeID) {
 	at = noNode
-	if len(t.nodes) == 0 {
+	if t.count == 0 {
 		return 0, at
 	}
 	n := root
@@ -325,7 +351,7 @@ func (t *tree) match(text string, ok func(id int32) bool) (matched int, at nodeI
 		l := t.prefixLen(ch, text[pos:])
 		pos += l
 		matched, at = pos, ch
-		if l < int(t.nodes[ch].n) {
+		if l < int(t.node(ch).n) {
 			break
 		}
 		n = ch
@@ -346,10 +372,9 @@ func (t *tree) newNode(off, n int, parent nodeID) nodeID {
 	if k := len(t.free); k > 0 {
 		id = t.free[k-1]
 		t.free = t.free[:k-1]
-		t.nodes[id] = node{parent: parent}
+		*t.node(id) = node{parent: parent}
 	} else {
-		id = nodeID(len(t.nodes))
-		t.nodes = append(t.nodes, node{parent: parent})
+		id = t.add(parent)
 	}
 	t.setLabel(id, off, n)
 	return id
@@ -358,7 +383,7 @@ func (t *tree) newNode(off, n int, parent nodeID) nodeID {
 // addTenant puts tenant id on n (which does not carry it) with its bytes, and links it in id's
 // list ahead of at (noNode: at the front).
 func (t *tree) addTenant(n nodeID, id int32, at nodeID) {
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	t.size[id] += int(nd.n)
 	st := stamp{id: id, prev: noNode, next: noNode}
 	if nd.nten < inlineTen {
@@ -388,8 +413,8 @@ func (t *tree) touch(n nodeID, id int32) {
 
 // insert records that text was sent to tenant id.
 func (t *tree) insert(text string, id int32) {
-	if len(t.nodes) == 0 {
-		t.nodes = append(t.nodes, node{parent: noNode})
+	if t.count == 0 {
+		t.add(noNode)
 	}
 	t.growSize(id)
 	path := t.path[:0]
@@ -405,7 +430,7 @@ func (t *tree) insert(text string, id int32) {
 			break
 		}
 		l := t.prefixLen(ch, text[pos:])
-		if cn := &t.nodes[ch]; l < int(cn.n) {
+		if cn := t.node(ch); l < int(cn.n) {
 			// Split ch at l: mid takes the shared part and ch's tenants, each just ahead of ch in
 			// its list (sizes are unchanged: the bytes are just divided, and so is the label's span
 			// of text).
@@ -413,7 +438,7 @@ func (t *tree) insert(text string, id int32) {
 			c2 := t.txt.at(off + l)
 			mid := t.newNode(off, l, n)
 			t.setLabel(ch, off+l, length-l)
-			t.nodes[ch].parent = mid
+			t.node(ch).parent = mid
 			for tid := range t.tenants(ch) {
 				t.addTenant(mid, tid, ch)
 				t.size[tid] -= l // the bytes were ch's
@@ -447,10 +472,10 @@ const sweepPerInsert = 8
 // compaction copied all the text at once.
 func (t *tree) sweepNodes(k int) {
 	for ; k > 0 && t.txt.sparse > 0; k-- {
-		if int(t.sweep) >= len(t.nodes) {
+		if t.sweep >= t.count {
 			t.sweep = 0
 		}
-		nd := &t.nodes[t.sweep]
+		nd := t.node(t.sweep)
 		t.sweep++
 		if nd.n > 0 && t.txt.inSparse(nd.off) {
 			nd.off = t.txt.move(nd.off, int(nd.n))
@@ -466,7 +491,7 @@ func (t *tree) removeTenantAt(n nodeID, id int32) bool {
 		return false
 	}
 	t.unlink(n, s)
-	nd := &t.nodes[n]
+	nd := t.node(n)
 	x := t.extra[n]
 	// The stamp's slot is refilled by the last extra tenant, or else the last inline one (links
 	// name nodes, not slots, so a stamp may move).
@@ -482,7 +507,7 @@ func (t *tree) removeTenantAt(n nodeID, id int32) bool {
 	if nd.nten == 0 && nd.nkid == 0 && n != root {
 		t.delChild(nd.parent, t.txt.at(nd.off))
 		t.txt.release(nd.off, int(nd.n))
-		t.nodes[n] = node{parent: noNode}
+		*t.node(n) = node{parent: noNode}
 		t.free = append(t.free, n)
 		return true
 	}
