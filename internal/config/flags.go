@@ -147,7 +147,7 @@ func newFlagSet() *flagSet {
 	s.float(&c.Placement.CacheThreshold, "cache-threshold", "RATIO", 0.3, "cache_aware: prefix-match ratio above which the request follows the cache.")
 	s.int64(&c.Placement.BalanceAbsThreshold, "balance-abs-threshold", "N", 64, "cache_aware: imbalanced when max load - min load exceeds this (and the relative threshold).")
 	s.float(&c.Placement.BalanceRelThreshold, "balance-rel-threshold", "RATIO", 1.5, "cache_aware: imbalanced when max load exceeds this times min load (and the absolute threshold).")
-	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters per worker (a pick that takes a worker past it trims the worker back at once, least recently sent text first; --eviction-interval-secs trims every tree as well).")
+	s.int(&c.Placement.MaxTreeSize, "max-tree-size", "N", 1<<26, "cache_aware: size bound of each radix tree, in characters per worker (a PD gateway's prefill and decode workers share a tree per model, each with its own bound; a pick that takes a worker past it trims the worker back at once, least recently sent text first; --eviction-interval-secs trims every tree as well).")
 	s.dur(&c.Placement.EvictionInterval, sec, "eviction-interval-secs", "SECS", 120*sec, "cache_aware: how often trees are trimmed to --max-tree-size.")
 	s.int(&c.Placement.VirtualNodes, "virtual-nodes", "N", 150, "consistent_hashing: hash-ring points per worker.")
 	s.boolOn(&c.Placement.DPAware, "dp-aware", "Place requests on the data-parallel ranks of engines that have several (SGLang dp_size > 1, read from server info) and send the rank hints; --dp-aware=false lets each engine pick the rank (by bootstrap room).")

@@ -211,3 +211,48 @@ func BenchmarkCacheAwareColdTree(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkCacheAwarePD: a PD request's two picks, prefill then decode, with a new prompt each time
+// against trees in their steady state (16 MiB a worker), the prefill and decode policies keeping
+// their prompts in one tree (NewSet) or in a tree each (as before). With one, the decode pick walks
+// the path the prefill pick has just brought into the CPU's cache.
+func BenchmarkCacheAwarePD(b *testing.B) {
+	for _, n := range []int{1, 2} {
+		for _, shared := range []bool{false, true} {
+			b.Run(fmt.Sprintf("workers=%d+%d/shared=%v", n, n, shared), func(b *testing.B) {
+				cfg := DefaultConfig()
+				cfg.MaxTreeSize = 16 << 20
+				set, err := NewSet(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pre, dec := set.Prefill, set.Decode
+				if !shared {
+					dec = mustNew(b, PolicyCacheAware, cfg)
+				}
+				pc, dc := newPDFleet(b, n, n)
+				words := threeLetterWords(rand.New(rand.NewPCG(5, 5)))
+				for range 300000 {
+					r := &Request{Model: "m", Text: words(), TargetWorker: -1}
+					pre.Pick(pc, r)
+					dec.Pick(dc, r)
+				}
+				fresh := make([]Request, 4096)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if i%len(fresh) == 0 {
+						b.StopTimer()
+						for j := range fresh {
+							fresh[j] = Request{Model: "m", Text: words(), TargetWorker: -1}
+						}
+						b.StartTimer()
+					}
+					pre.Pick(pc, &fresh[i%len(fresh)])
+					dec.Pick(dc, &fresh[i%len(fresh)])
+					i++
+				}
+			})
+		}
+	}
+}

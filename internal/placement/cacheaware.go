@@ -23,12 +23,18 @@ import (
 // Config.SessionAffinity a request whose routing key is pinned to a candidate that is not
 // overloaded goes there before any of these steps (session.go).
 type CacheAware struct {
-	cfg  Config
-	ci   candIndex
-	sess *sessions // nil: no session affinity
+	cfg   Config
+	ci    candIndex
+	sess  *sessions // nil: no session affinity
+	trees *modelTrees
+}
 
-	mu    sync.RWMutex // guards trees (the map, not the trees)
-	trees map[string]*lockedTree
+// modelTrees are the trees of cache_aware policies: one per model, whose tenants are workers by
+// the ids in ids. The prefill and decode policies of a gateway share them (shareTrees).
+type modelTrees struct {
+	ids workerIDs
+	mu  sync.RWMutex // guards m (the map, not the trees)
+	m   map[string]*lockedTree
 }
 
 type lockedTree struct {
@@ -37,26 +43,61 @@ type lockedTree struct {
 }
 
 func newCacheAware(cfg Config) *CacheAware {
-	return &CacheAware{cfg: cfg, sess: newSessions(cfg), trees: make(map[string]*lockedTree)}
+	p := &CacheAware{cfg: cfg, sess: newSessions(cfg), trees: &modelTrees{m: make(map[string]*lockedTree)}}
+	p.ci.shared = &p.trees.ids // a tree's tenant ids are the trees' own, whoever shares them
+	return p
 }
+
+// shareTrees makes p keep its prompts in q's trees, before either picks. A PD gateway's prefill and
+// decode policies see the same prompts: with one tree, a request's second pick walks the path its
+// first has just brought into the CPU's cache, where a second tree was a second walk of cold
+// memory (BenchmarkCacheAwarePD), and the text is held once. Each worker is a tenant with its own
+// budget and eviction list either way; session tables stay apart (a key is pinned to one worker
+// per role).
+func (p *CacheAware) shareTrees(q *CacheAware) {
+	p.trees = q.trees
+	p.ci.shared = &q.trees.ids
+}
+
+// treeHolder is a policy that keeps prompts in cache_aware trees: cache_aware itself, and the
+// fallback or cache of kv_aware and predicted_latency.
+type treeHolder interface{ cacheAware() *CacheAware }
+
+func (p *CacheAware) cacheAware() *CacheAware { return p }
 
 // Name implements Policy.
 func (*CacheAware) Name() string { return PolicyCacheAware }
 
-func (p *CacheAware) tree(model string) *lockedTree {
-	p.mu.RLock()
-	lt := p.trees[model]
-	p.mu.RUnlock()
-	if lt != nil {
+// tree returns model's tree, made if absent.
+func (ts *modelTrees) tree(model string) *lockedTree {
+	if lt := ts.find(model); lt != nil {
 		return lt
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if lt = p.trees[model]; lt == nil {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	lt := ts.m[model]
+	if lt == nil {
 		lt = &lockedTree{}
-		p.trees[model] = lt
+		ts.m[model] = lt
 	}
 	return lt
+}
+
+// find returns model's tree, or nil.
+func (ts *modelTrees) find(model string) *lockedTree {
+	ts.mu.RLock()
+	defer ts.mu.RUnlock()
+	return ts.m[model]
+}
+
+func (ts *modelTrees) snapshot() []*lockedTree {
+	ts.mu.RLock()
+	defer ts.mu.RUnlock()
+	out := make([]*lockedTree, 0, len(ts.m))
+	for _, lt := range ts.m {
+		out = append(out, lt)
+	}
+	return out
 }
 
 // imbalanced reports whether loads are imbalanced and returns the index of
@@ -101,7 +142,7 @@ func (p *CacheAware) pick(cands []*worker.Worker, req *Request, stuck int) int {
 	if req.Text == "" {
 		return least
 	}
-	lt := p.tree(req.Model)
+	lt := p.trees.tree(req.Model)
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	t := &lt.t
@@ -165,7 +206,7 @@ func (p *CacheAware) smallest(t *tree, cands []*worker.Worker, cs *candSet) int 
 // StickyIdle.
 func (p *CacheAware) Evict() {
 	p.sess.evict()
-	for _, lt := range p.snapshotTrees() {
+	for _, lt := range p.trees.snapshot() {
 		lt.mu.Lock()
 		lt.t.evict(p.cfg.MaxTreeSize)
 		lt.mu.Unlock()
@@ -178,21 +219,11 @@ func (p *CacheAware) Forget(workerKey string) {
 	if !ok {
 		return
 	}
-	for _, lt := range p.snapshotTrees() {
+	for _, lt := range p.trees.snapshot() {
 		lt.mu.Lock()
 		lt.t.forget(id)
 		lt.mu.Unlock()
 	}
-}
-
-func (p *CacheAware) snapshotTrees() []*lockedTree {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	out := make([]*lockedTree, 0, len(p.trees))
-	for _, lt := range p.trees {
-		out = append(out, lt)
-	}
-	return out
 }
 
 // Run calls Evict every EvictionInterval until ctx is done.
@@ -214,9 +245,7 @@ func (p *CacheAware) CachedPrefixLen(model, text, workerURL string) int {
 	if !ok {
 		return 0
 	}
-	p.mu.RLock()
-	lt := p.trees[model]
-	p.mu.RUnlock()
+	lt := p.trees.find(model)
 	if lt == nil {
 		return 0
 	}
@@ -235,9 +264,7 @@ func (p *CacheAware) TreeSize(model, workerURL string) int {
 	if !ok {
 		return 0
 	}
-	p.mu.RLock()
-	lt := p.trees[model]
-	p.mu.RUnlock()
+	lt := p.trees.find(model)
 	if lt == nil {
 		return 0
 	}

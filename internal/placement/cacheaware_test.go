@@ -186,7 +186,7 @@ func TestCacheAwareAffinity(t *testing.T) {
 	if got := p.TreeSize("other", cands[0].URL()); got != 0 {
 		t.Fatalf("other model tree size = %d", got)
 	}
-	checkTree(t, &p.trees["m"].t)
+	checkTree(t, &p.trees.find("m").t)
 }
 
 func TestCacheAwareSpillsOnImbalance(t *testing.T) {
@@ -257,7 +257,7 @@ func TestCacheAwareEvictionAndForget(t *testing.T) {
 	}
 	// Inserted past the budget behind the picks' back (a pick trims at once), so Evict has work.
 	id := p.ci.lookup(cands[:1]).ids[0]
-	lt := p.tree("m")
+	lt := p.trees.tree("m")
 	var texts []string
 	for i := range 100 {
 		texts = append(texts, prompt(i))
@@ -319,7 +319,7 @@ func TestCacheAwareConcurrent(t *testing.T) {
 	}
 	wg.Go(func() { p.Forget(cands[7].URL()) })
 	wg.Wait()
-	for _, lt := range p.snapshotTrees() {
+	for _, lt := range p.trees.snapshot() {
 		checkTree(t, &lt.t)
 	}
 }
@@ -605,7 +605,7 @@ func TestCacheAwareTreeBoundedBetweenEvictions(t *testing.T) {
 		}
 		if got < prev {
 			trims++
-			lt := p.trees["m"]
+			lt := p.trees.find("m")
 			if m, _ := lt.t.match(text, func(id int32) bool { return true }); m != len(text) {
 				t.Fatalf("pick %d: the prompt just sent matched %d/%d after the trim", i, m, len(text))
 			}
@@ -617,7 +617,73 @@ func TestCacheAwareTreeBoundedBetweenEvictions(t *testing.T) {
 		t.Fatalf("%d trims of %d bytes sent: the budget was never exceeded, the test proves nothing", trims, sent)
 	}
 	// The text never grows by copying: 50 KB sent fit in its first chunk.
-	if fp, c := p.trees["m"].t.txt.footprint(), p.trees["m"].t.txt.chunkSize(); fp > c {
+	if fp, c := p.trees.find("m").t.txt.footprint(), p.trees.find("m").t.txt.chunkSize(); fp > c {
 		t.Fatalf("text holds %d bytes after %d bytes sent, want one chunk of %d", fp, sent, c)
 	}
+}
+
+// newPDFleet registers np prefill and nd decode workers serving model m.
+func newPDFleet(tb testing.TB, np, nd int) (prefill, decode []*worker.Worker) {
+	tb.Helper()
+	reg := worker.NewRegistry(worker.RegistryOptions{StartReady: true})
+	for i := range np + nd {
+		role, url := worker.RolePrefill, fmt.Sprintf("http://p%02d:8000", i)
+		if i >= np {
+			role, url = worker.RoleDecode, fmt.Sprintf("http://d%02d:8000", i-np)
+		}
+		if _, err := reg.Add(worker.Spec{URL: url, Role: role, Models: []string{"m"}}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	snap := reg.Snapshot()
+	return snap.Candidates(worker.RolePrefill, "m"), snap.Candidates(worker.RoleDecode, "m")
+}
+
+// TestSetSharesTreesAcrossRoles: a PD gateway's cache_aware policies keep one tree per model, and
+// each role still matches only its own workers' text: the prompt the prefill pick recorded is no
+// decode worker's, and each worker is forgotten alone.
+func TestSetSharesTreesAcrossRoles(t *testing.T) {
+	set, err := NewSet(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, dec := set.Prefill.(*CacheAware), set.Decode.(*CacheAware)
+	if pre.trees != dec.trees {
+		t.Fatal("the prefill and decode policies keep separate trees")
+	}
+	pc, dc := newPDFleet(t, 1, 2)
+	prompt := strings.Repeat("a system prompt and a question ", 8)
+	other := strings.Repeat("an unrelated conversation ", 4)
+	if got := dec.Pick(dc[:1], &Request{Model: "m", Text: other, TargetWorker: -1}); got != 0 {
+		t.Fatalf("decode pick of one = %d", got)
+	}
+	if got := pre.Pick(pc, &Request{Model: "m", Text: prompt, TargetWorker: -1}); got != 0 {
+		t.Fatalf("prefill pick of one = %d", got)
+	}
+	// No decode worker was sent the prompt: the one holding least text takes it, not one that
+	// shares an id or a tree path with the prefill worker.
+	if got := dec.Pick(dc, &Request{Model: "m", Text: prompt, TargetWorker: -1}); got != 1 {
+		t.Fatalf("decode pick = %d, want 1 (the decode worker holding no text)", got)
+	}
+	if got := dec.Pick(dc, &Request{Model: "m", Text: prompt + "and another", TargetWorker: -1}); got != 1 {
+		t.Fatalf("decode pick of the continuation = %d, want 1 (the worker that was sent the prompt)", got)
+	}
+	for _, tc := range []struct {
+		w    *worker.Worker
+		want int
+	}{{pc[0], len(prompt)}, {dc[0], len(other)}, {dc[1], len(prompt) + len("and another")}} {
+		for _, p := range []*CacheAware{pre, dec} {
+			if got := p.TreeSize("m", tc.w.URL()); got != tc.want {
+				t.Fatalf("TreeSize(%s) = %d, want %d", tc.w.URL(), got, tc.want)
+			}
+		}
+	}
+	set.Forget(dc[1])
+	if got, want := pre.TreeSize("m", pc[0].URL()), len(prompt); got != want {
+		t.Fatalf("forgetting a decode worker left the prefill worker %d bytes, want %d", got, want)
+	}
+	if got := dec.TreeSize("m", dc[1].URL()); got != 0 {
+		t.Fatalf("forgotten decode worker holds %d bytes", got)
+	}
+	checkTree(t, &pre.trees.find("m").t)
 }

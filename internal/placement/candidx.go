@@ -7,14 +7,27 @@ import (
 	"github.com/sluicegw/sluice/internal/worker"
 )
 
-// candIndex interns worker keys (URLs, or URL@rank for rank views) as small ids (stable for the life of the
-// policy) and caches the ids of the last candidate slice it saw, so a policy
-// called again and again with the snapshot's precomputed slice pays n
-// pointer comparisons instead of n map lookups.
+// candIndex interns worker keys as small ids and caches the ids of the last candidate slice it saw,
+// so a policy called again and again with the snapshot's precomputed slice pays n pointer
+// comparisons instead of n map lookups.
 type candIndex struct {
-	mu   sync.Mutex // guards ids
-	ids  map[string]int32
-	last atomic.Pointer[candSet]
+	own    workerIDs
+	shared *workerIDs // set before first use: the ids of a policy this one shares state with
+	last   atomic.Pointer[candSet]
+}
+
+// workerIDs interns worker keys (URLs, or URL@rank for rank views) as small ids, stable for the
+// life of the policies using them.
+type workerIDs struct {
+	mu  sync.Mutex // guards ids
+	ids map[string]int32
+}
+
+func (ci *candIndex) names() *workerIDs {
+	if ci.shared != nil {
+		return ci.shared
+	}
+	return &ci.own
 }
 
 // candSet is an immutable view of one candidate slice.
@@ -48,23 +61,24 @@ func sameWorkers(a, b []*worker.Worker) bool {
 	return true
 }
 
-func (ci *candIndex) idLocked(url string) int32 {
-	if ci.ids == nil {
-		ci.ids = make(map[string]int32)
+func (w *workerIDs) idLocked(url string) int32 {
+	if w.ids == nil {
+		w.ids = make(map[string]int32)
 	}
-	id, ok := ci.ids[url]
+	id, ok := w.ids[url]
 	if !ok {
-		id = int32(len(ci.ids))
-		ci.ids[url] = id
+		id = int32(len(w.ids))
+		w.ids[url] = id
 	}
 	return id
 }
 
 // lookupID returns url's id without interning it.
 func (ci *candIndex) lookupID(url string) (int32, bool) {
-	ci.mu.Lock()
-	defer ci.mu.Unlock()
-	id, ok := ci.ids[url]
+	w := ci.names()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id, ok := w.ids[url]
 	return id, ok
 }
 
@@ -74,12 +88,13 @@ func (ci *candIndex) lookup(cands []*worker.Worker) *candSet {
 		return s
 	}
 	s := &candSet{workers: append([]*worker.Worker(nil), cands...), ids: make([]int32, len(cands))}
-	ci.mu.Lock()
+	names := ci.names()
+	names.mu.Lock()
 	for i, w := range cands {
-		s.ids[i] = ci.idLocked(w.Key())
+		s.ids[i] = names.idLocked(w.Key())
 	}
-	n := len(ci.ids)
-	ci.mu.Unlock()
+	n := len(names.ids)
+	names.mu.Unlock()
 	s.pos = make([]int32, n)
 	for i := range s.pos {
 		s.pos[i] = -1

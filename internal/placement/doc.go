@@ -15,7 +15,8 @@
 // approximate radix tree per model, each guarded by its own mutex held only
 // for one match+insert (microseconds); eviction ([CacheAware.Evict]) takes the
 // same mutex, tree by tree, and is driven by its owner ([CacheAware.Run] or
-// [Set.Run]) on an interval. manual keeps its routing keys in a map under one mutex held for one
+// [Set.Run]) on an interval. A [Set]'s prefill and decode policies share
+// their trees (and so each tree's mutex) when both keep prompts. manual keeps its routing keys in a map under one mutex held for one
 // pick; [Manual.Evict] (keys idle too long) takes the same mutex.
 // kv_aware only reads [PrefixIndex] (the KV-event index's read locks) and its own cache_aware
 // fallback. predicted_latency reads its per-worker models' coefficients through atomic pointers

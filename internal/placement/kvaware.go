@@ -133,6 +133,8 @@ func (p *KVAware) CachedPrefixLen(model, text, workerURL string) int {
 // Forget implements Forgetter (the fallback's trees; the index follows the registry itself).
 func (p *KVAware) Forget(workerKey string) { p.fallback.Forget(workerKey) }
 
+func (p *KVAware) cacheAware() *CacheAware { return p.fallback }
+
 // Evict implements Evictor (the fallback's trees and idle session keys).
 func (p *KVAware) Evict() {
 	p.sess.evict()

@@ -200,7 +200,8 @@ func New(name string, cfg Config) (Policy, error) {
 
 // Set holds the policies of one gateway: Regular for regular mode, Prefill
 // and Decode for PD mode. Each is its own instance, so stateful policies
-// keep separate state per role.
+// keep separate state per role, except that the prefill and decode policies
+// keep their prompts in one set of trees when both keep prompts.
 type Set struct {
 	Regular, Prefill, Decode Policy
 	interval                 time.Duration
@@ -221,6 +222,12 @@ func NewSet(cfg Config) (*Set, error) {
 	}
 	if s.Decode, err = New(cfg.DecodePolicy, cfg); err != nil {
 		return nil, err
+	}
+	// One tree per model for both roles: both see every PD request's prompt (CacheAware.shareTrees).
+	if p, ok := s.Prefill.(treeHolder); ok {
+		if d, ok := s.Decode.(treeHolder); ok {
+			d.cacheAware().shareTrees(p.cacheAware())
+		}
 	}
 	return s, nil
 }

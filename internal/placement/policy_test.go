@@ -137,7 +137,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 		ca := set.Prefill.(*CacheAware)
 		// A 100-byte prompt inserted behind the picks' back (a pick trims at once): only the tick
 		// trims it.
-		ca.tree("m").t.insert(strings.Repeat("x", 100), ca.ci.lookup(cands).ids[0])
+		ca.trees.tree("m").t.insert(strings.Repeat("x", 100), ca.ci.lookup(cands).ids[0])
 		if got := ca.TreeSize("m", cands[0].URL()); got != 100 {
 			t.Fatalf("tree size = %d, want 100", got)
 		}

@@ -282,6 +282,8 @@ func (p *PredictedLatency) Forget(workerKey string) {
 // Evict implements Evictor (the cache trees).
 func (p *PredictedLatency) Evict() { p.cache.Evict() }
 
+func (p *PredictedLatency) cacheAware() *CacheAware { return p.cache }
+
 // Run calls Evict every EvictionInterval until ctx ends.
 func (p *PredictedLatency) Run(ctx context.Context) { runEvery(ctx, p.cfg.EvictionInterval, p.Evict) }
 
@@ -291,7 +293,7 @@ func (p *CacheAware) learn(model, text string, cands []*worker.Worker, chosen in
 		return
 	}
 	id := p.ci.lookup(cands).ids[chosen]
-	lt := p.tree(model)
+	lt := p.trees.tree(model)
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	lt.t.insert(text, id)
