@@ -77,9 +77,37 @@ func newFlagSet() *flagSet {
 	s.fs.SetOutput(io.Discard)
 	s.fs.Usage = func() {}
 
-	// Every default is given here, where its flag is declared (the dur, size and list helpers set
-	// it); finish derives only the settings whose default depends on another setting.
-	const sec, ms = time.Second, time.Millisecond
+	// One register method per section of the help, in its order. Every default is given where its
+	// flag is declared (the dur, size and list helpers set it); finish derives only the settings
+	// whose default depends on another setting.
+	s.registerServer()
+	s.registerSecurity()
+	s.registerTelemetry()
+	s.registerWorkers()
+	s.registerDiscovery()
+	s.registerTokenizer() // tokenizer.go
+	s.registerParsers()   // parsers.go
+	s.registerKVEvents()  // kvevents.go
+	s.registerAliases()   // aliases.go
+	s.registerPairing()   // topology.go
+	s.registerCapacity()  // capacity.go
+	s.registerPlacement()
+	s.registerPrefillAdmission()
+	s.registerTenants() // tenants.go
+	s.registerDecodeSeats()
+	s.registerEngineLoad()
+	s.registerClusterAdmission()
+	s.registerHealthChecks()
+	s.registerBreaker()
+	s.registerRetries()
+	s.registerConcurrency() // concurrency.go
+	s.registerSMGCompat()   // smgtable.go
+	return s
+}
+
+func (s *flagSet) registerServer() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Server")
 	s.str(&c.Server.Host, "host", "ADDR", "0.0.0.0", "Address to listen on.")
@@ -95,7 +123,10 @@ func newFlagSet() *flagSet {
 	// SMG's request id headers (model_gateway/src/server.rs).
 	s.add(newHeaderList(&c.Server.RequestIDHeaders, "x-request-id", "x-correlation-id", "x-trace-id", "request-id"), "request-id-headers", "HEADER", "Request headers holding the request id, first present wins; repeatable; a given list replaces the default.")
 	s.int(&c.Server.RuntimeWorkerThreads, "runtime-worker-threads", "N", 0, "GOMAXPROCS; 0 = Go's default (the container's CPU quota).")
-	s.registerSecurity()
+}
+
+func (s *flagSet) registerTelemetry() {
+	c := s.cfg
 
 	s.section("Telemetry")
 	s.add(newLogLevel(&c.Telemetry.LogLevel, slog.LevelInfo), "log-level", "LEVEL", "Log level: debug, info, warn or error.")
@@ -108,6 +139,11 @@ func newFlagSet() *flagSet {
 	s.str(&c.Telemetry.MetricsHost, "prometheus-host", "ADDR", "", "Address of the separate metrics listener (default: --host).")
 	s.int(&c.Telemetry.MetricsPort, "prometheus-port", "PORT", -1, "Serve /metrics also on this port (0 = a free port); -1 = only on --port.")
 	s.add(floatListValue{&c.Telemetry.DurationBuckets}, "prometheus-duration-buckets", "SECS", "Buckets of the request duration and time-to-first-token histograms, in seconds; repeatable, or several after one flag.")
+}
+
+func (s *flagSet) registerWorkers() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Workers")
 	s.addUnbound(urlListValue{&s.workerURLs}, "worker-urls", "URLS", "Regular-mode workers; repeatable, and one value may list several URLs separated by commas or spaces.")
@@ -120,6 +156,10 @@ func newFlagSet() *flagSet {
 	s.str(&c.Workers.ModelID, "model-id", "NAME", "", "Model name assumed for flag workers whose engine does not report one.")
 	s.dur(&c.Workers.DrainSettle, sec, "drain-settle-secs", "SECS", 5*sec, "DELETE /workers/{id} drains the worker this long (in-flight requests finish) before removing it; 0 = at once.")
 	s.dur(&c.Workers.UpstreamIdleTimeout, sec, "upstream-pool-idle-timeout-secs", "SECS", 90*sec, "Close pooled engine connections idle this long; 0 = never.")
+}
+
+func (s *flagSet) registerDiscovery() {
+	c := s.cfg
 
 	s.section("Service discovery (Kubernetes)")
 	s.bool(&c.Discovery.Enabled, "service-discovery", "Discover workers from Kubernetes pods (in-cluster credentials, or $KUBECONFIG).")
@@ -131,13 +171,11 @@ func newFlagSet() *flagSet {
 	s.str(&c.Discovery.Protocol, "service-discovery-protocol", "PROTO", "http", "How discovered engines are spoken to: http, or grpc (their own gRPC: SGLang --grpc-mode, vLLM's gRPC server; the gateway tokenizes, and streams can migrate off a decode engine that dies).")
 	s.str(&c.Discovery.InferencePool, "inference-pool", "NAME", "", "Discover the pods of this InferencePool (inference.networking.k8s.io/v1) in --service-discovery-namespace: its spec.selector picks them (ANDed with --selector, or with --prefill-selector/--decode-selector for the roles) and its spec.targetPorts is the engine port; the pool may be created, edited or deleted while the gateway runs.")
 	s.add(modelIDSourceValue{&c.Discovery.ModelIDFrom}, "model-id-from", "SOURCE", "Model id of discovered pods: namespace, label:KEY or annotation:KEY; when absent on a pod, or empty, the engine is asked. A pod whose model is unknown is not routed to.")
+}
 
-	s.registerTokenizer() // tokenizer.go
-	s.registerParsers()   // parsers.go
-	s.registerKVEvents()  // kvevents.go
-	s.registerAliases()   // aliases.go
-	s.registerPairing()   // topology.go
-	s.registerCapacity()  // capacity.go
+func (s *flagSet) registerPlacement() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Placement")
 	policies := strings.Join(PolicyNames(), ", ")
@@ -155,6 +193,11 @@ func newFlagSet() *flagSet {
 	s.dur(&c.Placement.StickyIdle, sec, "max-idle-secs", "SECS", 14400*sec, "manual: forget a routing key unused this long.")
 	s.dur(&c.Placement.ITLSLO, sec, "predicted-itl-slo-secs", "SECS", 0, "predicted_latency: prefer the workers whose predicted inter-token latency is within this (fractions allowed); when none is, the lowest predicted TTFT wins anyway; 0 = no bound.")
 	s.str(&c.Placement.AssignmentMode, "assignment-mode", "MODE", AssignRandom, "manual: how a new routing key gets its worker: random (default), min_load, min_group (fewest keys) or delegate (= min_load).")
+}
+
+func (s *flagSet) registerPrefillAdmission() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Prefill admission (PD mode)")
 	s.int(&c.Admission.MaxInflightPerWorker, "prefill-max-inflight-requests-per-worker", "N", admission.DefaultMaxInflightPerWorker, "In-flight client requests allowed per prefill worker; 0 = admission off (a negative N counts as 0).")
@@ -166,8 +209,10 @@ func newFlagSet() *flagSet {
 	s.dur(&c.Admission.Aging, sec, "prefill-priority-aging-secs", "SECS", admission.DefaultAging, "A waiting request rises one band per this much wait, so low bands are never starved. Used with priority bands.")
 	s.bool(&c.Admission.EarlyRejection, "prefill-early-rejection", "Reject at once (429 pd_prefill_queue_timeout) a request whose predicted wait exceeds the queue timeout or its X-Sluice-Deadline-Ms. Needs admission.")
 	s.add(rangeValue{&c.Admission.Adaptive.Min, &c.Admission.Adaptive.Max}, "prefill-adaptive-limit", "MIN:MAX", "Adapt each prefill worker's request limit inside MIN:MAX from the measured prefill time per token; the request limit, if given, is the starting point; empty = fixed.")
+}
 
-	s.registerTenants() // tenants.go
+func (s *flagSet) registerDecodeSeats() {
+	c := s.cfg
 
 	s.section("Decode seats (PD mode): the gate also bounds each decode worker")
 	s.add(decodeLimitValue{&c.Admission.DecodeMaxInflightPerWorker, &c.Admission.DecodeAuto}, "decode-max-inflight-requests-per-worker", "N|auto",
@@ -177,11 +222,21 @@ func newFlagSet() *flagSet {
 	s.str(&c.Workers.DecodeKVRole, "decode-kv-role", "ROLE", "", "Declared KV connector role of flag-given vLLM decode workers: kv_both (the engine can also prefill alone, for --pd-local-prefill-max-tokens) or empty. Refused for SGLang decode workers, which cannot prefill on their own.")
 	s.int(&c.Load.DecodeOverloadWaitingRequests, "decode-overload-waiting-requests", "N", -1, "A decode worker whose engine reports more than N waiting requests gets no new seat; -1 = off. Needs decode seats.")
 	s.float(&c.Load.DecodeMaxKVUsage, "decode-max-kv-usage", "F", 0, "A decode worker whose engine reports a KV cache usage above F (0..1, e.g. 0.9) gets no new seat; 0 = off. Needs decode seats.")
+}
+
+func (s *flagSet) registerEngineLoad() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Engine load")
 	s.dur(&c.Load.Interval, sec, "engine-load-interval-secs", "SECS", DefaultEngineLoadInterval, "How often each engine is asked for its own load (sluice_worker_engine_* metrics, least_load, the overload check); default 15, or 1 when least_load, predicted_latency or --worker-overload-waiting-requests reads the loads; 0 = never.")
 	s.alias("load-monitor-interval-secs", "engine-load-interval-secs", "Another name of --engine-load-interval-secs.")
 	s.int(&c.Load.OverloadWaitingRequests, "worker-overload-waiting-requests", "N", -1, "A prefill worker whose engine reports more than N waiting requests counts as at capacity for admission; -1 = off. Needs admission.")
+}
+
+func (s *flagSet) registerClusterAdmission() {
+	c := s.cfg
+	const sec, ms = time.Second, time.Millisecond
 
 	s.section("Cluster admission (one limit for all gateway replicas)")
 	s.str(&c.Cluster.Mode, "admission-coordination", "MODE", "", "off, static (--admission-peers) or kubernetes (headless Service + Lease): the per-worker limit becomes the fleet's, each replica enforcing a leased, demand-weighted share. Empty = static when --admission-peers is given, else off.")
@@ -191,6 +246,11 @@ func newFlagSet() *flagSet {
 	s.str(&c.Cluster.Service, "admission-service", "NAME", "", "Kubernetes mode: the gateway's headless Service, whose endpoints are the replicas.")
 	s.str(&c.Cluster.Namespace, "admission-namespace", "NS", "", "Kubernetes mode: namespace of the Service and the Lease; empty = the pod's own ($POD_NAMESPACE or the service account's).")
 	s.str(&c.Cluster.LeaseName, "admission-lease-name", "NAME", "sluice-admission", "Kubernetes mode: the coordination.k8s.io Lease whose holder coordinates.")
+}
+
+func (s *flagSet) registerHealthChecks() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Health checks")
 	s.dur(&c.Health.Interval, sec, "health-check-interval-secs", "SECS", 60*sec, "Time between probes of one worker.")
@@ -200,6 +260,11 @@ func newFlagSet() *flagSet {
 	s.str(&c.Health.Endpoint, "health-check-endpoint", "PATH", "/health", "Path probed on each worker.")
 	s.bool(&c.Health.Disabled, "disable-health-check", "Do not probe workers; treat them as healthy.")
 	s.bool(&c.Health.RemoveUnhealthyWorkers, "remove-unhealthy-workers", "Let long-failed workers recover (SMG); sluice always keeps probing them, so they come back when healthy.")
+}
+
+func (s *flagSet) registerBreaker() {
+	c := s.cfg
+	const sec = time.Second
 
 	s.section("Circuit breaker")
 	s.int(&c.Breaker.FailureThreshold, "cb-failure-threshold", "N", 10, "Consecutive failures that open a worker's breaker.")
@@ -208,6 +273,11 @@ func newFlagSet() *flagSet {
 	s.bool(&c.Breaker.Disabled, "disable-circuit-breaker", "Turn circuit breakers off.")
 	s.bool(&c.Breaker.HealthRecoveryDisabled, "disable-cb-health-recovery", "Keep an open breaker open until --cb-timeout-duration-secs even when active health probes pass (by default a passing probe turns it half-open at once).")
 	s.dur(&c.Breaker.Window, sec, "cb-window-duration-secs", "SECS", 120*sec, "SMG's breaker window; validated, unused (breakers count consecutive failures, as SMG's do).")
+}
+
+func (s *flagSet) registerRetries() {
+	c := s.cfg
+	const sec, ms = time.Second, time.Millisecond
 
 	s.section("Retries")
 	s.int(&c.Retry.MaxRetries, "retry-max-retries", "N", 5, "Attempts in total, the first included.")
@@ -217,9 +287,6 @@ func newFlagSet() *flagSet {
 	s.float(&c.Retry.JitterFactor, "retry-jitter-factor", "F", 0.2, "Random spread of each backoff as a fraction, 0 to 1.")
 	s.bool(&c.Retry.Disabled, "disable-retries", "Make every request a single attempt.")
 	s.int(&c.Retry.MaxMigrations, "max-migrations", "N", 2, "Times one streamed PD request whose decode engine breaks off mid-stream is continued on another pair (engine-gRPC workers: the prompt and the tokens generated are prefilled again); 0 = never, the stream ends with an error event.")
-	s.registerConcurrency() // concurrency.go
-	s.registerSMGCompat()   // smgtable.go
-	return s
 }
 
 func (s *flagSet) section(title string) {
