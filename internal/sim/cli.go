@@ -62,36 +62,13 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 			"vllm mooncake: how long a decode's pull waits for the prefill's KV (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 in vLLM)")
 	roomTTL := fs.Float64("room-ttl-secs", 0, "unclaimed KV records expire after this (default 2 x bootstrap timeout)")
 	fs.StringVar(&cfg.EngineID, "engine-id", "", "engine id in kv_transfer_params (default sim-<role>-<port>)")
-	// KV-cache events (vLLM and SGLang --kv-events-config).
-	fs.BoolVar(&cfg.KVEvents.Enabled, "kv-events", false, "publish KV-cache events as --kv-events-config does: ZeroMQ PUB and ROUTER replay per DP rank")
-	fs.IntVar(&cfg.KVEvents.Port, "kv-events-port", 0, "KV events PUB port of rank 0, rank r on +r (0 picks free ports; vLLM's default is 5557)")
-	fs.IntVar(&cfg.KVEvents.ReplayPort, "kv-events-replay-port", 0, "KV events ROUTER replay port of rank 0, rank r on +r (0 picks free ports, -1 none)")
-	fs.StringVar(&cfg.KVEvents.Topic, "kv-events-topic", "", "KV events topic frame")
-	fs.IntVar(&cfg.KVEvents.BufferSteps, "kv-events-buffer-steps", 0, "batches kept for replay (default 10000, vLLM's buffer_steps)")
-	fs.IntVar(&cfg.KVEvents.DropEvery, "kv-events-drop-every", 0, "fault: every Nth KV event batch is not sent on PUB (still replayable)")
-	// Faults.
-	fs.Float64Var(&cfg.Faults.ErrorRate, "error-rate", 0, "fault: fraction of generation requests failing with --error-status")
-	fs.IntVar(&cfg.Faults.ErrorStatus, "error-status", 503, "fault: HTTP status of injected errors")
-	fs.BoolVar(&cfg.Faults.Hang, "hang", false, "fault: accept generation requests and never answer")
-	fs.Float64Var(&cfg.Faults.LatencyMS, "latency-ms", 0, "fault: latency added to each generation request (ms)")
-	fs.Float64Var(&cfg.Faults.SlownessFactor, "slowness-factor", 1, "fault: multiplies every modelled duration")
-	fs.IntVar(&cfg.Faults.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
-	fs.BoolVar(&cfg.Faults.FailHealth, "fail-health", false, "fault: /health answers 503")
-	fs.BoolVar(&cfg.Faults.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
-	fs.BoolVar(&cfg.Faults.OmitKVTransferParams, "omit-kv-transfer-params", false,
-		"fault, vllm prefill: never return kv_transfer_params (nixl) or keep no KV for the decode (mooncake)")
-	fs.StringVar(&cfg.Topology.Zone, "zone", "", "topology: the engine's zone (a decode engine pays --kv-transfer-*-ms for a prefill elsewhere)")
-	fs.StringVar(&cfg.Topology.Rack, "rack", "", "topology: the engine's rack")
-	fs.StringVar(&cfg.Topology.Node, "node", "", "topology: the engine's node")
-	xferRack := fs.Float64("kv-transfer-rack-ms", 0, "decode: extra KV-transfer time from a prefill on another node of the rack (ms)")
-	xferZone := fs.Float64("kv-transfer-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another rack of the zone (ms)")
-	xferCross := fs.Float64("kv-transfer-cross-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another zone (ms)")
+	kvEventFlags(fs, &cfg.KVEvents)
+	faultFlags(fs, &cfg.Faults)
+	topology := topologyFlags(fs, cfg)
 	return func() error {
 		cfg.Role, cfg.Protocol, cfg.Mode = Role(*role), Protocol(*protocol), Mode(*mode)
-		ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-		cfg.TransferDelays = TransferDelays{Rack: ms(*xferRack), Zone: ms(*xferZone), CrossZone: ms(*xferCross)}
-		if *xferRack < 0 || *xferZone < 0 || *xferCross < 0 {
-			return fmt.Errorf("%w: KV transfer delays must not be negative", ErrInvalidConfig)
+		if err := topology(); err != nil {
+			return err
 		}
 		cfg.KVConnector = KVConnector(*kvConnector)
 		cfg.Models = models
@@ -223,4 +200,47 @@ func usageError(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "sluice-sim:", err)
 	return 2
+}
+
+// kvEventFlags binds the KV-cache event flags (vLLM's and SGLang's --kv-events-config).
+func kvEventFlags(fs *flag.FlagSet, ev *KVEventsConfig) {
+	fs.BoolVar(&ev.Enabled, "kv-events", false, "publish KV-cache events as --kv-events-config does: ZeroMQ PUB and ROUTER replay per DP rank")
+	fs.IntVar(&ev.Port, "kv-events-port", 0, "KV events PUB port of rank 0, rank r on +r (0 picks free ports; vLLM's default is 5557)")
+	fs.IntVar(&ev.ReplayPort, "kv-events-replay-port", 0, "KV events ROUTER replay port of rank 0, rank r on +r (0 picks free ports, -1 none)")
+	fs.StringVar(&ev.Topic, "kv-events-topic", "", "KV events topic frame")
+	fs.IntVar(&ev.BufferSteps, "kv-events-buffer-steps", 0, "batches kept for replay (default 10000, vLLM's buffer_steps)")
+	fs.IntVar(&ev.DropEvery, "kv-events-drop-every", 0, "fault: every Nth KV event batch is not sent on PUB (still replayable)")
+}
+
+// faultFlags binds the fault injection flags.
+func faultFlags(fs *flag.FlagSet, f *Faults) {
+	fs.Float64Var(&f.ErrorRate, "error-rate", 0, "fault: fraction of generation requests failing with --error-status")
+	fs.IntVar(&f.ErrorStatus, "error-status", 503, "fault: HTTP status of injected errors")
+	fs.BoolVar(&f.Hang, "hang", false, "fault: accept generation requests and never answer")
+	fs.Float64Var(&f.LatencyMS, "latency-ms", 0, "fault: latency added to each generation request (ms)")
+	fs.Float64Var(&f.SlownessFactor, "slowness-factor", 1, "fault: multiplies every modelled duration")
+	fs.IntVar(&f.DieAfterTokens, "die-after-tokens", 0, "fault: abort the connection after K output tokens")
+	fs.BoolVar(&f.FailHealth, "fail-health", false, "fault: /health answers 503")
+	fs.BoolVar(&f.RefuseConnections, "refuse-connections", false, "fault: do not accept connections")
+	fs.BoolVar(&f.OmitKVTransferParams, "omit-kv-transfer-params", false,
+		"fault, vllm prefill: never return kv_transfer_params (nixl) or keep no KV for the decode (mooncake)")
+}
+
+// topologyFlags binds the engine's place in the cluster and the KV-transfer delays it pays; finish
+// sets the delays after parsing.
+func topologyFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
+	fs.StringVar(&cfg.Topology.Zone, "zone", "", "topology: the engine's zone (a decode engine pays --kv-transfer-*-ms for a prefill elsewhere)")
+	fs.StringVar(&cfg.Topology.Rack, "rack", "", "topology: the engine's rack")
+	fs.StringVar(&cfg.Topology.Node, "node", "", "topology: the engine's node")
+	xferRack := fs.Float64("kv-transfer-rack-ms", 0, "decode: extra KV-transfer time from a prefill on another node of the rack (ms)")
+	xferZone := fs.Float64("kv-transfer-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another rack of the zone (ms)")
+	xferCross := fs.Float64("kv-transfer-cross-zone-ms", 0, "decode: extra KV-transfer time from a prefill in another zone (ms)")
+	return func() error {
+		if *xferRack < 0 || *xferZone < 0 || *xferCross < 0 {
+			return fmt.Errorf("%w: KV transfer delays must not be negative", ErrInvalidConfig)
+		}
+		ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+		cfg.TransferDelays = TransferDelays{Rack: ms(*xferRack), Zone: ms(*xferZone), CrossZone: ms(*xferCross)}
+		return nil
+	}
 }
