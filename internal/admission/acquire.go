@@ -28,10 +28,28 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 		slot, _, err := c.acquire(ctx, &req, nil)
 		return slot, err
 	}
-	_, span := c.tracer.Start(ctx, spanWait, trace.WithAttributes(attribute.String(attrQueue, req.Queue)))
+	// Attributes are set only on a recording span: each is an allocation, for the requests whose
+	// trace is not sampled too.
+	_, span := c.tracer.Start(ctx, spanWait)
 	var limited bool
 	slot, info, err := c.acquire(ctx, &req, &limited)
+	if span.IsRecording() {
+		annotateWait(span, &req, slot, info, limited, err)
+	}
+	if slot != nil {
+		slot.span = c.startHeld(ctx, spanSlot, slot.worker)
+		if st := slot.seat; st != nil {
+			st.span = c.startHeld(ctx, spanSeat, st.worker)
+		}
+	}
+	span.End()
+	return slot, err
+}
+
+// annotateWait describes the wait's outcome on its span.
+func annotateWait(span trace.Span, req *Request, slot *Slot, info acquireInfo, limited bool, err error) {
 	span.SetAttributes(
+		attribute.String(attrQueue, req.Queue),
 		attribute.String(attrOutcome, OutcomeOf(err).String()),
 		attribute.Int(attrQueuePosition, info.pos))
 	if limited {
@@ -48,14 +66,19 @@ func (c *Controller) Acquire(ctx context.Context, req Request) (*Slot, error) {
 	}
 	if slot != nil {
 		span.SetAttributes(attribute.String(attrWorker, slot.worker))
-		_, slot.span = c.tracer.Start(ctx, spanSlot, trace.WithAttributes(attribute.String(attrSlotWorker, slot.worker)))
 		if st := slot.seat; st != nil {
 			span.SetAttributes(attribute.String(attrDecodeWorker, st.worker))
-			_, st.span = c.tracer.Start(ctx, spanSeat, trace.WithAttributes(attribute.String(attrSlotWorker, st.worker)))
 		}
 	}
-	span.End()
-	return slot, err
+}
+
+// startHeld starts the span of a held slot or seat on worker.
+func (c *Controller) startHeld(ctx context.Context, name, worker string) trace.Span {
+	_, span := c.tracer.Start(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(attrSlotWorker, worker))
+	}
+	return span
 }
 
 func alwaysCapacity(string) bool { return true }

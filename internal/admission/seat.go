@@ -77,7 +77,9 @@ func (s *Seat) Release(reason ReleaseReason) {
 		return
 	}
 	if s.span != nil { // first, as a slot's (Guard.Release)
-		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
+		if s.span.IsRecording() {
+			s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
+		}
 		s.span.End()
 	}
 	s.c.releaseSeat(s)

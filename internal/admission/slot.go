@@ -139,7 +139,9 @@ func (g *Guard) Release(reason ReleaseReason) {
 	// The span ends first: once the slot is back, a waiter may be granted it
 	// and end its own wait span, which must not precede this one.
 	if s.span != nil {
-		s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
+		if s.span.IsRecording() {
+			s.span.SetAttributes(attribute.String(attrReleaseReason, reason.String()))
+		}
 		s.span.End()
 	}
 	if s.ws != nil {

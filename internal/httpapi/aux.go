@@ -14,7 +14,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicegw/sluice/internal/apierror"
 	"github.com/sluicegw/sluice/internal/backend/body"
@@ -54,10 +53,10 @@ func (h *Handler) passthrough(route dispatch.Route, name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.route", name)))
-		if h.o.SpanAttributes != nil {
-			span.SetAttributes(h.o.SpanAttributes(ctx)...)
+		ctx, span := h.o.Tracer.Start(ctx, spanName, serverSpan)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("http.route", name))
+			h.principalAttributes(ctx, span)
 		}
 		defer span.End()
 		rec := &recorder{h: h, route: name, start: start, span: span}

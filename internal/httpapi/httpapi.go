@@ -85,16 +85,26 @@ func New(o Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
+// serverSpan is the option of every route's span, made once.
+var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
+
+// principalAttributes puts the caller's identity (Options.SpanAttributes) on a recording span.
+func (h *Handler) principalAttributes(ctx context.Context, span trace.Span) {
+	if h.o.SpanAttributes != nil {
+		span.SetAttributes(h.o.SpanAttributes(ctx)...)
+	}
+}
+
 func (h *Handler) inference(route dispatch.Route, name string) http.Handler {
 	spanName := "POST " + name
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx := h.o.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := h.o.Tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.route", name), attribute.String("http.request.method", r.Method),
-				attribute.String("url.path", r.URL.Path)))
-		if h.o.SpanAttributes != nil {
-			span.SetAttributes(h.o.SpanAttributes(ctx)...)
+		ctx, span := h.o.Tracer.Start(ctx, spanName, serverSpan)
+		if span.IsRecording() { // attributes are allocations, for the requests whose trace is not sampled too
+			span.SetAttributes(attribute.String("http.route", name), attribute.String("http.request.method", r.Method),
+				attribute.String("url.path", r.URL.Path))
+			h.principalAttributes(ctx, span)
 		}
 		defer span.End()
 
@@ -155,12 +165,16 @@ func (r *recorder) fail(w http.ResponseWriter, e *apierror.Error) {
 	if e.Status >= 500 {
 		r.span.SetStatus(codes.Error, e.Message)
 	}
-	r.span.SetAttributes(attribute.String("sluice.error.code", e.Code))
+	if r.span.IsRecording() {
+		r.span.SetAttributes(attribute.String("sluice.error.code", e.Code))
+	}
 	e.WriteHTTP(w)
 }
 
 func (r *recorder) finish() {
-	r.span.SetAttributes(attribute.Int("http.response.status_code", r.status))
+	if r.span.IsRecording() {
+		r.span.SetAttributes(attribute.Int("http.response.status_code", r.status))
+	}
 	if r.h.o.Metrics != nil && !r.dispatched {
 		r.h.o.Metrics.ObserveRequest(r.route, r.model, r.status, time.Since(r.start), r.span.SpanContext())
 	}

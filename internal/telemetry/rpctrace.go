@@ -21,19 +21,22 @@ type RPCTracing struct {
 }
 
 func (t RPCTracing) start(ctx context.Context, spec connect.Spec, h interface{ Get(string) string }) (context.Context, trace.Span) {
-	var extra []attribute.KeyValue
-	if t.Attributes != nil {
-		extra = t.Attributes(ctx)
-	}
 	ctx = t.Propagator.Extract(ctx, headerCarrier{h})
 	// OpenTelemetry names RPC spans "package.Service/Method", without the leading slash.
-	return t.Tracer.Start(ctx, strings.TrimPrefix(spec.Procedure, "/"), trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.method", spec.Procedure)),
-		trace.WithAttributes(extra...))
+	ctx, span := t.Tracer.Start(ctx, strings.TrimPrefix(spec.Procedure, "/"), rpcServerSpan)
+	if span.IsRecording() { // attributes are allocations, for the calls whose trace is not sampled too
+		span.SetAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.method", spec.Procedure))
+		if t.Attributes != nil {
+			span.SetAttributes(t.Attributes(ctx)...)
+		}
+	}
+	return ctx, span
 }
 
+var rpcServerSpan = trace.WithSpanKind(trace.SpanKindServer)
+
 func end(span trace.Span, err error) {
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("rpc.connect_rpc.error_code", connect.CodeOf(err).String()))
 		span.SetStatus(codes.Error, err.Error())
 	}

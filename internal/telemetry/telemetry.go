@@ -83,5 +83,5 @@ func NewTracerProvider(ctx context.Context, endpoint string, sampleRatio float64
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sampleRatio))),
 	)
-	return &TracerProvider{TracerProvider: tp, Shutdown: tp.Shutdown}, nil
+	return &TracerProvider{TracerProvider: parentBasedShortcut{tp}, Shutdown: tp.Shutdown}, nil
 }
