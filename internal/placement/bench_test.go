@@ -196,6 +196,12 @@ func BenchmarkCacheAwareColdTree(b *testing.B) {
 	for range 300000 {
 		p.Pick(cands, &Request{Model: "m", Text: words(), TargetWorker: -1})
 	}
+	pickFresh(b, words, func(r *Request) { p.Pick(cands, r) })
+}
+
+// pickFresh runs pick on a new prompt from words each iteration; prompts are made in batches off the
+// clock.
+func pickFresh(b *testing.B, words func() string, pick func(*Request)) {
 	fresh := make([]Request, 4096)
 	b.ReportAllocs()
 	i := 0
@@ -207,7 +213,7 @@ func BenchmarkCacheAwareColdTree(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		p.Pick(cands, &fresh[i%len(fresh)])
+		pick(&fresh[i%len(fresh)])
 		i++
 	}
 }
@@ -237,21 +243,10 @@ func BenchmarkCacheAwarePD(b *testing.B) {
 					pre.Pick(pc, r)
 					dec.Pick(dc, r)
 				}
-				fresh := make([]Request, 4096)
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if i%len(fresh) == 0 {
-						b.StopTimer()
-						for j := range fresh {
-							fresh[j] = Request{Model: "m", Text: words(), TargetWorker: -1}
-						}
-						b.StartTimer()
-					}
-					pre.Pick(pc, &fresh[i%len(fresh)])
-					dec.Pick(dc, &fresh[i%len(fresh)])
-					i++
-				}
+				pickFresh(b, words, func(r *Request) {
+					pre.Pick(pc, r)
+					dec.Pick(dc, r)
+				})
 			})
 		}
 	}
