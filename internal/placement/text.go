@@ -26,6 +26,8 @@ type labelText struct {
 // few labels are longer.
 const textChunk = 1 << 20
 
+// offShift puts an offset's chunk above 32 bits of position (int is 64 bits wide: on a 32-bit
+// platform the masks below do not compile).
 const offShift = 32
 
 func (x *labelText) chunkSize() int {
