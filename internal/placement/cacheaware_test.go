@@ -668,15 +668,22 @@ func TestSetSharesTreesAcrossRoles(t *testing.T) {
 	if got := dec.Pick(dc, &Request{Model: "m", Text: prompt + "and another", TargetWorker: -1}); got != 1 {
 		t.Fatalf("decode pick of the continuation = %d, want 1 (the worker that was sent the prompt)", got)
 	}
+	// Each policy answers for its own workers only, as with a tree of its own: the prefill policy's
+	// view of a decode worker's cache (local prefill asks it) is what it was, nothing.
 	for _, tc := range []struct {
+		p    *CacheAware
 		w    *worker.Worker
 		want int
-	}{{pc[0], len(prompt)}, {dc[0], len(other)}, {dc[1], len(prompt) + len("and another")}} {
-		for _, p := range []*CacheAware{pre, dec} {
-			if got := p.TreeSize("m", tc.w.URL()); got != tc.want {
-				t.Fatalf("TreeSize(%s) = %d, want %d", tc.w.URL(), got, tc.want)
-			}
+	}{
+		{pre, pc[0], len(prompt)}, {dec, dc[0], len(other)}, {dec, dc[1], len(prompt) + len("and another")},
+		{dec, pc[0], 0}, {pre, dc[0], 0}, {pre, dc[1], 0},
+	} {
+		if got := tc.p.TreeSize("m", tc.w.URL()); got != tc.want {
+			t.Fatalf("TreeSize(%s) = %d, want %d", tc.w.URL(), got, tc.want)
 		}
+	}
+	if got := pre.CachedPrefixLen("m", prompt, dc[1].URL()); got != 0 {
+		t.Fatalf("the prefill policy expects decode worker 1 to hold %d bytes of the prompt, want 0", got)
 	}
 	set.Forget(dc[1])
 	if got, want := pre.TreeSize("m", pc[0].URL()), len(prompt); got != want {

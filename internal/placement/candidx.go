@@ -13,7 +13,11 @@ import (
 type candIndex struct {
 	own    workerIDs
 	shared *workerIDs // set before first use: the ids of a policy this one shares state with
-	last   atomic.Pointer[candSet]
+	// mine[id] is set once id was a candidate here (guarded by names().mu): lookupID answers for
+	// those only, so a policy sharing ids (and trees) with another sees its own workers, as with
+	// ids of its own.
+	mine []bool
+	last atomic.Pointer[candSet]
 }
 
 // workerIDs interns worker keys (URLs, or URL@rank for rank views) as small ids, stable for the
@@ -79,7 +83,7 @@ func (ci *candIndex) lookupID(url string) (int32, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	id, ok := w.ids[url]
-	return id, ok
+	return id, ok && int(id) < len(ci.mine) && ci.mine[id]
 }
 
 // lookup returns the candSet for cands, from the cache when unchanged.
@@ -91,7 +95,12 @@ func (ci *candIndex) lookup(cands []*worker.Worker) *candSet {
 	names := ci.names()
 	names.mu.Lock()
 	for i, w := range cands {
-		s.ids[i] = names.idLocked(w.Key())
+		id := names.idLocked(w.Key())
+		s.ids[i] = id
+		for int(id) >= len(ci.mine) {
+			ci.mine = append(ci.mine, false)
+		}
+		ci.mine[id] = true
 	}
 	n := len(names.ids)
 	names.mu.Unlock()
