@@ -101,14 +101,24 @@ func withDeadlines(h http.Handler, body, write time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		dw := &deadlineWriter{ResponseWriter: w, rc: rc, write: write}
+		now := time.Now()
 		if write > 0 {
-			// A deadline left on a keep-alive connection by its previous request must not fire on
-			// this one before it writes anything.
-			_ = rc.SetWriteDeadline(time.Time{})
-			defer func() { _ = rc.SetWriteDeadline(time.Now().Add(write)) }() // bounds the final flush
+			if r.ProtoMajor == 1 {
+				// HTTP/1.1: a fresh deadline replaces the one the previous request on this keep-alive
+				// connection left (which must not cut a 100 Continue short), and each write moves it only
+				// once it is stale, so a quick answer costs one timer update, not three. It may expire
+				// while the handler waits: with no write pending that harms nothing, and the next write
+				// moves it first.
+				dw.armWrite(now)
+			} else {
+				// HTTP/2: a stream whose write deadline expires is reset, so none may run while the
+				// handler waits.
+				_ = rc.SetWriteDeadline(time.Time{})
+			}
+			defer func() { dw.armWrite(time.Now()) }() // bounds the final flush
 		}
 		if body > 0 && r.Body != nil && r.Body != http.NoBody {
-			if err := rc.SetReadDeadline(time.Now().Add(body)); err == nil {
+			if err := rc.SetReadDeadline(now.Add(body)); err == nil {
 				db := &deadlineBody{ReadCloser: r.Body, rc: rc}
 				dw.body = db
 				r.Body = db
@@ -153,8 +163,14 @@ func (d *deadlineWriter) arm() {
 	if d.body != nil {
 		d.body.lift()
 	}
+	d.armWrite(time.Now())
+}
+
+// armWrite moves the write deadline to now plus the timeout when it is a sixteenth of the timeout
+// behind (or unset).
+func (d *deadlineWriter) armWrite(now time.Time) {
 	if d.write > 0 {
-		if next := time.Now().Add(d.write); next.Sub(d.deadline) >= d.write/16 {
+		if next := now.Add(d.write); next.Sub(d.deadline) >= d.write/16 {
 			d.deadline = next
 			_ = d.rc.SetWriteDeadline(next)
 		}

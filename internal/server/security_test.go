@@ -304,6 +304,11 @@ func TestBodyAndWriteTimeouts(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
+	mux.HandleFunc("/v1/late", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		time.Sleep(600 * time.Millisecond) // an engine slow to answer: twice the write timeout
+		_, _ = io.WriteString(w, "ok")
+	})
 	hs, err := server.NewHandlers(server.Options{REST: mux, BodyReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +347,24 @@ func TestBodyAndWriteTimeouts(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("a client that stopped reading held the handler")
+		}
+	})
+
+	t.Run("late answers on one connection", func(t *testing.T) {
+		// The write deadline armed when a request starts (and the one its predecessor on the
+		// connection left) expires while the handler waits; the answer must still be written.
+		tr := &http.Transport{MaxConnsPerHost: 1}
+		defer tr.CloseIdleConnections()
+		for i := range 2 {
+			resp, err := (&http.Client{Transport: tr}).Post("http://"+addr+"/v1/late", "application/json", strings.NewReader(`"hello"`))
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "ok" {
+				t.Errorf("request %d: answer %q (%v), want ok", i, b, err)
+			}
 		}
 	})
 
