@@ -33,9 +33,7 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 		"(0 means 8998, SGLang's default)"
 	fs.IntVar(&cfg.BootstrapPort, "bootstrap-port", 0, bpHelp)
 	fs.IntVar(&cfg.BootstrapPort, "disaggregation-bootstrap-port", 0, "same as --bootstrap-port")
-	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve gRPC on the same port (HTTP/2 with prior knowledge, on grpc-go's transport): the --protocol engine's own (SGLang's scheduler or vLLM's engine service) and sluice.worker.v1")
-	fs.BoolVar(&cfg.EngineGRPCOnly, "grpc-engine-only", false, "with --grpc: serve only the engine's own gRPC service, not sluice.worker.v1, as a real engine does")
-	fs.BoolVar(&cfg.ByteTokenIDs, "grpc-byte-token-ids", false, "the engine's token ids are UTF-8 bytes: gRPC Generate's output ids, and over HTTP text prompts' ids and output_ids/token_ids (a byte-level tokenizer whose ids 0-255 are the bytes decodes them)")
+	grpcFlags(fs, cfg)
 	var models stringList
 	fs.Var(&models, "model", "served model id (repeatable; default sim-model)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "output PRNG seed")
@@ -46,17 +44,9 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 	fs.IntVar(&cfg.DPSize, "data-parallel-size", d.DPSize, "same as --dp-size")
 	kvConnector := fs.String("kv-connector", "", "vllm: the KV connector, nixl (default: prefill first, then decode) or mooncake "+
 		"(legs in parallel, the decode pulls from the prefill's bootstrap server)")
-	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests "+
-		"(sglang --max-running-requests; an sglang decode also pre-allocates up to 2x more when it is at most 32)")
-	fs.IntVar(&cfg.MaxRunningRequests, "max-num-seqs", d.MaxRunningRequests, "same as --max-running-requests (vllm's name)")
-	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
+	batchFlags(fs, cfg, d)
 	itlBase := fs.Float64("itl-base-ms", float64(d.ITLBase)/float64(time.Millisecond), "inter-token latency, fixed part (ms)")
 	itlPerSeq := fs.Float64("itl-per-seq-ms", float64(d.ITLPerSeq)/float64(time.Millisecond), "inter-token latency per sequence in the decode batch (ms)")
-	fs.Int64Var(&cfg.KVCapacityTokens, "kv-capacity-tokens", d.KVCapacityTokens, "KV budget: running requests hold prompt+max_tokens tokens")
-	fs.IntVar(&cfg.BlockSize, "block-size", d.BlockSize, "prefix cache block size (tokens)")
-	fs.Int64Var(&cfg.PrefixCacheTokens, "prefix-cache-tokens", 0, "prefix cache capacity in tokens (default: kv capacity)")
-	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
-	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
 	bootTimeout := fs.Float64("bootstrap-timeout-secs", d.BootstrapTimeout.Seconds(),
 		"sglang PD: how long a prefill waits for its decode to connect and a decode waits for the KV (SGLang's default is 300); "+
 			"vllm mooncake: how long a decode's pull waits for the prefill's KV (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, 480 in vLLM)")
@@ -81,6 +71,27 @@ func engineFlags(fs *flag.FlagSet, cfg *Config) (finish func() error) {
 		}
 		return cfg.Validate()
 	}
+}
+
+// grpcFlags binds what the engine serves over gRPC.
+func grpcFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.BoolVar(&cfg.GRPC, "grpc", false, "also serve gRPC on the same port (HTTP/2 with prior knowledge, on grpc-go's transport): the --protocol engine's own (SGLang's scheduler or vLLM's engine service) and sluice.worker.v1")
+	fs.BoolVar(&cfg.EngineGRPCOnly, "grpc-engine-only", false, "with --grpc: serve only the engine's own gRPC service, not sluice.worker.v1, as a real engine does")
+	fs.BoolVar(&cfg.ByteTokenIDs, "grpc-byte-token-ids", false, "the engine's token ids are UTF-8 bytes: gRPC Generate's output ids, and over HTTP text prompts' ids and output_ids/token_ids (a byte-level tokenizer whose ids 0-255 are the bytes decodes them)")
+}
+
+// batchFlags binds the batching, capacity and output-length model (the inter-token latencies are
+// durations, converted when the flags are parsed, so engineFlags binds them).
+func batchFlags(fs *flag.FlagSet, cfg *Config, d Config) {
+	fs.IntVar(&cfg.MaxRunningRequests, "max-running-requests", d.MaxRunningRequests, "continuous batching: max running requests "+
+		"(sglang --max-running-requests; an sglang decode also pre-allocates up to 2x more when it is at most 32)")
+	fs.IntVar(&cfg.MaxRunningRequests, "max-num-seqs", d.MaxRunningRequests, "same as --max-running-requests (vllm's name)")
+	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", d.PrefillTokensPerSec, "prefill speed on uncached prompt tokens")
+	fs.Int64Var(&cfg.KVCapacityTokens, "kv-capacity-tokens", d.KVCapacityTokens, "KV budget: running requests hold prompt+max_tokens tokens")
+	fs.IntVar(&cfg.BlockSize, "block-size", d.BlockSize, "prefix cache block size (tokens)")
+	fs.Int64Var(&cfg.PrefixCacheTokens, "prefix-cache-tokens", 0, "prefix cache capacity in tokens (default: kv capacity)")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output length when max_tokens is absent")
+	fs.IntVar(&cfg.InstantOutputTokens, "instant-output-tokens", d.InstantOutputTokens, "instant mode: output length cap")
 }
 
 // usageHeader introduces --help: what the engines are and where their limits are written down.
