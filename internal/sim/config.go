@@ -150,75 +150,43 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) applyDefaults() {
-	if c.Role == "" {
-		c.Role = RoleRegular
-	}
-	if c.Protocol == "" {
-		c.Protocol = ProtocolSGLang
-	}
-	if c.Mode == "" {
-		c.Mode = ModeRealistic
-	}
-	if c.Host == "" {
-		c.Host = "127.0.0.1"
-	}
+	orDefault(&c.Role, RoleRegular)
+	orDefault(&c.Protocol, ProtocolSGLang)
+	orDefault(&c.Mode, ModeRealistic)
+	orDefault(&c.Host, "127.0.0.1")
 	if len(c.Models) == 0 {
 		c.Models = []string{"sim-model"}
 	}
-	if c.ContextLength == 0 {
-		c.ContextLength = DefaultContextLength
+	orDefault(&c.ContextLength, DefaultContextLength)
+	orDefault(&c.DPSize, 1)
+	if c.Protocol == ProtocolVLLM {
+		orDefault(&c.KVConnector, ConnectorNIXL)
 	}
-	if c.DPSize == 0 {
-		c.DPSize = 1
+	if c.Role == RoleDecode && c.Protocol == ProtocolSGLang {
+		orDefault(&c.BootstrapPort, DefaultBootstrapPort)
 	}
-	if c.KVConnector == "" && c.Protocol == ProtocolVLLM {
-		c.KVConnector = ConnectorNIXL
-	}
-	if c.BootstrapPort == 0 && c.Role == RoleDecode && c.Protocol == ProtocolSGLang {
-		c.BootstrapPort = DefaultBootstrapPort
-	}
-	if c.MaxRunningRequests == 0 {
-		c.MaxRunningRequests = 256
-	}
-	if c.PrefillTokensPerSec == 0 {
-		c.PrefillTokensPerSec = 8000
-	}
-	if c.ITLBase == 0 {
-		c.ITLBase = 6 * time.Millisecond
-	}
-	if c.ITLPerSeq == 0 {
-		c.ITLPerSeq = 350 * time.Microsecond
-	}
-	if c.KVCapacityTokens == 0 {
-		c.KVCapacityTokens = 524288
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = 16
-	}
+	orDefault(&c.MaxRunningRequests, 256)
+	orDefault(&c.PrefillTokensPerSec, 8000)
+	orDefault(&c.ITLBase, 6*time.Millisecond)
+	orDefault(&c.ITLPerSeq, 350*time.Microsecond)
+	orDefault(&c.KVCapacityTokens, 524288)
+	orDefault(&c.BlockSize, 16)
 	c.KVEvents.applyDefaults()
-	if c.PrefixCacheTokens == 0 {
-		c.PrefixCacheTokens = c.KVCapacityTokens
-	}
-	if c.DefaultMaxTokens == 0 {
-		c.DefaultMaxTokens = 16
-	}
-	if c.InstantOutputTokens == 0 {
-		c.InstantOutputTokens = 8
-	}
-	if c.BootstrapTimeout == 0 {
-		c.BootstrapTimeout = 30 * time.Second
-	}
-	if c.RoomTTL == 0 {
-		c.RoomTTL = 2 * c.BootstrapTimeout
-	}
-	if c.MaxRooms == 0 {
-		c.MaxRooms = 65536
-	}
-	if c.Faults.SlownessFactor == 0 {
-		c.Faults.SlownessFactor = 1
-	}
-	if c.Faults.ErrorStatus == 0 {
-		c.Faults.ErrorStatus = 503
+	orDefault(&c.PrefixCacheTokens, c.KVCapacityTokens)
+	orDefault(&c.DefaultMaxTokens, 16)
+	orDefault(&c.InstantOutputTokens, 8)
+	orDefault(&c.BootstrapTimeout, 30*time.Second)
+	orDefault(&c.RoomTTL, 2*c.BootstrapTimeout)
+	orDefault(&c.MaxRooms, 65536)
+	orDefault(&c.Faults.SlownessFactor, 1)
+	orDefault(&c.Faults.ErrorStatus, 503)
+}
+
+// orDefault sets *p to v when *p is its type's zero value (a flag or field left unset).
+func orDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
 	}
 }
 
@@ -228,6 +196,21 @@ var ErrInvalidConfig = errors.New("sim: invalid config")
 // Validate applies defaults and checks ranges.
 func (c *Config) Validate() error {
 	c.applyDefaults()
+	errs := append(c.engineErrors(), c.rangeErrors()...)
+	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.KVEvents.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// engineErrors checks which engine is simulated: its role, protocol, mode and KV connector.
+func (c *Config) engineErrors() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch c.Role {
@@ -252,6 +235,19 @@ func (c *Config) Validate() error {
 	default:
 		bad("mode %q: want realistic or instant", c.Mode)
 	}
+	switch {
+	case c.Protocol == ProtocolVLLM && c.KVConnector != ConnectorNIXL && c.KVConnector != ConnectorMooncake:
+		bad("kv connector %q: want nixl or mooncake", c.KVConnector)
+	case c.Protocol != ProtocolVLLM && c.KVConnector != "":
+		bad("kv connector %q: only vLLM engines have a KV connector (SGLang's transfer backend is not simulated)", c.KVConnector)
+	}
+	return errs
+}
+
+// rangeErrors checks the addresses, models and the numbers of the performance model.
+func (c *Config) rangeErrors() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
 		bad("host %q: want an IP address", c.Host)
 	}
@@ -271,12 +267,6 @@ func (c *Config) Validate() error {
 	}
 	if c.DPSize < 0 || c.DPSize > MaxDPSize {
 		bad("dp size %d not in [1, %d]", c.DPSize, MaxDPSize)
-	}
-	switch {
-	case c.Protocol == ProtocolVLLM && c.KVConnector != ConnectorNIXL && c.KVConnector != ConnectorMooncake:
-		bad("kv connector %q: want nixl or mooncake", c.KVConnector)
-	case c.Protocol != ProtocolVLLM && c.KVConnector != "":
-		bad("kv connector %q: only vLLM engines have a KV connector (SGLang's transfer backend is not simulated)", c.KVConnector)
 	}
 	if c.MaxRunningRequests < 0 {
 		bad("max running requests %d < 1", c.MaxRunningRequests)
@@ -302,16 +292,7 @@ func (c *Config) Validate() error {
 	if c.BootstrapTimeout < 0 || c.RoomTTL < 0 || c.MaxRooms < 0 {
 		bad("bootstrap timeout, room TTL and max rooms must be positive")
 	}
-	if err := c.Faults.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.KVEvents.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 // hasBootstrapServer reports whether the engine runs a bootstrap server: an SGLang prefill's
