@@ -61,52 +61,15 @@ func embedInputs(raw json.RawMessage, tok *tokenizer.Tokenizer) ([][]uint32, err
 }
 
 func (t *Transport) embed(req *http.Request, e *engineEntry, raw []byte) (*http.Response, error) {
-	bad := func(param, msg string) (*http.Response, error) {
-		return errorResponse(req, http.StatusBadRequest, msg, "invalid_request_error", param, "invalid_request_error"), nil
-	}
-	var r embedJSON
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return bad("", "invalid JSON body: "+err.Error())
-	}
-	if r.Dimensions != nil {
-		return bad("dimensions", "dimensions is not carried by the engines' Embed RPC")
-	}
-	if r.EncodingFormat != "" && r.EncodingFormat != "float" && r.EncodingFormat != "base64" {
-		return bad("encoding_format", "encoding_format must be float or base64, got "+strconv.Quote(r.EncodingFormat))
-	}
-	ins, err := embedInputs(r.Input, e.Tokenizer)
-	if err != nil {
-		return bad("input", err.Error())
-	}
-	for _, ids := range ins {
-		if len(ids) == 0 {
-			return bad("input", "an input is empty")
-		}
-		if e.ContextLength > 0 && len(ids) >= e.ContextLength {
-			return contextExceeded(req, &call{route: body.RouteEmbeddings, ids: ids}, e.ContextLength), nil
-		}
-	}
-	model := r.Model
-	if model == "" {
-		model = e.Model
+	r, ins, answer := embedRequest(req, e, raw)
+	if answer != nil {
+		return answer, nil
 	}
 	rid := req.Header.Get("X-Request-Id")
 	if rid == "" {
 		rid = t.newID()
 	}
-	var dst []byte
-	if e.Protocol == enginegrpc.VLLM {
-		dst = append(dst, `{"id":`...)
-		dst = jsonx.AppendString(dst, "embd-"+rid)
-		dst = append(dst, `,"created":`...)
-		dst = strconv.AppendInt(dst, t.now().Unix(), 10)
-		dst = append(dst, ',')
-	} else {
-		dst = append(dst, '{')
-	}
-	dst = append(dst, `"object":"list","model":`...)
-	dst = jsonx.AppendString(dst, model)
-	dst = append(dst, `,"data":[`...)
+	dst := t.appendEmbedHead(nil, e, rid, r.Model)
 	prompt := 0
 	for i, ids := range ins {
 		id := rid
@@ -137,6 +100,56 @@ func (t *Transport) embed(req *http.Request, e *engineEntry, raw []byte) (*http.
 	dst = strconv.AppendInt(dst, int64(prompt), 10)
 	dst = append(dst, `,"completion_tokens":0,"prompt_tokens_details":null}}`...)
 	return jsonResponse(req, http.StatusOK, dst), nil
+}
+
+// embedRequest reads and checks an embeddings request and tokenizes its inputs; answer, when not
+// nil, is the engine's answer to a bad request. The model defaults to the engine's.
+func embedRequest(req *http.Request, e *engineEntry, raw []byte) (r embedJSON, ins [][]uint32, answer *http.Response) {
+	bad := func(param, msg string) (embedJSON, [][]uint32, *http.Response) {
+		return r, nil, errorResponse(req, http.StatusBadRequest, msg, "invalid_request_error", param, "invalid_request_error")
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return bad("", "invalid JSON body: "+err.Error())
+	}
+	if r.Dimensions != nil {
+		return bad("dimensions", "dimensions is not carried by the engines' Embed RPC")
+	}
+	if r.EncodingFormat != "" && r.EncodingFormat != "float" && r.EncodingFormat != "base64" {
+		return bad("encoding_format", "encoding_format must be float or base64, got "+strconv.Quote(r.EncodingFormat))
+	}
+	ins, err := embedInputs(r.Input, e.Tokenizer)
+	if err != nil {
+		return bad("input", err.Error())
+	}
+	for _, ids := range ins {
+		if len(ids) == 0 {
+			return bad("input", "an input is empty")
+		}
+		if e.ContextLength > 0 && len(ids) >= e.ContextLength {
+			return r, nil, contextExceeded(req, &call{route: body.RouteEmbeddings, ids: ids}, e.ContextLength)
+		}
+	}
+	if r.Model == "" {
+		r.Model = e.Model
+	}
+	return r, ins, nil
+}
+
+// appendEmbedHead appends the answer's fields before its data: vLLM's id and created, then the
+// object and model both engines give.
+func (t *Transport) appendEmbedHead(dst []byte, e *engineEntry, rid, model string) []byte {
+	if e.Protocol == enginegrpc.VLLM {
+		dst = append(dst, `{"id":`...)
+		dst = jsonx.AppendString(dst, "embd-"+rid)
+		dst = append(dst, `,"created":`...)
+		dst = strconv.AppendInt(dst, t.now().Unix(), 10)
+		dst = append(dst, ',')
+	} else {
+		dst = append(dst, '{')
+	}
+	dst = append(dst, `"object":"list","model":`...)
+	dst = jsonx.AppendString(dst, model)
+	return append(dst, `,"data":[`...)
 }
 
 // embedFailed answers an Embed error as failed answers a Generate's.
