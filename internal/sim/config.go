@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -150,44 +151,36 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) applyDefaults() {
-	orDefault(&c.Role, RoleRegular)
-	orDefault(&c.Protocol, ProtocolSGLang)
-	orDefault(&c.Mode, ModeRealistic)
-	orDefault(&c.Host, "127.0.0.1")
+	c.Role = cmp.Or(c.Role, RoleRegular)
+	c.Protocol = cmp.Or(c.Protocol, ProtocolSGLang)
+	c.Mode = cmp.Or(c.Mode, ModeRealistic)
+	c.Host = cmp.Or(c.Host, "127.0.0.1")
 	if len(c.Models) == 0 {
 		c.Models = []string{"sim-model"}
 	}
-	orDefault(&c.ContextLength, DefaultContextLength)
-	orDefault(&c.DPSize, 1)
+	c.ContextLength = cmp.Or(c.ContextLength, DefaultContextLength)
+	c.DPSize = cmp.Or(c.DPSize, 1)
 	if c.Protocol == ProtocolVLLM {
-		orDefault(&c.KVConnector, ConnectorNIXL)
+		c.KVConnector = cmp.Or(c.KVConnector, ConnectorNIXL)
 	}
 	if c.Role == RoleDecode && c.Protocol == ProtocolSGLang {
-		orDefault(&c.BootstrapPort, DefaultBootstrapPort)
+		c.BootstrapPort = cmp.Or(c.BootstrapPort, DefaultBootstrapPort)
 	}
-	orDefault(&c.MaxRunningRequests, 256)
-	orDefault(&c.PrefillTokensPerSec, 8000)
-	orDefault(&c.ITLBase, 6*time.Millisecond)
-	orDefault(&c.ITLPerSeq, 350*time.Microsecond)
-	orDefault(&c.KVCapacityTokens, 524288)
-	orDefault(&c.BlockSize, 16)
+	c.MaxRunningRequests = cmp.Or(c.MaxRunningRequests, 256)
+	c.PrefillTokensPerSec = cmp.Or(c.PrefillTokensPerSec, 8000)
+	c.ITLBase = cmp.Or(c.ITLBase, 6*time.Millisecond)
+	c.ITLPerSeq = cmp.Or(c.ITLPerSeq, 350*time.Microsecond)
+	c.KVCapacityTokens = cmp.Or(c.KVCapacityTokens, 524288)
+	c.BlockSize = cmp.Or(c.BlockSize, 16)
 	c.KVEvents.applyDefaults()
-	orDefault(&c.PrefixCacheTokens, c.KVCapacityTokens)
-	orDefault(&c.DefaultMaxTokens, 16)
-	orDefault(&c.InstantOutputTokens, 8)
-	orDefault(&c.BootstrapTimeout, 30*time.Second)
-	orDefault(&c.RoomTTL, 2*c.BootstrapTimeout)
-	orDefault(&c.MaxRooms, 65536)
-	orDefault(&c.Faults.SlownessFactor, 1)
-	orDefault(&c.Faults.ErrorStatus, 503)
-}
-
-// orDefault sets *p to v when *p is its type's zero value (a flag or field left unset).
-func orDefault[T comparable](p *T, v T) {
-	var zero T
-	if *p == zero {
-		*p = v
-	}
+	c.PrefixCacheTokens = cmp.Or(c.PrefixCacheTokens, c.KVCapacityTokens)
+	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 16)
+	c.InstantOutputTokens = cmp.Or(c.InstantOutputTokens, 8)
+	c.BootstrapTimeout = cmp.Or(c.BootstrapTimeout, 30*time.Second)
+	c.RoomTTL = cmp.Or(c.RoomTTL, 2*c.BootstrapTimeout)
+	c.MaxRooms = cmp.Or(c.MaxRooms, 65536)
+	c.Faults.SlownessFactor = cmp.Or(c.Faults.SlownessFactor, 1)
+	c.Faults.ErrorStatus = cmp.Or(c.Faults.ErrorStatus, 503)
 }
 
 // ErrInvalidConfig is wrapped by every configuration error.
