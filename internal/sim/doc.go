@@ -56,8 +56,9 @@
 //     engine-wide: DP-attention ranks run every forward step together. The same prompt on another rank
 //     misses the cache. How a request finds its rank is described under Disaggregation.
 //   - Faults multiply every modelled duration by SlownessFactor and add LatencyMS before the request starts;
-//     the others are errors, hangs, holds (released when cleared), dying connections, failing health,
-//     refused connections and, for a vLLM prefill, kv_transfer_params never returned (Faults).
+//     the others are errors, hangs, holds and mid-stream stalls (released when cleared), dying
+//     connections, failing health, refused connections and, for a vLLM prefill, kv_transfer_params
+//     never returned (Faults).
 //
 // "instant" mode has no admission, no prefill executor and no sleeps; every generation produces
 // min(max_tokens, Config.InstantOutputTokens) tokens. It exists to measure the gateway's own overhead.

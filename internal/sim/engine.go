@@ -63,6 +63,7 @@ type Engine struct {
 	lifeCancel context.CancelFunc
 	hold       chan struct{} // closed to release held requests (Faults.Hold); nil when not holding
 	holdSkip   int           // requests still let through the hold (Faults.HoldSkip)
+	stall      chan struct{} // closed to release stalled streams (Faults.StallAfterTokens); nil when none stall
 	serveWG    sync.WaitGroup
 	kvPubs     []*kvPublisher // per rank, with Config.KVEvents (kvevents.go)
 }
@@ -89,10 +90,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		IdleConnTimeout:     90 * time.Second,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 	}}
-	f := cfg.Faults
-	f.normalize()
-	e.setHold(f.Hold && f.appliesTo(cfg.Role), f.HoldSkip)
-	e.faults.Store(&f)
+	e.storeFaults(cfg.Faults)
 	e.stats.perPath = make(map[string]int64)
 	e.metrics = newEngineMetrics(e)
 	e.baseCtx, e.cancelBase = context.WithCancel(context.Background())
@@ -265,10 +263,18 @@ func (e *Engine) SetFaults(f Faults) error {
 	if err := f.validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	f = e.storeFaults(f)
+	return e.applyRefuse(f.RefuseConnections && f.appliesTo(e.cfg.Role), 0)
+}
+
+// storeFaults makes f (normalised) the engine's faults, opening or closing the hold and stall gates
+// to match, and returns what it stored.
+func (e *Engine) storeFaults(f Faults) Faults {
 	f.normalize()
 	e.setHold(f.Hold && f.appliesTo(e.cfg.Role), f.HoldSkip)
+	e.setStall(f.StallAfterTokens > 0 && f.appliesTo(e.cfg.Role))
 	e.faults.Store(&f)
-	return e.applyRefuse(f.RefuseConnections && f.appliesTo(e.cfg.Role), 0)
+	return f
 }
 
 // setHold opens or closes the gate held requests wait on; clearing it releases every one of them.
@@ -284,6 +290,26 @@ func (e *Engine) setHold(hold bool, skip int) {
 		close(e.hold)
 		e.hold = nil
 	}
+}
+
+// setStall opens or closes the gate stalled streams wait on; clearing it releases every one of them.
+func (e *Engine) setStall(stall bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case stall && e.stall == nil:
+		e.stall = make(chan struct{})
+	case !stall && e.stall != nil:
+		close(e.stall)
+		e.stall = nil
+	}
+}
+
+// stalling is the channel a stalled stream waits on, nil when no stall is set.
+func (e *Engine) stalling() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stall
 }
 
 // held is the channel a held request waits on, nil when nothing is held or the request is one of

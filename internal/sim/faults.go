@@ -29,6 +29,10 @@ type Faults struct {
 	SlownessFactor float64 `json:"slowness_factor"`
 	// DieAfterTokens, when > 0, aborts the connection after that many output tokens were written.
 	DieAfterTokens int `json:"die_after_tokens"`
+	// StallAfterTokens, when > 0, stops each stream that starts while it is set after that many
+	// output tokens, until it is cleared (or the client goes away): an engine stuck mid-answer. A
+	// test uses it to keep a stream in its middle for as long as its scenario needs.
+	StallAfterTokens int `json:"stall_after_tokens"`
 	// DieBeforeFirstToken aborts a streamed answer's connection after its head, before its first token:
 	// an engine that dies between accepting a stream and generating. (SGLang's OpenAI routes write the
 	// head with their first chunk, so there the connection breaks before any answer.)
@@ -72,6 +76,9 @@ func (f *Faults) validate() error {
 	if f.DieAfterTokens < 0 {
 		errs = append(errs, fmt.Errorf("die_after_tokens %d < 0", f.DieAfterTokens))
 	}
+	if f.StallAfterTokens < 0 {
+		errs = append(errs, fmt.Errorf("stall_after_tokens %d < 0", f.StallAfterTokens))
+	}
 	return errors.Join(errs...)
 }
 
@@ -97,6 +104,8 @@ type requestFaults struct {
 	latency        time.Duration
 	slowness       float64
 	dieAfter       int
+	stallAfter     int             // tokens before the stream stalls (0: never)
+	stalled        <-chan struct{} // closed when the stall is cleared (set by applyRequestFaults)
 	dieBeforeFirst bool
 	omitKV         bool
 }
@@ -122,6 +131,7 @@ func (f *Faults) forRequest(role Role, path string, generation bool, randFloat f
 	rf.latency = time.Duration(f.LatencyMS * float64(time.Millisecond))
 	rf.slowness = f.SlownessFactor
 	rf.dieAfter = f.DieAfterTokens
+	rf.stallAfter = f.StallAfterTokens
 	rf.dieBeforeFirst = f.DieBeforeFirstToken
 	return rf
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -257,6 +258,76 @@ func TestFaultDieAfterTokens(t *testing.T) {
 	setFaults(t, c, e, `{"die_after_tokens":0}`)
 	if status, _ := post(t, c, e.URL()+"/v1/chat/completions", chatBody); status != 200 {
 		t.Errorf("after die off: %d", status)
+	}
+}
+
+// TestFaultStallAfterTokens: a stream started under stall_after_tokens 3 gives three tokens and then
+// nothing until the stall is cleared, when it ends whole; a stalled stream whose client goes away
+// ends at once.
+func TestFaultStallAfterTokens(t *testing.T) {
+	t.Parallel()
+	e := startEngine(t, Config{Mode: ModeInstant, InstantOutputTokens: 50})
+	c := testClient(t)
+	setFaults(t, c, e, `{"stall_after_tokens":3}`)
+	const stream = `{"messages":[{"role":"user","content":"hi"}],"max_tokens":10,"stream":true}`
+
+	open := func(ctx context.Context) (*bufio.Reader, func()) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/chat/completions", strings.NewReader(stream))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return bufio.NewReader(resp.Body), func() { resp.Body.Close() }
+	}
+	// tokens reads events until n content tokens came, or the stream ended; it says how many came
+	// and whether [DONE] did.
+	tokens := func(r *bufio.Reader, n int) (got int, done bool) {
+		for got < n {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return got, false
+			}
+			ev, ok := strings.CutPrefix(strings.TrimSpace(line), "data: ")
+			switch {
+			case !ok:
+			case ev == "[DONE]":
+				return got, true
+			case strings.Contains(ev, `"content":"`) && !strings.Contains(ev, `"content":""`):
+				got++
+			}
+		}
+		return got, false
+	}
+
+	r, closeBody := open(t.Context())
+	defer closeBody()
+	if got, _ := tokens(r, 3); got != 3 {
+		t.Fatalf("%d tokens before the stall, want 3", got)
+	}
+	waitFor(t, "the stream to stall", func() bool { return e.Stats().Stalled == 1 })
+	if st := e.Stats(); st.InFlight != 1 || st.Completed != 0 {
+		t.Fatalf("after three tokens: in flight %d, completed %d; want the stream stalled (1, 0)", st.InFlight, st.Completed)
+	}
+	setFaults(t, c, e, `{"stall_after_tokens":0}`)
+	if got, done := tokens(r, 100); got != 7 || !done {
+		t.Errorf("after the stall: %d more tokens, [DONE] %v; want 7 and [DONE]", got, done)
+	}
+
+	// A client that leaves a stalled stream ends it.
+	setFaults(t, c, e, `{"stall_after_tokens":2}`)
+	ctx, cancel := context.WithCancel(t.Context())
+	r, closeStalled := open(ctx)
+	if got, _ := tokens(r, 2); got != 2 {
+		t.Fatalf("%d tokens before the stall, want 2", got)
+	}
+	cancel()
+	closeStalled()
+	waitFor(t, "the abandoned stream to end", func() bool { st := e.Stats(); return st.InFlight == 0 && st.Stalled == 0 })
+	if st := e.Stats(); st.Completed != 1 {
+		t.Errorf("completed %d, want 1 (the abandoned stream is not an answer)", st.Completed)
 	}
 }
 

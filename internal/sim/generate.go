@@ -213,6 +213,18 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	return res, nil
 }
 
+// waitStall waits, counted in Stats.Stalled, until the stall is cleared or ctx ends.
+func (e *Engine) waitStall(ctx context.Context, cleared <-chan struct{}) error {
+	e.stats.stalled.Add(1)
+	defer e.stats.stalled.Add(-1)
+	select {
+	case <-cleared:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // decode runs a sample's output loop: up to maxTokens tokens, each emitted, cut at a stop string or
 // stop token id, and a JSON-constrained sample ended by its EOS once its object is closed.
 func (e *Engine) decode(ctx context.Context, rf *requestFaults, sp *sampleSpec, maxTokens int, emit emitFunc, res *sampleResult) error {
@@ -230,6 +242,11 @@ func (e *Engine) decode(ctx context.Context, rf *requestFaults, sp *sampleSpec, 
 	}
 	res.finish = "length"
 	for i := 0; i < maxTokens; i++ {
+		if i > 0 && i == rf.stallAfter && rf.stalled != nil {
+			if err := e.waitStall(ctx, rf.stalled); err != nil {
+				return err
+			}
+		}
 		if i > 0 && realistic {
 			// DP-attention ranks run each decode step together: the whole engine's batch sets the pace.
 			itl := e.cfg.ITLBase + time.Duration(e.decoding.Load())*e.cfg.ITLPerSeq

@@ -177,10 +177,14 @@ func (e *Engine) claimRooms(samples []sampleSpec) (release func()) {
 	}
 }
 
-// applyRequestFaults injects the error, hang, hold and latency faults; a non-nil error ends the request.
+// applyRequestFaults injects the error, hang, hold and latency faults, and takes the stall the
+// request's stream will wait on; a non-nil error ends the request.
 func (e *Engine) applyRequestFaults(ctx context.Context, rf *requestFaults) error {
 	if rf.errorStatus != 0 {
 		return errInjected
+	}
+	if rf.stallAfter > 0 {
+		rf.stalled = e.stalling()
 	}
 	if rf.hang {
 		<-ctx.Done()

@@ -307,10 +307,7 @@ func (e *Engine) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 		writeSimError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f := p.Faults
-	f.normalize()
-	e.setHold(f.Hold && f.appliesTo(e.cfg.Role), f.HoldSkip)
-	e.faults.Store(&f)
+	f := e.storeFaults(p.Faults)
 	refuse := f.RefuseConnections && f.appliesTo(e.cfg.Role)
 	// Answer first: closing the listener also drops this connection's keep-alive.
 	writeJSON(w, http.StatusOK, f)

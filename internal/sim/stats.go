@@ -17,6 +17,7 @@ type counters struct {
 	failed              atomic.Int64
 	grpcAborts          atomic.Int64
 	grpcAbortable       atomic.Int64
+	stalled             atomic.Int64
 	bootstrapWaits      atomic.Int64
 	bootstrapWaiting    atomic.Int64
 	bootstrapTimeouts   atomic.Int64
@@ -68,6 +69,7 @@ type Stats struct {
 	Failed               int64 `json:"failed"`                  // generation requests ended with an error or a fault
 	GRPCAborts           int64 `json:"grpc_aborts"`             // engine gRPC: Generate calls ended by an Abort RPC
 	GRPCAbortable        int64 `json:"grpc_abortable"`          // engine gRPC: Generate calls an Abort would find now (parsed, their id known)
+	Stalled              int64 `json:"stalled"`                 // streams waiting for Faults.StallAfterTokens to be cleared
 	BootstrapWaits       int64 `json:"bootstrap_waits"`         // decode: rendezvous started (connected to a bootstrap server)
 	BootstrapWaiting     int64 `json:"bootstrap_waiting"`       // decode: rendezvous in progress
 	BootstrapTimeouts    int64 `json:"bootstrap_timeouts"`      // decode: rooms whose KV never arrived
@@ -159,6 +161,7 @@ func (e *Engine) Stats() Stats {
 		Failed:               e.stats.failed.Load(),
 		GRPCAborts:           e.stats.grpcAborts.Load(),
 		GRPCAbortable:        e.stats.grpcAbortable.Load(),
+		Stalled:              e.stats.stalled.Load(),
 		BootstrapWaits:       e.stats.bootstrapWaits.Load(),
 		BootstrapWaiting:     e.stats.bootstrapWaiting.Load(),
 		BootstrapTimeouts:    e.stats.bootstrapTimeouts.Load(),
