@@ -37,6 +37,23 @@ func (x *Dispatcher) MigrateFrom(workerURL string) int {
 	return n
 }
 
+// Movable is how many streams served by the worker at workerURL a drain would move now (what
+// MigrateFrom would return, without cutting anything): an operator's or a test's view of a drain
+// before it starts.
+func (x *Dispatcher) Movable(workerURL string) int {
+	engine := enginerpc.EngineKey(workerURL)
+	n := 0
+	for _, s := range x.live.Of(engine) {
+		if s.canMove() {
+			n++
+		}
+	}
+	if t := backend.EngineRPC(x.d.HTTP); t != nil {
+		n += t.Live(engine)
+	}
+	return n
+}
+
 // interruptible is the context of an HTTP-mode stream's attempt: the request's, cut alone by a drain.
 // Its cancel must be called when the attempt's answer is done with.
 func interruptible(ctx context.Context) (context.Context, context.CancelCauseFunc) {

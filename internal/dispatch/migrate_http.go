@@ -318,6 +318,13 @@ func (s *migratingStream) interrupt() bool {
 	return true
 }
 
+// canMove says whether interrupt would cut the stream now.
+func (s *migratingStream) canMove() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stop != nil && s.movable.Load()
+}
+
 // Close ends every attempt: the continuations', then the first's (which ends the request).
 func (s *migratingStream) Close() error {
 	s.reading("", nil)

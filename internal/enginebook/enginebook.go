@@ -44,3 +44,10 @@ func (b *Book[T]) Of(engine string) []T {
 	}
 	return out
 }
+
+// Len is how many values are recorded for engine now.
+func (b *Book[T]) Len(engine string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m[engine])
+}

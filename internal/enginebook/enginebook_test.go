@@ -11,6 +11,9 @@ func TestBook(t *testing.T) {
 	rm1 := b.Add("grpc://a:1", 1)
 	rm2 := b.Add("grpc://a:1", 2)
 	b.Add("grpc://b:1", 3)
+	if n := b.Len("grpc://a:1"); n != 2 {
+		t.Fatalf("Len(a) = %d, want 2", n)
+	}
 	got := b.Of("grpc://a:1")
 	slices.Sort(got)
 	if !slices.Equal(got, []int{1, 2}) {
@@ -22,7 +25,7 @@ func TestBook(t *testing.T) {
 		t.Fatalf("after removing 1: %v", got)
 	}
 	rm2()
-	if got := b.Of("grpc://a:1"); len(got) != 0 || len(b.m) != 1 {
+	if got := b.Of("grpc://a:1"); len(got) != 0 || len(b.m) != 1 || b.Len("grpc://a:1") != 0 {
 		t.Fatalf("after removing 2: %v, %d engines kept", got, len(b.m))
 	}
 }

@@ -57,6 +57,9 @@ func TestMigrationOnDrain(t *testing.T) {
 				}
 				return false
 			})
+			if n := gw.Dispatcher.Movable(serving); n != 1 {
+				t.Errorf("Movable(%s) = %d before the drain, want 1", serving, n)
+			}
 			admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, gw.URL)
 			if _, err := admin.DrainWorker(context.Background(), &adminv1.DrainWorkerRequest{Id: workerID(t, gw, serving)}); err != nil {
 				t.Fatal(err)
@@ -69,6 +72,9 @@ func TestMigrationOnDrain(t *testing.T) {
 			}
 			released(t, gw)
 			waitFor(t, "the drained worker holds nothing", 10*time.Second, func() bool { return workerLoad(gw, serving) == 0 })
+			if n := gw.Dispatcher.Movable(serving); n != 0 {
+				t.Errorf("Movable(%s) = %d after the drain, want 0", serving, n)
+			}
 		})
 	}
 }

@@ -18,7 +18,7 @@ import (
 // TestRollingDecodeUpdateGRPC is a rolling update of the decode pods of engines discovered in gRPC
 // mode (--service-discovery-protocol grpc), under steady streaming load (#36, docs/kubernetes.md): each
 // old decode pod is replaced by a new one (created and ready first, as a Deployment's surge does), then
-// deleted while it streams. Every client stream must complete with the text of an uninterrupted run.
+// deleted while it streams (inTheMiddle: one of its streams surely is when the pod goes). Every client stream must complete with the text of an uninterrupted run.
 // "killed": the old engine is also killed at once (a termination grace period shorter than the
 // answers, or an engine that exits at once on SIGTERM), and streams it still had migrate. "drained":
 // the old engine lives on; the drain of its deleted pod moves its streams (reason drain), so nothing
@@ -119,16 +119,27 @@ func rollingDecodeUpdate(t *testing.T, kill, grpc bool) {
 			}
 		})
 	}
-	// The rollout: a new pod first, then the old one goes, killed while it streams.
-	for _, step := range []struct{ old, oldIP, new, newIP string }{
+	// The rollout: a new pod first, then the old one goes while it streams.
+	for n, step := range []struct{ old, oldIP, new, newIP string }{
 		{"decode-old-0", d0, "decode-new-0", d2}, {"decode-old-1", d1, "decode-new-1", d3},
 	} {
 		pods.create(pods.pod(step.new, step.newIP, decode, true))
 		waitFor(t, step.new+" routed to", 10*time.Second, func() bool { return routable(gw, at(step.newIP)) })
-		waitFor(t, step.old+" streaming", 10*time.Second, func() bool { return workerLoad(gw, at(step.oldIP)) > 0 })
+		inTheMiddle(t, gw, engines[step.oldIP], at(step.oldIP))
 		pods.delete(step.old)
 		if kill {
 			engines[step.oldIP].Crash(time.Hour) // gone for good: its pod was deleted
+		}
+		waitFor(t, step.old+"'s streams moved", 10*time.Second, func() bool {
+			if kill {
+				return migrationCount(t, gw, "migrated") > float64(n)
+			}
+			return drainMigrations(t, gw) > float64(n)
+		})
+		if !kill { // the drained engine lives on: the streams it keeps end there
+			if err := engines[step.oldIP].SetFaults(sim.Faults{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	waitFor(t, "the old decode workers removed", 10*time.Second, func() bool {
@@ -144,6 +155,25 @@ func rollingDecodeUpdate(t *testing.T, kill, grpc bool) {
 	}
 	t.Logf("%d streams during the rollout, %v migrated", streams, migrationCount(t, gw, "migrated"))
 	released(t, gw)
+}
+
+// inTheMiddle makes the decode engine at url stall every stream it starts from now on after three
+// tokens, and waits until a stream the gateway could move is one of those: none can end before its
+// pod goes, however slow the machine, so its drain (or its kill) must move one.
+//   - Every stream the gateway has on the engine is stalled there: the engine's stalled count, read
+//     first, equals the gateway's load on it (a stalled stream cannot end, so the streams that started
+//     before the stall have all ended, at the engine and at the gateway).
+//   - Then the gateway has read one's first tokens: Movable counts it.
+func inTheMiddle(t *testing.T, gw *gateway, e *sim.Engine, url string) {
+	t.Helper()
+	if err := e.SetFaults(sim.Faults{StallAfterTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, url+" holding only stalled streams", 10*time.Second, func() bool {
+		stalled := e.Stats().Stalled
+		return stalled > 0 && workerLoad(gw, url) == stalled
+	})
+	waitFor(t, "a stream on "+url+" the gateway could move", 10*time.Second, func() bool { return gw.Dispatcher.Movable(url) > 0 })
 }
 
 // routable reports whether the gateway routes to the worker at url.

@@ -27,6 +27,11 @@ func (t *Transport) Interrupt(engine string) int {
 	return len(gs)
 }
 
+// Live is how many migratable streams are read from engine now: what Interrupt would cut.
+func (t *Transport) Live(engine string) int {
+	return t.live.Len(engine)
+}
+
 // interrupt cuts the generation's RPC for a drain.
 func (g *generation) interrupt() {
 	g.drained.Store(true)
