@@ -136,7 +136,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	out := x.response(resp, br, dw, pw)
 	out.pd = timing
 	out.legCtx = legCtx
-	releaseDecode := holdDecode(ctx, func() { x.releaseLoad(dw, dload) }) // or a migration first (migrate.go)
+	releaseDecode := holdDecode(ctx, out.Stream, func() { x.releaseLoad(dw, dload) }) // or a migration first (migrate.go)
 	finish := func() {
 		x.awaitPrefill(ctx, prefillDone)
 		cancelLegs(errRequestEnded)

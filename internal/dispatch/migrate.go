@@ -127,8 +127,12 @@ type decodeGuardsKey struct{}
 
 // holdDecode makes release once-only and, when the request can migrate, lets a migration run it
 // first. Register a guard only once the attempt holds it for its answer: a failed attempt releases
-// its own.
-func holdDecode(ctx context.Context, release func()) func() {
+// its own. An answer that is not a stream cannot migrate (canMigrate): its release is returned as it
+// is, for a caller that runs it once, and the context is not searched for guards it cannot hold.
+func holdDecode(ctx context.Context, stream bool, release func()) func() {
+	if !stream {
+		return release
+	}
 	once := sync.OnceFunc(release)
 	if g, ok := ctx.Value(decodeGuardsKey{}).(*decodeGuards); ok {
 		g.mu.Lock()

@@ -166,7 +166,7 @@ func holdSeat(ctx context.Context, seat *admission.Seat, run func() (*Response, 
 		return nil, err
 	}
 	// A migration gives the seat back as failed when the stream leaves this decode (migrate.go).
-	holdDecode(ctx, func() { seat.Release(admission.ReleaseFailed) })
+	holdDecode(ctx, resp.Stream, func() { seat.Release(admission.ReleaseFailed) })
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { seat.Release(admission.ReleaseCompleted) }}
 	handed = true
 	return resp, nil

@@ -77,6 +77,6 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	}
 	out := x.response(resp, a.br, dw, a.pw)
 	out.pd = timing
-	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, func() { x.releaseLoad(dw, dload) })}
+	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, func() { x.releaseLoad(dw, dload) })}
 	return out, nil
 }

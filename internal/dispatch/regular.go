@@ -61,7 +61,7 @@ func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w
 	}
 	out := x.response(resp, br, w, nil)
 	// A migration gives the load back as the stream leaves this worker (migrate.go).
-	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, func() { x.releaseLoad(w, load) })}
+	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, func() { x.releaseLoad(w, load) })}
 	return out, nil
 }
 
