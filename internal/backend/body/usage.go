@@ -136,6 +136,9 @@ func readUsage(obj []byte) (Usage, bool) {
 // a batch, or n samples, each reports its own).
 func UnaryUsage(route Route, body []byte) (Usage, bool) {
 	if route != RouteGenerate {
+		if obj, ok := tailUsage(body); ok {
+			return readUsage(obj)
+		}
 		m, ok := jsonscan.FindMember(body, 0, "usage")
 		if !ok || body[m.ValStart] != '{' {
 			return Usage{}, false
@@ -164,6 +167,77 @@ func UnaryUsage(route Route, body []byte) (Usage, bool) {
 		}
 	}
 	return sum, seen
+}
+
+// tailUsage finds the top-level "usage" object of an answer from its end, where the engines put it
+// (OpenAI's order; vLLM and SGLang add a few short members after it), without scanning the choices
+// before it. The last `"usage"` in the body is the object's member when its opening quote is not
+// escaped, a colon and an object follow it, and what follows that object is the rest of the answer:
+// members, then the closing brace and the end. Otherwise (a nested "usage", an escaped key, a body
+// that is not an answer object) it is not found, and the caller scans from the start.
+func tailUsage(body []byte) ([]byte, bool) {
+	i := len(body)
+	for { // bytes.LastIndex hashes every byte on its way; the quotes are few
+		if i = bytes.LastIndexByte(body[:i], '"'); i <= 0 {
+			return nil, false
+		}
+		if bytes.HasPrefix(body[i:], []byte(`"usage"`)) {
+			break
+		}
+	}
+	slashes := 0
+	for j := i - 1; j >= 0 && body[j] == '\\'; j-- {
+		slashes++
+	}
+	if slashes%2 == 1 {
+		return nil, false
+	}
+	c := jsonscan.SkipWS(body, i+len(`"usage"`))
+	if c >= len(body) || body[c] != ':' {
+		return nil, false
+	}
+	v := jsonscan.SkipWS(body, c+1)
+	if v >= len(body) || body[v] != '{' {
+		return nil, false
+	}
+	end, err := jsonscan.SkipValue(body, v)
+	if err != nil || !objectTail(body, end) {
+		return nil, false
+	}
+	return body[v:end], true
+}
+
+// objectTail says whether body[i:] is the rest of an object after one of its members: more members,
+// the closing brace, and nothing but whitespace after it.
+func objectTail(body []byte, i int) bool {
+	for {
+		i = jsonscan.SkipWS(body, i)
+		if i >= len(body) {
+			return false
+		}
+		switch body[i] {
+		case '}':
+			return jsonscan.SkipWS(body, i+1) == len(body)
+		case ',':
+		default:
+			return false
+		}
+		k := jsonscan.SkipWS(body, i+1)
+		if k >= len(body) || body[k] != '"' {
+			return false
+		}
+		end, _, err := jsonscan.ScanString(body, k)
+		if err != nil {
+			return false
+		}
+		c := jsonscan.SkipWS(body, end)
+		if c >= len(body) || body[c] != ':' {
+			return false
+		}
+		if i, err = jsonscan.SkipValue(body, jsonscan.SkipWS(body, c+1)); err != nil {
+			return false
+		}
+	}
 }
 
 // generateMetaUsage reads meta_info's counts of the /generate answer object at body[i].

@@ -1,8 +1,11 @@
 package body
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/jsonscan"
 )
 
 func TestScanFrameUsage(t *testing.T) {
@@ -86,6 +89,13 @@ func TestUnaryUsage(t *testing.T) {
 		{"embeddings", RouteEmbeddings, `{"data":[],"usage":{"prompt_tokens":3,"total_tokens":3}}`, Usage{3, 0}, true},
 		{"responses", RouteResponses, `{"output":[],"usage":{"input_tokens":6,"output_tokens":4,"total_tokens":10}}`, Usage{6, 4}, true},
 		{"messages", RouteMessages, `{"content":[],"usage":{"input_tokens":6,"output_tokens":4}}`, Usage{6, 4}, true},
+		{"vllm members after usage", RouteChat, `{"id":"x","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}, "prompt_logprobs":null,"prompt_token_ids":null,"kv_transfer_params":{"a":[1,{"b":"}"}]}}` + "\n", Usage{5, 9}, true},
+		{"sglang metadata after usage", RouteChat, `{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3},"metadata":{"weight_version":"default"}}`, Usage{2, 3}, true},
+		{"nested usage after the top one", RouteChat, `{"usage":{"prompt_tokens":1,"completion_tokens":1},"meta":{"usage":{"prompt_tokens":9,"completion_tokens":9}}}`, Usage{1, 1}, true},
+		{"nested usage only", RouteChat, `{"choices":[{"usage":{"prompt_tokens":9,"completion_tokens":9}}]}`, Usage{}, false},
+		{"escaped key ends in usage", RouteChat, `{"usage":{"prompt_tokens":1,"completion_tokens":1},"x\"usage":{"prompt_tokens":7,"completion_tokens":7}}`, Usage{1, 1}, true},
+		{"usage as a string value", RouteChat, `{"usage":{"prompt_tokens":1,"completion_tokens":2},"note":"usage"}`, Usage{1, 2}, true},
+		{"last of two top-level usages", RouteChat, `{"usage":{"prompt_tokens":1,"completion_tokens":1},"usage":{"prompt_tokens":3,"completion_tokens":4}}`, Usage{3, 4}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,6 +105,33 @@ func TestUnaryUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzUnaryUsage: reading the usage from the answer's end gives what a scan from its start gives,
+// for every valid JSON body.
+func FuzzUnaryUsage(f *testing.F) {
+	for _, b := range []string{
+		`{"id":"x","choices":[{"message":{"content":"\"usage\""}}],"usage":{"prompt_tokens":5,"completion_tokens":9}}`,
+		`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9},"prompt_token_ids":null,"kv_transfer_params":{"a":[1]}}`,
+		`{"usage":{"prompt_tokens":1,"completion_tokens":1},"meta":{"usage":{"prompt_tokens":9,"completion_tokens":9}}}`,
+		`{"usage":{"prompt_tokens":1},"x\"usage":{"prompt_tokens":7}}`,
+		`{"a":"\\","usage":{"completion_tokens":3}}`,
+		`[{"usage":{"prompt_tokens":1}}]`,
+	} {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return // an engine's answer that is not JSON is not read from its end alike
+		}
+		want, wantOK := Usage{}, false
+		if m, ok := jsonscan.FindMember(b, jsonscan.SkipWS(b, 0), "usage"); ok && b[m.ValStart] == '{' {
+			want, wantOK = readUsage(m.Value(b))
+		}
+		if got, ok := UnaryUsage(RouteChat, b); got != want || ok != wantOK {
+			t.Errorf("UnaryUsage(%s) = %+v, %v; a scan from the start reads %+v, %v", b, got, ok, want, wantOK)
+		}
+	})
 }
 
 func TestGenerateFrameUsage(t *testing.T) {
@@ -152,4 +189,30 @@ func BenchmarkScanFrameUsage(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkUnaryUsage reads the usage of a vLLM chat answer of 64 tokens, from its end (UnaryUsage)
+// and, as the baseline, by a scan from its start.
+func BenchmarkUnaryUsage(b *testing.B) {
+	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("lorem ipsum dolor sit amet ", 13) + `","tool_calls":[]},"logprobs":null,"finish_reason":"length","stop_reason":null}],` +
+		`"usage":{"prompt_tokens":64,"total_tokens":128,"completion_tokens":64},"prompt_logprobs":null,"kv_transfer_params":null}`)
+	b.Run("from-end", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok := UnaryUsage(RouteChat, answer); !ok {
+				b.Fatal("no usage")
+			}
+		}
+	})
+	b.Run("from-start", func(b *testing.B) {
+		for b.Loop() {
+			m, ok := jsonscan.FindMember(answer, 0, "usage")
+			if !ok {
+				b.Fatal("no usage")
+			}
+			if _, ok := readUsage(m.Value(answer)); !ok {
+				b.Fatal("no usage")
+			}
+		}
+	})
 }
