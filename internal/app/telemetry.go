@@ -26,8 +26,8 @@ func (a *App) newTelemetry(ctx context.Context, cfg *config.Config, injected *te
 	return a.tp.Tracer("github.com/sluicegw/sluice"), nil
 }
 
-// registerCollectors registers the collectors read at scrape time: breaker states, rank loads and
-// the gateway's state.
+// registerCollectors registers the collectors read at scrape time: breaker states, worker and rank
+// loads and the gateway's state.
 func (a *App) registerCollectors(cfg *config.Config) {
 	telemetry.RegisterBreakerCollector(a.Prom, func() []telemetry.BreakerSample {
 		now := time.Now()
@@ -35,6 +35,14 @@ func (a *App) registerCollectors(cfg *config.Config) {
 		out := make([]telemetry.BreakerSample, len(all))
 		for i, w := range all {
 			out[i] = telemetry.BreakerSample{Worker: w.URL(), State: int(w.Breaker().State(now))}
+		}
+		return out
+	})
+	telemetry.RegisterActiveCollector(a.Prom, func() []telemetry.ActiveSample {
+		all := a.Registry.Snapshot().All()
+		out := make([]telemetry.ActiveSample, len(all))
+		for i, w := range all {
+			out[i] = telemetry.ActiveSample{Worker: w.URL(), Load: w.Load()}
 		}
 		return out
 	})

@@ -53,7 +53,6 @@ type Metrics interface {
 	// ClassTimeout or ClassStream (failures with a status are classed from ObserveUpstream's).
 	IncWorkerError(worker, class string)
 	IncRetry()
-	AddWorkerActive(worker string, delta float64)
 	// ObservePrefill records a prefill leg that succeeded, by KV handoff label.
 	ObservePrefill(handoff string, d time.Duration, sc trace.SpanContext)
 	// IncKVTransferFallback counts a decode sent without KV transfer parameters, by handoff label.
@@ -232,7 +231,6 @@ type nopMetrics struct{}
 func (nopMetrics) ObserveUpstream(string, int)                             {}
 func (nopMetrics) IncWorkerError(string, string)                           {}
 func (nopMetrics) IncRetry()                                               {}
-func (nopMetrics) AddWorkerActive(string, float64)                         {}
 func (nopMetrics) ObservePrefill(string, time.Duration, trace.SpanContext) {}
 func (nopMetrics) IncKVTransferFallback(string)                            {}
 func (nopMetrics) IncSplit(string, int)                                    {}

@@ -29,7 +29,6 @@ type fakeMetrics struct {
 	mu       sync.Mutex
 	upstream []string // "worker status"
 	retries  int
-	active   map[string]float64
 	errors   []string // "worker class"
 	events   []string // splits, skipped prefills, prefill legs
 	requests []RequestStats
@@ -45,15 +44,6 @@ func (m *fakeMetrics) IncRetry() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.retries++
-}
-
-func (m *fakeMetrics) AddWorkerActive(w string, delta float64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.active == nil {
-		m.active = map[string]float64{}
-	}
-	m.active[w] += delta
 }
 
 func (m *fakeMetrics) ObservePrefill(h string, _ time.Duration, _ trace.SpanContext) {
@@ -183,9 +173,6 @@ func TestDoRegularForwardsAndReleases(t *testing.T) {
 	_ = resp.Body.Close() // a second Close must not release the guard twice
 	if l := ws[0].Load(); l != 0 {
 		t.Errorf("worker load after Close = %d, want 0", l)
-	}
-	if a := m.active[srv.URL]; a != 0 {
-		t.Errorf("active-requests gauge after Close = %v, want 0", a)
 	}
 
 	up := <-got

@@ -101,8 +101,8 @@ func sameBody(body []byte) legBodies { return legBodies{prefill: body, decode: b
 func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request, pw, dw *worker.Worker,
 	legs legBodies, hold holder, merge logprobMerge) (*Response, error) {
 	legCtx, cancelLegs := context.WithCancelCause(ctx)
-	pload := x.acquireLoad(pw)
-	dload := x.acquireLoad(dw)
+	pload := pw.AcquireLoad()
+	dload := dw.AcquireLoad()
 	var pout prefillOutcome
 	prefillDone := make(chan struct{})
 	timing := &pdTiming{handoff: pw.Handoff().String(), start: x.now()}
@@ -110,7 +110,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 		defer close(prefillDone)
 		reason := admission.ReleaseCompleted
 		defer func() {
-			x.releaseLoad(pw, pload)
+			pload.Release()
 			hold.Release(reason)
 		}()
 		pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
@@ -130,13 +130,13 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	if err != nil {
 		cancelLegs(errDecodeFailed)
 		<-prefillDone
-		x.releaseLoad(dw, dload)
+		dload.Release()
 		return nil, legError(ctx, legCtx, err, pout.err)
 	}
 	out := x.response(resp, br, dw, pw)
 	out.pd = timing
 	out.legCtx = legCtx
-	releaseDecode := holdDecode(ctx, out.Stream, func() { x.releaseLoad(dw, dload) }) // or a migration first (migrate.go)
+	releaseDecode := holdDecode(ctx, out.Stream, dload.Release) // or a migration first (migrate.go)
 	finish := func() {
 		x.awaitPrefill(ctx, prefillDone)
 		cancelLegs(errRequestEnded)

@@ -35,10 +35,10 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot build the prefill request: "+err.Error())
 	}
-	pload := x.acquireLoad(a.pw)
+	pload := a.pw.AcquireLoad()
 	timing := &pdTiming{handoff: worker.HandoffNIXL.String(), start: x.now()}
 	pout, err := x.readLeg(ctx, a.pw, "prefill", a.br.Route.Path(), pbody, a.r, nil)
-	x.releaseLoad(a.pw, pload)
+	pload.Release()
 	if err != nil {
 		reason := admission.ReleaseFailed
 		if ctx.Err() != nil {
@@ -69,14 +69,14 @@ func (v vllmNIXL) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	dload := x.acquireLoad(dw)
+	dload := dw.AcquireLoad()
 	resp, err := x.call(ctx, dw, "decode", a.br.Route.Path(), dbody, a.r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
-		x.releaseLoad(dw, dload)
+		dload.Release()
 		return nil, err
 	}
 	out := x.response(resp, a.br, dw, a.pw)
 	out.pd = timing
-	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, func() { x.releaseLoad(dw, dload) })}
+	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, dload.Release)}
 	return out, nil
 }

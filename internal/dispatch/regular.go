@@ -53,15 +53,15 @@ func (x *Dispatcher) single(ctx context.Context, r *Request, br *body.Request, w
 	if err != nil {
 		return nil, err
 	}
-	load := x.acquireLoad(w)
+	load := w.AcquireLoad()
 	resp, err := x.callWith(ctx, w, leg, br.Route.EnginePath(string(w.Protocol())), s, r, nil) //nolint:bodyclose // closed through Response.Close
 	if err != nil {
-		x.releaseLoad(w, load)
+		load.Release()
 		return nil, err
 	}
 	out := x.response(resp, br, w, nil)
 	// A migration gives the load back as the stream leaves this worker (migrate.go).
-	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, func() { x.releaseLoad(w, load) })}
+	out.Body = &onClose{ReadCloser: resp.Body, fn: holdDecode(ctx, out.Stream, load.Release)}
 	return out, nil
 }
 
@@ -78,19 +78,6 @@ func (x *Dispatcher) singleSender(r *Request, br *body.Request, w *worker.Worker
 		return nil, err
 	}
 	return jsonLeg(br.Body), nil
-}
-
-func (x *Dispatcher) acquireLoad(w *worker.Worker) *worker.LoadGuard {
-	x.d.Metrics.AddWorkerActive(w.URL(), 1)
-	return w.AcquireLoad()
-}
-
-func (x *Dispatcher) releaseLoad(w *worker.Worker, g *worker.LoadGuard) {
-	if g == nil {
-		return
-	}
-	x.d.Metrics.AddWorkerActive(w.URL(), -1)
-	g.Release()
 }
 
 // response builds the client response around a worker's answer head.

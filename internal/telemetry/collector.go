@@ -37,6 +37,35 @@ func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// ActiveSample is the backend requests in flight on one worker (all its ranks).
+type ActiveSample struct {
+	Worker string
+	Load   int64
+}
+
+// RegisterActiveCollector exports sluice_worker_active_requests{worker} from sample, read at scrape
+// time: the workers count their own legs in flight (atomics), so the request path writes no gauge,
+// and a removed worker's series goes with it instead of coming back when its last leg ends.
+func RegisterActiveCollector(reg prometheus.Registerer, sample func() []ActiveSample) {
+	reg.MustRegister(&activeCollector{
+		desc:   prometheus.NewDesc("sluice_worker_active_requests", "Backend requests in flight per worker.", []string{"worker"}, nil),
+		sample: sample,
+	})
+}
+
+type activeCollector struct {
+	desc   *prometheus.Desc
+	sample func() []ActiveSample
+}
+
+func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.sample() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Load), s.Worker)
+	}
+}
+
 // RankSample is the load on one data-parallel rank of a worker.
 type RankSample struct {
 	Worker string

@@ -38,7 +38,6 @@ type Metrics struct {
 
 	upstream           *prometheus.CounterVec
 	workerErrors       *prometheus.CounterVec
-	workerActive       *prometheus.GaugeVec
 	workerHealth       *prometheus.GaugeVec
 	healthTransitions  *prometheus.CounterVec
 	breakerTransitions *prometheus.CounterVec
@@ -183,7 +182,6 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 			"Responses from workers by worker and status (\"error\" for transport errors).", "worker", "status"),
 		workerErrors: counter("sluice_worker_errors_total",
 			"Failed legs per worker by class: client_error, rate_limited, server_error, timeout, transport, stream.", "worker", "class"),
-		workerActive: gauge("sluice_worker_active_requests", "Backend requests in flight per worker.", "worker"),
 		workerHealth: gauge("sluice_worker_healthy", "1 when the worker is healthy (routable health state), else 0.", "worker"),
 		healthTransitions: counter("sluice_worker_health_transitions_total",
 			"Health state changes per worker (pending, ready, not_ready, draining).", "worker", "from", "to"),
@@ -232,7 +230,7 @@ func NewMetricsWithBuckets(reg prometheus.Registerer, durationBuckets []float64)
 	}
 	reg.MustRegister(m.requests, m.requestDuration, m.ttft, m.itl, m.tokens, m.retries,
 		m.prefillDuration, m.decodeTTFT, m.kvWait, m.splits, m.splitSamples, m.prefillSkipped, m.kvFallbacks, m.pdPairs,
-		m.migrations, m.migrationTokens, m.upstream, m.workerErrors, m.workerActive, m.workerHealth, m.healthTransitions, m.breakerTransitions,
+		m.migrations, m.migrationTokens, m.upstream, m.workerErrors, m.workerHealth, m.healthTransitions, m.breakerTransitions,
 		m.workerTTFT, m.workerITL, m.predictedTTFT, m.predictionError, m.engineRunning, m.engineWaiting, m.engineKVUsage, m.engineLoadErrors,
 		m.admissionInflight, m.admissionQueued, m.admissionWait, m.admissionRejects,
 		m.admissionTokens, m.bandQueued, m.bandWait, m.decodeInflight, m.decodeLimit, m.decodeWait)
@@ -361,11 +359,6 @@ func (m *Metrics) ObserveUpstream(worker string, status int) {
 // ClassTimeout or ClassStream).
 func (m *Metrics) IncWorkerError(worker, class string) {
 	m.workerErrors.WithLabelValues(worker, class).Inc()
-}
-
-// AddWorkerActive moves a worker's in-flight backend request gauge by delta.
-func (m *Metrics) AddWorkerActive(worker string, delta float64) {
-	m.workerActive.WithLabelValues(worker).Add(delta)
 }
 
 // SetWorkerHealth records whether a worker is healthy.
@@ -497,7 +490,7 @@ func labelValues(c prometheus.Collector, label string) []string {
 
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
-	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerActive, m.workerHealth,
+	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerHealth,
 		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
 		g.DeleteLabelValues(worker)
 	}

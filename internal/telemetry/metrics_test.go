@@ -158,7 +158,6 @@ func TestDeleteWorker(t *testing.T) {
 	var none trace.SpanContext
 	for _, w := range []string{"http://a:8000", "http://b:8000"} {
 		m.SetInflight(w, 2)
-		m.AddWorkerActive(w, 3)
 		m.SetWorkerHealth(w, true)
 		m.ObserveUpstream(w, 200)
 		m.ObserveUpstream(w, 503)
@@ -173,7 +172,6 @@ func TestDeleteWorker(t *testing.T) {
 	}
 	perWorker := map[string]int{
 		"sluice_pd_prefill_admission_inflight":      1,
-		"sluice_worker_active_requests":             1,
 		"sluice_worker_healthy":                     1,
 		"sluice_upstream_responses_total":           3,
 		"sluice_worker_errors_total":                2, // server_error, transport
@@ -208,25 +206,41 @@ func TestDeleteWorker(t *testing.T) {
 	// after the delete goes to a child the registry no longer exports.
 	m.SetInflight("http://a:8000", 1)
 	m.SetInflightTokens("http://a:8000", 5)
-	m.AddWorkerActive("http://a:8000", 1)
 	m.ObserveUpstream("http://a:8000", 200)
 	want := map[string]int{
 		"sluice_pd_prefill_admission_inflight":        1,
 		"sluice_pd_prefill_admission_inflight_tokens": 1,
-		"sluice_worker_active_requests":               1,
 		"sluice_upstream_responses_total":             1,
 	}
 	if diff := cmp.Diff(want, workerSeries(t, reg, "http://a:8000")); diff != "" {
 		t.Errorf("series of the worker added again (-want +got):\n%s", diff)
 	}
-	const active = `
+}
+
+// TestRegisterActiveCollector: the in-flight legs of each worker are read when scraped, so a
+// removed worker has no series, whatever its last legs do after.
+func TestRegisterActiveCollector(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	samples := []telemetry.ActiveSample{{Worker: "http://a", Load: 1}, {Worker: "http://b", Load: 3}}
+	telemetry.RegisterActiveCollector(reg, func() []telemetry.ActiveSample { return samples })
+	const both = `
 # HELP sluice_worker_active_requests Backend requests in flight per worker.
 # TYPE sluice_worker_active_requests gauge
-sluice_worker_active_requests{worker="http://a:8000"} 1
-sluice_worker_active_requests{worker="http://b:8000"} 3
+sluice_worker_active_requests{worker="http://a"} 1
+sluice_worker_active_requests{worker="http://b"} 3
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(active), "sluice_worker_active_requests"); err != nil {
-		t.Errorf("active requests of the worker added again, counted from zero: %v", err)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(both), "sluice_worker_active_requests"); err != nil {
+		t.Error(err)
+	}
+	samples = samples[1:] // a removed
+	const onlyB = `
+# HELP sluice_worker_active_requests Backend requests in flight per worker.
+# TYPE sluice_worker_active_requests gauge
+sluice_worker_active_requests{worker="http://b"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(onlyB), "sluice_worker_active_requests"); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -234,17 +248,11 @@ func TestWorkerGauges(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := telemetry.NewMetrics(reg)
-	m.AddWorkerActive("http://a", 1)
-	m.AddWorkerActive("http://a", 1)
-	m.AddWorkerActive("http://a", -1)
 	m.SetWorkerHealth("http://a", true)
 	m.SetWorkerHealth("http://a", false)
 	m.SetWorkerHealth("http://b", true)
 	m.SetInflight("http://a", 4)
 	const want = `
-# HELP sluice_worker_active_requests Backend requests in flight per worker.
-# TYPE sluice_worker_active_requests gauge
-sluice_worker_active_requests{worker="http://a"} 1
 # HELP sluice_worker_healthy 1 when the worker is healthy (routable health state), else 0.
 # TYPE sluice_worker_healthy gauge
 sluice_worker_healthy{worker="http://a"} 0
@@ -254,7 +262,7 @@ sluice_worker_healthy{worker="http://b"} 1
 sluice_pd_prefill_admission_inflight{worker="http://a"} 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"sluice_worker_active_requests", "sluice_worker_healthy", "sluice_pd_prefill_admission_inflight"); err != nil {
+		"sluice_worker_healthy", "sluice_pd_prefill_admission_inflight"); err != nil {
 		t.Error(err)
 	}
 }
@@ -321,16 +329,12 @@ func BenchmarkPDRequestMetrics(b *testing.B) {
 		for pb.Next() {
 			m.SetInflight(pw, 1)
 			m.SetInflightTokens(pw, 64)
-			m.AddWorkerActive(pw, 1)
-			m.AddWorkerActive(dw, 1)
 			m.IncPDPair("same_rack", "r1")
 			m.ObserveUpstream(pw, 200)
 			m.ObservePrefill("bootstrap", time.Millisecond, none)
-			m.AddWorkerActive(pw, -1)
 			m.SetInflight(pw, 0)
 			m.SetInflightTokens(pw, 0)
 			m.ObserveUpstream(dw, 200)
-			m.AddWorkerActive(dw, -1)
 			m.AddTokens("/v1/chat/completions", "m", 64, 8)
 			m.ObserveRequest("/v1/chat/completions", "m", 200, 2*time.Millisecond, none)
 		}
