@@ -81,7 +81,7 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 	if span.IsRecording() {
 		span.SetAttributes(legAttributes(w, leg, path, r)...)
 	}
-	req, clientAuth, err := x.legRequest(ctx, w, path, s, r, extra)
+	req, clientAuth, err := x.legRequest(ctx, span.SpanContext(), w, path, s, r, extra)
 	if err != nil {
 		span.End()
 		return nil, err
@@ -122,7 +122,7 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 // legRequest builds a leg's request: the allow-listed client headers, the worker's API key, the
 // request id, the trace context and the extra headers. clientAuth reports that the client's own
 // Authorization went to the worker (no key of the gateway's replaced it), so its 401 is the client's.
-func (x *Dispatcher) legRequest(ctx context.Context, w *worker.Worker, path string, s legSender, r *Request, extra http.Header) (req *http.Request, clientAuth bool, err error) {
+func (x *Dispatcher) legRequest(ctx context.Context, sc trace.SpanContext, w *worker.Worker, path string, s legSender, r *Request, extra http.Header) (req *http.Request, clientAuth bool, err error) {
 	req, err = backend.NewPostRequest(ctx, w.URL(), path, s.body())
 	if err != nil {
 		return nil, false, err
@@ -147,8 +147,38 @@ func (x *Dispatcher) legRequest(ctx context.Context, w *worker.Worker, path stri
 	for k, v := range extra {
 		req.Header[k] = v
 	}
-	x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	x.injectTrace(ctx, sc, r, req.Header)
 	return req, clientAuth, nil
+}
+
+// legTrace is the trace context the legs of a request whose span is not sampled carry: telemetry's
+// shortcut starts no leg span under an unsampled parent, so every such leg would inject the same
+// headers. The first leg makes them; the legs run concurrently, hence the Once.
+type legTrace struct {
+	once   sync.Once
+	sc     trace.SpanContext
+	header http.Header // read-only once made: its values are shared by the legs' headers
+}
+
+// injectTrace puts the trace context of the leg's span (sc, the span of ctx) into h: from r's
+// legTrace when the span is that of an unsampled request, else from the propagator.
+func (x *Dispatcher) injectTrace(ctx context.Context, sc trace.SpanContext, r *Request, h http.Header) {
+	t := r.trace
+	if t == nil || !sc.IsValid() || sc.IsSampled() {
+		x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+		return
+	}
+	t.once.Do(func() {
+		t.sc, t.header = sc, make(http.Header, 2)
+		x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(t.header))
+	})
+	if !t.sc.Equal(sc) { // a leg span of its own (a tracer without the shortcut)
+		x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+		return
+	}
+	for k, v := range t.header {
+		h[k] = v
+	}
 }
 
 // clientSpan starts a leg's span; built once, as an option is an allocation per call.

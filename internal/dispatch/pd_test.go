@@ -28,6 +28,7 @@ import (
 // leg is one request an engine received.
 type leg struct {
 	role, path, requestID, host string
+	traceparent                 string
 	body                        map[string]any
 }
 
@@ -45,7 +46,7 @@ func newEngine(t *testing.T, role string, answer func(w http.ResponseWriter, l l
 	e := &engine{role: role, answer: answer}
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		l := leg{role: role, path: r.URL.Path, requestID: r.Header.Get("X-Request-Id"), host: r.Host}
+		l := leg{role: role, path: r.URL.Path, requestID: r.Header.Get("X-Request-Id"), host: r.Host, traceparent: r.Header.Get("Traceparent")}
 		if err := json.Unmarshal(b, &l.body); err != nil {
 			http.Error(w, "bad json", 400)
 			return

@@ -45,6 +45,7 @@ func (q *prepared) model() string {
 // before it (the model, the tenant), for the request's stats.
 func (x *Dispatcher) prepare(ctx context.Context, r *Request) (*prepared, error) {
 	q := &prepared{Request: *r}
+	q.trace = &legTrace{}
 	br, ts, err := parse(r)
 	if err != nil {
 		return q, classifyRequestError(err)

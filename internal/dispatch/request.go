@@ -37,6 +37,7 @@ type Request struct {
 
 	tenant string      // set by Do from Config.Tenants
 	typed  *typedState // set by Do for a typed request
+	trace  *legTrace   // set by prepare: the trace headers its legs share when not sampled (call.go)
 }
 
 // Typed is a request that a typed surface (services/openai) holds as messages: it reaches a worker
