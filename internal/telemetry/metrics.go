@@ -63,6 +63,12 @@ type Metrics struct {
 
 	// statusText caches the label value of each status code: strconv on the hot path allocates.
 	statusText sync.Map
+	// requestSeries (requestKey -> *requestSeries) and tokenSeries (tokenKey -> prometheus.Counter)
+	// hold the children every request writes, created when the vec would have created them: a
+	// WithLabelValues hashes the labels and takes the vec's lock. Their labels are bounded (routes,
+	// ModelLabel, statuses) and these series are never deleted.
+	requestSeries sync.Map
+	tokenSeries   sync.Map
 }
 
 // latencyBuckets spans 1 ms to 5 min: admission waits, TTFT and whole LLM requests live in that range.
@@ -262,10 +268,31 @@ func observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
 	o.Observe(v)
 }
 
+type requestKey struct {
+	route, model string
+	status       int
+}
+
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+type tokenKey struct{ route, model, kind string }
+
 // ObserveRequest records one finished client request: its count and duration.
 func (m *Metrics) ObserveRequest(route, model string, status int, d time.Duration, sc trace.SpanContext) {
-	m.requests.WithLabelValues(route, model, m.status(status)).Inc()
-	observe(m.requestDuration.WithLabelValues(route, model), d.Seconds(), sc)
+	k := requestKey{route, model, status}
+	v, ok := m.requestSeries.Load(k)
+	if !ok {
+		v, _ = m.requestSeries.LoadOrStore(k, &requestSeries{
+			count:    m.requests.WithLabelValues(route, model, m.status(status)),
+			duration: m.requestDuration.WithLabelValues(route, model),
+		})
+	}
+	rs := v.(*requestSeries)
+	rs.count.Inc()
+	observe(rs.duration, d.Seconds(), sc)
 }
 
 // ObserveStream records what a streamed answer showed: its time to first token, its mean
@@ -286,11 +313,20 @@ func (m *Metrics) ObserveStream(route, model, worker string, ttft, itl time.Dura
 // AddTokens counts a request's tokens as its usage reported them.
 func (m *Metrics) AddTokens(route, model string, input, output int64) {
 	if input > 0 {
-		m.tokens.WithLabelValues(route, model, TokenInput).Add(float64(input))
+		m.tokenCounter(route, model, TokenInput).Add(float64(input))
 	}
 	if output > 0 {
-		m.tokens.WithLabelValues(route, model, TokenOutput).Add(float64(output))
+		m.tokenCounter(route, model, TokenOutput).Add(float64(output))
 	}
+}
+
+func (m *Metrics) tokenCounter(route, model, kind string) prometheus.Counter {
+	k := tokenKey{route, model, kind}
+	if v, ok := m.tokenSeries.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	v, _ := m.tokenSeries.LoadOrStore(k, m.tokens.WithLabelValues(route, model, kind))
+	return v.(prometheus.Counter)
 }
 
 // ObservePrefill records the duration of a PD prefill leg.
