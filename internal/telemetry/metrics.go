@@ -69,6 +69,10 @@ type Metrics struct {
 	// ModelLabel, statuses) and these series are never deleted.
 	requestSeries sync.Map
 	tokenSeries   sync.Map
+	// upstreamOK holds each worker's sluice_upstream_responses_total{status="200"}, the child every
+	// leg writes. upstreamMu orders its fills with DeleteWorker, so it never keeps a deleted child.
+	upstreamMu sync.Mutex
+	upstreamOK sync.Map // worker -> prometheus.Counter
 }
 
 // latencyBuckets spans 1 ms to 5 min: admission waits, TTFT and whole LLM requests live in that range.
@@ -381,6 +385,10 @@ func (m *Metrics) IncRetry() { m.retries.Inc() }
 // ObserveUpstream records a worker's response status; status 0 means a transport error. Statuses from
 // 400 up are also counted as errors by class (transport errors: IncWorkerError).
 func (m *Metrics) ObserveUpstream(worker string, status int) {
+	if status == 200 {
+		m.upstreamOKCounter(worker).Inc()
+		return
+	}
 	s := "error"
 	if status > 0 {
 		s = m.status(status)
@@ -389,6 +397,20 @@ func (m *Metrics) ObserveUpstream(worker string, status int) {
 	if c := ErrorClass(status); c != "" {
 		m.workerErrors.WithLabelValues(worker, c).Inc()
 	}
+}
+
+func (m *Metrics) upstreamOKCounter(worker string) prometheus.Counter {
+	if c, ok := m.upstreamOK.Load(worker); ok {
+		return c.(prometheus.Counter)
+	}
+	m.upstreamMu.Lock()
+	defer m.upstreamMu.Unlock()
+	if c, ok := m.upstreamOK.Load(worker); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.upstream.WithLabelValues(worker, "200")
+	m.upstreamOK.Store(worker, c)
+	return c
 }
 
 // IncWorkerError counts a failure of a leg on worker that has no HTTP status (class ClassTransport,
@@ -526,6 +548,9 @@ func labelValues(c prometheus.Collector, label string) []string {
 
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
+	m.upstreamMu.Lock()
+	defer m.upstreamMu.Unlock()
+	m.upstreamOK.Delete(worker)
 	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerHealth,
 		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
 		g.DeleteLabelValues(worker)

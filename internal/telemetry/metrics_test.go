@@ -215,6 +215,35 @@ func TestDeleteWorker(t *testing.T) {
 	if diff := cmp.Diff(want, workerSeries(t, reg, "http://a:8000")); diff != "" {
 		t.Errorf("series of the worker added again (-want +got):\n%s", diff)
 	}
+	// Its answers count from zero, not from the deleted series' count.
+	if got := upstreamOK(t, reg, "http://a:8000"); got != 1 {
+		t.Errorf("200 answers of the worker added again: %v, want 1", got)
+	}
+}
+
+// upstreamOK is the gathered value of sluice_upstream_responses_total{worker,status="200"}.
+func upstreamOK(t *testing.T, reg *prometheus.Registry, worker string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sluice_upstream_responses_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["worker"] == worker && labels["status"] == "200" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no 200 answers of %s", worker)
+	return 0
 }
 
 // TestRegisterActiveCollector: the in-flight legs of each worker are read when scraped, so a
