@@ -45,7 +45,7 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	merge := logprobMode(a.br)
 	if a.br.N <= 1 {
 		count, asList := body.SGLangRooms(a.br)
-		legs, err := s.legs(a.br.Body, a.pw, dw, count, asList)
+		legs, err := s.legs(a.br, a.br.Body, a.pw, dw, count, asList)
 		if err != nil {
 			a.slot.Release(admission.ReleaseFailed)
 			return nil, err
@@ -60,7 +60,7 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	}
 	samples := make([]legBodies, a.br.N)
 	for k := range samples {
-		if samples[k], err = s.legs(one, a.pw, dw, 1, false); err != nil {
+		if samples[k], err = s.legs(a.br, one, a.pw, dw, 1, false); err != nil {
 			a.slot.Release(admission.ReleaseFailed)
 			return nil, err
 		}
@@ -68,9 +68,10 @@ func (s sglangPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 	return x.runSamples(ctx, a, dw, samples, merge)
 }
 
-// legs builds the two legs' bodies: bootstrap fields with fresh rooms (aligned to the prefill rank,
-// so an engine that ignores the hints still finds it by room % dp_size), then the rank hints.
-func (s sglangPD) legs(raw []byte, pw, dw *worker.Worker, count int, asList bool) (legBodies, error) {
+// legs builds the two legs' bodies from raw (br's body, or one made from it): bootstrap fields with
+// fresh rooms (aligned to the prefill rank, so an engine that ignores the hints still finds it by
+// room % dp_size), then the rank hints.
+func (s sglangPD) legs(br *body.Request, raw []byte, pw, dw *worker.Worker, count int, asList bool) (legBodies, error) {
 	rooms := body.NewRooms(s.x.uint64, count)
 	if rank := pw.Rank(); rank >= 0 {
 		dp := len(pw.Engine().Ranks())
@@ -78,7 +79,7 @@ func (s sglangPD) legs(raw []byte, pw, dw *worker.Worker, count int, asList bool
 			rooms[i] = body.AlignRoom(rooms[i], dp, rank)
 		}
 	}
-	base, err := body.InjectBootstrap(raw, body.BootstrapHost(pw.URL()), pw.BootstrapPort(), rooms, asList)
+	base, err := br.InjectBootstrap(raw, body.BootstrapHost(pw.URL()), pw.BootstrapPort(), rooms, asList)
 	if err != nil {
 		return legBodies{}, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())
 	}

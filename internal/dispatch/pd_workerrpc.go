@@ -42,7 +42,7 @@ func (p workerRPCPD) run(ctx context.Context, a *pdAttempt) (*Response, error) {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, err
 	}
-	withRooms, err := body.InjectBootstrap(br.Body, host, port, rooms, asList)
+	withRooms, err := br.InjectBootstrap(br.Body, host, port, rooms, asList)
 	if err != nil {
 		a.slot.Release(admission.ReleaseFailed)
 		return nil, apierror.InvalidRequest("", "cannot add bootstrap fields to the request body: "+err.Error())

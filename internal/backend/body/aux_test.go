@@ -61,7 +61,7 @@ func TestParseAux(t *testing.T) {
 			}
 			want := tt.want
 			want.Route, want.N = tt.route, 1
-			if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(Request{}, "Body")); diff != "" {
+			if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(Request{}, "Body"), cmpopts.IgnoreUnexported(Request{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -97,7 +97,8 @@ func FuzzParseRequest(f *testing.F) {
 }
 
 // FuzzInjectBootstrap: the SGLang bootstrap rewrite yields valid JSON carrying exactly the injected
-// host, port and room(s), whatever the client sent (including its own bootstrap_* fields).
+// host, port and room(s), whatever the client sent (including its own bootstrap_* fields), and the
+// parsed request's append (Request.InjectBootstrap) gives the same bytes as the rewrite.
 func FuzzInjectBootstrap(f *testing.F) {
 	bodytest.AddRequestSeeds(f)
 	f.Fuzz(func(t *testing.T, r uint8, in []byte) {
@@ -111,6 +112,10 @@ func FuzzInjectBootstrap(f *testing.F) {
 			rooms[i] = uint64(i + 1)
 		}
 		out, err := body.InjectBootstrap(in, "10.0.0.7", 8998, rooms, asList)
+		appended, aerr := req.InjectBootstrap(in, "10.0.0.7", 8998, rooms, asList)
+		if (err == nil) != (aerr == nil) || !bytes.Equal(out, appended) {
+			t.Fatalf("the parsed request's append gives %q (%v), the rewrite %q (%v)", appended, aerr, out, err)
+		}
 		if err != nil {
 			return
 		}

@@ -1,6 +1,7 @@
 package body
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -90,6 +91,13 @@ type Request struct {
 	// HasPriority. The body keeps it: engines that schedule by priority see it too.
 	Priority    int
 	HasPriority bool
+
+	// scanned is the body the parse read, and end the index just past its last member's value (0:
+	// none): where members are appended without a second scan (Request.InjectBootstrap), unless
+	// bootstrapKeys says the body has bootstrap_* members of its own, to be replaced.
+	scanned       []byte
+	end           int
+	bootstrapKeys bool
 }
 
 // Prompts returns the number of prompts (max(BatchSize, 1)).
@@ -148,6 +156,7 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		if err != nil {
 			return nil, err
 		}
+		req.bootstrapKeys = req.bootstrapKeys || bytes.HasPrefix(key, []byte("bootstrap_"))
 		switch string(key) {
 		case "model":
 			haveModel = !jsonscan.IsNull(raw)
@@ -218,6 +227,7 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 	if jsonscan.SkipWS(body, it.Close+1) != len(body) {
 		return nil, &RequestError{Message: "malformed JSON: trailing data after the object", Malformed: true}
 	}
+	req.scanned, req.end = body, lastValueEnd(body, it.Close)
 	if err := checked(chk.Done()); err != nil {
 		return nil, err
 	}
@@ -242,6 +252,19 @@ func ParseRequest(route Route, body []byte) (*Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// lastValueEnd is the index just past the last member's value of the object closing at body[close],
+// 0 when it has no member: what precedes the closing brace, whitespace aside.
+func lastValueEnd(body []byte, close int) int {
+	i := close
+	for i > 0 && jsonscan.IsWS(body[i-1]) {
+		i--
+	}
+	if body[i-1] == '{' {
+		return 0
+	}
+	return i
 }
 
 func parsePriority(req *Request, raw []byte) *RequestError {

@@ -157,7 +157,7 @@ func TestParseRequest(t *testing.T) {
 			if string(got.Body) != tt.body {
 				t.Errorf("Body changed: %q", got.Body)
 			}
-			if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(Request{}, "Body", "PromptChars", "PromptTokenIDs")); diff != "" {
+			if diff := cmp.Diff(want, *got, cmpopts.IgnoreFields(Request{}, "Body", "PromptChars", "PromptTokenIDs"), cmpopts.IgnoreUnexported(Request{})); diff != "" {
 				t.Errorf("ParseRequest() mismatch (-want +got):\n%s", diff)
 			}
 		})

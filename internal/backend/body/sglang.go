@@ -136,11 +136,8 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // asList false the three are scalars (rooms must hold one); with asList true each is an array of
 // len(rooms), host and port repeated. Existing fields are replaced; every other byte is preserved.
 func InjectBootstrap(body []byte, host string, port int, rooms []uint64, asList bool) ([]byte, error) {
-	if len(rooms) == 0 || (!asList && len(rooms) != 1) {
-		return nil, fmt.Errorf("backend: InjectBootstrap: %d rooms for asList=%t", len(rooms), asList)
-	}
-	if port < 0 || port > 65535 {
-		return nil, fmt.Errorf("backend: InjectBootstrap: bad port %d", port)
+	if err := checkBootstrap(port, rooms, asList); err != nil {
+		return nil, err
 	}
 	hostJSON := jsonx.AppendString(nil, host)
 	portJSON := []byte("null")
@@ -168,6 +165,42 @@ func InjectBootstrap(body []byte, host string, port int, rooms []uint64, asList 
 		{"bootstrap_port", portV},
 		{"bootstrap_room", roomV},
 	})
+}
+
+// InjectBootstrap is InjectBootstrap of body, made by appending the scalar fields when body is the
+// one r's parse read and it has no bootstrap_* member: the same bytes, without scanning the body
+// again or building the values apart.
+func (r *Request) InjectBootstrap(body []byte, host string, port int, rooms []uint64, asList bool) ([]byte, error) {
+	if err := checkBootstrap(port, rooms, asList); err != nil {
+		return nil, err
+	}
+	if asList || r.end == 0 || r.bootstrapKeys || len(body) != len(r.scanned) || &body[0] != &r.scanned[0] {
+		return InjectBootstrap(body, host, port, rooms, asList)
+	}
+	out := make([]byte, 0, len(body)+len(host)+96)
+	out = append(out, body[:r.end]...)
+	out = append(out, `,"bootstrap_host":`...)
+	out = jsonx.AppendString(out, host)
+	out = append(out, `,"bootstrap_port":`...)
+	if port > 0 {
+		out = strconv.AppendInt(out, int64(port), 10)
+	} else {
+		out = append(out, "null"...)
+	}
+	out = append(out, `,"bootstrap_room":`...)
+	out = strconv.AppendUint(out, rooms[0], 10)
+	return append(out, body[r.end:]...), nil
+}
+
+// checkBootstrap refuses what InjectBootstrap cannot write.
+func checkBootstrap(port int, rooms []uint64, asList bool) error {
+	if len(rooms) == 0 || (!asList && len(rooms) != 1) {
+		return fmt.Errorf("backend: InjectBootstrap: %d rooms for asList=%t", len(rooms), asList)
+	}
+	if port < 0 || port > 65535 {
+		return fmt.Errorf("backend: InjectBootstrap: bad port %d", port)
+	}
+	return nil
 }
 
 // SingleSampleBody returns the body of one sample of an n > 1 request: n set to 1 (OpenAI routes) or

@@ -7,6 +7,37 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// TestRequestInjectBootstrap: the parsed request appends the fields to the body it read, and
+// rewrites any other body (a copy, one with bootstrap fields of its own), with the same bytes as
+// InjectBootstrap.
+func TestRequestInjectBootstrap(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		body string
+		want string
+	}{
+		{"appended before the closing whitespace", "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"}\"}] \n}\n",
+			"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"}\"}],\"bootstrap_host\":\"h\",\"bootstrap_port\":9,\"bootstrap_room\":3 \n}\n"},
+		{"its own room replaced", `{"model":"m","bootstrap_room":1,"messages":[{"role":"user","content":"x"}]}`,
+			`{"model":"m","bootstrap_room":3,"messages":[{"role":"user","content":"x"}],"bootstrap_host":"h","bootstrap_port":9}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r, err := ParseRequest(RouteChat, []byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range [][]byte{r.Body, []byte(tt.body)} { // the body read, and a copy
+				got, err := r.InjectBootstrap(b, "h", 9, []uint64{3}, false)
+				if err != nil || string(got) != tt.want {
+					t.Errorf("InjectBootstrap = %s, %v; want %s", got, err, tt.want)
+				}
+			}
+		})
+	}
+}
+
 func TestInjectBootstrap(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -293,18 +324,6 @@ func TestMergeInputLogprobs(t *testing.T) {
 	}
 }
 
-func BenchmarkInjectBootstrap(b *testing.B) {
-	body := benchChatBody()
-	rooms := []uint64{1234567890123456789}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := InjectBootstrap(body, "10.0.0.5", 8998, rooms, false); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func TestAlignRoom(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -384,5 +403,33 @@ func TestPlainHostTakesWorkerURLs(t *testing.T) { // not parallel: AllocsPerRun
 	}
 	if allocs := testing.AllocsPerRun(100, func() { _ = BootstrapHost("http://10.0.0.5:30000") }); allocs != 0 {
 		t.Errorf("BootstrapHost of a plain URL allocates %v times, want 0", allocs)
+	}
+}
+
+// BenchmarkInjectBootstrap adds the bootstrap fields to a 2 kB chat body: appended by the request
+// that parsed it, and, as the baseline, by the rewrite that scans it again.
+func BenchmarkInjectBootstrap(b *testing.B) {
+	reqBody := benchChatBody()
+	r, err := ParseRequest(RouteChat, reqBody)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rooms := []uint64{1234567890123456789}
+	for _, bb := range []struct {
+		name   string
+		inject func() ([]byte, error)
+	}{
+		{"append", func() ([]byte, error) { return r.InjectBootstrap(reqBody, "10.0.0.5", 8998, rooms, false) }},
+		{"rewrite", func() ([]byte, error) { return InjectBootstrap(reqBody, "10.0.0.5", 8998, rooms, false) }},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.SetBytes(int64(len(reqBody)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bb.inject(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
