@@ -283,25 +283,25 @@ func (e *Engine) setHold(hold bool, skip int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.holdSkip = skip
-	switch {
-	case hold && e.hold == nil:
-		e.hold = make(chan struct{})
-	case !hold && e.hold != nil:
-		close(e.hold)
-		e.hold = nil
-	}
+	toggleGate(&e.hold, hold)
 }
 
 // setStall opens or closes the gate stalled streams wait on; clearing it releases every one of them.
 func (e *Engine) setStall(stall bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	toggleGate(&e.stall, stall)
+}
+
+// toggleGate makes *gate a channel to wait on when on, and closes it (releasing its waiters) when
+// off.
+func toggleGate(gate *chan struct{}, on bool) {
 	switch {
-	case stall && e.stall == nil:
-		e.stall = make(chan struct{})
-	case !stall && e.stall != nil:
-		close(e.stall)
-		e.stall = nil
+	case on && *gate == nil:
+		*gate = make(chan struct{})
+	case !on && *gate != nil:
+		close(*gate)
+		*gate = nil
 	}
 }
 

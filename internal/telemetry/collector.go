@@ -13,28 +13,16 @@ type BreakerSample struct {
 	State int
 }
 
-// breakerCollector reads breaker states when scraped: breakers turn half-open lazily, without an event,
-// so a gauge set on transitions would show "open" long after the breaker let traffic through again.
-type breakerCollector struct {
-	desc   *prometheus.Desc
-	sample func() []BreakerSample
-}
-
-// RegisterBreakerCollector exports sluice_worker_circuit_breaker_state from sample, read at scrape time.
+// RegisterBreakerCollector exports sluice_worker_circuit_breaker_state from sample, read at scrape
+// time: breakers turn half-open lazily, without an event, so a gauge set on transitions would show
+// "open" long after the breaker let traffic through again.
 func RegisterBreakerCollector(reg prometheus.Registerer, sample func() []BreakerSample) {
-	reg.MustRegister(&breakerCollector{
+	reg.MustRegister(&sampledGauge[BreakerSample]{
 		desc: prometheus.NewDesc("sluice_worker_circuit_breaker_state",
 			"Circuit breaker state per worker: 0 closed, 1 open, 2 half-open.", []string{"worker"}, nil),
 		sample: sample,
+		series: func(s BreakerSample) (float64, []string) { return float64(s.State), []string{s.Worker} },
 	})
-}
-
-func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.sample() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.State), s.Worker)
-	}
 }
 
 // ActiveSample is the backend requests in flight on one worker (all its ranks).
@@ -47,23 +35,11 @@ type ActiveSample struct {
 // time: the workers count their own legs in flight (atomics), so the request path writes no gauge,
 // and a removed worker's series goes with it instead of coming back when its last leg ends.
 func RegisterActiveCollector(reg prometheus.Registerer, sample func() []ActiveSample) {
-	reg.MustRegister(&activeCollector{
+	reg.MustRegister(&sampledGauge[ActiveSample]{
 		desc:   prometheus.NewDesc("sluice_worker_active_requests", "Backend requests in flight per worker.", []string{"worker"}, nil),
 		sample: sample,
+		series: func(s ActiveSample) (float64, []string) { return float64(s.Load), []string{s.Worker} },
 	})
-}
-
-type activeCollector struct {
-	desc   *prometheus.Desc
-	sample func() []ActiveSample
-}
-
-func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.sample() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Load), s.Worker)
-	}
 }
 
 // RankSample is the load on one data-parallel rank of a worker.
@@ -77,23 +53,30 @@ type RankSample struct {
 // rank of the workers that have several (sluice_worker_rank_active_requests{worker,rank}). Ranks are
 // few per engine (its dp_size), so the series stay bounded.
 func RegisterRankCollector(reg prometheus.Registerer, sample func() []RankSample) {
-	reg.MustRegister(&rankCollector{
+	reg.MustRegister(&sampledGauge[RankSample]{
 		desc: prometheus.NewDesc("sluice_worker_rank_active_requests",
 			"Backend requests in flight per data-parallel rank of a worker.", []string{"worker", "rank"}, nil),
 		sample: sample,
+		series: func(s RankSample) (float64, []string) {
+			return float64(s.Load), []string{s.Worker, strconv.Itoa(s.Rank)}
+		},
 	})
 }
 
-type rankCollector struct {
+// sampledGauge is one gauge family read at scrape time: a series per sample, its value and label
+// values given by series.
+type sampledGauge[S any] struct {
 	desc   *prometheus.Desc
-	sample func() []RankSample
+	sample func() []S
+	series func(S) (float64, []string)
 }
 
-func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *sampledGauge[S]) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *sampledGauge[S]) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.sample() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Load), s.Worker, strconv.Itoa(s.Rank))
+		v, labels := c.series(s)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, labels...)
 	}
 }
 
