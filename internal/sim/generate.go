@@ -213,16 +213,25 @@ func (e *Engine) runSample(ctx context.Context, rf *requestFaults, sp *sampleSpe
 	return res, nil
 }
 
-// waitStall waits, counted in Stats.Stalled, until the stall is cleared or ctx ends.
-func (e *Engine) waitStall(ctx context.Context, cleared <-chan struct{}) error {
-	e.stats.stalled.Add(1)
-	defer e.stats.stalled.Add(-1)
-	select {
-	case <-cleared:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// betweenTokens is what comes before output token i > 0: a stall (Faults.StallAfterTokens, counted
+// in Stats.Stalled) until it is cleared, then, in realistic mode, the inter-token latency.
+func (e *Engine) betweenTokens(ctx context.Context, rf *requestFaults, i int, realistic bool) error {
+	if i == rf.stallAfter && rf.stalled != nil {
+		e.stats.stalled.Add(1)
+		select {
+		case <-rf.stalled:
+			e.stats.stalled.Add(-1)
+		case <-ctx.Done():
+			e.stats.stalled.Add(-1)
+			return ctx.Err()
+		}
 	}
+	if !realistic {
+		return nil
+	}
+	// DP-attention ranks run each decode step together: the whole engine's batch sets the pace.
+	itl := e.cfg.ITLBase + time.Duration(e.decoding.Load())*e.cfg.ITLPerSeq
+	return sleepCtx(ctx, scale(itl, rf.slowness))
 }
 
 // decode runs a sample's output loop: up to maxTokens tokens, each emitted, cut at a stop string or
@@ -242,15 +251,8 @@ func (e *Engine) decode(ctx context.Context, rf *requestFaults, sp *sampleSpec, 
 	}
 	res.finish = "length"
 	for i := 0; i < maxTokens; i++ {
-		if i > 0 && i == rf.stallAfter && rf.stalled != nil {
-			if err := e.waitStall(ctx, rf.stalled); err != nil {
-				return err
-			}
-		}
-		if i > 0 && realistic {
-			// DP-attention ranks run each decode step together: the whole engine's batch sets the pace.
-			itl := e.cfg.ITLBase + time.Duration(e.decoding.Load())*e.cfg.ITLPerSeq
-			if err := sleepCtx(ctx, scale(itl, rf.slowness)); err != nil {
+		if i > 0 {
+			if err := e.betweenTokens(ctx, rf, i, realistic); err != nil {
 				return err
 			}
 		}
