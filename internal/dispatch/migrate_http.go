@@ -55,6 +55,9 @@ type httpStreamAPI interface {
 	// request's token budget is spent: the stream broke off after its last token and before the
 	// chunk that finishes it. False when tokens are left to generate.
 	lengthFinish(dst []byte) ([]byte, bool)
+	// closing appends the frames that end the stream as the engine would have, when it broke off
+	// after the generation ended (a finish or an error chunk went out) and before [DONE].
+	closing(dst []byte) []byte
 }
 
 // rerouted is an API whose continuations go to another route than the request's: a chat goes on as
@@ -153,6 +156,7 @@ type migratingStream struct {
 	out    []byte // for the client, from outPos on
 	outPos int
 	ended  bool // [DONE], a finish or an error chunk went out: nothing to continue
+	done   bool // [DONE] went out
 	err    error
 }
 
@@ -196,7 +200,12 @@ func (s *migratingStream) fill() {
 		return
 	}
 	s.ended = s.ended || s.api.finished()
-	if errors.Is(err, io.EOF) && s.ended {
+	if s.ended {
+		// Nothing was left to generate: a break after the finish loses only what follows it, which
+		// the gateway writes as the engine would have, rather than an error after a whole answer.
+		if !s.done {
+			s.out, s.in = s.api.closing(s.out), s.in[:0] // a partial frame would be garbage
+		}
 		s.err = io.EOF
 		return
 	}
@@ -218,6 +227,7 @@ func (s *migratingStream) frame(f []byte) {
 	payload, ok := bytes.CutPrefix(bytes.TrimSpace(f), []byte("data: "))
 	if !ok || bytes.Equal(payload, []byte("[DONE]")) {
 		s.ended = s.ended || ok
+		s.done = s.done || ok
 		s.out = append(s.out, f...)
 		return
 	}

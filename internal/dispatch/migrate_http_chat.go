@@ -116,6 +116,12 @@ func (cm *chatMigration) lengthFinish(dst []byte) ([]byte, bool) {
 	return cm.idStream.lengthFinish(dst, "chat.completion.chunk", map[string]any{"delta": map[string]any{}, "stop_reason": nil})
 }
 
+// closing ends a chat that broke off after its finish.
+func (cm *chatMigration) closing(dst []byte) []byte {
+	cm.load()
+	return cm.idStream.closing(dst, "chat.completion.chunk")
+}
+
 // frame takes one chunk: the first stream's are scanned in place, their ids leaving them when the
 // client did not ask; a continuation's completion chunks are rewritten as chat chunks.
 func (cm *chatMigration) frame(dst, payload []byte) ([]byte, bool) {

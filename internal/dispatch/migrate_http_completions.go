@@ -45,6 +45,8 @@ type idStream struct {
 	restarted    bool     // the stream started again elsewhere as the client sent it (restart)
 	roleSent     bool     // a chat role went to the client: a restarted chat's is dropped
 	ended        bool     // a chunk finished the generation, or an error chunk came
+	finish       bool     // a chunk finished the generation
+	afterFinish  bool     // a frame came after that chunk (the usage chunk)
 	cut          [][2]int // the id members of the chunk scanned last, reused
 }
 
@@ -114,13 +116,10 @@ func (s *idStream) lengthFinish(dst []byte, object string, choice map[string]any
 	if s.ended || s.id == nil || s.maxTokens == 0 || len(s.ids) < s.maxTokens {
 		return dst, false
 	}
-	var opts struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
-	_ = json.Unmarshal(s.body["stream_options"], &opts)
 	choice["index"], choice["logprobs"], choice["finish_reason"] = 0, nil, "length"
 	c := map[string]any{"id": s.id, "object": object, "created": s.created, "model": s.model, "choices": []any{choice}}
-	if opts.IncludeUsage {
+	usage := s.includeUsage()
+	if usage {
 		c["usage"] = nil
 	}
 	b, err := json.Marshal(c)
@@ -128,16 +127,45 @@ func (s *idStream) lengthFinish(dst []byte, object string, choice map[string]any
 		return dst, false
 	}
 	dst = appendData(dst, b)
-	if opts.IncludeUsage {
-		prompt, completion := len(s.prompt), len(s.ids)
-		c["choices"] = []any{}
-		c["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-		if b, err = json.Marshal(c); err != nil {
+	if usage {
+		if dst, err = s.appendUsage(dst, object); err != nil {
 			return dst, false
 		}
-		dst = appendData(dst, b)
 	}
 	return append(dst, sseDone...), true
+}
+
+// closing ends a stream whose generation had ended (load read the body, when it could) but which
+// broke off before [DONE], as the engine would have: the usage chunk the client asked for when the
+// finish came and nothing after it (an error chunk has none), then [DONE].
+func (s *idStream) closing(dst []byte, object string) []byte {
+	if s.finish && !s.afterFinish && s.includeUsage() {
+		if out, err := s.appendUsage(dst, object); err == nil {
+			dst = out
+		}
+	}
+	return append(dst, sseDone...)
+}
+
+// includeUsage says whether the client asked for the usage chunk (stream_options.include_usage).
+func (s *idStream) includeUsage() bool {
+	var opts struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	_ = json.Unmarshal(s.body["stream_options"], &opts)
+	return opts.IncludeUsage
+}
+
+// appendUsage appends the usage chunk of object that ends a stream: the request's prompt and every
+// token the client got.
+func (s *idStream) appendUsage(dst []byte, object string) ([]byte, error) {
+	prompt, completion := len(s.prompt), len(s.ids)
+	b, err := json.Marshal(map[string]any{"id": s.id, "object": object, "created": s.created, "model": s.model, "choices": []any{},
+		"usage": map[string]int{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+	if err != nil {
+		return dst, err
+	}
+	return appendData(dst, b), nil
 }
 
 // restart is the body that starts a stream of which nothing was generated again elsewhere, as the
@@ -189,9 +217,11 @@ func (s *idStream) restamp(payload []byte) []byte {
 // did not ask for them; delta, if not nil, gets each choice's delta), a continuation's rewritten by
 // continued.
 func (s *idStream) frame(dst, payload []byte, delta func(d []byte), continued func(payload []byte) ([]byte, bool)) ([]byte, bool) {
+	s.afterFinish = s.finish
 	if s.cont {
 		out, ended := continued(payload)
 		s.ended = s.ended || ended
+		s.finish = s.finish || (ended && out != nil)
 		if out == nil {
 			return append(dst, payload...), ended
 		}
@@ -207,6 +237,7 @@ func (s *idStream) frame(dst, payload []byte, delta func(d []byte), continued fu
 	}
 	s.ids, s.cut = sc.ids, sc.cut
 	s.ended = s.ended || sc.ended
+	s.finish = s.finish || sc.ended
 	if s.enginePrompt == nil && len(sc.prompt) > 2 {
 		s.enginePrompt = appendIDs(nil, sc.prompt)
 	}
@@ -327,6 +358,12 @@ func (cm *completionMigration) lengthFinish(dst []byte) ([]byte, bool) {
 		return dst, false
 	}
 	return cm.idStream.lengthFinish(dst, "text_completion", map[string]any{"text": "", "stop_reason": nil})
+}
+
+// closing ends a completion that broke off after its finish.
+func (cm *completionMigration) closing(dst []byte) []byte {
+	cm.load()
+	return cm.idStream.closing(dst, "text_completion")
 }
 
 // frame takes one completions chunk: its ids are added to the generation's, and the ids leave it

@@ -226,6 +226,9 @@ func (gm *generateMigration) frame(dst, payload []byte) ([]byte, bool) {
 	return append(dst, b...), ended
 }
 
+// closing ends a stream that broke off after its finish: SGLang sends only [DONE] after it.
+func (gm *generateMigration) closing(dst []byte) []byte { return append(dst, sseDone...) }
+
 // lengthFinish ends a stream whose max_new_tokens were all generated: the last chunk again (its
 // state is cumulative) with SGLang's length finish, then [DONE].
 func (gm *generateMigration) lengthFinish(dst []byte) ([]byte, bool) {

@@ -186,3 +186,67 @@ func jsonEqual(a, b string) bool {
 	var x, y any
 	return json.Unmarshal([]byte(a), &x) == nil && json.Unmarshal([]byte(b), &y) == nil && reflect.DeepEqual(x, y)
 }
+
+// A stream that broke off after its generation ended (a finish or an error chunk went out) and
+// before [DONE] ends as the engine would have ended it: the usage chunk the client asked for when it
+// had not come, and [DONE]; no error after a whole answer, and no continuation.
+func TestStreamBrokenAfterItsFinishEndsWhole(t *testing.T) {
+	const cmplBody = `{"model":"m","prompt":[1,2,3],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`
+	cmpl := func(text string, id int, finish string) string {
+		return fmt.Sprintf(`data: {"id":"c","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":%q,"logprobs":null,"finish_reason":%s,"prompt_token_ids":[1,2,3],"token_ids":[%d]}],"usage":null}`+"\n\n", text, finish, id)
+	}
+	completion := func(t *testing.T) httpStreamAPI {
+		cm, ok := checkCompletionMigration([]byte(cmplBody))
+		if !ok {
+			t.Fatal("not migratable")
+		}
+		return cm
+	}
+	usage := `{"id":"c","object":"text_completion","created":5,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`
+	cases := []struct {
+		name   string
+		api    func(t *testing.T) httpStreamAPI
+		frames string
+		want   []string // the payloads after the frames, [DONE] last
+	}{
+		{"generate", func(t *testing.T) httpStreamAPI {
+			return &generateMigration{raw: []byte(`{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":8},"stream":true}`)}
+		}, `data: {"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","finish_reason":{"type":"stop"},"prompt_tokens":3,"completion_tokens":2}}` + "\n\n" +
+			`data: {"text":"ab","outp`, // a partial frame after it is dropped
+			[]string{"[DONE]"}},
+		{"completion, usage lost", completion, cmpl("a", 5, "null") + cmpl("b", 6, `"stop"`), []string{usage, "[DONE]"}},
+		{"completion, usage came", completion, cmpl("a", 5, "null") + cmpl("b", 6, `"stop"`) + "data: " + usage + "\n\n", []string{"[DONE]"}},
+		{"completion, error chunk", completion, cmpl("a", 5, "null") + `data: {"error":{"message":"boom","code":500}}` + "\n\n", []string{"[DONE]"}},
+		{"chat", func(t *testing.T) httpStreamAPI {
+			cm, ok := checkChatMigration([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+			if !ok {
+				t.Fatal("not migratable")
+			}
+			return cm
+		}, `data: {"id":"x","object":"chat.completion.chunk","created":5,"model":"m","prompt_token_ids":[1,2,3],"choices":[{"index":0,"delta":{"content":"a"},"logprobs":null,"finish_reason":"stop","token_ids":[5]}]}` + "\n\n",
+			[]string{"[DONE]"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &migratingStream{ctx: t.Context(), api: c.api(t), first: brokenBody{strings.NewReader(c.frames)}}
+			s.cur = s.first
+			got, err := io.ReadAll(s)
+			if err != nil {
+				t.Fatalf("read: %v (got %q)", err, got)
+			}
+			whole := strings.Count(c.frames, "\n\n")
+			var payloads []string
+			for f := range strings.SplitSeq(strings.TrimSuffix(string(got), "\n\n"), "\n\n") {
+				payloads = append(payloads, strings.TrimPrefix(f, "data: "))
+			}
+			if len(payloads) != whole+len(c.want) {
+				t.Fatalf("frames %q, want the %d passed on and %d more", payloads, whole, len(c.want))
+			}
+			for i, w := range c.want {
+				if g := payloads[whole+i]; g != w && !jsonEqual(g, w) {
+					t.Errorf("frame %d: %s\nwant %s", whole+i, g, w)
+				}
+			}
+		})
+	}
+}
