@@ -144,6 +144,9 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 				cells[l.name][t.name] = append(cells[l.name][t.name], c)
 			}
 		}
+		if err := runPairedCells(ctx, s, p, round, targets, cells); err != nil {
+			return s.res, err
+		}
 	}
 	mem := map[string]streamMemory{}
 	for _, t := range targets {
@@ -191,6 +194,72 @@ func runOverheadCell(ctx context.Context, s *scenarioRun, p overheadParams, roun
 		s.note("%s: %d of %d requests failed or were dropped", label, bad, res.Summary.Requests)
 	}
 	return c, nil
+}
+
+// pairedLoad is the PD JSON closed loop run on sluice-pd and bare-pd at the same time, half the
+// closed loop's connections each: whatever else the machine does falls on both alike, so their
+// ratio holds still where loads run one after the other differ by the machine's moods (issue #33).
+const pairedLoad = "pd-json-paired"
+
+// runPairedCells runs pairedLoad's round when both targets are there, and adds its cells.
+func runPairedCells(ctx context.Context, s *scenarioRun, p overheadParams, round int, targets []*overheadTarget,
+	cells map[string]map[string][]overheadCell) error {
+	var pair [2]*overheadTarget
+	for _, t := range targets {
+		switch t.name {
+		case tPD:
+			pair[0] = t
+		case tBarePD:
+			pair[1] = t
+		}
+	}
+	if pair[0] == nil || pair[1] == nil {
+		return nil
+	}
+	if round%2 == 1 { // neither always starts first
+		pair[0], pair[1] = pair[1], pair[0]
+	}
+	var out [2]overheadCell
+	var errs [2]error
+	var cpu0 [2]float64
+	done := make(chan int, len(pair))
+	for i, t := range pair {
+		if t.pids != nil {
+			cpu0[i] = cpuOf(t.pids())
+		}
+		cfg := Config{URL: t.url, Model: "sim-model", Concurrency: max(p.conc/2, 1), Duration: p.dur, Warmup: p.warm, Seed: int64(round + 1),
+			Label: fmt.Sprintf("r%d-%s-%s", round+1, pairedLoad, t.name), Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: 8}}
+		go func() {
+			out[i].res, errs[i] = Run(ctx, cfg, Options{})
+			done <- i
+		}()
+	}
+	for range pair {
+		<-done
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("%s: %w", pairedLoad, err)
+	}
+	if cells[pairedLoad] == nil {
+		cells[pairedLoad] = map[string][]overheadCell{}
+	}
+	for i, t := range pair {
+		c := out[i]
+		c.cpuReq = -1
+		if t.pids != nil && c.res.TotalSent > 0 {
+			c.cpuReq = (cpuOf(t.pids()) - cpu0[i]) / float64(c.res.TotalSent) * 1e6
+		}
+		label := c.res.Label
+		fmt.Fprintf(s.o.Log, "%s: run %s\n", s.res.Name, label)
+		if err := s.record(label, c.res, map[string]any{"cpu_us_per_request": round3(c.cpuReq)}); err != nil {
+			return err
+		}
+		if bad := c.res.Summary.Failed + c.res.Summary.Dropped; bad > 0 {
+			s.note("%s: %d of %d requests failed or were dropped", label, bad, c.res.Summary.Requests)
+		}
+		cells[pairedLoad][t.name] = append(cells[pairedLoad][t.name], c)
+	}
+	return nil
 }
 
 // startOverheadTargets starts the upstreams and every target; cleanup stops them all and is never nil.

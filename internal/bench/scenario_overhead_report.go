@@ -78,7 +78,8 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 
 	// Per request (JSON answers of 8 tokens).
 	s.res.Table = [][]string{{"load", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "CPU µs/request", "failed"}}
-	for _, l := range loads[:3] {
+	perRequest := []overheadLoad{loads[0], loads[1], loads[2], {name: pairedLoad, pd: true}}
+	for _, l := range perRequest {
 		for _, t := range targets {
 			cs := cells[l.name][t.name]
 			if len(cs) == 0 {
@@ -171,6 +172,8 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 		{"PD JSON CPU per request, open loop at " + strconv.Itoa(int(p.pdRate)) + " req/s: sluice-pd / bare-pd", "<= 1.0",
 			over(get(loads[1].name, tPD, cpu), get(loads[1].name, tBarePD, cpu)), le(1.0), 2},
 		{"PD JSON CPU per request, closed loop: sluice-pd / bare-pd", "<= 1.0", over(get(loads[2].name, tPD, cpu), get(loads[2].name, tBarePD, cpu)), le(1.0), 2},
+		{"PD JSON CPU per request, both loaded at once (closed loop): sluice-pd / bare-pd (issue #33)", "<= 1.02",
+			over(get(pairedLoad, tPD, cpu), get(pairedLoad, tBarePD, cpu)), le(1.02), 3},
 		{"PD JSON CPU per request, open loop: sluice-pd-seats / sluice-pd (issue #21)", "<= 1.05",
 			over(get(loads[1].name, tPDSeats, cpu), get(loads[1].name, tPD, cpu)), le(1.05), 2},
 		{"PD JSON CPU per request, open loop: sluice-pd-grpc / sluice-pd (issue #35)", "<= 1.3",
@@ -197,7 +200,7 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 		gt = append(gt, []string{"gateway memory per open stream (KiB)", "<= 64", strconv.FormatFloat(kib, 'f', 1, 64),
 			map[bool]string{true: "yes", false: "no"}[kib <= 64]})
 	}
-	s.section("Goals (issues #17, #21, #35)", gt)
+	s.section("Goals (issues #17, #21, #33, #35)", gt)
 	s.note("latency is end-to-end (JSON); added = target - direct in the same round; %d rounds, targets in rotating order", p.rounds)
 	s.note("load generator, engines and proxies share the machine's %d CPUs", numCPU())
 }

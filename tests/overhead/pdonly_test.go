@@ -39,6 +39,13 @@ func TestOverheadScenarioPDOnly(t *testing.T) {
 			t.Errorf("%s answered no request: %v", tg, succeeded)
 		}
 	}
+	// The paired load ran sluice-pd and bare-pd side by side, and both answered.
+	for _, tg := range []string{"sluice-pd", "bare-pd"} {
+		i := slices.IndexFunc(res.Runs, func(r bench.RunRef) bool { return r.Label == "r1-pd-json-paired-"+tg })
+		if i < 0 || res.Runs[i].Summary.Succeeded == 0 {
+			t.Errorf("the paired load has no answered run on %s", tg)
+		}
+	}
 	var perRequest []string
 	for _, row := range res.Table[min(1, len(res.Table)):] {
 		perRequest = append(perRequest, row[1])
