@@ -69,10 +69,15 @@ type Metrics struct {
 	// ModelLabel, statuses) and these series are never deleted.
 	requestSeries sync.Map
 	tokenSeries   sync.Map
-	// upstreamOK holds each worker's sluice_upstream_responses_total{status="200"}, the child every
-	// leg writes. upstreamMu orders its fills with DeleteWorker, so it never keeps a deleted child.
-	upstreamMu sync.Mutex
-	upstreamOK sync.Map // worker -> prometheus.Counter
+	// The children every PD request writes, resolved once (children). Those of a worker's series
+	// fill under workerMu, which DeleteWorker holds while it drops them.
+	workerMu   sync.Mutex
+	upstreamOK children[string, prometheus.Counter]     // sluice_upstream_responses_total{status="200"} by worker
+	inflightOf children[string, prometheus.Gauge]       // by worker
+	tokensOf   children[string, prometheus.Gauge]       // by worker
+	waitOf     children[[2]string, prometheus.Observer] // by queue and worker
+	prefillOf  children[string, prometheus.Observer]    // by handoff; never deleted
+	pairOf     children[[2]string, prometheus.Counter]  // by distance and revision; never deleted
 }
 
 // latencyBuckets spans 1 ms to 5 min: admission waits, TTFT and whole LLM requests live in that range.
@@ -335,7 +340,8 @@ func (m *Metrics) tokenCounter(route, model, kind string) prometheus.Counter {
 
 // ObservePrefill records the duration of a PD prefill leg.
 func (m *Metrics) ObservePrefill(handoff string, d time.Duration, sc trace.SpanContext) {
-	observe(m.prefillDuration.WithLabelValues(handoff), d.Seconds(), sc)
+	h := m.prefillOf.get(nil, handoff, func() prometheus.Observer { return m.prefillDuration.WithLabelValues(handoff) })
+	observe(h, d.Seconds(), sc)
 }
 
 // ObservePrediction records a predicted_latency pick's predicted time to first token against the
@@ -373,7 +379,7 @@ func (m *Metrics) IncPrefillSkipped(handoff, reason string) {
 
 // IncPDPair counts a PD pair formed, by distance and revision.
 func (m *Metrics) IncPDPair(distance, revision string) {
-	m.pdPairs.WithLabelValues(distance, revision).Inc()
+	m.pairOf.get(nil, [2]string{distance, revision}, func() prometheus.Counter { return m.pdPairs.WithLabelValues(distance, revision) }).Inc()
 }
 
 // IncKVTransferFallback counts a decode sent without KV transfer parameters (it recomputes the prompt).
@@ -400,17 +406,7 @@ func (m *Metrics) ObserveUpstream(worker string, status int) {
 }
 
 func (m *Metrics) upstreamOKCounter(worker string) prometheus.Counter {
-	if c, ok := m.upstreamOK.Load(worker); ok {
-		return c.(prometheus.Counter)
-	}
-	m.upstreamMu.Lock()
-	defer m.upstreamMu.Unlock()
-	if c, ok := m.upstreamOK.Load(worker); ok {
-		return c.(prometheus.Counter)
-	}
-	c := m.upstream.WithLabelValues(worker, "200")
-	m.upstreamOK.Store(worker, c)
-	return c
+	return m.upstreamOK.get(&m.workerMu, worker, func() prometheus.Counter { return m.upstream.WithLabelValues(worker, "200") })
 }
 
 // IncWorkerError counts a failure of a leg on worker that has no HTTP status (class ClassTransport,
@@ -458,7 +454,7 @@ func (m *Metrics) EngineLoadFailed(worker string) {
 
 // SetInflight sets the admission slots held on worker.
 func (m *Metrics) SetInflight(worker string, n int) {
-	m.admissionInflight.WithLabelValues(worker).Set(float64(n))
+	m.inflightOf.get(&m.workerMu, worker, func() prometheus.Gauge { return m.admissionInflight.WithLabelValues(worker) }).Set(float64(n))
 }
 
 // AddQueued moves the number of requests waiting in queue by delta.
@@ -468,7 +464,9 @@ func (m *Metrics) AddQueued(queue string, delta int) {
 
 // ObserveWait records one admission wait in queue, ended by a grant on worker ("" when none).
 func (m *Metrics) ObserveWait(queue, worker string, d time.Duration) {
-	m.admissionWait.WithLabelValues(queue, worker).Observe(d.Seconds())
+	m.waitOf.get(&m.workerMu, [2]string{queue, worker}, func() prometheus.Observer {
+		return m.admissionWait.WithLabelValues(queue, worker)
+	}).Observe(d.Seconds())
 }
 
 // IncRejection counts one admission rejection in queue.
@@ -478,7 +476,7 @@ func (m *Metrics) IncRejection(queue, reason string) {
 
 // SetInflightTokens sets the estimated prompt tokens of the admission slots held on worker.
 func (m *Metrics) SetInflightTokens(worker string, n int64) {
-	m.admissionTokens.WithLabelValues(worker).Set(float64(n))
+	m.tokensOf.get(&m.workerMu, worker, func() prometheus.Gauge { return m.admissionTokens.WithLabelValues(worker) }).Set(float64(n))
 }
 
 // SetSeats sets the decode seats held on decode worker (a URL or URL@rank key).
@@ -548,9 +546,13 @@ func labelValues(c prometheus.Collector, label string) []string {
 
 // DeleteWorker deletes every per-worker series of a removed worker.
 func (m *Metrics) DeleteWorker(worker string) {
-	m.upstreamMu.Lock()
-	defer m.upstreamMu.Unlock()
-	m.upstreamOK.Delete(worker)
+	m.workerMu.Lock()
+	defer m.workerMu.Unlock()
+	is := func(w string) bool { return w == worker }
+	m.upstreamOK.drop(is)
+	m.inflightOf.drop(is)
+	m.tokensOf.drop(is)
+	m.waitOf.drop(func(k [2]string) bool { return k[1] == worker })
 	for _, g := range []*prometheus.GaugeVec{m.admissionInflight, m.admissionTokens, m.workerHealth,
 		m.engineRunning, m.engineWaiting, m.engineKVUsage} {
 		g.DeleteLabelValues(worker)

@@ -207,10 +207,12 @@ func TestDeleteWorker(t *testing.T) {
 	m.SetInflight("http://a:8000", 1)
 	m.SetInflightTokens("http://a:8000", 5)
 	m.ObserveUpstream("http://a:8000", 200)
+	m.ObserveWait("m", "http://a:8000", time.Second)
 	want := map[string]int{
 		"sluice_pd_prefill_admission_inflight":        1,
 		"sluice_pd_prefill_admission_inflight_tokens": 1,
 		"sluice_upstream_responses_total":             1,
+		"sluice_pd_prefill_admission_wait_seconds":    1,
 	}
 	if diff := cmp.Diff(want, workerSeries(t, reg, "http://a:8000")); diff != "" {
 		t.Errorf("series of the worker added again (-want +got):\n%s", diff)
@@ -358,6 +360,7 @@ func BenchmarkPDRequestMetrics(b *testing.B) {
 		for pb.Next() {
 			m.SetInflight(pw, 1)
 			m.SetInflightTokens(pw, 64)
+			m.ObserveWait("m", pw, 0)
 			m.IncPDPair("same_rack", "r1")
 			m.ObserveUpstream(pw, 200)
 			m.ObservePrefill("bootstrap", time.Millisecond, none)
