@@ -139,7 +139,7 @@ func (x *Dispatcher) legRequest(ctx context.Context, sc trace.SpanContext, w *wo
 	}
 	req.Header["Content-Type"] = jsonContentType
 	if r.RequestID != "" {
-		req.Header[HeaderRequestID] = []string{r.RequestID}
+		req.Header[HeaderRequestID] = r.requestIDHeader()
 	}
 	if w.Protocol() == worker.ProtocolGRPC {
 		req.Header.Set(workerrpc.RoleHeader, string(w.Role())) // which RPC the worker-protocol transport calls
@@ -151,19 +151,22 @@ func (x *Dispatcher) legRequest(ctx context.Context, sc trace.SpanContext, w *wo
 	return req, clientAuth, nil
 }
 
-// legTrace is the trace context the legs of a request whose span is not sampled carry: telemetry's
-// shortcut starts no leg span under an unsampled parent, so every such leg would inject the same
-// headers. The first leg makes them; the legs run concurrently, hence the Once.
-type legTrace struct {
-	once   sync.Once
-	sc     trace.SpanContext
-	header http.Header // read-only once made: its values are shared by the legs' headers
+// legShared is what the legs of one request share, made once for them all: the X-Request-Id value
+// (set by identify, before any leg), and the trace context the legs of a request whose span is not
+// sampled carry: telemetry's shortcut starts no leg span under an unsampled parent, so every such
+// leg would inject the same headers. The first leg makes them; the legs run concurrently, hence the
+// Once.
+type legShared struct {
+	idHeader []string // read-only: requestIDHeader
+	once     sync.Once
+	sc       trace.SpanContext
+	header   http.Header // read-only once made: its values are shared by the legs' headers
 }
 
 // injectTrace puts the trace context of the leg's span (sc, the span of ctx) into h: from r's
-// legTrace when the span is that of an unsampled request, else from the propagator.
+// legShared when the span is that of an unsampled request, else from the propagator.
 func (x *Dispatcher) injectTrace(ctx context.Context, sc trace.SpanContext, r *Request, h http.Header) {
-	t := r.trace
+	t := r.shared
 	if t == nil || !sc.IsValid() || sc.IsSampled() {
 		x.d.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
 		return

@@ -45,7 +45,7 @@ func (q *prepared) model() string {
 // before it (the model, the tenant), for the request's stats.
 func (x *Dispatcher) prepare(ctx context.Context, r *Request) (*prepared, error) {
 	q := &prepared{Request: *r}
-	q.trace = &legTrace{}
+	q.shared = &legShared{}
 	br, ts, err := parse(r)
 	if err != nil {
 		return q, classifyRequestError(err)
@@ -131,6 +131,7 @@ func (x *Dispatcher) identify(ctx context.Context, q *prepared) error {
 			q.RequestID = x.newRequestID()
 		}
 	}
+	q.shared.idHeader = []string{q.RequestID}
 	return nil
 }
 

@@ -88,11 +88,13 @@ func (x *Dispatcher) response(resp *http.Response, br *body.Request, decode, pre
 	if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" {
 		h["Content-Type"] = ct[:1:1]
 	}
-	h[HeaderWorker] = []string{decode.URL()}
 	out := &Response{Status: resp.StatusCode, Header: h, Model: br.Model, Worker: decode.URL(), length: resp.ContentLength,
 		answer: answerOf(resp), chunks: chunksOf(resp)}
-	if prefill != nil {
-		h[HeaderPrefillWorker] = []string{prefill.URL()}
+	if prefill == nil {
+		h[HeaderWorker] = []string{decode.URL()}
+	} else {
+		urls := []string{decode.URL(), prefill.URL()} // one allocation for both values
+		h[HeaderWorker], h[HeaderPrefillWorker] = urls[:1:1], urls[1:2:2]
 		out.PrefillWorker = prefill.URL()
 	}
 	out.Stream = br.Stream || isEventStream(h.Get("Content-Type"))

@@ -37,7 +37,17 @@ type Request struct {
 
 	tenant string      // set by Do from Config.Tenants
 	typed  *typedState // set by Do for a typed request
-	trace  *legTrace   // set by prepare: the trace headers its legs share when not sampled (call.go)
+	shared *legShared  // set by prepare: what its legs share (call.go)
+}
+
+// requestIDHeader is the X-Request-Id value of r's legs and answer. They share one slice, as header
+// values are shared read-only (Header.Add appends to a copy: the capacity is one); a copy of r
+// renamed for a sample (pd_sglang.go) gets its own.
+func (r *Request) requestIDHeader() []string {
+	if s := r.shared; s != nil && len(s.idHeader) == 1 && s.idHeader[0] == r.RequestID {
+		return s.idHeader
+	}
+	return []string{r.RequestID}
 }
 
 // Typed is a request that a typed surface (services/openai) holds as messages: it reaches a worker

@@ -126,7 +126,7 @@ func (x *Dispatcher) answered(ctx context.Context, q *prepared, start time.Time,
 	}
 	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
 	resp.RequestID = q.RequestID
-	resp.Header[HeaderRequestID] = []string{q.RequestID}
+	resp.Header[HeaderRequestID] = q.requestIDHeader()
 	return resp
 }
 
