@@ -268,10 +268,21 @@ func (o *onClose) done() {
 }
 
 // legBody turns a read error caused by the legs' cancellation (the prefill failed mid-request) into a
-// clear error for the relay.
+// clear error for the relay, and runs end (when not nil) once after its first Close, as onClose
+// does: the exchange's answer is one wrapper, not two.
 type legBody struct {
 	io.ReadCloser
-	ctx context.Context
+	ctx  context.Context
+	end  func()
+	once sync.Once
+}
+
+func (l *legBody) Close() error {
+	err := l.ReadCloser.Close()
+	if l.end != nil {
+		l.once.Do(l.end)
+	}
+	return err
 }
 
 func (l *legBody) Read(p []byte) (int, error) {

@@ -149,7 +149,7 @@ func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request,
 	case mergeStream:
 		resp.Body = newStreamLogprobs(resp.Body, legCtx, prefillDone, &pout)
 	}
-	out.Body = &onClose{ReadCloser: &legBody{ReadCloser: resp.Body, ctx: legCtx}, fn: finish}
+	out.Body = &legBody{ReadCloser: resp.Body, ctx: legCtx, end: finish}
 	return out, nil
 }
 
