@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -111,6 +112,19 @@ type meter struct {
 	streamCut bool
 	body      []byte            // non-streamed: the answer, up to maxUsageBody
 	answer    *workerrpc.Answer // non-streamed: the answer as messages, when it came so
+
+	cancel context.CancelFunc // ends the request's context when its answer is closed (answered)
+	ended  sync.Once          // the answer's first Close ends the request, and only it
+}
+
+// close ends the request, once: its context, then its record.
+func (m *meter) close() {
+	m.ended.Do(func() {
+		if m.cancel != nil {
+			m.cancel()
+		}
+		m.finish()
+	})
 }
 
 // Frames is the events of a streamed answer, for the surfaces to relay one by one.
@@ -280,6 +294,26 @@ func (m *meter) streamEnded(err error) {
 type unaryBody struct {
 	io.ReadCloser
 	m *meter
+}
+
+// Close ends the request (meter.close) once the answer's body is closed.
+func (u *unaryBody) Close() error {
+	err := u.ReadCloser.Close()
+	u.m.close()
+	return err
+}
+
+// meteredBody is a streamed answer's body: closing it ends the request (meter.close); a non-streamed
+// answer's unaryBody does the same.
+type meteredBody struct {
+	io.ReadCloser
+	m *meter
+}
+
+func (b *meteredBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.m.close()
+	return err
 }
 
 func (u *unaryBody) Read(p []byte) (int, error) {

@@ -124,7 +124,10 @@ func (x *Dispatcher) answered(ctx context.Context, q *prepared, start time.Time,
 	for k, vs := range q.rateHeader {
 		resp.Header[k] = vs
 	}
-	resp.Body = &onClose{ReadCloser: resp.Body, fn: func() { cancel(); m.finish() }}
+	m.cancel = cancel
+	if resp.Stream { // else newMeter's unaryBody ends the request when closed
+		resp.Body = &meteredBody{ReadCloser: resp.Body, m: m}
+	}
 	resp.RequestID = q.RequestID
 	resp.Header[HeaderRequestID] = q.requestIDHeader()
 	return resp
