@@ -115,7 +115,9 @@ func (x *Dispatcher) callWith(ctx context.Context, w *worker.Worker, leg, path s
 		return nil, &UpstreamError{Worker: w.URL(), Status: resp.StatusCode, Body: msg, RetryAfter: resp.Header.Get("Retry-After"),
 			ClientAuth: clientAuth}
 	}
-	resp.Body = &onClose{ReadCloser: resp.Body, span: span}
+	if span.IsRecording() { // End does nothing on a span that records nothing: no wrapper for it
+		resp.Body = &onClose{ReadCloser: resp.Body, span: span}
+	}
 	return resp, nil
 }
 
