@@ -313,11 +313,11 @@ func (x *Dispatcher) selectPartner(preq *placement.Request, pw *worker.Worker, h
 	snap := x.d.Registry.Snapshot()
 	p := *preq
 	p.Prefill = pw
-	if !x.pairingOn(snap) {
-		return x.selectDecode(&p, h)
+	p.Handoffs = worker.HandoffSet(0).Add(h)
+	if !x.pairingOn(snap) { // selectDecode's pick, on this copy rather than one more
+		return placement.SelectDecode(snap, &p, x.d.Policies.Decode, x.now())
 	}
 	now := x.now()
-	p.Handoffs = worker.HandoffSet(0).Add(h)
 	dw, err := placement.Select(snap, worker.RoleDecode, &p, x.d.Policies.Decode, x.partnerFilter(preq, pw, x.partners(snap, preq, nil, now)), now)
 	if errors.Is(err, placement.ErrAtCapacity) {
 		// No compatible partner is left (the fleet changed since admission): say why.

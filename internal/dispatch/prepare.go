@@ -31,6 +31,7 @@ type prepared struct {
 
 	res        *tenant.Reservation // the tenant budget's reservation (budget.go); nil without one
 	rateHeader http.Header         // the budgeted tenant's x-ratelimit-* headers
+	legs       legShared           // what its legs share: Request.shared points here (one allocation)
 }
 
 // model is the request's model, "" while its body is unread.
@@ -45,7 +46,7 @@ func (q *prepared) model() string {
 // before it (the model, the tenant), for the request's stats.
 func (x *Dispatcher) prepare(ctx context.Context, r *Request) (*prepared, error) {
 	q := &prepared{Request: *r}
-	q.shared = &legShared{}
+	q.shared = &q.legs
 	br, ts, err := parse(r)
 	if err != nil {
 		return q, classifyRequestError(err)
