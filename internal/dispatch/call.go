@@ -275,14 +275,14 @@ func (o *onClose) done() {
 type legBody struct {
 	io.ReadCloser
 	ctx  context.Context
-	end  func()
+	end  interface{ end() } // the exchange (pdExchange); nil: nothing to end
 	once sync.Once
 }
 
 func (l *legBody) Close() error {
 	err := l.ReadCloser.Close()
 	if l.end != nil {
-		l.once.Do(l.end)
+		l.once.Do(l.end.end)
 	}
 	return err
 }

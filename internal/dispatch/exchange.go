@@ -101,56 +101,76 @@ func sameBody(body []byte) legBodies { return legBodies{prefill: body, decode: b
 func (x *Dispatcher) exchange(ctx context.Context, r *Request, br *body.Request, pw, dw *worker.Worker,
 	legs legBodies, hold holder, merge logprobMerge) (*Response, error) {
 	legCtx, cancelLegs := context.WithCancelCause(ctx)
+	ex := &pdExchange{x: x, ctx: ctx, cancelLegs: cancelLegs, prefillDone: make(chan struct{}),
+		timing: pdTiming{handoff: pw.Handoff().String(), start: x.now()}}
 	pload := pw.AcquireLoad()
 	dload := dw.AcquireLoad()
-	var pout prefillOutcome
-	prefillDone := make(chan struct{})
-	timing := &pdTiming{handoff: pw.Handoff().String(), start: x.now()}
-	go func() {
-		defer close(prefillDone)
-		reason := admission.ReleaseCompleted
-		defer func() {
-			pload.Release()
-			hold.Release(reason)
-		}()
-		pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
-		if pout.err == nil {
-			timing.prefill = x.now().Sub(timing.start) // read after prefillDone closes
-			x.d.Metrics.ObservePrefill(timing.handoff, timing.prefill, trace.SpanContextFromContext(legCtx))
-			return
-		}
-		reason = admission.ReleaseFailed
-		if legCtx.Err() != nil {
-			reason = admission.ReleaseCancelled
-		}
-		cancelLegs(&prefillFailed{pout.err}) // a failed prefill leaves decode waiting for KV that never comes
-	}()
+	go ex.prefill(legCtx, r, br, pw, legs, merge, pload, hold)
 
 	resp, err := x.callWith(legCtx, dw, "decode", br.Route.Path(), legs.decodeSender(), r, legs.decodeHeader)
 	if err != nil {
 		cancelLegs(errDecodeFailed)
-		<-prefillDone
+		<-ex.prefillDone
 		dload.Release()
-		return nil, legError(ctx, legCtx, err, pout.err)
+		return nil, legError(ctx, legCtx, err, ex.pout.err)
 	}
 	out := x.response(resp, br, dw, pw)
-	out.pd = timing
+	out.pd = &ex.timing
 	out.legCtx = legCtx
-	releaseDecode := holdDecode(ctx, out.Stream, dload.Release) // or a migration first (migrate.go)
-	finish := func() {
-		x.awaitPrefill(ctx, prefillDone)
-		cancelLegs(errRequestEnded)
-		<-prefillDone
-		releaseDecode()
-	}
+	ex.releaseDecode = holdDecode(ctx, out.Stream, dload.Release) // or a migration first (migrate.go)
 	switch merge {
 	case mergeUnary:
-		return mergeUnaryLogprobs(out, resp, prefillDone, &pout, finish)
+		return mergeUnaryLogprobs(out, resp, ex.prefillDone, &ex.pout, ex.end)
 	case mergeStream:
-		resp.Body = newStreamLogprobs(resp.Body, legCtx, prefillDone, &pout)
+		resp.Body = newStreamLogprobs(resp.Body, legCtx, ex.prefillDone, &ex.pout)
 	}
-	out.Body = &legBody{ReadCloser: resp.Body, ctx: legCtx, end: finish}
+	out.Body = &legBody{ReadCloser: resp.Body, ctx: legCtx, end: ex}
 	return out, nil
+}
+
+// pdExchange is one exchange's state, in one allocation: what the prefill goroutine leaves and when
+// it is over, the legs' timing, and what ending the exchange releases.
+type pdExchange struct {
+	x             *Dispatcher
+	ctx           context.Context // the request's
+	cancelLegs    context.CancelCauseFunc
+	prefillDone   chan struct{}  // closed when the prefill goroutine is over
+	pout          prefillOutcome // the prefill goroutine's: read after prefillDone closes
+	timing        pdTiming       // prefill is the prefill goroutine's: read after prefillDone closes
+	releaseDecode func()         // the decode's load (or a migration's release of it first)
+}
+
+// prefill is the exchange's goroutine: the prefill leg, then the prefill's load and hold released at
+// once; a prefill that failed on its own cancels the decode, which would wait for KV that never comes.
+func (ex *pdExchange) prefill(legCtx context.Context, r *Request, br *body.Request, pw *worker.Worker, legs legBodies,
+	merge logprobMerge, pload *worker.LoadGuard, hold holder) {
+	defer close(ex.prefillDone)
+	reason := admission.ReleaseCompleted
+	defer func() {
+		pload.Release()
+		hold.Release(reason)
+	}()
+	x := ex.x
+	ex.pout = x.prefillLeg(legCtx, r, br, pw, legs, merge)
+	if ex.pout.err == nil {
+		ex.timing.prefill = x.now().Sub(ex.timing.start)
+		x.d.Metrics.ObservePrefill(ex.timing.handoff, ex.timing.prefill, trace.SpanContextFromContext(legCtx))
+		return
+	}
+	reason = admission.ReleaseFailed
+	if legCtx.Err() != nil {
+		reason = admission.ReleaseCancelled
+	}
+	ex.cancelLegs(&prefillFailed{ex.pout.err})
+}
+
+// end ends the exchange once its answer is closed: the prefill gets its grace, the legs are
+// cancelled, the prefill goroutine is waited for and the decode's guards are released.
+func (ex *pdExchange) end() {
+	ex.x.awaitPrefill(ex.ctx, ex.prefillDone)
+	ex.cancelLegs(errRequestEnded)
+	<-ex.prefillDone
+	ex.releaseDecode()
 }
 
 // awaitPrefill gives a prefill leg that is still running when its decode has been relayed a moment to
