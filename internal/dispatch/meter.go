@@ -290,21 +290,7 @@ func (m *meter) streamEnded(err error) {
 	}
 }
 
-// unaryBody keeps a copy of a non-streamed answer as it is read.
-type unaryBody struct {
-	io.ReadCloser
-	m *meter
-}
-
-// Close ends the request (meter.close) once the answer's body is closed.
-func (u *unaryBody) Close() error {
-	err := u.ReadCloser.Close()
-	u.m.close()
-	return err
-}
-
-// meteredBody is a streamed answer's body: closing it ends the request (meter.close); a non-streamed
-// answer's unaryBody does the same.
+// meteredBody is an answer's body whose Close ends the request (meter.close).
 type meteredBody struct {
 	io.ReadCloser
 	m *meter
@@ -315,6 +301,9 @@ func (b *meteredBody) Close() error {
 	b.m.close()
 	return err
 }
+
+// unaryBody is a non-streamed answer's meteredBody: it also keeps a copy of the answer as it is read.
+type unaryBody struct{ meteredBody }
 
 func (u *unaryBody) Read(p []byte) (int, error) {
 	n, err := u.ReadCloser.Read(p)
@@ -333,7 +322,7 @@ func (x *Dispatcher) newMeter(ctx context.Context, start time.Time, br *body.Req
 		if resp.length > 0 && resp.length <= maxUsageBody {
 			m.body = make([]byte, 0, resp.length) // one allocation for the copy, not a growing series
 		}
-		resp.Body = &unaryBody{ReadCloser: resp.Body, m: m}
+		resp.Body = &unaryBody{meteredBody{ReadCloser: resp.Body, m: m}}
 	}
 	return m
 }
