@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -485,7 +486,7 @@ func TestH1IdleConnectionExpires(t *testing.T) {
 	tr := newTestH1()
 	tr.idleTimeout = 50 * time.Millisecond
 	defer tr.CloseIdleConnections()
-	for range 3 { // reused from the pool each time: the timer is stopped and set again
+	for range 3 { // reused from the pool each time: the timer runs on, and expire finds it used since
 		resp, err := h1Post(t.Context(), t, tr, url, "{}")
 		if err != nil {
 			t.Fatal(err)
@@ -501,6 +502,60 @@ func TestH1IdleConnectionExpires(t *testing.T) {
 	tr.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d hosts still pooled after expiry", n)
+	}
+}
+
+// TestH1IdleTimerOutlivesUse: a connection's idle timer is not moved at each use. When it fires,
+// a pooled connection used since is kept and the timer set for the rest of its idle timeout; one idle
+// for the whole timeout is closed; one a request holds is left open, and pooling it sets the timer
+// again. The firings are expire's calls here, so no test waits on a clock.
+func TestH1IdleTimerOutlivesUse(t *testing.T) {
+	t.Parallel()
+	tr := newTestH1()
+	tr.idleTimeout = time.Hour // the real timer never fires during the test
+	defer tr.CloseIdleConnections()
+	c, peer := net.Pipe()
+	defer peer.Close()
+	pc := &h1Conn{t: tr, key: "engine:80", c: c}
+	pooled := func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return slices.Contains(tr.idle[pc.key], pc)
+	}
+	armed := func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return pc.armed
+	}
+
+	tr.putIdle(pc)
+	tr.expire(pc) // fires while the connection is fresh (used a moment ago)
+	if !pooled() || !armed() {
+		t.Fatalf("a connection idle for less than the timeout: pooled %v, timer set %v; want both", pooled(), armed())
+	}
+
+	tr.mu.Lock() // a request takes it
+	tr.idle[pc.key] = slices.DeleteFunc(tr.idle[pc.key], func(x *h1Conn) bool { return x == pc })
+	tr.mu.Unlock()
+	tr.expire(pc)
+	if armed() {
+		t.Fatal("the timer of a connection a request holds is still set")
+	}
+	tr.putIdle(pc) // the request is over
+	if !pooled() || !armed() {
+		t.Fatalf("a connection pooled again: pooled %v, timer set %v; want both", pooled(), armed())
+	}
+
+	tr.mu.Lock()
+	pc.idleAt = time.Now().Add(-2 * tr.idleTimeout)
+	tr.mu.Unlock()
+	tr.expire(pc) // fires after a whole idle timeout unused
+	if pooled() {
+		t.Fatal("a connection idle for the whole timeout is still pooled")
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("the expired connection reads %v on the engine's side, want EOF (closed)", err)
 	}
 }
 
