@@ -84,6 +84,7 @@ const (
 // the standard library's reverse proxy and a bare two-leg PD proxy, and the gateway memory each open
 // stream holds.
 func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
+	o.PDOnly = o.PDOnly || o.PairedOnly
 	s := newScenarioRun("overhead", o)
 	p := overheadParams{dur: 10 * time.Second, warm: 2 * time.Second, rounds: 3, rate: 2000, pdRate: 1000, conc: 64,
 		spacedRate: 200, b2bRat: 1000, n1: 1, n2: 51, gapUS: 2000, streams: 10000}
@@ -120,29 +121,15 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 		{name: "b2b-" + strconv.Itoa(p.n1), rate: p.b2bRat, stream: true, frames: p.n1, regular: true, pd: true},
 		{name: "b2b-" + strconv.Itoa(p.n2), rate: p.b2bRat, stream: true, frames: p.n2, regular: true, pd: true},
 	}
+	timed := loads
+	if o.PairedOnly {
+		timed = nil // the report still names them: their rows and goals read "-"
+	}
 	// cells[load][target] holds one cell per round.
 	cells := map[string]map[string][]overheadCell{}
 	for round := range p.rounds {
-		for _, l := range loads {
-			// Rotate the order every round so no target always runs first (or right after another).
-			order := slices.Clone(targets)
-			if len(order) > 0 {
-				k := (round + len(l.name)) % len(order)
-				order = append(order[k:], order[:k]...)
-			}
-			for _, t := range order {
-				if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream && !t.pd) {
-					continue
-				}
-				c, err := runOverheadCell(ctx, s, p, round, l, t)
-				if err != nil {
-					return s.res, err
-				}
-				if cells[l.name] == nil {
-					cells[l.name] = map[string][]overheadCell{}
-				}
-				cells[l.name][t.name] = append(cells[l.name][t.name], c)
-			}
+		if err := runOverheadRound(ctx, s, p, round, timed, targets, cells); err != nil {
+			return s.res, err
 		}
 		if err := runPairedCells(ctx, s, p, round, targets, cells); err != nil {
 			return s.res, err
@@ -162,6 +149,33 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 	}
 	s.overheadTables(p, loads, targets, cells, mem)
 	return s.res, nil
+}
+
+// runOverheadRound runs one round of the loads on the targets each applies to, one target after
+// the other in an order rotated every round, so no target always runs first (or right after another).
+func runOverheadRound(ctx context.Context, s *scenarioRun, p overheadParams, round int, loads []overheadLoad,
+	targets []*overheadTarget, cells map[string]map[string][]overheadCell) error {
+	for _, l := range loads {
+		order := slices.Clone(targets)
+		if len(order) > 0 {
+			k := (round + len(l.name)) % len(order)
+			order = append(order[k:], order[:k]...)
+		}
+		for _, t := range order {
+			if (t.pd && !l.pd) || (!t.pd && !l.regular) || (s.o.PDOnly && l.stream && !t.pd) {
+				continue
+			}
+			c, err := runOverheadCell(ctx, s, p, round, l, t)
+			if err != nil {
+				return err
+			}
+			if cells[l.name] == nil {
+				cells[l.name] = map[string][]overheadCell{}
+			}
+			cells[l.name][t.name] = append(cells[l.name][t.name], c)
+		}
+	}
+	return nil
 }
 
 // overheadCell is one load on one target in one round.
@@ -437,6 +451,10 @@ func startOverheadTargets(ctx context.Context, s *scenarioRun, p overheadParams)
 	if err := gw(tPD, true, []string{"--pd-disaggregation", "--prefill", prefillURL, bp, "--decode", decodeURL,
 		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024"}); err != nil {
 		return fail(err)
+	}
+	if o.PairedOnly {
+		s.note("only the paired load on sluice-pd and bare-pd (--paired-only)")
+		return targets, cleanup, nil
 	}
 	if err := gw(tPDSeats, true, []string{"--pd-disaggregation", "--prefill", prefillURL, bp, "--decode", decodeURL,
 		"--prefill-max-inflight-requests-per-worker", "1024", "--prefill-queue-size", "1024",

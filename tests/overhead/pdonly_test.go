@@ -61,3 +61,36 @@ func TestOverheadScenarioPDOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestOverheadScenarioPairedOnly runs the short overhead scenario with --paired-only in process: the
+// paired load's two runs are the only runs, both answered, and the per-request table has their rows
+// and no other.
+func TestOverheadScenarioPairedOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts simulators, baselines and gateways")
+	}
+	res, err := bench.RunScenario(context.Background(), "overhead",
+		bench.ScenarioOptions{OutDir: t.TempDir(), Short: true, InProcess: true, PairedOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, r := range res.Runs {
+		labels = append(labels, r.Label)
+		if r.Summary.Succeeded == 0 || r.Summary.Failed > 0 {
+			t.Errorf("run %s: %d succeeded, %d failed", r.Label, r.Summary.Succeeded, r.Summary.Failed)
+		}
+	}
+	slices.Sort(labels)
+	if want := []string{"r1-pd-json-paired-bare-pd", "r1-pd-json-paired-sluice-pd"}; !slices.Equal(labels, want) {
+		t.Errorf("runs %v, want %v", labels, want)
+	}
+	var rows []string
+	for _, row := range res.Table[min(1, len(res.Table)):] {
+		rows = append(rows, row[0]+" "+row[1])
+	}
+	slices.Sort(rows)
+	if want := []string{"pd-json-paired bare-pd", "pd-json-paired sluice-pd"}; !slices.Equal(rows, want) {
+		t.Errorf("per-request rows %v, want %v", rows, want)
+	}
+}
