@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicegw/sluice/internal/worker"
 )
@@ -35,6 +36,8 @@ type modelTrees struct {
 	ids workerIDs
 	mu  sync.RWMutex // guards m (the map, not the trees)
 	m   map[string]*lockedTree
+	// mapped counts the bytes the trees hold outside the heap (bulk.go).
+	mapped atomic.Int64
 }
 
 type lockedTree struct {
@@ -78,6 +81,7 @@ func (ts *modelTrees) tree(model string) *lockedTree {
 	lt := ts.m[model]
 	if lt == nil {
 		lt = &lockedTree{}
+		lt.t.mapped = &ts.mapped
 		ts.m[model] = lt
 	}
 	return lt

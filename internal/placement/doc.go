@@ -37,4 +37,10 @@
 // (admission, dispatch) acquires the worker's load or slot after a pick.
 // Policies that keep per-worker state implement [Forgetter]; the owner calls
 // Forget when a worker is removed or replaced (registry events).
+//
+// A cache_aware tree that grows past a few megabytes keeps the rest of its nodes and text outside
+// the Go heap, in huge pages where Linux gives them (bulk.go): a pick's walk is cache and TLB misses
+// in tens of megabytes, and on the heap the tree would also multiply the GC's target. The tree owns
+// its mappings; a runtime cleanup unmaps them when it is dropped. [Set.MappedBytes] says how much is
+// mapped, which the owner takes off Go's soft memory limit.
 package placement

@@ -232,6 +232,20 @@ func NewSet(cfg Config) (*Set, error) {
 	return s, nil
 }
 
+// MappedBytes is the memory the set's cache_aware trees hold outside the Go heap (bulk.go), which
+// the runtime's memory limit does not see.
+func (s *Set) MappedBytes() int64 {
+	var n int64
+	seen := map[*modelTrees]bool{}
+	for _, p := range s.all() {
+		if h, ok := p.(treeHolder); ok && !seen[h.cacheAware().trees] {
+			seen[h.cacheAware().trees] = true
+			n += h.cacheAware().trees.mapped.Load()
+		}
+	}
+	return n
+}
+
 func (s *Set) all() []Policy { return []Policy{s.Regular, s.Prefill, s.Decode} }
 
 // Uses reports whether any of the three policies is the named one (e.g.

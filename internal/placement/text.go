@@ -19,7 +19,8 @@ type labelText struct {
 	spare  []byte   // an emptied chunk kept for the next one, so a steady state allocates none
 	sparse int      // chunks under half live, other than cur (the sweep has work while > 0)
 	moved  int      // bytes the sweep has copied, for tests
-	size   int      // a chunk's capacity; 0: textChunk
+	size   int      // a heap chunk's capacity; 0: textChunk (a mapped chunk holds hugeBytes)
+	mem    *bulkMem // the tree's, for chunks past the first heapTextChunks (nil: all on the heap)
 }
 
 // textChunk is a chunk's capacity: small enough that allocating one is no pause, large enough that
@@ -67,7 +68,7 @@ func (x *labelText) reserve(n int) (int, []byte) {
 		buf := x.spare
 		x.spare = nil
 		if buf == nil {
-			buf = make([]byte, 0, x.chunkSize())
+			buf = x.newChunk()
 		}
 		x.cur = x.slot(buf)
 	}
@@ -76,6 +77,17 @@ func (x *labelText) reserve(n int) (int, []byte) {
 	x.chunks[x.cur] = buf[:w+n]
 	x.live[x.cur] += n
 	return x.cur<<offShift | w, x.chunks[x.cur][w : w+n]
+}
+
+// newChunk returns an empty chunk: on the heap for the text's first heapTextChunks, then a huge page
+// (bulk.go). Tests that set size keep every chunk on the heap.
+func (x *labelText) newChunk() []byte {
+	if x.size == 0 && x.mem != nil && len(x.chunks) >= heapTextChunks {
+		if b := x.mem.alloc(hugeBytes); b != nil {
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, x.chunkSize())
 }
 
 // slot puts buf in a free slot of chunks and returns its index.
@@ -127,10 +139,14 @@ func (x *labelText) release(off, n int) {
 	}
 }
 
-// free empties slot c, keeping its buffer as the spare if it is a whole chunk and none is kept.
+// free empties slot c, keeping its buffer as the spare if it is a whole chunk and none is kept; a
+// mapped chunk not kept is unmapped.
 func (x *labelText) free(c int) {
-	if buf := x.chunks[c]; x.spare == nil && cap(buf) == x.chunkSize() {
+	switch buf := x.chunks[c]; {
+	case x.spare == nil && (cap(buf) == x.chunkSize() || cap(buf) == hugeBytes && x.mem.owns(buf)):
 		x.spare = buf[:0]
+	default:
+		x.mem.free(buf)
 	}
 	x.chunks[c], x.live[c] = nil, 0
 	x.slots = append(x.slots, c)

@@ -1,5 +1,10 @@
 package placement
 
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
 // tree is an approximate radix tree of prompt text for one model. Each node
 // records which workers (tenants, by interned id) were sent text through it,
 // and each worker's nodes are listed in the order they were last sent (lru),
@@ -44,12 +49,21 @@ type tree struct {
 	// walks the tree.
 	lru  []ends
 	path []nodeID // insert's scratch
+
+	// mem is the tree's memory outside the heap (bulk.go), made at its first insert; chunks are
+	// node chunks mapped and not yet used; mapped counts the bytes mapped (nil: uncounted).
+	mem    *bulkMem
+	chunks []*nodeChunk
+	mapped *atomic.Int64
 }
 
 const nodeChunkBits = 12
 
 // nodeChunk is 4,096 nodes, 256 KiB.
 type nodeChunk [1 << nodeChunkBits]node
+
+// nodeChunkBytes is a chunk's size: eight fill a huge page.
+const nodeChunkBytes = int(unsafe.Sizeof(nodeChunk{}))
 
 // node returns node n.
 func (t *tree) node(n nodeID) *node {
@@ -60,11 +74,32 @@ func (t *tree) node(n nodeID) *node {
 func (t *tree) add(parent nodeID) nodeID {
 	n := t.count
 	if int(n>>nodeChunkBits) == len(t.nodes) {
-		t.nodes = append(t.nodes, new(nodeChunk))
+		t.nodes = append(t.nodes, t.newChunk())
 	}
 	t.count++
 	*t.node(n) = node{parent: parent}
 	return n
+}
+
+// newChunk returns a zeroed chunk of nodes: on the heap for the tree's first heapNodeChunks, then
+// carved from a huge page, eight at a time (bulk.go). A node holds no pointer, so the collector need
+// not see the mapped ones.
+func (t *tree) newChunk() *nodeChunk {
+	if len(t.nodes) >= heapNodeChunks && t.mem != nil {
+		if len(t.chunks) == 0 {
+			if b := t.mem.alloc(hugeBytes); b != nil {
+				for off := 0; off+nodeChunkBytes <= len(b); off += nodeChunkBytes {
+					t.chunks = append(t.chunks, (*nodeChunk)(unsafe.Pointer(&b[off])))
+				}
+			}
+		}
+		if len(t.chunks) > 0 {
+			c := t.chunks[0]
+			t.chunks = t.chunks[1:]
+			return c
+		}
+	}
+	return new(nodeChunk)
 }
 
 // ends are the first and last node of a tenant's lru list.
@@ -413,6 +448,10 @@ func (t *tree) touch(n nodeID, id int32) {
 
 // insert records that text was sent to tenant id.
 func (t *tree) insert(text string, id int32) {
+	if t.mem == nil {
+		t.mem = newBulkMem(t, t.mapped)
+		t.txt.mem = t.mem
+	}
 	if t.count == 0 {
 		t.add(noNode)
 	}
