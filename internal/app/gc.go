@@ -1,17 +1,21 @@
 package app
 
 import (
+	"context"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultGCPercent is the GC target sluice runs with unless GOGC is set. A gateway's garbage is
 // per-request: collecting 4x less often cut the gateway's CPU per PD request by ~8% (158-165 -> 141-149
-// µs, same run, docs/benchmarks.md). The price is a heap of up to five times what is live, and with
-// cache_aware the live heap holds the radix trees (up to twice --max-tree-size characters per worker
-// and model), so TuneGC also caps the heap below a container's memory limit.
+// µs, same run, docs/benchmarks.md). The price is a heap of up to five times what is live, so TuneGC
+// also caps the heap below a container's memory limit. A big cache_aware tree (up to twice
+// --max-tree-size characters per worker and model) is mostly outside the heap (placement's bulk.go),
+// so it is not multiplied by five; followMemoryLimit keeps the cap's room for it.
 const DefaultGCPercent = 400
 
 // memoryLimitShare is the part of a container's memory limit given to Go's soft limit: the rest is
@@ -52,4 +56,37 @@ func cgroupMemoryLimit(read func(string) ([]byte, error)) (int64, bool) {
 		return n, true
 	}
 	return 0, false
+}
+
+// memoryLimitEvery is how often followMemoryLimit reads the trees' mapped memory: trees grow by
+// megabytes a second at most, and the soft limit is a target, not a wall.
+const memoryLimitEvery = 5 * time.Second
+
+// followMemoryLimit lowers Go's soft memory limit, when one is set (by TuneGC from the container's, or
+// by GOMEMLIMIT), by what mapped says the placement trees hold outside the heap, which the runtime
+// does not count: so heap and trees together stay under the limit. It reads mapped every interval
+// until ctx ends, then puts the limit back. Without a limit it returns at once.
+func followMemoryLimit(ctx context.Context, mapped func() int64, every time.Duration) {
+	base := debug.SetMemoryLimit(-1)
+	if base == math.MaxInt64 {
+		return
+	}
+	defer debug.SetMemoryLimit(base)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			debug.SetMemoryLimit(limitBesideTrees(base, mapped()))
+		}
+	}
+}
+
+// limitBesideTrees is the heap's limit when trees hold mapped bytes of base. It keeps at least a
+// quarter of base: below that the collector would run without pause, and trees that large are a
+// --max-tree-size too big for the container.
+func limitBesideTrees(base, mapped int64) int64 {
+	return max(base-mapped, base/4)
 }

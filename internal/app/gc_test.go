@@ -1,9 +1,14 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"math"
+	"runtime/debug"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestCgroupMemoryLimit(t *testing.T) {
@@ -44,5 +49,54 @@ func TestCgroupMemoryLimit(t *testing.T) {
 	}
 	if got, ok := cgroupMemoryLimit(read); !ok || got != 536870912 {
 		t.Errorf("v2 unreadable: got %d %v, want the v1 limit", got, ok)
+	}
+}
+
+func TestLimitBesideTrees(t *testing.T) {
+	for _, c := range []struct{ base, mapped, want int64 }{
+		{1 << 30, 0, 1 << 30},
+		{1 << 30, 256 << 20, 768 << 20},
+		{1 << 30, 1 << 30, 256 << 20}, // floored at a quarter
+	} {
+		if got := limitBesideTrees(c.base, c.mapped); got != c.want {
+			t.Errorf("limitBesideTrees(%d, %d) = %d, want %d", c.base, c.mapped, got, c.want)
+		}
+	}
+}
+
+// TestFollowMemoryLimit: with a soft limit set, the trees' mapped bytes come off it while the loop
+// runs, and the limit is put back when it ends. It changes the process's limit, so it is not parallel.
+func TestFollowMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(1 << 30)
+	defer debug.SetMemoryLimit(prev)
+	var mapped atomic.Int64
+	mapped.Store(256 << 20)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		followMemoryLimit(ctx, mapped.Load, time.Millisecond)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for debug.SetMemoryLimit(-1) != 768<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("limit %d, want %d", debug.SetMemoryLimit(-1), 768<<20)
+		}
+		time.Sleep(time.Millisecond) // polling the loop's effect, with a deadline
+	}
+	cancel()
+	<-done
+	if got := debug.SetMemoryLimit(-1); got != 1<<30 {
+		t.Fatalf("after the loop ended the limit is %d, want %d back", got, 1<<30)
+	}
+}
+
+// TestFollowMemoryLimitWithoutLimit: with no limit set the loop does nothing and returns at once.
+func TestFollowMemoryLimitWithoutLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(prev)
+	followMemoryLimit(t.Context(), func() int64 { t.Fatal("mapped read without a limit"); return 0 }, time.Millisecond)
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Fatalf("limit %d, want none", got)
 	}
 }

@@ -33,6 +33,7 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	a.wg.Go(func() { a.checker.Run(bg) })
 	a.wg.Go(func() { a.Policies.Run(bg) })
+	a.wg.Go(func() { followMemoryLimit(bg, a.Policies.MappedBytes, memoryLimitEvery) })
 	a.wg.Go(func() { a.kv.run(bg) })
 	if a.LoadMonitor != nil {
 		a.wg.Go(func() { a.LoadMonitor.Run(bg) })
