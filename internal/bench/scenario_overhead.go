@@ -84,25 +84,8 @@ const (
 func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
 	o.PDOnly = o.PDOnly || o.PairedOnly
 	s := newScenarioRun("overhead", o)
-	p := overheadParams{dur: 10 * time.Second, warm: 2 * time.Second, rounds: 3, rate: 2000, pdRate: 1000, conc: 64,
-		spacedRate: 200, b2bRat: 1000, n1: 1, n2: 51, gapUS: 2000, streams: 10000}
-	if o.Rounds > 0 {
-		p.rounds = o.Rounds
-	}
-	if o.Short {
-		p = overheadParams{dur: 400 * time.Millisecond, warm: 100 * time.Millisecond, rounds: 1, rate: 300, pdRate: 200, conc: 16,
-			spacedRate: 50, b2bRat: 200, n1: 1, n2: 9, gapUS: 2000, streams: 100}
-	}
-	if o.PDRate > 0 {
-		p.pdRate = o.PDRate
-	}
-	if o.StreamRate > 0 {
-		p.spacedRate, p.b2bRat = o.StreamRate, o.StreamRate
-	}
-	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
-		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
-		s.res.Measurements[k] = v
-	}
+	p := newOverheadParams(o)
+	p.record(s.res.Measurements)
 
 	targets, cleanup, err := startOverheadTargets(ctx, s, p)
 	defer cleanup()
@@ -133,20 +116,55 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 			return s.res, err
 		}
 	}
+	mem := measureOverheadMemory(ctx, s, p, targets)
+	s.overheadTables(p, loads, targets, cells, mem)
+	return s.res, nil
+}
+
+// newOverheadParams are the loads' sizes: the full run's, or --short's, with the options' overrides.
+func newOverheadParams(o ScenarioOptions) overheadParams {
+	p := overheadParams{dur: 10 * time.Second, warm: 2 * time.Second, rounds: 3, rate: 2000, pdRate: 1000, conc: 64,
+		spacedRate: 200, b2bRat: 1000, n1: 1, n2: 51, gapUS: 2000, streams: 10000}
+	if o.Rounds > 0 {
+		p.rounds = o.Rounds
+	}
+	if o.Short {
+		p = overheadParams{dur: 400 * time.Millisecond, warm: 100 * time.Millisecond, rounds: 1, rate: 300, pdRate: 200, conc: 16,
+			spacedRate: 50, b2bRat: 200, n1: 1, n2: 9, gapUS: 2000, streams: 100}
+	}
+	if o.PDRate > 0 {
+		p.pdRate = o.PDRate
+	}
+	if o.StreamRate > 0 {
+		p.spacedRate, p.b2bRat = o.StreamRate, o.StreamRate
+	}
+	return p
+}
+
+// record writes the parameters a run used into its measurements.
+func (p overheadParams) record(m map[string]any) {
+	for k, v := range map[string]any{"rate": p.rate, "pd_rate": p.pdRate, "concurrency": p.conc, "rounds": p.rounds, "spaced_rate": p.spacedRate,
+		"back_to_back_rate": p.b2bRat, "frames_n1": p.n1, "frames_n2": p.n2, "gap_us": p.gapUS} {
+		m[k] = v
+	}
+}
+
+// measureOverheadMemory measures the memory each open stream holds in every relay target (not the PD
+// ones, nor the frame server itself); a target that fails is noted and left out.
+func measureOverheadMemory(ctx context.Context, s *scenarioRun, p overheadParams, targets []*overheadTarget) map[string]streamMemory {
 	mem := map[string]streamMemory{}
 	for _, t := range targets {
 		if t.pd || t.name == tDirect {
 			continue
 		}
-		m, err := measureStreamMemory(ctx, t, p.streams, o)
+		m, err := measureStreamMemory(ctx, t, p.streams, s.o)
 		if err != nil {
 			s.note("%s: memory per stream: %v", t.name, err)
 			continue
 		}
 		mem[t.name] = m
 	}
-	s.overheadTables(p, loads, targets, cells, mem)
-	return s.res, nil
+	return mem
 }
 
 // runOverheadRound runs one round of the loads on the targets each applies to, one target after
