@@ -42,7 +42,7 @@ type bulkMem struct {
 }
 
 // newBulkMem returns owner's mapped memory, to be unmapped when owner is unreachable.
-func newBulkMem[T any](owner *T, mapped *atomic.Int64) *bulkMem {
+func newBulkMem(owner *tree, mapped *atomic.Int64) *bulkMem {
 	m := &bulkMem{maps: make(map[*byte][]byte), mapped: mapped}
 	runtime.AddCleanup(owner, (*bulkMem).release, m)
 	return m
@@ -85,17 +85,6 @@ func (m *bulkMem) owns(b []byte) bool {
 	}
 	_, ok := m.maps[unsafe.SliceData(b[:1])]
 	return ok
-}
-
-// ownsAddr reports whether p lies in a mapping (for tests).
-func (m *bulkMem) ownsAddr(p *nodeChunk) bool {
-	a := uintptr(unsafe.Pointer(p))
-	for _, whole := range m.maps {
-		if s := uintptr(unsafe.Pointer(unsafe.SliceData(whole))); a >= s && a < s+uintptr(len(whole)) {
-			return true
-		}
-	}
-	return false
 }
 
 func (m *bulkMem) unmap(whole []byte) {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestNodeHoldsNoPointer: nodes may live in memory the collector does not scan (bulk.go), so a
@@ -117,4 +118,15 @@ func TestSetCountsMappedBytes(t *testing.T) {
 	if got := set.MappedBytes(); got != want {
 		t.Fatalf("MappedBytes %d, the shared trees mapped %d", got, want)
 	}
+}
+
+// ownsAddr reports whether p lies in one of m's mappings.
+func (m *bulkMem) ownsAddr(p *nodeChunk) bool {
+	a := uintptr(unsafe.Pointer(p))
+	for _, whole := range m.maps {
+		if s := uintptr(unsafe.Pointer(unsafe.SliceData(whole))); a >= s && a < s+uintptr(len(whole)) {
+			return true
+		}
+	}
+	return false
 }
