@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -28,10 +29,11 @@ import (
 //     that connection is never reused.
 //   - Streaming: the body reads the connection as the engine writes; a read returns what has arrived.
 //   - No duplicate requests: a request is sent again only when nothing of it reached the engine — its
-//     first write on a pooled connection failed outright — and then once, on a new connection. A
-//     pooled connection is checked before use: one the engine has closed (or that has bytes nobody
-//     asked for) is dropped, so a request is not written into a connection already gone. A request
-//     that was written and got no answer is an error, never retried here.
+//     first write on a pooled connection failed outright — and then once, on a checked connection. A
+//     request that was written and got no answer is an error, never retried here.
+//   - A connection pooled for checkAfterIdle or longer is checked before use: one the engine has
+//     closed (or that has bytes nobody asked for) is dropped, so the engines' keep-alive timeouts do
+//     not fail requests. One used more recently is not checked: see checkAfterIdle.
 //
 // Connections are pooled per host, most recently used first; a connection goes back only when its
 // body was read to the end, the engine did not ask to close it and its request's context is alive.
@@ -50,9 +52,21 @@ type Transport struct {
 	responseHeaderTimeout time.Duration
 	readBufferSize        int
 
+	checkAfter time.Duration // checkAfterIdle; tests shorten it
+
 	mu   sync.Mutex
 	idle map[string][]*h1Conn // by host:port, most recently used last
 }
+
+// checkAfterIdle is how long a connection stays pooled before its next use checks it. The check is a
+// system call (a peek at the socket) a leg, and under load a pooled connection is used again within
+// milliseconds: checking each cost 3.5% of a PD request's CPU (docs/benchmarks.md). An engine closes
+// an idle connection after its keep-alive timeout (uvicorn's, 5 s in vLLM and SGLang), well past this,
+// so those closes are still caught. What a recent connection can miss is an engine that stops or
+// dies within the second: the request written into it fails with the transport error the closed
+// connection gives (the dispatcher retries such failures elsewhere), and the host's other pooled
+// connections, likely closed by the same stop, are dropped with it (dropIdle).
+const checkAfterIdle = time.Second
 
 // Options tunes a Transport; the caller supplies every value (backend.HTTPClientOptions holds the
 // defaults, so they are written once).
@@ -75,6 +89,7 @@ func New(o Options) *Transport {
 		idleTimeout:           o.IdleTimeout,
 		responseHeaderTimeout: o.ResponseHeaderTimeout,
 		readBufferSize:        8 << 10,
+		checkAfter:            checkAfterIdle,
 		idle:                  map[string][]*h1Conn{},
 	}
 }
@@ -134,7 +149,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := canonicalAddr(req.URL.Host)
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := t.getConn(ctx, key)
+		pc, reused, err := t.getConn(ctx, key, attempt > 0)
 		if err != nil {
 			return nil, err
 		}
@@ -152,6 +167,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			stop()
 			pc.close()
+			if reused && closedByEngine(err) {
+				t.dropIdle(key)
+			}
 			return nil, ctxErr(ctx, err)
 		}
 		return resp, nil
@@ -270,8 +288,14 @@ func canonicalAddr(host string) string {
 	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
 }
 
-// getConn takes the most recently pooled live connection to key, or dials one.
-func (t *Transport) getConn(ctx context.Context, key string) (*h1Conn, bool, error) {
+// closedByEngine reports an answer that never came because the engine closed the connection.
+func closedByEngine(err error) bool {
+	return errors.Is(err, errH1Closed) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// getConn takes the most recently pooled live connection to key, or dials one. A pooled connection
+// is checked when it has been idle for checkAfterIdle, or always when check is set.
+func (t *Transport) getConn(ctx context.Context, key string, check bool) (*h1Conn, bool, error) {
 	now := time.Now()
 	for {
 		t.mu.Lock()
@@ -284,7 +308,8 @@ func (t *Transport) getConn(ctx context.Context, key string) (*h1Conn, bool, err
 		l[len(l)-1] = nil
 		t.idle[key] = l[:len(l)-1]
 		t.mu.Unlock() // its idle timer runs on: expire leaves a connection a request holds open
-		if now.Sub(pc.idleAt) > t.idleTimeout || !connAlive(pc.c) {
+		idle := now.Sub(pc.idleAt)
+		if idle > t.idleTimeout || ((check || idle >= t.checkAfter) && !connAlive(pc.c)) {
 			pc.close()
 			continue
 		}
@@ -346,6 +371,18 @@ func (t *Transport) expire(pc *h1Conn) {
 	}
 	t.mu.Unlock()
 	if i >= 0 {
+		pc.close()
+	}
+}
+
+// dropIdle closes key's pooled connections: one of them was found closed by its engine without a
+// check, and an engine that stops closes them all.
+func (t *Transport) dropIdle(key string) {
+	t.mu.Lock()
+	l := t.idle[key]
+	delete(t.idle, key)
+	t.mu.Unlock()
+	for _, pc := range l {
 		pc.close()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -366,21 +367,28 @@ func TestH1NoDuplicate(t *testing.T) {
 	}
 }
 
-// TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed is dropped before
-// use: the next request goes over a new connection and is received once.
-func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
-	t.Parallel()
-	var requests, conns atomic.Int64
-	url := rawServer(t, func(c net.Conn) {
+// answerOnceThenClose is an engine that answers one request with keep-alive, then closes the idle
+// connection (an engine's keep-alive timeout, or an engine that stops).
+func answerOnceThenClose(requests, conns *atomic.Int64) func(net.Conn) {
+	return func(c net.Conn) {
 		conns.Add(1)
 		if _, _, err := readRawRequest(bufio.NewReader(c)); err != nil {
 			return
 		}
 		requests.Add(1)
-		// Keep-alive in the answer, then close the idle connection (an engine's keep-alive timeout).
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-	})
+	}
+}
+
+// TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed is dropped when it has
+// been idle long enough to be checked: the next request goes over a new connection and is received
+// once.
+func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
+	t.Parallel()
+	var requests, conns atomic.Int64
+	url := rawServer(t, answerOnceThenClose(&requests, &conns))
 	tr := newTestH1()
+	tr.checkAfter = 0 // every pooled connection is checked
 	defer tr.CloseIdleConnections()
 	resp, err := h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
@@ -411,13 +419,95 @@ func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 	}
 }
 
+// TestH1RecentConnectionClosedByEngine: a connection used within checkAfterIdle is not checked, so a
+// request written into one its engine has just closed fails (once, not sent again); the host's other
+// pooled connections, closed by the same stop, are dropped, and the next request goes over a new one.
+func TestH1RecentConnectionClosedByEngine(t *testing.T) {
+	t.Parallel()
+	var requests, conns atomic.Int64
+	url := rawServer(t, answerOnceThenClose(&requests, &conns))
+	tr := newTestH1()
+	tr.checkAfter = time.Hour // every pooled connection is recent
+	defer tr.CloseIdleConnections()
+	// Two requests at once: two connections, both pooled, both then closed by the engine.
+	var wg sync.WaitGroup
+	var started sync.WaitGroup
+	started.Add(2)
+	hold := make(chan struct{})
+	for range 2 {
+		wg.Go(func() {
+			resp, err := h1Post(t.Context(), t, tr, url, "{}")
+			started.Done()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			<-hold // both answers in hand before either connection goes back to the pool
+			_, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		})
+	}
+	started.Wait()
+	close(hold)
+	wg.Wait()
+	if n := tr.IdleConns(); n != 2 {
+		t.Fatalf("%d pooled connections, want 2", n)
+	}
+	tr.mu.Lock()
+	pooled := slices.Concat(slices.Collect(maps.Values(tr.idle))...)
+	tr.mu.Unlock()
+	for _, pc := range pooled {
+		poll.Until(t, "the engine's close to reach a pooled connection", 10*time.Second, func() bool { return !connAlive(pc.c) })
+	}
+	_, err := h1Post(t.Context(), t, tr, url, "{}")
+	if !closedByEngine(err) {
+		t.Fatalf("request on a recent connection the engine closed: err %v, want the close's error", err)
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("%d pooled connections after one was found closed, want 0: the engine closed them all", n)
+	}
+	resp, err := h1Post(t.Context(), t, tr, url, "{}")
+	if err != nil {
+		t.Fatalf("request after the closed connections were dropped: %v", err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if requests.Load() != 3 || conns.Load() != 3 {
+		t.Errorf("engine got %d requests over %d connections, want 3 over 3 (the failed one never reached it)",
+			requests.Load(), conns.Load())
+	}
+}
+
+// closedByPeer is a TCP connection whose other end has closed, once the close has reached it.
+func closedByPeer(t *testing.T) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	poll.Until(t, "the peer's close to reach the connection", 10*time.Second, func() bool { return !connAlive(c) })
+	return c
+}
+
 // failingConn is a pooled connection whose first write fails before sending anything.
 type failingConn struct{ net.Conn }
 
 func (failingConn) Write([]byte) (int, error) { return 0, syscall.EPIPE }
 
 // TestH1NothingWrittenIsSentOnce: when nothing of a request could be written on a pooled
-// connection, it is sent once more on a new one, and the engine receives it once.
+// connection, it is sent once more on a checked one (a recent pooled connection the engine closed is
+// dropped, not written into), and the engine receives it once.
 func TestH1NothingWrittenIsSentOnce(t *testing.T) {
 	t.Parallel()
 	var requests atomic.Int64
@@ -429,10 +519,13 @@ func TestH1NothingWrittenIsSentOnce(t *testing.T) {
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	})
 	tr := newTestH1()
+	tr.checkAfter = time.Hour // every pooled connection is recent
 	defer tr.CloseIdleConnections()
+	key := strings.TrimPrefix(url, "http://")
+	closed := closedByPeer(t)
+	tr.putIdle(&h1Conn{t: tr, key: key, c: closed, br: bufio.NewReader(closed)})
 	a, b := net.Pipe()
 	defer b.Close()
-	key := strings.TrimPrefix(url, "http://")
 	tr.putIdle(&h1Conn{t: tr, key: key, c: failingConn{a}, br: bufio.NewReader(a)})
 	resp, err := h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
