@@ -52,7 +52,7 @@ type Transport struct {
 	responseHeaderTimeout time.Duration
 	readBufferSize        int
 
-	checkAfter time.Duration // checkAfterIdle; tests shorten it
+	checkAfter time.Duration // checkAfterIdle; tests set their own
 
 	mu   sync.Mutex
 	idle map[string][]*h1Conn // by host:port, most recently used last
@@ -64,8 +64,9 @@ type Transport struct {
 // an idle connection after its keep-alive timeout (uvicorn's, 5 s in vLLM and SGLang), well past this,
 // so those closes are still caught. What a recent connection can miss is an engine that stops or
 // dies within the second: the request written into it fails with the transport error the closed
-// connection gives (the dispatcher retries such failures elsewhere), and the host's other pooled
-// connections, likely closed by the same stop, are dropped with it (dropIdle).
+// connection gives (the dispatcher retries a transport failure as a new attempt, as it would a
+// refused dial), and the host's other pooled connections, likely closed by the same stop, are
+// dropped with it (dropIdle).
 const checkAfterIdle = time.Second
 
 // Options tunes a Transport; the caller supplies every value (backend.HTTPClientOptions holds the
