@@ -380,15 +380,21 @@ func answerOnceThenClose(requests, conns *atomic.Int64) func(net.Conn) {
 	}
 }
 
-// TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed is dropped when it has
-// been idle long enough to be checked: the next request goes over a new connection and is received
-// once.
+// enginesKeepAlive is how long the engines keep an idle HTTP connection open before closing it, and
+// so how long a pooled connection may have been idle when its engine's close is there to be found.
+// SGLang: uvicorn.run(..., timeout_keep_alive=5) in launch_server (sgl-project/sglang
+// python/sglang/srt/entrypoints/http_server.py). vLLM: timeout_keep_alive=envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE
+// in vllm-project/vllm vllm/entrypoints/openai/api_server.py, "5" by default in vllm/envs.py.
+const enginesKeepAlive = 5 * time.Second
+
+// TestH1ClosedIdleConnectionNotUsed: a pooled connection the engine has closed after its keep-alive
+// timeout is checked and dropped (the transport's own checkAfterIdle, which must be shorter than the
+// engines' timeout): the next request goes over a new connection and is received once.
 func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 	t.Parallel()
 	var requests, conns atomic.Int64
 	url := rawServer(t, answerOnceThenClose(&requests, &conns))
 	tr := newTestH1()
-	tr.checkAfter = 0 // every pooled connection is checked
 	defer tr.CloseIdleConnections()
 	resp, err := h1Post(t.Context(), t, tr, url, "{}")
 	if err != nil {
@@ -396,11 +402,15 @@ func TestH1ClosedIdleConnectionNotUsed(t *testing.T) {
 	}
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// Wait until the engine's close has reached the pooled connection.
+	// The engine closes the connection at once; an engine's keep-alive timeout closes it after
+	// enginesKeepAlive idle, which the pooled connection is made to have been.
 	tr.mu.Lock()
 	var pooled []*h1Conn
 	for _, l := range tr.idle {
 		pooled = append(pooled, l...)
+	}
+	for _, pc := range pooled {
+		pc.idleAt = pc.idleAt.Add(-enginesKeepAlive)
 	}
 	tr.mu.Unlock()
 	if len(pooled) != 1 {
