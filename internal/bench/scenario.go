@@ -30,8 +30,9 @@ type ScenarioOptions struct {
 	BaselineBin  string // overhead: the baseline servers' binary (default: built from the module)
 	Rounds       int    // overhead: interleaved rounds (default 3; 1 when short)
 	PDOnly       bool   // overhead: only the PD targets (bare-pd, sluice-pd, sluice-pd-seats, sluice-pd-grpc)
-	// PairedOnly is overhead's issue #33 figure alone: only sluice-pd and bare-pd, only the paired load
-	// (both loaded at once), a few seconds a round where the whole scenario takes minutes.
+	// PairedOnly is overhead's issue #33 figures alone: only the paired loads, each on a gateway and its
+	// baseline at once (sluice-pd and bare-pd, sluice and reverseproxy), about 30 s a round where the
+	// whole scenario takes minutes.
 	PairedOnly bool
 	// PDRate is overhead's PD JSON open-loop rate (default 1000 req/s; 200 when short).
 	PDRate float64
@@ -240,7 +241,7 @@ func scenarioCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&o.StreamRate, "stream-rate", 0, "overhead: arrival rate of the streamed loads, spaced and back to back (default 200 and 1000 req/s, 50 and 200 with --short); lower it on a loaded machine")
 	fs.Float64Var(&o.PDRate, "pd-rate", 0, "overhead: arrival rate of the PD JSON open loop (default 1000 req/s, 200 with --short); lower it on a loaded machine, where the engines cannot keep up")
 	fs.BoolVar(&o.PDOnly, "pd-only", false, "overhead: run only the PD targets (bare-pd, sluice-pd, sluice-pd-seats, sluice-pd-grpc) on their JSON and streamed loads (CPU per request and per frame, e.g. the decode seats' and gRPC mode's ratios; no memory)")
-	fs.BoolVar(&o.PairedOnly, "paired-only", false, "overhead: run only sluice-pd and bare-pd, loaded at once by the PD JSON closed loop (pd-json-paired, issue #33's figure): about 15 s a round; implies --pd-only")
+	fs.BoolVar(&o.PairedOnly, "paired-only", false, "overhead: run only the paired loads, each on a gateway and its baseline at once (issue #33's figures): sluice-pd and bare-pd on the PD JSON closed loop (pd-json-paired), sluice and reverseproxy on streams of frames spaced like tokens (spaced-paired); about 30 s a round")
 	fs.IntVar(&o.Engines, "engines", 0, "tenants: prefill engines and decode engines each (default 4); the non-preemptive floor of a quiet request's wait falls with the number of prefill slots")
 	fs.DurationVar(&o.Duration, "duration", 0, "tenants: measured time per variant (default 60s); a tenant's p99 over a minute rests on its two slowest of ~200 requests")
 	fs.StringVar(&o.Prompts, "prompts", "", "tenants: prompt lengths in tokens, N (every prompt N) or LO-HI (lognormal between them, the median at their geometric mean, the bounds at ±2 sigma); default 256-4096. Equal prompts are the worst case for the quiet tenants' p99 ratio: its baseline is the bare prefill, and the flood's prefills, started together, end together")

@@ -82,7 +82,6 @@ const (
 // the standard library's reverse proxy and a bare two-leg PD proxy, and the gateway memory each open
 // stream holds.
 func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, error) {
-	o.PDOnly = o.PDOnly || o.PairedOnly
 	s := newScenarioRun("overhead", o)
 	p := newOverheadParams(o)
 	p.record(s.res.Measurements)
@@ -116,7 +115,10 @@ func ScenarioOverhead(ctx context.Context, o ScenarioOptions) (*ScenarioResult, 
 			return s.res, err
 		}
 	}
-	mem := measureOverheadMemory(ctx, s, p, targets)
+	mem := map[string]streamMemory{}
+	if !o.PairedOnly {
+		mem = measureOverheadMemory(ctx, s, p, targets)
+	}
 	s.overheadTables(p, loads, targets, cells, mem)
 	return s.res, nil
 }
@@ -226,20 +228,52 @@ func runOverheadCell(ctx context.Context, s *scenarioRun, p overheadParams, roun
 	return c, nil
 }
 
-// pairedLoad is the PD JSON closed loop run on sluice-pd and bare-pd at the same time, half the
-// closed loop's connections each: whatever else the machine does falls on both alike, so their
-// ratio holds still where loads run one after the other differ by the machine's moods (issue #33).
-const pairedLoad = "pd-json-paired"
+// A paired load runs on a gateway and its baseline at the same time, half the load on each: whatever
+// else the machine does falls on both alike, so their ratio holds still where loads run one after
+// the other differ by the machine's moods (issue #33's figures).
+type pairedLoad struct {
+	name    string
+	gateway string // the target measured
+	base    string // the baseline it is measured against
+	cfg     Config // one side's load, without its URL, duration, seed and label
+}
 
-// runPairedCells runs pairedLoad's round when both targets are there, and adds its cells.
+// The paired loads: the PD JSON closed loop (sluice-pd and bare-pd), and streams of frames spaced
+// like tokens (sluice and reverseproxy, half the spaced rate each).
+const (
+	pdPairedLoad     = "pd-json-paired"
+	spacedPairedLoad = "spaced-paired"
+)
+
+func (p overheadParams) pairedLoads() []pairedLoad {
+	return []pairedLoad{
+		{name: pdPairedLoad, gateway: tPD, base: tBarePD,
+			cfg: Config{Concurrency: max(p.conc/2, 1), Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: 8}}},
+		{name: spacedPairedLoad, gateway: tSluice, base: tRP,
+			cfg: Config{Rate: p.spacedRate / 2, Stream: true, ExtraBody: `{"bench_gap_us":` + strconv.Itoa(p.gapUS) + `}`,
+				Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: p.n2}}},
+	}
+}
+
+// runPairedCells runs each paired load's round whose two targets are there, and adds its cells.
 func runPairedCells(ctx context.Context, s *scenarioRun, p overheadParams, round int, targets []*overheadTarget,
+	cells map[string]map[string][]overheadCell) error {
+	for _, l := range p.pairedLoads() {
+		if err := runPaired(ctx, s, p, round, l, targets, cells); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runPaired(ctx context.Context, s *scenarioRun, p overheadParams, round int, l pairedLoad, targets []*overheadTarget,
 	cells map[string]map[string][]overheadCell) error {
 	var pair [2]*overheadTarget
 	for _, t := range targets {
 		switch t.name {
-		case tPD:
+		case l.gateway:
 			pair[0] = t
-		case tBarePD:
+		case l.base:
 			pair[1] = t
 		}
 	}
@@ -257,8 +291,9 @@ func runPairedCells(ctx context.Context, s *scenarioRun, p overheadParams, round
 		if t.pids != nil {
 			cpu0[i] = cpuOf(t.pids())
 		}
-		cfg := Config{URL: t.url, Model: "sim-model", Concurrency: max(p.conc/2, 1), Duration: p.dur, Warmup: p.warm, Seed: int64(round + 1),
-			Label: fmt.Sprintf("r%d-%s-%s", round+1, pairedLoad, t.name), Workload: WorkloadConfig{Kind: WorkloadFixed, PromptTokens: 64, MaxTokens: 8}}
+		cfg := l.cfg
+		cfg.URL, cfg.Model, cfg.Duration, cfg.Warmup, cfg.Seed = t.url, "sim-model", p.dur, p.warm, int64(round+1)
+		cfg.Label = fmt.Sprintf("r%d-%s-%s", round+1, l.name, t.name)
 		go func() {
 			out[i].res, errs[i] = Run(ctx, cfg, Options{})
 			done <- i
@@ -268,10 +303,10 @@ func runPairedCells(ctx context.Context, s *scenarioRun, p overheadParams, round
 		<-done
 	}
 	if err := errors.Join(errs[:]...); err != nil {
-		return fmt.Errorf("%s: %w", pairedLoad, err)
+		return fmt.Errorf("%s: %w", l.name, err)
 	}
-	if cells[pairedLoad] == nil {
-		cells[pairedLoad] = map[string][]overheadCell{}
+	if cells[l.name] == nil {
+		cells[l.name] = map[string][]overheadCell{}
 	}
 	for i, t := range pair {
 		c := out[i]
@@ -287,7 +322,7 @@ func runPairedCells(ctx context.Context, s *scenarioRun, p overheadParams, round
 		if bad := c.res.Summary.Failed + c.res.Summary.Dropped; bad > 0 {
 			s.note("%s: %d of %d requests failed or were dropped", label, bad, c.res.Summary.Requests)
 		}
-		cells[pairedLoad][t.name] = append(cells[pairedLoad][t.name], c)
+		cells[l.name][t.name] = append(cells[l.name][t.name], c)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 
 	// Per request (JSON answers of 8 tokens).
 	s.res.Table = [][]string{{"load", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "CPU µs/request", "failed"}}
-	perRequest := []overheadLoad{loads[0], loads[1], loads[2], {name: pairedLoad, pd: true}}
+	perRequest := []overheadLoad{loads[0], loads[1], loads[2], {name: pdPairedLoad, pd: true}, {name: spacedPairedLoad, regular: true}}
 	for _, l := range perRequest {
 		for _, t := range targets {
 			cs := cells[l.name][t.name]
@@ -173,7 +173,9 @@ func (s *scenarioRun) overheadTables(p overheadParams, loads []overheadLoad, tar
 			over(get(loads[1].name, tPD, cpu), get(loads[1].name, tBarePD, cpu)), le(1.0), 2},
 		{"PD JSON CPU per request, closed loop: sluice-pd / bare-pd", "<= 1.0", over(get(loads[2].name, tPD, cpu), get(loads[2].name, tBarePD, cpu)), le(1.0), 2},
 		{"PD JSON CPU per request, both loaded at once (closed loop): sluice-pd / bare-pd (issue #33)", "<= 1.02",
-			over(get(pairedLoad, tPD, cpu), get(pairedLoad, tBarePD, cpu)), le(1.02), 3},
+			over(get(pdPairedLoad, tPD, cpu), get(pdPairedLoad, tBarePD, cpu)), le(1.02), 3},
+		{"stream of " + strconv.Itoa(p.n2) + " frames spaced like tokens, CPU per stream, both loaded at once: sluice / reverseproxy (issue #33)", "<= 1.02",
+			over(get(spacedPairedLoad, tSluice, cpu), get(spacedPairedLoad, tRP, cpu)), le(1.02), 3},
 		{"PD JSON CPU per request, open loop: sluice-pd-seats / sluice-pd (issue #21)", "<= 1.05",
 			over(get(loads[1].name, tPDSeats, cpu), get(loads[1].name, tPD, cpu)), le(1.05), 2},
 		{"PD JSON CPU per request, open loop: sluice-pd-grpc / sluice-pd (issue #35)", "<= 1.3",

@@ -80,7 +80,7 @@ func (st *overheadStart) startAll() error {
 	if err != nil {
 		return err
 	}
-	if !o.PDOnly {
+	if !o.PDOnly || o.PairedOnly {
 		if err := st.addRelayTargets(); err != nil {
 			return err
 		}
@@ -158,14 +158,12 @@ func (st *overheadStart) add(t *overheadTarget) {
 func (st *overheadStart) addRelayTargets() error {
 	o := st.s.o
 	st.add(&overheadTarget{name: tDirect, url: st.eng.frames, close: func() error { return nil }})
-	if o.NoNginx {
+	switch {
+	case o.PairedOnly: // no paired load has it
+	case o.NoNginx:
 		st.s.note("nginx skipped (--no-nginx)")
-	} else if bin, err := findNginx(o.InstallNginx, o.Log); err != nil {
-		st.s.note("nginx baseline skipped: %v", err)
-	} else if n, err := startNginx(st.ctx, bin, strings.TrimPrefix(st.eng.frames, "http://"), 2, o.Log); err != nil {
-		st.s.note("nginx baseline skipped: %v", err)
-	} else {
-		st.add(&overheadTarget{name: tNginx, url: n.url, pids: n.pids, close: n.close})
+	default:
+		st.addNginx()
 	}
 	rp := func() (http.Handler, error) {
 		u, err := url.Parse(st.eng.frames)
@@ -175,6 +173,22 @@ func (st *overheadStart) addRelayTargets() error {
 		return err
 	}
 	return st.addGateway(tSluice, false, []string{"--worker-urls", st.eng.frames})
+}
+
+// addNginx adds nginx in front of the frame server, or notes why not.
+func (st *overheadStart) addNginx() {
+	o := st.s.o
+	bin, err := findNginx(o.InstallNginx, o.Log)
+	if err != nil {
+		st.s.note("nginx baseline skipped: %v", err)
+		return
+	}
+	n, err := startNginx(st.ctx, bin, strings.TrimPrefix(st.eng.frames, "http://"), 2, o.Log)
+	if err != nil {
+		st.s.note("nginx baseline skipped: %v", err)
+		return
+	}
+	st.add(&overheadTarget{name: tNginx, url: n.url, pids: n.pids, close: n.close})
 }
 
 // addPDTargets adds the bare PD proxy and the PD gateways: sluice-pd, then (unless paired-only)
@@ -199,7 +213,7 @@ func (st *overheadStart) addPDTargets() error {
 		return err
 	}
 	if o.PairedOnly {
-		st.s.note("only the paired load on sluice-pd and bare-pd (--paired-only)")
+		st.s.note("only the paired loads: sluice-pd and bare-pd, sluice and reverseproxy (--paired-only)")
 		return nil
 	}
 	if err := st.addGateway(tPDSeats, true, append(pd[:len(pd):len(pd)], "--decode-max-inflight-requests-per-worker", "1024")); err != nil {

@@ -63,8 +63,8 @@ func TestOverheadScenarioPDOnly(t *testing.T) {
 }
 
 // TestOverheadScenarioPairedOnly runs the short overhead scenario with --paired-only in process: the
-// paired load's two runs are the only runs, both answered, and the per-request table has their rows
-// and no other.
+// paired loads' runs (PD JSON on sluice-pd and bare-pd, spaced streams on sluice and reverseproxy)
+// are the only runs, all answered, and the per-request table has their rows and no other.
 func TestOverheadScenarioPairedOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts simulators, baselines and gateways")
@@ -82,7 +82,8 @@ func TestOverheadScenarioPairedOnly(t *testing.T) {
 		}
 	}
 	slices.Sort(labels)
-	if want := []string{"r1-pd-json-paired-bare-pd", "r1-pd-json-paired-sluice-pd"}; !slices.Equal(labels, want) {
+	if want := []string{"r1-pd-json-paired-bare-pd", "r1-pd-json-paired-sluice-pd",
+		"r1-spaced-paired-reverseproxy", "r1-spaced-paired-sluice"}; !slices.Equal(labels, want) {
 		t.Errorf("runs %v, want %v", labels, want)
 	}
 	var rows []string
@@ -90,7 +91,8 @@ func TestOverheadScenarioPairedOnly(t *testing.T) {
 		rows = append(rows, row[0]+" "+row[1])
 	}
 	slices.Sort(rows)
-	if want := []string{"pd-json-paired bare-pd", "pd-json-paired sluice-pd"}; !slices.Equal(rows, want) {
+	if want := []string{"pd-json-paired bare-pd", "pd-json-paired sluice-pd", "spaced-paired reverseproxy",
+		"spaced-paired sluice"}; !slices.Equal(rows, want) {
 		t.Errorf("per-request rows %v, want %v", rows, want)
 	}
 }

@@ -40,6 +40,11 @@ func TestOverheadScenarioShort(t *testing.T) {
 			t.Errorf("run %s: %d of %d requests failed", r.Label, r.Summary.Failed, r.Summary.Sent)
 		}
 	}
+	for _, load := range []string{"pd-json-paired", "spaced-paired"} {
+		if !ranLoad(res, load) {
+			t.Errorf("no run of the paired load %s", load)
+		}
+	}
 	for _, target := range []string{"direct", "reverseproxy", "sluice", "bare-pd", "sluice-pd", "sluice-pd-grpc"} {
 		if succeeded[target] == 0 {
 			t.Errorf("%s answered no request: %v", target, succeeded)
@@ -72,4 +77,14 @@ func TestOverheadScenarioShort(t *testing.T) {
 			t.Errorf("memory table has no %s row: %v", target, memory)
 		}
 	}
+}
+
+// ranLoad reports whether some run of res was of load (labels are r<round>-<load>-<target>).
+func ranLoad(res *bench.ScenarioResult, load string) bool {
+	for _, r := range res.Runs {
+		if strings.Contains(r.Label, "-"+load+"-") {
+			return true
+		}
+	}
+	return false
 }
