@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -48,6 +49,7 @@ type idStream struct {
 	finish       bool     // a chunk finished the generation
 	afterFinish  bool     // a frame came after that chunk (the usage chunk)
 	cut          [][2]int // the id members of the chunk scanned last, reused
+	head         chunkHead
 }
 
 // engineBody is the body sent to the engine: the client's, asking for the token ids.
@@ -230,7 +232,7 @@ func (s *idStream) frame(dst, payload []byte, delta func(d []byte), continued fu
 	if s.restarted {
 		payload = s.restamp(payload)
 	}
-	sc, ok := scanIDChunk(payload, s.ids, s.cut[:0], delta)
+	sc, ok := scanIDChunk(payload, s.ids, s.cut[:0], delta, &s.head)
 	if !ok {
 		s.ended = true
 		return append(dst, payload...), true // an error chunk or something else: the client gets it, and the stream is over
@@ -384,20 +386,33 @@ type idChunk struct {
 // scanIDChunk reads an OpenAI chunk (a completion's or a chat's) without decoding it: its choices'
 // token_ids (appended to ids) and finish_reason, the prompt_token_ids beside the choices (a chat's) or
 // in one (a completion's), and where those id members are (appended to cut); delta, if not nil, gets
-// each choice's delta (a chat's). False when the chunk has no choices array (an error chunk).
-func scanIDChunk(payload []byte, ids []uint32, cut [][2]int, delta func(d []byte)) (idChunk, bool) {
+// each choice's delta (a chat's). False when the chunk has no choices array (an error chunk). head,
+// if not nil, is the stream's chunkHead: a chunk that starts with it is read from its choices on.
+func scanIDChunk(payload []byte, ids []uint32, cut [][2]int, delta func(d []byte), head *chunkHead) (idChunk, bool) {
 	out := idChunk{ids: ids, cut: cut}
 	found := false
 	prevEnd := -1 // where the previous member's value ended, once a member is kept before
 	top := jsonscan.NewObjIter(payload, 0)
+	var m jsonscan.Member
+	n := 0 // members read
+	resumed := head.starts(payload)
+	if resumed {
+		top, m, n = jsonscan.ResumeObjIter(payload, len(head.b), head.n), head.member, head.n-1
+	}
 	for {
-		m, more := top.NextKey()
-		if !more {
-			break
+		n++
+		if !resumed {
+			var more bool
+			if m, more = top.NextKey(); !more {
+				break
+			}
 		}
 		var err error
-		if m.KeyIs(payload, "choices") { // read once, as it is scanned
-			found = true
+		if resumed || m.KeyIs(payload, "choices") { // read once, as it is scanned
+			if !resumed && !found && len(out.cut) == 0 {
+				head.keep(payload, m, n)
+			}
+			resumed, found = false, true
 			m.ValEnd, err = scanChoices(payload, m.ValStart, &out, delta)
 		} else {
 			m.ValEnd, err = jsonscan.SkipValueDepth(payload, m.ValStart, 1)
@@ -409,6 +424,28 @@ func scanIDChunk(payload []byte, ids []uint32, cut [][2]int, delta func(d []byte
 		top.ValueDone(m.ValEnd)
 	}
 	return out, found && top.Err == nil
+}
+
+// chunkHead is a chunk's start up to its choices' value, when none of it is cut. An engine starts
+// every chunk of a stream with the same members (id, object, created, model: about half of a
+// chunk's bytes), and scanIDChunk runs on every chunk of a stream that may migrate, so a chunk that
+// starts with the same bytes is read from its choices on: the same bytes read the same way.
+type chunkHead struct {
+	b      []byte          // the chunk's bytes up to the choices' value
+	member jsonscan.Member // the choices member, its value not read
+	n      int             // its number among the chunk's members, from 1
+}
+
+// starts reports whether payload starts with the head (false for a nil or empty head).
+func (h *chunkHead) starts(payload []byte) bool {
+	return h != nil && len(h.b) > 0 && bytes.HasPrefix(payload, h.b)
+}
+
+// keep makes payload's start, up to the value of its choices member m (member n), the head.
+func (h *chunkHead) keep(payload []byte, m jsonscan.Member, n int) {
+	if h != nil {
+		h.b, h.member, h.n = append(h.b[:0], payload[:m.ValStart]...), m, n
+	}
 }
 
 // member takes one member m of an object in b whose previous member ended at prevEnd: the id members

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // The first stream's completions chunks are scanned in place: their ids taken, the id members cut
@@ -29,7 +31,7 @@ func TestScanIDChunk(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sc, ok := scanIDChunk([]byte(c.in), []uint32{3}, nil, nil)
+			sc, ok := scanIDChunk([]byte(c.in), []uint32{3}, nil, nil, nil)
 			if ok != c.ok {
 				t.Fatalf("ok = %v, want %v", ok, c.ok)
 			}
@@ -249,4 +251,78 @@ func TestStreamBrokenAfterItsFinishEndsWhole(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stream's chunks read from their choices on, after a first chunk with the same start, give what
+// they give read whole: the same ids, prompt ids, finish, cuts and deltas, and the same verdict, in
+// any order of starts that match, differ, carry id members or a second choices, and of truncated or
+// malformed chunks.
+func TestScanIDChunkHeadProperty(t *testing.T) {
+	starts := []string{
+		`{"id":"a","object":"chat.completion.chunk","created":1,"model":"m",`,
+		`{"id":"b","object":"chat.completion.chunk","created":1,"model":"m",`,
+		`{ "id":"a" , "object":"chat.completion.chunk",`,
+		`{"prompt_token_ids":[1,2],"id":"a",`,
+		`{"choices":[{"token_ids":[4]}],"id":"a",`,
+		`{`,
+		`{"id":"a","object":"chat.completion.chunk","created":1,"model":"m","error":{"message":"x"},`,
+	}
+	choices := []string{
+		`"choices":[{"index":0,"delta":{"content":"x"},"token_ids":[5],"finish_reason":null}]`,
+		`"choices":[{"index":0,"delta":{"content":"y"},"logprobs":null,"finish_reason":"length","token_ids":[6,7]}]`,
+		`"choices" : [ {"text":"t","token_ids":[1,2]} ]`,
+		`"choices":[]`,
+		`"choices":[{"delta":{"role":"assistant","content":""}}]`,
+		`"choices":[{"delta":{"content":"z"},"finish_reason":"stop"}]`,
+		`"choices":{"not":"an array"}`,
+		`"error":{"message":"boom"}`,
+	}
+	ends := []string{`}`, `,"usage":null}`, `,"prompt_token_ids":[9]}`, `,"choices":[{"token_ids":[3]}]}`,
+		`,"usage":{"prompt_tokens":1}}`, ``, `,}`}
+	// same scans p with the head and whole, and says how they differ ("" when they do not).
+	same := func(head *chunkHead, ids []uint32, p string) (idChunk, bool, string) {
+		var withHead, whole []string
+		a, okA := scanIDChunk([]byte(p), slices.Clone(ids), nil, func(d []byte) { withHead = append(withHead, string(d)) }, head)
+		b, okB := scanIDChunk([]byte(p), slices.Clone(ids), nil, func(d []byte) { whole = append(whole, string(d)) }, nil)
+		if okA != okB || !reflect.DeepEqual(a, b) || !slices.Equal(withHead, whole) {
+			return b, okB, fmt.Sprintf("%v %+v %q, read whole %v %+v %q", okA, a, withHead, okB, b, whole)
+		}
+		return b, okB, ""
+	}
+	// Every chunk twice in a row: the second is read from its choices on when the first kept a head.
+	for _, st := range starts {
+		for _, c := range choices {
+			for _, e := range ends {
+				var head chunkHead
+				for range 2 {
+					if _, _, diff := same(&head, []uint32{3}, st+c+e); diff != "" {
+						t.Fatalf("chunk %q after head %q: %s", st+c+e, head.b, diff)
+					}
+				}
+			}
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		var head chunkHead
+		ids := []uint32{3}
+		p := ""
+		for i := range rapid.IntRange(1, 8).Draw(t, "chunks") {
+			if p == "" || !rapid.Bool().Draw(t, fmt.Sprint("repeat", i)) {
+				p = starts[rapid.IntRange(0, len(starts)-1).Draw(t, fmt.Sprint("start", i))] +
+					choices[rapid.IntRange(0, len(choices)-1).Draw(t, fmt.Sprint("choices", i))] +
+					ends[rapid.IntRange(0, len(ends)-1).Draw(t, fmt.Sprint("end", i))]
+			}
+			q := p
+			if rapid.Bool().Draw(t, fmt.Sprint("truncate", i)) {
+				q = p[:rapid.IntRange(0, len(p)).Draw(t, fmt.Sprint("at", i))]
+			}
+			b, ok, diff := same(&head, ids, q)
+			if diff != "" {
+				t.Fatalf("chunk %q after head %q: %s", q, head.b, diff)
+			}
+			if ok {
+				ids = b.ids
+			}
+		}
+	})
 }

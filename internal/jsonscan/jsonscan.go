@@ -300,6 +300,14 @@ func NewObjIter(b []byte, i int) ObjIter {
 	return it
 }
 
+// ResumeObjIter goes on with the walk of the object whose first n members b holds up to i, the
+// start of member n's value, as if NextKey had just returned that member: a caller that walked
+// another object with the same bytes up to i reads this one from there. The caller reads the value
+// and calls ValueDone, as after NextKey.
+func ResumeObjIter(b []byte, i, n int) ObjIter {
+	return ObjIter{b: b, open: SkipWS(b, 0), i: i, n: n}
+}
+
 var ErrNotObject = errors.New("not a JSON object")
 
 // Next returns the next Member; ok is false at the end of the object or on error (see it.Err).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -126,6 +127,49 @@ func TestArrIterNextStartIsNext(t *testing.T) {
 		}
 		if a.Err == nil && a.Close == 0 {
 			t.Errorf("%q: clean walk without its closing bracket", in)
+		}
+	}
+}
+
+// An iterator resumed at a member's value walks the rest of the object as the whole walk does: the
+// same members, the same end, the same verdict.
+func TestResumeObjIterIsNextKey(t *testing.T) {
+	walk := func(it ObjIter, b []byte, first Member, resumed bool) (keys []string, close int, err error) {
+		for {
+			m := first
+			if !resumed {
+				var ok bool
+				if m, ok = it.NextKey(); !ok {
+					return keys, it.Close, it.Err
+				}
+			}
+			resumed = false
+			end, err := SkipValueDepth(b, m.ValStart, 1)
+			if err != nil {
+				return keys, -1, err
+			}
+			keys = append(keys, m.Key(b))
+			it.ValueDone(end)
+		}
+	}
+	for _, s := range append(scannerSeeds, ` {"x":1, "y" : [2], "z":{"a":"b"} } `, `{"x":1,"y":2`, `{"x":1,"y":2,}`) {
+		b := []byte(s)
+		it := NewObjIter(b, 0)
+		for n := 1; ; n++ {
+			m, ok := it.NextKey()
+			if !ok {
+				break
+			}
+			wantKeys, wantClose, wantErr := walk(it, b, m, true)
+			gotKeys, gotClose, gotErr := walk(ResumeObjIter(b, m.ValStart, n), b, m, true)
+			if !slices.Equal(gotKeys, wantKeys) || gotClose != wantClose || (gotErr == nil) != (wantErr == nil) {
+				t.Errorf("%q resumed at member %d: %q %d %v, want %q %d %v", s, n, gotKeys, gotClose, gotErr, wantKeys, wantClose, wantErr)
+			}
+			end, err := SkipValueDepth(b, m.ValStart, 1)
+			if err != nil {
+				break
+			}
+			it.ValueDone(end)
 		}
 	}
 }
