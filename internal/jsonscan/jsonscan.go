@@ -153,6 +153,7 @@ const MaxDepth = 10000
 // SkipValue validates the value starting at b[i] (no leading whitespace) and returns the index just past it.
 func SkipValue(b []byte, i int) (int, error) { return SkipValueDepth(b, i, 0) }
 
+// SkipValueDepth is SkipValue for a value nested depth levels deep, bounded by MaxDepth.
 func SkipValueDepth(b []byte, i, depth int) (int, error) {
 	if i >= len(b) {
 		return 0, SyntaxError("unexpected end of input", i)
@@ -162,66 +163,9 @@ func SkipValueDepth(b []byte, i, depth int) (int, error) {
 		end, _, err := ScanString(b, i)
 		return end, err
 	case c == '{':
-		if depth >= MaxDepth {
-			return 0, SyntaxError("nesting too deep", i)
-		}
-		i = SkipWS(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1, nil
-		}
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return 0, SyntaxError("expected object key", i)
-			}
-			end, _, err := ScanString(b, i)
-			if err != nil {
-				return 0, err
-			}
-			i = SkipWS(b, end)
-			if i >= len(b) || b[i] != ':' {
-				return 0, SyntaxError("expected ':'", i)
-			}
-			i = SkipWS(b, i+1)
-			if i, err = SkipValueDepth(b, i, depth+1); err != nil {
-				return 0, err
-			}
-			i = SkipWS(b, i)
-			if i >= len(b) {
-				return 0, SyntaxError("unterminated object", i)
-			}
-			if b[i] == '}' {
-				return i + 1, nil
-			}
-			if b[i] != ',' {
-				return 0, SyntaxError("expected ',' or '}'", i)
-			}
-			i = SkipWS(b, i+1)
-		}
+		return skipObject(b, i, depth)
 	case c == '[':
-		if depth >= MaxDepth {
-			return 0, SyntaxError("nesting too deep", i)
-		}
-		i = SkipWS(b, i+1)
-		if i < len(b) && b[i] == ']' {
-			return i + 1, nil
-		}
-		for {
-			var err error
-			if i, err = SkipValueDepth(b, i, depth+1); err != nil {
-				return 0, err
-			}
-			i = SkipWS(b, i)
-			if i >= len(b) {
-				return 0, SyntaxError("unterminated array", i)
-			}
-			if b[i] == ']' {
-				return i + 1, nil
-			}
-			if b[i] != ',' {
-				return 0, SyntaxError("expected ',' or ']'", i)
-			}
-			i = SkipWS(b, i+1)
-		}
+		return skipArray(b, i, depth)
 	case c == 't':
 		return literal(b, i, "true")
 	case c == 'f':
@@ -232,6 +176,73 @@ func SkipValueDepth(b []byte, i, depth int) (int, error) {
 		return ScanNumber(b, i)
 	default:
 		return 0, SyntaxError("unexpected character", i)
+	}
+}
+
+// skipObject validates the object opening at b[i] and returns the index just past it.
+func skipObject(b []byte, i, depth int) (int, error) {
+	if depth >= MaxDepth {
+		return 0, SyntaxError("nesting too deep", i)
+	}
+	i = SkipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, SyntaxError("expected object key", i)
+		}
+		end, _, err := ScanString(b, i)
+		if err != nil {
+			return 0, err
+		}
+		i = SkipWS(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return 0, SyntaxError("expected ':'", i)
+		}
+		i = SkipWS(b, i+1)
+		if i, err = SkipValueDepth(b, i, depth+1); err != nil {
+			return 0, err
+		}
+		i = SkipWS(b, i)
+		if i >= len(b) {
+			return 0, SyntaxError("unterminated object", i)
+		}
+		if b[i] == '}' {
+			return i + 1, nil
+		}
+		if b[i] != ',' {
+			return 0, SyntaxError("expected ',' or '}'", i)
+		}
+		i = SkipWS(b, i+1)
+	}
+}
+
+// skipArray validates the array opening at b[i] and returns the index just past it.
+func skipArray(b []byte, i, depth int) (int, error) {
+	if depth >= MaxDepth {
+		return 0, SyntaxError("nesting too deep", i)
+	}
+	i = SkipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		var err error
+		if i, err = SkipValueDepth(b, i, depth+1); err != nil {
+			return 0, err
+		}
+		i = SkipWS(b, i)
+		if i >= len(b) {
+			return 0, SyntaxError("unterminated array", i)
+		}
+		if b[i] == ']' {
+			return i + 1, nil
+		}
+		if b[i] != ',' {
+			return 0, SyntaxError("expected ',' or ']'", i)
+		}
+		i = SkipWS(b, i+1)
 	}
 }
 
